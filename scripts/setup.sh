@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what aenv needs on a Debian 12 host, idempotently: system packages
+# (QEMU, debootstrap, busybox, iptables, ...) and a Python venv with aenv + test tools.
+# Safe to re-run; skips work that is already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PKGS=(qemu-system-x86 qemu-utils debootstrap busybox-static iptables e2fsprogs cpio
+          util-linux kmod ca-certificates)
+missing=()
+for p in "${APT_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "setup: installing system packages: ${missing[*]}"
+    if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+PY=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+[ -x "$VENV/bin/python" ] || { echo "setup: creating $VENV"; "$PY" -m venv "$VENV"; }
+stamp="$VENV/.aenv-installed"
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing Python packages into $VENV"
+    "$VENV/bin/pip" install -q -U pip
+    "$VENV/bin/pip" install -q -e '.[test,dev,embedded]'
+    echo "$want" > "$stamp"
+fi
+echo "setup: ok"
