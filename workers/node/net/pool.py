@@ -1,0 +1,109 @@
+"""A pool of ready network slots, kept filled in the background.
+
+Creating a slot costs ~50 ms here; a create or restore must not pay it, so the pool keeps
+`target` slots warm and hands one out in O(1). Slot indices are claimed with flocks, so
+several node processes on one host (or a test next to a dev stack) never collide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+
+from workers.node.net.addressing import DEFAULT_SLOT_CIDR, slot_address, slot_capacity
+from workers.node.net.errors import NetworkError
+from workers.node.net.firewall import EgressPolicy
+from workers.node.net.slot import (
+    NetworkSlot,
+    create_slot,
+    destroy_slot,
+    host_addresses,
+    routed_overlap,
+    try_lock,
+    update_policy,
+)
+
+log = logging.getLogger(__name__)
+
+
+class SlotPool:
+    """Hands out network slots; call `start()` once and `close()` at shutdown."""
+
+    def __init__(self, *, target: int = 4, cidr: str = DEFAULT_SLOT_CIDR, prefix: str = "aenv"):
+        self._target = target
+        self._cidr = cidr
+        self._prefix = prefix
+        self._ready: asyncio.Queue[NetworkSlot] = asyncio.Queue()
+        self._in_use: set[int] = set()
+        self._filler: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._host_addrs: tuple[str, ...] = ()
+        self._next = 0
+
+    async def start(self) -> None:
+        overlap = await asyncio.to_thread(routed_overlap, self._cidr, self._prefix)
+        if overlap:
+            raise NetworkError(
+                f"slot range {self._cidr} overlaps host routes {overlap}; set AENV_SLOT_CIDR"
+            )
+        self._host_addrs = await asyncio.to_thread(host_addresses)
+        self._filler = asyncio.create_task(self._fill(), name="slot-pool-filler")
+
+    async def acquire(self, policy: EgressPolicy | None = None) -> NetworkSlot:
+        """A ready slot with `policy` applied (a default-policy slot costs nothing extra)."""
+        try:
+            slot = self._ready.get_nowait()
+        except asyncio.QueueEmpty:
+            slot = await self._create_one()
+        self._in_use.add(slot.address.index)
+        self._wake.set()
+        if policy is not None and policy != slot.policy:
+            await asyncio.to_thread(update_policy, slot, policy, self._host_addrs)
+        return slot
+
+    async def release(self, slot: NetworkSlot) -> None:
+        """Destroy a used slot (conntrack and ARP state must not leak to the next guest)."""
+        self._in_use.discard(slot.address.index)
+        await asyncio.to_thread(destroy_slot, slot)
+        self._wake.set()
+
+    async def close(self) -> None:
+        if self._filler:
+            self._filler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._filler
+        while not self._ready.empty():
+            await asyncio.to_thread(destroy_slot, self._ready.get_nowait())
+
+    async def _fill(self) -> None:
+        while True:
+            while self._ready.qsize() < self._target:
+                try:
+                    self._ready.put_nowait(await self._create_one())
+                except NetworkError as e:
+                    log.error("slot pool: %s", e)
+                    await asyncio.sleep(1.0)
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _create_one(self) -> NetworkSlot:
+        cap = slot_capacity(self._cidr)
+        for _ in range(cap):
+            index = self._next
+            self._next = (self._next + 1) % cap
+            if index in self._in_use:
+                continue
+            fd = try_lock(index)
+            if fd is None:
+                continue
+            addr = slot_address(index, self._cidr, self._prefix)
+            try:
+                return await asyncio.to_thread(
+                    create_slot, addr, lock_fd=fd, host_addresses=self._host_addrs
+                )
+            except NetworkError:
+                os.close(fd)
+                raise
+        raise NetworkError(f"no free network slot in {self._cidr}")

@@ -1,0 +1,45 @@
+"""Pure construction of the QEMU command line for a `LaunchSpec`.
+
+One function so boot and restore can never drift apart in device layout: a restore whose
+devices differ from the snapshotting VM's fails inside QEMU in ways that are hard to read.
+"""
+
+from __future__ import annotations
+
+from workers.node.vmm.spec import Boot, Incoming, LaunchSpec
+
+QEMU_BINARY = "qemu-system-x86_64"
+
+
+def qemu_argv(spec: LaunchSpec, binary: str = QEMU_BINARY) -> list[str]:
+    m = spec.machine
+    share = "on" if spec.mem_shared else "off"
+    argv = [
+        binary,
+        "-name", spec.vm_id,
+        "-machine", f"{m.machine},memory-backend=mem",
+        "-accel", m.accel,
+        "-cpu", m.cpu,
+        "-smp", str(m.vcpus),
+        "-m", f"{m.mem_mib}M",
+        "-object",
+        f"memory-backend-file,id=mem,size={m.mem_mib}M,mem-path={spec.mem_file},share={share}",
+        "-nodefaults", "-no-user-config", "-no-reboot", "-display", "none",
+        "-serial", f"file:{spec.console_log}",
+        "-qmp", f"unix:{spec.qmp_socket},server=on,wait=off",
+        "-drive",
+        f"id=root,file={spec.disk},format=qcow2,if=none,discard=unmap,cache=writeback",
+        "-device", "virtio-blk-device,drive=root",
+        "-netdev", f"tap,id=n0,ifname={spec.tap},script=no,downscript=no",
+        "-device", f"virtio-net-device,netdev=n0,mac={m.guest_mac}",
+    ]  # fmt: skip
+    if isinstance(spec.start, Boot):
+        argv += ["-kernel", str(spec.start.kernel), "-initrd", str(spec.start.initrd)]
+        argv += ["-append", spec.start.cmdline]
+    elif isinstance(spec.start, Incoming):
+        argv += ["-incoming", "defer"]
+    argv += list(spec.extra_args)
+    if spec.netns:
+        # nsenter execs, so the child PID is QEMU's own and signals reach it directly.
+        argv = ["nsenter", f"--net={spec.netns}", *argv]
+    return argv

@@ -1,0 +1,245 @@
+"""The QEMU driver: one `QemuVm` per QEMU process, controlled over QMP (qemu.qmp, asyncio).
+
+Every QMP call races the process's exit, so a QEMU that dies is reported within one event
+loop turn (with its stderr and console tails) instead of surfacing as a hung await.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from qemu.qmp import ExecuteError, QMPClient
+from qemu.qmp.error import QMPError
+
+from workers.node.vmm.argv import qemu_argv
+from workers.node.vmm.errors import VmCrashed, VmmError, VmTimeout
+from workers.node.vmm.spec import Incoming, LaunchSpec
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+# QMP appears 30-160 ms after exec here; 15 s covers a loaded 2-core CI box with margin.
+QMP_CONNECT_TIMEOUT = 15.0
+MIGRATION_TIMEOUT = 120.0  # full-stream saves of multi-GiB private memory are slow under TCG
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: QEMU gets SIGKILL if the node process dies."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class QemuVm:
+    """A running QEMU process and its QMP session."""
+
+    def __init__(self, spec: LaunchSpec, proc: asyncio.subprocess.Process):
+        self.spec = spec
+        self.proc = proc
+        self.qmp = QMPClient(spec.vm_id)
+        self._stderr: deque[str] = deque(maxlen=60)
+        self._stderr_task = asyncio.create_task(self._drain_stderr())
+        self._exit_task: asyncio.Task[int] = asyncio.create_task(proc.wait())
+        self.qemu_version: str | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------
+    @classmethod
+    async def launch(cls, spec: LaunchSpec, *, die_with_parent: bool = True) -> QemuVm:
+        """Start QEMU and connect QMP. For a restore, also loads the state (VM left paused)."""
+        spec.workdir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            spec.qmp_socket.unlink()
+        argv = qemu_argv(spec)
+        log.debug("launch %s: %s", spec.vm_id, " ".join(argv))
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                preexec_fn=_die_with_parent if die_with_parent else None,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise VmmError(f"cannot start QEMU for {spec.vm_id}: {e}") from e
+        vm = cls(spec, proc)
+        try:
+            await vm._connect_qmp()
+            if isinstance(spec.start, Incoming):
+                await vm._load_state(spec.start.state)
+        except BaseException:
+            await vm.kill()
+            raise
+        return vm
+
+    async def _connect_qmp(self) -> None:
+        deadline = time.monotonic() + QMP_CONNECT_TIMEOUT
+        while True:
+            if self._exit_task.done():
+                raise self._crashed()
+            if self.spec.qmp_socket.exists():
+                try:
+                    await self.qmp.connect(str(self.spec.qmp_socket))
+                    break
+                except (OSError, QMPError):
+                    pass
+            if time.monotonic() > deadline:
+                raise VmTimeout(f"VM {self.spec.vm_id}: QMP did not come up in time")
+            await asyncio.sleep(0.005)
+        greeting = self.qmp.greeting
+        if greeting is not None:
+            v: Any = greeting.QMP.version["qemu"]
+            self.qemu_version = f"{v['major']}.{v['minor']}.{v['micro']}"
+
+    async def _load_state(self, state: Path) -> None:
+        await self.execute("migrate-set-capabilities", _IGNORE_SHARED)
+        await self.execute("migrate-incoming", {"uri": f"exec:cat {_q(state)}"})
+        deadline = time.monotonic() + MIGRATION_TIMEOUT
+        while (await self.status()) == "inmigrate":
+            if time.monotonic() > deadline:
+                raise VmTimeout(f"VM {self.spec.vm_id}: loading {state} did not finish")
+            await asyncio.sleep(0.001)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return not self._exit_task.done()
+
+    async def wait_exit(self) -> int:
+        return await asyncio.shield(self._exit_task)
+
+    async def quit(self, timeout: float = 5.0) -> None:
+        """Ask QEMU to exit; SIGKILL if it does not within `timeout`."""
+        if self.alive:
+            with contextlib.suppress(VmmError):
+                await self.execute("quit", timeout=timeout)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._exit_task), timeout)
+        await self.kill()
+
+    async def kill(self) -> None:
+        """Kill and reap; always leaves no process and no QMP session behind. Idempotent."""
+        if self.alive:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._exit_task), 5.0)
+        with contextlib.suppress(Exception):
+            await self.qmp.disconnect()
+        self._stderr_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._stderr_task
+
+    # ---- QMP -------------------------------------------------------------------------
+    async def execute(
+        self, cmd: str, args: Mapping[str, object] | None = None, *, timeout: float = 30.0
+    ) -> Any:
+        """One QMP command, raced against QEMU's exit and bounded by `timeout`."""
+        if not self.alive:
+            raise self._crashed()
+        call = asyncio.ensure_future(self.qmp.execute(cmd, args))
+        done, _ = await asyncio.wait(
+            {call, self._exit_task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if call in done:
+            try:
+                return call.result()
+            except ExecuteError as e:
+                raise VmmError(f"VM {self.spec.vm_id}: {cmd} failed: {e.error.error.desc}") from e
+            except QMPError as e:
+                if not self.alive or cmd == "quit":
+                    raise self._crashed() from e
+                raise VmmError(f"VM {self.spec.vm_id}: QMP {cmd}: {e}") from e
+        call.cancel()
+        with contextlib.suppress(BaseException):
+            await call
+        if not self.alive:
+            raise self._crashed()
+        raise VmTimeout(f"VM {self.spec.vm_id}: QMP {cmd} took longer than {timeout}s")
+
+    async def status(self) -> str:
+        reply = await self.execute("query-status")
+        return str(reply["status"])
+
+    async def stop(self) -> None:
+        await self.execute("stop")
+
+    async def cont(self) -> None:
+        await self.execute("cont")
+
+    async def save_state(self, dest: Path) -> int:
+        """Write device state (not RAM: it lives in the shared memory file) to `dest`.
+
+        The VM must be stopped. Returns the state file size. With private (share=off) RAM,
+        QEMU has to stream all of it, which is slow: that is why running sandboxes keep
+        their RAM in a shared file.
+        """
+        await self.execute("migrate-set-capabilities", _IGNORE_SHARED)
+        await self.execute("migrate-set-parameters", {"max-bandwidth": 64 << 30})
+        await self.execute("migrate", {"uri": f"exec:cat > {_q(dest)}"})
+        deadline = time.monotonic() + MIGRATION_TIMEOUT
+        while True:
+            info = await self.execute("query-migrate")
+            st = info.get("status")
+            if st == "completed":
+                break
+            if st in ("failed", "cancelled"):
+                raise VmmError(
+                    f"VM {self.spec.vm_id}: saving state failed: {info.get('error-desc', st)}"
+                )
+            if time.monotonic() > deadline:
+                raise VmTimeout(f"VM {self.spec.vm_id}: saving state did not finish")
+            await asyncio.sleep(0.001)
+        return dest.stat().st_size
+
+    async def snapshot_disk(self, new_top: Path) -> None:
+        """Freeze the current top disk layer: QEMU stacks `new_top` (qcow2) over it."""
+        await self.execute(
+            "blockdev-snapshot-sync",
+            {"device": "root", "snapshot-file": str(new_top), "format": "qcow2"},
+        )
+
+    # ---- diagnostics -----------------------------------------------------------------
+    def stderr_tail(self) -> str:
+        return "".join(self._stderr)
+
+    def console_tail(self, limit: int = 4000) -> str:
+        try:
+            with open(self.spec.console_log, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - limit))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _crashed(self) -> VmCrashed:
+        rc = self._exit_task.result() if self._exit_task.done() else None
+        return VmCrashed(self.spec.vm_id, rc, self.stderr_tail(), self.console_tail())
+
+    async def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            self._stderr.append(line.decode(errors="replace"))
+
+
+_IGNORE_SHARED = {"capabilities": [{"capability": "x-ignore-shared", "state": True}]}
+
+
+def _q(path: Path) -> str:
+    """Quote a path for the `exec:` migration URI (run by /bin/sh inside QEMU)."""
+    s = str(path)
+    if "'" in s:
+        raise VmmError(f"refusing path with a quote in it: {s!r}")
+    return f"'{s}'"

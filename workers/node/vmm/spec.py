@@ -1,0 +1,81 @@
+"""Value types describing a VM: what the driver launches and what a snapshot must match."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Accel = Literal["kvm", "tcg"]
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Everything that shapes guest-visible hardware. A snapshot restores only into an equal one.
+
+    Kept apart from per-VM paths so its fingerprint is stable across VMs.
+    """
+
+    qemu_version: str
+    accel: Accel
+    cpu: str
+    vcpus: int
+    mem_mib: int
+    guest_mac: str
+    machine: str = "microvm"
+    devices: tuple[str, ...] = ("virtio-blk-device", "virtio-net-device")
+
+    def fingerprint(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def mismatch(self, other: Machine) -> list[str]:
+        """Human-readable differences (for the refusal message)."""
+        mine, theirs = asdict(self), asdict(other)
+        return [
+            f"{k}: snapshot has {theirs[k]!r}, this node has {mine[k]!r}"
+            for k in mine
+            if mine[k] != theirs[k]
+        ]
+
+
+@dataclass(frozen=True)
+class Boot:
+    """A cold boot: kernel + initramfs + command line."""
+
+    kernel: Path
+    initrd: Path
+    cmdline: str
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A restore: device state written by `migrate`, loaded with `migrate-incoming`."""
+
+    state: Path
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One QEMU process: machine, its files, and whether it boots or restores."""
+
+    vm_id: str
+    machine: Machine
+    workdir: Path  # qmp socket, console log, pid live here
+    mem_file: Path  # guest RAM lives in this file (never streamed through a migration)
+    mem_shared: bool  # share=on: writes go to the file; share=off: private copy-on-write
+    disk: Path  # qcow2, the VM's writable top layer
+    start: Boot | Incoming
+    netns: str | None = None  # path of a network namespace holding `tap`
+    tap: str = "tap0"
+    extra_args: tuple[str, ...] = field(default=())
+
+    @property
+    def qmp_socket(self) -> Path:
+        return self.workdir / "qmp.sock"
+
+    @property
+    def console_log(self) -> Path:
+        return self.workdir / "console.log"
