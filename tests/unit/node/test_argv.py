@@ -1,0 +1,73 @@
+from pathlib import Path
+
+import pytest
+
+from workers.node.vmm import Boot, Incoming, LaunchSpec, Machine, qemu_argv
+
+
+def machine(**kw: object) -> Machine:
+    base: dict[str, object] = dict(
+        qemu_version="7.2.22", accel="tcg", cpu="max", vcpus=1, mem_mib=256,
+        guest_mac="06:00:ac:10:00:02",
+    )  # fmt: skip
+    base.update(kw)
+    return Machine(**base)  # type: ignore[arg-type]
+
+
+def spec(
+    start: Boot | Incoming, shared: bool = True, netns: str | None = "/run/netns/x"
+) -> LaunchSpec:
+    return LaunchSpec(
+        vm_id="vm1", machine=machine(), workdir=Path("/w"), mem_file=Path("/w/mem"),
+        mem_shared=shared, disk=Path("/l/top.qcow2"), start=start, netns=netns,
+    )  # fmt: skip
+
+
+def opt(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
+
+
+def test_boot_and_restore_share_the_device_layout() -> None:
+    boot = qemu_argv(spec(Boot(Path("/k"), Path("/i"), "console=ttyS0")))
+    restore = qemu_argv(spec(Incoming(Path("/s/state")), shared=False))
+    for flag in ("-machine", "-device", "-netdev", "-drive", "-smp", "-m", "-cpu", "-accel"):
+        assert opt(boot, flag) == opt(restore, flag), flag
+    assert "-incoming" not in boot and opt(restore, "-incoming") == ["defer"]
+    assert opt(boot, "-kernel") == ["/k"] and "-kernel" not in restore
+
+
+def test_memory_backend_sharing_follows_the_spec() -> None:
+    shared = opt(qemu_argv(spec(Incoming(Path("/s")), shared=True)), "-object")[0]
+    private = opt(qemu_argv(spec(Incoming(Path("/s")), shared=False)), "-object")[0]
+    assert "share=on" in shared and "mem-path=/w/mem" in shared
+    assert "share=off" in private
+
+
+def test_qemu_runs_inside_the_slot_netns_via_nsenter() -> None:
+    argv = qemu_argv(spec(Incoming(Path("/s"))))
+    assert argv[:2] == ["nsenter", "--net=/run/netns/x"]
+    assert argv[2] == "qemu-system-x86_64"
+    assert qemu_argv(spec(Incoming(Path("/s")), netns=None))[0] == "qemu-system-x86_64"
+
+
+def test_machine_fingerprint_changes_with_guest_visible_hardware() -> None:
+    a = machine()
+    assert a.fingerprint() == machine().fingerprint()
+    assert a.fingerprint() != machine(qemu_version="8.2.0").fingerprint()
+    assert a.fingerprint() != machine(mem_mib=512).fingerprint()
+
+
+def test_mismatch_names_each_difference() -> None:
+    diff = machine().mismatch(machine(qemu_version="8.2.0", accel="kvm"))
+    assert len(diff) == 2
+    assert any("qemu_version" in d and "8.2.0" in d for d in diff)
+    assert any(d.startswith("accel") for d in diff)
+
+
+@pytest.mark.parametrize("vcpus", [1, 2, 4])
+def test_smp_matches_vcpus(vcpus: int) -> None:
+    s = LaunchSpec(
+        vm_id="v", machine=machine(vcpus=vcpus), workdir=Path("/w"), mem_file=Path("/m"),
+        mem_shared=True, disk=Path("/d"), start=Incoming(Path("/s")),
+    )  # fmt: skip
+    assert opt(qemu_argv(s), "-smp") == [str(vcpus)]

@@ -1,0 +1,56 @@
+import pytest
+
+from workers.node.net import GUEST, EgressPolicy, render_rules, slot_address
+from workers.node.net.addressing import slot_capacity
+
+
+def test_slots_get_distinct_non_overlapping_30s() -> None:
+    a, b = slot_address(0), slot_address(1)
+    assert (a.host_ip, a.ns_ip) == ("10.213.0.1", "10.213.0.2")
+    assert (b.host_ip, b.ns_ip) == ("10.213.0.5", "10.213.0.6")
+    assert a.netns != b.netns and a.host_if != b.host_if
+    assert len(slot_address(16383).host_if) <= 15  # IFNAMSIZ
+
+
+def test_slot_index_out_of_range_is_refused() -> None:
+    assert slot_capacity("10.213.0.0/16") == 16384
+    with pytest.raises(ValueError):
+        slot_address(16384)
+    with pytest.raises(ValueError):
+        slot_address(-1)
+
+
+def test_default_policy_lets_guest_reach_nothing() -> None:
+    rules = render_rules(slot_address(3))
+    egress = [r for r in rules.splitlines() if r.startswith("-A FORWARD -i tap0")]
+    assert egress == []  # FORWARD policy DROP does the rest
+    assert ":FORWARD DROP" in rules and ":INPUT DROP" in rules
+    assert f"--to-destination {GUEST.ip}" in rules
+    assert "-d 10.213.0.14/32 -p tcp -j DNAT" in rules
+
+
+def test_internet_policy_still_blocks_private_ranges_and_host() -> None:
+    rules = render_rules(
+        slot_address(0), EgressPolicy(internet=True), host_addresses=("192.0.2.2",)
+    ).splitlines()
+    egress = [r for r in rules if r.startswith("-A FORWARD -i tap0")]
+    host_drop = egress.index(next(r for r in egress if "192.0.2.2/32" in r))
+    assert egress[-1].endswith("-j ACCEPT") and "-d" not in egress[-1]
+    for cidr in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"):
+        i = egress.index(next(r for r in egress if f"-d {cidr} -j DROP" in r))
+        assert i < len(egress) - 1
+    assert host_drop == 0
+
+
+def test_deny_beats_allow() -> None:
+    rules = render_rules(
+        slot_address(0), EgressPolicy(allow=("10.1.0.0/16",), deny=("10.1.2.0/24",))
+    ).splitlines()
+    deny = next(i for i, r in enumerate(rules) if "10.1.2.0/24 -j DROP" in r)
+    allow = next(i for i, r in enumerate(rules) if "10.1.0.0/16 -j ACCEPT" in r)
+    assert deny < allow
+
+
+def test_bad_cidr_is_rejected() -> None:
+    with pytest.raises(ValueError, match="invalid CIDR"):
+        EgressPolicy(allow=("not-a-net",))

@@ -1,0 +1,91 @@
+"""Talking to envd in a guest from the node: readiness probe and the post-restore /init.
+
+A minimal HTTP/1.1 client on asyncio streams: the probe runs every few milliseconds while
+a VM restores, and its cost should be the network round trip, not a client library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import time
+from datetime import UTC, datetime
+
+from workers.node.vmm.errors import VmTimeout
+
+ENVD_PORT = 49983
+
+
+async def http_request(
+    host: str,
+    port: int,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    timeout: float = 2.0,
+) -> tuple[int, bytes]:
+    """One request on a fresh connection; returns (status, body)."""
+    async with asyncio.timeout(timeout):
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            head = [f"{method} {path} HTTP/1.1", f"Host: {host}:{port}", "Connection: close"]
+            head += [f"{k}: {v}" for k, v in (headers or {}).items()]
+            if body or method in ("POST", "PUT"):
+                head.append(f"Content-Length: {len(body)}")
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+            await writer.drain()
+            raw = await reader.read()
+        finally:
+            writer.close()
+    status_line, _, rest = raw.partition(b"\r\n")
+    parts = status_line.split()
+    if len(parts) < 2 or not parts[1].isdigit():
+        raise ConnectionError(f"bad HTTP response from {host}:{port}: {status_line!r}")
+    _, _, payload = rest.partition(b"\r\n\r\n")
+    return int(parts[1]), payload
+
+
+async def wait_envd(host: str, *, timeout: float, port: int = ENVD_PORT) -> float:
+    """Poll envd's /health until it answers 2xx; returns seconds waited."""
+    start = time.monotonic()
+    last: Exception | None = None
+    while time.monotonic() - start < timeout:
+        try:
+            status, _ = await http_request(host, port, "GET", "/health", timeout=1.0)
+            if 200 <= status < 300:
+                return time.monotonic() - start
+            last = ConnectionError(f"/health answered {status}")
+        except (OSError, TimeoutError, ConnectionError) as e:
+            last = e
+        await asyncio.sleep(0.005)
+    raise VmTimeout(f"envd at {host}:{port} did not answer within {timeout}s ({last})")
+
+
+def init_body(**extra: object) -> dict[str, object]:
+    """envd /init payload that every restore and fork sends: clock + fresh entropy.
+
+    Restored guests keep the clock of the moment they were captured (no kvmclock under
+    TCG) and forks would share RNG state; both are fixed before anyone else talks to envd.
+    """
+    body: dict[str, object] = {
+        "timestamp": datetime.now(UTC).isoformat(),
+        "entropy": base64.b64encode(os.urandom(64)).decode(),
+    }
+    body.update({k: v for k, v in extra.items() if v is not None})
+    return body
+
+
+async def init_envd(host: str, extra: dict[str, object] | None = None) -> None:
+    status, payload = await http_request(
+        host,
+        ENVD_PORT,
+        "POST",
+        "/init",
+        json.dumps(init_body(**(extra or {}))).encode(),
+        {"Content-Type": "application/json"},
+    )
+    if status >= 300:
+        raise ConnectionError(f"envd /init answered {status}: {payload[:200]!r}")

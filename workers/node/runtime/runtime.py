@@ -1,0 +1,330 @@
+"""The microVM runtime the node worker drives: boot, capture, restore, fork, destroy.
+
+Each operation that acquires several resources (network slot, disk layer, QEMU process,
+directory) builds them on an exit stack, so a failure at any step undoes what was done and
+leaves nothing behind. Paths: `<state>/vms/<vm>/` per running VM, `<state>/layers/` for
+qcow2 layers, `<state>/snapshots/<id>/` for captured VMs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from workers.node.net import GUEST, EgressPolicy, NetworkSlot, SlotPool
+from workers.node.runtime.guest import init_envd, wait_envd
+from workers.node.runtime.layers import LayerStore
+from workers.node.runtime.memfile import clone_or_sparse_copy
+from workers.node.runtime.snapshot import Snapshot
+from workers.node.vmm import (
+    AccelChoice,
+    Boot,
+    Incoming,
+    LaunchSpec,
+    Machine,
+    QemuVm,
+    SnapshotIncompatible,
+    VmmError,
+    choose_accel,
+    qemu_version,
+)
+
+log = logging.getLogger(__name__)
+
+BOOT_ENVD_TIMEOUT = 120.0  # a cold boot under TCG on a loaded 2-core CI host
+RESTORE_ENVD_TIMEOUT = 30.0
+
+
+@dataclass
+class Vm:
+    """A running microVM and everything it holds on the host."""
+
+    vm_id: str
+    qemu: QemuVm
+    slot: NetworkSlot
+    dir: Path
+    machine: Machine
+    mem_file: Path
+    mem_shared: bool
+    disk_top: Path
+    base_image: Path
+    owned_layers: list[Path] = field(default_factory=list)
+
+    @property
+    def host(self) -> str:
+        """Address the node dials to reach this guest's TCP ports."""
+        return self.slot.host_reachable_ip
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Where the time of one restore went (for benchmarks and logs)."""
+
+    total: float
+    running: float  # QEMU started, state loaded, vCPUs running
+    envd: float  # envd answered /health
+
+
+class Runtime:
+    """Owns the VMs of one node. Create with `await Runtime.open(...)`, end with `close()`."""
+
+    def __init__(self, state_dir: Path, pool: SlotPool, accel: AccelChoice, qemu_ver: str) -> None:
+        self.state_dir = state_dir
+        self.pool = pool
+        self.accel = accel
+        self.qemu_version = qemu_ver
+        self.layers = LayerStore(state_dir / "layers")
+        self.vms: dict[str, Vm] = {}
+
+    @classmethod
+    async def open(
+        cls,
+        state_dir: Path,
+        *,
+        kernel_for_probe: Path,
+        pool_target: int = 2,
+        slot_prefix: str = "aenv",
+    ) -> Runtime:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        accel = await asyncio.to_thread(choose_accel, kernel_for_probe)
+        ver = await asyncio.to_thread(qemu_version)
+        pool = SlotPool(target=pool_target, prefix=slot_prefix)
+        await pool.start()
+        log.info("runtime: accelerator %s (%s), QEMU %s", accel.accel, accel.reason, ver)
+        return cls(state_dir, pool, accel, ver)
+
+    async def close(self) -> None:
+        """Destroy every VM this runtime started and every pooled slot."""
+        await asyncio.gather(*(self.destroy(vm) for vm in list(self.vms.values())))
+        await self.pool.close()
+
+    def machine(self, *, vcpus: int, mem_mib: int) -> Machine:
+        return Machine(
+            qemu_version=self.qemu_version,
+            accel=self.accel.accel,
+            cpu=self.accel.cpu,
+            vcpus=vcpus,
+            mem_mib=mem_mib,
+            guest_mac=GUEST.guest_mac,
+        )
+
+    # ---- boot --------------------------------------------------------------------------
+    async def boot(
+        self,
+        *,
+        kernel: Path,
+        initrd: Path,
+        rootfs: Path,
+        cmdline: str,
+        vcpus: int = 1,
+        mem_mib: int = 512,
+        vm_id: str | None = None,
+        policy: EgressPolicy | None = None,
+    ) -> Vm:
+        """Cold-boot a VM from a base image (template builds only; sandboxes restore)."""
+        vm_id = vm_id or _new_id()
+        machine = self.machine(vcpus=vcpus, mem_mib=mem_mib)
+        async with contextlib.AsyncExitStack() as stack:
+            slot = await self.pool.acquire(policy)
+            stack.push_async_callback(self.pool.release, slot)
+            workdir = self._vm_dir(vm_id)
+            stack.callback(shutil.rmtree, workdir, True)
+            top = await self.layers.create_top(rootfs, backing_raw=True)
+            stack.callback(top.unlink, True)
+            spec = LaunchSpec(
+                vm_id=vm_id,
+                machine=machine,
+                workdir=workdir,
+                mem_file=workdir / "mem",
+                mem_shared=True,
+                disk=top,
+                start=Boot(kernel, initrd, cmdline),
+                netns=slot.netns_path,
+            )
+            qemu = await QemuVm.launch(spec)
+            stack.push_async_callback(qemu.kill)
+            vm = Vm(vm_id, qemu, slot, workdir, machine, spec.mem_file, True, top, rootfs, [top])
+            stack.pop_all()
+        self.vms[vm_id] = vm
+        return vm
+
+    async def wait_envd(self, vm: Vm, timeout: float = BOOT_ENVD_TIMEOUT) -> float:
+        """Wait for envd, failing fast (with QEMU's output) if the VM dies meanwhile."""
+        probe = asyncio.ensure_future(wait_envd(vm.host, timeout=timeout))
+        died = asyncio.ensure_future(vm.qemu.wait_exit())
+        done, _ = await asyncio.wait({probe, died}, return_when=asyncio.FIRST_COMPLETED)
+        if probe in done:
+            died.cancel()
+            return probe.result()
+        probe.cancel()
+        with contextlib.suppress(BaseException):
+            await probe
+        raise vm.qemu._crashed()
+
+    # ---- capture -----------------------------------------------------------------------
+    async def capture(self, vm: Vm, *, resume: bool, snapshot_id: str | None = None) -> Snapshot:
+        """Stop the VM and capture it as a snapshot.
+
+        resume=True: the VM continues afterwards on a fresh disk layer and keeps its RAM
+        file, so the snapshot gets a copy of the RAM (children must never see the parent's
+        later writes). resume=False: the VM is consumed; its RAM file and top layer become
+        the snapshot without copying, and the VM is destroyed.
+        """
+        snapshot_id = snapshot_id or _new_id()
+        sdir = self.state_dir / "snapshots" / snapshot_id
+        sdir.mkdir(parents=True)
+        try:
+            await vm.qemu.stop()
+            frozen = vm.disk_top
+            if resume:
+                new_top = self.layers.new_path()
+                # QEMU creates new_top itself, backed by the current top, and switches to it.
+                await vm.qemu.snapshot_disk(new_top)
+                vm.disk_top = new_top
+                vm.owned_layers = [new_top]
+            state_bytes = await vm.qemu.save_state(sdir / "state")
+            if resume:
+                await asyncio.to_thread(clone_or_sparse_copy, vm.mem_file, sdir / "mem")
+                await vm.qemu.cont()
+            else:
+                await vm.qemu.quit()
+                vm.mem_file.rename(sdir / "mem")
+                vm.owned_layers = []  # the frozen top now belongs to the snapshot
+        except BaseException:
+            shutil.rmtree(sdir, ignore_errors=True)
+            raise
+        snap = Snapshot(
+            snapshot_id=snapshot_id,
+            dir=sdir,
+            machine=vm.machine,
+            disk_top=frozen,
+            base_image=vm.base_image,
+            parent_vm=vm.vm_id,
+            created_at=datetime.now(UTC).isoformat(),
+            state_bytes=state_bytes,
+        )
+        snap.write()
+        if not resume:
+            await self.destroy(vm)
+        return snap
+
+    # ---- restore -----------------------------------------------------------------------
+    async def restore(
+        self,
+        snap: Snapshot,
+        *,
+        vm_id: str | None = None,
+        private_memory: bool = True,
+        policy: EgressPolicy | None = None,
+        wait: bool = True,
+        init: dict[str, object] | None = None,
+    ) -> tuple[Vm, Timing]:
+        """Start a VM from `snap`.
+
+        private_memory=True maps the snapshot's RAM copy-on-write (no copy: cheap, and many
+        VMs share the page cache) — the fork path. False gives the VM its own shared RAM
+        file (a sparse copy), which is what a sandbox that will later pause needs.
+        """
+        self._check_compatible(snap)
+        vm_id = vm_id or _new_id()
+        t0 = time.monotonic()
+        async with contextlib.AsyncExitStack() as stack:
+            slot = await self.pool.acquire(policy)
+            stack.push_async_callback(self.pool.release, slot)
+            workdir = self._vm_dir(vm_id)
+            stack.callback(shutil.rmtree, workdir, True)
+            top = await self.layers.create_top(snap.disk_top)
+            stack.callback(top.unlink, True)
+            if private_memory:
+                mem = snap.mem
+            else:
+                workdir.mkdir(parents=True, exist_ok=True)
+                mem = workdir / "mem"
+                await asyncio.to_thread(clone_or_sparse_copy, snap.mem, mem)
+            spec = LaunchSpec(
+                vm_id=vm_id,
+                machine=snap.machine,
+                workdir=workdir,
+                mem_file=mem,
+                mem_shared=not private_memory,
+                disk=top,
+                start=Incoming(snap.state),
+                netns=slot.netns_path,
+            )
+            qemu = await QemuVm.launch(spec)
+            stack.push_async_callback(qemu.kill)
+            await qemu.cont()
+            t_running = time.monotonic() - t0
+            vm = Vm(
+                vm_id, qemu, slot, workdir, snap.machine, mem, not private_memory, top,
+                snap.base_image, [top],
+            )  # fmt: skip
+            t_envd = t_running
+            if wait:
+                await self.wait_envd(vm, RESTORE_ENVD_TIMEOUT)
+                await init_envd(vm.host, init)
+                t_envd = time.monotonic() - t0
+            stack.pop_all()
+        self.vms[vm_id] = vm
+        return vm, Timing(total=time.monotonic() - t0, running=t_running, envd=t_envd)
+
+    async def fork(
+        self, vm: Vm, count: int, *, wait: bool = True
+    ) -> tuple[Snapshot, list[Vm | BaseException]]:
+        """Capture a running VM once and start `count` copy-on-write children from it.
+
+        The parent keeps running. Per-child failures are returned, not raised, so one bad
+        child does not cost the others.
+        """
+        snap = await self.capture(vm, resume=True)
+        results = await asyncio.gather(
+            *(self.restore(snap, private_memory=True, wait=wait) for _ in range(count)),
+            return_exceptions=True,
+        )
+        children: list[Vm | BaseException] = [
+            r if isinstance(r, BaseException) else r[0] for r in results
+        ]
+        return snap, children
+
+    # ---- teardown ----------------------------------------------------------------------
+    async def destroy(self, vm: Vm) -> None:
+        """Kill the VM and free its slot, directory and unfrozen layers. Idempotent."""
+        self.vms.pop(vm.vm_id, None)
+        await vm.qemu.kill()
+        if vm.slot.lock_fd is not None:
+            await self.pool.release(vm.slot)
+        for layer in vm.owned_layers:
+            layer.unlink(missing_ok=True)
+        vm.owned_layers = []
+        shutil.rmtree(vm.dir, ignore_errors=True)
+
+    def delete_snapshot(self, snap: Snapshot) -> None:
+        """Remove a snapshot's own files and its frozen top layer (callers track sharing)."""
+        shutil.rmtree(snap.dir, ignore_errors=True)
+        snap.disk_top.unlink(missing_ok=True)
+
+    # ---- helpers -----------------------------------------------------------------------
+    def _vm_dir(self, vm_id: str) -> Path:
+        return self.state_dir / "vms" / vm_id
+
+    def _check_compatible(self, snap: Snapshot) -> None:
+        here = self.machine(vcpus=snap.machine.vcpus, mem_mib=snap.machine.mem_mib)
+        diff = here.mismatch(snap.machine)
+        if diff:
+            raise SnapshotIncompatible(
+                f"snapshot {snap.snapshot_id} was made on a different machine: " + "; ".join(diff)
+            )
+        for f in (snap.state, snap.mem, snap.disk_top):
+            if not f.exists():
+                raise VmmError(f"snapshot {snap.snapshot_id} is incomplete: {f} is missing")
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex[:20]

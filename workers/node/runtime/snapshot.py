@@ -1,0 +1,71 @@
+"""A captured VM on local disk: device state + RAM file + frozen disk chain + a manifest.
+
+The manifest records the machine it came from, so a restore on a different QEMU or machine
+shape is refused up front rather than left to hang inside an incoming migration.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from workers.node.vmm.spec import Machine
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    snapshot_id: str
+    dir: Path
+    machine: Machine
+    disk_top: Path  # frozen qcow2 layer; its backing chain ends at the template's base image
+    base_image: Path
+    parent_vm: str | None = None
+    created_at: str = ""
+    state_bytes: int = 0
+
+    @property
+    def state(self) -> Path:
+        return self.dir / "state"
+
+    @property
+    def mem(self) -> Path:
+        return self.dir / "mem"
+
+    def write(self) -> None:
+        doc = {
+            "format": FORMAT_VERSION,
+            "snapshot_id": self.snapshot_id,
+            "machine": asdict(self.machine),
+            "fingerprint": self.machine.fingerprint(),
+            "disk_top": str(self.disk_top),
+            "base_image": str(self.base_image),
+            "parent_vm": self.parent_vm,
+            "created_at": self.created_at or datetime.now(UTC).isoformat(),
+            "state_bytes": self.state_bytes,
+        }
+        tmp = self.dir / (MANIFEST + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=2))
+        tmp.replace(self.dir / MANIFEST)  # a manifest exists only for a complete snapshot
+
+    @classmethod
+    def read(cls, directory: Path) -> Snapshot:
+        doc = json.loads((directory / MANIFEST).read_text())
+        if doc.get("format") != FORMAT_VERSION:
+            raise ValueError(f"{directory}: unknown snapshot format {doc.get('format')!r}")
+        m = doc["machine"]
+        m["devices"] = tuple(m["devices"])
+        return cls(
+            snapshot_id=doc["snapshot_id"],
+            dir=directory,
+            machine=Machine(**m),
+            disk_top=Path(doc["disk_top"]),
+            base_image=Path(doc["base_image"]),
+            parent_vm=doc.get("parent_vm"),
+            created_at=doc.get("created_at", ""),
+            state_bytes=int(doc.get("state_bytes", 0)),
+        )
