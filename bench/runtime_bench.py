@@ -1,0 +1,159 @@
+"""microVM runtime benchmark: boot, snapshot, restore, fork, memory per child.
+
+Every runtime figure sits next to the raw VMM primitive measured in the same run (QEMU
+launched straight on a prepared overlay and slot, with no runtime bookkeeping), so the
+ratio shows what the runtime adds. Run as root: `python -m bench.runtime_bench`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.stats import emit, ratio, summary
+from workers.node.image import build_base, kernel_cmdline
+from workers.node.runtime import Runtime, Snapshot, Vm, wait_envd
+from workers.node.vmm import Incoming, LaunchSpec, QemuVm
+
+
+def pss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1])
+    return 0
+
+
+async def raw_restore(rt: Runtime, snap: Snapshot, workdir: Path) -> tuple[float, float]:
+    """The bare primitive: QEMU + migrate-incoming + cont on a ready slot and overlay."""
+    slot = await rt.pool.acquire()
+    top = await rt.layers.create_top(snap.disk_top)
+    spec = LaunchSpec(
+        vm_id="raw", machine=snap.machine, workdir=workdir, mem_file=snap.mem,
+        mem_shared=False, disk=top, start=Incoming(snap.state), netns=slot.netns_path,
+    )  # fmt: skip
+    t0 = time.monotonic()
+    vm = await QemuVm.launch(spec)
+    await vm.cont()
+    t_run = time.monotonic() - t0
+    await wait_envd(slot.host_reachable_ip, timeout=30)
+    t_envd = time.monotonic() - t0
+    await vm.kill()
+    await rt.pool.release(slot)
+    top.unlink()
+    return t_run, t_envd
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    image = build_base(progress=lambda m: None)
+    state = Path(tempfile.mkdtemp(prefix="aenv-bench-", dir="/var/tmp"))
+    rt = await Runtime.open(
+        state, kernel_for_probe=image.kernel, pool_target=4, slot_prefix="aenvb"
+    )
+    out: dict[str, Any] = {
+        "accelerator": rt.accel.accel,
+        "accelerator_reason": rt.accel.reason,
+        "qemu": rt.qemu_version,
+        "guest_mem_mib": args.mem,
+    }
+    try:
+        boots: list[float] = []
+        template: Snapshot | None = None
+        for i in range(args.boots):
+            t0 = time.monotonic()
+            vm = await rt.boot(
+                kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
+                cmdline=kernel_cmdline(image), mem_mib=args.mem,
+            )  # fmt: skip
+            await rt.wait_envd(vm)
+            boots.append(time.monotonic() - t0)
+            if i == args.boots - 1:
+                template = await rt.capture(vm, resume=False)
+            else:
+                await rt.destroy(vm)
+        assert template is not None
+        out["cold_boot_to_envd"] = summary(boots, "s", 1.0)
+
+        raw_run, raw_envd, run, envd = [], [], [], []
+        for _ in range(args.restores):
+            r1, r2 = await raw_restore(rt, template, state / "raw")
+            raw_run.append(r1)
+            raw_envd.append(r2)
+            vm, timing = await rt.restore(template)
+            run.append(timing.running)
+            envd.append(timing.envd)
+            await rt.destroy(vm)
+        out["restore_to_running"] = summary(run)
+        out["restore_to_running_raw"] = summary(raw_run)
+        out["restore_to_running_ratio"] = ratio(out["restore_to_running"], summary(raw_run))
+        out["restore_to_envd"] = summary(envd)
+        out["restore_to_envd_raw"] = summary(raw_envd)
+        out["restore_to_envd_ratio"] = ratio(out["restore_to_envd"], summary(raw_envd))
+
+        # snapshot of a running VM: stop -> state written (raw) and the full live capture
+        parent, _ = await rt.restore(template, private_memory=False)
+        raw_snap, live = [], []
+        for i in range(args.restores):
+            t0 = time.monotonic()
+            await parent.qemu.stop()
+            await parent.qemu.save_state(state / f"raw-state-{i}")
+            raw_snap.append(time.monotonic() - t0)
+            await parent.qemu.cont()
+            t0 = time.monotonic()
+            snap = await rt.capture(parent, resume=True)
+            live.append(time.monotonic() - t0)
+            rt.delete_snapshot(snap)
+        out["snapshot_stop_to_state_written"] = summary(raw_snap)
+        out["snapshot_live_capture"] = summary(live)
+
+        curve: dict[str, Any] = {}
+        per_child: list[float] = []
+        for n in args.fork_sizes:
+            t0 = time.monotonic()
+            snap, kids = await rt.fork(parent, n, wait=False)
+            t_fork = time.monotonic() - t0
+            vms = [k for k in kids if isinstance(k, Vm)]
+            t_run = time.monotonic() - t0
+            await asyncio.gather(*(rt.wait_envd(k, 120) for k in vms))
+            t_all = time.monotonic() - t0
+            curve[str(n)] = {
+                "capture_s": round(t_fork, 3),
+                "all_running_s": round(t_run, 3),
+                "all_envd_s": round(t_all, 3),
+                "failed": n - len(vms),
+            }
+            if n == max(args.fork_sizes):
+                await asyncio.sleep(args.idle)
+                per_child = [pss_kib(k.qemu.pid) / 1024 for k in vms if k.qemu.pid]
+            await asyncio.gather(*(rt.destroy(k) for k in vms))
+            rt.delete_snapshot(snap)
+        out["fork_curve"] = curve
+        if per_child:
+            mean = sum(per_child) / len(per_child)
+            out["idle_child_pss_mib"] = round(mean, 1)
+            out["idle_child_pss_over_guest_ram"] = round(mean / args.mem, 3)
+        await rt.destroy(parent)
+    finally:
+        await rt.close()
+        with contextlib.suppress(OSError):
+            shutil.rmtree(state)
+    return out
+
+
+def cli() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--boots", type=int, default=2)
+    p.add_argument("--restores", type=int, default=10)
+    p.add_argument("--mem", type=int, default=512, help="guest RAM, MiB")
+    p.add_argument("--fork-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    p.add_argument("--idle", type=float, default=5.0, help="seconds before measuring PSS")
+    emit("runtime", asyncio.run(main(p.parse_args())))
+
+
+if __name__ == "__main__":
+    cli()

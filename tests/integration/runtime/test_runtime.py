@@ -1,0 +1,128 @@
+"""The runtime's promises, on real QEMU microVMs with the real envd and the real e2b SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+from tests.integration.runtime.conftest import boot_base, sdk
+from workers.node.image import GuestImage
+from workers.node.runtime import Runtime, Snapshot, http_request
+from workers.node.vmm import SnapshotIncompatible, VmCrashed
+
+pytestmark = pytest.mark.vm
+
+
+async def run(vm_sdk_host: object, cmd: str) -> str:
+    """`commands.run` through the SDK, off the event loop (the sync SDK blocks)."""
+    return await asyncio.to_thread(lambda: vm_sdk_host.commands.run(cmd).stdout)  # type: ignore[attr-defined]
+
+
+async def test_template_boot_reports_accelerator(runtime: Runtime, template: Snapshot) -> None:
+    assert runtime.accel.accel in ("kvm", "tcg") and runtime.accel.reason
+    assert template.machine.accel == runtime.accel.accel
+    assert template.state.stat().st_size < 4 << 20  # device state only: RAM stays in its file
+
+
+async def test_two_restores_answer_at_once_and_are_isolated(
+    runtime: Runtime, template: Snapshot
+) -> None:
+    (a, _), (b, _) = await asyncio.gather(runtime.restore(template), runtime.restore(template))
+    try:
+        assert a.host != b.host
+        sa, sb = sdk(a), sdk(b)
+        ips = await asyncio.gather(
+            run(sa, "ip -4 -o addr show eth0"), run(sb, "ip -4 -o addr show eth0")
+        )
+        assert "169.254.0.21/30" in ips[0] and "169.254.0.21/30" in ips[1]
+        await asyncio.to_thread(sa.files.write, "/home/user/only-in-a.txt", "a")
+        assert await asyncio.to_thread(sa.files.exists, "/home/user/only-in-a.txt")
+        assert not await asyncio.to_thread(sb.files.exists, "/home/user/only-in-a.txt")
+        # both answer while the other is alive
+        assert (await http_request(a.host, 49983, "GET", "/health"))[0] == 204
+        assert (await http_request(b.host, 49983, "GET", "/health"))[0] == 204
+    finally:
+        await asyncio.gather(runtime.destroy(a), runtime.destroy(b))
+
+
+async def test_fork_children_inherit_files_and_processes(
+    runtime: Runtime, template: Snapshot
+) -> None:
+    parent, _ = await runtime.restore(template, private_memory=False)
+    try:
+        sp = sdk(parent)
+        await asyncio.to_thread(sp.files.write, "/home/user/prefork.txt", "from-parent")
+        h = await asyncio.to_thread(
+            lambda: sp.commands.run("sleep 100000", background=True, timeout=0)
+        )
+        snap, children = await runtime.fork(parent, 4)
+        try:
+            assert all(not isinstance(c, BaseException) for c in children), children
+            for i, child in enumerate(children):
+                assert not isinstance(child, BaseException)
+                sc = sdk(child)
+                assert await asyncio.to_thread(sc.files.read, "/home/user/prefork.txt") == (
+                    "from-parent"
+                )
+                pids = [p.pid for p in await asyncio.to_thread(sc.commands.list)]
+                assert h.pid in pids, f"child {i} lost the pre-fork process"
+                await asyncio.to_thread(sc.files.write, "/home/user/mine.txt", f"child-{i}")
+            for i, child in enumerate(children):
+                assert not isinstance(child, BaseException)
+                got = await asyncio.to_thread(sdk(child).files.read, "/home/user/mine.txt")
+                assert got == f"child-{i}"
+            # the parent kept running and sees none of the children's writes
+            assert not await asyncio.to_thread(sp.files.exists, "/home/user/mine.txt")
+            assert h.pid in [p.pid for p in await asyncio.to_thread(sp.commands.list)]
+        finally:
+            await asyncio.gather(
+                *(runtime.destroy(c) for c in children if not isinstance(c, BaseException))
+            )
+            runtime.delete_snapshot(snap)
+    finally:
+        await runtime.destroy(parent)
+
+
+async def test_qemu_death_is_reported_fast_with_its_output(
+    runtime: Runtime, template: Snapshot
+) -> None:
+    vm, _ = await runtime.restore(template)
+    try:
+        assert vm.qemu.pid is not None
+        os.kill(vm.qemu.pid, signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(VmCrashed) as exc:
+            await vm.qemu.status()
+            await asyncio.sleep(0.05)
+            await vm.qemu.status()
+        assert time.monotonic() - start < 1.0
+        assert exc.value.returncode == -signal.SIGKILL
+    finally:
+        await runtime.destroy(vm)
+
+
+async def test_restore_refuses_a_snapshot_from_another_machine(
+    runtime: Runtime, template: Snapshot, tmp_path: object
+) -> None:
+    from dataclasses import replace
+
+    alien = replace(template, machine=replace(template.machine, qemu_version="9.9.9"))
+    with pytest.raises(SnapshotIncompatible, match="qemu_version"):
+        await runtime.restore(alien)
+
+
+async def test_corrupt_state_fails_cleanly(
+    runtime: Runtime, template: Snapshot, guest_image: GuestImage
+) -> None:
+    vm = await boot_base(runtime, guest_image, mem_mib=256)
+    snap = await runtime.capture(vm, resume=False)
+    snap.state.write_bytes(b"\x00garbage" * 100)
+    before = set(runtime.vms)
+    with pytest.raises(VmCrashed):
+        await runtime.restore(snap)
+    assert set(runtime.vms) == before  # nothing half-restored is left registered
+    runtime.delete_snapshot(snap)
