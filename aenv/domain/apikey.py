@@ -1,0 +1,115 @@
+"""The API key aggregate. Keys are stored hashed: sha256 of the key, plus a display prefix.
+
+The plaintext key exists only at the edge that mints it (returned once to the user); the
+domain and the log see `key_sha256` and `prefix` only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable
+from functools import reduce
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from aenv.domain.errors import Conflict, CorruptHistory, NotFound
+from aenv.domain.messages import Command, CommandRejected, Event
+
+__all__ = [
+    "KEY_PREFIX",
+    "ApiKey",
+    "ApiKeyCreated",
+    "ApiKeyRevoked",
+    "CreateApiKey",
+    "RevokeApiKey",
+    "decide_api_key",
+    "display_prefix",
+    "evolve_api_key",
+    "fold_api_key",
+    "hash_api_key",
+    "new_api_key",
+]
+
+#: E2B's keys look like `e2b_<hex>`; ours are recognisable the same way.
+KEY_PREFIX = "aenv_"
+_DISPLAY_LEN = len(KEY_PREFIX) + 6
+
+
+def hash_api_key(raw: str) -> str:
+    """What is stored and compared: hex sha256 (keys are random, so no salt/KDF is needed)."""
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def display_prefix(raw: str) -> str:
+    """The first characters, enough for a user to recognise a key in a listing."""
+    return raw[:_DISPLAY_LEN]
+
+
+def new_api_key() -> str:
+    """A fresh plaintext key, for the edge that mints it (CLI/API)."""
+    return KEY_PREFIX + secrets.token_hex(20)
+
+
+class CreateApiKey(Command):
+    key_id: str = Field(min_length=1)
+    team_id: str = Field(min_length=1)
+    name: str = ""
+    prefix: str
+    key_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class RevokeApiKey(Command):
+    key_id: str = Field(min_length=1)
+
+
+class ApiKeyCreated(Event):
+    key_id: str
+    team_id: str
+    name: str
+    prefix: str
+    key_sha256: str
+    at: AwareDatetime
+
+
+class ApiKeyRevoked(Event):
+    key_id: str
+    at: AwareDatetime
+
+
+class ApiKey(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    key_id: str
+    team_id: str
+    name: str
+    prefix: str
+    key_sha256: str
+    revoked: bool = False
+
+
+def decide_api_key(state: ApiKey | None, command: CreateApiKey | RevokeApiKey) -> list[Event]:
+    if isinstance(command, CreateApiKey):
+        if state is not None:
+            raise Conflict(f"api key {command.key_id} already exists")
+        return [ApiKeyCreated(**command.model_dump(exclude={"command_id", "at"}), at=command.at)]
+    if state is None:
+        raise NotFound(f"api key {command.key_id} not found")
+    if state.revoked:
+        return []
+    return [ApiKeyRevoked(key_id=command.key_id, at=command.at)]
+
+
+def evolve_api_key(state: ApiKey | None, event: Event) -> ApiKey | None:
+    match event:
+        case ApiKeyCreated() if state is None:
+            return ApiKey(**event.model_dump(exclude={"at"}))
+        case ApiKeyRevoked() if state is not None:
+            return state.model_copy(update={"revoked": True})
+        case CommandRejected():
+            return state
+    raise CorruptHistory(f"{type(event).__name__} cannot follow {state!r}")
+
+
+def fold_api_key(events: Iterable[Event], state: ApiKey | None = None) -> ApiKey | None:
+    return reduce(evolve_api_key, events, state)

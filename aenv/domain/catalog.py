@@ -1,0 +1,44 @@
+"""The closed sets of command and event types, by wire name.
+
+The bus's registry is built from these; a message type that is not listed here cannot be
+published or read. Names are the class names and never change (add a new type instead).
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from aenv.domain import apikey, template
+from aenv.domain.messages import Command, CommandRejected, Event, Message
+from aenv.domain.sandbox import commands as sc
+from aenv.domain.sandbox import events as se
+
+__all__ = ["COMMAND_TYPES", "EVENT_TYPES"]
+
+M = TypeVar("M", bound=Message)
+
+
+def _by_name(*classes: type[M]) -> dict[str, type[M]]:
+    return {cls.__name__: cls for cls in classes}
+
+
+COMMAND_TYPES: dict[str, type[Command]] = _by_name(
+    sc.CreateSandbox, sc.PauseSandbox, sc.ResumeSandbox, sc.KillSandbox,
+    sc.SetSandboxTimeout, sc.ForkSandbox, sc.SnapshotSandbox,
+    sc.CompleteCreate, sc.CompletePause, sc.CompleteResume, sc.CompleteKill,
+    sc.CompleteFork, sc.CompleteSnapshot,
+    template.RegisterTemplate, template.DeleteTemplate,
+    apikey.CreateApiKey, apikey.RevokeApiKey,
+)  # fmt: skip
+
+EVENT_TYPES: dict[str, type[Event]] = _by_name(
+    se.SandboxRequested, se.SandboxCreated, se.SandboxFailed,
+    se.SandboxPauseRequested, se.SandboxPaused,
+    se.SandboxResumeRequested, se.SandboxResumed,
+    se.SandboxKillRequested, se.SandboxKilled, se.SandboxTimeoutSet,
+    se.SandboxForkRequested, se.SandboxForked,
+    se.SnapshotRequested, se.SnapshotTaken, se.SnapshotFailed,
+    template.TemplateRegistered, template.TemplateDeleted,
+    apikey.ApiKeyCreated, apikey.ApiKeyRevoked,
+    CommandRejected,
+)  # fmt: skip

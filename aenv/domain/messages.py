@@ -1,0 +1,62 @@
+"""Base classes of every command and event: frozen pydantic models.
+
+Commands are imperative (`PauseSandbox`) and carry a `command_id` that doubles as the NATS
+dedup id; events are past tense (`SandboxPaused`) and carry a `schema_version` class
+attribute that the bus writes into the envelope and upcasts on read.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import ClassVar, Literal
+from uuid import UUID, uuid4
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+__all__ = ["Command", "CommandRejected", "Event", "Message", "RejectionCode", "utcnow"]
+
+
+def utcnow() -> datetime:
+    """The edge's clock. Only used as a default when a command is built, never in `decide`."""
+    return datetime.now(UTC)
+
+
+class Message(BaseModel):
+    """Any message on the bus: immutable once built."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+class Command(Message):
+    """Something a client asks for. May be refused; `command_id` makes retries idempotent."""
+
+    # Commands arrive from pipelines that publish JSON straight to NATS: a typo'd field must
+    # be a validation error (→ CommandRejected), not silently dropped.
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    command_id: UUID = Field(default_factory=uuid4)
+    at: AwareDatetime = Field(default_factory=utcnow, description="issuer's clock, tz-aware")
+
+
+class Event(Message):
+    """Something that happened. Never refused, never changed; old versions are upcast."""
+
+    # Readers ignore fields they do not know so that older code can read newer events
+    # (fields are deprecated, never deleted).
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    schema_version: ClassVar[int] = 1
+
+
+RejectionCode = Literal["not_found", "conflict", "invalid", "permanent", "internal"]
+
+
+class CommandRejected(Event):
+    """A command ended without effect; appended to the aggregate's subject so waiters see it."""
+
+    aggregate_id: str
+    command_id: UUID
+    command_type: str
+    code: RejectionCode
+    reason: str
+    at: AwareDatetime

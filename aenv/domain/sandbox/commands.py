@@ -1,0 +1,151 @@
+"""Commands on the sandbox aggregate.
+
+Client commands (Create/Pause/Resume/Kill/SetTimeout/Fork/Snapshot) come from the API, the
+timer or pipelines. `Complete*` commands are what the node worker issues after doing the I/O
+a `*Requested` event asked for; `decide` turns them into the outcome events.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from aenv.domain.messages import Command
+from aenv.domain.sandbox.values import Lifecycle, NetworkPolicy, SandboxId
+
+__all__ = [
+    "CompleteCreate",
+    "CompleteFork",
+    "CompleteKill",
+    "CompletePause",
+    "CompleteResume",
+    "CompleteSnapshot",
+    "CreateSandbox",
+    "ForkChildResult",
+    "ForkSandbox",
+    "KillSandbox",
+    "PauseSandbox",
+    "ResumeSandbox",
+    "SandboxCommand",
+    "SetSandboxTimeout",
+    "SnapshotSandbox",
+]
+
+Reason = Literal["request", "timeout"]
+
+
+class SandboxCommand(Command):
+    """A command addressed to one sandbox aggregate."""
+
+    sandbox_id: SandboxId
+
+
+class CreateSandbox(SandboxCommand):
+    """Start a sandbox from a template (or as a fork child, then `forked_from` is set)."""
+
+    template_id: str = Field(min_length=1)
+    alias: str | None = None
+    team_id: str | None = None
+    api_key_id: str | None = None
+    cpu_count: int = 2
+    memory_mb: int = 512
+    disk_size_mb: int = 2048
+    envd_version: str = "0.6.13"
+    envd_access_token: str | None = None
+    timeout_s: int = 300
+    metadata: dict[str, str] = Field(default_factory=dict)
+    env_vars: dict[str, str] = Field(default_factory=dict)
+    lifecycle: Lifecycle = Lifecycle()
+    network: NetworkPolicy = NetworkPolicy()
+    forked_from: SandboxId | None = None
+    node_id: str | None = Field(None, description="set by the node that placed it, if known")
+
+
+class PauseSandbox(SandboxCommand):
+    """Freeze a running sandbox; paused time does not consume its TTL."""
+
+    reason: Reason = "request"
+
+
+class ResumeSandbox(SandboxCommand):
+    """Restore a paused sandbox. `timeout_s` None keeps the TTL it had left when paused."""
+
+    timeout_s: int | None = None
+
+
+class KillSandbox(SandboxCommand):
+    """Destroy a sandbox in any state but killed."""
+
+    reason: Reason = "request"
+
+
+class SetSandboxTimeout(SandboxCommand):
+    """Set the TTL to `timeout_s` from `at`. `extend_only` (E2B connect) never shortens it."""
+
+    timeout_s: int
+    extend_only: bool = False
+
+
+class ForkSandbox(SandboxCommand):
+    """Clone a running sandbox into `count` children (ids derived from `command_id`)."""
+
+    count: int = 1
+    timeout_s: int = 300
+
+
+class SnapshotSandbox(SandboxCommand):
+    """Take a named snapshot of a running sandbox (it keeps running afterwards)."""
+
+    snapshot_id: str = Field(min_length=1, description="`name:tag`, E2B's snapshotID")
+
+
+class CompleteCreate(SandboxCommand):
+    """Node: the VM booted/restored and envd answers (or `error` says why not)."""
+
+    node_id: str
+    error: str | None = None
+
+
+class CompletePause(SandboxCommand):
+    """Node: the VM is frozen and its state saved (or `error`)."""
+
+    snapshot_id: str | None = None
+    error: str | None = None
+
+
+class CompleteResume(SandboxCommand):
+    """Node: the VM is running again on `node_id` (or `error`)."""
+
+    node_id: str
+    error: str | None = None
+
+
+class CompleteKill(SandboxCommand):
+    """Node: the VM and its resources are gone. Kill always completes; `error` is informative."""
+
+    error: str | None = None
+
+
+class ForkChildResult(BaseModel):
+    """Outcome of one child of a fork: `error` None means the child is running."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sandbox_id: SandboxId
+    error: str | None = None
+
+
+class CompleteFork(SandboxCommand):
+    """Node: every child was attempted; the parent runs again."""
+
+    children: tuple[ForkChildResult, ...]
+
+
+class CompleteSnapshot(SandboxCommand):
+    """Node: the snapshot is saved (or `error`); the sandbox keeps running either way."""
+
+    snapshot_id: str
+    size_bytes: int | None = None
+    error: str | None = None
+

@@ -1,0 +1,396 @@
+"""The sandbox aggregate's behaviour: `decide` (command → events) and `evolve` (fold step).
+
+Both are pure: no clock (times come from the command's `at`), no randomness (ids derive from
+the command id), no I/O. `decide` raises only `aenv.domain.errors` exceptions. Benign repeats
+(pausing a paused sandbox, a redelivered command) decide no events rather than failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+from functools import reduce
+
+from aenv.domain.errors import Conflict, CorruptHistory, Invalid, NotFound
+from aenv.domain.messages import CommandRejected, Event
+from aenv.domain.sandbox.commands import (
+    CompleteCreate,
+    CompleteFork,
+    CompleteKill,
+    CompletePause,
+    CompleteResume,
+    CompleteSnapshot,
+    CreateSandbox,
+    ForkSandbox,
+    KillSandbox,
+    PauseSandbox,
+    ResumeSandbox,
+    SandboxCommand,
+    SetSandboxTimeout,
+    SnapshotSandbox,
+)
+from aenv.domain.sandbox.events import (
+    ForkOutcome,
+    SandboxCreated,
+    SandboxEvent,
+    SandboxFailed,
+    SandboxForked,
+    SandboxForkRequested,
+    SandboxKilled,
+    SandboxKillRequested,
+    SandboxPaused,
+    SandboxPauseRequested,
+    SandboxRequested,
+    SandboxResumed,
+    SandboxResumeRequested,
+    SandboxTimeoutSet,
+    SnapshotFailed,
+    SnapshotRequested,
+    SnapshotTaken,
+)
+from aenv.domain.sandbox.state import RECENT_COMMANDS, Sandbox
+from aenv.domain.sandbox.values import Policy, SandboxStatus, fork_child_ids
+
+__all__ = ["DEFAULT_POLICY", "State", "decide", "evolve", "fold"]
+
+State = Sandbox | None
+DEFAULT_POLICY = Policy()
+
+S = SandboxStatus
+#: States in which the VM runs and its TTL clock ticks.
+_LIVE = frozenset({S.RUNNING, S.SNAPSHOTTING, S.FORKING})
+#: States after which a late node completion is moot (kill supersedes, failure is final).
+_SUPERSEDED = frozenset({S.KILLING, S.KILLED, S.FAILED})
+
+# Resource bounds: a request outside them is a client error, not a placement problem.
+_CPU = (1, 64)
+_MEMORY_MB = (128, 256 * 1024)
+
+
+def decide(
+    state: State, command: SandboxCommand, policy: Policy = DEFAULT_POLICY
+) -> list[SandboxEvent]:
+    """Events that carrying out `command` on `state` produces (possibly none)."""
+    if state is not None and state.sandbox_id != command.sandbox_id:
+        raise Invalid(f"command for {command.sandbox_id!r} given state of {state.sandbox_id!r}")
+    match command:
+        case CreateSandbox():
+            return _create(state, command, policy)
+        case PauseSandbox():
+            return _pause(_existing(state), command)
+        case ResumeSandbox():
+            return _resume(_existing(state), command, policy)
+        case KillSandbox():
+            return _kill(_existing(state), command)
+        case SetSandboxTimeout():
+            return _set_timeout(_existing(state), command, policy)
+        case ForkSandbox():
+            return _fork(_existing(state), command, policy)
+        case SnapshotSandbox():
+            return _snapshot(_existing(state), command)
+        case CompleteCreate():
+            return _complete_create(state, command)
+        case CompletePause():
+            return _complete_pause(state, command)
+        case CompleteResume():
+            return _complete_resume(state, command)
+        case CompleteKill():
+            return _complete_kill(state, command)
+        case CompleteFork():
+            return _complete_fork(state, command)
+        case CompleteSnapshot():
+            return _complete_snapshot(state, command)
+    raise Invalid(f"unknown command {type(command).__name__}")
+
+
+def _existing(state: State) -> Sandbox:
+    if state is None or state.status is S.KILLED:
+        raise NotFound("sandbox not found")
+    return state
+
+
+def _check_timeout(timeout_s: int, policy: Policy) -> None:
+    if not policy.min_timeout_s <= timeout_s <= policy.max_timeout_s:
+        raise Invalid(
+            f"timeout must be between {policy.min_timeout_s} and {policy.max_timeout_s} "
+            f"seconds, got {timeout_s}"
+        )
+
+
+def _check_range(name: str, value: int, bounds: tuple[int, int]) -> None:
+    if not bounds[0] <= value <= bounds[1]:
+        raise Invalid(f"{name} must be between {bounds[0]} and {bounds[1]}, got {value}")
+
+
+def _create(state: State, c: CreateSandbox, policy: Policy) -> list[SandboxEvent]:
+    if state is not None:
+        if state.seen(c.command_id):
+            return []
+        raise Conflict(f"sandbox {c.sandbox_id} already exists")
+    _check_timeout(c.timeout_s, policy)
+    _check_range("cpuCount", c.cpu_count, _CPU)
+    _check_range("memoryMB", c.memory_mb, _MEMORY_MB)
+    if c.disk_size_mb < 1:
+        raise Invalid(f"diskSizeMB must be positive, got {c.disk_size_mb}")
+    return [
+        SandboxRequested(
+            sandbox_id=c.sandbox_id,
+            at=c.at,
+            command_id=c.command_id,
+            template_id=c.template_id,
+            alias=c.alias,
+            team_id=c.team_id,
+            api_key_id=c.api_key_id,
+            cpu_count=c.cpu_count,
+            memory_mb=c.memory_mb,
+            disk_size_mb=c.disk_size_mb,
+            envd_version=c.envd_version,
+            envd_access_token=c.envd_access_token,
+            timeout_s=c.timeout_s,
+            metadata=c.metadata,
+            env_vars=c.env_vars,
+            lifecycle=c.lifecycle,
+            network=c.network,
+            forked_from=c.forked_from,
+            node_id=c.node_id,
+        )
+    ]
+
+
+def _pause(s: Sandbox, c: PauseSandbox) -> list[SandboxEvent]:
+    if s.seen(c.command_id) or s.status in (S.PAUSING, S.PAUSED):
+        return []  # already done or under way: pausing twice is benign
+    if s.status is not S.RUNNING:
+        raise Conflict(f"cannot pause a sandbox that is {s.status}")
+    return [SandboxPauseRequested(sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id,
+                                  reason=c.reason)]
+
+
+def _resume(s: Sandbox, c: ResumeSandbox, policy: Policy) -> list[SandboxEvent]:
+    if c.timeout_s is not None:
+        _check_timeout(c.timeout_s, policy)
+    if s.seen(c.command_id) or s.status is S.RESUMING:
+        return []
+    if s.status is not S.PAUSED:
+        raise Conflict(f"cannot resume a sandbox that is {s.status}")
+    return [SandboxResumeRequested(sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id,
+                                   timeout_s=c.timeout_s)]
+
+
+def _kill(s: Sandbox, c: KillSandbox) -> list[SandboxEvent]:
+    if s.seen(c.command_id) or s.status is S.KILLING:
+        return []
+    return [SandboxKillRequested(sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id,
+                                 reason=c.reason)]
+
+
+def _set_timeout(s: Sandbox, c: SetSandboxTimeout, policy: Policy) -> list[SandboxEvent]:
+    _check_timeout(c.timeout_s, policy)
+    if s.seen(c.command_id):
+        return []
+    if s.status in _LIVE:
+        end_at = c.at + timedelta(seconds=c.timeout_s)
+        if c.extend_only and s.end_at is not None and end_at <= s.end_at:
+            return []
+        return [SandboxTimeoutSet(sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id,
+                                  timeout_s=c.timeout_s, end_at=end_at)]
+    if s.status is S.PAUSED:
+        if c.extend_only and (s.remaining_s or 0) >= c.timeout_s:
+            return []
+        return [SandboxTimeoutSet(sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id,
+                                  timeout_s=c.timeout_s, end_at=None)]
+    raise Conflict(f"cannot set the timeout of a sandbox that is {s.status}")
+
+
+def _fork(s: Sandbox, c: ForkSandbox, policy: Policy) -> list[SandboxEvent]:
+    if not 1 <= c.count <= policy.max_fork_count:
+        raise Invalid(f"fork count must be between 1 and {policy.max_fork_count}, got {c.count}")
+    _check_timeout(c.timeout_s, policy)
+    if s.seen(c.command_id):
+        return []
+    if s.status is not S.RUNNING:
+        raise Conflict(f"cannot fork a sandbox that is {s.status}")
+    return [SandboxForkRequested(sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id,
+                                 child_ids=fork_child_ids(c.command_id, c.count),
+                                 timeout_s=c.timeout_s)]
+
+
+def _snapshot(s: Sandbox, c: SnapshotSandbox) -> list[SandboxEvent]:
+    if s.seen(c.command_id):
+        return []
+    if s.status is not S.RUNNING:
+        raise Conflict(f"cannot snapshot a sandbox that is {s.status}")
+    return [SnapshotRequested(sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id,
+                              snapshot_id=c.snapshot_id)]
+
+
+def _awaiting(state: State, expected: SandboxStatus) -> Sandbox | None:
+    """The state if a completion applies to it; None if it is moot (kill/failure came first)."""
+    if state is None:
+        raise NotFound("sandbox not found")
+    if state.status is expected:
+        return state
+    if state.status in _SUPERSEDED:
+        return None
+    raise Conflict(f"no {expected} operation in progress (sandbox is {state.status})")
+
+
+def _failed(s: Sandbox, c: SandboxCommand, operation: str, error: str) -> list[SandboxEvent]:
+    return [SandboxFailed(sandbox_id=s.sandbox_id, at=c.at, operation=operation, reason=error)]
+
+
+def _complete_create(state: State, c: CompleteCreate) -> list[SandboxEvent]:
+    s = _awaiting(state, S.CREATING)
+    if s is None:
+        return []
+    if c.error is not None:
+        return _failed(s, c, "create", c.error)
+    return [SandboxCreated(sandbox_id=s.sandbox_id, at=c.at, node_id=c.node_id,
+                           end_at=c.at + timedelta(seconds=s.timeout_s))]
+
+
+def _complete_pause(state: State, c: CompletePause) -> list[SandboxEvent]:
+    s = _awaiting(state, S.PAUSING)
+    if s is None:
+        return []
+    if c.error is not None:
+        return _failed(s, c, "pause", c.error)
+    remaining = 0.0 if s.end_at is None else max(0.0, (s.end_at - c.at).total_seconds())
+    return [SandboxPaused(sandbox_id=s.sandbox_id, at=c.at, remaining_s=remaining,
+                          snapshot_id=c.snapshot_id)]
+
+
+def _complete_resume(state: State, c: CompleteResume) -> list[SandboxEvent]:
+    s = _awaiting(state, S.RESUMING)
+    if s is None:
+        return []
+    if c.error is not None:
+        return _failed(s, c, "resume", c.error)
+    # A sandbox paused by its own expiry has nothing left: it gets its last full timeout.
+    ttl = s.remaining_s if s.remaining_s else float(s.timeout_s)
+    return [SandboxResumed(sandbox_id=s.sandbox_id, at=c.at, node_id=c.node_id,
+                           end_at=c.at + timedelta(seconds=ttl))]
+
+
+def _complete_kill(state: State, c: CompleteKill) -> list[SandboxEvent]:
+    if state is not None and state.status is S.KILLED:
+        return []  # a second report of the same kill
+    s = _awaiting(state, S.KILLING)
+    if s is None:
+        return []
+    return [SandboxKilled(sandbox_id=s.sandbox_id, at=c.at, error=c.error)]
+
+
+def _complete_fork(state: State, c: CompleteFork) -> list[SandboxEvent]:
+    s = _awaiting(state, S.FORKING)
+    if s is None:
+        return []
+    reported = {r.sandbox_id: r.error for r in c.children}
+    unknown = set(reported) - set(s.pending_children)
+    if unknown:
+        raise Invalid(f"fork result names children that were not requested: {sorted(unknown)}")
+    children = tuple(
+        ForkOutcome(sandbox_id=cid, error=reported.get(cid, "child was not attempted"))
+        for cid in s.pending_children
+    )
+    return [SandboxForked(sandbox_id=s.sandbox_id, at=c.at, children=children)]
+
+
+def _complete_snapshot(state: State, c: CompleteSnapshot) -> list[SandboxEvent]:
+    s = _awaiting(state, S.SNAPSHOTTING)
+    if s is None:
+        return []
+    if c.snapshot_id != s.pending_snapshot_id:
+        raise Conflict(f"snapshot {c.snapshot_id} is not the one in progress")
+    if c.error is not None:
+        return [SnapshotFailed(sandbox_id=s.sandbox_id, at=c.at, snapshot_id=c.snapshot_id,
+                               reason=c.error)]
+    return [SnapshotTaken(sandbox_id=s.sandbox_id, at=c.at, snapshot_id=c.snapshot_id,
+                          size_bytes=c.size_bytes)]
+
+
+def _remember(s: Sandbox, command_id: object) -> tuple[object, ...]:
+    return (*s.recent_commands, command_id)[-RECENT_COMMANDS:]
+
+
+def evolve(state: State, event: Event) -> State:
+    """The state after `event`. Total over histories `decide` can produce."""
+    if isinstance(event, CommandRejected):
+        return state  # a refusal changes nothing; it is in the log for waiters and auditors
+    if isinstance(event, SandboxRequested):
+        if state is not None:
+            raise CorruptHistory(f"{event.sandbox_id} requested twice")
+        return _requested(event)
+    if state is None:
+        raise CorruptHistory(f"{type(event).__name__} before SandboxRequested")
+    u: dict[str, object] = {}
+    match event:
+        case SandboxCreated():
+            u = {"status": S.RUNNING, "node_id": event.node_id, "started_at": event.at,
+                 "end_at": event.end_at}
+        case SandboxFailed():
+            u = {"status": S.FAILED, "failure_reason": f"{event.operation}: {event.reason}",
+                 "pending_children": (), "pending_snapshot_id": None}
+        case SandboxPauseRequested():
+            u = {"status": S.PAUSING}
+        case SandboxPaused():
+            u = {"status": S.PAUSED, "remaining_s": event.remaining_s}
+        case SandboxResumeRequested():
+            u = {"status": S.RESUMING}
+            if event.timeout_s is not None:
+                u |= {"remaining_s": float(event.timeout_s), "timeout_s": event.timeout_s}
+        case SandboxResumed():
+            u = {"status": S.RUNNING, "node_id": event.node_id, "end_at": event.end_at,
+                 "remaining_s": None}
+        case SandboxKillRequested():
+            u = {"status": S.KILLING}
+        case SandboxKilled():
+            u = {"status": S.KILLED, "pending_children": (), "pending_snapshot_id": None}
+        case SandboxTimeoutSet():
+            u = {"timeout_s": event.timeout_s}
+            u |= ({"end_at": event.end_at} if event.end_at is not None
+                  else {"remaining_s": float(event.timeout_s)})
+        case SandboxForkRequested():
+            u = {"status": S.FORKING, "pending_children": event.child_ids}
+        case SandboxForked():
+            u = {"status": S.RUNNING, "pending_children": ()}
+        case SnapshotRequested():
+            u = {"status": S.SNAPSHOTTING, "pending_snapshot_id": event.snapshot_id}
+        case SnapshotTaken() | SnapshotFailed():
+            u = {"status": S.RUNNING, "pending_snapshot_id": None}
+        case _:
+            raise CorruptHistory(f"not a sandbox event: {type(event).__name__}")
+    command_id = getattr(event, "command_id", None)
+    if command_id is not None:
+        u["recent_commands"] = _remember(state, command_id)
+    return state.model_copy(update=u)
+
+
+def _requested(e: SandboxRequested) -> Sandbox:
+    return Sandbox(
+        sandbox_id=e.sandbox_id,
+        status=S.CREATING,
+        template_id=e.template_id,
+        alias=e.alias,
+        team_id=e.team_id,
+        api_key_id=e.api_key_id,
+        cpu_count=e.cpu_count,
+        memory_mb=e.memory_mb,
+        disk_size_mb=e.disk_size_mb,
+        envd_version=e.envd_version,
+        envd_access_token=e.envd_access_token,
+        metadata=e.metadata,
+        env_vars=e.env_vars,
+        lifecycle=e.lifecycle,
+        network=e.network,
+        forked_from=e.forked_from,
+        node_id=e.node_id,
+        requested_at=e.at,
+        timeout_s=e.timeout_s,
+        recent_commands=(e.command_id,),
+    )
+
+
+def fold(events: Iterable[Event], state: State = None) -> State:
+    """The state after all `events`, in order, starting from `state`."""
+    return reduce(evolve, events, state)

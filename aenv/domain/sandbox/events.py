@@ -1,0 +1,160 @@
+"""Events of the sandbox aggregate: the closed set that `evolve` folds.
+
+`*Requested` events record an accepted command (and its id, so a redelivery is recognised);
+the outcome events (`SandboxCreated`, `SandboxPaused`, …, `SandboxFailed`) record what the
+node actually did.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+from uuid import UUID
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict
+
+from aenv.domain.messages import Event
+from aenv.domain.sandbox.values import Lifecycle, NetworkPolicy
+
+__all__ = [
+    "ForkOutcome",
+    "SandboxCreated",
+    "SandboxEvent",
+    "SandboxFailed",
+    "SandboxForkRequested",
+    "SandboxForked",
+    "SandboxKillRequested",
+    "SandboxKilled",
+    "SandboxPauseRequested",
+    "SandboxPaused",
+    "SandboxRequested",
+    "SandboxResumeRequested",
+    "SandboxResumed",
+    "SandboxTimeoutSet",
+    "SnapshotFailed",
+    "SnapshotRequested",
+    "SnapshotTaken",
+]
+
+Reason = Literal["request", "timeout"]
+
+
+class SandboxEvent(Event):
+    """An event of one sandbox; `at` is when it happened (the deciding command's clock)."""
+
+    sandbox_id: str
+    at: AwareDatetime
+
+
+class SandboxRequested(SandboxEvent):
+    """A create was accepted: everything the sandbox is, before any VM exists."""
+
+    command_id: UUID
+    template_id: str
+    alias: str | None
+    team_id: str | None
+    api_key_id: str | None
+    cpu_count: int
+    memory_mb: int
+    disk_size_mb: int
+    envd_version: str
+    envd_access_token: str | None
+    timeout_s: int
+    metadata: dict[str, str]
+    env_vars: dict[str, str]
+    lifecycle: Lifecycle
+    network: NetworkPolicy
+    forked_from: str | None
+    node_id: str | None
+
+
+class SandboxCreated(SandboxEvent):
+    """The VM runs on `node_id` and envd answers; the TTL starts now."""
+
+    node_id: str
+    end_at: AwareDatetime
+
+
+class SandboxFailed(SandboxEvent):
+    """An operation failed and left the sandbox unusable; only kill is possible now."""
+
+    operation: str
+    reason: str
+
+
+class SandboxPauseRequested(SandboxEvent):
+    command_id: UUID
+    reason: Reason
+
+
+class SandboxPaused(SandboxEvent):
+    """Frozen. `remaining_s` is the TTL it had left; paused time does not consume it."""
+
+    remaining_s: float
+    snapshot_id: str | None
+
+
+class SandboxResumeRequested(SandboxEvent):
+    command_id: UUID
+    timeout_s: int | None
+
+
+class SandboxResumed(SandboxEvent):
+    node_id: str
+    end_at: AwareDatetime
+
+
+class SandboxKillRequested(SandboxEvent):
+    command_id: UUID
+    reason: Reason
+
+
+class SandboxKilled(SandboxEvent):
+    """Gone for good: every later command on this id is NotFound."""
+
+    error: str | None = None
+
+
+class SandboxTimeoutSet(SandboxEvent):
+    """New TTL: `end_at` for a live sandbox, or (paused) the remaining seconds `timeout_s`."""
+
+    command_id: UUID
+    timeout_s: int
+    end_at: AwareDatetime | None
+
+
+class SandboxForkRequested(SandboxEvent):
+    command_id: UUID
+    child_ids: tuple[str, ...]
+    timeout_s: int
+
+
+class ForkOutcome(BaseModel):
+    """One child of a fork: `error` None means it runs (its own stream says the rest)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sandbox_id: str
+    error: str | None = None
+
+
+class SandboxForked(SandboxEvent):
+    """Every child was attempted; the parent runs again."""
+
+    children: tuple[ForkOutcome, ...]
+
+
+class SnapshotRequested(SandboxEvent):
+    command_id: UUID
+    snapshot_id: str
+
+
+class SnapshotTaken(SandboxEvent):
+    snapshot_id: str
+    size_bytes: int | None = None
+
+
+class SnapshotFailed(SandboxEvent):
+    """The snapshot could not be saved; the sandbox itself runs on."""
+
+    snapshot_id: str
+    reason: str

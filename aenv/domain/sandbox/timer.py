@@ -1,0 +1,72 @@
+"""Pure decisions of the TTL timer and of the fork orchestration, for the workers to call."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from aenv.domain.errors import Invalid
+from aenv.domain.sandbox.commands import CreateSandbox, KillSandbox, PauseSandbox
+from aenv.domain.sandbox.events import SandboxForkRequested
+from aenv.domain.sandbox.state import Sandbox
+from aenv.domain.sandbox.values import SandboxStatus, derived_command_id
+
+__all__ = ["expiry_command", "fork_child_command"]
+
+
+def expiry_command(
+    state: Sandbox | None, now: datetime
+) -> PauseSandbox | KillSandbox | None:
+    """The command the timer must issue for `state` at `now`, or None if nothing is due.
+
+    Only a running sandbox expires (a paused one keeps its remaining TTL; one that is busy
+    snapshotting/forking is looked at again when it is back to running). The command's id and
+    `at` derive from (sandbox id, end_at), so every timer replica builds the *same* message and
+    JetStream's `Nats-Msg-Id` dedup lets exactly one through; a later `end_at` (the TTL was
+    extended, or the sandbox resumed) gives a new id.
+    """
+    if state is None or state.status is not SandboxStatus.RUNNING or state.end_at is None:
+        return None
+    if now < state.end_at:
+        return None
+    action = state.lifecycle.on_timeout
+    command_id = derived_command_id(state.sandbox_id, state.end_at.isoformat(), action)
+    if action == "pause":
+        return PauseSandbox(sandbox_id=state.sandbox_id, command_id=command_id,
+                            at=state.end_at, reason="timeout")
+    return KillSandbox(sandbox_id=state.sandbox_id, command_id=command_id, at=state.end_at,
+                       reason="timeout")
+
+
+def fork_child_command(
+    parent: Sandbox, child_id: str, fork: SandboxForkRequested, at: datetime | None = None
+) -> CreateSandbox:
+    """The create of one fork child: the parent's configuration, the fork's timeout.
+
+    Its command id derives from the fork's, so a node that redoes a fork after a crash
+    re-issues the same creates (and the children's streams dedup them).
+    """
+    if child_id not in fork.child_ids:
+        raise Invalid(f"{child_id} is not a child of this fork")
+    return CreateSandbox(
+        sandbox_id=child_id,
+        command_id=derived_command_id(str(fork.command_id), child_id),
+        at=at or fork.at,
+        template_id=parent.template_id,
+        alias=parent.alias,
+        team_id=parent.team_id,
+        api_key_id=parent.api_key_id,
+        cpu_count=parent.cpu_count,
+        memory_mb=parent.memory_mb,
+        disk_size_mb=parent.disk_size_mb,
+        envd_version=parent.envd_version,
+        envd_access_token=parent.envd_access_token,
+        timeout_s=fork.timeout_s,
+        metadata=parent.metadata,
+        env_vars=parent.env_vars,
+        lifecycle=parent.lifecycle,
+        network=parent.network,
+        forked_from=parent.sandbox_id,
+        node_id=parent.node_id,
+    )
+
+

@@ -1,0 +1,100 @@
+"""The template aggregate: a named, bootable image sandboxes are created from.
+
+Kept minimal here (register, delete); builds belong to the node worker's issue. The read
+model's `templates` table and the API's template lookup need only this much.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import reduce
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from aenv.domain.errors import Conflict, CorruptHistory, NotFound
+from aenv.domain.messages import Command, CommandRejected, Event
+
+__all__ = [
+    "DeleteTemplate",
+    "RegisterTemplate",
+    "Template",
+    "TemplateDeleted",
+    "TemplateRegistered",
+    "decide_template",
+    "evolve_template",
+    "fold_template",
+]
+
+
+class RegisterTemplate(Command):
+    """Make a template available (or update its defaults)."""
+
+    template_id: str = Field(min_length=1)
+    alias: str | None = None
+    envd_version: str = "0.6.13"
+    cpu_count: int = 2
+    memory_mb: int = 512
+    disk_size_mb: int = 2048
+
+
+class DeleteTemplate(Command):
+    template_id: str = Field(min_length=1)
+
+
+class TemplateRegistered(Event):
+    template_id: str
+    alias: str | None
+    envd_version: str
+    cpu_count: int
+    memory_mb: int
+    disk_size_mb: int
+    at: AwareDatetime
+
+
+class TemplateDeleted(Event):
+    template_id: str
+    at: AwareDatetime
+
+
+class Template(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    template_id: str
+    alias: str | None
+    envd_version: str
+    cpu_count: int
+    memory_mb: int
+    disk_size_mb: int
+    deleted: bool = False
+
+
+def decide_template(
+    state: Template | None, command: RegisterTemplate | DeleteTemplate
+) -> list[Event]:
+    """Register is an upsert (no event if nothing changes); delete of a missing one is 404."""
+    if isinstance(command, DeleteTemplate):
+        if state is None or state.deleted:
+            raise NotFound(f"template {command.template_id} not found")
+        return [TemplateDeleted(template_id=command.template_id, at=command.at)]
+    fields = command.model_dump(exclude={"command_id", "at"})
+    if state is not None and not state.deleted:
+        if state.model_dump(exclude={"deleted"}) == fields:
+            return []
+        if state.alias is not None and command.alias is not None and state.alias != command.alias:
+            raise Conflict(f"template {command.template_id} already has alias {state.alias}")
+    return [TemplateRegistered(**fields, at=command.at)]
+
+
+def evolve_template(state: Template | None, event: Event) -> Template | None:
+    match event:
+        case TemplateRegistered():
+            return Template(**event.model_dump(exclude={"at"}))
+        case TemplateDeleted() if state is not None:
+            return state.model_copy(update={"deleted": True})
+        case CommandRejected():
+            return state
+    raise CorruptHistory(f"{type(event).__name__} cannot follow {state!r}")
+
+
+def fold_template(events: Iterable[Event], state: Template | None = None) -> Template | None:
+    return reduce(evolve_template, events, state)

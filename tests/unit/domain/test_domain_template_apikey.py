@@ -1,0 +1,48 @@
+"""The small aggregates: templates and API keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from aenv.domain import Conflict, CorruptHistory, NotFound
+from aenv.domain import apikey as ak
+from aenv.domain import template as tp
+from tests.unit.domain.builders import T0
+
+
+def test_register_update_delete_template() -> None:
+    reg = tp.RegisterTemplate(template_id="base", alias="base", at=T0)
+    s = tp.fold_template(tp.decide_template(None, reg))
+    assert s is not None and s.alias == "base" and not s.deleted
+    assert tp.decide_template(s, reg) == []  # unchanged: no event
+    bigger = reg.model_copy(update={"memory_mb": 1024})
+    s = tp.fold_template(tp.decide_template(s, bigger), s)
+    assert s is not None and s.memory_mb == 1024
+    with pytest.raises(Conflict):
+        tp.decide_template(s, reg.model_copy(update={"alias": "other"}))
+    s = tp.fold_template(tp.decide_template(s, tp.DeleteTemplate(template_id="base")), s)
+    assert s is not None and s.deleted
+    with pytest.raises(NotFound):
+        tp.decide_template(s, tp.DeleteTemplate(template_id="base"))
+    with pytest.raises(NotFound):
+        tp.decide_template(None, tp.DeleteTemplate(template_id="x"))
+    with pytest.raises(CorruptHistory):
+        tp.evolve_template(None, tp.TemplateDeleted(template_id="x", at=T0))
+
+
+def test_api_key_lifecycle() -> None:
+    raw = ak.new_api_key()
+    assert raw.startswith(ak.KEY_PREFIX)
+    create = ak.CreateApiKey(key_id="k1", team_id="t1", prefix=ak.display_prefix(raw),
+                             key_sha256=ak.hash_api_key(raw), at=T0)
+    s = ak.fold_api_key(ak.decide_api_key(None, create))
+    assert s is not None and s.key_sha256 == ak.hash_api_key(raw) and raw not in repr(s)
+    with pytest.raises(Conflict):
+        ak.decide_api_key(s, create)
+    s = ak.fold_api_key(ak.decide_api_key(s, ak.RevokeApiKey(key_id="k1")), s)
+    assert s is not None and s.revoked
+    assert ak.decide_api_key(s, ak.RevokeApiKey(key_id="k1")) == []
+    with pytest.raises(NotFound):
+        ak.decide_api_key(None, ak.RevokeApiKey(key_id="k2"))
+    with pytest.raises(CorruptHistory):
+        ak.evolve_api_key(None, ak.ApiKeyRevoked(key_id="k", at=T0))
