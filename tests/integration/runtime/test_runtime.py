@@ -126,3 +126,22 @@ async def test_corrupt_state_fails_cleanly(
         await runtime.restore(snap)
     assert set(runtime.vms) == before  # nothing half-restored is left registered
     runtime.delete_snapshot(snap)
+
+
+async def test_qemu_process_is_capped_and_caps_are_removed(
+    runtime: Runtime, template: Snapshot
+) -> None:
+    from workers.node.vmm import limits
+
+    vm, _ = await runtime.restore(template)
+    applied = vm.qemu.cgroup
+    try:
+        assert applied is not None, "this host has writable cgroups; caps must be applied"
+        cap = limits.read_limits(applied)
+        assert cap.mem_bytes == (template.machine.mem_mib + 512) << 20
+        assert cap.cpus == template.machine.vcpus + 0.5
+        for d in applied.dirs:
+            assert str(vm.qemu.pid) in (d / "cgroup.procs").read_text().split()
+    finally:
+        await runtime.destroy(vm)
+    assert all(not d.exists() for d in applied.dirs)

@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from workers.node.net import GUEST, EgressPolicy, NetworkSlot, SlotPool
 from workers.node.runtime.guest import init_envd, wait_envd
@@ -38,6 +39,10 @@ from workers.node.vmm import (
 
 log = logging.getLogger(__name__)
 
+# QEMU's own memory beyond guest RAM: TCG translation cache, device emulation, heap.
+QEMU_OVERHEAD_MIB = 512
+# Emulation threads (I/O, migration) need a little CPU beyond the vCPUs themselves.
+CPU_HEADROOM = 0.5
 BOOT_ENVD_TIMEOUT = 120.0  # a cold boot under TCG on a loaded 2-core CI host
 RESTORE_ENVD_TIMEOUT = 30.0
 
@@ -147,6 +152,7 @@ class Runtime:
                 disk=top,
                 start=Boot(kernel, initrd, cmdline),
                 netns=slot.netns_path,
+                **_caps(machine),
             )
             qemu = await QemuVm.launch(spec)
             stack.push_async_callback(qemu.kill)
@@ -257,6 +263,7 @@ class Runtime:
                 disk=top,
                 start=Incoming(snap.state),
                 netns=slot.netns_path,
+                **_caps(snap.machine),
             )
             qemu = await QemuVm.launch(spec)
             stack.push_async_callback(qemu.kill)
@@ -324,6 +331,14 @@ class Runtime:
         for f in (snap.state, snap.mem, snap.disk_top):
             if not f.exists():
                 raise VmmError(f"snapshot {snap.snapshot_id} is incomplete: {f} is missing")
+
+
+def _caps(m: Machine) -> dict[str, Any]:
+    """Host-side caps for a VM's QEMU process (see vmm.limits)."""
+    return {
+        "mem_limit_bytes": (m.mem_mib + QEMU_OVERHEAD_MIB) << 20,
+        "cpu_limit": m.vcpus + CPU_HEADROOM,
+    }
 
 
 def _new_id() -> str:

@@ -21,6 +21,7 @@ from typing import Any
 from qemu.qmp import ExecuteError, QMPClient
 from qemu.qmp.error import QMPError
 
+from workers.node.vmm import limits
 from workers.node.vmm.argv import qemu_argv
 from workers.node.vmm.errors import VmCrashed, VmmError, VmTimeout
 from workers.node.vmm.spec import Incoming, LaunchSpec
@@ -51,6 +52,10 @@ class QemuVm:
         self._stderr_task = asyncio.create_task(self._drain_stderr())
         self._exit_task: asyncio.Task[int] = asyncio.create_task(proc.wait())
         self.qemu_version: str | None = None
+        self.cgroup: limits.Applied | None = None
+        if spec.mem_limit_bytes is not None and proc.pid is not None:
+            cap = limits.Limits(spec.mem_limit_bytes, spec.cpu_limit or spec.machine.vcpus)
+            self.cgroup = limits.apply(proc.pid, f"{spec.vm_id}-{proc.pid}", cap)
 
     # ---- lifecycle -------------------------------------------------------------------
     @classmethod
@@ -142,6 +147,8 @@ class QemuVm:
         self._stderr_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._stderr_task
+        limits.remove(self.cgroup)
+        self.cgroup = None
 
     # ---- QMP -------------------------------------------------------------------------
     async def execute(

@@ -70,6 +70,9 @@ class LaunchSpec:
     start: Boot | Incoming
     netns: str | None = None  # path of a network namespace holding `tap`
     tap: str = "tap0"
+    # Host-side caps on the QEMU process; None leaves it uncapped.
+    mem_limit_bytes: int | None = None
+    cpu_limit: float | None = None
     extra_args: tuple[str, ...] = field(default=())
 
     @property

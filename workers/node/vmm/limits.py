@@ -1,0 +1,98 @@
+"""Host-side caps on a QEMU process: memory and CPU time, via cgroup v2 or v1.
+
+The guest's own RAM size bounds what the guest can use; these caps bound what a QEMU
+process can cost the node (TCG translation buffers, device emulation, a runaway guest
+keeping vCPUs busy). Hosts without a writable cgroup hierarchy run without caps, and say
+so once in the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+GROUP = "aenv"
+PERIOD_US = 100_000
+
+
+@dataclass(frozen=True)
+class Limits:
+    mem_bytes: int
+    cpus: float  # CPU time as a number of cores
+
+
+@dataclass(frozen=True)
+class Applied:
+    """Where a process was placed; `remove()` deletes these directories."""
+
+    dirs: tuple[Path, ...]
+
+
+def _v2() -> bool:
+    controllers = CGROUP_ROOT / "cgroup.controllers"
+    if not controllers.exists():
+        return False
+    have = controllers.read_text().split()
+    return "memory" in have and "cpu" in have
+
+
+def apply(pid: int, name: str, limits: Limits) -> Applied | None:
+    """Put `pid` into a fresh cgroup named `name` with `limits`; None if unsupported."""
+    try:
+        return _apply_v2(pid, name, limits) if _v2() else _apply_v1(pid, name, limits)
+    except OSError as e:
+        log.warning("cgroup limits unavailable (%s); QEMU %d runs uncapped", e, pid)
+        return None
+
+
+def remove(applied: Applied | None) -> None:
+    """Delete the cgroup directories (their processes must have exited). Idempotent."""
+    if applied is None:
+        return
+    for d in applied.dirs:
+        with contextlib.suppress(OSError):
+            d.rmdir()
+
+
+def _apply_v2(pid: int, name: str, limits: Limits) -> Applied:
+    parent = CGROUP_ROOT / GROUP
+    parent.mkdir(exist_ok=True)
+    for level in (CGROUP_ROOT, parent):
+        with contextlib.suppress(OSError):
+            (level / "cgroup.subtree_control").write_text("+memory +cpu")
+    d = parent / name
+    d.mkdir(exist_ok=True)
+    (d / "memory.max").write_text(str(limits.mem_bytes))
+    (d / "cpu.max").write_text(f"{int(limits.cpus * PERIOD_US)} {PERIOD_US}")
+    (d / "cgroup.procs").write_text(str(pid))
+    return Applied((d,))
+
+
+def _apply_v1(pid: int, name: str, limits: Limits) -> Applied:
+    mem = CGROUP_ROOT / "memory" / GROUP / name
+    cpu = CGROUP_ROOT / "cpu" / GROUP / name
+    mem.mkdir(parents=True, exist_ok=True)
+    cpu.mkdir(parents=True, exist_ok=True)
+    (mem / "memory.limit_in_bytes").write_text(str(limits.mem_bytes))
+    (cpu / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+    (cpu / "cpu.cfs_quota_us").write_text(str(int(limits.cpus * PERIOD_US)))
+    (mem / "cgroup.procs").write_text(str(pid))
+    (cpu / "cgroup.procs").write_text(str(pid))
+    return Applied((mem, cpu))
+
+
+def read_limits(applied: Applied) -> Limits:
+    """What the kernel holds for this cgroup (tests verify caps through this)."""
+    if len(applied.dirs) == 1:
+        d = applied.dirs[0]
+        quota, period = (d / "cpu.max").read_text().split()
+        return Limits(int((d / "memory.max").read_text()), int(quota) / int(period))
+    mem, cpu = applied.dirs
+    q = int((cpu / "cpu.cfs_quota_us").read_text())
+    p = int((cpu / "cpu.cfs_period_us").read_text())
+    return Limits(int((mem / "memory.limit_in_bytes").read_text()), q / p)
