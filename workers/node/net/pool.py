@@ -43,7 +43,7 @@ class SlotPool:
         self._next = 0
 
     async def start(self) -> None:
-        overlap = await asyncio.to_thread(routed_overlap, self._cidr, self._prefix)
+        overlap = await asyncio.to_thread(routed_overlap, self._cidr)
         if overlap:
             raise NetworkError(
                 f"slot range {self._cidr} overlaps host routes {overlap}; set AENV_SLOT_CIDR"

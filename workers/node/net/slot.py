@@ -129,7 +129,7 @@ def host_addresses() -> tuple[str, ...]:
         )
 
 
-def routed_overlap(cidr: str = DEFAULT_SLOT_CIDR, prefix: str = "aenv") -> list[str]:
+def routed_overlap(cidr: str = DEFAULT_SLOT_CIDR) -> list[str]:
     """Routes of the host (not ours) that overlap the slot range: starting over them is unsafe."""
     ours = ipaddress.ip_network(cidr)
     hits: list[str] = []
@@ -141,7 +141,7 @@ def routed_overlap(cidr: str = DEFAULT_SLOT_CIDR, prefix: str = "aenv") -> list[
                 continue
             net = ipaddress.ip_network(f"{dst}/{r['dst_len']}", strict=False)
             dev = names.get(r.get_attr("RTA_OIF"), "")
-            if net.overlaps(ours) and not str(dev).startswith(f"{prefix}h"):
+            if net.overlaps(ours) and not str(dev).startswith("aenv"):  # ours or a sibling stack
                 hits.append(f"{net} dev {dev}")
     return hits
 
