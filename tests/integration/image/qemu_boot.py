@@ -1,0 +1,90 @@
+"""Boot a guest image with a bare QEMU command (not the project's VMM driver).
+
+Independent of workers/node/vmm on purpose: these tests check the image, so they use the
+plain recipe from vmm-notes §2.5 and own every process and file they create.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workers.node.image import GuestImage, kernel_cmdline
+
+
+@dataclass
+class BootedVM:
+    """A running QEMU and its serial log."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    started: float = field(default_factory=time.monotonic)
+
+    def console(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def wait_for(self, pattern: str, timeout: float) -> tuple[re.Match[str], float]:
+        """Wait until the serial log matches `pattern`; returns the match and seconds since start.
+
+        Fails early (with the log) if QEMU exits or the initramfs reports AENV-INIT-FAIL.
+        """
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.console()
+            m = rx.search(text)
+            if m:
+                return m, time.monotonic() - self.started
+            if "AENV-INIT-FAIL" in text:
+                raise AssertionError(f"guest init failed:\n{text[-3000:]}")
+            if self.proc.poll() is not None:
+                raise AssertionError(f"QEMU exited {self.proc.returncode} before {pattern!r}:\n{text[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {pattern!r} within {timeout}s; console:\n{text[-3000:]}")
+            time.sleep(0.05)
+
+
+@contextmanager
+def boot(image: GuestImage, *, debug: bool = True, mem_mb: int = 512) -> Iterator[BootedVM]:
+    """Boot `image` (fresh qcow2 overlay, RAM file in /dev/shm); always kill and clean up."""
+    work = Path(tempfile.mkdtemp(prefix="aenv-imgtest-"))
+    shm = Path(tempfile.mkdtemp(prefix="aenv-imgtest-", dir="/dev/shm"))
+    overlay, log = work / "root.qcow2", work / "console.log"
+    subprocess.run(
+        ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.rootfs), "-F", "raw", str(overlay)],
+        check=True,
+    )
+    argv = [
+        "qemu-system-x86_64",
+        "-machine", "microvm,memory-backend=mem",
+        "-accel", "tcg", "-cpu", "max", "-m", f"{mem_mb}M",
+        "-nodefaults", "-no-reboot", "-display", "none", "-serial", f"file:{log}",
+        "-object", f"memory-backend-file,id=mem,size={mem_mb}M,mem-path={shm / 'ram'},share=on",
+        "-kernel", str(image.kernel), "-initrd", str(image.initrd),
+        "-append", kernel_cmdline(image, ip=None, debug=debug),
+        "-drive", f"id=root,file={overlay},format=qcow2,if=none",
+        "-device", "virtio-blk-device,drive=root",
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    vm = BootedVM(proc, log)
+    try:
+        yield vm
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(shm, ignore_errors=True)

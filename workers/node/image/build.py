@@ -1,0 +1,300 @@
+"""Build guest images (kernel + initramfs + ext4 root) into the cache, or find them there.
+
+`build_base` makes the default Debian image; `build_from_oci` makes one from an OCI image
+layout or archive. Both are idempotent: the image digest is computed from the inputs
+first, and an image already in the cache is returned without building anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import cache as _cache
+from .cmdline import CMDLINE_BASE, GUEST_GW, GUEST_IP, GUEST_MAC
+from .disk import DEFAULT_SIZE, make_ext4
+from .errors import ImageError
+from .initramfs import build_initramfs, read_static_busybox, sha256_hex
+from .inject import envd_hash, inject
+from .kernel import OPTIONAL_MODULES, REQUIRED_MODULES, Kernel, ensure_kernel, resolve_package
+from .rootfs import DebootstrapSpec, debootstrap
+from .scripts import ENVD_PORT, GUEST_INIT_SCRIPT, initramfs_init
+
+# Bumped when what the builder writes changes in a way the inputs below do not capture.
+FORMAT_VERSION = 1
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class GuestImage:
+    """A complete image in the cache: what the VMM driver needs to boot it."""
+
+    digest: str
+    kernel: Path  # PVH vmlinux, for QEMU -kernel
+    initrd: Path  # uncompressed newc cpio, for -initrd
+    rootfs: Path  # raw ext4, read-only base for per-VM qcow2 overlays
+    kernel_cmdline_base: str  # add host/VM knobs with `kernel_cmdline(image, ...)`
+    manifest: dict[str, Any]
+
+    @classmethod
+    def load(cls, directory: Path) -> GuestImage:
+        """Read a published image directory; error if it is not a complete image."""
+        try:
+            manifest = json.loads((directory / "manifest.json").read_text())
+        except (OSError, ValueError) as e:
+            raise ImageError(f"{directory} is not a complete image: {e}") from e
+        image = cls(
+            digest=manifest["digest"],
+            kernel=directory / "vmlinux",
+            initrd=directory / "initrd.cpio",
+            rootfs=directory / "root.ext4",
+            kernel_cmdline_base=manifest["kernel_cmdline_base"],
+            manifest=manifest,
+        )
+        for p in (image.kernel, image.initrd, image.rootfs):
+            if not p.is_file():
+                raise ImageError(f"image {directory} lacks {p.name}")
+        return image
+
+
+def default_envd_src() -> Path:
+    """The repository's `envd/` package (what gets copied into every guest)."""
+    spec = importlib.util.find_spec("envd")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(__file__).resolve().parents[3] / "envd"
+
+
+def scripts_hash() -> str:
+    """Digest input for the boot scripts (module lines come from the kernel version)."""
+    return hashlib.sha256((initramfs_init([]) + GUEST_INIT_SCRIPT).encode()).hexdigest()
+
+
+@contextmanager
+def step(progress: Progress, what: str) -> Iterator[None]:
+    """Report a build step and how long it took."""
+    t0 = time.monotonic()
+    progress(f"{what} ...")
+    yield
+    progress(f"{what}: done in {time.monotonic() - t0:.1f}s")
+
+
+@dataclass(frozen=True)
+class _Common:
+    """Inputs shared by every image kind."""
+
+    kernel: Kernel
+    busybox: bytes
+    envd_src: Path
+    size: int
+
+    def digest_inputs(self, source: dict[str, object]) -> dict[str, object]:
+        return {
+            "format": FORMAT_VERSION,
+            "source": source,
+            "kernel": {"package": self.kernel.package.name, "version": self.kernel.package.version},
+            "modules": [list(REQUIRED_MODULES), list(OPTIONAL_MODULES)],
+            "scripts": scripts_hash(),
+            "busybox": sha256_hex(self.busybox),
+            "envd": envd_hash(self.envd_src),
+            "size": self.size,
+            "cmdline": CMDLINE_BASE,
+        }
+
+
+def _common(root: Path, envd_src: Path | None, size: int, progress: Progress) -> _Common:
+    package = resolve_package(progress)
+    with _cache.locked(root, "kernel"), step(progress, f"kernel {package.name}"):
+        kernel = ensure_kernel(root, package, progress)
+    return _Common(kernel, read_static_busybox(), envd_src or default_envd_src(), size)
+
+
+def _cached(root: Path, digest: str) -> GuestImage | None:
+    d = root / digest
+    if not (d / "manifest.json").is_file():
+        return None
+    return GuestImage.load(d)
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _assemble(
+    root: Path,
+    digest: str,
+    common: _Common,
+    source: dict[str, object],
+    populate: Callable[[Path], None],
+    progress: Progress,
+) -> GuestImage:
+    """Build image `digest` in a staging dir and publish it (caller holds its lock)."""
+    t0 = time.monotonic()
+    with _cache.staging(root, digest) as tmp:
+        tree = tmp / "tree"
+        populate(tree)
+        with step(progress, "inject envd, init, busybox, user"):
+            info = inject(
+                tree,
+                envd_src=common.envd_src,
+                busybox=common.busybox,
+                image_info={"digest": digest, "source": source},
+            )
+        with step(progress, f"mkfs.ext4 ({common.size >> 20} MiB)"):
+            make_ext4(tree, tmp / "root.ext4", common.size)
+        shutil.rmtree(tree)
+        with step(progress, "initramfs"):
+            initrd = build_initramfs(common.kernel, common.busybox)
+            (tmp / "initrd.cpio").write_bytes(initrd)
+        _link_or_copy(common.kernel.vmlinux, tmp / "vmlinux")
+        manifest = {
+            "digest": digest,
+            "format": FORMAT_VERSION,
+            "source": source,
+            "inputs": common.digest_inputs(source),
+            "kernel": {
+                "package": common.kernel.package.name,
+                "version": common.kernel.package.version,
+                "release": common.kernel.package.release,
+                "modules": [m.name for m in common.kernel.modules],
+            },
+            "initrd_sha256": sha256_hex(initrd),
+            "rootfs": {"fs": "ext4", "size": common.size, "device": "/dev/vda"},
+            "guest": {
+                "python": info.python,
+                "user": "user",
+                "user_uid": info.user_uid,
+                "ip": GUEST_IP,
+                "gateway": GUEST_GW,
+                "mac": GUEST_MAC,
+                "envd_port": ENVD_PORT,
+                "init": "/opt/aenv/init",
+            },
+            "kernel_cmdline_base": CMDLINE_BASE,
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "build_seconds": round(time.monotonic() - t0, 1),
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        _cache.publish(tmp, root / digest)
+    progress(f"image {digest} ready in {root / digest}")
+    return GuestImage.load(root / digest)
+
+
+def base_rootfs_tree(
+    cache: Path | None = None, spec: DebootstrapSpec | None = None, progress: Progress = print
+) -> Path:
+    """The cached debootstrap tree (made on first use). Treat it as read-only."""
+    root = _cache.cache_root(cache)
+    spec = spec or DebootstrapSpec()
+    key = f"rootfs-{_cache.digest_of(spec.key())[:32]}"
+    final = root / key
+    if final.is_dir():
+        return final
+    with _cache.locked(root, key):
+        if final.is_dir():
+            return final
+        with _cache.staging(root, key) as tmp, step(progress, "debootstrap (about a minute)"):
+            debootstrap(spec, tmp / "tree", tmp / "debootstrap.log", progress)
+            os.rename(tmp / "tree", final)
+    return final
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    # cp -a keeps hard links, device nodes, ownership and xattrs
+    proc = subprocess.run(
+        ["cp", "-a", "--reflink=auto", str(src), str(dst)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise ImageError(f"copying {src} failed: {proc.stderr.strip()[-300:]}")
+
+
+def build_base(
+    cache: Path | None = None,
+    *,
+    progress: Progress = print,
+    force: bool = False,
+    size: int = DEFAULT_SIZE,
+    spec: DebootstrapSpec | None = None,
+    envd_src: Path | None = None,
+) -> GuestImage:
+    """The default Debian guest image: from the cache, or built (debootstrap cached apart)."""
+    root = _cache.cache_root(cache)
+    spec = spec or DebootstrapSpec()
+    common = _common(root, envd_src, size, progress)
+    source = spec.key()
+    digest = _cache.digest_of(common.digest_inputs(source))
+    if not force and (img := _cached(root, digest)) is not None:
+        progress(f"image {digest} is cached")
+        return img
+    tree = base_rootfs_tree(root, spec, progress)
+    with _cache.locked(root, digest):
+        if not force and (img := _cached(root, digest)) is not None:
+            return img
+
+        def populate(dst: Path) -> None:
+            with step(progress, "copy the debootstrap tree"):
+                _copy_tree(tree, dst)
+
+        img = _assemble(root, digest, common, source, populate, progress)
+    _cache.link_name(root, "base", digest)
+    return img
+
+
+def build_from_oci(
+    path: Path,
+    name: str,
+    cache: Path | None = None,
+    *,
+    progress: Progress = print,
+    force: bool = False,
+    size: int = DEFAULT_SIZE,
+    envd_src: Path | None = None,
+) -> GuestImage:
+    """A guest image from an OCI image layout directory or OCI archive (tar of a layout)."""
+    from .oci import open_layout, unpack
+
+    if not name or "/" in name or name.startswith("."):
+        raise ImageError(f"bad image name {name!r}")
+    root = _cache.cache_root(cache)
+    with open_layout(path) as layout:
+        source: dict[str, object] = {"kind": "oci", "manifest": layout.manifest_digest}
+        common = _common(root, envd_src, size, progress)
+        digest = _cache.digest_of(common.digest_inputs(source))
+        img = None if force else _cached(root, digest)
+        if img is None:
+            with _cache.locked(root, digest):
+                img = None if force else _cached(root, digest)
+                if img is None:
+
+                    def populate(dst: Path) -> None:
+                        with step(progress, f"unpack OCI {layout.manifest_digest}"):
+                            unpack(layout, dst, progress)
+
+                    img = _assemble(root, digest, common, source, populate, progress)
+        else:
+            progress(f"image {digest} is cached")
+    _cache.link_name(root, name, digest)
+    return img
+
+
+def find_image(name_or_digest: str, cache: Path | None = None) -> GuestImage:
+    """A cached image by digest or by the name it was built under (`base` for build_base)."""
+    root = _cache.cache_root(cache)
+    for d in (root / name_or_digest, root / "names" / name_or_digest):
+        if (d / "manifest.json").is_file():
+            return GuestImage.load(d.resolve())
+    raise ImageError(f"no image {name_or_digest!r} in {root}")

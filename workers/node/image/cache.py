@@ -1,0 +1,93 @@
+"""The on-disk image cache: content-addressed directories, built aside, published by rename.
+
+Layout under the cache root (default /var/lib/aenv/images, env AENV_IMAGE_CACHE):
+    <digest>/{vmlinux, initrd.cpio, root.ext4, manifest.json}   a complete image
+    kernel-<release>-<version>/{vmlinux, modules/, kernel.json} shared kernel (vmlinux is
+                                                               hard-linked into images)
+    rootfs-<digest>/                                           cached debootstrap tree
+    names/<name> -> ../<digest>                                images built under a name
+    .locks/<key>.lock                                          flock per cache entry
+    .tmp-<key>-*                                               builds in progress
+A directory named by a digest only ever appears complete: it is assembled in a `.tmp-`
+sibling and renamed into place while holding that key's lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+DEFAULT_CACHE = Path("/var/lib/aenv/images")
+CACHE_ENV = "AENV_IMAGE_CACHE"
+
+
+def cache_root(cache: Path | None = None) -> Path:
+    """The cache directory to use (argument, then $AENV_IMAGE_CACHE, then the default)."""
+    root = cache or Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def digest_of(inputs: dict[str, object]) -> str:
+    """sha256 hex over canonical JSON of a build's inputs (key order does not matter)."""
+    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+@contextmanager
+def locked(root: Path, key: str) -> Iterator[None]:
+    """Hold an exclusive flock for `key` (blocks while another builder holds it).
+
+    Also clears `.tmp-<key>-*` leftovers: whoever left them died holding this lock.
+    """
+    locks = root / ".locks"
+    locks.mkdir(exist_ok=True)
+    with (locks / f"{key}.lock").open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            for stale in root.glob(f".tmp-{key}-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextmanager
+def staging(root: Path, key: str) -> Iterator[Path]:
+    """A scratch directory on the cache's filesystem (so the final rename is atomic).
+
+    Removed afterwards unless the caller has renamed it away.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=root))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Move a finished build into place, replacing an older one (a forced rebuild)."""
+    if final.exists():
+        old = final.with_name(f".tmp-old-{final.name}-{os.getpid()}")
+        os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, final)
+
+
+def link_name(root: Path, name: str, digest: str) -> None:
+    """Point `names/<name>` at an image digest (atomically replacing an older target)."""
+    names = root / "names"
+    names.mkdir(exist_ok=True)
+    tmp = names / f".{name}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(f"../{digest}")
+    os.replace(tmp, names / name)

@@ -1,0 +1,88 @@
+"""`python -m workers.node.image`: build guest images from the command line.
+
+    build-base [--cache DIR] [--force] [--size 2G]
+    build-oci <layout-dir-or-archive> --name NAME [--cache DIR] [--force] [--size 2G]
+    cmdline [--cache DIR] [--image NAME|DIGEST] [--no-net] [--debug]
+
+Progress lines carry the seconds since start; the last lines are the digest and paths.
+Any failure is one line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .build import GuestImage, build_base, build_from_oci, find_image
+from .cmdline import kernel_cmdline
+from .disk import DEFAULT_SIZE, parse_size
+from .errors import ImageError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m workers.node.image", description=__doc__.split("\n")[0]
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--cache", type=Path, help="cache dir (default $AENV_IMAGE_CACHE or /var/lib/aenv/images)"
+    )
+    common.add_argument("--force", action="store_true", help="rebuild even if cached")
+    common.add_argument("--size", default=str(DEFAULT_SIZE), help="root disk size, e.g. 2G")
+    sub.add_parser("build-base", parents=[common], help="the default Debian image")
+    oci = sub.add_parser("build-oci", parents=[common], help="an image from an OCI layout/archive")
+    oci.add_argument("source", type=Path)
+    oci.add_argument("--name", required=True)
+    cl = sub.add_parser("cmdline", help="print the kernel command line for a cached image")
+    cl.add_argument("--cache", type=Path)
+    cl.add_argument("--image", default="base")
+    cl.add_argument("--no-net", action="store_true")
+    cl.add_argument("--debug", action="store_true")
+    return p
+
+
+def _report(img: GuestImage) -> None:
+    print(f"digest  {img.digest}")
+    print(f"kernel  {img.kernel}")
+    print(f"initrd  {img.initrd}")
+    print(f"rootfs  {img.rootfs}")
+    print(f"cmdline {kernel_cmdline(img)}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status."""
+    args = _parser().parse_args(argv)
+    t0 = time.monotonic()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.monotonic() - t0:6.1f}s] {msg}", flush=True)
+
+    try:
+        if args.cmd == "build-base":
+            _report(
+                build_base(
+                    args.cache, progress=progress, force=args.force, size=parse_size(args.size)
+                )
+            )
+        elif args.cmd == "build-oci":
+            img = build_from_oci(
+                args.source, args.name, args.cache,
+                progress=progress, force=args.force, size=parse_size(args.size),
+            )  # fmt: skip
+            _report(img)
+        else:
+            img = find_image(args.image, args.cache)
+            print(
+                kernel_cmdline(img, ip=None if args.no_net else "169.254.0.21/30", debug=args.debug)
+            )
+    except ImageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 1
+    return 0

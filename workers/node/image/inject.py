@@ -1,0 +1,213 @@
+"""Turn any root tree (debootstrap or OCI) into an aenv guest root.
+
+Adds what every sandbox relies on: envd under /opt/aenv, PID 1 `/opt/aenv/init`, a static
+busybox for it, the E2B user `user` (uid 1000, passwordless sudo), and /etc files the
+node may rewrite. The tree may come from an untrusted image, so nothing here executes
+the image's binaries (no chroot) and every write is resolved inside the tree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import py_compile
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ImageError
+from .fsutil import guest_mkdir, guest_path, write_guest_file
+from .scripts import ENVD_DIR, GUEST_BUSYBOX, GUEST_INIT, GUEST_INIT_SCRIPT
+
+USER = "user"
+USER_UID = 1000
+HOSTNAME = "aenv"
+MIN_PYTHON = (3, 9)
+_PYLIB = re.compile(r"^python3\.(\d+)$")
+
+
+@dataclass(frozen=True)
+class GuestInfo:
+    """What injection found and chose; recorded in the image manifest."""
+
+    python: str  # "3.11"
+    user_uid: int
+    user_gid: int
+
+
+def envd_files(src: Path) -> list[Path]:
+    """envd's Python sources, relative to `src` (no caches, no tests), sorted."""
+    if not src.is_dir():
+        raise ImageError(f"envd source directory {src} does not exist")
+    return sorted(
+        p.relative_to(src)
+        for p in src.rglob("*.py")
+        if "__pycache__" not in p.parts and "tests" not in p.relative_to(src).parts
+    )
+
+
+def envd_hash(src: Path) -> str:
+    """sha256 over envd's file names and contents: changes whenever envd changes."""
+    h = hashlib.sha256()
+    for rel in envd_files(src):
+        data = (src / rel).read_bytes()
+        h.update(f"{rel.as_posix()}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def guest_python(root: Path) -> tuple[int, int]:
+    """Highest python3.N the tree ships (from its stdlib directory); error if none ≥ 3.9.
+
+    Read from the tree rather than by running the interpreter: we never execute an
+    image's binaries on the host.
+    """
+    found: list[tuple[int, int]] = []
+    for libdir in ("usr/lib", "usr/local/lib", "lib"):
+        base = guest_path(root, libdir, follow_last=True)
+        if not base.is_dir():
+            continue
+        for entry in base.iterdir():
+            m = _PYLIB.match(entry.name)
+            if m and (entry / "os.py").exists():
+                found.append((3, int(m.group(1))))
+    has_binary = any(
+        guest_path(root, b).is_symlink() or guest_path(root, b).exists()
+        for b in ("usr/bin/python3", "usr/local/bin/python3", "bin/python3")
+    )
+    if not found or not has_binary:
+        raise ImageError("image has no python3; envd needs it")
+    best = max(found)
+    if best < MIN_PYTHON:
+        raise ImageError(f"image has python {best[0]}.{best[1]}; envd needs python3 >= 3.9")
+    return best
+
+
+def _read_db(root: Path, name: str) -> list[list[str]]:
+    p = guest_path(root, f"etc/{name}", follow_last=True)
+    if not p.is_file():
+        return []
+    return [line.split(":") for line in p.read_text().splitlines() if line.strip()]
+
+
+def _write_db(root: Path, name: str, rows: list[list[str]], mode: int) -> None:
+    text = "".join(":".join(r) + "\n" for r in rows)
+    write_guest_file(root, f"etc/{name}", text.encode(), mode=mode)
+
+
+def _free_id(taken: set[int], wanted: int) -> int:
+    i = wanted
+    while i in taken:
+        i += 1
+    return i
+
+
+def add_user(root: Path) -> tuple[int, int]:
+    """Create `user` (uid 1000 unless taken) with a home and passwordless sudo, sans chroot.
+
+    Idempotent: an existing `user` keeps its ids. Returns (uid, gid).
+    """
+    passwd = _read_db(root, "passwd")
+    group = _read_db(root, "group")
+    if not any(r[0] == "root" for r in passwd):
+        passwd.insert(0, ["root", "x", "0", "0", "root", "/root", "/bin/sh"])
+        group.insert(0, ["root", "x", "0", ""])
+    existing = next((r for r in passwd if r[0] == USER and len(r) >= 7), None)
+    if existing is not None:
+        uid, gid = int(existing[2]), int(existing[3])
+    else:
+        grp_row = next((r for r in group if r[0] == USER and len(r) >= 3), None)
+        if grp_row is not None:
+            gid = int(grp_row[2])
+        else:
+            gid = _free_id({int(r[2]) for r in group if len(r) >= 3 and r[2].isdigit()}, USER_UID)
+            group.append([USER, "x", str(gid), ""])
+        uid = _free_id({int(r[2]) for r in passwd if len(r) >= 3 and r[2].isdigit()}, USER_UID)
+        shell = (
+            "/bin/bash" if guest_path(root, "bin/bash", follow_last=True).exists() else "/bin/sh"
+        )
+        passwd.append([USER, "x", str(uid), str(gid), "", "/home/user", shell])
+    for r in group:  # the sudo group too, for tools that check membership
+        if r[0] == "sudo" and len(r) >= 4:
+            members = [m for m in r[3].split(",") if m]
+            if USER not in members:
+                r[3] = ",".join([*members, USER])
+    _write_db(root, "passwd", passwd, 0o644)
+    _write_db(root, "group", group, 0o644)
+    shadow = _read_db(root, "shadow")
+    if not any(r[0] == USER for r in shadow):
+        shadow.append([USER, "*", "19000", "0", "99999", "7", "", "", ""])
+    _write_db(root, "shadow", shadow, 0o640)
+    gshadow = _read_db(root, "gshadow")
+    if gshadow and not any(r[0] == USER for r in gshadow):
+        gshadow.append([USER, "!", "", ""])
+        _write_db(root, "gshadow", gshadow, 0o640)
+    _fix_shadow_group(root)
+    home = guest_mkdir(root, "home/user", mode=0o755, uid=uid, gid=gid)
+    skel = guest_path(root, "etc/skel", follow_last=True)
+    if skel.is_dir():
+        for f in skel.iterdir():
+            if f.is_file() and not f.is_symlink() and not (home / f.name).exists():
+                write_guest_file(root, f"home/user/{f.name}", f.read_bytes(), uid=uid, gid=gid)
+    write_guest_file(
+        root, "etc/sudoers.d/90-aenv-user", f"{USER} ALL=(ALL:ALL) NOPASSWD: ALL\n".encode(),
+        mode=0o440,
+    )  # fmt: skip
+    return uid, gid
+
+
+def _fix_shadow_group(root: Path) -> None:
+    # Debian keeps /etc/shadow root:shadow 0640; keep that group if the tree has one
+    gid = next((int(r[2]) for r in _read_db(root, "group") if r[0] == "shadow"), None)
+    if gid is not None and os.geteuid() == 0:
+        for name in ("shadow", "gshadow"):
+            p = guest_path(root, f"etc/{name}")
+            if p.is_file() and not p.is_symlink():
+                os.lchown(p, 0, gid)
+
+
+def _compile_envd(dest: Path, python: tuple[int, int]) -> None:
+    # Byte-compiling under TCG costs envd ~0.3 s per boot; do it on the host when the
+    # host interpreter has the guest's bytecode version.
+    if sys.version_info[:2] != python:
+        return
+    for src in dest.rglob("*.py"):
+        py_compile.compile(
+            str(src),
+            doraise=True,
+            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+        )
+
+
+def inject(
+    root: Path, *, envd_src: Path, busybox: bytes, image_info: dict[str, object]
+) -> GuestInfo:
+    """Add envd, init, busybox, `user` and /etc files to the tree at `root`."""
+    py = guest_python(root)
+    for d in ("dev", "proc", "sys", "tmp", "run", "root"):
+        guest_mkdir(root, d, mode=0o1777 if d == "tmp" else 0o755)
+    # aenv's own directory is rebuilt from scratch (an image may ship a stale one)
+    aenv = guest_path(root, "opt/aenv")
+    if aenv.exists() or aenv.is_symlink():
+        shutil.rmtree(aenv) if aenv.is_dir() and not aenv.is_symlink() else aenv.unlink()
+    guest_mkdir(root, "opt/aenv/bin")
+    write_guest_file(root, GUEST_BUSYBOX, busybox, mode=0o755)
+    write_guest_file(root, GUEST_INIT, GUEST_INIT_SCRIPT.encode(), mode=0o755)
+    envd_dest = guest_mkdir(root, ENVD_DIR)
+    for rel in envd_files(envd_src):
+        write_guest_file(root, f"{ENVD_DIR}/{rel.as_posix()}", (envd_src / rel).read_bytes())
+    _compile_envd(envd_dest, py)
+    uid, gid = add_user(root)
+    write_guest_file(root, "etc/hostname", f"{HOSTNAME}\n".encode())
+    hosts = (
+        f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{HOSTNAME}\n"
+    )
+    write_guest_file(root, "etc/hosts", hosts.encode())
+    write_guest_file(root, "etc/resolv.conf", b"# aenv: the node writes resolvers here\n")
+    info = GuestInfo(python=f"{py[0]}.{py[1]}", user_uid=uid, user_gid=gid)
+    meta = {**image_info, "python": info.python, "user_uid": uid, "user_gid": gid}
+    write_guest_file(root, "opt/aenv/image.json", (json.dumps(meta, indent=2) + "\n").encode())
+    return info

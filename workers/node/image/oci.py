@@ -1,0 +1,402 @@
+"""Unpack an OCI image (layout directory or archive) into a root tree, in pure Python.
+
+index.json → manifest (linux/amd64 if there is a choice) → config → layers in order.
+Every blob is checked against its digest before it is used, and every uncompressed layer
+against the config's diff_id. Layers are applied the way container runtimes do:
+whiteouts (`.wh.<name>`, opaque `.wh..wh..opq`) remove what lower layers put there,
+then the layer's entries are written with their numeric ownership, modes and xattrs.
+The image is untrusted: names with `..` are rejected and all paths resolve inside the
+target tree (see fsutil), so a layer can never write outside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from .errors import ImageError
+from .fsutil import remove_any, resolve_in_root, split_member_name
+
+INDEX_TYPES = {
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+}
+MANIFEST_TYPES = {
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+}
+WHITEOUT = ".wh."
+OPAQUE = ".wh..wh..opq"
+_DIGEST = re.compile(r"^(sha256|sha512):([0-9a-f]{64}|[0-9a-f]{128})$")
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """An OCI content descriptor: what a blob is and how to verify it."""
+
+    media_type: str
+    digest: str
+    size: int
+
+    @classmethod
+    def parse(cls, d: Any, what: str) -> Descriptor:
+        """Validate a descriptor from JSON; the digest must be safe to use in a path."""
+        if not isinstance(d, dict) or not isinstance(d.get("digest"), str):
+            raise ImageError(f"{what}: malformed descriptor {d!r}")
+        if not _DIGEST.match(d["digest"]):
+            raise ImageError(f"{what}: unsupported or malformed digest {d['digest']!r}")
+        return cls(str(d.get("mediaType", "")), d["digest"], int(d.get("size", -1)))
+
+
+class BlobStore(Protocol):
+    """Where the layout's files live: a directory or a tar archive."""
+
+    def open(self, relpath: str) -> IO[bytes]: ...
+
+
+class _DirStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def open(self, relpath: str) -> IO[bytes]:
+        try:
+            return (self.root / relpath).open("rb")
+        except OSError as e:
+            raise ImageError(f"OCI layout {self.root}: cannot read {relpath}: {e}") from e
+
+
+class _TarStore:
+    def __init__(self, tf: tarfile.TarFile, name: str) -> None:
+        self.tf = tf
+        self.name = name
+        self.members = {}
+        for m in tf.getmembers():
+            key = "/".join(p for p in m.name.split("/") if p not in ("", "."))
+            self.members[key] = m
+
+    def open(self, relpath: str) -> IO[bytes]:
+        m = self.members.get(relpath)
+        f = self.tf.extractfile(m) if m is not None and m.isfile() else None
+        if f is None:
+            raise ImageError(f"OCI archive {self.name}: no file {relpath}")
+        return f
+
+
+def _blob_path(digest: str) -> str:
+    algo, _, hexd = digest.partition(":")
+    return f"blobs/{algo}/{hexd}"
+
+
+def _hash_stream(f: IO[bytes], algo: str) -> tuple[str, int]:
+    h = hashlib.new(algo)
+    n = 0
+    while chunk := f.read(_CHUNK):
+        h.update(chunk)
+        n += len(chunk)
+    return f"{algo}:{h.hexdigest()}", n
+
+
+@dataclass
+class Layout:
+    """An opened OCI image: the chosen manifest, its config and layer descriptors."""
+
+    store: BlobStore
+    source: str
+    manifest_digest: str
+    manifest: dict[str, Any]
+    config: dict[str, Any]
+    layers: list[Descriptor]
+
+    def open_blob(self, desc: Descriptor) -> IO[bytes]:
+        """Open a blob's raw bytes (not yet verified)."""
+        return self.store.open(_blob_path(desc.digest))
+
+    def verify_blob(self, desc: Descriptor, what: str) -> None:
+        """Fail unless the blob's bytes hash to its digest (and match its size)."""
+        algo = desc.digest.split(":", 1)[0]
+        with self.open_blob(desc) as f:
+            got, size = _hash_stream(f, algo)
+        if got != desc.digest:
+            raise ImageError(f"{what} {desc.digest}: blob digest mismatch (content is {got})")
+        if desc.size >= 0 and size != desc.size:
+            raise ImageError(f"{what} {desc.digest}: size {size} != descriptor size {desc.size}")
+
+    def read_json(self, desc: Descriptor, what: str) -> dict[str, Any]:
+        """A verified JSON blob (manifest, index, config)."""
+        self.verify_blob(desc, what)
+        with self.open_blob(desc) as f:
+            try:
+                data = json.load(f)
+            except ValueError as e:
+                raise ImageError(f"{what} {desc.digest} is not JSON: {e}") from e
+        if not isinstance(data, dict):
+            raise ImageError(f"{what} {desc.digest} is not a JSON object")
+        return data
+
+
+def _platform_ok(desc: dict[str, Any]) -> bool | None:
+    p = desc.get("platform")
+    if not isinstance(p, dict):
+        return None  # unknown: acceptable if nothing better
+    return p.get("os") == "linux" and p.get("architecture") == "amd64"
+
+
+def _choose_manifest(store: BlobStore, source: str) -> tuple[Descriptor, dict[str, Any]]:
+    with store.open("index.json") as f:
+        try:
+            index = json.load(f)
+        except ValueError as e:
+            raise ImageError(f"{source}: index.json is not JSON: {e}") from e
+    probe = Layout(store, source, "", {}, {}, [])
+    candidates: list[tuple[bool | None, Descriptor]] = []
+
+    def walk(idx: dict[str, Any], depth: int) -> None:
+        if depth > 4:
+            raise ImageError(f"{source}: image indexes nest too deep")
+        for raw in idx.get("manifests") or []:
+            desc = Descriptor.parse(raw, f"{source} index")
+            ok = _platform_ok(raw)
+            if ok is False:
+                continue
+            if desc.media_type in INDEX_TYPES:
+                walk(probe.read_json(desc, "image index"), depth + 1)
+            elif desc.media_type in MANIFEST_TYPES or not desc.media_type:
+                candidates.append((ok, desc))
+
+    walk(index, 0)
+    exact = [d for ok, d in candidates if ok]
+    pool = exact or [d for _, d in candidates]
+    if not pool:
+        raise ImageError(f"{source}: no linux/amd64 image manifest in index.json")
+    if len({d.digest for d in pool}) > 1:
+        raise ImageError(f"{source}: index.json lists {len(pool)} candidate images; keep one")
+    return pool[0], probe.read_json(pool[0], "manifest")
+
+
+@contextmanager
+def open_layout(path: Path) -> Iterator[Layout]:
+    """Open an OCI layout directory or OCI archive and resolve its linux/amd64 image."""
+    path = Path(path)
+    if path.is_dir():
+        if not (path / "index.json").is_file():
+            raise ImageError(f"{path} is not an OCI image layout (no index.json)")
+        yield _resolve(_DirStore(path), str(path))
+        return
+    try:
+        tf = tarfile.open(path, "r:*")  # noqa: SIM115  (closed by the `with tf` below)
+    except (OSError, tarfile.TarError) as e:
+        raise ImageError(f"{path} is neither an OCI layout directory nor a tar archive: {e}") from e
+    with tf:
+        store = _TarStore(tf, str(path))
+        if "index.json" not in store.members:
+            raise ImageError(f"{path} is not an OCI archive (no index.json)")
+        yield _resolve(store, str(path))
+
+
+def _resolve(store: BlobStore, source: str) -> Layout:
+    desc, manifest = _choose_manifest(store, source)
+    if manifest.get("mediaType") in INDEX_TYPES:
+        raise ImageError(f"{source}: manifest {desc.digest} is an index")
+    cfg_desc = Descriptor.parse(manifest.get("config"), f"manifest {desc.digest} config")
+    probe = Layout(store, source, desc.digest, manifest, {}, [])
+    config = probe.read_json(cfg_desc, "image config")
+    arch, os_ = config.get("architecture", "amd64"), config.get("os", "linux")
+    if (arch, os_) != ("amd64", "linux"):
+        raise ImageError(f"{source}: image is {os_}/{arch}, need linux/amd64")
+    layers = [
+        Descriptor.parse(d, f"manifest {desc.digest} layer {i}")
+        for i, d in enumerate(manifest.get("layers") or [])
+    ]
+    return Layout(store, source, desc.digest, manifest, config, layers)
+
+
+def _decompressor(head: bytes, desc: Descriptor) -> str:
+    mt = desc.media_type
+    if "encrypted" in mt or (mt and "tar" not in mt and "rootfs" not in mt):
+        raise ImageError(f"layer {desc.digest}: unsupported media type {mt!r}")
+    if head.startswith(b"\x1f\x8b"):
+        return "gzip"
+    if head.startswith(b"\x28\xb5\x2f\xfd"):
+        return "zstd"
+    return "none"
+
+
+def _decompress_zstd(src: IO[bytes], dst: IO[bytes], desc: Descriptor) -> None:
+    try:
+        import zstandard  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        zstd = shutil.which("zstd")
+        if zstd is None:
+            raise ImageError(
+                f"layer {desc.digest} is zstd-compressed; install python zstandard or zstd"
+            ) from None
+        with tempfile.TemporaryFile() as raw:
+            shutil.copyfileobj(src, raw, _CHUNK)
+            raw.seek(0)
+            proc = subprocess.run([zstd, "-q", "-d", "-c"], stdin=raw, stdout=dst, check=False)
+        if proc.returncode != 0:
+            raise ImageError(f"layer {desc.digest}: zstd decompression failed") from None
+        return
+    zstandard.ZstdDecompressor().copy_stream(src, dst)
+
+
+def _uncompressed_layer(layout: Layout, desc: Descriptor, out: IO[bytes]) -> str:
+    """Write the layer's plain tar to `out`; return its digest (the diff_id)."""
+    with layout.open_blob(desc) as f:
+        head = f.read(4)
+    kind = _decompressor(head, desc)
+    with layout.open_blob(desc) as raw:
+        try:
+            if kind == "gzip":
+                with gzip.GzipFile(fileobj=raw) as gz:
+                    shutil.copyfileobj(gz, out, _CHUNK)
+            elif kind == "zstd":
+                _decompress_zstd(raw, out, desc)
+            else:
+                shutil.copyfileobj(raw, out, _CHUNK)
+        except (OSError, EOFError) as e:
+            raise ImageError(f"layer {desc.digest}: corrupt {kind} stream: {e}") from e
+    out.flush()
+    out.seek(0)
+    digest, _ = _hash_stream(out, "sha256")
+    out.seek(0)
+    return digest
+
+
+def _apply_whiteouts(members: list[tarfile.TarInfo], root: Path) -> None:
+    # whiteouts only hide lower layers, so they all go first, wherever they sit in the tar
+    for m in members:
+        parts = split_member_name(m.name)
+        if not parts or not parts[-1].startswith(WHITEOUT):
+            continue
+        if parts[-1] == OPAQUE:
+            d = resolve_in_root(root, parts[:-1], follow_last=True)
+            if d.is_dir() and not d.is_symlink():
+                for child in d.iterdir():
+                    remove_any(child)
+        else:
+            remove_any(resolve_in_root(root, [*parts[:-1], parts[-1][len(WHITEOUT) :]]))
+
+
+def _set_meta(dest: Path, m: tarfile.TarInfo, is_root: bool) -> None:
+    if is_root:
+        os.lchown(dest, m.uid, m.gid)
+    if not m.issym():
+        os.chmod(dest, m.mode & 0o7777)  # after chown, which clears setuid bits
+    for key, value in m.pax_headers.items():
+        if key.startswith("SCHILY.xattr."):
+            # e.g. security.selinux on a host without SELinux: not fatal for a sandbox
+            with contextlib.suppress(OSError):
+                os.setxattr(
+                    dest,
+                    key[len("SCHILY.xattr.") :],
+                    value.encode("utf-8", "surrogateescape"),
+                    follow_symlinks=False,
+                )
+    if not m.isdir():
+        os.utime(dest, (m.mtime, m.mtime), follow_symlinks=False)
+
+
+def _extract(tf: tarfile.TarFile, m: tarfile.TarInfo, root: Path, is_root: bool) -> None:
+    parts = split_member_name(m.name)
+    if not parts:
+        return  # the layer's "./" entry
+    dest = resolve_in_root(root, parts)
+    if dest.parent != root and not dest.parent.is_dir():
+        parent = resolve_in_root(root, parts[:-1], follow_last=True)
+        if parent.exists() and not parent.is_dir():
+            remove_any(parent)
+        parent.mkdir(parents=True, exist_ok=True)
+        dest = resolve_in_root(root, parts)
+    if m.isdir():
+        if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+            remove_any(dest)
+        dest.mkdir(exist_ok=True)
+    elif m.isreg():
+        remove_any(dest)
+        src = tf.extractfile(m)
+        if src is None:
+            raise ImageError(f"cannot read {m.name}")
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(src, out, _CHUNK)
+    elif m.issym():
+        remove_any(dest)
+        os.symlink(m.linkname, dest)
+    elif m.islnk():
+        target = resolve_in_root(root, split_member_name(m.linkname))
+        if not os.path.lexists(target) or (target.is_dir() and not target.is_symlink()):
+            raise ImageError(f"hard link {m.name} -> {m.linkname}: no such file in the image")
+        if target == dest:
+            return
+        remove_any(dest)
+        os.link(target, dest, follow_symlinks=False)
+        return  # a hard link shares the target's inode and metadata
+    elif m.ischr() or m.isblk() or m.isfifo():
+        remove_any(dest)
+        kind = stat.S_IFCHR if m.ischr() else stat.S_IFBLK if m.isblk() else stat.S_IFIFO
+        if not is_root and kind != stat.S_IFIFO:
+            return  # cannot mknod devices unprivileged; the guest's devtmpfs provides /dev
+        os.mknod(dest, kind | 0o600, os.makedev(m.devmajor, m.devminor))
+    else:
+        return  # sparse/unknown types: nothing a root tree needs
+    _set_meta(dest, m, is_root)
+
+
+def apply_layer(tar_file: IO[bytes], root: Path, label: str) -> None:
+    """Apply one uncompressed layer tar onto `root` (whiteouts first, then entries)."""
+    is_root = os.geteuid() == 0
+    try:
+        with tarfile.open(fileobj=tar_file, mode="r:") as tf:
+            members = tf.getmembers()
+            _apply_whiteouts(members, root)
+            for m in members:
+                if split_member_name(m.name)[-1:] and m.name.rsplit("/", 1)[-1].startswith(
+                    WHITEOUT
+                ):
+                    continue
+                try:
+                    _extract(tf, m, root, is_root)
+                except ImageError as e:
+                    raise ImageError(f"{label}: {e}") from e
+                except OSError as e:
+                    raise ImageError(f"{label}: cannot write {m.name}: {e}") from e
+    except tarfile.TarError as e:
+        raise ImageError(f"{label}: corrupt tar: {e}") from e
+    except ImageError as e:
+        if str(e).startswith(label):
+            raise
+        raise ImageError(f"{label}: {e}") from e
+
+
+def unpack(layout: Layout, dest: Path, progress: Callable[[str], None] = print) -> None:
+    """Unpack all layers of `layout`, in order, into a new directory `dest`."""
+    dest.mkdir(mode=0o755)
+    diff_ids = (layout.config.get("rootfs") or {}).get("diff_ids") or []
+    if diff_ids and len(diff_ids) != len(layout.layers):
+        n, m = len(diff_ids), len(layout.layers)
+        raise ImageError(f"{layout.source}: config lists {n} diff_ids for {m} layers")
+    for i, desc in enumerate(layout.layers):
+        label = f"layer {i} {desc.digest}"
+        progress(f"oci: {label} ({desc.size >> 10} KiB)")
+        layout.verify_blob(desc, f"layer {i}")
+        with tempfile.TemporaryFile(dir=dest.parent) as plain:
+            diff_id = _uncompressed_layer(layout, desc, plain)
+            if diff_ids and diff_ids[i] != diff_id:
+                raise ImageError(f"{label}: uncompressed digest {diff_id} != diff_id {diff_ids[i]}")
+            apply_layer(plain, root=dest, label=label)
