@@ -1,0 +1,117 @@
+"""envd's composition root: the route table and the error boundary around every request."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from envd import auth, connect, files, log, metrics
+from envd.connect import ClientStreamHandler, RpcError, ServerStreamHandler, UnaryHandler
+from envd.fs_rpc import FilesystemService
+from envd.guest_init import handle_init
+from envd.httpserver import HttpError, Request
+from envd.procs import ProcessTable
+from envd.process_rpc import ProcessService
+from envd.state import State
+
+
+class App:
+    """Routes requests to the Connect services and the plain HTTP endpoints."""
+
+    def __init__(self, state: State, loop: asyncio.AbstractEventLoop) -> None:
+        self.state = state
+        self.table = ProcessTable(loop)
+        p = ProcessService(state, self.table)
+        self.fs = FilesystemService(state, loop)
+        fs = self.fs
+        self.unary: dict[str, UnaryHandler] = {
+            "/process.Process/List": p.list,
+            "/process.Process/SendInput": p.send_input,
+            "/process.Process/SendSignal": p.send_signal,
+            "/process.Process/CloseStdin": p.close_stdin,
+            "/process.Process/Update": p.update,
+            "/filesystem.Filesystem/Stat": fs.stat,
+            "/filesystem.Filesystem/ListDir": fs.list_dir,
+            "/filesystem.Filesystem/MakeDir": fs.make_dir,
+            "/filesystem.Filesystem/Move": fs.move,
+            "/filesystem.Filesystem/Remove": fs.remove,
+            "/filesystem.Filesystem/CreateWatcher": fs.create_watcher,
+            "/filesystem.Filesystem/GetWatcherEvents": fs.get_watcher_events,
+            "/filesystem.Filesystem/RemoveWatcher": fs.remove_watcher,
+        }
+        self.server_streams: dict[str, ServerStreamHandler] = {
+            "/process.Process/Start": p.start,
+            "/process.Process/Connect": p.connect,
+            "/filesystem.Filesystem/WatchDir": fs.watch_dir,
+        }
+        self.client_streams: dict[str, ClientStreamHandler] = {
+            "/process.Process/StreamInput": p.stream_input,
+        }
+        self.plain: dict[tuple[str, str], Callable[[Request], Awaitable[None]]] = {
+            ("GET", "/files"): lambda r: files.download(state, r),
+            ("POST", "/files"): lambda r: files.upload(state, r),
+            ("POST", "/init"): lambda r: handle_init(state, r),
+            ("GET", "/envs"): self._envs,
+            ("GET", "/metrics"): self._metrics,
+        }
+
+    async def _envs(self, req: Request) -> None:
+        await req.respond_json(200, self.state.env_vars)
+
+    async def _metrics(self, req: Request) -> None:
+        await req.respond_json(200, metrics.snapshot())
+
+    async def handle(self, req: Request) -> None:
+        """Serve one request; nothing but a short message ever reaches the wire on failure."""
+        try:
+            await self._route(req)
+        except HttpError as e:
+            if not req.responded:
+                await req.respond_error(e.status, e.message)
+            else:
+                req.close_after = True
+        except (ConnectionError, asyncio.IncompleteReadError):
+            req.close_after = True
+        except Exception as e:
+            log.error("request failed", method=req.method, path=req.path, error=repr(e))
+            if not req.responded:
+                await req.respond_error(500, f"internal error: {type(e).__name__}")
+            req.close_after = True
+
+    async def _route(self, req: Request) -> None:
+        path, method = req.path, req.method
+        if path == "/health" and method == "GET":
+            await req.respond(204)
+            return
+        if path == "/files" or (method == "POST" and path == "/init"):
+            pass  # /files checks token-or-signature itself; /init checks the token itself
+        elif not auth.token_ok(self.state, req):
+            log.warn("request without a valid access token", path=path)
+            raise HttpError(401, auth.UNAUTHORIZED)
+        if (handler := self.unary.get(path)) is not None:
+            self._post_only(req)
+            await connect.serve_unary(req, handler)
+        elif (stream := self.server_streams.get(path)) is not None:
+            self._post_only(req)
+            await connect.serve_server_stream(req, stream)
+        elif (cstream := self.client_streams.get(path)) is not None:
+            self._post_only(req)
+            await connect.serve_client_stream(req, cstream)
+        elif (plain := self.plain.get((method, path))) is not None:
+            await plain(req)
+        elif any(p == path for _, p in self.plain):
+            raise HttpError(405, f"method {method} not allowed on {path}")
+        else:
+            raise HttpError(404, f"no route for {method} {path}")
+
+    @staticmethod
+    def _post_only(req: Request) -> None:
+        if req.method != "POST":
+            raise HttpError(405, "Connect RPCs are POST only")
+
+    def close(self) -> None:
+        self.table.kill_all()
+        self.fs.close_all()
+
+
+__all__ = ["App", "RpcError"]

@@ -1,0 +1,208 @@
+"""`GET /files` and `POST /files`: file download and upload, streamed both ways."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from typing import Any
+
+from envd import auth, wire
+from envd.httpserver import HttpError, Request
+from envd.multipart import MultipartError, MultipartParser, PartData, PartEnd, PartStart, boundary_of
+from envd.state import State
+from envd.users import User, chown_to, makedirs_for, resolve_path
+
+GZIP_LEVEL = 1  # speed over ratio: the link is local, gzip is only there because it was asked
+
+
+def wants_gzip(accept_encoding: str) -> bool:
+    """Compress only when gzip is the client's explicit choice (`read(gzip=True)` sends just
+    "gzip"); httpx's default "gzip, deflate" gets identity, which is always acceptable and
+    keeps plain downloads zero-copy."""
+    codings = {}
+    for item in accept_encoding.split(","):
+        name, _, params = item.strip().partition(";")
+        q = 1.0
+        params = params.strip()
+        if params.startswith("q="):
+            try:
+                q = float(params[2:])
+            except ValueError:
+                q = 0.0
+        if name:
+            codings[name.strip().lower()] = q
+    return codings.get("gzip", 0.0) > 0 and set(codings) <= {"gzip", "identity"}
+
+
+async def download(state: State, req: Request) -> None:
+    auth.check_files_access(state, req, auth.SIGNING_READ)
+    q = req.query
+    user = auth.http_user(state, q.get("username"))
+    raw = q.get("path", "")
+    if not raw:
+        raise HttpError(400, "path is required")
+    path = resolve_path(raw, user, state.default_workdir)
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below, after an async send
+    except FileNotFoundError as e:
+        raise HttpError(404, f"path '{path}' does not exist") from e
+    except IsADirectoryError as e:
+        raise HttpError(400, f"path '{path}' is a directory") from e
+    except PermissionError as e:
+        raise HttpError(403, f"permission denied: {path}") from e
+    with f:
+        st = os.fstat(f.fileno())
+        if stat.S_ISDIR(st.st_mode):
+            raise HttpError(400, f"path '{path}' is a directory")
+        name = os.path.basename(path).replace('"', "%22")
+        headers = [
+            ("Content-Type", "application/octet-stream"),
+            ("Content-Disposition", f'inline; filename="{name}"'),
+        ]
+        if wants_gzip(req.headers.get("accept-encoding", "")):
+            import zlib
+
+            comp = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
+            out = await req.begin_chunked(200, "application/octet-stream", [
+                ("Content-Disposition", headers[1][1]),
+                ("Content-Encoding", "gzip"),
+            ])
+            while True:
+                chunk = f.read(1024 * 1024)
+                if not chunk:
+                    break
+                await out.write(comp.compress(chunk))
+            await out.write(comp.flush())
+            await out.end()
+            return
+        await req.respond_file(200, f, st.st_size, headers)
+
+
+def _metadata(req: Request) -> dict[str, str]:
+    prefix = "x-metadata-"
+    return {k[len(prefix) :]: v for k, v in req.headers.items() if k.startswith(prefix) and k != prefix}
+
+
+class _Sink:
+    """One file being written: parents created, owned by the user, metadata set at close."""
+
+    def __init__(self, path: str, user: User) -> None:
+        self.path = path
+        self.user = user
+        parent = os.path.dirname(path)
+        try:
+            makedirs_for(parent, user)
+            if os.path.isdir(path):
+                raise HttpError(400, f"path '{path}' is a directory")
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        except NotADirectoryError as e:
+            raise HttpError(400, f"a parent of '{path}' is not a directory") from e
+        except PermissionError as e:
+            raise HttpError(403, f"permission denied: {path}") from e
+        except OSError as e:
+            raise _os_error(e, path) from e
+        chown_to(path, user)
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
+        except OSError as e:
+            self.close()
+            raise _os_error(e, self.path) from e
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _os_error(e: OSError, path: str) -> HttpError:
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return HttpError(507, f"not enough disk space to write '{path}'")
+    return HttpError(500, f"cannot write '{path}': {e.strerror}")
+
+
+def _set_metadata(path: str, meta: dict[str, str]) -> None:
+    for key, value in meta.items():
+        try:
+            os.setxattr(path, wire.METADATA_XATTR_PREFIX + key.lower(), value.encode())
+        except OSError as e:
+            raise HttpError(500, f"cannot store metadata on '{path}': {e.strerror}") from e
+
+
+def _result(path: str, meta: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"path": path, "name": os.path.basename(path), "type": "file"}
+    if meta:
+        out["metadata"] = meta
+    return out
+
+
+async def upload(state: State, req: Request) -> None:
+    auth.check_files_access(state, req, auth.SIGNING_WRITE)
+    q = req.query
+    user = auth.http_user(state, q.get("username"))
+    meta = _metadata(req)
+    query_path = q.get("path", "")
+    ctype = req.headers.get("content-type", "")
+    boundary = boundary_of(ctype)
+    results: list[dict[str, Any]] = []
+    if boundary is not None:
+        parser = MultipartParser(boundary)
+        sink: _Sink | None = None
+        try:
+            while not parser.done:
+                data = await req.read()
+                if not data:
+                    break
+                for ev in parser.feed(data):
+                    if isinstance(ev, PartStart):
+                        target = query_path or ev.filename or ""
+                        if not target:
+                            raise HttpError(400, "part has no filename and no path was given")
+                        sink = _Sink(resolve_path(target, user, state.default_workdir), user)
+                    elif isinstance(ev, PartData) and sink is not None:
+                        sink.write(ev.data)
+                    elif isinstance(ev, PartEnd) and sink is not None:
+                        sink.close()
+                        _set_metadata(sink.path, meta)
+                        results.append(_result(sink.path, meta))
+                        sink = None
+        except MultipartError as e:
+            raise HttpError(400, f"invalid multipart body: {e}") from e
+        finally:
+            if sink is not None:
+                sink.close()
+        if not results:
+            raise HttpError(400, "no file in multipart body")
+    else:
+        if not query_path:
+            raise HttpError(400, "path is required for application/octet-stream uploads")
+        sink = _Sink(resolve_path(query_path, user, state.default_workdir), user)
+        decomp = None
+        if req.headers.get("content-encoding", "").strip().lower() == "gzip":
+            import zlib
+
+            decomp = zlib.decompressobj(47)  # gzip or zlib header, auto-detected
+        try:
+            while True:
+                data = await req.read()
+                if not data:
+                    break
+                if decomp is not None:
+                    try:
+                        data = decomp.decompress(data)
+                    except Exception as e:
+                        raise HttpError(400, f"invalid gzip body: {e}") from e
+                sink.write(data)
+            if decomp is not None:
+                sink.write(decomp.flush())
+        finally:
+            sink.close()
+        _set_metadata(sink.path, meta)
+        results.append(_result(sink.path, meta))
+    await req.respond(200, json.dumps(results).encode(), "application/json")

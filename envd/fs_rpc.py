@@ -1,0 +1,238 @@
+"""filesystem.Filesystem: the Connect service behind `sandbox.files` (all but /files)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import shutil
+import stat
+import uuid
+from collections import deque
+from typing import Any
+
+from envd import auth, wire
+from envd.connect import Call, RpcError, Send, encode
+from envd.inotify import DirWatcher, is_network_mount
+from envd.state import State
+from envd.users import User, makedirs_for, resolve_path
+
+MAX_WATCHER_EVENTS = 10_000  # per polled watcher; older events are dropped beyond this
+KEEPALIVE = b'{"keepalive":{}}'
+
+
+def _path_arg(msg: dict[str, Any], name: str = "path") -> str:
+    value = msg.get(name)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise RpcError("invalid_argument", f"{name} must be a string")
+    return value
+
+
+def _stat_entry(path: str) -> dict[str, Any]:
+    try:
+        return wire.entry_info(path)
+    except FileNotFoundError as e:
+        raise RpcError("not_found", f"file not found: {path}") from e
+    except PermissionError as e:
+        raise RpcError("permission_denied", f"cannot stat {path}: {e.strerror}") from e
+
+
+class _PolledWatcher:
+    """A CreateWatcher watcher: events buffer here until GetWatcherEvents collects them."""
+
+    def __init__(self, watcher: DirWatcher) -> None:
+        self.watcher = watcher
+        self.events: deque[dict[str, Any]] = deque(maxlen=MAX_WATCHER_EVENTS)
+
+
+class FilesystemService:
+    """Handlers of filesystem.Filesystem."""
+
+    def __init__(self, state: State, loop: asyncio.AbstractEventLoop) -> None:
+        self.state = state
+        self.loop = loop
+        self.watchers: dict[str, _PolledWatcher] = {}
+
+    def _resolve(self, call: Call, path: str) -> tuple[str, User]:
+        user = auth.rpc_user(self.state, call.headers)
+        return resolve_path(path, user), user
+
+    # --- unary --------------------------------------------------------------------------
+
+    async def stat(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
+        path, _ = self._resolve(call, _path_arg(msg))
+        return {"entry": _stat_entry(path)}
+
+    async def list_dir(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
+        path, _ = self._resolve(call, _path_arg(msg))
+        depth = int(msg.get("depth") or 1)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError as e:
+            raise RpcError("not_found", f"directory not found: {path}") from e
+        except PermissionError as e:
+            raise RpcError("permission_denied", f"cannot stat {path}: {e.strerror}") from e
+        if not stat.S_ISDIR(st.st_mode):
+            raise RpcError("invalid_argument", f"path is not a directory: {path}")
+        entries: list[dict[str, Any]] = []
+        self._walk(path, depth, entries)
+        return {"entries": entries}
+
+    def _walk(self, directory: str, depth: int, out: list[dict[str, Any]]) -> None:
+        try:
+            with os.scandir(directory) as it:
+                children = sorted(it, key=lambda e: e.name)
+        except OSError:
+            return
+        for child in children:
+            try:
+                st = child.stat(follow_symlinks=False)
+                out.append(wire.entry_info(child.path, st))
+            except OSError:
+                continue
+            if depth > 1 and stat.S_ISDIR(st.st_mode):
+                self._walk(child.path, depth - 1, out)
+
+    async def make_dir(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
+        path, user = self._resolve(call, _path_arg(msg))
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            pass
+        else:
+            if stat.S_ISDIR(st.st_mode):
+                raise RpcError("already_exists", f"directory already exists: {path}")
+            raise RpcError("invalid_argument", f"path already exists and is not a directory: {path}")
+        try:
+            makedirs_for(path, user)
+        except NotADirectoryError as e:
+            raise RpcError("invalid_argument", f"a parent of {path} is not a directory") from e
+        except PermissionError as e:
+            raise RpcError("permission_denied", f"cannot create {path}: {e.strerror}") from e
+        return {"entry": _stat_entry(path)}
+
+    async def move(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
+        src, user = self._resolve(call, _path_arg(msg, "source"))
+        dst, _ = self._resolve(call, _path_arg(msg, "destination"))
+        if not os.path.lexists(src):
+            raise RpcError("not_found", f"source not found: {src}")
+        try:
+            makedirs_for(os.path.dirname(dst), user)
+            try:
+                os.rename(src, dst)
+            except OSError as e:
+                if e.errno != errno.EXDEV:
+                    raise
+                shutil.move(src, dst)
+        except FileNotFoundError as e:
+            raise RpcError("not_found", f"cannot move {src}: {e.strerror}") from e
+        except PermissionError as e:
+            raise RpcError("permission_denied", f"cannot move {src}: {e.strerror}") from e
+        except OSError as e:
+            raise RpcError("invalid_argument", f"cannot move {src} to {dst}: {e.strerror}") from e
+        return {"entry": _stat_entry(dst)}
+
+    async def remove(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
+        path, _ = self._resolve(call, _path_arg(msg))
+        try:
+            st = os.lstat(path)
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except FileNotFoundError:
+            pass  # envd uses RemoveAll: a missing path is not an error
+        except PermissionError as e:
+            raise RpcError("permission_denied", f"cannot remove {path}: {e.strerror}") from e
+        return {}
+
+    # --- watching -----------------------------------------------------------------------
+
+    def _open_watcher(
+        self, call: Call, msg: dict[str, Any], sink: Any
+    ) -> DirWatcher:
+        path, _ = self._resolve(call, _path_arg(msg))
+        try:
+            st = os.stat(path)
+        except FileNotFoundError as e:
+            raise RpcError("not_found", f"path not found: {path}") from e
+        if not stat.S_ISDIR(st.st_mode):
+            raise RpcError("invalid_argument", f"path is not a directory: {path}")
+        allow_net = bool(wire.field(msg, "allowNetworkMounts", "allow_network_mounts"))
+        if not allow_net and is_network_mount(path):
+            raise RpcError(
+                "failed_precondition",
+                f"{path} is on a network filesystem; set allow_network_mounts to watch it",
+            )
+        include = bool(wire.field(msg, "includeEntry", "include_entry"))
+
+        def on_event(etype: str, rel: str, abspath: str) -> None:
+            event: dict[str, Any] = {"name": rel, "type": etype}
+            if include and etype not in (wire.EVENT_REMOVE, wire.EVENT_RENAME):
+                try:
+                    event["entry"] = wire.entry_info(abspath)
+                except OSError:
+                    pass
+            sink(event)
+
+        watcher = DirWatcher(self.loop, path, bool(msg.get("recursive")), on_event)
+        try:
+            watcher.start()
+        except OSError as e:
+            raise RpcError("internal", f"cannot watch {path}: {e.strerror}") from e
+        return watcher
+
+    async def watch_dir(self, call: Call, msg: dict[str, Any], send: Send) -> None:
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        watcher = self._open_watcher(call, msg, queue.put_nowait)
+        try:
+            await send(b'{"start":{}}')
+            while True:
+                try:
+                    async with asyncio.timeout(call.keepalive_s):
+                        event = await queue.get()
+                except TimeoutError:
+                    await send(KEEPALIVE)
+                    continue
+                batch = [encode({"filesystem": event})]
+                while not queue.empty():
+                    batch.append(encode({"filesystem": queue.get_nowait()}))
+                await send(*batch)
+        finally:
+            watcher.close()
+
+    async def create_watcher(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
+        events: deque[dict[str, Any]] = deque(maxlen=MAX_WATCHER_EVENTS)
+        watcher = self._open_watcher(call, msg, events.append)
+        polled = _PolledWatcher(watcher)
+        polled.events = events
+        watcher_id = str(uuid.uuid4())
+        self.watchers[watcher_id] = polled
+        return {"watcherId": watcher_id}
+
+    def _watcher(self, msg: dict[str, Any]) -> tuple[str, _PolledWatcher]:
+        wid = wire.field(msg, "watcherId", "watcher_id")
+        polled = self.watchers.get(wid) if isinstance(wid, str) else None
+        if polled is None:
+            raise RpcError("not_found", f"watcher {wid!r} not found")
+        return wid, polled  # type: ignore[return-value]
+
+    async def get_watcher_events(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
+        _, polled = self._watcher(msg)
+        events = list(polled.events)
+        polled.events.clear()
+        return {"events": events} if events else {}
+
+    async def remove_watcher(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
+        wid, polled = self._watcher(msg)
+        polled.watcher.close()
+        del self.watchers[wid]
+        return {}
+
+    def close_all(self) -> None:
+        for polled in self.watchers.values():
+            polled.watcher.close()
+        self.watchers.clear()
+

@@ -1,0 +1,177 @@
+"""`POST /init`: the control plane's hand-over after boot, restore or fork.
+
+Besides the token, env vars and defaults, it repairs what a memory snapshot gets wrong: a
+restored guest's wall clock is as old as the snapshot, and every fork of one snapshot would
+continue with the same kernel RNG state. So: set CLOCK_REALTIME from the host's timestamp and
+mix host-supplied entropy into the RNG, then force a CRNG reseed. Both only as root, and a
+failure is a logged warning, never a failed /init.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import hmac
+import json
+import os
+import struct
+import time
+from typing import Any
+
+from envd import log
+from envd.auth import TOKEN_HEADER
+from envd.httpserver import HttpError, Request
+from envd.state import State
+
+RNDADDENTROPY = 0x40085203
+RNDRESEEDCRNG = 0x5207
+CLOCK_MIN_DRIFT_S = 0.05  # closer than this, leave the clock alone (and never step it back a hair)
+MAX_ENTROPY = 4096
+
+
+def parse_timestamp(value: object) -> int | None:
+    """Unix nanoseconds from an RFC 3339 string or an integer of unix nanoseconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("timestamp must be RFC 3339 or unix nanoseconds")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        if value.isdigit():
+            return int(value)
+        text = value.strip()
+        frac_ns = 0
+        # Python 3.11 parses at most microseconds: split off the fraction ourselves.
+        main, dot, rest = text.partition(".")
+        tz = ""
+        if dot:
+            digits = ""
+            for i, ch in enumerate(rest):
+                if not ch.isdigit():
+                    tz = rest[i:]
+                    break
+                digits += ch
+            frac_ns = int((digits + "000000000")[:9]) if digits else 0
+            text = main + tz
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        parsed = dt.datetime.fromisoformat(text)
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=dt.timezone.utc)
+        return int(parsed.timestamp()) * 1_000_000_000 + frac_ns
+    raise ValueError("timestamp must be RFC 3339 or unix nanoseconds")
+
+
+def set_clock(ns: int) -> str:
+    """Step CLOCK_REALTIME to `ns`; returns what happened (for the log)."""
+    drift = ns / 1e9 - time.time()
+    if abs(drift) < CLOCK_MIN_DRIFT_S:
+        return "in-sync"
+    if os.geteuid() != 0:
+        log.warn("cannot set the clock: not root", drift_s=round(drift, 3))
+        return "not-permitted"
+    try:
+        time.clock_settime_ns(time.CLOCK_REALTIME, ns)
+    except OSError as e:
+        log.warn("clock_settime failed", error=str(e))
+        return "failed"
+    log.info("clock set from host", drift_s=round(drift, 3))
+    return "set"
+
+
+def reseed_rng(seed: bytes) -> str:
+    """Credit `seed` to the kernel pool (RNDADDENTROPY) and reseed the CRNG from it."""
+    if not seed:
+        return "none"
+    if os.geteuid() != 0:
+        log.warn("cannot reseed the RNG: not root")
+        return "not-permitted"
+    import fcntl
+
+    seed = seed[:MAX_ENTROPY]
+    # struct rand_pool_info { int entropy_count (bits); int buf_size (bytes); __u32 buf[]; }
+    info = struct.pack("ii", len(seed) * 8, len(seed)) + seed
+    try:
+        fd = os.open("/dev/urandom", os.O_WRONLY | os.O_CLOEXEC)
+    except OSError as e:
+        log.warn("cannot open /dev/urandom", error=str(e))
+        return "failed"
+    try:
+        fcntl.ioctl(fd, RNDADDENTROPY, info)
+        try:
+            fcntl.ioctl(fd, RNDRESEEDCRNG)
+        except OSError as e:  # kernels before 4.17 have no RNDRESEEDCRNG
+            log.warn("RNDRESEEDCRNG failed", error=str(e))
+            return "added"
+    except OSError as e:
+        log.warn("RNDADDENTROPY failed", error=str(e))
+        return "failed"
+    finally:
+        os.close(fd)
+    return "reseeded"
+
+
+def set_hostname(name: str) -> None:
+    import socket
+
+    if not name or socket.gethostname() == name:
+        return
+    if os.geteuid() != 0:
+        log.warn("cannot set hostname: not root")
+        return
+    try:
+        socket.sethostname(name)
+    except OSError as e:
+        log.warn("sethostname failed", error=str(e))
+
+
+def _authorized(state: State, req: Request, body: dict[str, Any]) -> bool:
+    """Once a token is set, /init must prove it knows it (header, or the same token again)."""
+    current = state.access_token
+    if current is None:
+        return True
+    header = req.headers.get(TOKEN_HEADER)
+    if header is not None and hmac.compare_digest(header, current):
+        return True
+    token = body.get("accessToken")
+    return isinstance(token, str) and hmac.compare_digest(token, current)
+
+
+async def handle_init(state: State, req: Request) -> None:
+    raw = await req.read_all(1024 * 1024)
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except ValueError as e:
+        raise HttpError(400, f"invalid JSON: {e}") from e
+    if not isinstance(body, dict):
+        raise HttpError(400, "body must be a JSON object")
+    if not _authorized(state, req, body):
+        raise HttpError(401, "unauthorized access, /init needs the current access token")
+    try:
+        ts = parse_timestamp(body.get("timestamp"))
+        entropy_raw = body.get("entropy")
+        entropy = base64.b64decode(entropy_raw) if isinstance(entropy_raw, str) else b""
+    except (ValueError, binascii.Error) as e:
+        raise HttpError(400, f"invalid init request: {e}") from e
+    env_vars = body.get("envVars")
+    if env_vars is not None and not (
+        isinstance(env_vars, dict) and all(isinstance(v, str) for v in env_vars.values())
+    ):
+        raise HttpError(400, "envVars must be a map of strings")
+    clock = set_clock(ts) if ts is not None else "unchanged"
+    rng = reseed_rng(entropy)
+    if isinstance(body.get("hostname"), str):
+        set_hostname(body["hostname"])
+    if env_vars:
+        state.env_vars.update(env_vars)
+    token = body.get("accessToken")
+    if isinstance(token, str) and token:
+        state.access_token = token
+    if isinstance(body.get("defaultUser"), str) and body["defaultUser"]:
+        state.set_default_user(body["defaultUser"])
+    if isinstance(body.get("defaultWorkdir"), str) and body["defaultWorkdir"]:
+        state.default_workdir = body["defaultWorkdir"]
+    log.info("init", clock=clock, rng=rng, env_vars=len(env_vars or {}), token=token is not None)
+    await req.respond(204, headers=[("Cache-Control", "no-store")])

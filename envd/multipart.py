@@ -1,0 +1,183 @@
+"""An incremental multipart/form-data parser: bytes in as they arrive, part data out.
+
+Nothing is buffered beyond one boundary's length, so uploads of any size stream straight to
+disk. Only what /files needs: part headers (for the filename) and part bodies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+MAX_PART_HEAD = 16 * 1024
+
+
+class MultipartError(ValueError):
+    """The body is not well-formed multipart."""
+
+
+@dataclass
+class PartStart:
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def filename(self) -> str | None:
+        return disposition_params(self.headers.get("content-disposition", "")).get("filename")
+
+    @property
+    def name(self) -> str | None:
+        return disposition_params(self.headers.get("content-disposition", "")).get("name")
+
+
+@dataclass
+class PartData:
+    data: bytes
+
+
+@dataclass
+class PartEnd:
+    pass
+
+
+Event = PartStart | PartData | PartEnd
+
+
+def boundary_of(content_type: str) -> bytes | None:
+    """The boundary parameter of a multipart Content-Type, or None."""
+    mtype, _, params = content_type.partition(";")
+    if mtype.strip().lower() != "multipart/form-data":
+        return None
+    for param in params.split(";"):
+        k, _, v = param.strip().partition("=")
+        if k.strip().lower() == "boundary":
+            v = v.strip()
+            if len(v) >= 2 and v[0] == v[-1] == '"':
+                v = v[1:-1]
+            return v.encode("latin-1") if v else None
+    return None
+
+
+def disposition_params(value: str) -> dict[str, str]:
+    """Parameters of a Content-Disposition header, honouring quotes and backslash escapes.
+
+    httpx writes `filename="d/a.txt"` and percent-encodes a double quote as %22; RFC 5987
+    `filename*=utf-8''...` wins over `filename` when both are present.
+    """
+    out: dict[str, str] = {}
+    i, n = 0, len(value)
+    # skip the disposition type
+    while i < n and value[i] != ";":
+        i += 1
+    while i < n:
+        i += 1  # past ';'
+        while i < n and value[i] in " \t":
+            i += 1
+        start = i
+        while i < n and value[i] not in "=;":
+            i += 1
+        key = value[start:i].strip().lower()
+        if i >= n or value[i] == ";":
+            continue
+        i += 1  # past '='
+        if i < n and value[i] == '"':
+            i += 1
+            chars: list[str] = []
+            while i < n and value[i] != '"':
+                if value[i] == "\\" and i + 1 < n:
+                    i += 1
+                chars.append(value[i])
+                i += 1
+            i += 1  # closing quote
+            val = "".join(chars)
+            while i < n and value[i] != ";":
+                i += 1
+        else:
+            start = i
+            while i < n and value[i] != ";":
+                i += 1
+            val = value[start:i].strip()
+        if key.endswith("*"):
+            _, _, encoded = val.partition("''")
+            out[key[:-1]] = unquote(encoded)
+            out[key] = val
+        elif key not in out:
+            out[key] = val.replace("%22", '"')
+    return out
+
+
+class MultipartParser:
+    """Feed body bytes; get PartStart / PartData / PartEnd events in order."""
+
+    def __init__(self, boundary: bytes) -> None:
+        self._delim = b"\r\n--" + boundary
+        # Pretend a CRLF precedes the body so the first boundary looks like all the others.
+        self._buf = bytearray(b"\r\n")
+        self._state = "preamble"
+        self.done = False
+
+    def feed(self, data: bytes) -> list[Event]:
+        self._buf += data
+        events: list[Event] = []
+        while True:
+            if self._state == "preamble":
+                idx = self._buf.find(self._delim)
+                if idx < 0:
+                    keep = len(self._delim) - 1
+                    if len(self._buf) > keep:
+                        del self._buf[: len(self._buf) - keep]
+                    return events
+                del self._buf[: idx + len(self._delim)]
+                self._state = "after_boundary"
+            elif self._state == "after_boundary":
+                if len(self._buf) < 2:
+                    return events
+                if self._buf[:2] == b"--":
+                    self._state = "epilogue"
+                    self.done = True
+                    self._buf.clear()
+                    return events
+                # optional transport padding, then CRLF
+                idx = self._buf.find(b"\r\n")
+                if idx < 0:
+                    if len(self._buf) > 256:
+                        raise MultipartError("garbage after boundary")
+                    return events
+                del self._buf[: idx + 2]
+                self._state = "headers"
+            elif self._state == "headers":
+                idx = self._buf.find(b"\r\n\r\n")
+                if idx < 0:
+                    if self._buf[:2] == b"\r\n":  # a part with no headers at all
+                        del self._buf[:2]
+                        events.append(PartStart({}))
+                        self._state = "body"
+                        continue
+                    if len(self._buf) > MAX_PART_HEAD:
+                        raise MultipartError("part headers too large")
+                    return events
+                head = bytes(self._buf[:idx]).decode("utf-8", "replace")
+                del self._buf[: idx + 4]
+                headers: dict[str, str] = {}
+                for line in head.split("\r\n"):
+                    k, sep, v = line.partition(":")
+                    if sep:
+                        headers[k.strip().lower()] = v.strip()
+                events.append(PartStart(headers))
+                self._state = "body"
+            elif self._state == "body":
+                idx = self._buf.find(self._delim)
+                if idx < 0:
+                    keep = len(self._delim) - 1
+                    if len(self._buf) > keep:
+                        cut = len(self._buf) - keep
+                        events.append(PartData(bytes(self._buf[:cut])))
+                        del self._buf[:cut]
+                    return events
+                if idx:
+                    events.append(PartData(bytes(self._buf[:idx])))
+                events.append(PartEnd())
+                del self._buf[: idx + len(self._delim)]
+                self._state = "after_boundary"
+            else:  # epilogue
+                self._buf.clear()
+                return events

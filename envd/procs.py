@@ -1,0 +1,391 @@
+"""Processes started through process.Process: spawn, output fan-out, input, exit.
+
+Each process is watched with non-blocking fds on the event loop — no threads, no asyncio
+subprocess transports — which keeps a `commands.run("true")` round trip close to a bare
+fork+exec. Output is encoded once into ready-to-send protobuf-JSON payloads and handed to
+every attached stream; a process outlives its streams and anyone may attach by pid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+from envd import log, wire
+from envd.connect import encode
+from envd.users import User
+
+READ_CHUNK = 64 * 1024
+
+
+@dataclass
+class SpawnSpec:
+    """Everything needed to start a process, already validated and resolved."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    user: User
+    stdin: bool
+    pty_size: tuple[int, int] | None  # (cols, rows)
+    timeout_s: float | None
+    config_json: dict[str, Any]  # ProcessConfig as the client sent it, for List
+    tag: str | None
+
+
+class Subscriber:
+    """One attached stream: payloads queue up here until the stream sends them."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[tuple[bool, bytes]] = asyncio.Queue()
+
+
+class _FdWriter:
+    """Buffered, non-blocking writes to a pipe or pty master, closable after a flush."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, owns_fd: bool) -> None:
+        self._loop = loop
+        self.fd = fd
+        self._owns = owns_fd
+        self._buf = bytearray()
+        self._close_pending = False
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        if self.closed or self._close_pending:
+            raise BrokenPipeError("stdin is closed")
+        if not self._buf:
+            try:
+                n = os.write(self.fd, data)
+            except BlockingIOError:
+                n = 0
+            data = data[n:]
+            if not data:
+                return
+            self._loop.add_writer(self.fd, self._on_writable)
+        self._buf += data
+
+    def _on_writable(self) -> None:
+        try:
+            n = os.write(self.fd, self._buf)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._buf.clear()
+            n = 0
+        del self._buf[:n]
+        if not self._buf:
+            self._loop.remove_writer(self.fd)
+            if self._close_pending:
+                self._really_close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        if self._buf:
+            self._close_pending = True
+        else:
+            self._really_close()
+
+    def _really_close(self) -> None:
+        self.closed = True
+        self._loop.remove_writer(self.fd)
+        if self._owns:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+
+    def abandon(self) -> None:
+        """Drop pending input (the process is gone) without closing a shared fd."""
+        self._buf.clear()
+        self._loop.remove_writer(self.fd)
+        if self._owns and not self.closed:
+            self.closed = True
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+        self.closed = True
+
+
+class Proc:
+    """A running process and the streams attached to it."""
+
+    def __init__(self, table: ProcessTable, spec: SpawnSpec, popen: subprocess.Popen[bytes]) -> None:
+        self.table = table
+        self.spec = spec
+        self.popen = popen
+        self.pid = popen.pid
+        self.tag = spec.tag
+        self.subscribers: list[Subscriber] = []
+        self.stdin: _FdWriter | None = None
+        self.pty_master: int | None = None
+        self._readers: dict[int, bytes] = {}  # fd -> payload prefix
+        self._pidfd: int | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.wait_status: int | None = None
+        self.finished = False
+
+    # --- output -------------------------------------------------------------------------
+
+    def _broadcast(self, payload: bytes, end: bool = False) -> None:
+        for sub in self.subscribers:
+            sub.queue.put_nowait((end, payload))
+
+    def _on_readable(self, fd: int) -> None:
+        self._read_once(fd)
+
+    def _read_once(self, fd: int) -> bool:
+        """Read what is there; False once the fd is exhausted (EOF, EIO) or would block."""
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return False
+        except OSError as e:  # EIO: the pty's slave side is gone
+            if e.errno not in (errno.EIO, errno.EBADF):
+                log.warn("process output read failed", pid=self.pid, error=str(e))
+            data = b""
+        if not data:
+            self._close_reader(fd)
+            return False
+        if self.subscribers:
+            prefix = self._readers[fd]
+            self._broadcast(prefix + wire.b64(data).encode() + b'"}}}')
+        return True
+
+    def _close_reader(self, fd: int) -> None:
+        if fd in self._readers:
+            del self._readers[fd]
+            self.table.loop.remove_reader(fd)
+            if fd != self.pty_master:
+                os.close(fd)
+
+    # --- exit ---------------------------------------------------------------------------
+
+    def _on_exit(self) -> None:
+        if self.wait_status is not None:
+            return
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = self.pid, 0
+        if pid == 0:
+            return  # spurious wake-up: still running
+        self.wait_status = status
+        self.popen.returncode = (
+            -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        )
+        if self._pidfd is not None:
+            self.table.loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        self._finish()
+
+    def _finish(self) -> None:
+        # Everything the process wrote before exiting is already in the pipes: drain it, then
+        # stop — grandchildren that keep the pipe open do not hold the end event back.
+        for fd in list(self._readers):
+            for _ in range(1024):
+                if not self._read_once(fd):
+                    break
+            self._close_reader(fd)
+        if self.stdin is not None:
+            self.stdin.abandon()
+        if self.pty_master is not None:
+            try:
+                os.close(self.pty_master)
+            except OSError:
+                pass
+        if self._timer is not None:
+            self._timer.cancel()
+        self.finished = True
+        assert self.wait_status is not None
+        end = encode({"event": {"end": wire.end_event(self.wait_status)}})
+        self._broadcast(end, end=True)
+        self.subscribers.clear()
+        self.table.remove(self)
+
+    # --- control ------------------------------------------------------------------------
+
+    def subscribe(self) -> Subscriber:
+        sub = Subscriber()
+        self.subscribers.append(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        if sub in self.subscribers:
+            self.subscribers.remove(sub)
+
+    def signal(self, signum: int) -> None:
+        if self.wait_status is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def write_input(self, data: bytes, pty: bool) -> None:
+        if self.stdin is None:
+            raise BrokenPipeError("stdin is not enabled for this process")
+        if pty != (self.pty_master is not None):
+            raise ValueError("pty input to a non-pty process" if pty else "stdin input to a pty")
+        self.stdin.write(data)
+
+    def close_stdin(self) -> None:
+        if self.stdin is None or self.pty_master is not None:
+            raise BrokenPipeError("stdin is not enabled for this process")
+        self.stdin.close()
+
+    def resize(self, cols: int, rows: int) -> None:
+        if self.pty_master is None:
+            raise ValueError("process has no pty")
+        _set_winsize(self.pty_master, cols, rows)
+
+    def info_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"config": self.spec.config_json, "pid": self.pid}
+        if self.tag is not None:
+            out["tag"] = self.tag
+        return out
+
+
+def _set_winsize(fd: int, cols: int, rows: int) -> None:
+    import fcntl
+    import struct
+    import termios
+
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def _make_controlling_tty() -> None:  # pragma: no cover - runs in the child
+    import fcntl
+    import termios
+
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+class ProcessTable:
+    """All processes envd started and that have not been reaped yet, by pid."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.procs: dict[int, Proc] = {}
+        self._use_pidfd = hasattr(os, "pidfd_open")
+        self._sigchld_installed = False
+
+    def remove(self, proc: Proc) -> None:
+        self.procs.pop(proc.pid, None)
+
+    def find(self, pid: int | None = None, tag: str | None = None) -> Proc | None:
+        if pid is not None:
+            return self.procs.get(pid)
+        if tag is not None:
+            for p in self.procs.values():
+                if p.tag == tag:
+                    return p
+        return None
+
+    def spawn(self, spec: SpawnSpec, first: Subscriber | None = None) -> Proc:
+        """Start the process; `first` is subscribed before any output can be read."""
+        user = spec.user
+        kwargs: dict[str, Any] = {}
+        if not user.is_current:
+            kwargs.update(user=user.uid, group=user.gid, extra_groups=user.groups())
+        master: int | None = None
+        slave: int | None = None
+        if spec.pty_size is not None:
+            master, slave = os.openpty()
+            _set_winsize(master, *spec.pty_size)
+            if not user.is_current and os.geteuid() == 0:
+                try:
+                    os.fchown(slave, user.uid, -1)
+                except OSError:
+                    pass
+            try:
+                popen = subprocess.Popen(
+                    spec.argv,
+                    stdin=slave,
+                    stdout=slave,
+                    stderr=slave,
+                    cwd=spec.cwd,
+                    env=spec.env,
+                    start_new_session=True,
+                    preexec_fn=_make_controlling_tty,
+                    **kwargs,
+                )
+            except BaseException:
+                os.close(master)
+                raise
+            finally:
+                os.close(slave)
+        else:
+            popen = subprocess.Popen(
+                spec.argv,
+                stdin=subprocess.PIPE if spec.stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=spec.cwd,
+                env=spec.env,
+                start_new_session=True,
+                **kwargs,
+            )
+        proc = Proc(self, spec, popen)
+        if first is not None:
+            proc.subscribers.append(first)
+        self.procs[proc.pid] = proc
+        loop = self.loop
+        if master is not None:
+            os.set_blocking(master, False)
+            proc.pty_master = master
+            proc.stdin = _FdWriter(loop, master, owns_fd=False)
+            proc._readers[master] = b'{"event":{"data":{"pty":"'
+            loop.add_reader(master, proc._on_readable, master)
+        else:
+            assert popen.stdout is not None and popen.stderr is not None
+            for f, prefix in (
+                (popen.stdout, b'{"event":{"data":{"stdout":"'),
+                (popen.stderr, b'{"event":{"data":{"stderr":"'),
+            ):
+                fd = os.dup(f.fileno())
+                f.close()
+                os.set_blocking(fd, False)
+                proc._readers[fd] = prefix
+                loop.add_reader(fd, proc._on_readable, fd)
+            popen.stdout = popen.stderr = None
+            if popen.stdin is not None:
+                fd = os.dup(popen.stdin.fileno())
+                popen.stdin.close()
+                popen.stdin = None
+                os.set_blocking(fd, False)
+                proc.stdin = _FdWriter(loop, fd, owns_fd=True)
+        self._watch_exit(proc)
+        if spec.timeout_s is not None:
+            proc._timer = loop.call_later(spec.timeout_s, proc.signal, signal.SIGKILL)
+        return proc
+
+    def _watch_exit(self, proc: Proc) -> None:
+        if self._use_pidfd:
+            try:
+                proc._pidfd = os.pidfd_open(proc.pid)
+            except OSError:
+                self._use_pidfd = False
+            else:
+                self.loop.add_reader(proc._pidfd, proc._on_exit)
+                return
+        if not self._sigchld_installed:
+            self.loop.add_signal_handler(signal.SIGCHLD, self._reap)
+            self._sigchld_installed = True
+        self.loop.call_soon(self._reap)  # it may have exited already
+
+    def _reap(self) -> None:
+        for proc in list(self.procs.values()):
+            proc._on_exit()
+
+    def kill_all(self) -> None:
+        for proc in list(self.procs.values()):
+            proc.signal(signal.SIGKILL)
+
