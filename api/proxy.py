@@ -1,0 +1,203 @@
+"""The envd/guest-port proxy: raw ASGI in front of the control-plane app.
+
+E2B SDKs send sandbox traffic to `E2B_SANDBOX_URL` (often the API's own URL) with
+`E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers, or to `{port}-{id}.{domain}`. Such requests
+never reach Litestar: they are streamed both ways to the guest, chunk by chunk, with no
+buffering — a `commands.run(background=True)` returns only when the first streamed event
+arrives, and a 1 GiB upload must not sit in this process's memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import h11
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+HOP_BY_HOP = frozenset(
+    {
+        b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te",
+        b"trailer", b"transfer-encoding", b"upgrade", b"host",
+    }
+)  # fmt: skip
+_HOST_RE = re.compile(r"^(\d{1,5})-([a-z0-9]{1,63})\.")
+CONNECT_TIMEOUT = 5.0
+READ_CHUNK = 256 * 1024
+
+
+@dataclass(frozen=True)
+class Upstream:
+    host: str
+    port: int
+
+
+class SandboxUnavailable(Exception):
+    """The sandbox does not exist or is not running: E2B's 502 "was not found" answer."""
+
+
+Resolver = Callable[[str, int], Awaitable[Upstream]]
+
+
+def sandbox_target(scope: Scope, domain: str | None) -> tuple[str, int] | None:
+    """(sandbox id, port) this request is addressed to, or None for control-plane traffic."""
+    sid = port = host = None
+    for k, v in scope.get("headers", ()):
+        if k == b"e2b-sandbox-id":
+            sid = v.decode("latin-1").strip()
+        elif k == b"e2b-sandbox-port":
+            port = v.decode("latin-1").strip()
+        elif k == b"host":
+            host = v.decode("latin-1")
+    if sid:
+        return sid, int(port) if port and port.isdigit() else 49983
+    if host and domain:
+        m = _HOST_RE.match(host)
+        if m and host.split(":")[0].endswith("." + domain):
+            return m.group(2), int(m.group(1))
+    return None
+
+
+class SandboxProxy:
+    """ASGI middleware: sandbox traffic to the guest, everything else to `app`."""
+
+    def __init__(self, app: ASGIApp, resolve: Resolver, *, domain: str | None = None):
+        self.app = app
+        self.resolve = resolve
+        self.domain = domain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        target = sandbox_target(scope, self.domain) if scope["type"] == "http" else None
+        if target is None:
+            await self.app(scope, receive, send)
+            return
+        sid, port = target
+        try:
+            upstream = await self.resolve(sid, port)
+        except SandboxUnavailable:
+            await _json(send, 502, {"sandboxId": sid, "message": "The sandbox was not found",
+                                    "code": 502})  # fmt: skip
+            return
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(upstream.host, upstream.port), CONNECT_TIMEOUT
+            )
+        except (OSError, TimeoutError):
+            msg = f"The sandbox is running but port is not open ({port})"
+            await _json(send, 502, {"sandboxId": sid, "code": 502, "message": msg})
+            return
+        try:
+            await _forward(scope, receive, send, reader, writer, upstream)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+async def _forward(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    upstream: Upstream,
+) -> None:
+    conn = h11.Connection(h11.CLIENT)
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP]
+    has_length = any(k == b"content-length" for k, _ in headers)
+    if not has_length and scope["method"] not in ("GET", "HEAD", "DELETE", "OPTIONS"):
+        headers.append((b"transfer-encoding", b"chunked"))
+    headers.insert(0, (b"host", f"{upstream.host}:{upstream.port}".encode()))
+    target = scope.get("raw_path") or scope["path"].encode()
+    if scope.get("query_string"):
+        target += b"?" + scope["query_string"]
+    writer.write(conn.send(h11.Request(method=scope["method"], target=target, headers=headers)))
+
+    async def pump_request() -> None:
+        """Request body upstream as it arrives; then watch for the client going away."""
+        body_done = False
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                writer.close()  # ends the upstream stream: envd sees the drop, as direct
+                return
+            if body_done:
+                continue
+            body = msg.get("body", b"")
+            if body:
+                writer.write(conn.send(h11.Data(data=body)))
+                await writer.drain()
+            if not msg.get("more_body", False):
+                writer.write(conn.send(h11.EndOfMessage()))
+                await writer.drain()
+                body_done = True
+
+    pump = asyncio.create_task(pump_request())
+    started = False
+    try:
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await reader.read(READ_CHUNK)
+                if not data and pump.done():
+                    return  # the client left and we closed upstream
+                conn.receive_data(data)
+                continue
+            if isinstance(event, h11.InformationalResponse):
+                continue
+            if isinstance(event, h11.Response):
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": event.status_code,
+                        "headers": [(k, v) for k, v in event.headers if k not in HOP_BY_HOP],
+                    }
+                )
+                started = True
+            elif isinstance(event, h11.Data):
+                await send({"type": "http.response.body", "body": bytes(event.data),
+                            "more_body": True})  # fmt: skip
+            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                break
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except (h11.RemoteProtocolError, h11.LocalProtocolError, OSError) as e:
+        if pump.done():
+            return
+        log.warning("proxy to %s:%s failed: %s", upstream.host, upstream.port, e)
+        if not started:
+            await _json(send, 502, {"code": 502, "message": f"sandbox connection failed: {e}"})
+        else:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        if not pump.done():
+            pump.cancel()
+        with contextlib.suppress(BaseException):
+            await pump
+
+
+async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
+    raw = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json; charset=utf-8"),
+                (b"content-length", str(len(raw)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": raw, "more_body": False})
