@@ -139,7 +139,7 @@ def async_sandbox(envd: Envd) -> AsyncSandbox:
     return sbx
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def home(test_user: str) -> str:
     return pwd.getpwnam(test_user).pw_dir
 

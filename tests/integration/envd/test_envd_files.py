@@ -1,0 +1,190 @@
+"""/files and filesystem.Filesystem through `sandbox.files`."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import pwd
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from e2b import FileNotFoundException, InvalidArgumentException, Sandbox
+from e2b.sandbox.filesystem.filesystem import FileType
+
+from tests.integration.envd.conftest import Envd
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_write_and_read_text_bytes_gzip(sandbox: Sandbox, workdir: str, test_user: str) -> None:
+    path = f"{workdir}/hello.txt"
+    info = sandbox.files.write(path, "hello world")
+    assert info.path == path
+    assert info.name == "hello.txt"
+    assert info.type == FileType.FILE
+    assert sandbox.files.read(path) == "hello world"
+    assert sandbox.files.read(path, format="bytes") == bytearray(b"hello world")
+    assert sandbox.files.read(path, gzip=True) == "hello world"
+    assert b"".join(sandbox.files.read(path, format="stream")) == b"hello world"
+    st = os.stat(path)
+    assert pwd.getpwuid(st.st_uid).pw_name == test_user
+
+
+def test_relative_paths_resolve_in_home(sandbox: Sandbox, home: str) -> None:
+    info = sandbox.files.write("rel-test.txt", "r")
+    try:
+        assert info.path == os.path.join(home, "rel-test.txt")
+        assert sandbox.commands.run("cat rel-test.txt").stdout == "r"
+    finally:
+        sandbox.files.remove("rel-test.txt")
+
+
+def test_write_files_multi_with_paths_in_filenames(sandbox: Sandbox, workdir: str) -> None:
+    infos = sandbox.files.write_files(
+        [
+            {"path": f"{workdir}/d/a.txt", "data": "A"},
+            {"path": f"{workdir}/d/sub/b.bin", "data": b"\x00\x01"},
+        ]
+    )
+    assert [i.path for i in infos] == [f"{workdir}/d/a.txt", f"{workdir}/d/sub/b.bin"]
+    assert sandbox.files.read(f"{workdir}/d/sub/b.bin", format="bytes") == bytearray(b"\0\1")
+
+
+def test_octet_stream_upload_from_file_like_and_iterable(sandbox: Sandbox, workdir: str) -> None:
+    data = os.urandom(100_000)
+    sandbox.files.write(f"{workdir}/stream.bin", io.BytesIO(data))
+    assert bytes(sandbox.files.read(f"{workdir}/stream.bin", format="bytes")) == data
+
+    def chunks() -> Iterator[bytes]:
+        yield b"abc"
+        yield b"def"
+
+    sandbox.files.write(f"{workdir}/iter.bin", chunks())
+    assert sandbox.files.read(f"{workdir}/iter.bin") == "abcdef"
+    sandbox.files.write(f"{workdir}/gz.bin", b"zipped" * 1000, gzip=True)
+    assert sandbox.files.read(f"{workdir}/gz.bin") == "zipped" * 1000
+
+
+def test_overwrite_and_read_missing_and_directory(sandbox: Sandbox, workdir: str) -> None:
+    sandbox.files.write(f"{workdir}/f", "long content")
+    sandbox.files.write(f"{workdir}/f", "short")
+    assert sandbox.files.read(f"{workdir}/f") == "short"
+    with pytest.raises(FileNotFoundException):
+        sandbox.files.read(f"{workdir}/missing")
+    with pytest.raises(InvalidArgumentException):
+        sandbox.files.read(workdir)
+
+
+def test_metadata_xattrs(sandbox: Sandbox, workdir: str) -> None:
+    try:
+        os.setxattr(workdir, "user.probe", b"1")
+    except OSError:
+        pytest.skip("filesystem without user xattrs")
+    info = sandbox.files.write(f"{workdir}/m.txt", "x", metadata={"Owner": "alice"})
+    assert info.metadata == {"owner": "alice"}
+    assert sandbox.files.get_info(f"{workdir}/m.txt").metadata == {"owner": "alice"}
+
+
+def test_list_with_depth(sandbox: Sandbox, workdir: str) -> None:
+    sandbox.files.write_files(
+        [
+            {"path": f"{workdir}/l/a.txt", "data": "A"},
+            {"path": f"{workdir}/l/sub/b.txt", "data": "BB"},
+            {"path": f"{workdir}/l/sub/deep/c.txt", "data": "C"},
+        ]
+    )
+    os.symlink(f"{workdir}/l/a.txt", f"{workdir}/l/link")
+    one = sandbox.files.list(f"{workdir}/l")
+    assert sorted(e.name for e in one) == ["a.txt", "link", "sub"]
+    by_name = {e.name: e for e in one}
+    assert by_name["sub"].type == FileType.DIR
+    assert by_name["a.txt"].type == FileType.FILE
+    assert by_name["a.txt"].size == 1
+    assert by_name["a.txt"].permissions == "-rw-r--r--"
+    assert by_name["a.txt"].mode == 0o644
+    assert by_name["link"].type == FileType.SYMLINK
+    assert by_name["link"].symlink_target == f"{workdir}/l/a.txt"
+    two = sandbox.files.list(f"{workdir}/l", depth=2)
+    assert sorted(e.path for e in two) == sorted(
+        [
+            f"{workdir}/l/a.txt",
+            f"{workdir}/l/link",
+            f"{workdir}/l/sub",
+            f"{workdir}/l/sub/b.txt",
+            f"{workdir}/l/sub/deep",
+        ]
+    )
+    with pytest.raises(FileNotFoundException):
+        sandbox.files.list(f"{workdir}/nope")
+    with pytest.raises(InvalidArgumentException):
+        sandbox.files.list(f"{workdir}/l/a.txt")
+
+
+def test_exists_info_mkdir_rename_remove(sandbox: Sandbox, workdir: str) -> None:
+    sandbox.files.write(f"{workdir}/a.txt", "A")
+    assert sandbox.files.exists(f"{workdir}/a.txt") is True
+    assert sandbox.files.exists(f"{workdir}/nope") is False
+    info = sandbox.files.get_info(f"{workdir}/a.txt")
+    assert info.name == "a.txt" and info.size == 1 and info.type == FileType.FILE
+    assert info.modified_time.year >= 2024
+    with pytest.raises(FileNotFoundException):
+        sandbox.files.get_info(f"{workdir}/nope")
+    assert sandbox.files.make_dir(f"{workdir}/newdir/x") is True
+    assert sandbox.files.make_dir(f"{workdir}/newdir/x") is False
+    assert sandbox.files.get_info(f"{workdir}/newdir").permissions == "drwxr-xr-x"
+    moved = sandbox.files.rename(f"{workdir}/a.txt", f"{workdir}/sub/c.txt")
+    assert moved.path == f"{workdir}/sub/c.txt"
+    assert sandbox.files.exists(f"{workdir}/a.txt") is False
+    with pytest.raises(FileNotFoundException):
+        sandbox.files.rename(f"{workdir}/a.txt", f"{workdir}/z.txt")
+    sandbox.files.remove(f"{workdir}/sub/c.txt")
+    sandbox.files.remove(f"{workdir}/sub/c.txt")  # missing: not an error
+    sandbox.files.remove(f"{workdir}/newdir")
+    assert sandbox.files.exists(f"{workdir}/newdir") is False
+
+
+def test_signed_urls(envd: Envd, sandbox: Sandbox, workdir: str) -> None:
+    up = sandbox.upload_url(f"{workdir}/signed.txt", use_signature_expiration=60)
+    r = httpx.post(up, files={"file": ("signed.txt", b"via-url")})
+    assert r.status_code == 200, r.text
+    down = sandbox.download_url(f"{workdir}/signed.txt")
+    r = httpx.get(down)
+    assert r.status_code == 200 and r.content == b"via-url"
+    assert httpx.get(down.replace("signature=v1_", "signature=v1_x")).status_code == 401
+    bare = f"{envd.url}/files?path={workdir}/signed.txt"
+    assert httpx.get(bare).status_code == 401
+    expired = sandbox.download_url(f"{workdir}/signed.txt", use_signature_expiration=-10)
+    assert httpx.get(expired).status_code == 401
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_100mib_round_trip_with_checksum(sandbox: Sandbox, workdir: str) -> None:
+    size = 100 * 1024 * 1024
+    block = os.urandom(1024 * 1024)
+    src = hashlib.sha256()
+
+    def chunks() -> Iterator[bytes]:
+        for i in range(size // len(block)):
+            piece = block[i:] + block[:i]
+            src.update(piece)
+            yield piece
+
+    sandbox.files.write(f"{workdir}/big.bin", chunks())
+    assert os.path.getsize(f"{workdir}/big.bin") == size
+    dst = hashlib.sha256()
+    got = 0
+    with sandbox.files.read(f"{workdir}/big.bin", format="stream") as stream:
+        for chunk in stream:
+            dst.update(chunk)
+            got += len(chunk)
+    assert got == size
+    assert dst.hexdigest() == src.hexdigest()
+    # multipart upload of a file object goes through the streaming parser too
+    with open(f"{workdir}/big.bin", "rb") as f:
+        sandbox.files.write_files([{"path": f"{workdir}/big2.bin", "data": f}],
+                                  use_octet_stream=False)
+    with open(f"{workdir}/big2.bin", "rb") as f:
+        assert hashlib.file_digest(f, "sha256").hexdigest() == src.hexdigest()

@@ -1,0 +1,84 @@
+"""Directory watching: sync `watch_dir` (polled watcher RPCs) and async (WatchDir stream)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from e2b import AsyncSandbox, FileNotFoundException, Sandbox
+from e2b.sandbox.filesystem.watch_handle import FilesystemEvent, FilesystemEventType
+
+from tests.support import eventually, eventually_sync
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_sync_watcher_sees_create_write_remove(sandbox: Sandbox, workdir: str) -> None:
+    w = sandbox.files.watch_dir(workdir)
+    seen: list[tuple[str, FilesystemEventType]] = []
+
+    def has(name: str, kind: FilesystemEventType) -> bool:
+        seen.extend((e.name, e.type) for e in w.get_new_events())
+        return (name, kind) in seen
+
+    sandbox.files.write(f"{workdir}/w.txt", "x")
+    eventually_sync(lambda: has("w.txt", FilesystemEventType.CREATE))
+    eventually_sync(lambda: has("w.txt", FilesystemEventType.WRITE))
+    sandbox.commands.run(f"echo more >> {workdir}/w.txt; chmod 600 {workdir}/w.txt")
+    eventually_sync(lambda: has("w.txt", FilesystemEventType.CHMOD))
+    sandbox.files.rename(f"{workdir}/w.txt", f"{workdir}/v.txt")
+    eventually_sync(lambda: has("w.txt", FilesystemEventType.RENAME))
+    sandbox.files.remove(f"{workdir}/v.txt")
+    eventually_sync(lambda: has("v.txt", FilesystemEventType.REMOVE))
+    w.stop()
+
+
+def test_sync_watcher_recursive_with_entries(sandbox: Sandbox, workdir: str) -> None:
+    os.makedirs(f"{workdir}/sub")
+    w = sandbox.files.watch_dir(workdir, recursive=True, include_entry=True)
+    sandbox.files.write(f"{workdir}/sub/deep.txt", "abc")
+    events: list[FilesystemEvent] = []
+
+    def created() -> bool:
+        events.extend(w.get_new_events())
+        return any(e.name == "sub/deep.txt" and e.type == FilesystemEventType.CREATE
+                   for e in events)
+
+    eventually_sync(created)
+    entry = next(e.entry for e in events if e.name == "sub/deep.txt" and e.entry)
+    assert entry is not None and entry.path == f"{workdir}/sub/deep.txt"
+    # a directory created after the watch started is watched too
+    sandbox.files.make_dir(f"{workdir}/later")
+    eventually_sync(lambda: events.extend(w.get_new_events()) or any(
+        e.name == "later" for e in events))
+    sandbox.files.write(f"{workdir}/later/x.txt", "x")
+    eventually_sync(lambda: events.extend(w.get_new_events()) or any(
+        e.name == "later/x.txt" for e in events))
+    w.stop()
+
+
+def test_watch_missing_dir(sandbox: Sandbox, workdir: str) -> None:
+    with pytest.raises(FileNotFoundException):
+        sandbox.files.watch_dir(f"{workdir}/missing")
+
+
+async def test_async_watch_dir_stream(async_sandbox: AsyncSandbox, workdir: str) -> None:
+    events: list[FilesystemEvent] = []
+    handle = await async_sandbox.files.watch_dir(
+        workdir, on_event=events.append, recursive=True
+    )
+    try:
+        await async_sandbox.files.write(f"{workdir}/a.txt", "1")
+        await async_sandbox.files.remove(f"{workdir}/a.txt")
+
+        async def saw_all() -> bool:
+            kinds = {(e.name, e.type) for e in events}
+            return {("a.txt", FilesystemEventType.CREATE),
+                    ("a.txt", FilesystemEventType.WRITE),
+                    ("a.txt", FilesystemEventType.REMOVE)} <= kinds
+
+        await eventually(saw_all)
+    finally:
+        await handle.stop()
+    await asyncio.sleep(0)
