@@ -167,7 +167,9 @@ class QemuVm:
             except ExecuteError as e:
                 raise VmmError(f"VM {self.spec.vm_id}: {cmd} failed: {e.error.error.desc}") from e
             except QMPError as e:
-                if not self.alive or cmd == "quit":
+                # A dying QEMU drops the socket a moment before its exit is reaped.
+                await asyncio.wait({self._exit_task}, timeout=1.0)
+                if not self.alive:
                     raise self._crashed() from e
                 raise VmmError(f"VM {self.spec.vm_id}: QMP {cmd}: {e}") from e
         call.cancel()
