@@ -10,8 +10,8 @@ from envd.connect import ClientStreamHandler, RpcError, ServerStreamHandler, Una
 from envd.fs_rpc import FilesystemService
 from envd.guest_init import handle_init
 from envd.httpserver import HttpError, Request
-from envd.procs import ProcessTable
 from envd.process_rpc import ProcessService
+from envd.procs import ProcessTable
 from envd.state import State
 
 

@@ -11,6 +11,7 @@ go into the end-of-stream envelope, which every Connect client understands.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import struct
 import time
@@ -143,10 +144,8 @@ def make_call(req: Request) -> Call:
     keepalive = DEFAULT_KEEPALIVE_S
     raw_ka = req.headers.get("keepalive-ping-interval")
     if raw_ka:
-        try:
+        with contextlib.suppress(ValueError):
             keepalive = max(0.05, float(raw_ka))
-        except ValueError:
-            pass
     return Call(req, timeout_s, keepalive)
 
 
@@ -228,7 +227,7 @@ async def serve_server_stream(req: Request, handler: ServerStreamHandler) -> Non
             # Finish reading what should be an already-sent end of body (a 0-length chunk).
             try:
                 await asyncio.wait_for(req.drain_body(), 0.05)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 req.close_after = True
     except RpcError as e:
         error = e
@@ -311,7 +310,7 @@ async def serve_client_stream(req: Request, handler: ClientStreamHandler) -> Non
             result = await coro
     except RpcError as e:
         error = e
-    except asyncio.TimeoutError:
+    except TimeoutError:
         error = RpcError("deadline_exceeded", "the operation timed out")
     except (ConnectionError, asyncio.IncompleteReadError):
         raise

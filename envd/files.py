@@ -10,7 +10,14 @@ from typing import Any
 
 from envd import auth, wire
 from envd.httpserver import HttpError, Request
-from envd.multipart import MultipartError, MultipartParser, PartData, PartEnd, PartStart, boundary_of
+from envd.multipart import (
+    MultipartError,
+    MultipartParser,
+    PartData,
+    PartEnd,
+    PartStart,
+    boundary_of,
+)
 from envd.state import State
 from envd.users import User, chown_to, makedirs_for, resolve_path
 
@@ -45,7 +52,7 @@ async def download(state: State, req: Request) -> None:
         raise HttpError(400, "path is required")
     path = resolve_path(raw, user, state.default_workdir)
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below, after an async send
+        f = open(path, "rb")  # noqa: SIM115, ASYNC230 - local disk; closed below
     except FileNotFoundError as e:
         raise HttpError(404, f"path '{path}' does not exist") from e
     except IsADirectoryError as e:
@@ -82,7 +89,11 @@ async def download(state: State, req: Request) -> None:
 
 def _metadata(req: Request) -> dict[str, str]:
     prefix = "x-metadata-"
-    return {k[len(prefix) :]: v for k, v in req.headers.items() if k.startswith(prefix) and k != prefix}
+    return {
+        k[len(prefix) :]: v
+        for k, v in req.headers.items()
+        if k.startswith(prefix) and k != prefix
+    }
 
 
 class _Sink:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import shutil
@@ -104,7 +105,9 @@ class FilesystemService:
         else:
             if stat.S_ISDIR(st.st_mode):
                 raise RpcError("already_exists", f"directory already exists: {path}")
-            raise RpcError("invalid_argument", f"path already exists and is not a directory: {path}")
+            raise RpcError(
+                "invalid_argument", f"path already exists and is not a directory: {path}"
+            )
         try:
             makedirs_for(path, user)
         except NotADirectoryError as e:
@@ -171,10 +174,8 @@ class FilesystemService:
         def on_event(etype: str, rel: str, abspath: str) -> None:
             event: dict[str, Any] = {"name": rel, "type": etype}
             if include and etype not in (wire.EVENT_REMOVE, wire.EVENT_RENAME):
-                try:
+                with contextlib.suppress(OSError):
                     event["entry"] = wire.entry_info(abspath)
-                except OSError:
-                    pass
             sink(event)
 
         watcher = DirWatcher(self.loop, path, bool(msg.get("recursive")), on_event)
@@ -217,7 +218,7 @@ class FilesystemService:
         polled = self.watchers.get(wid) if isinstance(wid, str) else None
         if polled is None:
             raise RpcError("not_found", f"watcher {wid!r} not found")
-        return wid, polled  # type: ignore[return-value]
+        return wid, polled
 
     async def get_watcher_events(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         _, polled = self._watcher(msg)

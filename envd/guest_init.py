@@ -59,7 +59,7 @@ def parse_timestamp(value: object) -> int | None:
             text = text[:-1] + "+00:00"
         parsed = dt.datetime.fromisoformat(text)
         if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=dt.timezone.utc)
+            parsed = parsed.replace(tzinfo=dt.UTC)
         return int(parsed.timestamp()) * 1_000_000_000 + frac_ns
     raise ValueError("timestamp must be RFC 3339 or unix nanoseconds")
 

@@ -10,6 +10,7 @@ a 1 GiB upload never sits in memory.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO
@@ -204,7 +205,7 @@ class Request:
         await self.respond(status, body, "application/json")
 
     async def respond_error(self, status: int, message: str) -> None:
-        """envd's plain error shape, which the SDK maps by status (401 -> AuthenticationException)."""
+        """envd's plain error shape; the SDK maps it by status (401: AuthenticationException)."""
         await self.respond_json(status, {"code": status, "message": message})
 
     async def begin_chunked(
@@ -299,7 +300,5 @@ async def serve_connection(
     except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
         pass
     finally:
-        try:
+        with contextlib.suppress(Exception):
             writer.close()
-        except Exception:
-            pass

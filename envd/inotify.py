@@ -7,6 +7,7 @@ modify -> WRITE, delete -> REMOVE, moved-from/move-self -> RENAME, attrib -> CHM
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import struct
@@ -124,10 +125,8 @@ class DirWatcher:
             for d in dirnames:
                 p = os.path.join(dirpath, d)
                 if not os.path.islink(p):
-                    try:
+                    with contextlib.suppress(OSError):
                         self._add(p)
-                    except OSError:
-                        pass
 
     def _on_readable(self) -> None:
         try:
@@ -178,7 +177,8 @@ def is_network_mount(path: str) -> bool:
                     continue
                 mnt = fields[4].replace("\\040", " ")
                 sep = fields.index("-")
-                if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                inside = path == mnt or path.startswith(mnt.rstrip("/") + "/")
+                if inside and len(mnt) >= len(best):
                     best, fstype = mnt, fields[sep + 1]
     except OSError:
         return False

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from envd import auth, wire
-from envd.connect import Call, RpcError, Send, encode
+from envd.connect import Call, RpcError, Send
 from envd.procs import Proc, ProcessTable, SpawnSpec, Subscriber
 from envd.state import State
 from envd.users import resolve_path
@@ -183,7 +183,7 @@ class ProcessService:
 
     async def send_signal(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         proc = self._select(msg)
-        signum = wire.SIGNALS.get(msg.get("signal"))  # type: ignore[arg-type]
+        signum = wire.SIGNALS.get(msg.get("signal"))
         if signum is None:
             raise RpcError("invalid_argument", f"unsupported signal {msg.get('signal')!r}")
         proc.signal(signum)

@@ -9,6 +9,7 @@ every attached stream; a process outlives its streams and anyone may attach by p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import signal
@@ -96,10 +97,8 @@ class _FdWriter:
         self.closed = True
         self._loop.remove_writer(self.fd)
         if self._owns:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self.fd)
-            except OSError:
-                pass
 
     def abandon(self) -> None:
         """Drop pending input (the process is gone) without closing a shared fd."""
@@ -107,17 +106,17 @@ class _FdWriter:
         self._loop.remove_writer(self.fd)
         if self._owns and not self.closed:
             self.closed = True
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self.fd)
-            except OSError:
-                pass
         self.closed = True
 
 
 class Proc:
     """A running process and the streams attached to it."""
 
-    def __init__(self, table: ProcessTable, spec: SpawnSpec, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self, table: ProcessTable, spec: SpawnSpec, popen: subprocess.Popen[bytes]
+    ) -> None:
         self.table = table
         self.spec = spec
         self.popen = popen
@@ -198,10 +197,8 @@ class Proc:
         if self.stdin is not None:
             self.stdin.abandon()
         if self.pty_master is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self.pty_master)
-            except OSError:
-                pass
         if self._timer is not None:
             self._timer.cancel()
         self.finished = True
@@ -224,10 +221,8 @@ class Proc:
 
     def signal(self, signum: int) -> None:
         if self.wait_status is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signum)
-            except ProcessLookupError:
-                pass
 
     def write_input(self, data: bytes, pty: bool) -> None:
         if self.stdin is None:
@@ -301,10 +296,8 @@ class ProcessTable:
             master, slave = os.openpty()
             _set_winsize(master, *spec.pty_size)
             if not user.is_current and os.geteuid() == 0:
-                try:
+                with contextlib.suppress(OSError):
                     os.fchown(slave, user.uid, -1)
-                except OSError:
-                    pass
             try:
                 popen = subprocess.Popen(
                     spec.argv,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 from dataclasses import dataclass
@@ -67,10 +68,8 @@ def resolve_path(path: str, user: User, default_dir: str | None = None) -> str:
 def chown_to(path: str, user: User) -> None:
     """Give a file we created on the user's behalf to the user (envd runs as root)."""
     if os.geteuid() == 0 and user.uid != 0:
-        try:
+        with contextlib.suppress(OSError):
             os.chown(path, user.uid, user.gid, follow_symlinks=False)
-        except OSError:
-            pass
 
 
 def makedirs_for(path: str, user: User) -> None:

@@ -18,7 +18,6 @@ from envd.connect import EnvelopeParser, envelope
 from envd.version import ENVD_VERSION
 from tests.integration.envd.conftest import (
     Envd,
-    init_envd,
     make_sandbox,
     start_envd,
     stop_envd,
