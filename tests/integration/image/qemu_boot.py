@@ -50,20 +50,39 @@ class BootedVM:
             if "AENV-INIT-FAIL" in text:
                 raise AssertionError(f"guest init failed:\n{text[-3000:]}")
             if self.proc.poll() is not None:
-                raise AssertionError(f"QEMU exited {self.proc.returncode} before {pattern!r}:\n{text[-3000:]}")
+                raise AssertionError(
+                    f"QEMU exited {self.proc.returncode} before {pattern!r}:\n{text[-3000:]}"
+                )
             if time.monotonic() > deadline:
                 raise AssertionError(f"no {pattern!r} within {timeout}s; console:\n{text[-3000:]}")
             time.sleep(0.05)
 
 
 @contextmanager
-def boot(image: GuestImage, *, debug: bool = True, mem_mb: int = 512) -> Iterator[BootedVM]:
+def boot(
+    image: GuestImage,
+    *,
+    debug: bool = True,
+    mem_mb: int = 512,
+    extra: dict[str, str] | None = None,
+) -> Iterator[BootedVM]:
     """Boot `image` (fresh qcow2 overlay, RAM file in /dev/shm); always kill and clean up."""
     work = Path(tempfile.mkdtemp(prefix="aenv-imgtest-"))
     shm = Path(tempfile.mkdtemp(prefix="aenv-imgtest-", dir="/dev/shm"))
     overlay, log = work / "root.qcow2", work / "console.log"
     subprocess.run(
-        ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.rootfs), "-F", "raw", str(overlay)],
+        [
+            "qemu-img",
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-b",
+            str(image.rootfs),
+            "-F",
+            "raw",
+            str(overlay),
+        ],
         check=True,
     )
     argv = [
@@ -73,7 +92,7 @@ def boot(image: GuestImage, *, debug: bool = True, mem_mb: int = 512) -> Iterato
         "-nodefaults", "-no-reboot", "-display", "none", "-serial", f"file:{log}",
         "-object", f"memory-backend-file,id=mem,size={mem_mb}M,mem-path={shm / 'ram'},share=on",
         "-kernel", str(image.kernel), "-initrd", str(image.initrd),
-        "-append", kernel_cmdline(image, ip=None, debug=debug),
+        "-append", kernel_cmdline(image, ip=None, debug=debug, extra=extra),
         "-drive", f"id=root,file={overlay},format=qcow2,if=none",
         "-device", "virtio-blk-device,drive=root",
     ]  # fmt: skip

@@ -66,6 +66,7 @@ def staging(root: Path, key: str) -> Iterator[Path]:
     Removed afterwards unless the caller has renamed it away.
     """
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=root))
+    tmp.chmod(0o755)  # becomes the published directory; mkdtemp makes it 0700
     try:
         yield tmp
     finally:

@@ -1,0 +1,104 @@
+"""Boot images under QEMU microvm (TCG) and watch the serial console for the markers."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from workers.node.image import GuestImage, base_rootfs_tree, build_base, build_from_oci
+from workers.node.image.build import default_envd_src
+from workers.node.image.oci_write import write_archive, write_layout_from_dir
+
+from .qemu_boot import boot
+
+pytestmark = [pytest.mark.vm, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def _qemu_count() -> int:
+    out = subprocess.run(["pgrep", "-c", "-x", "qemu-system-x86"], capture_output=True, text=True)
+    return int(out.stdout.strip() or 0)
+
+
+def test_base_image_boots_to_init_and_envd(base_image: GuestImage) -> None:
+    assert base_image.kernel.stat().st_size > 10 << 20  # the uncompressed PVH vmlinux
+    assert base_image.manifest["guest"]["ip"] == "169.254.0.21/30"
+    with boot(base_image) as vm:
+        m, t_init = vm.wait_for(r"AENV-INIT (\d+\.\d+)", timeout=90)
+        print(f"AENV-INIT after {t_init:.2f}s wall (guest uptime {m.group(1)}s)")
+        console = vm.console()
+        for marker in ("start", "modules-loaded", "root-mounted", "switch-root"):
+            assert f"] {marker}" in console, console  # vmdebug=1 progress markers
+        if (default_envd_src() / "__main__.py").exists():
+            m, t_envd = vm.wait_for(r"ENVD-READY 49983|AENV-ENVD-EXIT \d+", timeout=60)
+            print(f"{m.group(0)} after {t_envd:.2f}s wall")
+            assert m.group(0) == "ENVD-READY 49983", vm.console()
+        proc = vm.proc
+    assert proc.poll() is not None  # killed on exit
+
+
+def test_initramfs_failure_powers_off_with_a_reason(base_image: GuestImage) -> None:
+    with boot(base_image, extra={"vminit": "/no/such/init"}) as vm:
+        try:
+            vm.wait_for("never printed", timeout=90)
+        except AssertionError as e:
+            assert "AENV-INIT-FAIL root filesystem has no /no/such/init" in str(e)
+        else:  # pragma: no cover
+            pytest.fail("boot did not fail")
+        # poweroff -f ends QEMU by itself: the host driver sees the exit, not a hang
+        deadline = time.monotonic() + 30
+        while vm.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert vm.proc.returncode == 0, "QEMU did not exit after AENV-INIT-FAIL"
+
+
+def test_envd_change_rebuilds_without_debootstrap(base_image: GuestImage, tmp_path: Path) -> None:
+    envd = tmp_path / "envd"
+    shutil.copytree(default_envd_src(), envd, ignore=shutil.ignore_patterns("__pycache__"))
+    (envd / "_aenv_image_test_marker.py").write_text("MARKER = 1\n")
+    messages: list[str] = []
+    t0 = time.monotonic()
+    img = build_base(progress=messages.append, envd_src=envd, force=True)
+    elapsed = time.monotonic() - t0
+    assert img.digest != base_image.digest
+    assert not any("debootstrap --variant" in m for m in messages), messages
+    assert any("copy the debootstrap tree" in m for m in messages), messages
+    print(f"rebuild with changed envd: {elapsed:.1f}s")
+    # the same inputs give the same digest: an unforced build is a cache hit
+    again: list[str] = []
+    assert build_base(progress=again.append, envd_src=envd).digest == img.digest
+    assert any("is cached" in m for m in again)
+    shutil.rmtree(img.rootfs.parent)  # keep the shared cache lean: this image is test-only
+
+
+def test_oci_image_from_the_debootstrap_tree_boots(base_image: GuestImage, tmp_path: Path) -> None:
+    tree = base_rootfs_tree()
+    layout = tmp_path / "layout"
+    t0 = time.monotonic()
+    write_layout_from_dir(tree, layout)
+    archive = tmp_path / "image.tar"
+    write_archive(layout, archive)
+    print(f"OCI layout + archive of the debootstrap tree: {time.monotonic() - t0:.1f}s")
+    messages: list[str] = []
+    img = build_from_oci(archive, "oci-test", progress=messages.append, force=True)
+    assert img.manifest["source"]["kind"] == "oci"
+    assert img.digest != base_image.digest
+    assert any("unpack OCI" in m for m in messages), messages
+    try:
+        with boot(img) as vm:
+            _, t_init = vm.wait_for(r"AENV-INIT \d+\.\d+", timeout=90)
+            print(f"OCI image: AENV-INIT after {t_init:.2f}s wall")
+            if (default_envd_src() / "__main__.py").exists():
+                m, _ = vm.wait_for(r"ENVD-READY 49983|AENV-ENVD-EXIT \d+", timeout=60)
+                assert m.group(0) == "ENVD-READY 49983", vm.console()
+    finally:
+        shutil.rmtree(img.rootfs.parent, ignore_errors=True)
+        (img.rootfs.parent.parent / "names" / "oci-test").unlink(missing_ok=True)
+
+
+def test_no_qemu_left_behind() -> None:
+    # runs last in this module: every boot above killed its QEMU
+    assert _qemu_count() == 0 or pytest.skip("other QEMUs (other suites) are running")
