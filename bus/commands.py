@@ -1,0 +1,102 @@
+"""Publishing commands to AENV_CMD, deduplicated by command id."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.errors import APIError, NoStreamResponseError
+
+from aenv.domain import Command
+from bus import headers as h
+from bus.envelope import (
+    CommandEnvelope,
+    MessageContext,
+    decode_command_envelope,
+    encode_command,
+)
+from bus.envelope import commands as command_registry
+from bus.errors import DecodeError, PublishError
+from bus.settings import BusSettings
+from bus.subjects import COMMAND_VERBS, Names
+from bus.tracing import publish_span
+
+__all__ = ["CommandBus", "CommandReceipt", "aggregate_id_of", "decode_command", "verb_of"]
+
+_AGGREGATE_FIELDS = ("sandbox_id", "template_id", "key_id")
+
+
+def aggregate_id_of(command: Command) -> str:
+    """The id of the aggregate a command addresses (its subject's last token)."""
+    for field in _AGGREGATE_FIELDS:
+        value = getattr(command, field, None)
+        if isinstance(value, str):
+            return value
+    raise DecodeError(f"{type(command).__name__} names no aggregate")
+
+
+def verb_of(command: Command) -> str:
+    try:
+        return COMMAND_VERBS[type(command).__name__]
+    except KeyError:
+        raise DecodeError(f"{type(command).__name__} is not sent over the bus") from None
+
+
+def decode_command(data: bytes) -> tuple[CommandEnvelope, Command]:
+    """Envelope and command of a message from AENV_CMD (upcast if older)."""
+    env = decode_command_envelope(data)
+    return env, command_registry.load(env.type, env.schema_version, env.payload)
+
+
+@dataclass(frozen=True)
+class CommandReceipt:
+    """Where the command landed; `duplicate` means this command id was already queued."""
+
+    command_id: str
+    seq: int
+    duplicate: bool
+
+
+class CommandBus:
+    """Sends commands: to the node holding a sandbox, or to placement (any node with room)."""
+
+    def __init__(self, js: JetStreamContext, settings: BusSettings) -> None:
+        self._js = js
+        self._names = Names(settings.bus_prefix)
+        self._timeout = settings.request_timeout_s
+
+    async def to_node(
+        self, node_id: str, command: Command, *, context: MessageContext | None = None
+    ) -> CommandReceipt:
+        return await self.send(self._names.node_command(node_id, verb_of(command)), command,
+                               context=context)
+
+    async def to_placement(
+        self, command: Command, *, context: MessageContext | None = None
+    ) -> CommandReceipt:
+        return await self.send(self._names.place_command(verb_of(command)), command,
+                               context=context)
+
+    async def send(
+        self, subject: str, command: Command, *, context: MessageContext | None = None
+    ) -> CommandReceipt:
+        """Publish with `Nats-Msg-Id` = command id: a command sent twice is queued once."""
+        env, data = encode_command(
+            command, aggregate_id=aggregate_id_of(command), context=context or MessageContext()
+        )
+        cid = str(env.command_id)
+        hdrs = {
+            h.MSG_ID: cid,
+            h.EXPECTED_STREAM: self._names.command_stream,
+            h.TYPE: env.type,
+            h.SCHEMA_VERSION: str(env.schema_version),
+        }
+        with publish_span(subject, cid, hdrs):
+            try:
+                ack = await self._js.publish(subject, data, timeout=self._timeout, headers=hdrs)
+            except NoStreamResponseError as e:
+                raise PublishError(f"{subject}: no stream stores it") from e
+            except (APIError, NatsTimeoutError, TimeoutError) as e:
+                raise PublishError(f"{subject}: {e!r}") from e
+        return CommandReceipt(command_id=cid, seq=ack.seq, duplicate=bool(ack.duplicate))

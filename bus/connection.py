@@ -1,0 +1,57 @@
+"""The bus as one resource: connection, JetStream context, names, stores and command bus."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+
+from aenv.domain import apikey as ak
+from aenv.domain import sandbox as sb
+from aenv.domain import template as tp
+from bus.commands import CommandBus
+from bus.settings import BusSettings
+from bus.setup import ensure_streams
+from bus.store import EventStore
+from bus.subjects import Names
+
+__all__ = ["Bus"]
+
+
+@dataclass
+class Bus:
+    """Everything a process needs to talk to the log. Close it last (it owns the socket)."""
+
+    nc: NATS
+    js: JetStreamContext
+    settings: BusSettings
+    names: Names
+    sandboxes: EventStore[sb.Sandbox]
+    templates: EventStore[tp.Template]
+    api_keys: EventStore[ak.ApiKey]
+    commands: CommandBus
+
+    @classmethod
+    async def connect(cls, settings: BusSettings, *, name: str = "aenv", setup: bool = True) -> Bus:
+        """Connect to NATS and (by default) make sure the streams exist as configured."""
+        nc = await nats.connect(settings.nats_url, name=name, max_reconnect_attempts=-1)
+        js = nc.jetstream(timeout=settings.request_timeout_s)
+        if setup:
+            await ensure_streams(js, settings)
+        return cls(
+            nc=nc,
+            js=js,
+            settings=settings,
+            names=Names(settings.bus_prefix),
+            sandboxes=EventStore.sandboxes(js, settings),
+            templates=EventStore.templates(js, settings),
+            api_keys=EventStore.api_keys(js, settings),
+            commands=CommandBus(js, settings),
+        )
+
+    async def close(self) -> None:
+        """Flush pending publishes and close (drain lets subscriptions finish their messages)."""
+        if not self.nc.is_closed:
+            await self.nc.drain()

@@ -1,0 +1,254 @@
+"""The one consumer wrapper (rule 8): a durable pull consumer whose handler's outcome decides
+the ack.
+
+    success                          → ack
+    RetryableError                   → nak(delay)   (delay: the error's, else the backoff)
+    DomainError / PermanentError /
+    undecodable or invalid message   → term + CommandRejected on the aggregate's subject
+    any other exception              → retried like RetryableError; on the last allowed
+                                       delivery → term + CommandRejected("internal")
+
+Long handlers get `in_progress` heartbeats automatically (a third of the ack deadline), so
+the deadline can stay short enough to redeliver quickly when a worker dies. `stop()` stops
+fetching, lets the in-flight handlers finish (bounded), then unsubscribes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from pydantic import ValidationError
+
+from aenv.domain import Command, CommandRejected, CorruptHistory, DomainError, RejectionCode, utcnow
+from bus.commands import decode_command
+from bus.envelope import CommandEnvelope, MessageContext, decode_command_envelope
+from bus.errors import DecodeError, PermanentError, RetryableError
+from bus.settings import BusSettings
+from bus.subjects import Names
+from bus.tracing import consume_span
+
+__all__ = ["CommandConsumer", "ConsumerSpec", "Delivery", "Handler", "RejectionSink"]
+
+log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """The durable consumer's shape. Values are explicit, never the server's defaults."""
+
+    durable: str
+    filter_subject: str
+    #: Deliveries before JetStream gives up on a message (we reject it on the last one).
+    max_deliver: int = 5
+    #: Server-side redelivery schedule: delivery n that is neither acked nor heartbeaten
+    #: within backoff[n-1] is redelivered (JetStream lets backoff override ack_wait). Also
+    #: the nak delay after a `RetryableError` without its own delay.
+    backoff: tuple[float, ...] = (5.0, 15.0, 30.0, 60.0)
+    #: Ack deadline when `backoff` is empty.
+    ack_wait_s: float = 30.0
+    #: In-flight messages per consumer across all its workers: the node's parallelism cap.
+    max_ack_pending: int = 32
+    #: Messages one fetch asks for.
+    batch: int = 8
+    #: How long one fetch waits for messages; bounds how fast `stop()` takes effect.
+    fetch_timeout_s: float = 1.0
+    #: Grace period for in-flight handlers on `stop()`.
+    drain_timeout_s: float = 30.0
+
+    def consumer_config(self) -> ConsumerConfig:
+        if self.max_deliver <= len(self.backoff):
+            raise ValueError("max_deliver must exceed the number of backoff steps")
+        return ConsumerConfig(
+            durable_name=self.durable,
+            filter_subject=self.filter_subject,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self.ack_wait_s,
+            max_deliver=self.max_deliver,
+            backoff=list(self.backoff),
+            max_ack_pending=self.max_ack_pending,
+        )
+
+    @property
+    def heartbeat_s(self) -> float:
+        """`in_progress` period: a third of the shortest ack deadline, so two may be lost."""
+        return min((self.ack_wait_s, *self.backoff)) / 3
+
+    def delay(self, attempt: int) -> float:
+        """Nak delay after delivery number `attempt` (1-based)."""
+        return self.backoff[min(attempt, len(self.backoff)) - 1] if self.backoff else 0.0
+
+@dataclass
+class Delivery:
+    """One command handed to a handler, with its delivery metadata."""
+
+    envelope: CommandEnvelope
+    command: Command
+    subject: str
+    stream_seq: int
+    attempt: int
+    last_attempt: bool
+    _msg: Msg = field(repr=False)
+
+    @property
+    def context(self) -> MessageContext:
+        """The context to append the command's events with (causation = this command)."""
+        return MessageContext.caused_by(self.envelope)
+
+    async def heartbeat(self) -> None:
+        """Tell JetStream we are still working (the wrapper also does this periodically)."""
+        await self._msg.in_progress()
+
+Handler = Callable[[Delivery], Awaitable[None]]
+
+
+class RejectionSink(Protocol):
+    """Where rejections go: the aggregate's own subject (an `EventStore`)."""
+
+    async def append_rejection(
+        self, aggregate_id: str, rejection: CommandRejected, *, context: MessageContext
+    ) -> object: ...
+
+class CommandConsumer:
+    """Runs `handler` over a durable pull consumer of AENV_CMD until stopped."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        settings: BusSettings,
+        spec: ConsumerSpec,
+        handler: Handler,
+        rejections: RejectionSink,
+    ) -> None:
+        self._js = js
+        self._stream = Names(settings.bus_prefix).command_stream
+        self._spec = spec
+        self._handler = handler
+        self._rejections = rejections
+        self._sub: JetStreamContext.PullSubscription | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._stopping = asyncio.Event()
+
+    async def start(self) -> None:
+        """Create or update the durable consumer and start pulling."""
+        await self._js.add_consumer(self._stream, self._spec.consumer_config())
+        self._sub = await self._js.pull_subscribe_bind(self._spec.durable, stream=self._stream)
+        self._loop_task = asyncio.create_task(self._run(), name=f"consumer:{self._spec.durable}")
+
+    async def stop(self) -> None:
+        """Stop fetching, let in-flight handlers settle their messages, unsubscribe."""
+        self._stopping.set()
+        if self._loop_task is not None:
+            await self._loop_task
+        if self._inflight:
+            _, late = await asyncio.wait(self._inflight, timeout=self._spec.drain_timeout_s)
+            for task in late:  # their messages are redelivered after ack_wait
+                task.cancel()
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
+
+    async def _run(self) -> None:
+        assert self._sub is not None
+        while not self._stopping.is_set():
+            free = min(self._spec.batch, self._spec.max_ack_pending - len(self._inflight))
+            if free <= 0:
+                await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            try:
+                msgs = await self._sub.fetch(free, timeout=self._spec.fetch_timeout_s)
+            except (NatsTimeoutError, TimeoutError):
+                continue
+            for msg in msgs:
+                task = asyncio.create_task(self._settle(msg))
+                self._inflight.add(task)
+                task.add_done_callback(self._inflight.discard)
+
+    async def _settle(self, msg: Msg) -> None:
+        meta = msg.metadata
+        attempt = meta.num_delivered
+        last = attempt >= self._spec.max_deliver
+        try:
+            env, command = decode_command(msg.data)
+        except (DecodeError, ValidationError) as e:
+            await self._reject_raw(msg, "invalid", str(e))
+            return
+        delivery = Delivery(env, command, msg.subject, meta.sequence.stream, attempt, last, msg)
+        with consume_span(msg.subject, str(env.command_id), msg.headers, self._spec.durable):
+            beat = asyncio.create_task(self._heartbeat(msg))
+            try:
+                await self._handler(delivery)
+            except RetryableError as e:
+                await self._retry(delivery, e.delay_s, str(e))
+            except PermanentError as e:
+                await self._reject(delivery, _code(e.code), str(e))
+            except CorruptHistory as e:
+                await self._reject(delivery, "internal", str(e))
+            except DomainError as e:
+                await self._reject(delivery, _code(e.code), e.message)
+            except (DecodeError, ValidationError) as e:
+                await self._reject(delivery, "invalid", str(e))
+            except Exception as e:
+                log.exception("handler failed on %s (attempt %d)", msg.subject, attempt)
+                await self._retry(delivery, None, f"{type(e).__name__}: {e}")
+            else:
+                await msg.ack()
+            finally:
+                beat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beat
+
+    async def _heartbeat(self, msg: Msg) -> None:
+        while True:
+            await asyncio.sleep(self._spec.heartbeat_s)
+            await msg.in_progress()
+
+    async def _retry(self, d: Delivery, delay: float | None, reason: str) -> None:
+        if d.last_attempt:
+            await self._reject(d, "internal", f"gave up after {d.attempt} attempts: {reason}")
+            return
+        await d._msg.nak(delay=self._spec.delay(d.attempt) if delay is None else delay)
+
+    async def _reject(self, d: Delivery, code: RejectionCode, reason: str) -> None:
+        rejection = CommandRejected(
+            aggregate_id=d.envelope.aggregate_id,
+            command_id=d.envelope.command_id,
+            command_type=d.envelope.type,
+            code=code,
+            reason=reason,
+            at=utcnow(),
+        )
+        await self._rejections.append_rejection(d.envelope.aggregate_id, rejection,
+                                                context=d.context)
+        await d._msg.term()
+
+    async def _reject_raw(self, msg: Msg, code: RejectionCode, reason: str) -> None:
+        """A message we cannot fully decode: reject on its aggregate if the envelope says which."""
+        try:
+            env = decode_command_envelope(msg.data)
+        except DecodeError:
+            log.error("terminating an undecodable command on %s: %s", msg.subject, reason)
+            await msg.term()
+            return
+        rejection = CommandRejected(aggregate_id=env.aggregate_id, command_id=env.command_id,
+                                    command_type=env.type, code=code, reason=reason, at=utcnow())
+        await self._rejections.append_rejection(env.aggregate_id, rejection,
+                                                context=MessageContext.caused_by(env))
+        await msg.term()
+
+def _code(code: str) -> RejectionCode:
+    known: tuple[RejectionCode, ...] = ("not_found", "conflict", "invalid", "permanent", "internal")
+    for k in known:
+        if k == code:
+            return k
+    return "permanent"
+

@@ -1,0 +1,53 @@
+"""Errors of the bus. Driver (nats-py) errors are translated into these at the adapter.
+
+`RetryableError` and `PermanentError` are what message handlers raise to tell the consumer
+wrapper how to settle a message; they carry their own retry policy.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BusError",
+    "ConcurrencyError",
+    "DecodeError",
+    "PermanentError",
+    "PublishError",
+    "RetryableError",
+]
+
+
+class BusError(Exception):
+    """Root of every error raised by `bus`."""
+
+
+class ConcurrencyError(BusError):
+    """Someone appended to the aggregate since we loaded it: reload, decide again, retry."""
+
+    def __init__(self, subject: str, expected_seq: int, detail: str = "") -> None:
+        super().__init__(f"{subject}: expected last sequence {expected_seq} ({detail})")
+        self.subject = subject
+        self.expected_seq = expected_seq
+
+
+class PublishError(BusError):
+    """JetStream did not store a message (no stream, timeout after retries, API error)."""
+
+
+class DecodeError(BusError):
+    """A message is not a valid envelope of a known type (or cannot be upcast)."""
+
+
+class RetryableError(BusError):
+    """Handler outcome: try again later. `delay_s` None lets the consumer's backoff decide."""
+
+    def __init__(self, message: str, *, delay_s: float | None = None) -> None:
+        super().__init__(message)
+        self.delay_s = delay_s
+
+
+class PermanentError(BusError):
+    """Handler outcome: retrying cannot help. The message is terminated and rejected."""
+
+    def __init__(self, message: str, *, code: str = "permanent") -> None:
+        super().__init__(message)
+        self.code = code

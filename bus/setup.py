@@ -1,0 +1,89 @@
+"""Idempotent creation of aenv's streams and KV bucket, run by every process at start."""
+
+from __future__ import annotations
+
+import contextlib
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    DiscardPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
+
+from bus.errors import BusError
+from bus.settings import BusSettings
+from bus.subjects import Names
+
+__all__ = ["delete_all", "ensure_streams", "stream_configs"]
+
+def stream_configs(settings: BusSettings) -> list[StreamConfig]:
+    """The desired configuration of both streams."""
+    names = Names(settings.bus_prefix)
+    return [
+        StreamConfig(
+            name=names.event_stream,
+            description="aenv event log: the source of truth (one subject per aggregate)",
+            subjects=[names.all_events],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            num_replicas=settings.replicas,
+            duplicate_window=settings.duplicate_window_s,
+            # Direct get serves aggregate loads without creating a consumer per load.
+            allow_direct=True,
+            # Never drop history to make room: refuse writes instead, loudly.
+            discard=DiscardPolicy.NEW,
+            deny_delete=True,
+        ),
+        StreamConfig(
+            name=names.command_stream,
+            description="aenv commands: work queue, removed once a worker acks",
+            subjects=[names.all_commands],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            num_replicas=settings.replicas,
+            duplicate_window=settings.duplicate_window_s,
+        ),
+    ]
+
+async def ensure_streams(js: JetStreamContext, settings: BusSettings) -> None:
+    """Create the streams and the nodes KV bucket, or update them to the desired config."""
+    try:
+        for config in stream_configs(settings):
+            try:
+                await js.stream_info(config.name or "")
+            except NotFoundError:
+                await js.add_stream(config)
+            else:
+                await js.update_stream(config)
+        names = Names(settings.bus_prefix)
+        try:
+            await js.key_value(names.nodes_bucket)
+        except BucketNotFoundError:
+            await js.create_key_value(
+                KeyValueConfig(
+                    bucket=names.nodes_bucket,
+                    description="node heartbeats and free capacity",
+                    history=1,
+                    ttl=settings.node_ttl_s,
+                    storage=StorageType.MEMORY,
+                    replicas=settings.replicas,
+                )
+            )
+    except APIError as e:
+        raise BusError(f"cannot set up streams: {e}") from e
+
+async def delete_all(js: JetStreamContext, settings: BusSettings) -> None:
+    """Remove both streams and the bucket of a (test) namespace. Refuses the empty prefix."""
+    if not settings.bus_prefix:
+        raise BusError("refusing to delete the streams of the unprefixed (production) stack")
+    names = Names(settings.bus_prefix)
+    for stream in (names.event_stream, names.command_stream):
+        with contextlib.suppress(NotFoundError):
+            await js.delete_stream(stream)
+    with contextlib.suppress(NotFoundError, BucketNotFoundError):
+        await js.delete_key_value(names.nodes_bucket)
+

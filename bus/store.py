@@ -1,0 +1,215 @@
+"""The event store: append with optimistic concurrency, load by folding a subject.
+
+One subject per aggregate in AENV_EVT. An append carries `Nats-Msg-Id` = event id (dedup)
+and `Nats-Expected-Last-Subject-Sequence` = the stream sequence of the aggregate's last event
+as the writer saw it, so two writers deciding on the same version cannot both succeed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Generic, NamedTuple, TypeVar
+
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.api import PubAck
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
+
+from aenv.domain import CommandRejected, Event
+from aenv.domain import apikey as ak
+from aenv.domain import sandbox as sb
+from aenv.domain import template as tp
+from bus import headers as h
+from bus.envelope import (
+    EventEnvelope,
+    MessageContext,
+    decode_event,
+    derive_event_id,
+    encode_event,
+)
+from bus.errors import ConcurrencyError, PublishError
+from bus.settings import BusSettings
+from bus.subjects import AggregateKind, Names
+from bus.tracing import publish_span
+
+__all__ = ["EventStore", "RecordedEvent", "Version"]
+
+S = TypeVar("S")
+
+_WRONG_LAST_SEQUENCE = (10071, 10164)  # JSStreamWrongLastSequence(Constant)Err
+#: Publish attempts before giving up on acks that time out. Retrying is safe: the message id
+#: is the same, so if an earlier attempt was stored, the next ack says `duplicate`.
+_PUBLISH_ATTEMPTS = 3
+
+class Version(NamedTuple):
+    """Where an aggregate stands: revision (its event count), last event's stream sequence."""
+
+    revision: int
+    seq: int
+
+NEW = Version(0, 0)
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """An event as read back from the stream, with its position."""
+
+    seq: int
+    subject: str
+    envelope: EventEnvelope
+    event: Event
+
+    @property
+    def time(self) -> datetime:
+        return self.envelope.occurred_at
+
+class EventStore(Generic[S]):
+    """The event log of one aggregate kind, with the fold that rebuilds its state."""
+
+    NEW = NEW
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        settings: BusSettings,
+        kind: AggregateKind,
+        evolve: Callable[[S | None, Event], S | None],
+    ) -> None:
+        self._js = js
+        self._names = Names(settings.bus_prefix)
+        self._stream = self._names.event_stream
+        self._timeout = settings.request_timeout_s
+        self._kind = kind
+        self._evolve = evolve
+
+    @classmethod
+    def sandboxes(cls, js: JetStreamContext, settings: BusSettings) -> EventStore[sb.Sandbox]:
+        return EventStore(js, settings, AggregateKind.SANDBOX, sb.evolve)
+
+    @classmethod
+    def templates(cls, js: JetStreamContext, settings: BusSettings) -> EventStore[tp.Template]:
+        return EventStore(js, settings, AggregateKind.TEMPLATE, tp.evolve_template)
+
+    @classmethod
+    def api_keys(cls, js: JetStreamContext, settings: BusSettings) -> EventStore[ak.ApiKey]:
+        return EventStore(js, settings, AggregateKind.APIKEY, ak.evolve_api_key)
+
+    @property
+    def kind(self) -> AggregateKind:
+        return self._kind
+
+    def subject(self, aggregate_id: str) -> str:
+        return self._names.events(self._kind, aggregate_id)
+
+    # -- write ---------------------------------------------------------------------------
+    async def append(
+        self,
+        aggregate_id: str,
+        expected: Version,
+        new_events: Sequence[Event],
+        *,
+        context: MessageContext | None = None,
+    ) -> Version:
+        """Append `new_events` after `expected`; the aggregate's new version.
+
+        Raises `ConcurrencyError` if another writer appended since `expected` was loaded.
+        Events are stored one by one, each guarded by its predecessor's sequence: JetStream
+        (before 2.12) has no atomic multi-message publish, and `decide` yields at most one
+        event per command, which keeps every append atomic in practice.
+        """
+        ctx = context or MessageContext()
+        subject = self.subject(aggregate_id)
+        version = expected
+        for event in new_events:
+            event_id = derive_event_id(ctx.causation_id, aggregate_id, version.revision)
+            env, data = encode_event(
+                event,
+                event_id=event_id,
+                aggregate_id=aggregate_id,
+                aggregate_version=version.revision + 1,
+                context=ctx,
+            )
+            hdrs = {
+                h.MSG_ID: str(event_id),
+                h.EXPECTED_LAST_SUBJECT_SEQUENCE: str(version.seq),
+                h.EXPECTED_STREAM: self._stream,
+                h.TYPE: env.type,
+                h.SCHEMA_VERSION: str(env.schema_version),
+            }
+            with publish_span(subject, str(event_id), hdrs):
+                ack = await self._publish(subject, data, hdrs, version.seq)
+            version = Version(version.revision + 1, ack.seq)
+        return version
+
+    async def _publish(self, subject: str, data: bytes, hdrs: dict[str, str], seq: int) -> PubAck:
+        for attempt in range(_PUBLISH_ATTEMPTS):
+            try:
+                # A duplicate ack (same event id already stored) is success: it carries the
+                # sequence the event was stored at the first time.
+                return await self._js.publish(subject, data, timeout=self._timeout, headers=hdrs)
+            except APIError as e:
+                if e.err_code in _WRONG_LAST_SEQUENCE:
+                    raise ConcurrencyError(subject, seq, e.description or "") from e
+                raise PublishError(f"{subject}: {e}") from e
+            except NoStreamResponseError as e:
+                raise PublishError(f"{subject}: no stream stores it") from e
+            except (NatsTimeoutError, TimeoutError) as e:
+                if attempt == _PUBLISH_ATTEMPTS - 1:
+                    raise PublishError(f"{subject}: no ack after {attempt + 1} attempts") from e
+                await asyncio.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    async def append_rejection(
+        self, aggregate_id: str, rejection: CommandRejected, *, context: MessageContext
+    ) -> Version:
+        """Append a `CommandRejected` at whatever version the aggregate is (it changes no
+        state, so it never conflicts with a decision; only the position is raced)."""
+        for _ in range(10):
+            version = await self.version(aggregate_id)
+            try:
+                return await self.append(aggregate_id, version, [rejection], context=context)
+            except ConcurrencyError:
+                continue
+        raise PublishError(f"cannot append a rejection to {aggregate_id}: too much contention")
+
+    # -- read (no spans: reading history is not a hop of a request) -----------------------
+    async def version(self, aggregate_id: str) -> Version:
+        """The aggregate's current version, from its last message only."""
+        try:
+            raw = await self._js.get_last_msg(self._stream, self.subject(aggregate_id), direct=True)
+        except NotFoundError:
+            return NEW
+        env, _ = decode_event(raw.data or b"")
+        return Version(env.aggregate_version, raw.seq or 0)
+
+    async def read(self, aggregate_id: str, after_seq: int = 0) -> list[RecordedEvent]:
+        """Every event of the aggregate stored after stream sequence `after_seq`, in order."""
+        subject = self.subject(aggregate_id)
+        out: list[RecordedEvent] = []
+        seq = after_seq + 1
+        while True:
+            try:
+                # Direct get of the next message on this subject at or after `seq`: one round
+                # trip per event and no consumer to create/delete, which is the cheaper way for
+                # aggregates of a handful to a few dozen events.
+                raw = await self._js.get_msg(
+                    self._stream, seq=seq, subject=subject, next=True, direct=True
+                )
+            except NotFoundError:
+                return out
+            env, event = decode_event(raw.data or b"")
+            out.append(RecordedEvent(seq=raw.seq or 0, subject=subject, envelope=env,
+                                     event=event))
+            seq = (raw.seq or 0) + 1
+
+    async def load(self, aggregate_id: str) -> tuple[S | None, Version]:
+        """The aggregate's state (None if it never existed) and its version, for `decide`."""
+        state: S | None = None
+        version = NEW
+        for rec in await self.read(aggregate_id):
+            state = self._evolve(state, rec.event)
+            version = Version(rec.envelope.aggregate_version, rec.seq)
+        return state, version
+

@@ -1,0 +1,147 @@
+"""Every stream, subject, consumer and KV bucket name of aenv (design §3). The only place
+subject literals are written; everyone else calls these builders.
+
+Layout (with an empty prefix)::
+
+    stream AENV_EVT   aenv.evt.<kind>.<id>         kind: sandbox | template | snapshot |
+                                                        node | apikey     (the event log)
+    stream AENV_CMD   aenv.cmd.node.<node>.<verb>  commands on a sandbox a node holds
+                      aenv.cmd.place.<verb>        creates, pulled by any node with room
+    KV     aenv_nodes <node id>                    heartbeats and live capacity
+
+A prefix `t1` gives stream `T1_AENV_EVT`, subjects `t1.aenv.evt.…`, bucket `t1_aenv_nodes`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+__all__ = [
+    "COMMAND_VERBS",
+    "AggregateKind",
+    "Names",
+]
+
+_TOKEN = re.compile(r"^[^.*>\s]+$")
+
+
+class AggregateKind(StrEnum):
+    """The aggregate types that own a subject family in AENV_EVT."""
+
+    SANDBOX = "sandbox"
+    TEMPLATE = "template"
+    SNAPSHOT = "snapshot"
+    NODE = "node"
+    APIKEY = "apikey"
+
+
+#: Subject verb of each command type that travels over AENV_CMD.
+COMMAND_VERBS: Final[dict[str, str]] = {
+    "CreateSandbox": "create",
+    "PauseSandbox": "pause",
+    "ResumeSandbox": "resume",
+    "KillSandbox": "kill",
+    "SetSandboxTimeout": "timeout",
+    "ForkSandbox": "fork",
+    "SnapshotSandbox": "snapshot",
+    "RegisterTemplate": "template-register",
+    "DeleteTemplate": "template-delete",
+}
+
+
+def _token(value: str, what: str) -> str:
+    if not _TOKEN.match(value):
+        raise ValueError(f"{what} {value!r} cannot be a subject token")
+    return value
+
+
+@dataclass(frozen=True)
+class Names:
+    """The names of one aenv stack, derived from its bus prefix."""
+
+    prefix: str = ""
+
+    def _subject(self, *tokens: str) -> str:
+        return ".".join((self.prefix, *tokens) if self.prefix else tokens)
+
+    def _upper(self, name: str) -> str:
+        return f"{self.prefix.upper()}_{name}" if self.prefix else name
+
+    def _lower(self, name: str) -> str:
+        return f"{self.prefix}_{name}" if self.prefix else name
+
+    # -- streams and buckets -------------------------------------------------------------
+    @property
+    def event_stream(self) -> str:
+        """The event log: file storage, limits retention, kept until an operator prunes."""
+        return self._upper("AENV_EVT")
+
+    @property
+    def command_stream(self) -> str:
+        """Commands: work-queue retention, each message removed once a worker acks it."""
+        return self._upper("AENV_CMD")
+
+    @property
+    def nodes_bucket(self) -> str:
+        """KV bucket of node heartbeats and capacity (not events: they are state, not history)."""
+        return self._lower("aenv_nodes")
+
+    # -- event subjects ------------------------------------------------------------------
+    @property
+    def all_events(self) -> str:
+        """Wildcard of every event subject: the event stream's subject filter."""
+        return self._subject("aenv", "evt", ">")
+
+    def events_of_kind(self, kind: AggregateKind) -> str:
+        """Wildcard of one aggregate type's subjects (a projection's filter)."""
+        return self._subject("aenv", "evt", kind.value, "*")
+
+    def events(self, kind: AggregateKind, aggregate_id: str) -> str:
+        """The subject of one aggregate: its whole history, in order."""
+        return self._subject("aenv", "evt", kind.value, _token(aggregate_id, "aggregate id"))
+
+    def sandbox_events(self, sandbox_id: str) -> str:
+        return self.events(AggregateKind.SANDBOX, sandbox_id)
+
+    def aggregate_id_of(self, subject: str) -> str:
+        """Inverse of `events`: the aggregate id is always the last token."""
+        return subject.rsplit(".", 1)[-1]
+
+    # -- command subjects ----------------------------------------------------------------
+    @property
+    def all_commands(self) -> str:
+        return self._subject("aenv", "cmd", ">")
+
+    def node_command(self, node_id: str, verb: str) -> str:
+        """A command for the node that holds the sandbox."""
+        node = _token(node_id, "node id")
+        return self._subject("aenv", "cmd", "node", node, _token(verb, "verb"))
+
+    def node_commands(self, node_id: str) -> str:
+        """Wildcard of every command for one node (its durable consumer's filter)."""
+        return self._subject("aenv", "cmd", "node", _token(node_id, "node id"), "*")
+
+    def place_command(self, verb: str) -> str:
+        """A command any node with room may take (creates)."""
+        return self._subject("aenv", "cmd", "place", _token(verb, "verb"))
+
+    @property
+    def place_commands(self) -> str:
+        return self._subject("aenv", "cmd", "place", "*")
+
+    # -- durable consumer names (no dots allowed) ------------------------------------------
+    def node_consumer(self, node_id: str) -> str:
+        """Durable pull consumer of one node's own commands."""
+        return self._lower(f"node-{_token(node_id, 'node id')}")
+
+    @property
+    def place_consumer(self) -> str:
+        """Durable pull consumer shared by every node: whoever pulls first places."""
+        return self._lower("place")
+
+    def durable(self, name: str) -> str:
+        """Any other durable consumer (timer, snapshot uploader…), namespaced."""
+        return self._lower(_token(name, "consumer name"))

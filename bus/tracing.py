@@ -1,0 +1,66 @@
+"""W3C trace context across NATS: inject on publish, extract on consume (design rule 10).
+
+Spans follow the OpenTelemetry messaging conventions: a PRODUCER span per publish, a
+CONSUMER span per handled message, parented on the producer through the `traceparent`
+header. Reads of history (aggregate loads, projections, replays) create no spans: they are
+folds over the past, not hops of a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Span, SpanKind
+
+__all__ = ["consume_span", "publish_span", "tracer"]
+
+_SYSTEM = "nats"
+
+
+def tracer() -> trace.Tracer:
+    """Looked up per call so that a provider installed after import (tests) is used."""
+    return trace.get_tracer("aenv.bus")
+
+
+@contextmanager
+def publish_span(subject: str, message_id: str, headers: dict[str, str]) -> Iterator[Span]:
+    """A PRODUCER span around one publish; writes its context into `headers`."""
+    with tracer().start_as_current_span(
+        f"send {subject}",
+        kind=SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": _SYSTEM,
+            "messaging.operation.type": "send",
+            "messaging.destination.name": subject,
+            "messaging.message.id": message_id,
+        },
+    ) as span:
+        propagate.inject(headers)
+        yield span
+
+
+@contextmanager
+def consume_span(
+    subject: str, message_id: str, headers: Mapping[str, str] | None, consumer: str
+) -> Iterator[Span]:
+    """A CONSUMER span for handling one message, child of the producer's span if any."""
+    parent = propagate.extract(dict(headers or {}))
+    token = otel_context.attach(parent)
+    try:
+        with tracer().start_as_current_span(
+            f"process {subject}",
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": _SYSTEM,
+                "messaging.operation.type": "process",
+                "messaging.destination.name": subject,
+                "messaging.consumer.group.name": consumer,
+                "messaging.message.id": message_id,
+            },
+        ) as span:
+            yield span
+    finally:
+        otel_context.detach(token)

@@ -1,0 +1,156 @@
+"""The consumer wrapper against a real durable consumer: how each outcome settles a message."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+
+from aenv.domain import Conflict
+from aenv.domain import sandbox as sb
+from aenv.domain.sandbox.values import new_sandbox_id
+from bus import (
+    Bus,
+    Delivery,
+    PermanentError,
+    RetryableError,
+)
+from bus import headers as h
+from bus.envelope import CommandEnvelope
+from tests.integration.bus.helpers import consumer, pending_in_queue, rejections
+from tests.support import eventually
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+def pause(sid: str) -> sb.PauseSandbox:
+    return sb.PauseSandbox(sandbox_id=sid, at=T0)
+
+
+async def ok(_: Delivery) -> None:
+    return None
+
+
+async def test_success_acks(bus: Bus) -> None:
+    async with consumer(bus, ok) as (rec, node):
+        cmd = pause(new_sandbox_id())
+        await bus.commands.to_node(node, cmd)
+        await eventually(lambda: _true(rec.done == [str(cmd.command_id)]))
+        # work-queue retention: an acked command is gone from the stream
+        await eventually(lambda: _eq0(pending_in_queue(bus, node)))
+        assert rec.attempts[str(cmd.command_id)] == [1]
+
+
+async def test_command_published_twice_runs_once(bus: Bus) -> None:
+    async with consumer(bus, ok) as (rec, node):
+        cmd = pause(new_sandbox_id())
+        r1 = await bus.commands.to_node(node, cmd)
+        r2 = await bus.commands.to_node(node, cmd)
+        assert not r1.duplicate and r2.duplicate and r1.seq == r2.seq
+        await eventually(lambda: _true(len(rec.done) == 1))
+        other = pause(new_sandbox_id())
+        await bus.commands.to_node(node, other)  # a later command still flows
+        await eventually(lambda: _true(len(rec.done) == 2))
+        assert rec.done == [str(cmd.command_id), str(other.command_id)]
+
+
+async def test_retryable_naks_then_succeeds(bus: Bus) -> None:
+    async def flaky(d: Delivery) -> None:
+        if d.attempt == 1:
+            raise RetryableError("vmm busy", delay_s=0.05)
+
+    async with consumer(bus, flaky) as (rec, node):
+        cmd = pause(new_sandbox_id())
+        await bus.commands.to_node(node, cmd)
+        await eventually(lambda: _true(rec.done == [str(cmd.command_id)]))
+        assert rec.attempts[str(cmd.command_id)] == [1, 2]
+
+
+async def test_permanent_terms_and_rejects(bus: Bus) -> None:
+    async def broken(_: Delivery) -> None:
+        raise PermanentError("template image is corrupt")
+
+    async with consumer(bus, broken) as (rec, node):
+        sid = new_sandbox_id()
+        cmd = pause(sid)
+        await bus.commands.to_node(node, cmd)
+        [r] = await eventually(lambda: rejections(bus, sid))
+        assert (r.code, r.command_id, r.command_type) == ("permanent", cmd.command_id,
+                                                           "PauseSandbox")
+        assert "corrupt" in r.reason
+        await eventually(lambda: _eq0(pending_in_queue(bus, node)))
+        assert rec.attempts[str(cmd.command_id)] == [1]  # terminated: never redelivered
+        [recorded] = [x for x in await bus.sandboxes.read(sid)]
+        assert recorded.envelope.causation_id == cmd.command_id
+
+
+async def test_domain_error_rejects_with_its_code(bus: Bus) -> None:
+    async def conflict(_: Delivery) -> None:
+        raise Conflict("cannot fork a sandbox that is paused")
+
+    async with consumer(bus, conflict) as (_, node):
+        sid = new_sandbox_id()
+        await bus.commands.to_node(node, pause(sid))
+        [r] = await eventually(lambda: rejections(bus, sid))
+        assert r.code == "conflict"
+
+
+async def test_crash_retries_until_max_deliver_then_rejects(bus: Bus) -> None:
+    async def crash(_: Delivery) -> None:
+        raise RuntimeError("bug")
+
+    async with consumer(bus, crash) as (rec, node):
+        sid = new_sandbox_id()
+        cmd = pause(sid)
+        await bus.commands.to_node(node, cmd)
+        [r] = await eventually(lambda: rejections(bus, sid))
+        assert r.code == "internal" and "gave up after 3 attempts" in r.reason
+        assert rec.attempts[str(cmd.command_id)] == [1, 2, 3]
+
+
+async def test_invalid_command_is_rejected(bus: Bus) -> None:
+    async with consumer(bus, ok) as (rec, node):
+        sid = new_sandbox_id()
+        cmd = pause(sid)
+        env = CommandEnvelope(command_id=cmd.command_id, type="PauseSandbox", schema_version=1,
+                              aggregate_id=sid, issued_at=T0,
+                              payload={"sandbox_id": sid, "at": T0.isoformat(), "bogus": 1})
+        await bus.js.publish(bus.names.node_command(node, "pause"),
+                             env.model_dump_json().encode(),
+                             headers={h.MSG_ID: str(cmd.command_id)})
+        [r] = await eventually(lambda: rejections(bus, sid))
+        assert r.code == "invalid" and "bogus" in r.reason
+        assert rec.attempts == {}
+
+
+async def test_long_work_is_kept_alive_by_heartbeats(bus: Bus) -> None:
+    async def slow(_: Delivery) -> None:
+        await asyncio.sleep(1.3)  # twice the ack deadline: only heartbeats prevent redelivery
+
+    async with consumer(bus, slow, ack_wait_s=0.6, backoff=(0.6, 0.6)) as (rec, node):
+        cmd = pause(new_sandbox_id())
+        await bus.commands.to_node(node, cmd)
+        await eventually(lambda: _true(rec.done == [str(cmd.command_id)]), timeout=10)
+        assert rec.attempts[str(cmd.command_id)] == [1]
+
+
+async def test_stop_drains_in_flight_work(bus: Bus) -> None:
+    started = asyncio.Event()
+
+    async def slow(_: Delivery) -> None:
+        started.set()
+        await asyncio.sleep(0.3)
+
+    async with consumer(bus, slow) as (rec, node):
+        cmd = pause(new_sandbox_id())
+        await bus.commands.to_node(node, cmd)
+        await asyncio.wait_for(started.wait(), 10)
+    # the context manager stopped the consumer while the handler slept: it still finished
+    assert rec.done == [str(cmd.command_id)]
+    assert await pending_in_queue(bus, node) == 0
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _eq0(count: Awaitable[int]) -> bool:
+    return await count == 0
