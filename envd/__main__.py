@@ -1,38 +1,88 @@
-"""`python3 -m envd`: start envd and print `ENVD-READY <port>` once it accepts connections."""
+"""`python3 -m envd`: start envd and print `ENVD-READY <port>` once it accepts connections.
+
+Start-up is on the critical path of building every template, and guests may run under TCG
+emulation, so this module keeps imports lean: no argparse, no TLS (asyncio only imports ssl
+opportunistically; envd serves plain HTTP behind the node's proxy).
+"""
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import signal
 import sys
 
-from envd import log
-from envd.app import App
-from envd.httpserver import MAX_HEAD, serve_connection
-from envd.state import State
-from envd.version import ENVD_VERSION
+sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]  # asyncio works without it
+
+import asyncio  # noqa: E402
+import signal  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+from envd import log  # noqa: E402
+from envd.app import App  # noqa: E402
+from envd.httpserver import MAX_HEAD, serve_connection  # noqa: E402
+from envd.state import State  # noqa: E402
+from envd.version import ENVD_VERSION  # noqa: E402
+
+USAGE = (
+    "usage: python3 -m envd [--host ADDR] [--port N] [--default-user NAME]"
+    " [--default-workdir DIR]\n"
+    "  --host             listen address (default 0.0.0.0)\n"
+    "  --port             listen port, 0 picks a free one (default 49983)\n"
+    "  --default-user     user of requests that name none (default 'user';\n"
+    "                     envd's own user when that one does not exist)\n"
+    "  --default-workdir  cwd of processes that name none (default: the user's home)\n"
+)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="envd", description="E2B-compatible in-sandbox daemon")
-    ap.add_argument("--host", default="0.0.0.0")
-    ap.add_argument("--port", type=int, default=49983, help="0 picks a free port")
-    ap.add_argument("--default-user", default="user",
-                    help="user for requests that name none (falls back to envd's own user)")
-    ap.add_argument("--default-workdir", default=None,
-                    help="cwd of processes that name none (default: the user's home)")
-    return ap.parse_args(argv)
+@dataclass
+class Options:
+    host: str = "0.0.0.0"
+    port: int = 49983
+    default_user: str = "user"
+    default_workdir: str | None = None
 
 
-async def serve(args: argparse.Namespace) -> None:
+def parse_args(argv: list[str]) -> Options:
+    """`--flag value` and `--flag=value`; exits with usage on anything else."""
+    opts = Options()
+    names = {"--host", "--port", "--default-user", "--default-workdir"}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-h", "--help"):
+            sys.stdout.write(USAGE)
+            raise SystemExit(0)
+        name, eq, value = arg.partition("=")
+        if name not in names:
+            sys.stderr.write(f"envd: unknown argument {arg!r}\n{USAGE}")
+            raise SystemExit(2)
+        if not eq:
+            i += 1
+            if i >= len(argv):
+                sys.stderr.write(f"envd: {name} needs a value\n{USAGE}")
+                raise SystemExit(2)
+            value = argv[i]
+        if name == "--host":
+            opts.host = value
+        elif name == "--port":
+            if not value.isdigit():
+                sys.stderr.write(f"envd: invalid port {value!r}\n")
+                raise SystemExit(2)
+            opts.port = int(value)
+        elif name == "--default-user":
+            opts.default_user = value
+        else:
+            opts.default_workdir = value
+        i += 1
+    return opts
+
+
+async def serve(opts: Options) -> None:
     loop = asyncio.get_running_loop()
-    state = State(default_user_name=args.default_user, default_workdir=args.default_workdir)
+    state = State(default_user_name=opts.default_user, default_workdir=opts.default_workdir)
     app = App(state, loop)
     server = await asyncio.start_server(
         lambda r, w: serve_connection(r, w, app.handle),
-        args.host,
-        args.port,
+        opts.host,
+        opts.port,
         limit=MAX_HEAD,
         reuse_address=True,
         backlog=1024,
@@ -43,7 +93,7 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     sys.stdout.write(f"ENVD-READY {port}\n")
     sys.stdout.flush()
-    log.info("envd listening", host=args.host, port=port, version=ENVD_VERSION,
+    log.info("envd listening", host=opts.host, port=port, version=ENVD_VERSION,
              default_user=state.default_user.name)
     try:
         await stop.wait()
@@ -54,7 +104,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    asyncio.run(serve(parse_args(argv)))
+    asyncio.run(serve(parse_args(sys.argv[1:] if argv is None else argv)))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import time
 
 from envd.connect import RpcError
@@ -21,12 +19,19 @@ UNAUTHORIZED = (
 )
 
 
+def same_secret(a: str, b: str) -> bool:
+    """Constant-time string comparison (hmac is imported lazily: it drags in OpenSSL)."""
+    import hmac
+
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
 def token_ok(state: State, req: Request) -> bool:
     """True when no token is configured or the request carries the right one."""
     if state.access_token is None:
         return True
     given = req.headers.get(TOKEN_HEADER)
-    return given is not None and hmac.compare_digest(given, state.access_token)
+    return given is not None and same_secret(given, state.access_token)
 
 
 def signature(path: str, operation: str, username: str, token: str, expiration: int | None) -> str:
@@ -34,6 +39,8 @@ def signature(path: str, operation: str, username: str, token: str, expiration: 
     raw = f"{path}:{operation}:{username}:{token}"
     if expiration is not None:
         raw += f":{expiration}"
+    import hashlib
+
     digest = hashlib.sha256(raw.encode()).digest()
     return "v1_" + base64.b64encode(digest).decode().rstrip("=")
 
@@ -45,7 +52,7 @@ def check_files_access(state: State, req: Request, operation: str) -> None:
         return
     given = req.headers.get(TOKEN_HEADER)
     if given is not None:
-        if not hmac.compare_digest(given, token):
+        if not same_secret(given, token):
             raise HttpError(401, "access token present in header but does not match")
         return
     q = req.query
@@ -60,7 +67,7 @@ def check_files_access(state: State, req: Request, operation: str) -> None:
         except ValueError as e:
             raise HttpError(401, "invalid signature expiration") from e
     expected = signature(q.get("path", ""), operation, q.get("username", ""), token, exp)
-    if not hmac.compare_digest(expected, sig):
+    if not same_secret(expected, sig):
         raise HttpError(401, "invalid signature")
     if exp is not None and exp < time.time():
         raise HttpError(401, "signature is already expired")

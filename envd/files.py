@@ -10,14 +10,6 @@ from typing import Any
 
 from envd import auth, wire
 from envd.httpserver import HttpError, Request
-from envd.multipart import (
-    MultipartError,
-    MultipartParser,
-    PartData,
-    PartEnd,
-    PartStart,
-    boundary_of,
-)
 from envd.state import State
 from envd.users import User, chown_to, makedirs_for, resolve_path
 
@@ -160,6 +152,15 @@ async def upload(state: State, req: Request) -> None:
     meta = _metadata(req)
     query_path = q.get("path", "")
     ctype = req.headers.get("content-type", "")
+    from envd.multipart import (  # only uploads need it
+        MultipartError,
+        MultipartParser,
+        PartData,
+        PartEnd,
+        PartStart,
+        boundary_of,
+    )
+
     boundary = boundary_of(ctype)
     results: list[dict[str, Any]] = []
     if boundary is not None:

@@ -6,17 +6,17 @@ import asyncio
 import contextlib
 import errno
 import os
-import shutil
 import stat
-import uuid
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envd import auth, wire
 from envd.connect import Call, RpcError, Send, encode
-from envd.inotify import DirWatcher, is_network_mount
 from envd.state import State
 from envd.users import User, makedirs_for, resolve_path
+
+if TYPE_CHECKING:
+    from envd.inotify import DirWatcher
 
 MAX_WATCHER_EVENTS = 10_000  # per polled watcher; older events are dropped beyond this
 KEEPALIVE = b'{"keepalive":{}}'
@@ -128,6 +128,8 @@ class FilesystemService:
             except OSError as e:
                 if e.errno != errno.EXDEV:
                     raise
+                import shutil
+
                 shutil.move(src, dst)
         except FileNotFoundError as e:
             raise RpcError("not_found", f"cannot move {src}: {e.strerror}") from e
@@ -142,6 +144,8 @@ class FilesystemService:
         try:
             st = os.lstat(path)
             if stat.S_ISDIR(st.st_mode):
+                import shutil
+
                 shutil.rmtree(path)
             else:
                 os.unlink(path)
@@ -153,9 +157,9 @@ class FilesystemService:
 
     # --- watching -----------------------------------------------------------------------
 
-    def _open_watcher(
-        self, call: Call, msg: dict[str, Any], sink: Any
-    ) -> DirWatcher:
+    def _open_watcher(self, call: Call, msg: dict[str, Any], sink: Any) -> DirWatcher:
+        from envd.inotify import DirWatcher, is_network_mount  # ctypes: only when watching
+
         path, _ = self._resolve(call, _path_arg(msg))
         try:
             st = os.stat(path)
@@ -209,6 +213,8 @@ class FilesystemService:
         watcher = self._open_watcher(call, msg, events.append)
         polled = _PolledWatcher(watcher)
         polled.events = events
+        import uuid
+
         watcher_id = str(uuid.uuid4())
         self.watchers[watcher_id] = polled
         return {"watcherId": watcher_id}

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime as dt
-import hmac
 import json
 import os
 import struct
@@ -20,7 +18,7 @@ import time
 from typing import Any
 
 from envd import log
-from envd.auth import TOKEN_HEADER
+from envd.auth import TOKEN_HEADER, same_secret
 from envd.httpserver import HttpError, Request
 from envd.state import State
 
@@ -55,6 +53,8 @@ def parse_timestamp(value: object) -> int | None:
                 digits += ch
             frac_ns = int((digits + "000000000")[:9]) if digits else 0
             text = main + tz
+        import datetime as dt
+
         if text.endswith(("Z", "z")):
             text = text[:-1] + "+00:00"
         parsed = dt.datetime.fromisoformat(text)
@@ -133,10 +133,10 @@ def _authorized(state: State, req: Request, body: dict[str, Any]) -> bool:
     if current is None:
         return True
     header = req.headers.get(TOKEN_HEADER)
-    if header is not None and hmac.compare_digest(header, current):
+    if header is not None and same_secret(header, current):
         return True
     token = body.get("accessToken")
-    return isinstance(token, str) and hmac.compare_digest(token, current)
+    return isinstance(token, str) and same_secret(token, current)
 
 
 async def handle_init(state: State, req: Request) -> None:

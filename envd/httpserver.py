@@ -14,7 +14,6 @@ import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO
-from urllib.parse import parse_qsl, unquote
 
 from envd import log
 
@@ -80,7 +79,11 @@ class Request:
         self.version = version
         self.headers = headers
         path, _, self.query_string = target.partition("?")
-        self.path = unquote(path)
+        if "%" in path:
+            from urllib.parse import unquote
+
+            path = unquote(path)
+        self.path = path
         self._query: dict[str, str] | None = None
         conn = headers.get("connection", "").lower()
         if version == "HTTP/1.0":
@@ -106,6 +109,8 @@ class Request:
     @property
     def query(self) -> dict[str, str]:
         if self._query is None:
+            from urllib.parse import parse_qsl
+
             self._query = {}
             for k, v in parse_qsl(self.query_string, keep_blank_values=True):
                 self._query.setdefault(k, v)

@@ -7,7 +7,6 @@ disk. Only what /files needs: part headers (for the filename) and part bodies.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from urllib.parse import unquote
 
 MAX_PART_HEAD = 16 * 1024
 
@@ -97,6 +96,8 @@ def disposition_params(value: str) -> dict[str, str]:
                 i += 1
             val = value[start:i].strip()
         if key.endswith("*"):
+            from urllib.parse import unquote
+
             _, _, encoded = val.partition("''")
             out[key[:-1]] = unquote(encoded)
             out[key] = val
