@@ -65,7 +65,11 @@ def test_envd_change_rebuilds_without_debootstrap(base_image: GuestImage, tmp_pa
     elapsed = time.monotonic() - t0
     assert img.digest != base_image.digest
     assert not any("debootstrap --variant" in m for m in messages), messages
-    assert any("copy the debootstrap tree" in m for m in messages), messages
+    assert any("link the cached debootstrap tree" in m for m in messages), messages
+    # the tree is shared by hard links: injection must not have written through them
+    tree = base_rootfs_tree()
+    assert "user:" not in (tree / "etc/passwd").read_text()
+    assert not (tree / "opt/aenv").exists()
     print(f"rebuild with changed envd: {elapsed:.1f}s")
     # the same inputs give the same digest: an unforced build is a cache hit
     again: list[str] = []

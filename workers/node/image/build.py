@@ -26,7 +26,13 @@ from .disk import DEFAULT_SIZE, make_ext4
 from .errors import ImageError
 from .initramfs import build_initramfs, read_static_busybox, sha256_hex
 from .inject import envd_hash, inject
-from .kernel import OPTIONAL_MODULES, REQUIRED_MODULES, Kernel, ensure_kernel, resolve_package
+from .kernel import (
+    OPTIONAL_MODULES,
+    REQUIRED_MODULES,
+    Kernel,
+    ensure_kernel,
+    resolve_package_cached,
+)
 from .rootfs import DebootstrapSpec, debootstrap
 from .scripts import ENVD_PORT, GUEST_INIT_SCRIPT, initramfs_init
 
@@ -114,7 +120,7 @@ class _Common:
 
 
 def _common(root: Path, envd_src: Path | None, size: int, progress: Progress) -> _Common:
-    package = resolve_package(progress)
+    package = resolve_package_cached(root / "kernel-resolved.json", progress)
     with _cache.locked(root, "kernel"), step(progress, f"kernel {package.name}"):
         kernel = ensure_kernel(root, package, progress)
     return _Common(kernel, read_static_busybox(), envd_src or default_envd_src(), size)
@@ -213,11 +219,10 @@ def base_rootfs_tree(
     return final
 
 
-def _copy_tree(src: Path, dst: Path) -> None:
-    # cp -a keeps hard links, device nodes, ownership and xattrs
-    proc = subprocess.run(
-        ["cp", "-a", "--reflink=auto", str(src), str(dst)], capture_output=True, text=True
-    )
+def _link_tree(src: Path, dst: Path) -> None:
+    # A hard-linked copy (cp -al: ~1 s instead of ~4 s for a full copy). Safe because
+    # injection never writes into an existing file: write_guest_file unlinks and creates.
+    proc = subprocess.run(["cp", "-al", str(src), str(dst)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise ImageError(f"copying {src} failed: {proc.stderr.strip()[-300:]}")
 
@@ -246,8 +251,8 @@ def build_base(
             return img
 
         def populate(dst: Path) -> None:
-            with step(progress, "copy the debootstrap tree"):
-                _copy_tree(tree, dst)
+            with step(progress, "link the cached debootstrap tree"):
+                _link_tree(tree, dst)
 
         img = _assemble(root, digest, common, source, populate, progress)
     _cache.link_name(root, "base", digest)
