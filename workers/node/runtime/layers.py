@@ -23,6 +23,8 @@ class LayerStore:
     def __init__(self, root: Path):
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
+        # layer -> its backing file, for every layer created through this store
+        self.backing: dict[Path, Path] = {}
 
     def new_path(self) -> Path:
         return self.root / f"{uuid.uuid4().hex}.qcow2"
@@ -32,7 +34,34 @@ class LayerStore:
         top = self.new_path()
         fmt = "raw" if backing_raw else "qcow2"
         await _qemu_img("create", "-q", "-f", "qcow2", "-b", str(backing), "-F", fmt, str(top))
+        self.backing[top] = backing
         return top
+
+    def stacked(self, top: Path, backing: Path) -> None:
+        """Record a layer QEMU created itself (blockdev-snapshot-sync) over `backing`."""
+        self.backing[top] = backing
+
+    def lineage(self, top: Path) -> list[Path]:
+        """`top` and every layer under it that this store knows about."""
+        out = [top]
+        while out[-1] in self.backing:
+            out.append(self.backing[out[-1]])
+        return out
+
+    def collect(self, roots: set[Path]) -> list[Path]:
+        """Delete store layers that no root's chain needs; returns what was deleted.
+
+        Roots are the tops of live VMs and of snapshots someone still holds. A frozen
+        layer under a running VM is live even when the snapshot that froze it is gone.
+        """
+        live: set[Path] = set()
+        for r in roots:
+            live.update(self.lineage(r))
+        dead = [p for p in self.root.glob("*.qcow2") if p not in live]
+        for p in dead:
+            p.unlink(missing_ok=True)
+            self.backing.pop(p, None)
+        return dead
 
     async def chain(self, top: Path) -> list[Path]:
         """The backing chain from `top` down to the base, as QEMU resolves it."""

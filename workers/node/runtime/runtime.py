@@ -193,6 +193,7 @@ class Runtime:
                 new_top = self.layers.new_path()
                 # QEMU creates new_top itself, backed by the current top, and switches to it.
                 await vm.qemu.snapshot_disk(new_top)
+                self.layers.stacked(new_top, frozen)
                 vm.disk_top = new_top
                 vm.owned_layers = [new_top]
             state_bytes = await vm.qemu.save_state(sdir / "state")
@@ -313,9 +314,14 @@ class Runtime:
         shutil.rmtree(vm.dir, ignore_errors=True)
 
     def delete_snapshot(self, snap: Snapshot) -> None:
-        """Remove a snapshot's own files and its frozen top layer (callers track sharing)."""
+        """Remove a snapshot's own files. Its disk layers may still be under a running VM
+        or another snapshot: `collect_layers` frees them once nothing needs them."""
         shutil.rmtree(snap.dir, ignore_errors=True)
-        snap.disk_top.unlink(missing_ok=True)
+
+    def collect_layers(self, snapshots: list[Snapshot]) -> list[Path]:
+        """Free disk layers needed neither by a live VM nor by one of `snapshots`."""
+        roots = {vm.disk_top for vm in self.vms.values()} | {s.disk_top for s in snapshots}
+        return self.layers.collect(roots)
 
     # ---- helpers -----------------------------------------------------------------------
     def _vm_dir(self, vm_id: str) -> Path:
