@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from workers.node.image import GuestImage, base_rootfs_tree, build_base, build_from_oci
+from workers.node.image import GuestImage, base_rootfs_tree, build_base, build_from_oci, cache_root
 from workers.node.image.build import default_envd_src
 from workers.node.image.oci_write import write_archive, write_layout_from_dir
 
 from .qemu_boot import boot
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-def _qemu_count() -> int:
-    out = subprocess.run(["pgrep", "-c", "-x", "qemu-system-x86"], capture_output=True, text=True)
-    return int(out.stdout.strip() or 0)
 
 
 def test_base_image_boots_to_init_and_envd(base_image: GuestImage) -> None:
@@ -103,6 +99,20 @@ def test_oci_image_from_the_debootstrap_tree_boots(base_image: GuestImage, tmp_p
         (img.rootfs.parent.parent / "names" / "oci-test").unlink(missing_ok=True)
 
 
-def test_no_qemu_left_behind() -> None:
-    # runs last in this module: every boot above killed its QEMU
-    assert _qemu_count() == 0 or pytest.skip("other QEMUs (other suites) are running")
+def test_nothing_left_behind() -> None:
+    # runs last in this module: every boot above killed its QEMU and removed its files
+    out = subprocess.run(["pgrep", "-af", "aenv-imgtest-"], capture_output=True, text=True)
+    assert out.stdout.strip() == "", out.stdout
+    leftovers = [
+        *Path("/dev/shm").glob("aenv-imgtest-*"),
+        *Path(tempfile.gettempdir()).glob("aenv-imgtest-*"),
+    ]
+    assert leftovers == []
+    mounts = Path("/proc/self/mounts").read_text()
+    assert str(cache_root()) not in mounts
+    # a build by another suite may be in progress right now; a stale one would be old
+    stale = [
+        p for p in cache_root().iterdir()
+        if p.name.startswith(".tmp-") and time.time() - p.stat().st_mtime > 300
+    ]  # fmt: skip
+    assert stale == []

@@ -175,3 +175,23 @@ def test_inject_never_writes_through_image_symlinks(tmp_path: Path) -> None:
     assert (aenv / "bin/busybox").read_bytes() == b"\x7fELFbusybox"
     assert stat.S_IMODE((root / "tmp").stat().st_mode) == 0o1777
     assert json.loads((aenv / "image.json").read_text())["user_uid"] == info.user_uid
+
+
+def test_gc_keeps_newest_named_and_open_images(tmp_path: Path) -> None:
+    root = cache.cache_root(tmp_path)
+    dirs = []
+    for i, name in enumerate(["old-named", "old-open", "old", "new"]):
+        d = root / name
+        d.mkdir()
+        (d / "root.ext4").write_bytes(b"x")
+        (d / "manifest.json").write_text("{}")
+        os.utime(d / "manifest.json", (1000 + i, 1000 + i))
+        dirs.append(d)
+    (root / "kernel-x").mkdir()  # not an image: never touched
+    cache.link_name(root, "tmpl", "old-named")
+    with (root / "old-open/root.ext4").open("rb"):
+        assert cache.collect_garbage(root, keep=1, dry_run=True) == [root / "old"]
+        assert (root / "old").exists()
+        assert cache.collect_garbage(root, keep=1) == [root / "old"]
+    assert not (root / "old").exists()
+    assert all((root / n).exists() for n in ("old-named", "old-open", "new", "kernel-x"))

@@ -14,6 +14,7 @@ sibling and renamed into place while holding that key's lock.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -92,3 +93,40 @@ def link_name(root: Path, name: str, digest: str) -> None:
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(f"../{digest}")
     os.replace(tmp, names / name)
+
+
+def _open_files() -> set[str]:
+    """Paths any process on the host has open (what a running QEMU holds)."""
+    out: set[str] = set()
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            for fd in fd_dir.iterdir():
+                with contextlib.suppress(OSError):
+                    out.add(os.readlink(fd))
+        except OSError:
+            continue  # the process ended or is not ours to inspect
+    return out
+
+
+def collect_garbage(root: Path, keep: int, *, dry_run: bool = False) -> list[Path]:
+    """Remove old images: all but the `keep` newest, never a named one or one in use.
+
+    "In use" can only be seen for open files; an image that a stopped VM's snapshot still
+    uses as its qcow2 backing file is not detectable here, hence an explicit command with
+    `--keep` rather than anything automatic.
+    """
+    named = {p.resolve().name for p in (root / "names").glob("*") if p.is_symlink()}
+    images = sorted(
+        (d for d in root.iterdir() if d.is_dir() and (d / "manifest.json").is_file()),
+        key=lambda d: (d / "manifest.json").stat().st_mtime,
+        reverse=True,
+    )
+    busy = _open_files()
+    removed = []
+    for d in images[keep:]:
+        if d.name in named or any(f.startswith(str(d) + "/") for f in busy):
+            continue
+        removed.append(d)
+        if not dry_run:
+            shutil.rmtree(d, ignore_errors=True)
+    return removed

@@ -3,6 +3,7 @@
     build-base [--cache DIR] [--force] [--size 2G]
     build-oci <layout-dir-or-archive> --name NAME [--cache DIR] [--force] [--size 2G]
     cmdline [--cache DIR] [--image NAME|DIGEST] [--no-net] [--debug]
+    gc [--cache DIR] [--keep N] [--dry-run]
 
 Progress lines carry the seconds since start; the last lines are the digest and paths.
 Any failure is one line on stderr and exit status 1.
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .build import GuestImage, build_base, build_from_oci, find_image
+from .cache import cache_root, collect_garbage
 from .cmdline import kernel_cmdline
 from .disk import DEFAULT_SIZE, parse_size
 from .errors import ImageError
@@ -42,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     cl.add_argument("--image", default="base")
     cl.add_argument("--no-net", action="store_true")
     cl.add_argument("--debug", action="store_true")
+    gc = sub.add_parser("gc", help="delete old unnamed images that no process has open")
+    gc.add_argument("--cache", type=Path)
+    gc.add_argument("--keep", type=int, default=3, help="newest images always kept")
+    gc.add_argument("--dry-run", action="store_true")
     return p
 
 
@@ -74,12 +80,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress=progress, force=args.force, size=parse_size(args.size),
             )  # fmt: skip
             _report(img)
+        elif args.cmd == "gc":
+            for d in collect_garbage(cache_root(args.cache), args.keep, dry_run=args.dry_run):
+                print(f"{'would remove' if args.dry_run else 'removed'} {d}")
         else:
             img = find_image(args.image, args.cache)
             print(
                 kernel_cmdline(img, ip=None if args.no_net else "169.254.0.21/30", debug=args.debug)
             )
-    except ImageError as e:
+    except (ImageError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
