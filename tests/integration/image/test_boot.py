@@ -71,6 +71,7 @@ def test_envd_change_rebuilds_without_debootstrap(base_image: GuestImage, tmp_pa
     again: list[str] = []
     assert build_base(progress=again.append, envd_src=envd).digest == img.digest
     assert any("is cached" in m for m in again)
+    assert (cache_root() / "names/base").resolve().name != img.digest  # not the default
     shutil.rmtree(img.rootfs.parent)  # keep the shared cache lean: this image is test-only
 
 

@@ -236,7 +236,10 @@ def build_base(
     spec: DebootstrapSpec | None = None,
     envd_src: Path | None = None,
 ) -> GuestImage:
-    """The default Debian guest image: from the cache, or built (debootstrap cached apart)."""
+    """The default Debian guest image: from the cache, or built (debootstrap cached apart).
+
+    With default arguments the result is also recorded as the image named `base`.
+    """
     root = _cache.cache_root(cache)
     spec = spec or DebootstrapSpec()
     common = _common(root, envd_src, size, progress)
@@ -255,7 +258,8 @@ def build_base(
                 _link_tree(tree, dst)
 
         img = _assemble(root, digest, common, source, populate, progress)
-    _cache.link_name(root, "base", digest)
+    if (spec, envd_src, size) == (DebootstrapSpec(), None, DEFAULT_SIZE):
+        _cache.link_name(root, "base", digest)  # only the default image is `base`
     return img
 
 
