@@ -1,6 +1,13 @@
 """The microVM runtime: VMs, disk layers, snapshots and forks on one node."""
 
-from workers.node.runtime.guest import ENVD_PORT, http_request, init_envd, wait_envd
+from workers.node.runtime.guest import (
+    ENVD_PORT,
+    InitRefused,
+    http_request,
+    init_envd,
+    wait_and_init,
+    wait_envd,
+)
 from workers.node.runtime.layers import LayerStore
 from workers.node.runtime.memfile import allocated_bytes, clone_or_sparse_copy
 from workers.node.runtime.runtime import Runtime, Timing, Vm
@@ -8,6 +15,7 @@ from workers.node.runtime.snapshot import Snapshot
 
 __all__ = [
     "ENVD_PORT",
+    "InitRefused",
     "LayerStore",
     "Runtime",
     "Snapshot",
@@ -17,5 +25,6 @@ __all__ = [
     "clone_or_sparse_copy",
     "http_request",
     "init_envd",
+    "wait_and_init",
     "wait_envd",
 ]

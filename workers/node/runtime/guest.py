@@ -78,14 +78,44 @@ def init_body(**extra: object) -> dict[str, object]:
     return body
 
 
-async def init_envd(host: str, extra: dict[str, object] | None = None) -> None:
+class InitRefused(Exception):
+    """envd answered /init with an error status (not a transport problem: do not retry)."""
+
+
+async def init_envd(
+    host: str, extra: dict[str, object] | None = None, *, token: str | None = None
+) -> None:
+    """POST /init once. `token` proves we know the guest's current access token (a
+    restored or forked guest keeps the one it had when captured)."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["X-Access-Token"] = token
     status, payload = await http_request(
-        host,
-        ENVD_PORT,
-        "POST",
-        "/init",
-        json.dumps(init_body(**(extra or {}))).encode(),
-        {"Content-Type": "application/json"},
+        host, ENVD_PORT, "POST", "/init", json.dumps(init_body(**(extra or {}))).encode(), headers
     )
     if status >= 300:
-        raise ConnectionError(f"envd /init answered {status}: {payload[:200]!r}")
+        raise InitRefused(f"envd /init answered {status}: {payload[:200]!r}")
+
+
+async def wait_and_init(
+    host: str,
+    extra: dict[str, object] | None = None,
+    *,
+    token: str | None = None,
+    timeout: float,
+) -> float:
+    """Initialise envd as soon as it accepts connections; returns seconds waited.
+
+    The /init call doubles as the readiness probe: one request instead of /health then
+    /init, and under TCG each first request of a restored guest is the expensive one.
+    """
+    start = time.monotonic()
+    last: Exception | None = None
+    while time.monotonic() - start < timeout:
+        try:
+            await init_envd(host, extra, token=token)
+            return time.monotonic() - start
+        except (OSError, TimeoutError, ConnectionError) as e:
+            last = e
+        await asyncio.sleep(0.003)
+    raise VmTimeout(f"envd at {host}:{ENVD_PORT} did not accept /init within {timeout}s ({last})")

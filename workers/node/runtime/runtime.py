@@ -14,13 +14,14 @@ import logging
 import shutil
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from workers.node.net import GUEST, EgressPolicy, NetworkSlot, SlotPool
-from workers.node.runtime.guest import init_envd, wait_envd
+from workers.node.runtime.guest import wait_and_init, wait_envd
 from workers.node.runtime.layers import LayerStore
 from workers.node.runtime.memfile import clone_or_sparse_copy
 from workers.node.runtime.snapshot import Snapshot
@@ -163,7 +164,10 @@ class Runtime:
 
     async def wait_envd(self, vm: Vm, timeout: float = BOOT_ENVD_TIMEOUT) -> float:
         """Wait for envd, failing fast (with QEMU's output) if the VM dies meanwhile."""
-        probe = asyncio.ensure_future(wait_envd(vm.host, timeout=timeout))
+        return await self._race_exit(vm, wait_envd(vm.host, timeout=timeout))
+
+    async def _race_exit(self, vm: Vm, work: Awaitable[float]) -> float:
+        probe = asyncio.ensure_future(work)
         died = asyncio.ensure_future(vm.qemu.wait_exit())
         done, _ = await asyncio.wait({probe, died}, return_when=asyncio.FIRST_COMPLETED)
         if probe in done:
@@ -172,7 +176,7 @@ class Runtime:
         probe.cancel()
         with contextlib.suppress(BaseException):
             await probe
-        raise vm.qemu._crashed()
+        raise vm.qemu.crash_error()
 
     # ---- capture -----------------------------------------------------------------------
     async def capture(self, vm: Vm, *, resume: bool, snapshot_id: str | None = None) -> Snapshot:
@@ -232,6 +236,7 @@ class Runtime:
         policy: EgressPolicy | None = None,
         wait: bool = True,
         init: dict[str, object] | None = None,
+        init_token: str | None = None,
     ) -> tuple[Vm, Timing]:
         """Start a VM from `snap`.
 
@@ -276,8 +281,9 @@ class Runtime:
             )  # fmt: skip
             t_envd = t_running
             if wait:
-                await self.wait_envd(vm, RESTORE_ENVD_TIMEOUT)
-                await init_envd(vm.host, init)
+                await self._race_exit(
+                    vm, wait_and_init(vm.host, init, token=init_token, timeout=RESTORE_ENVD_TIMEOUT)
+                )
                 t_envd = time.monotonic() - t0
             stack.pop_all()
         self.vms[vm_id] = vm

@@ -91,7 +91,7 @@ class QemuVm:
         deadline = time.monotonic() + QMP_CONNECT_TIMEOUT
         while True:
             if self._exit_task.done():
-                raise self._crashed()
+                raise self.crash_error()
             if self.spec.qmp_socket.exists():
                 try:
                     await self.qmp.connect(str(self.spec.qmp_socket))
@@ -156,7 +156,7 @@ class QemuVm:
     ) -> Any:
         """One QMP command, raced against QEMU's exit and bounded by `timeout`."""
         if not self.alive:
-            raise self._crashed()
+            raise self.crash_error()
         call = asyncio.ensure_future(self.qmp.execute(cmd, args))
         done, _ = await asyncio.wait(
             {call, self._exit_task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
@@ -170,13 +170,13 @@ class QemuVm:
                 # A dying QEMU drops the socket a moment before its exit is reaped.
                 await asyncio.wait({self._exit_task}, timeout=1.0)
                 if not self.alive:
-                    raise self._crashed() from e
+                    raise self.crash_error() from e
                 raise VmmError(f"VM {self.spec.vm_id}: QMP {cmd}: {e}") from e
         call.cancel()
         with contextlib.suppress(BaseException):
             await call
         if not self.alive:
-            raise self._crashed()
+            raise self.crash_error()
         raise VmTimeout(f"VM {self.spec.vm_id}: QMP {cmd} took longer than {timeout}s")
 
     async def status(self) -> str:
@@ -233,7 +233,7 @@ class QemuVm:
         except OSError:
             return ""
 
-    def _crashed(self) -> VmCrashed:
+    def crash_error(self) -> VmCrashed:
         rc = self._exit_task.result() if self._exit_task.done() else None
         return VmCrashed(self.spec.vm_id, rc, self.stderr_tail(), self.console_tail())
 

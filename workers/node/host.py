@@ -1,0 +1,121 @@
+"""The sandboxes living on this node: each a microVM restored from its template.
+
+No bus in here: `SandboxHost` is what the node worker's handlers call after the domain has
+decided, and what the API's proxy asks "where does this sandbox answer?". It keeps the
+sandbox → VM map and the little per-sandbox state the guest needs again after a restore
+(env vars, access token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from workers.node.net import EgressPolicy
+from workers.node.runtime import Runtime, Vm
+from workers.node.templates import TemplateCatalog
+
+log = logging.getLogger(__name__)
+
+DEFAULT_USER = "user"
+DEFAULT_WORKDIR = "/home/user"
+
+
+class HostError(Exception):
+    """A sandbox operation on this node failed; the message is safe to show a user."""
+
+
+@dataclass(frozen=True)
+class GuestConfig:
+    """What envd in a sandbox is told at every (re)start via /init."""
+
+    env_vars: dict[str, str] = field(default_factory=dict)
+    access_token: str | None = None
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
+
+    def init_body(self, sandbox_id: str) -> dict[str, object]:
+        return {
+            "envVars": self.env_vars,
+            "accessToken": self.access_token,
+            "defaultUser": DEFAULT_USER,
+            "defaultWorkdir": DEFAULT_WORKDIR,
+            "hostname": sandbox_id[:63],
+        }
+
+
+@dataclass
+class LiveSandbox:
+    sandbox_id: str
+    template_id: str
+    vm: Vm
+    guest: GuestConfig
+
+
+class SandboxHost:
+    """Creates, kills and locates this node's sandboxes."""
+
+    def __init__(self, runtime: Runtime, templates: TemplateCatalog, *, capacity: int) -> None:
+        self.runtime = runtime
+        self.templates = templates
+        self.capacity = capacity
+        self.sandboxes: dict[str, LiveSandbox] = {}
+        self._busy: dict[str, asyncio.Lock] = {}
+
+    @property
+    def free(self) -> int:
+        return max(0, self.capacity - len(self.sandboxes))
+
+    def lock(self, sandbox_id: str) -> asyncio.Lock:
+        """Serialises operations on one sandbox (a kill waits for a create to finish)."""
+        return self._busy.setdefault(sandbox_id, asyncio.Lock())
+
+    def upstream(self, sandbox_id: str) -> str | None:
+        """The address that reaches this sandbox's guest ports, if it runs here."""
+        live = self.sandboxes.get(sandbox_id)
+        return live.vm.host if live and live.vm.qemu.alive else None
+
+    async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> LiveSandbox:
+        """Restore the template into a new VM; returns once envd in it has been initialised.
+
+        Idempotent: a redelivered create for a sandbox already running here returns it.
+        """
+        if sandbox_id in self.sandboxes:
+            return self.sandboxes[sandbox_id]
+        if self.free <= 0:
+            raise HostError("node is full")
+        try:
+            snap = await self.templates.get(template_id)
+            vm, timing = await self.runtime.restore(
+                snap,
+                vm_id=sandbox_id,
+                private_memory=False,  # a sandbox can be paused: its RAM must be its own file
+                policy=guest.egress,
+                init=guest.init_body(sandbox_id),
+            )
+        except HostError:
+            raise
+        except Exception as e:
+            log.exception("create %s failed", sandbox_id)
+            raise HostError(f"sandbox {sandbox_id} failed to start: {e}") from e
+        log.info(
+            "sandbox %s up: running %.0f ms, envd %.0f ms",
+            sandbox_id,
+            timing.running * 1000,
+            timing.envd * 1000,
+        )
+        live = LiveSandbox(sandbox_id, template_id, vm, guest)
+        self.sandboxes[sandbox_id] = live
+        return live
+
+    async def kill(self, sandbox_id: str) -> bool:
+        """Destroy the sandbox's VM and everything it held; False if it was not here."""
+        live = self.sandboxes.pop(sandbox_id, None)
+        if live is None:
+            return False
+        await self.runtime.destroy(live.vm)
+        return True
+
+    async def close(self) -> None:
+        for sid in list(self.sandboxes):
+            await self.kill(sid)
