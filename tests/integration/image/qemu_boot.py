@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workers.node.image import GuestImage, kernel_cmdline
+from workers.node.image import ENVD_PORT, GUEST_MAC, GuestImage, kernel_cmdline
 
 
 @dataclass
@@ -65,8 +65,13 @@ def boot(
     debug: bool = True,
     mem_mb: int = 512,
     extra: dict[str, str] | None = None,
+    forward_port: int | None = None,
 ) -> Iterator[BootedVM]:
-    """Boot `image` (fresh qcow2 overlay, RAM file in /dev/shm); always kill and clean up."""
+    """Boot `image` (fresh qcow2 overlay, RAM file in /dev/shm); always kill and clean up.
+
+    With `forward_port`, the guest gets a user-mode (slirp) NIC with the contract's MAC,
+    configured through the `vmip`/`vmgw` knobs, and host 127.0.0.1:<port> reaches envd.
+    """
     work = Path(tempfile.mkdtemp(prefix="aenv-imgtest-"))
     shm = Path(tempfile.mkdtemp(prefix="aenv-imgtest-", dir="/dev/shm"))
     overlay, log = work / "root.qcow2", work / "console.log"
@@ -85,6 +90,10 @@ def boot(
         ],
         check=True,
     )
+    if forward_port is None:
+        cmdline = kernel_cmdline(image, ip=None, debug=debug, extra=extra)
+    else:  # slirp's fixed network, not the node's 169.254.0.21/30 (that needs a netns + tap)
+        cmdline = kernel_cmdline(image, ip="10.0.2.15/24", gw="10.0.2.2", debug=debug, extra=extra)
     argv = [
         "qemu-system-x86_64",
         "-machine", "microvm,memory-backend=mem",
@@ -92,10 +101,15 @@ def boot(
         "-nodefaults", "-no-reboot", "-display", "none", "-serial", f"file:{log}",
         "-object", f"memory-backend-file,id=mem,size={mem_mb}M,mem-path={shm / 'ram'},share=on",
         "-kernel", str(image.kernel), "-initrd", str(image.initrd),
-        "-append", kernel_cmdline(image, ip=None, debug=debug, extra=extra),
+        "-append", cmdline,
         "-drive", f"id=root,file={overlay},format=qcow2,if=none",
         "-device", "virtio-blk-device,drive=root",
     ]  # fmt: skip
+    if forward_port is not None:
+        argv += [
+            "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{forward_port}-:{ENVD_PORT}",
+            "-device", f"virtio-net-device,netdev=n0,mac={GUEST_MAC}",
+        ]  # fmt: skip
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     vm = BootedVM(proc, log)

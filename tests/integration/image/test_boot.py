@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,33 @@ def test_base_image_boots_to_init_and_envd(base_image: GuestImage) -> None:
             assert m.group(0) == "ENVD-READY 49983", vm.console()
         proc = vm.proc
     assert proc.poll() is not None  # killed on exit
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_network_knobs_configure_eth0_and_envd_answers(base_image: GuestImage) -> None:
+    if not (default_envd_src() / "__main__.py").exists():
+        pytest.skip("envd has no entry point yet")
+    port = _free_port()
+    with boot(base_image, forward_port=port) as vm:
+        vm.wait_for(r"ENVD-READY 49983", timeout=120)
+        assert "net-up" in vm.console()
+        # slirp forwards to 10.0.2.15 only: an answer proves vmip/vmgw set up eth0
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                    status = r.status
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        assert 200 <= status < 300
 
 
 def test_initramfs_failure_powers_off_with_a_reason(base_image: GuestImage) -> None:
