@@ -17,7 +17,7 @@ from dataclasses import dataclass  # noqa: E402
 
 from envd import log  # noqa: E402
 from envd.app import App  # noqa: E402
-from envd.httpserver import MAX_HEAD, serve_connection  # noqa: E402
+from envd.httpserver import STREAM_LIMIT, serve_connection  # noqa: E402
 from envd.state import State  # noqa: E402
 from envd.version import ENVD_VERSION  # noqa: E402
 
@@ -83,7 +83,7 @@ async def serve(opts: Options) -> None:
         lambda r, w: serve_connection(r, w, app.handle),
         opts.host,
         opts.port,
-        limit=MAX_HEAD,
+        limit=STREAM_LIMIT,
         reuse_address=True,
         backlog=1024,
     )

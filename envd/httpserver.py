@@ -18,6 +18,9 @@ from typing import Any, BinaryIO
 from envd import log
 
 MAX_HEAD = 64 * 1024
+# StreamReader buffer: also its flow-control high-water mark (2x), so it sets upload speed.
+STREAM_LIMIT = 1024 * 1024
+# Body reads stay cache-sized; bigger buffers measured slower for uploads.
 READ_SIZE = 256 * 1024
 # A handler that leaves more than this unread closes the connection instead of draining it.
 MAX_DRAIN = 1024 * 1024
@@ -290,6 +293,8 @@ async def serve_connection(
             except asyncio.IncompleteReadError:
                 return
             except asyncio.LimitOverrunError:
+                head = b""
+            if not head or len(head) > MAX_HEAD:
                 writer.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
                              b"Content-Length: 0\r\nConnection: close\r\n\r\n")
                 return
