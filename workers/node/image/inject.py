@@ -13,13 +13,12 @@ import json
 import os
 import py_compile
 import re
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ImageError
-from .fsutil import guest_mkdir, guest_path, write_guest_file
+from .fsutil import guest_mkdir, guest_path, remove_any, write_guest_file
 from .scripts import ENVD_DIR, GUEST_BUSYBOX, GUEST_INIT, GUEST_INIT_SCRIPT
 
 USER = "user"
@@ -190,9 +189,7 @@ def inject(
     for d in ("dev", "proc", "sys", "tmp", "run", "root"):
         guest_mkdir(root, d, mode=0o1777 if d == "tmp" else 0o755)
     # aenv's own directory is rebuilt from scratch (an image may ship a stale one)
-    aenv = guest_path(root, "opt/aenv")
-    if aenv.exists() or aenv.is_symlink():
-        shutil.rmtree(aenv) if aenv.is_dir() and not aenv.is_symlink() else aenv.unlink()
+    remove_any(guest_path(root, "opt/aenv"))
     guest_mkdir(root, "opt/aenv/bin")
     write_guest_file(root, GUEST_BUSYBOX, busybox, mode=0o755)
     write_guest_file(root, GUEST_INIT, GUEST_INIT_SCRIPT.encode(), mode=0o755)

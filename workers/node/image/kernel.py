@@ -249,7 +249,10 @@ def ensure_kernel(
     work = Path(tempfile.mkdtemp(prefix=f".tmp-{kdir.name}-", dir=cache))
     try:
         progress(f"kernel: apt-get download {package.name}={package.version}")
-        _run(["apt-get", "download", "-q", f"{package.name}={package.version}"], cwd=work)
+        try:
+            _run(["apt-get", "download", "-q", f"{package.name}={package.version}"], cwd=work)
+        except ImageError as e:
+            raise ImageError(f"{e} (stale apt lists? run apt-get update)") from e
         debs = sorted(work.glob("*.deb"))
         if not debs:
             raise ImageError(f"apt-get download produced no .deb for {package.name}")

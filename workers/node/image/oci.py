@@ -358,30 +358,32 @@ def _extract(tf: tarfile.TarFile, m: tarfile.TarInfo, root: Path, is_root: bool)
     _set_meta(dest, m, is_root)
 
 
+def _is_whiteout(m: tarfile.TarInfo) -> bool:
+    parts = split_member_name(m.name)
+    return bool(parts) and parts[-1].startswith(WHITEOUT)
+
+
 def apply_layer(tar_file: IO[bytes], root: Path, label: str) -> None:
-    """Apply one uncompressed layer tar onto `root` (whiteouts first, then entries)."""
+    """Apply one uncompressed layer tar onto `root` (whiteouts first, then entries).
+
+    Every failure is an ImageError prefixed with `label` (which names the layer digest).
+    """
     is_root = os.geteuid() == 0
+    member = "?"
     try:
         with tarfile.open(fileobj=tar_file, mode="r:") as tf:
             members = tf.getmembers()
             _apply_whiteouts(members, root)
             for m in members:
-                if split_member_name(m.name)[-1:] and m.name.rsplit("/", 1)[-1].startswith(
-                    WHITEOUT
-                ):
-                    continue
-                try:
+                member = m.name
+                if not _is_whiteout(m):
                     _extract(tf, m, root, is_root)
-                except ImageError as e:
-                    raise ImageError(f"{label}: {e}") from e
-                except OSError as e:
-                    raise ImageError(f"{label}: cannot write {m.name}: {e}") from e
     except tarfile.TarError as e:
         raise ImageError(f"{label}: corrupt tar: {e}") from e
     except ImageError as e:
-        if str(e).startswith(label):
-            raise
         raise ImageError(f"{label}: {e}") from e
+    except OSError as e:
+        raise ImageError(f"{label}: cannot write {member}: {e}") from e
 
 
 def unpack(layout: Layout, dest: Path, progress: Callable[[str], None] = print) -> None:

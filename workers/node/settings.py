@@ -1,0 +1,33 @@
+"""Node worker settings, validated once at start (`AENV_*` environment variables)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_node_id() -> str:
+    host = "".join(c for c in socket.gethostname().lower() if c.isalnum())
+    return (host or "node")[:24]
+
+
+class NodeSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AENV_", frozen=True, extra="ignore")
+
+    node_id: str = Field(default_factory=_default_node_id, pattern=r"^[a-z0-9-]{1,32}$")
+    state_dir: Path = Path("/var/lib/aenv/node")
+    #: Sandboxes this node runs at once; placement skips a full node.
+    capacity: int = Field(default=32, ge=1)
+    #: Network namespace/interface prefix; distinct per stack sharing a host.
+    slot_prefix: str = Field(default="aenv", pattern=r"^[a-z]{1,8}$")
+    #: Ready network slots kept warm (each ~50 ms to build).
+    slot_pool: int = Field(default=4, ge=0)
+    #: Whether guests may reach the internet at all. Off here: this host has no uplink NAT
+    #: for guests, so `allow_internet_access` is accepted but cannot open anything.
+    egress_enabled: bool = False
+    #: vCPUs and RAM of the default `base` template.
+    base_vcpus: int = Field(default=1, ge=1)
+    base_mem_mib: int = Field(default=512, ge=128)

@@ -1,0 +1,185 @@
+"""The node worker: consumes this node's commands and placement creates, drives the
+sandbox host, and appends the outcome events.
+
+Each handler follows the same shape: decide the request on the aggregate (append its
+`*Requested` event), do the I/O, then decide the matching `Complete*` command (append the
+outcome). Completion command ids derive from the request's, so a redelivered request
+completes once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import Any
+
+from aenv.domain import Invalid
+from aenv.domain import sandbox as sb
+from aenv.domain.sandbox import SandboxStatus as S
+from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, RetryableError
+from workers.node.apply import apply
+from workers.node.host import GuestConfig, HostError, SandboxHost
+from workers.node.journal import Journal
+from workers.node.net import EgressPolicy
+from workers.node.settings import NodeSettings
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 5.0
+
+
+def egress_of(net: sb.NetworkPolicy, enabled: bool) -> EgressPolicy:
+    return EgressPolicy(
+        internet=net.allow_internet_access and enabled,
+        allow=net.allow_out if enabled else (),
+        deny=net.deny_out,
+    )
+
+
+def completion_id(request: sb.SandboxCommand, what: str) -> Any:
+    return sb.derived_command_id(str(request.command_id), what)
+
+
+class NodeWorker:
+    def __init__(self, bus: Bus, host: SandboxHost, settings: NodeSettings) -> None:
+        self.bus = bus
+        self.host = host
+        self.settings = settings
+        self.node_id = settings.node_id
+        self.journal = Journal(settings.state_dir / "journal")
+        self._consumers: list[CommandConsumer] = []
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.reconcile()
+        names = self.bus.names
+        specs = [
+            ConsumerSpec(
+                durable=names.node_consumer(self.node_id),
+                filter_subject=names.node_commands(self.node_id),
+            ),
+            ConsumerSpec(
+                durable=names.place_consumer,
+                filter_subject=names.place_commands,
+                max_ack_pending=max(1, self.settings.capacity),
+            ),
+        ]
+        for spec in specs:
+            c = CommandConsumer(
+                self.bus.js, self.bus.settings, spec, self.handle, self.bus.sandboxes
+            )
+            await c.start()
+            self._consumers.append(c)
+        self._heartbeat = asyncio.create_task(self._beat())
+
+    async def stop(self) -> None:
+        """Stop taking work, let in-flight commands finish (the consumers drain them)."""
+        for c in self._consumers:
+            await c.stop()
+        if self._heartbeat:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+
+    async def reconcile(self) -> None:
+        """Sandboxes this node hosted before a restart have lost their VMs: say so."""
+        for sid in self.journal.entries():
+            if sid in self.host.sandboxes:
+                continue
+            state, _ = await self.bus.sandboxes.load(sid)
+            if state is not None and state.status not in (S.KILLED, S.FAILED):
+                kill = sb.KillSandbox(
+                    sandbox_id=sid,
+                    command_id=sb.derived_command_id(sid, "reconcile", str(state.requested_at)),
+                )
+                await self._kill(kill, MessageContext(), error="node restarted; VM lost")
+            self.journal.remove(sid)
+
+    # ---- dispatch --------------------------------------------------------------------
+    async def handle(self, d: Delivery) -> None:
+        cmd = d.command
+        match cmd:
+            case sb.CreateSandbox():
+                await self._create(cmd, d.context)
+            case sb.KillSandbox():
+                await self._kill(cmd, d.context)
+            case sb.SetSandboxTimeout():
+                await apply(self.bus.sandboxes, cmd, d.context)
+            case _:
+                raise Invalid(f"{type(cmd).__name__} is not supported by this node yet")
+
+    async def _create(self, cmd: sb.CreateSandbox, ctx: MessageContext) -> None:
+        if self.host.free <= 0 and cmd.sandbox_id not in self.host.sandboxes:
+            raise RetryableError("node is full", delay_s=1.0)  # another node may take it
+        state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
+        if state is None or state.status is not S.CREATING:
+            return  # redelivery of a create that already finished
+        guest = GuestConfig(
+            env_vars=dict(state.env_vars),
+            access_token=state.envd_access_token,
+            egress=egress_of(state.network, self.settings.egress_enabled),
+        )
+        error = None
+        async with self.host.lock(cmd.sandbox_id):
+            self.journal.add(cmd.sandbox_id, state.template_id)
+            try:
+                await self.host.create(cmd.sandbox_id, state.template_id, guest)
+            except HostError as e:
+                error = str(e)
+                self.journal.remove(cmd.sandbox_id)
+        done = sb.CompleteCreate(
+            sandbox_id=cmd.sandbox_id,
+            node_id=self.node_id,
+            error=error,
+            command_id=completion_id(cmd, "created"),
+        )
+        state, _, events = await apply(self.bus.sandboxes, done, ctx)
+        if (
+            error is None
+            and not events
+            and state is not None
+            and state.status in (S.KILLING, S.KILLED, S.FAILED)
+        ):
+            # killed while we were creating it: the VM must not outlive its sandbox
+            await self._kill(
+                sb.KillSandbox(
+                    sandbox_id=cmd.sandbox_id, command_id=completion_id(cmd, "kill-late")
+                ),
+                ctx,
+            )
+
+    async def _kill(
+        self, cmd: sb.KillSandbox, ctx: MessageContext, *, error: str | None = None
+    ) -> None:
+        await apply(self.bus.sandboxes, cmd, ctx)
+        async with self.host.lock(cmd.sandbox_id):
+            await self.host.kill(cmd.sandbox_id)
+            self.journal.remove(cmd.sandbox_id)
+        done = sb.CompleteKill(
+            sandbox_id=cmd.sandbox_id, error=error, command_id=completion_id(cmd, "killed")
+        )
+        await apply(self.bus.sandboxes, done, ctx)
+
+    # ---- capacity --------------------------------------------------------------------
+    async def _beat(self) -> None:
+        kv = await self.bus.js.key_value(self.bus.names.nodes_bucket)
+        while True:
+            doc = {
+                "node_id": self.node_id,
+                "capacity": self.host.capacity,
+                "free": self.host.free,
+                "running": len(self.host.sandboxes),
+                "accelerator": self.host.runtime.accel.accel,
+                "accelerator_reason": self.host.runtime.accel.reason,
+                "qemu": self.host.runtime.qemu_version,
+                "at": time.time(),
+            }
+            try:
+                await kv.put(self.node_id, json.dumps(doc).encode())
+            except Exception as e:  # a missed heartbeat is retried on the next beat
+                log.warning("node heartbeat failed: %s", e)
+            await asyncio.sleep(HEARTBEAT_S)
