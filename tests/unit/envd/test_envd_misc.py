@@ -1,0 +1,93 @@
+"""CLI parsing, path resolution and inotify decoding (pure)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from envd import inotify, wire
+from envd.__main__ import parse_args
+from envd.users import User, resolve_path
+
+U = User("user", 1000, 1000, "/home/user")
+
+
+def test_cli_defaults_and_flags() -> None:
+    o = parse_args([])
+    assert (o.host, o.port, o.default_user, o.default_workdir) == ("0.0.0.0", 49983, "user", None)
+    o = parse_args(["--port=0", "--host", "127.0.0.1", "--default-user", "root",
+                    "--default-workdir", "/srv"])
+    assert (o.host, o.port, o.default_user, o.default_workdir) == ("127.0.0.1", 0, "root", "/srv")
+    with pytest.raises(SystemExit):
+        parse_args(["--bogus"])
+    with pytest.raises(SystemExit):
+        parse_args(["--port", "x"])
+    with pytest.raises(SystemExit):
+        parse_args(["--port"])
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("a.txt", "/home/user/a.txt"),
+        ("d/../b", "/home/user/b"),
+        ("~", "/home/user"),
+        ("~/x", "/home/user/x"),
+        ("/etc/hosts", "/etc/hosts"),
+        ("/tmp//x/", "/tmp/x"),
+        ("", "/home/user"),
+    ],
+)
+def test_resolve_path(path: str, expected: str) -> None:
+    assert resolve_path(path, U) == expected
+
+
+def test_resolve_empty_path_uses_default_dir() -> None:
+    assert resolve_path("", U, "/srv") == "/srv"
+
+
+def _event(wd: int, mask: int, name: bytes) -> bytes:
+    padded = name + b"\0" * (16 - len(name) % 16) if name else b""
+    return struct.pack("iIII", wd, mask, 0, len(padded)) + padded
+
+
+def test_parse_inotify_events() -> None:
+    buf = _event(1, inotify.IN_CREATE, b"a.txt") + _event(2, inotify.IN_DELETE_SELF, b"")
+    assert inotify.parse_events(buf) == [(1, inotify.IN_CREATE, "a.txt"),
+                                         (2, inotify.IN_DELETE_SELF, "")]
+
+
+@pytest.mark.parametrize(
+    ("mask", "etype"),
+    [
+        (inotify.IN_CREATE, wire.EVENT_CREATE),
+        (inotify.IN_MOVED_TO, wire.EVENT_CREATE),
+        (inotify.IN_MODIFY, wire.EVENT_WRITE),
+        (inotify.IN_DELETE, wire.EVENT_REMOVE),
+        (inotify.IN_MOVED_FROM, wire.EVENT_RENAME),
+        (inotify.IN_ATTRIB, wire.EVENT_CHMOD),
+        (inotify.IN_IGNORED, None),
+    ],
+)
+def test_event_mapping_follows_fsnotify(mask: int, etype: str | None) -> None:
+    assert inotify.event_type(mask) == etype
+
+
+def test_envd_imports_only_stdlib() -> None:
+    """Guests have no third-party packages: every import of envd/ is stdlib or envd.*."""
+    import ast
+    import pathlib
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[3] / "envd"
+    for f in root.glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for n in names:
+                top = n.split(".")[0]
+                assert top == "envd" or top in sys.stdlib_module_names, f"{f.name}: {n}"
