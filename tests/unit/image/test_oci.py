@@ -258,3 +258,22 @@ def test_writer_round_trips_a_tree_deterministically(tmp_path: Path) -> None:
     root = tmp_path / "root"
     assert (root / "bin/x").read_text() == "x"
     assert (root / "usr/bin/y").stat().st_ino == (root / "usr/bin/x").stat().st_ino
+
+
+def test_ref_picks_one_of_several_tagged_images(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_layout(a, [layer(f("which", b"one"))], ref="one")
+    write_layout(b, [layer(f("which", b"two"))], ref="two")
+    # merge b into a: one layout, two tagged images
+    for blob in (b / "blobs/sha256").iterdir():
+        shutil.copy(blob, a / "blobs/sha256" / blob.name)
+    index = json.loads((a / "index.json").read_text())
+    index["manifests"] += json.loads((b / "index.json").read_text())["manifests"]
+    (a / "index.json").write_text(json.dumps(index))
+    with pytest.raises(ImageError, match="choose one by its ref"), open_layout(a):
+        pass
+    with pytest.raises(ImageError, match="tagged 'three'"), open_layout(a, "three"):
+        pass
+    with open_layout(a, "two") as lo:
+        unpack(lo, tmp_path / "root", progress=lambda _m: None)
+    assert (tmp_path / "root/which").read_bytes() == b"two"

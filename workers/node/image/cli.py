@@ -1,7 +1,7 @@
 """`python -m workers.node.image`: build guest images from the command line.
 
     build-base [--cache DIR] [--force] [--size 2G]
-    build-oci <layout-dir-or-archive> --name NAME [--cache DIR] [--force] [--size 2G]
+    build-oci <layout-dir-or-archive> --name NAME [--ref TAG] [--cache DIR] [--force] [--size 2G]
     cmdline [--cache DIR] [--image NAME|DIGEST] [--no-net] [--debug]
     gc [--cache DIR] [--keep N] [--dry-run]
 
@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     oci = sub.add_parser("build-oci", parents=[common], help="an image from an OCI layout/archive")
     oci.add_argument("source", type=Path)
     oci.add_argument("--name", required=True)
+    oci.add_argument("--ref", help="tag to pick when the layout holds several images")
     cl = sub.add_parser("cmdline", help="print the kernel command line for a cached image")
     cl.add_argument("--cache", type=Path)
     cl.add_argument("--image", default="base")
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.cmd == "build-oci":
             img = build_from_oci(
                 args.source, args.name, args.cache,
-                progress=progress, force=args.force, size=parse_size(args.size),
+                progress=progress, force=args.force, size=parse_size(args.size), ref=args.ref,
             )  # fmt: skip
             _report(img)
         elif args.cmd == "gc":

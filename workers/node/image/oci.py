@@ -156,7 +156,12 @@ def _platform_ok(desc: dict[str, Any]) -> bool | None:
     return p.get("os") == "linux" and p.get("architecture") == "amd64"
 
 
-def _choose_manifest(store: BlobStore, source: str) -> tuple[Descriptor, dict[str, Any]]:
+REF_ANNOTATION = "org.opencontainers.image.ref.name"
+
+
+def _choose_manifest(
+    store: BlobStore, source: str, ref: str | None
+) -> tuple[Descriptor, dict[str, Any]]:
     with store.open("index.json") as f:
         try:
             index = json.load(f)
@@ -170,6 +175,9 @@ def _choose_manifest(store: BlobStore, source: str) -> tuple[Descriptor, dict[st
             raise ImageError(f"{source}: image indexes nest too deep")
         for raw in idx.get("manifests") or []:
             desc = Descriptor.parse(raw, f"{source} index")
+            tag = (raw.get("annotations") or {}).get(REF_ANNOTATION)
+            if depth == 0 and ref is not None and tag != ref:
+                continue  # the tag names the top-level entry; nested ones inherit it
             ok = _platform_ok(raw)
             if ok is False:
                 continue
@@ -181,21 +189,28 @@ def _choose_manifest(store: BlobStore, source: str) -> tuple[Descriptor, dict[st
     walk(index, 0)
     exact = [d for ok, d in candidates if ok]
     pool = exact or [d for _, d in candidates]
+    tagged = f" tagged {ref!r}" if ref is not None else ""
     if not pool:
-        raise ImageError(f"{source}: no linux/amd64 image manifest in index.json")
+        raise ImageError(f"{source}: no linux/amd64 image manifest{tagged} in index.json")
     if len({d.digest for d in pool}) > 1:
-        raise ImageError(f"{source}: index.json lists {len(pool)} candidate images; keep one")
+        raise ImageError(
+            f"{source}: index.json lists {len(pool)} candidate images; choose one by its ref"
+        )
     return pool[0], probe.read_json(pool[0], "manifest")
 
 
 @contextmanager
-def open_layout(path: Path) -> Iterator[Layout]:
-    """Open an OCI layout directory or OCI archive and resolve its linux/amd64 image."""
+def open_layout(path: Path, ref: str | None = None) -> Iterator[Layout]:
+    """Open an OCI layout directory or OCI archive and resolve its linux/amd64 image.
+
+    `ref` picks the index entry annotated `org.opencontainers.image.ref.name` = ref (the
+    tag, as in `skopeo copy … oci:dir:tag`); without it the index must hold one image.
+    """
     path = Path(path)
     if path.is_dir():
         if not (path / "index.json").is_file():
             raise ImageError(f"{path} is not an OCI image layout (no index.json)")
-        yield _resolve(_DirStore(path), str(path))
+        yield _resolve(_DirStore(path), str(path), ref)
         return
     try:
         tf = tarfile.open(path, "r:*")  # noqa: SIM115  (closed by the `with tf` below)
@@ -205,11 +220,11 @@ def open_layout(path: Path) -> Iterator[Layout]:
         store = _TarStore(tf, str(path))
         if "index.json" not in store.members:
             raise ImageError(f"{path} is not an OCI archive (no index.json)")
-        yield _resolve(store, str(path))
+        yield _resolve(store, str(path), ref)
 
 
-def _resolve(store: BlobStore, source: str) -> Layout:
-    desc, manifest = _choose_manifest(store, source)
+def _resolve(store: BlobStore, source: str, ref: str | None) -> Layout:
+    desc, manifest = _choose_manifest(store, source, ref)
     if manifest.get("mediaType") in INDEX_TYPES:
         raise ImageError(f"{source}: manifest {desc.digest} is an index")
     cfg_desc = Descriptor.parse(manifest.get("config"), f"manifest {desc.digest} config")
