@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import struct
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -60,6 +61,19 @@ class RpcError(Exception):
 
     def to_json(self) -> dict[str, str]:
         return {"code": self.code, "message": self.message}
+
+
+if sys.version_info >= (3, 11):  # noqa: UP036 - guests may run 3.9/3.10
+
+    async def next_item(queue: asyncio.Queue[Any], timeout: float) -> Any:
+        """queue.get() bounded by `timeout` (asyncio.TimeoutError); no extra task on 3.11+."""
+        async with asyncio.timeout(timeout):
+            return await queue.get()
+
+else:  # Python 3.9/3.10 guests (images built from older OCI bases)
+
+    async def next_item(queue: asyncio.Queue[Any], timeout: float) -> Any:
+        return await asyncio.wait_for(queue.get(), timeout)
 
 
 def envelope(data: bytes, flags: int = 0) -> bytes:
@@ -227,7 +241,7 @@ async def serve_server_stream(req: Request, handler: ServerStreamHandler) -> Non
             # Finish reading what should be an already-sent end of body (a 0-length chunk).
             try:
                 await asyncio.wait_for(req.drain_body(), 0.05)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # noqa: UP041 - not an alias before 3.11
                 req.close_after = True
     except RpcError as e:
         error = e
@@ -310,7 +324,7 @@ async def serve_client_stream(req: Request, handler: ClientStreamHandler) -> Non
             result = await coro
     except RpcError as e:
         error = e
-    except TimeoutError:
+    except asyncio.TimeoutError:  # noqa: UP041 - not an alias before 3.11
         error = RpcError("deadline_exceeded", "the operation timed out")
     except (ConnectionError, asyncio.IncompleteReadError):
         raise

@@ -11,7 +11,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from envd import auth, wire
-from envd.connect import Call, RpcError, Send, encode
+from envd.connect import Call, RpcError, Send, encode, next_item
 from envd.state import State
 from envd.users import User, makedirs_for, resolve_path
 
@@ -196,9 +196,8 @@ class FilesystemService:
             await send(b'{"start":{}}')
             while True:
                 try:
-                    async with asyncio.timeout(call.keepalive_s):
-                        event = await queue.get()
-                except TimeoutError:
+                    event = await next_item(queue, call.keepalive_s)
+                except asyncio.TimeoutError:  # noqa: UP041 - not an alias before 3.11
                     await send(KEEPALIVE)
                     continue
                 batch = [encode({"filesystem": event})]

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from envd import auth, wire
-from envd.connect import Call, RpcError, Send
+from envd.connect import Call, RpcError, Send, next_item
 from envd.procs import Proc, ProcessTable, SpawnSpec, Subscriber
 from envd.state import State
 from envd.users import resolve_path
@@ -76,9 +76,8 @@ class ProcessService:
             while True:
                 if queue.empty():
                     try:
-                        async with asyncio.timeout(call.keepalive_s):
-                            item = await queue.get()
-                    except TimeoutError:
+                        item = await next_item(queue, call.keepalive_s)
+                    except asyncio.TimeoutError:  # noqa: UP041 - not an alias before 3.11
                         await send(KEEPALIVE)
                         continue
                 else:

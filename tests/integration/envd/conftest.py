@@ -100,9 +100,7 @@ def make_sandbox(envd: Envd, token: str | None, cls: type[Sandbox] = Sandbox) ->
     headers = {"E2b-Sandbox-Id": "envdtest", "E2b-Sandbox-Port": "49983"}
     if token is not None:
         headers["X-Access-Token"] = token
-    config = ConnectionConfig(
-        sandbox_url=envd.url, api_key="unused", extra_sandbox_headers=headers
-    )
+    config = ConnectionConfig(sandbox_url=envd.url, api_key="unused", extra_sandbox_headers=headers)
     return cls(
         sandbox_id="envdtest",
         sandbox_domain=None,

@@ -174,9 +174,7 @@ def test_timeout_kills_the_process(sandbox: Sandbox) -> None:
 
 
 def test_reconnect_after_dropped_stream_gets_only_new_output(sandbox: Sandbox) -> None:
-    h = sandbox.commands.run(
-        "echo first; read x; echo second:$x", background=True, stdin=True
-    )
+    h = sandbox.commands.run("echo first; read x; echo second:$x", background=True, stdin=True)
     seen: list[str] = []
     for out, _, _ in h:
         if out:

@@ -184,7 +184,8 @@ def test_100mib_round_trip_with_checksum(sandbox: Sandbox, workdir: str) -> None
     assert dst.hexdigest() == src.hexdigest()
     # multipart upload of a file object goes through the streaming parser too
     with open(f"{workdir}/big.bin", "rb") as f:
-        sandbox.files.write_files([{"path": f"{workdir}/big2.bin", "data": f}],
-                                  use_octet_stream=False)
+        sandbox.files.write_files(
+            [{"path": f"{workdir}/big2.bin", "data": f}], use_octet_stream=False
+        )
     with open(f"{workdir}/big2.bin", "rb") as f:
         assert hashlib.file_digest(f, "sha256").hexdigest() == src.hexdigest()

@@ -34,15 +34,13 @@ def fresh_envd(test_user: str) -> Iterator[Envd]:
     stop_envd(e)
 
 
-def _stream(url: str, path: str, msg: dict[str, object], headers: dict[str, str]) -> Iterator[
-    tuple[int, dict[str, object]]
-]:
+def _stream(
+    url: str, path: str, msg: dict[str, object], headers: dict[str, str]
+) -> Iterator[tuple[int, dict[str, object]]]:
     """POST a server-streaming Connect call by hand; yield (flags, message) as they arrive."""
-    hdrs = {"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1",
-            **headers}
+    hdrs = {"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1", **headers}
     body = envelope(json.dumps(msg).encode())
-    with httpx.stream("POST", url + path, content=iter([body]), headers=hdrs,
-                      timeout=10) as r:
+    with httpx.stream("POST", url + path, content=iter([body]), headers=hdrs, timeout=10) as r:
         assert r.status_code == 200
         assert r.headers["content-type"] == "application/connect+json"
         parser = EnvelopeParser()
@@ -86,11 +84,17 @@ def test_errors_are_short_json_never_tracebacks(envd: Envd) -> None:
     h = {"X-Access-Token": envd.token or ""}
     r = httpx.get(f"{envd.url}/nope", headers=h)
     assert r.status_code == 404 and r.json()["code"] == 404
-    r = httpx.post(f"{envd.url}/filesystem.Filesystem/Stat", content=b"{not json",
-                   headers={**h, "Content-Type": "application/json"})
+    r = httpx.post(
+        f"{envd.url}/filesystem.Filesystem/Stat",
+        content=b"{not json",
+        headers={**h, "Content-Type": "application/json"},
+    )
     assert r.status_code == 400 and r.json()["code"] == "invalid_argument"
-    r = httpx.post(f"{envd.url}/filesystem.Filesystem/Stat", content=b'{"path": 5}',
-                   headers={**h, "Content-Type": "application/json"})
+    r = httpx.post(
+        f"{envd.url}/filesystem.Filesystem/Stat",
+        content=b'{"path": 5}',
+        headers={**h, "Content-Type": "application/json"},
+    )
     assert r.status_code == 400 and "Traceback" not in r.text
 
 
@@ -118,12 +122,20 @@ def test_init_sets_token_env_defaults_and_is_idempotent(fresh_envd: Envd, workdi
     # a different token needs the current one
     r = httpx.post(f"{fresh_envd.url}/init", json={"accessToken": "t2"})
     assert r.status_code == 401
-    r = httpx.post(f"{fresh_envd.url}/init", json={"accessToken": "t2"},
-                   headers={"X-Access-Token": "t1"})
+    r = httpx.post(
+        f"{fresh_envd.url}/init", json={"accessToken": "t2"}, headers={"X-Access-Token": "t1"}
+    )
     assert r.status_code == 204
     assert make_sandbox(fresh_envd, "t2").commands.run("echo ok").stdout == "ok\n"
-    r = httpx.post(f"{fresh_envd.url}/init", json={"timestamp": "2030-01-01T00:00:00.123456789Z"},
-                   headers={"X-Access-Token": "t2"}) if os.geteuid() != 0 else None
+    r = (
+        httpx.post(
+            f"{fresh_envd.url}/init",
+            json={"timestamp": "2030-01-01T00:00:00.123456789Z"},
+            headers={"X-Access-Token": "t2"},
+        )
+        if os.geteuid() != 0
+        else None
+    )
     if r is not None:
         assert r.status_code == 204  # not root: a logged no-op
 
@@ -136,8 +148,7 @@ def test_init_rejects_bad_bodies(fresh_envd: Envd) -> None:
 
 def test_keepalive_events_at_requested_interval(envd: Envd) -> None:
     headers = {"X-Access-Token": envd.token or "", "Keepalive-Ping-Interval": "1"}
-    msg = {"process": {"cmd": "/bin/bash", "args": ["-c", "sleep 1.6; echo done"]},
-           "stdin": False}
+    msg = {"process": {"cmd": "/bin/bash", "args": ["-c", "sleep 1.6; echo done"]}, "stdin": False}
     kinds = []
     for flags, m in _stream(envd.url, "/process.Process/Start", msg, headers):
         if flags & 2:
@@ -152,8 +163,14 @@ def test_keepalive_events_at_requested_interval(envd: Envd) -> None:
 
 def test_stream_deadline_ends_with_deadline_exceeded(envd: Envd) -> None:
     h = {"X-Access-Token": envd.token or "", "Connect-Timeout-Ms": "300"}
-    got = list(_stream(envd.url, "/process.Process/Start",
-                       {"process": {"cmd": "/bin/sleep", "args": ["10"]}}, h))
+    got = list(
+        _stream(
+            envd.url,
+            "/process.Process/Start",
+            {"process": {"cmd": "/bin/sleep", "args": ["10"]}},
+            h,
+        )
+    )
     assert got[0][1]["event"]["start"]["pid"] > 0
     flags, last = got[-1]
     assert flags & 2
@@ -213,8 +230,10 @@ def test_golden_requests_from_sdk_capture(envd: Envd, row: dict[str, object]) ->
     route = str(row["path"]).split("?")[0]
     method = str(row["method"])
     if "envelopes" in row:
-        body = b"".join(envelope(str(e["msg"]).encode(), int(e["flags"]))  # type: ignore[index]
-                        for e in row["envelopes"])  # type: ignore[union-attr]
+        body = b"".join(
+            envelope(str(e["msg"]).encode(), int(e["flags"]))  # type: ignore[index]
+            for e in row["envelopes"]
+        )  # type: ignore[union-attr]
         with httpx.stream(method, url, content=iter([body]), headers=headers, timeout=10) as r:
             assert r.status_code == 200
             assert r.headers["content-type"] == "application/connect+json"
@@ -232,8 +251,11 @@ def test_golden_requests_from_sdk_capture(envd: Envd, row: dict[str, object]) ->
             elif "StreamInput" not in url:
                 assert "start" in first.get("event", first)
         return
-    content = base64.b64decode(row["body_b64"]) if "body_b64" in row else str(
-        row.get("body", "")).encode()
+    content = (
+        base64.b64decode(row["body_b64"])
+        if "body_b64" in row
+        else str(row.get("body", "")).encode()
+    )
     r = httpx.request(method, url, content=content, headers=headers, timeout=10)
     if route == "/health":
         assert r.status_code == 204

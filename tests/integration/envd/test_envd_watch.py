@@ -42,19 +42,22 @@ def test_sync_watcher_recursive_with_entries(sandbox: Sandbox, workdir: str) -> 
 
     def created() -> bool:
         events.extend(w.get_new_events())
-        return any(e.name == "sub/deep.txt" and e.type == FilesystemEventType.CREATE
-                   for e in events)
+        return any(
+            e.name == "sub/deep.txt" and e.type == FilesystemEventType.CREATE for e in events
+        )
 
     eventually_sync(created)
     entry = next(e.entry for e in events if e.name == "sub/deep.txt" and e.entry)
     assert entry is not None and entry.path == f"{workdir}/sub/deep.txt"
     # a directory created after the watch started is watched too
     sandbox.files.make_dir(f"{workdir}/later")
-    eventually_sync(lambda: events.extend(w.get_new_events()) or any(
-        e.name == "later" for e in events))
+    eventually_sync(
+        lambda: events.extend(w.get_new_events()) or any(e.name == "later" for e in events)
+    )
     sandbox.files.write(f"{workdir}/later/x.txt", "x")
-    eventually_sync(lambda: events.extend(w.get_new_events()) or any(
-        e.name == "later/x.txt" for e in events))
+    eventually_sync(
+        lambda: events.extend(w.get_new_events()) or any(e.name == "later/x.txt" for e in events)
+    )
     w.stop()
 
 
@@ -65,18 +68,18 @@ def test_watch_missing_dir(sandbox: Sandbox, workdir: str) -> None:
 
 async def test_async_watch_dir_stream(async_sandbox: AsyncSandbox, workdir: str) -> None:
     events: list[FilesystemEvent] = []
-    handle = await async_sandbox.files.watch_dir(
-        workdir, on_event=events.append, recursive=True
-    )
+    handle = await async_sandbox.files.watch_dir(workdir, on_event=events.append, recursive=True)
     try:
         await async_sandbox.files.write(f"{workdir}/a.txt", "1")
         await async_sandbox.files.remove(f"{workdir}/a.txt")
 
         async def saw_all() -> bool:
             kinds = {(e.name, e.type) for e in events}
-            return {("a.txt", FilesystemEventType.CREATE),
-                    ("a.txt", FilesystemEventType.WRITE),
-                    ("a.txt", FilesystemEventType.REMOVE)} <= kinds
+            return {
+                ("a.txt", FilesystemEventType.CREATE),
+                ("a.txt", FilesystemEventType.WRITE),
+                ("a.txt", FilesystemEventType.REMOVE),
+            } <= kinds
 
         await eventually(saw_all)
     finally:
