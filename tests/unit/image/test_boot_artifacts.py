@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import io
 import lzma
+import os
 import shutil
 import stat
 import struct
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,7 @@ from workers.node.image.kernel import (
 )
 
 
-def fake_elf(notes: list[tuple[bytes, int, bytes]] = (), interp: bool = False) -> bytes:  # type: ignore[assignment]
+def fake_elf(notes: Sequence[tuple[bytes, int, bytes]] = (), interp: bool = False) -> bytes:
     """A minimal x86-64 ELF64 with one PT_NOTE segment (and optionally a PT_INTERP)."""
     blob = b""
     for name, ntype, desc in notes:
@@ -150,7 +152,7 @@ def test_cpio_archive_is_readable_by_gnu_cpio(tmp_path: Path) -> None:
     assert (out / "odd").read_bytes() == b"xxxxx"
     assert (out / "bin/sh").readlink() == Path("hello")
     st = (out / "console").lstat()
-    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == __import__("os").makedev(5, 1)
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(5, 1)
 
 
 def test_initramfs_loads_modules_in_order(tmp_path: Path) -> None:

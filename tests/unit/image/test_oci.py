@@ -10,6 +10,7 @@ import shutil
 import stat
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from workers.node.image.oci import open_layout, unpack
 from workers.node.image.oci_write import write_archive, write_layout, write_layout_from_dir
 
 
-def _ti(name: str, kind: bytes = tarfile.REGTYPE, **kw: object) -> tarfile.TarInfo:
+def _ti(name: str, kind: bytes = tarfile.REGTYPE, **kw: Any) -> tarfile.TarInfo:
     ti = tarfile.TarInfo(name)
     ti.type = kind
     ti.mode = 0o644 if kind != tarfile.DIRTYPE else 0o755
@@ -41,11 +42,11 @@ def layer(*entries: tuple[tarfile.TarInfo, bytes | None], gz: bool = True) -> by
     return gzip.compress(raw, mtime=0) if gz else raw
 
 
-def f(name: str, data: bytes, **kw: object) -> tuple[tarfile.TarInfo, bytes]:
+def f(name: str, data: bytes, **kw: Any) -> tuple[tarfile.TarInfo, bytes]:
     return _ti(name, **kw), data
 
 
-def d(name: str, **kw: object) -> tuple[tarfile.TarInfo, None]:
+def d(name: str, **kw: Any) -> tuple[tarfile.TarInfo, None]:
     return _ti(name, tarfile.DIRTYPE, **kw), None
 
 
