@@ -20,7 +20,7 @@ from aenv.domain import Invalid
 from aenv.domain import sandbox as sb
 from aenv.domain.sandbox import SandboxStatus as S
 from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, RetryableError
-from workers.node.apply import apply
+from bus.decisions import apply
 from workers.node.host import GuestConfig, HostError, SandboxHost
 from workers.node.journal import Journal
 from workers.node.net import EgressPolicy

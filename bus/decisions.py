@@ -1,15 +1,19 @@
-"""Load → decide → append, retried on optimistic-concurrency conflicts.
+"""Load → decide → append for the sandbox aggregate, retried on concurrency conflicts.
 
-The one place where the node turns a command into events: a conflict means another writer
-appended first (the API's timeout change, a kill), so we reload and decide again on the
-newer state rather than overwrite it.
+Used by every writer (node worker, API for state-only changes, timer): a conflict means
+someone appended first, so we reload and decide again on the newer state rather than
+overwrite it.
 """
 
 from __future__ import annotations
 
 from aenv.domain import sandbox as sb
 from aenv.domain.messages import Event
-from bus import ConcurrencyError, EventStore, MessageContext, RetryableError, Version
+from bus.envelope import MessageContext
+from bus.errors import ConcurrencyError, RetryableError
+from bus.store import EventStore, Version
+
+__all__ = ["apply"]
 
 ATTEMPTS = 8
 
@@ -19,8 +23,8 @@ async def apply(
     command: sb.SandboxCommand,
     context: MessageContext | None = None,
 ) -> tuple[sb.Sandbox | None, Version, list[Event]]:
-    """Decide `command` on the latest state and append the result; (new state, version,
-    appended events). Domain errors propagate (the consumer wrapper rejects the command)."""
+    """Decide `command` on the latest state and append the result: (new state, version,
+    appended events). Domain errors propagate to the caller."""
     for _ in range(ATTEMPTS):
         state, version = await store.load(command.sandbox_id)
         events: list[Event] = list(sb.decide(state, command))

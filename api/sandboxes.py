@@ -1,0 +1,276 @@
+"""E2B's sandbox lifecycle routes (e2b-compat §2.3): v1 and v2 create, get, list, kill,
+timeout, refreshes, connect.
+
+Lifecycle changes that need a VM are commands to a node (or to placement, for creates);
+changes of state alone (the TTL) are decided and appended here, through the same domain
+`decide`, since no node has anything to do for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from litestar import Request, Response, delete, get, post
+from litestar.params import Parameter
+
+from aenv.domain import sandbox as sb
+from aenv.domain.sandbox import SandboxStatus
+from api import reads, wire
+from api.auth import Caller
+from api.context import ApiContext
+from api.errors import ApiError
+from api.outcomes import send_and_wait
+from bus.decisions import apply
+from envd.version import ENVD_VERSION
+
+DEFAULT_TIMEOUT_V2 = 300
+DEFAULT_TIMEOUT_V1 = 15
+LIVE = {SandboxStatus.RUNNING, SandboxStatus.SNAPSHOTTING, SandboxStatus.FORKING}
+
+
+def _not_found(sandbox_id: str) -> ApiError:
+    return ApiError(404, f'sandbox "{sandbox_id}" not found')
+
+
+def _check_timeout(timeout: int) -> None:
+    policy = sb.DEFAULT_POLICY
+    if not policy.min_timeout_s <= timeout <= policy.max_timeout_s:
+        raise ApiError(
+            400, f"timeout must be between {policy.min_timeout_s} and {policy.max_timeout_s} s"
+        )
+
+
+def _ids(caller: Caller, idempotency_key: str | None) -> tuple[str, uuid.UUID]:
+    """Sandbox and command ids; derived from the client's Idempotency-Key when it sent one,
+    so a retried create lands on the same sandbox."""
+    if not idempotency_key:
+        return sb.new_sandbox_id(), uuid.uuid4()
+    seed = f"{caller.key_id}|{idempotency_key}"
+    sid = sb.values._b32_id(hashlib.sha256(seed.encode()).digest())
+    return sid, sb.derived_command_id("create", seed)
+
+
+def sandbox_body(ctx: ApiContext, s: sb.Sandbox) -> dict[str, Any]:
+    return wire.dump(
+        wire.Sandbox(
+            template_id=s.template_id,
+            sandbox_id=s.sandbox_id,
+            client_id=reads.CLIENT_ID,
+            envd_version=s.envd_version,
+            alias=s.alias,
+            envd_access_token=s.envd_access_token,
+            domain=ctx.settings.sandbox_domain,
+        )
+    )
+
+
+async def _visible(ctx: ApiContext, caller: Caller, sandbox_id: str) -> sb.Sandbox:
+    """The write-side state of a sandbox this caller owns and E2B would show."""
+    state, _ = await ctx.bus.sandboxes.load(sandbox_id)
+    if state is None or state.team_id != caller.team_id or sb.public_state(state.status) is None:
+        raise _not_found(sandbox_id)
+    return state
+
+
+async def _settle(ctx: ApiContext, sandbox_id: str) -> None:
+    """Make the read model show our own write before we answer (read-your-writes)."""
+    version = await ctx.bus.sandboxes.version(sandbox_id)
+    await ctx.wait_for(version.seq)
+
+
+@post(["/sandboxes", "/v2/sandboxes"], status_code=201)
+async def create_sandbox(
+    request: Request[Any, Any, Any], data: wire.NewSandbox, ctx: ApiContext, caller: Caller
+) -> Response[dict[str, Any]]:
+    v1 = not request.url.path.startswith("/v2/")
+    timeout = (
+        data.timeout
+        if data.timeout is not None
+        else (DEFAULT_TIMEOUT_V1 if v1 else DEFAULT_TIMEOUT_V2)
+    )
+    _check_timeout(timeout)
+    tpl = await reads.template_row(ctx.engine, data.template_id)
+    if tpl is None:
+        raise ApiError(404, f"template '{data.template_id}' not found")
+    secure = True if not v1 else bool(data.secure)
+    sandbox_id, command_id = _ids(caller, request.headers.get("idempotency-key"))
+    existing, _ = await ctx.bus.sandboxes.load(sandbox_id)
+    if existing is not None and existing.status in LIVE:  # a retried create that succeeded
+        return Response(sandbox_body(ctx, existing), status_code=201)
+    if data.auto_pause is None:
+        on_timeout = ctx.settings.default_on_timeout
+    else:
+        on_timeout = "pause" if data.auto_pause else "kill"
+    net = data.network or wire.NetworkConfig()
+    cmd = sb.CreateSandbox(
+        sandbox_id=sandbox_id,
+        command_id=command_id,
+        template_id=tpl.template_id,
+        alias=tpl.alias,
+        team_id=caller.team_id,
+        api_key_id=caller.key_id,
+        cpu_count=tpl.cpu_count,
+        memory_mb=tpl.memory_mb,
+        disk_size_mb=tpl.disk_size_mb,
+        envd_version=tpl.envd_version or ENVD_VERSION,
+        envd_access_token=secrets.token_urlsafe(24) if secure else None,
+        timeout_s=timeout,
+        metadata=data.metadata,
+        env_vars=data.env_vars,
+        lifecycle=sb.Lifecycle(
+            on_timeout=on_timeout,
+            auto_resume=bool(data.auto_resume and data.auto_resume.enabled),
+        ),
+        network=sb.NetworkPolicy(
+            allow_internet_access=(
+                True if data.allow_internet_access is None else data.allow_internet_access
+            ),
+            allow_public_traffic=(
+                True if net.allow_public_traffic is None else net.allow_public_traffic
+            ),
+            allow_out=tuple(net.allow_out),
+            deny_out=tuple(net.deny_out),
+        ),
+    )
+    event, _ = await send_and_wait(
+        ctx.bus, cmd, node_id=None, until=(sb.SandboxCreated,),
+        timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
+    )  # fmt: skip
+    if isinstance(event, sb.SandboxFailed):
+        raise ApiError(500, f"sandbox {sandbox_id} failed to start: {event.reason}")
+    await _settle(ctx, sandbox_id)
+    state, _ = await ctx.bus.sandboxes.load(sandbox_id)
+    assert state is not None
+    return Response(sandbox_body(ctx, state), status_code=201)
+
+
+@get("/sandboxes/{sandbox_id:str}")
+async def get_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> dict[str, Any]:
+    row = await reads.sandbox_row(ctx.engine, sandbox_id, caller.team_id)
+    if row is None or row.state is None:
+        raise _not_found(sandbox_id)
+    body = wire.dump(reads.detail(row))
+    if ctx.settings.sandbox_domain:
+        body["domain"] = ctx.settings.sandbox_domain
+    return body
+
+
+@delete("/sandboxes/{sandbox_id:str}", status_code=204)
+async def kill_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> None:
+    state = await _visible(ctx, caller, sandbox_id)
+    await send_and_wait(
+        ctx.bus, sb.KillSandbox(sandbox_id=sandbox_id), node_id=state.node_id,
+        until=(sb.SandboxKilled,), timeout=ctx.settings.command_timeout_s, actor=caller.key_id,
+    )  # fmt: skip
+    await _settle(ctx, sandbox_id)
+
+
+async def _set_timeout(
+    ctx: ApiContext, caller: Caller, sandbox_id: str, timeout: int, *, extend_only: bool
+) -> sb.Sandbox:
+    _check_timeout(timeout)
+    await _visible(ctx, caller, sandbox_id)
+    cmd = sb.SetSandboxTimeout(sandbox_id=sandbox_id, timeout_s=timeout, extend_only=extend_only)
+    state, _, events = await apply(ctx.bus.sandboxes, cmd)
+    if events:
+        await _settle(ctx, sandbox_id)
+    assert state is not None
+    return state
+
+
+@post("/sandboxes/{sandbox_id:str}/timeout", status_code=204)
+async def set_timeout(
+    sandbox_id: str, data: wire.TimeoutBody, ctx: ApiContext, caller: Caller
+) -> None:
+    await _set_timeout(ctx, caller, sandbox_id, data.timeout, extend_only=False)
+
+
+@post("/sandboxes/{sandbox_id:str}/refreshes", status_code=204)
+async def refresh(
+    sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.RefreshBody | None = None
+) -> None:
+    duration = data.duration if data and data.duration else DEFAULT_TIMEOUT_V2
+    await _set_timeout(ctx, caller, sandbox_id, duration, extend_only=True)
+
+
+@post(["/sandboxes/{sandbox_id:str}/connect", "/v2/sandboxes/{sandbox_id:str}/connect"])
+async def connect(
+    sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.ConnectBody | None = None
+) -> Response[dict[str, Any]]:
+    """Running: extend the TTL (never shorten it) and answer 200. Paused: resume, 201."""
+    timeout = data.timeout if data and data.timeout is not None else DEFAULT_TIMEOUT_V2
+    state = await _visible(ctx, caller, sandbox_id)
+    if state.status in LIVE:
+        state = await _set_timeout(ctx, caller, sandbox_id, timeout, extend_only=True)
+        return Response(sandbox_body(ctx, state), status_code=200)
+    _check_timeout(timeout)
+    event, _ = await send_and_wait(
+        ctx.bus, sb.ResumeSandbox(sandbox_id=sandbox_id, timeout_s=timeout),
+        node_id=state.node_id, until=(sb.SandboxResumed,),
+        timeout=ctx.settings.command_timeout_s, actor=caller.key_id,
+    )  # fmt: skip
+    if isinstance(event, sb.SandboxFailed):
+        raise ApiError(500, f"sandbox {sandbox_id} failed to resume: {event.reason}")
+    await _settle(ctx, sandbox_id)
+    resumed, _ = await ctx.bus.sandboxes.load(sandbox_id)
+    assert resumed is not None
+    return Response(sandbox_body(ctx, resumed), status_code=201)
+
+
+def _states(raw: str | None) -> list[str]:
+    if not raw:
+        return ["running", "paused"]
+    states = [s.strip() for s in raw.split(",") if s.strip()]
+    bad = [s for s in states if s not in ("running", "paused")]
+    if bad:
+        raise ApiError(400, f"invalid state filter {bad}: use running and/or paused")
+    return states
+
+
+@get("/v2/sandboxes")
+async def list_v2(
+    ctx: ApiContext,
+    caller: Caller,
+    state: str | None = None,
+    metadata: str | None = None,
+    template: str | None = None,
+    started_after: Annotated[datetime | None, Parameter(query="startedAfter")] = None,
+    order: Annotated[str, Parameter(pattern="^(asc|desc)$")] = "desc",
+    limit: Annotated[int, Parameter(ge=1, le=100)] = 100,
+    next_token: Annotated[str | None, Parameter(query="nextToken")] = None,
+) -> Response[list[dict[str, Any]]]:
+    items, token = await reads.list_sandboxes(
+        ctx.engine, caller.team_id, states=_states(state),
+        metadata=reads.parse_metadata_filter(metadata), template=template,
+        started_after=started_after, order=order, limit=limit, next_token=next_token,
+    )  # fmt: skip
+    headers = {"X-Next-Token": token} if token else {}
+    return Response([wire.dump(i) for i in items], headers=headers)
+
+
+@get("/sandboxes")
+async def list_v1(
+    ctx: ApiContext, caller: Caller, metadata: str | None = None
+) -> list[dict[str, Any]]:
+    items, _ = await reads.list_sandboxes(
+        ctx.engine, caller.team_id, states=["running"],
+        metadata=reads.parse_metadata_filter(metadata), template=None, started_after=None,
+        order="desc", limit=1000, next_token=None,
+    )  # fmt: skip
+    return [wire.dump(i) for i in items]
+
+
+ROUTES = [
+    create_sandbox,
+    get_sandbox,
+    kill_sandbox,
+    set_timeout,
+    refresh,
+    connect,
+    list_v2,
+    list_v1,
+]

@@ -1,0 +1,108 @@
+"""E2B's control-plane REST types (e2b-compat §2), and nothing else.
+
+camelCase on the wire, with E2B's one exception (`allow_internet_access` in create bodies).
+Requests ignore fields we do not act on yet (E2B adds optional ones often; the SDK always
+sends `metadata`/`envVars`), but every field we read is type-checked: a wrong type is a 400.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_REQ = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+_RESP = ConfigDict(populate_by_name=True, frozen=True)
+
+
+class AutoResume(BaseModel):
+    model_config = _REQ
+    enabled: bool = False
+
+
+class NetworkConfig(BaseModel):
+    model_config = _REQ
+    allow_public_traffic: bool | None = Field(None, alias="allowPublicTraffic")
+    allow_out: list[str] = Field(default_factory=list, alias="allowOut")
+    deny_out: list[str] = Field(default_factory=list, alias="denyOut")
+
+
+class NewSandbox(BaseModel):
+    """Body of `POST /v2/sandboxes` (and, with `secure`, of v1 `POST /sandboxes`)."""
+
+    model_config = _REQ
+    template_id: str = Field(alias="templateID", min_length=1, max_length=255)
+    timeout: int | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+    env_vars: dict[str, str] = Field(default_factory=dict, alias="envVars")
+    auto_pause: bool | None = Field(None, alias="autoPause")
+    auto_resume: AutoResume | None = Field(None, alias="autoResume")
+    allow_internet_access: bool | None = None
+    network: NetworkConfig | None = None
+    secure: bool | None = None
+
+
+class TimeoutBody(BaseModel):
+    model_config = _REQ
+    timeout: int
+
+
+class ConnectBody(BaseModel):
+    model_config = _REQ
+    timeout: int | None = None
+
+
+class RefreshBody(BaseModel):
+    model_config = _REQ
+    duration: int | None = None
+
+
+class Sandbox(BaseModel):
+    """Response of create/connect/resume."""
+
+    model_config = _RESP
+    template_id: str = Field(serialization_alias="templateID")
+    sandbox_id: str = Field(serialization_alias="sandboxID")
+    client_id: str = Field(serialization_alias="clientID")
+    envd_version: str = Field(serialization_alias="envdVersion")
+    alias: str | None = None
+    envd_access_token: str | None = Field(None, serialization_alias="envdAccessToken")
+    traffic_access_token: str | None = Field(None, serialization_alias="trafficAccessToken")
+    domain: str | None = None
+
+
+class Lifecycle(BaseModel):
+    model_config = _RESP
+    auto_resume: bool = Field(serialization_alias="autoResume")
+    on_timeout: Literal["kill", "pause"] = Field(serialization_alias="onTimeout")
+
+
+class ListedSandbox(BaseModel):
+    model_config = _RESP
+    template_id: str = Field(serialization_alias="templateID")
+    sandbox_id: str = Field(serialization_alias="sandboxID")
+    client_id: str = Field(serialization_alias="clientID")
+    started_at: datetime = Field(serialization_alias="startedAt")
+    end_at: datetime = Field(serialization_alias="endAt")
+    envd_version: str = Field(serialization_alias="envdVersion")
+    cpu_count: int = Field(serialization_alias="cpuCount")
+    memory_mb: int = Field(serialization_alias="memoryMB")
+    disk_size_mb: int = Field(serialization_alias="diskSizeMB")
+    state: Literal["running", "paused"]
+    alias: str | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+
+class SandboxDetail(ListedSandbox):
+    envd_access_token: str | None = Field(None, serialization_alias="envdAccessToken")
+    domain: str | None = None
+    allow_internet_access: bool | None = Field(None, serialization_alias="allowInternetAccess")
+    lifecycle: Lifecycle | None = None
+    forked_from: str | None = Field(None, serialization_alias="forkedFrom")
+    node_id: str | None = Field(None, serialization_alias="nodeID")
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """Wire JSON of a response model: aliases, no nulls for optional fields E2B omits."""
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
