@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,23 @@ def test_gc_keeps_newest_named_and_open_images(tmp_path: Path) -> None:
         assert cache.collect_garbage(root, keep=1) == [root / "old"]
     assert not (root / "old").exists()
     assert all((root / n).exists() for n in ("old-named", "old-open", "new", "kernel-x"))
+
+
+def test_stale_staging_with_a_mount_is_detached_before_removal(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting needs root")
+    root = cache.cache_root(tmp_path)
+    stale = root / ".tmp-k-dead"
+    (stale / "proc").mkdir(parents=True)
+    keep = tmp_path / "precious"
+    keep.mkdir()
+    (keep / "file").write_text("must survive")
+    subprocess.run(["mount", "--bind", str(keep), str(stale / "proc")], check=True)
+    try:
+        with cache.locked(root, "k"):
+            pass
+    finally:
+        subprocess.run(["umount", "-l", str(stale / "proc")], capture_output=True)
+    assert (keep / "file").read_text() == "must survive"
+    assert not stale.exists()
+    assert str(stale) not in Path("/proc/self/mounts").read_text()

@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .fsutil import unmount_under
+
 DEFAULT_CACHE = Path("/var/lib/aenv/images")
 CACHE_ENV = "AENV_IMAGE_CACHE"
 
@@ -46,7 +48,8 @@ def digest_of(inputs: dict[str, object]) -> str:
 def locked(root: Path, key: str) -> Iterator[None]:
     """Hold an exclusive flock for `key` (blocks while another builder holds it).
 
-    Also clears `.tmp-<key>-*` leftovers: whoever left them died holding this lock.
+    Also clears `.tmp-<key>-*` leftovers (and anything mounted in them): whoever left
+    them died holding this lock.
     """
     locks = root / ".locks"
     locks.mkdir(exist_ok=True)
@@ -54,6 +57,9 @@ def locked(root: Path, key: str) -> Iterator[None]:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             for stale in root.glob(f".tmp-{key}-*"):
+                # a killed debootstrap may have left /proc etc. mounted in there:
+                # detach first, or rmtree would walk into them
+                unmount_under(stale)
                 shutil.rmtree(stale, ignore_errors=True)
             yield
         finally:
