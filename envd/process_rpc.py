@@ -91,6 +91,7 @@ class ProcessService:
                 await send(*batch)
                 if ended:
                     return
+                proc.maybe_resume()
         finally:
             proc.unsubscribe(sub)
 

@@ -22,6 +22,10 @@ from envd.connect import encode
 from envd.users import User
 
 READ_CHUNK = 64 * 1024
+# Backpressure: stop reading a process's output while an attached stream has this many
+# chunks queued (up to ~8 MiB), so `yes` behind a slow client blocks instead of filling RAM.
+QUEUE_HIGH = 128
+QUEUE_LOW = 16
 
 
 @dataclass
@@ -130,6 +134,7 @@ class Proc:
         self._timer: asyncio.TimerHandle | None = None
         self.wait_status: int | None = None
         self.finished = False
+        self.paused = False
 
     # --- output -------------------------------------------------------------------------
 
@@ -156,12 +161,26 @@ class Proc:
         if self.subscribers:
             prefix = self._readers[fd]
             self._broadcast(prefix + wire.b64(data).encode() + b'"}}}')
+            if not self.paused and any(
+                s.queue.qsize() > QUEUE_HIGH for s in self.subscribers
+            ):
+                self.paused = True
+                for rfd in self._readers:
+                    self.table.loop.remove_reader(rfd)
         return True
+
+    def maybe_resume(self) -> None:
+        """Called by a stream after it sent a batch: read output again once all caught up."""
+        if self.paused and all(s.queue.qsize() < QUEUE_LOW for s in self.subscribers):
+            self.paused = False
+            if self.wait_status is None:
+                for rfd in self._readers:
+                    self.table.loop.add_reader(rfd, self._on_readable, rfd)
 
     def _close_reader(self, fd: int) -> None:
         if fd in self._readers:
             del self._readers[fd]
-            self.table.loop.remove_reader(fd)
+            self.table.loop.remove_reader(fd)  # harmless when paused (not registered)
             if fd != self.pty_master:
                 os.close(fd)
 
@@ -190,7 +209,9 @@ class Proc:
         # Everything the process wrote before exiting is already in the pipes: drain it, then
         # stop — grandchildren that keep the pipe open do not hold the end event back.
         for fd in list(self._readers):
-            for _ in range(1024):
+            # A pipe holds at most 1 MiB (64 KiB by default): bounded, even if an orphaned
+            # grandchild keeps writing into it.
+            for _ in range(16):
                 if not self._read_once(fd):
                     break
             self._close_reader(fd)
@@ -218,6 +239,7 @@ class Proc:
     def unsubscribe(self, sub: Subscriber) -> None:
         if sub in self.subscribers:
             self.subscribers.remove(sub)
+        self.maybe_resume()  # a dropped slow stream must not keep the process blocked
 
     def signal(self, signum: int) -> None:
         if self.wait_status is None:

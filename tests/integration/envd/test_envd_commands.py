@@ -12,6 +12,7 @@ from e2b import AsyncSandbox, CommandExitException, Sandbox, TimeoutException
 from e2b.envd.process import process_pb
 from protobuf import Oneof
 
+from tests.integration.envd.conftest import Envd
 from tests.support import eventually, eventually_sync
 
 pytestmark = pytest.mark.timeout(30)
@@ -236,3 +237,36 @@ def test_parallel_commands(sandbox: Sandbox) -> None:
     for t in threads:
         t.join()
     assert sorted(results) == sorted(f"{i}\n" for i in range(8))
+
+
+def _rss_mib(pid: int, key: str = "VmRSS") -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_output_backpressure_bounds_memory(sandbox: Sandbox, envd: Envd) -> None:
+    """A stream that is not read must block the process, not fill envd's memory."""
+    h = sandbox.commands.run("head -c 400000000 /dev/zero; echo done", background=True)
+    try:
+
+        def writer_blocked() -> bool:
+            for p in sandbox.commands.list():
+                if p.pid == h.pid:
+                    break
+            else:
+                return False
+            with open(f"/proc/{h.pid}/task/{h.pid}/children") as f:
+                kids = f.read().split()
+            for k in kids:
+                with open(f"/proc/{k}/wchan") as f:
+                    if "pipe_write" in f.read():
+                        return True
+            return False
+
+        eventually_sync(writer_blocked, timeout=20)
+        assert _rss_mib(envd.proc.pid) < 150
+    finally:
+        h.kill()

@@ -161,7 +161,7 @@ def test_signed_urls(envd: Envd, sandbox: Sandbox, workdir: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_100mib_round_trip_with_checksum(sandbox: Sandbox, workdir: str) -> None:
+def test_100mib_round_trip_with_checksum(sandbox: Sandbox, envd: Envd, workdir: str) -> None:
     size = 100 * 1024 * 1024
     block = os.urandom(1024 * 1024)
     src = hashlib.sha256()
@@ -189,3 +189,7 @@ def test_100mib_round_trip_with_checksum(sandbox: Sandbox, workdir: str) -> None
         )
     with open(f"{workdir}/big2.bin", "rb") as f:
         assert hashlib.file_digest(f, "sha256").hexdigest() == src.hexdigest()
+    # streamed both ways: envd's peak memory stays far below the file size
+    with open(f"/proc/{envd.proc.pid}/status") as st:
+        peak_kib = next(int(x.split()[1]) for x in st if x.startswith("VmHWM:"))
+    assert peak_kib < 80 * 1024, f"envd peak RSS {peak_kib} KiB"
