@@ -60,23 +60,27 @@ async def download(state: State, req: Request) -> None:
             ("Content-Type", "application/octet-stream"),
             ("Content-Disposition", f'inline; filename="{name}"'),
         ]
-        if wants_gzip(req.headers.get("accept-encoding", "")):
+        gzip = wants_gzip(req.headers.get("accept-encoding", ""))
+        if not gzip and stat.S_ISREG(st.st_mode) and st.st_size > 0:
+            await req.respond_file(200, f, st.st_size, headers)
+            return
+        # gzip, or a file whose size says nothing (procfs, pipes, devices): stream it.
+        comp = None
+        extra = [headers[1]]
+        if gzip:
             import zlib
 
             comp = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
-            out = await req.begin_chunked(200, "application/octet-stream", [
-                ("Content-Disposition", headers[1][1]),
-                ("Content-Encoding", "gzip"),
-            ])
-            while True:
-                chunk = f.read(1024 * 1024)
-                if not chunk:
-                    break
-                await out.write(comp.compress(chunk))
+            extra.append(("Content-Encoding", "gzip"))
+        out = await req.begin_chunked(200, "application/octet-stream", extra)
+        while True:
+            chunk = f.read(1024 * 1024)
+            if not chunk:
+                break
+            await out.write(comp.compress(chunk) if comp else chunk)
+        if comp:
             await out.write(comp.flush())
-            await out.end()
-            return
-        await req.respond_file(200, f, st.st_size, headers)
+        await out.end()
 
 
 def _metadata(req: Request) -> dict[str, str]:

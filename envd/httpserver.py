@@ -81,6 +81,9 @@ class Request:
         self.target = target
         self.version = version
         self.headers = headers
+        if target.startswith(("http://", "https://")):
+            slash = target.find("/", target.find("//") + 2)
+            target = target[slash:] if slash >= 0 else "/"
         path, _, self.query_string = target.partition("?")
         if "%" in path:
             from urllib.parse import unquote

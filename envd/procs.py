@@ -63,7 +63,7 @@ class _FdWriter:
 
     def write(self, data: bytes) -> None:
         if self.closed or self._close_pending:
-            raise BrokenPipeError("stdin is closed")
+            raise BrokenPipeError("stdin not enabled or closed")
         if not self._buf:
             try:
                 n = os.write(self.fd, data)
@@ -248,15 +248,17 @@ class Proc:
 
     def write_input(self, data: bytes, pty: bool) -> None:
         if self.stdin is None:
-            raise BrokenPipeError("stdin is not enabled for this process")
+            raise BrokenPipeError("stdin not enabled or closed")
         if pty != (self.pty_master is not None):
             raise ValueError("pty input to a non-pty process" if pty else "stdin input to a pty")
         self.stdin.write(data)
 
     def close_stdin(self) -> None:
-        if self.stdin is None or self.pty_master is not None:
-            raise BrokenPipeError("stdin is not enabled for this process")
-        self.stdin.close()
+        """EOF on stdin; a no-op without stdin (as in envd). PTYs want Ctrl-D instead."""
+        if self.pty_master is not None:
+            raise BrokenPipeError("cannot close stdin of a pty process; send Ctrl-D (0x04)")
+        if self.stdin is not None:
+            self.stdin.close()
 
     def resize(self, cols: int, rows: int) -> None:
         if self.pty_master is None:

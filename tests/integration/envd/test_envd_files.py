@@ -6,11 +6,11 @@ import hashlib
 import io
 import os
 import pwd
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
-from e2b import FileNotFoundException, InvalidArgumentException, Sandbox
+from e2b import AsyncSandbox, FileNotFoundException, InvalidArgumentException, Sandbox
 from e2b.sandbox.filesystem.filesystem import FileType
 
 from tests.integration.envd.conftest import Envd
@@ -193,3 +193,23 @@ def test_100mib_round_trip_with_checksum(sandbox: Sandbox, envd: Envd, workdir: 
     with open(f"/proc/{envd.proc.pid}/status") as st:
         peak_kib = next(int(x.split()[1]) for x in st if x.startswith("VmHWM:"))
     assert peak_kib < 80 * 1024, f"envd peak RSS {peak_kib} KiB"
+
+
+def test_read_file_without_a_size(sandbox: Sandbox) -> None:
+    """procfs files report size 0; their content must still arrive."""
+    text = sandbox.files.read("/proc/self/status")
+    assert "Name:" in text
+
+
+async def test_async_files(async_sandbox: AsyncSandbox, workdir: str) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"async-"
+        yield b"chunks"
+
+    await async_sandbox.files.write(f"{workdir}/a.bin", chunks())
+    assert await async_sandbox.files.read(f"{workdir}/a.bin") == "async-chunks"
+    info = await async_sandbox.files.write(f"{workdir}/b.txt", "plain")
+    assert info.path == f"{workdir}/b.txt"
+    entries = await async_sandbox.files.list(workdir)
+    assert sorted(e.name for e in entries) == ["a.bin", "b.txt"]
+    assert await async_sandbox.files.read(f"{workdir}/b.txt", gzip=True) == "plain"
