@@ -17,7 +17,8 @@ from dataclasses import dataclass  # noqa: E402
 
 from envd import log  # noqa: E402
 from envd.app import App  # noqa: E402
-from envd.httpserver import STREAM_LIMIT, serve_connection  # noqa: E402
+from envd.conn import Connection  # noqa: E402
+from envd.httpserver import serve_connection  # noqa: E402
 from envd.state import State  # noqa: E402
 from envd.version import ENVD_VERSION  # noqa: E402
 
@@ -79,11 +80,13 @@ async def serve(opts: Options) -> None:
     loop = asyncio.get_running_loop()
     state = State(default_user_name=opts.default_user, default_workdir=opts.default_workdir)
     app = App(state, loop)
-    server = await asyncio.start_server(
-        lambda r, w: serve_connection(r, w, app.handle),
+    async def serve_one(conn: Connection) -> None:
+        await serve_connection(conn, app.handle)
+
+    server = await loop.create_server(
+        lambda: Connection(serve_one),
         opts.host,
         opts.port,
-        limit=STREAM_LIMIT,
         reuse_address=True,
         backlog=1024,
     )

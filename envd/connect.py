@@ -245,7 +245,7 @@ async def serve_server_stream(req: Request, handler: ServerStreamHandler) -> Non
                 req.close_after = True
     except RpcError as e:
         error = e
-    writer = req.writer
+    conn = req.conn
     out = await req.begin_chunked(200, STREAM_CONTENT_TYPE)
     if error is not None or call is None or first is None:
         out.write_nowait(end_of_stream(error))
@@ -254,12 +254,12 @@ async def serve_server_stream(req: Request, handler: ServerStreamHandler) -> Non
 
     async def send(*payloads: bytes) -> None:
         out.write_nowait(b"".join(envelope(p) for p in payloads))
-        await writer.drain()
+        await conn.drain()
 
     task = asyncio.ensure_future(handler(call, first, send))
-    watch: asyncio.Future[bytes] | None = None
+    watch: asyncio.Future[None] | None = None
     if req.body_done and not req.close_after:
-        watch = asyncio.ensure_future(req.reader.read(1))
+        watch = asyncio.ensure_future(conn.wait_readable())
     waiting: set[asyncio.Future[Any]] = {task}
     if watch is not None:
         waiting.add(watch)
@@ -274,12 +274,9 @@ async def serve_server_stream(req: Request, handler: ServerStreamHandler) -> Non
                 break
             if watch is not None and watch in done:
                 waiting.discard(watch)
-                got = b""
-                if not watch.cancelled() and watch.exception() is None:
-                    got = watch.result()
                 watch = None
                 req.close_after = True
-                if not got:  # client went away: stop streaming, keep the process
+                if conn.at_eof():  # client went away: stop streaming, keep the process
                     task.cancel()
                     await asyncio.gather(task, return_exceptions=True)
                     return

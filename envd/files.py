@@ -112,7 +112,7 @@ class _Sink:
             raise _os_error(e, path) from e
         chown_to(path, user)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
         try:
             while view:
@@ -172,7 +172,7 @@ async def upload(state: State, req: Request) -> None:
         sink: _Sink | None = None
         try:
             while not parser.done:
-                data = await req.read()
+                data = await req.read_view()
                 if not data:
                     break
                 for ev in parser.feed(data):
@@ -206,15 +206,16 @@ async def upload(state: State, req: Request) -> None:
             decomp = zlib.decompressobj(47)  # gzip or zlib header, auto-detected
         try:
             while True:
-                data = await req.read()
-                if not data:
+                view = await req.read_view()
+                if not view:
                     break
                 if decomp is not None:
                     try:
-                        data = decomp.decompress(data)
+                        sink.write(decomp.decompress(view))
                     except Exception as e:
                         raise HttpError(400, f"invalid gzip body: {e}") from e
-                sink.write(data)
+                else:
+                    sink.write(view)
             if decomp is not None:
                 sink.write(decomp.flush())
         finally:

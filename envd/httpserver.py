@@ -1,4 +1,4 @@
-"""A small HTTP/1.1 server on asyncio streams: all envd needs, nothing more.
+"""A small HTTP/1.1 server on asyncio (see conn.py): all envd needs, nothing more.
 
 The stdlib has no asyncio HTTP server, and envd may not pull in third-party packages. What
 E2B clients need from it: keep-alive, chunked request bodies (every streaming RPC sends one),
@@ -10,17 +10,15 @@ a 1 GiB upload never sits in memory.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO
 
 from envd import log
+from envd.conn import Connection
 
 MAX_HEAD = 64 * 1024
-# StreamReader buffer: also its flow-control high-water mark (2x), so it sets upload speed.
-STREAM_LIMIT = 1024 * 1024
-# Body reads stay cache-sized; bigger buffers measured slower for uploads.
+# Body reads stay cache-sized; bigger pieces measured slower for uploads.
 READ_SIZE = 256 * 1024
 # A handler that leaves more than this unread closes the connection instead of draining it.
 MAX_DRAIN = 1024 * 1024
@@ -68,15 +66,13 @@ class Request:
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        conn: Connection,
         method: str,
         target: str,
         version: str,
         headers: dict[str, str],
     ) -> None:
-        self.reader = reader
-        self.writer = writer
+        self.conn = conn
         self.method = method
         self.target = target
         self.version = version
@@ -91,11 +87,11 @@ class Request:
             path = unquote(path)
         self.path = path
         self._query: dict[str, str] | None = None
-        conn = headers.get("connection", "").lower()
+        connection = headers.get("connection", "").lower()
         if version == "HTTP/1.0":
-            self.keep_alive = "keep-alive" in conn
+            self.keep_alive = "keep-alive" in connection
         else:
-            self.keep_alive = "close" not in conn
+            self.keep_alive = "close" not in connection
         te = headers.get("transfer-encoding", "").lower()
         self.chunked = "chunked" in te
         if self.chunked:
@@ -106,6 +102,7 @@ class Request:
                 raise BadRequest("invalid content-length")
             self._remaining = int(cl)
         self.body_done = not self.chunked and self._remaining == 0
+        self._crlf_due = False
         self._expect_continue = headers.get("expect", "").lower() == "100-continue"
         self.responded = False
         self.close_after = False
@@ -126,39 +123,53 @@ class Request:
 
     async def read(self, max_bytes: int = READ_SIZE) -> bytes:
         """Next piece of the (de-chunked) body, at most max_bytes; b"" once it has ended."""
+        view = await self.read_view(max_bytes)
+        data = bytes(view)
+        view.release()
+        return data
+
+    async def read_view(self, max_bytes: int = READ_SIZE) -> memoryview:
+        """Like read(), without a copy: a view into the connection's buffer, valid until
+        the next read. Uploads write it straight to the file."""
         if self.body_done:
-            return b""
+            return memoryview(b"")
+        conn = self.conn
         if self._expect_continue:
             self._expect_continue = False
-            self.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            conn.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         if not self.chunked:
-            data = await self.reader.read(min(self._remaining, max_bytes))
-            if not data:
+            view = await conn.read_view(min(self._remaining, max_bytes))
+            if not view:
                 raise ConnectionResetError("client closed the connection mid-body")
-            self._remaining -= len(data)
+            self._remaining -= len(view)
             if self._remaining == 0:
                 self.body_done = True
-            return data
+            return view
+        if self._crlf_due:  # after the previous chunk's data, consumed now: see below
+            if await conn.readexactly(2) != b"\r\n":
+                raise BadRequest("missing CRLF after chunk data")
+            self._crlf_due = False
         while self._remaining == 0:
-            line = await self.reader.readuntil(b"\r\n")
+            line = await conn.readuntil(b"\r\n", MAX_HEAD)
             size_text = line.split(b";", 1)[0].strip()
             try:
                 size = int(size_text, 16)
             except ValueError as e:
                 raise BadRequest("invalid chunk size") from e
             if size == 0:
-                while (await self.reader.readuntil(b"\r\n")) != b"\r\n":
+                while (await conn.readuntil(b"\r\n", MAX_HEAD)) != b"\r\n":
                     pass  # trailers: ignored
                 self.body_done = True
-                return b""
+                return memoryview(b"")
             self._remaining = size
-        data = await self.reader.read(min(self._remaining, max_bytes))
-        if not data:
+        view = await conn.read_view(min(self._remaining, max_bytes))
+        if not view:
             raise ConnectionResetError("client closed the connection mid-body")
-        self._remaining -= len(data)
-        if self._remaining == 0:
-            await self.reader.readexactly(2)  # CRLF after the chunk data
-        return data
+        self._remaining -= len(view)
+        # The CRLF that ends the chunk is read on the next call: reading it now could wait
+        # for the socket, and the buffer may move under the view we return.
+        self._crlf_due = self._remaining == 0
+        return view
 
     async def read_all(self, limit: int) -> bytes:
         """The whole body, refused with 413 beyond `limit` bytes (unary RPCs, /init)."""
@@ -208,8 +219,8 @@ class Request:
             hdrs.append(("Content-Type", content_type))
         if status != 204:
             hdrs.append(("Content-Length", str(len(body))))
-        self.writer.write(self._head(status, hdrs) + body)
-        await self.writer.drain()
+        self.conn.write(self._head(status, hdrs) + body)
+        await self.conn.drain()
 
     async def respond_json(self, status: int, obj: Any) -> None:
         body = json.dumps(obj, separators=(",", ":")).encode()
@@ -224,25 +235,26 @@ class Request:
     ) -> ChunkedWriter:
         hdrs = [("Content-Type", content_type), ("Transfer-Encoding", "chunked")]
         hdrs.extend(headers or ())
-        self.writer.write(self._head(status, hdrs))
-        return ChunkedWriter(self.writer)
+        self.conn.write(self._head(status, hdrs))
+        return ChunkedWriter(self.conn)
 
     async def respond_file(
         self, status: int, f: BinaryIO, size: int, headers: list[tuple[str, str]]
     ) -> None:
         """Send a whole file with sendfile(2) when the transport allows it."""
         hdrs = [*headers, ("Content-Length", str(size))]
-        self.writer.write(self._head(status, hdrs))
-        await self.writer.drain()
+        self.conn.write(self._head(status, hdrs))
+        await self.conn.drain()
         if size:
             loop = asyncio.get_running_loop()
-            await loop.sendfile(self.writer.transport, f, 0, size, fallback=True)
+            assert self.conn.transport is not None
+            await loop.sendfile(self.conn.transport, f, 0, size, fallback=True)
 
 
 class ChunkedWriter:
     """Writes each piece as one HTTP chunk and hands it to the socket at once."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: Connection) -> None:
         self._writer = writer
 
     def write_nowait(self, data: bytes) -> None:
@@ -261,13 +273,8 @@ class ChunkedWriter:
 Handler = Callable[[Request], Awaitable[None]]
 
 
-def _parse_head(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes
-) -> Request:
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError as e:  # pragma: no cover - latin-1 decodes everything
-        raise BadRequest("undecodable head") from e
+def _parse_head(conn: Connection, head: bytes) -> Request:
+    text = head.decode("latin-1")
     lines = text.split("\r\n")
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
@@ -282,26 +289,22 @@ def _parse_head(
         key = name.strip().lower()
         value = value.strip()
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    return Request(reader, writer, parts[0], parts[1], parts[2], headers)
+    return Request(conn, parts[0], parts[1], parts[2], headers)
 
 
-async def serve_connection(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: Handler
-) -> None:
+async def serve_connection(conn: Connection, handler: Handler) -> None:
     """Serve requests on one keep-alive connection until either side closes it."""
     try:
         while True:
             try:
-                head = await reader.readuntil(b"\r\n\r\n")
+                head = await conn.readuntil(b"\r\n\r\n", MAX_HEAD)
             except asyncio.IncompleteReadError:
                 return
             except asyncio.LimitOverrunError:
-                head = b""
-            if not head or len(head) > MAX_HEAD:
-                writer.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-                             b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+                conn.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                           b"Content-Length: 0\r\nConnection: close\r\n\r\n")
                 return
-            req = _parse_head(reader, writer, head)
+            req = _parse_head(conn, head)
             await handler(req)
             if not req.keep_alive or req.close_after:
                 return
@@ -309,9 +312,8 @@ async def serve_connection(
                 return
     except BadRequest as e:
         log.warn("bad http request", error=str(e))
-        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        conn.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
     except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
         pass
     finally:
-        with contextlib.suppress(Exception):
-            writer.close()
+        conn.close()

@@ -116,7 +116,7 @@ class MultipartParser:
         self._state = "preamble"
         self.done = False
 
-    def feed(self, data: bytes) -> list[Event]:
+    def feed(self, data: bytes | memoryview) -> list[Event]:
         self._buf += data
         events: list[Event] = []
         while True:
