@@ -13,6 +13,7 @@ sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]  # asyncio works w
 
 import asyncio  # noqa: E402
 import signal  # noqa: E402
+import socket  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 from envd import log  # noqa: E402
@@ -76,6 +77,21 @@ def parse_args(argv: list[str]) -> Options:
     return opts
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """Bind the listening socket ourselves, synchronously: asyncio would resolve the host on
+    a thread-pool thread, and envd stays single-threaded (its PTY children are forked with
+    a preexec hook, which is only safe without other threads)."""
+    family, kind, proto, _, addr = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(addr)
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
 async def serve(opts: Options) -> None:
     loop = asyncio.get_running_loop()
     state = State(default_user_name=opts.default_user, default_workdir=opts.default_workdir)
@@ -83,13 +99,8 @@ async def serve(opts: Options) -> None:
     async def serve_one(conn: Connection) -> None:
         await serve_connection(conn, app.handle)
 
-    server = await loop.create_server(
-        lambda: Connection(serve_one),
-        opts.host,
-        opts.port,
-        reuse_address=True,
-        backlog=1024,
-    )
+    sock = listen(opts.host, opts.port)
+    server = await loop.create_server(lambda: Connection(serve_one), sock=sock)
     port = server.sockets[0].getsockname()[1]
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -277,3 +277,8 @@ def test_version_is_pep440_and_gates_open() -> None:
 
 def test_unique_ids() -> None:
     assert uuid.uuid4() != uuid.uuid4()
+
+
+def test_envd_is_single_threaded(envd: Envd) -> None:
+    """PTY children are forked with a preexec hook: only safe while envd has one thread."""
+    assert os.listdir(f"/proc/{envd.proc.pid}/task") == [str(envd.proc.pid)]
