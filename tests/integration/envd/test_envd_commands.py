@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any, cast
 
 import pytest
 from connectrpc.code import Code
@@ -201,7 +202,7 @@ def test_sigterm_is_delivered(sandbox: Sandbox) -> None:
             break
     sandbox.commands._rpc.send_signal(
         process_pb.SendSignalRequest(
-            process=process_pb.ProcessSelector(selector=Oneof("pid", h.pid)),
+            process=process_pb.ProcessSelector(selector=cast(Any, Oneof("pid", h.pid))),
             signal=process_pb.Signal.SIGTERM,
         )
     )
@@ -219,7 +220,7 @@ def test_signal_death_reports_go_style_status(sandbox: Sandbox) -> None:
 
 
 def test_unknown_pid_rpcs_are_not_found(sandbox: Sandbox) -> None:
-    sel = process_pb.ProcessSelector(selector=Oneof("pid", 999_999))
+    sel = process_pb.ProcessSelector(selector=cast(Any, Oneof("pid", 999_999)))
     with pytest.raises(ConnectError) as info:
         sandbox.commands._rpc.close_stdin(process_pb.CloseStdinRequest(process=sel))
     assert info.value.code == Code.NOT_FOUND

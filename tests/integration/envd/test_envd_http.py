@@ -9,6 +9,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -35,8 +36,8 @@ def fresh_envd(test_user: str) -> Iterator[Envd]:
 
 
 def _stream(
-    url: str, path: str, msg: dict[str, object], headers: dict[str, str]
-) -> Iterator[tuple[int, dict[str, object]]]:
+    url: str, path: str, msg: dict[str, Any], headers: dict[str, str]
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """POST a server-streaming Connect call by hand; yield (flags, message) as they arrive."""
     hdrs = {"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1", **headers}
     body = envelope(json.dumps(msg).encode())
@@ -127,16 +128,12 @@ def test_init_sets_token_env_defaults_and_is_idempotent(fresh_envd: Envd, workdi
     )
     assert r.status_code == 204
     assert make_sandbox(fresh_envd, "t2").commands.run("echo ok").stdout == "ok\n"
-    r = (
-        httpx.post(
+    if os.geteuid() != 0:  # as root this would really set the host's clock: skipped
+        r = httpx.post(
             f"{fresh_envd.url}/init",
             json={"timestamp": "2030-01-01T00:00:00.123456789Z"},
             headers={"X-Access-Token": "t2"},
         )
-        if os.geteuid() != 0
-        else None
-    )
-    if r is not None:
         assert r.status_code == 204  # not root: a logged no-op
 
 
@@ -193,13 +190,13 @@ def test_expect_100_continue_and_chunked_upload(envd: Envd, workdir: str) -> Non
         assert f.read() == b"abcde"
 
 
-def _capture() -> list[dict[str, object]]:
+def _capture() -> list[dict[str, Any]]:
     path = "/work/shared/e2b-wire-capture.jsonl"
     if not os.path.exists(path):
         return []
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    return [r for r in rows if r["headers"].get("e2b-sandbox-port") == "49983"]  # type: ignore[union-attr]
+    return [r for r in rows if r["headers"].get("e2b-sandbox-port") == "49983"]
 
 
 @pytest.fixture(scope="module")
@@ -209,32 +206,32 @@ def _golden_cleanup(home: str) -> Iterator[None]:
 
     for name in ("hello.txt", "d", "newdir", "stream.bin", "w.txt"):
         p = os.path.join(home, name)
-        shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else None
-        if os.path.isfile(p):
+        if os.path.isdir(p):
+            shutil.rmtree(p, ignore_errors=True)
+        elif os.path.isfile(p):
             os.unlink(p)
 
 
 @pytest.mark.usefixtures("_golden_cleanup")
 @pytest.mark.parametrize("row", _capture(), ids=lambda r: f"{r['method']} {r['path']}")
-def test_golden_requests_from_sdk_capture(envd: Envd, row: dict[str, object]) -> None:
+def test_golden_requests_from_sdk_capture(envd: Envd, row: dict[str, Any]) -> None:
     """Replay what e2b 2.63.0 sent (token swapped in) and check the framing of the answer."""
-    headers = dict(row["headers"])  # type: ignore[call-overload]
+    headers: dict[str, str | None] = dict(row["headers"])
     headers.pop("host", None)
     headers.pop("content-length", None)
     headers.pop("transfer-encoding", None)
     if "x-access-token" in headers:
         headers["x-access-token"] = envd.token
     headers["connect-timeout-ms"] = "3000" if "connect-timeout-ms" in headers else None
-    headers = {k: v for k, v in headers.items() if v is not None}
+    sent = {k: v for k, v in headers.items() if v is not None}
     url = envd.url + str(row["path"])
     route = str(row["path"]).split("?")[0]
     method = str(row["method"])
     if "envelopes" in row:
         body = b"".join(
-            envelope(str(e["msg"]).encode(), int(e["flags"]))  # type: ignore[index]
-            for e in row["envelopes"]
-        )  # type: ignore[union-attr]
-        with httpx.stream(method, url, content=iter([body]), headers=headers, timeout=10) as r:
+            envelope(str(e["msg"]).encode(), int(e["flags"])) for e in row["envelopes"]
+        )
+        with httpx.stream(method, url, content=iter([body]), headers=sent, timeout=10) as r:
             assert r.status_code == 200
             assert r.headers["content-type"] == "application/connect+json"
             parser = EnvelopeParser()
@@ -256,7 +253,7 @@ def test_golden_requests_from_sdk_capture(envd: Envd, row: dict[str, object]) ->
         if "body_b64" in row
         else str(row.get("body", "")).encode()
     )
-    r = httpx.request(method, url, content=content, headers=headers, timeout=10)
+    r = httpx.request(method, url, content=content, headers=sent, timeout=10)
     if route == "/health":
         assert r.status_code == 204
     elif route == "/files":

@@ -50,14 +50,14 @@ def test_sync_watcher_recursive_with_entries(sandbox: Sandbox, workdir: str) -> 
     entry = next(e.entry for e in events if e.name == "sub/deep.txt" and e.entry)
     assert entry is not None and entry.path == f"{workdir}/sub/deep.txt"
     # a directory created after the watch started is watched too
+    def saw(name: str) -> bool:
+        events.extend(w.get_new_events())
+        return any(e.name == name for e in events)
+
     sandbox.files.make_dir(f"{workdir}/later")
-    eventually_sync(
-        lambda: events.extend(w.get_new_events()) or any(e.name == "later" for e in events)
-    )
+    eventually_sync(lambda: saw("later"))
     sandbox.files.write(f"{workdir}/later/x.txt", "x")
-    eventually_sync(
-        lambda: events.extend(w.get_new_events()) or any(e.name == "later/x.txt" for e in events)
-    )
+    eventually_sync(lambda: saw("later/x.txt"))
     w.stop()
 
 
@@ -83,5 +83,5 @@ async def test_async_watch_dir_stream(async_sandbox: AsyncSandbox, workdir: str)
 
         await eventually(saw_all)
     finally:
-        await handle.stop()
+        await handle.stop()  # type: ignore[no-untyped-call]
     await asyncio.sleep(0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Sequence
 
 import pytest
 
@@ -28,7 +29,7 @@ CAPTURED = base64.b64decode(
 BOUNDARY = b"f663348f4d02f68602463d4b9ae9ee8c"
 
 
-def _files(events: list[object]) -> list[tuple[str | None, bytes]]:
+def _files(events: Sequence[object]) -> list[tuple[str | None, bytes]]:
     out: list[tuple[str | None, bytes]] = []
     name: str | None = None
     data = b""
