@@ -13,9 +13,10 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-CAPACITY = 2 * 1024 * 1024  # receive buffer; also the most a connection ever holds
+SMALL = 64 * 1024  # every connection starts here, and returns here when idle
+CAPACITY = 2 * 1024 * 1024  # grown up to this while a big body streams in
 HIGH_WATER = 1024 * 1024  # stop reading the socket above this many unconsumed bytes
-MIN_FREE = 64 * 1024  # compact the buffer when less than this is free at its end
+MIN_FREE = 16 * 1024  # compact or grow the buffer when less than this is free at its end
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -23,7 +24,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def __init__(self, serve: Callable[[Connection], Coroutine[Any, Any, None]]) -> None:
         self._serve = serve
-        self._buf = bytearray(CAPACITY)
+        self._buf = bytearray(SMALL)
         self._view = memoryview(self._buf)
         self._start = 0
         self._end = 0
@@ -46,11 +47,26 @@ class Connection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._start == self._end:
             self._start = self._end = 0
-        elif CAPACITY - self._end < MIN_FREE and self._start:
+        size = len(self._buf)
+        if size - self._end < MIN_FREE:
             n = self._end - self._start
-            self._buf[0:n] = self._buf[self._start : self._end]
+            if self._start and n < size // 2:  # mostly consumed: compact in place
+                self._buf[0:n] = self._buf[self._start : self._end]
+            else:  # mostly unconsumed: a big body is streaming in, grow (64K..2M)
+                # A new buffer, not a resize: a consumer may still hold a view of the old.
+                bigger = bytearray(min(CAPACITY, size * 4))
+                bigger[0:n] = self._buf[self._start : self._end]
+                self._buf = bigger
+                self._view = memoryview(bigger)
             self._start, self._end = 0, n
         return self._view[self._end :]
+
+    def shrink_if_idle(self) -> None:
+        """Back to a small buffer between requests: idle keep-alive connections stay cheap."""
+        if self._start == self._end and len(self._buf) > SMALL:
+            self._buf = bytearray(SMALL)
+            self._view = memoryview(self._buf)
+            self._start = self._end = 0
 
     def buffer_updated(self, nbytes: int) -> None:
         self._end += nbytes

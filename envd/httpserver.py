@@ -296,6 +296,7 @@ async def serve_connection(conn: Connection, handler: Handler) -> None:
     """Serve requests on one keep-alive connection until either side closes it."""
     try:
         while True:
+            conn.shrink_if_idle()
             try:
                 head = await conn.readuntil(b"\r\n\r\n", MAX_HEAD)
             except asyncio.IncompleteReadError:

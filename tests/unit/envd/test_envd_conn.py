@@ -129,3 +129,20 @@ async def test_drain_waits_for_resume_and_fails_when_lost() -> None:
     c.connection_lost(None)
     with pytest.raises(ConnectionResetError):
         await task
+
+
+async def test_buffer_grows_for_big_bodies_and_shrinks_when_idle() -> None:
+    c, _ = await make()
+    assert len(c.get_buffer(-1)) == conn_mod.SMALL
+    feed(c, b"b" * (3 * conn_mod.SMALL))  # arrives faster than it is consumed
+    assert c.buffered == 3 * conn_mod.SMALL
+    view = await c.read_view(10)
+    held = bytes(view)  # a consumer's view survives the buffer being replaced
+    feed(c, b"c" * conn_mod.SMALL)
+    assert bytes(view) == held == b"b" * 10
+    view.release()
+    assert await c.readexactly(4 * conn_mod.SMALL - 10) == b"b" * (3 * conn_mod.SMALL - 10) + (
+        b"c" * conn_mod.SMALL
+    )
+    c.shrink_if_idle()
+    assert len(c.get_buffer(-1)) == conn_mod.SMALL
