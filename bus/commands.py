@@ -69,14 +69,16 @@ class CommandBus:
     async def to_node(
         self, node_id: str, command: Command, *, context: MessageContext | None = None
     ) -> CommandReceipt:
-        return await self.send(self._names.node_command(node_id, verb_of(command)), command,
-                               context=context)
+        return await self.send(
+            self._names.node_command(node_id, verb_of(command)), command, context=context
+        )
 
     async def to_placement(
         self, command: Command, *, context: MessageContext | None = None
     ) -> CommandReceipt:
-        return await self.send(self._names.place_command(verb_of(command)), command,
-                               context=context)
+        return await self.send(
+            self._names.place_command(verb_of(command)), command, context=context
+        )
 
     async def send(
         self, subject: str, command: Command, *, context: MessageContext | None = None

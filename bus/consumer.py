@@ -40,6 +40,7 @@ __all__ = ["CommandConsumer", "ConsumerSpec", "Delivery", "Handler", "RejectionS
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class ConsumerSpec:
     """The durable consumer's shape. Values are explicit, never the server's defaults."""
@@ -60,6 +61,8 @@ class ConsumerSpec:
     batch: int = 8
     #: How long one fetch waits for messages; bounds how fast `stop()` takes effect.
     fetch_timeout_s: float = 1.0
+    #: How long to wait for the server to confirm an ack.
+    ack_confirm_timeout_s: float = 2.0
     #: Grace period for in-flight handlers on `stop()`.
     drain_timeout_s: float = 30.0
 
@@ -86,6 +89,7 @@ class ConsumerSpec:
         """Nak delay after delivery number `attempt` (1-based)."""
         return self.backoff[min(attempt, len(self.backoff)) - 1] if self.backoff else 0.0
 
+
 @dataclass
 class Delivery:
     """One command handed to a handler, with its delivery metadata."""
@@ -107,6 +111,7 @@ class Delivery:
         """Tell JetStream we are still working (the wrapper also does this periodically)."""
         await self._msg.in_progress()
 
+
 Handler = Callable[[Delivery], Awaitable[None]]
 
 
@@ -116,6 +121,7 @@ class RejectionSink(Protocol):
     async def append_rejection(
         self, aggregate_id: str, rejection: CommandRejected, *, context: MessageContext
     ) -> object: ...
+
 
 class CommandConsumer:
     """Runs `handler` over a durable pull consumer of AENV_CMD until stopped."""
@@ -201,11 +207,22 @@ class CommandConsumer:
                 log.exception("handler failed on %s (attempt %d)", msg.subject, attempt)
                 await self._retry(delivery, None, f"{type(e).__name__}: {e}")
             else:
-                await msg.ack()
+                await self._ack(msg)
             finally:
                 beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await beat
+
+    async def _ack(self, msg: Msg) -> None:
+        # Acks are confirmed by the server (one more round trip, small next to the work a
+        # command does): when `stop()` returns, every finished command is known settled.
+        try:
+            await msg.ack_sync(timeout=self._spec.ack_confirm_timeout_s)
+        except (NatsTimeoutError, TimeoutError):
+            log.warning(
+                "ack of %s unconfirmed; it may be redelivered (handlers are idempotent)",
+                msg.subject,
+            )
 
     async def _heartbeat(self, msg: Msg) -> None:
         while True:
@@ -227,8 +244,9 @@ class CommandConsumer:
             reason=reason,
             at=utcnow(),
         )
-        await self._rejections.append_rejection(d.envelope.aggregate_id, rejection,
-                                                context=d.context)
+        await self._rejections.append_rejection(
+            d.envelope.aggregate_id, rejection, context=d.context
+        )
         await d._msg.term()
 
     async def _reject_raw(self, msg: Msg, code: RejectionCode, reason: str) -> None:
@@ -239,11 +257,19 @@ class CommandConsumer:
             log.error("terminating an undecodable command on %s: %s", msg.subject, reason)
             await msg.term()
             return
-        rejection = CommandRejected(aggregate_id=env.aggregate_id, command_id=env.command_id,
-                                    command_type=env.type, code=code, reason=reason, at=utcnow())
-        await self._rejections.append_rejection(env.aggregate_id, rejection,
-                                                context=MessageContext.caused_by(env))
+        rejection = CommandRejected(
+            aggregate_id=env.aggregate_id,
+            command_id=env.command_id,
+            command_type=env.type,
+            code=code,
+            reason=reason,
+            at=utcnow(),
+        )
+        await self._rejections.append_rejection(
+            env.aggregate_id, rejection, context=MessageContext.caused_by(env)
+        )
         await msg.term()
+
 
 def _code(code: str) -> RejectionCode:
     known: tuple[RejectionCode, ...] = ("not_found", "conflict", "invalid", "permanent", "internal")
@@ -251,4 +277,3 @@ def _code(code: str) -> RejectionCode:
         if k == code:
             return k
     return "permanent"
-

@@ -227,8 +227,7 @@ def export_json_schema() -> dict[str, Any]:
             "CommandEnvelope": CommandEnvelope.model_json_schema(),
         },
         "commands": {
-            name: {"schema_version": commands.version_of(name),
-                   "schema": cls.model_json_schema()}
+            name: {"schema_version": commands.version_of(name), "schema": cls.model_json_schema()}
             for name, cls in sorted(commands.types.items())
         },
         "events": {

@@ -51,9 +51,21 @@ class EventFeed:
         self._max_batch = max_batch
         self._queue: asyncio.Queue[Msg] = asyncio.Queue()
         self._sub: JetStreamContext.PushSubscription | None = None
+        #: Matching messages the server has not delivered yet (None until known).
+        self._pending: int | None = None
+        #: Consumer sequence (count of deliveries) the server had reached when we asked, and
+        #: the last one received: deliveries still in the socket mean "not caught up".
+        self._delivered = 0
+        self._received = 0
 
     async def _on_msg(self, msg: Msg) -> None:
+        self._pending = msg.metadata.num_pending
+        self._received = msg.metadata.sequence.consumer
         self._queue.put_nowait(msg)
+
+    def caught_up(self) -> bool:
+        """True when every message that matched when last heard from has been handed out."""
+        return self._pending == 0 and self._received >= self._delivered and self._queue.empty()
 
     async def __aenter__(self) -> EventFeed:
         config = ConsumerConfig(
@@ -69,6 +81,10 @@ class EventFeed:
             ordered_consumer=True,
             config=config,
         )
+        info = await self._sub.consumer_info()
+        self._delivered = info.delivered.consumer_seq if info.delivered else 0
+        if self._queue.empty():  # otherwise the deliveries already told us, more recently
+            self._pending = info.num_pending
         return self
 
     async def __aexit__(
@@ -95,5 +111,6 @@ class EventFeed:
 
 def _record(msg: Msg) -> RecordedEvent:
     env, event = decode_event(msg.data)
-    return RecordedEvent(seq=msg.metadata.sequence.stream, subject=msg.subject, envelope=env,
-                         event=event)
+    return RecordedEvent(
+        seq=msg.metadata.sequence.stream, subject=msg.subject, envelope=env, event=event
+    )

@@ -20,6 +20,7 @@ from bus.subjects import Names
 
 __all__ = ["delete_all", "ensure_streams", "stream_configs"]
 
+
 def stream_configs(settings: BusSettings) -> list[StreamConfig]:
     """The desired configuration of both streams."""
     names = Names(settings.bus_prefix)
@@ -49,6 +50,7 @@ def stream_configs(settings: BusSettings) -> list[StreamConfig]:
         ),
     ]
 
+
 async def ensure_streams(js: JetStreamContext, settings: BusSettings) -> None:
     """Create the streams and the nodes KV bucket, or update them to the desired config."""
     try:
@@ -76,6 +78,7 @@ async def ensure_streams(js: JetStreamContext, settings: BusSettings) -> None:
     except APIError as e:
         raise BusError(f"cannot set up streams: {e}") from e
 
+
 async def delete_all(js: JetStreamContext, settings: BusSettings) -> None:
     """Remove both streams and the bucket of a (test) namespace. Refuses the empty prefix."""
     if not settings.bus_prefix:
@@ -86,4 +89,3 @@ async def delete_all(js: JetStreamContext, settings: BusSettings) -> None:
             await js.delete_stream(stream)
     with contextlib.suppress(NotFoundError, BucketNotFoundError):
         await js.delete_key_value(names.nodes_bucket)
-

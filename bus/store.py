@@ -44,13 +44,16 @@ _WRONG_LAST_SEQUENCE = (10071, 10164)  # JSStreamWrongLastSequence(Constant)Err
 #: is the same, so if an earlier attempt was stored, the next ack says `duplicate`.
 _PUBLISH_ATTEMPTS = 3
 
+
 class Version(NamedTuple):
     """Where an aggregate stands: revision (its event count), last event's stream sequence."""
 
     revision: int
     seq: int
 
+
 NEW = Version(0, 0)
+
 
 @dataclass(frozen=True)
 class RecordedEvent:
@@ -64,6 +67,7 @@ class RecordedEvent:
     @property
     def time(self) -> datetime:
         return self.envelope.occurred_at
+
 
 class EventStore(Generic[S]):
     """The event log of one aggregate kind, with the fold that rebuilds its state."""
@@ -200,8 +204,7 @@ class EventStore(Generic[S]):
             except NotFoundError:
                 return out
             env, event = decode_event(raw.data or b"")
-            out.append(RecordedEvent(seq=raw.seq or 0, subject=subject, envelope=env,
-                                     event=event))
+            out.append(RecordedEvent(seq=raw.seq or 0, subject=subject, envelope=env, event=event))
             seq = (raw.seq or 0) + 1
 
     async def load(self, aggregate_id: str) -> tuple[S | None, Version]:
@@ -212,4 +215,3 @@ class EventStore(Generic[S]):
             state = self._evolve(state, rec.event)
             version = Version(rec.envelope.aggregate_version, rec.seq)
         return state, version
-

@@ -1,0 +1,48 @@
+"""aenv's read side: Postgres read models folded from the event stream (design §5).
+
+Imports the domain and `bus`, never `api/` or `workers/`. Public API::
+
+    DbSettings, create_engine, migrate(url)            — connection and schema (Alembic)
+    Projector(engine, js, bus_settings, projection)    — .start/.stop/.catch_up/.wait_for
+    all_projections(), SandboxProjection, TemplateProjection, ApiKeyProjection
+    checkpoints.wait_for(engine, name, seq)            — read-your-writes from any process
+    rebuild(engine, js, bus_settings, projection)      — refold from 0, compare, swap
+    history(store, id) / format_history(lines)         — `aenv events <id>`
+    tables: sandboxes, snapshots, templates, api_keys, nodes (view), projection_checkpoints
+"""
+
+from projections import checkpoints, tables
+from projections.base import Projection
+from projections.catalog import ApiKeyProjection, TemplateProjection, all_projections
+from projections.db import DbSettings, alembic_config, create_engine, migrate
+from projections.errors import ProjectionError, ProjectionTimeout, RebuildError
+from projections.history import HistoryLine, format_history, history
+from projections.rebuild import RebuildReport, rebuild, table_rows
+from projections.runner import Projector
+from projections.sandboxes import SandboxProjection, sandbox_from_row, sandbox_row
+
+__all__ = [
+    "ApiKeyProjection",
+    "DbSettings",
+    "HistoryLine",
+    "Projection",
+    "ProjectionError",
+    "ProjectionTimeout",
+    "Projector",
+    "RebuildError",
+    "RebuildReport",
+    "SandboxProjection",
+    "TemplateProjection",
+    "alembic_config",
+    "all_projections",
+    "checkpoints",
+    "create_engine",
+    "format_history",
+    "history",
+    "migrate",
+    "rebuild",
+    "sandbox_from_row",
+    "sandbox_row",
+    "table_rows",
+    "tables",
+]

@@ -148,4 +148,3 @@ class CompleteSnapshot(SandboxCommand):
     snapshot_id: str
     size_bytes: int | None = None
     error: str | None = None
-

@@ -162,8 +162,11 @@ def _pause(s: Sandbox, c: PauseSandbox) -> list[SandboxEvent]:
         return []  # already done or under way: pausing twice is benign
     if s.status is not S.RUNNING:
         raise Conflict(f"cannot pause a sandbox that is {s.status}")
-    return [SandboxPauseRequested(sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id,
-                                  reason=c.reason)]
+    return [
+        SandboxPauseRequested(
+            sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id, reason=c.reason
+        )
+    ]
 
 
 def _resume(s: Sandbox, c: ResumeSandbox, policy: Policy) -> list[SandboxEvent]:
@@ -173,15 +176,21 @@ def _resume(s: Sandbox, c: ResumeSandbox, policy: Policy) -> list[SandboxEvent]:
         return []
     if s.status is not S.PAUSED:
         raise Conflict(f"cannot resume a sandbox that is {s.status}")
-    return [SandboxResumeRequested(sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id,
-                                   timeout_s=c.timeout_s)]
+    return [
+        SandboxResumeRequested(
+            sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id, timeout_s=c.timeout_s
+        )
+    ]
 
 
 def _kill(s: Sandbox, c: KillSandbox) -> list[SandboxEvent]:
     if s.seen(c.command_id) or s.status is S.KILLING:
         return []
-    return [SandboxKillRequested(sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id,
-                                 reason=c.reason)]
+    return [
+        SandboxKillRequested(
+            sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id, reason=c.reason
+        )
+    ]
 
 
 def _set_timeout(s: Sandbox, c: SetSandboxTimeout, policy: Policy) -> list[SandboxEvent]:
@@ -192,13 +201,27 @@ def _set_timeout(s: Sandbox, c: SetSandboxTimeout, policy: Policy) -> list[Sandb
         end_at = c.at + timedelta(seconds=c.timeout_s)
         if c.extend_only and s.end_at is not None and end_at <= s.end_at:
             return []
-        return [SandboxTimeoutSet(sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id,
-                                  timeout_s=c.timeout_s, end_at=end_at)]
+        return [
+            SandboxTimeoutSet(
+                sandbox_id=s.sandbox_id,
+                at=c.at,
+                command_id=c.command_id,
+                timeout_s=c.timeout_s,
+                end_at=end_at,
+            )
+        ]
     if s.status is S.PAUSED:
         if c.extend_only and (s.remaining_s or 0) >= c.timeout_s:
             return []
-        return [SandboxTimeoutSet(sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id,
-                                  timeout_s=c.timeout_s, end_at=None)]
+        return [
+            SandboxTimeoutSet(
+                sandbox_id=s.sandbox_id,
+                at=c.at,
+                command_id=c.command_id,
+                timeout_s=c.timeout_s,
+                end_at=None,
+            )
+        ]
     raise Conflict(f"cannot set the timeout of a sandbox that is {s.status}")
 
 
@@ -210,9 +233,15 @@ def _fork(s: Sandbox, c: ForkSandbox, policy: Policy) -> list[SandboxEvent]:
         return []
     if s.status is not S.RUNNING:
         raise Conflict(f"cannot fork a sandbox that is {s.status}")
-    return [SandboxForkRequested(sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id,
-                                 child_ids=fork_child_ids(c.command_id, c.count),
-                                 timeout_s=c.timeout_s)]
+    return [
+        SandboxForkRequested(
+            sandbox_id=s.sandbox_id,
+            at=c.at,
+            command_id=c.command_id,
+            child_ids=fork_child_ids(c.command_id, c.count),
+            timeout_s=c.timeout_s,
+        )
+    ]
 
 
 def _snapshot(s: Sandbox, c: SnapshotSandbox) -> list[SandboxEvent]:
@@ -220,8 +249,11 @@ def _snapshot(s: Sandbox, c: SnapshotSandbox) -> list[SandboxEvent]:
         return []
     if s.status is not S.RUNNING:
         raise Conflict(f"cannot snapshot a sandbox that is {s.status}")
-    return [SnapshotRequested(sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id,
-                              snapshot_id=c.snapshot_id)]
+    return [
+        SnapshotRequested(
+            sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id, snapshot_id=c.snapshot_id
+        )
+    ]
 
 
 def _awaiting(state: State, expected: SandboxStatus) -> Sandbox | None:
@@ -245,8 +277,14 @@ def _complete_create(state: State, c: CompleteCreate) -> list[SandboxEvent]:
         return []
     if c.error is not None:
         return _failed(s, c, "create", c.error)
-    return [SandboxCreated(sandbox_id=s.sandbox_id, at=c.at, node_id=c.node_id,
-                           end_at=c.at + timedelta(seconds=s.timeout_s))]
+    return [
+        SandboxCreated(
+            sandbox_id=s.sandbox_id,
+            at=c.at,
+            node_id=c.node_id,
+            end_at=c.at + timedelta(seconds=s.timeout_s),
+        )
+    ]
 
 
 def _complete_pause(state: State, c: CompletePause) -> list[SandboxEvent]:
@@ -256,8 +294,11 @@ def _complete_pause(state: State, c: CompletePause) -> list[SandboxEvent]:
     if c.error is not None:
         return _failed(s, c, "pause", c.error)
     remaining = 0.0 if s.end_at is None else max(0.0, (s.end_at - c.at).total_seconds())
-    return [SandboxPaused(sandbox_id=s.sandbox_id, at=c.at, remaining_s=remaining,
-                          snapshot_id=c.snapshot_id)]
+    return [
+        SandboxPaused(
+            sandbox_id=s.sandbox_id, at=c.at, remaining_s=remaining, snapshot_id=c.snapshot_id
+        )
+    ]
 
 
 def _complete_resume(state: State, c: CompleteResume) -> list[SandboxEvent]:
@@ -268,8 +309,14 @@ def _complete_resume(state: State, c: CompleteResume) -> list[SandboxEvent]:
         return _failed(s, c, "resume", c.error)
     # A sandbox paused by its own expiry has nothing left: it gets its last full timeout.
     ttl = s.remaining_s if s.remaining_s else float(s.timeout_s)
-    return [SandboxResumed(sandbox_id=s.sandbox_id, at=c.at, node_id=c.node_id,
-                           end_at=c.at + timedelta(seconds=ttl))]
+    return [
+        SandboxResumed(
+            sandbox_id=s.sandbox_id,
+            at=c.at,
+            node_id=c.node_id,
+            end_at=c.at + timedelta(seconds=ttl),
+        )
+    ]
 
 
 def _complete_kill(state: State, c: CompleteKill) -> list[SandboxEvent]:
@@ -303,10 +350,16 @@ def _complete_snapshot(state: State, c: CompleteSnapshot) -> list[SandboxEvent]:
     if c.snapshot_id != s.pending_snapshot_id:
         raise Conflict(f"snapshot {c.snapshot_id} is not the one in progress")
     if c.error is not None:
-        return [SnapshotFailed(sandbox_id=s.sandbox_id, at=c.at, snapshot_id=c.snapshot_id,
-                               reason=c.error)]
-    return [SnapshotTaken(sandbox_id=s.sandbox_id, at=c.at, snapshot_id=c.snapshot_id,
-                          size_bytes=c.size_bytes)]
+        return [
+            SnapshotFailed(
+                sandbox_id=s.sandbox_id, at=c.at, snapshot_id=c.snapshot_id, reason=c.error
+            )
+        ]
+    return [
+        SnapshotTaken(
+            sandbox_id=s.sandbox_id, at=c.at, snapshot_id=c.snapshot_id, size_bytes=c.size_bytes
+        )
+    ]
 
 
 def _remember(s: Sandbox, command_id: object) -> tuple[object, ...]:
@@ -326,11 +379,19 @@ def evolve(state: State, event: Event) -> State:
     u: dict[str, object] = {}
     match event:
         case SandboxCreated():
-            u = {"status": S.RUNNING, "node_id": event.node_id, "started_at": event.at,
-                 "end_at": event.end_at}
+            u = {
+                "status": S.RUNNING,
+                "node_id": event.node_id,
+                "started_at": event.at,
+                "end_at": event.end_at,
+            }
         case SandboxFailed():
-            u = {"status": S.FAILED, "failure_reason": f"{event.operation}: {event.reason}",
-                 "pending_children": (), "pending_snapshot_id": None}
+            u = {
+                "status": S.FAILED,
+                "failure_reason": f"{event.operation}: {event.reason}",
+                "pending_children": (),
+                "pending_snapshot_id": None,
+            }
         case SandboxPauseRequested():
             u = {"status": S.PAUSING}
         case SandboxPaused():
@@ -340,16 +401,23 @@ def evolve(state: State, event: Event) -> State:
             if event.timeout_s is not None:
                 u |= {"remaining_s": float(event.timeout_s), "timeout_s": event.timeout_s}
         case SandboxResumed():
-            u = {"status": S.RUNNING, "node_id": event.node_id, "end_at": event.end_at,
-                 "remaining_s": None}
+            u = {
+                "status": S.RUNNING,
+                "node_id": event.node_id,
+                "end_at": event.end_at,
+                "remaining_s": None,
+            }
         case SandboxKillRequested():
             u = {"status": S.KILLING}
         case SandboxKilled():
             u = {"status": S.KILLED, "pending_children": (), "pending_snapshot_id": None}
         case SandboxTimeoutSet():
             u = {"timeout_s": event.timeout_s}
-            u |= ({"end_at": event.end_at} if event.end_at is not None
-                  else {"remaining_s": float(event.timeout_s)})
+            u |= (
+                {"end_at": event.end_at}
+                if event.end_at is not None
+                else {"remaining_s": float(event.timeout_s)}
+            )
         case SandboxForkRequested():
             u = {"status": S.FORKING, "pending_children": event.child_ids}
         case SandboxForked():

@@ -13,9 +13,7 @@ from aenv.domain.sandbox.values import SandboxStatus, derived_command_id
 __all__ = ["expiry_command", "fork_child_command"]
 
 
-def expiry_command(
-    state: Sandbox | None, now: datetime
-) -> PauseSandbox | KillSandbox | None:
+def expiry_command(state: Sandbox | None, now: datetime) -> PauseSandbox | KillSandbox | None:
     """The command the timer must issue for `state` at `now`, or None if nothing is due.
 
     Only a running sandbox expires (a paused one keeps its remaining TTL; one that is busy
@@ -31,10 +29,12 @@ def expiry_command(
     action = state.lifecycle.on_timeout
     command_id = derived_command_id(state.sandbox_id, state.end_at.isoformat(), action)
     if action == "pause":
-        return PauseSandbox(sandbox_id=state.sandbox_id, command_id=command_id,
-                            at=state.end_at, reason="timeout")
-    return KillSandbox(sandbox_id=state.sandbox_id, command_id=command_id, at=state.end_at,
-                       reason="timeout")
+        return PauseSandbox(
+            sandbox_id=state.sandbox_id, command_id=command_id, at=state.end_at, reason="timeout"
+        )
+    return KillSandbox(
+        sandbox_id=state.sandbox_id, command_id=command_id, at=state.end_at, reason="timeout"
+    )
 
 
 def fork_child_command(
@@ -68,5 +68,3 @@ def fork_child_command(
         forked_from=parent.sandbox_id,
         node_id=parent.node_id,
     )
-
-

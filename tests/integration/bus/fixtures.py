@@ -24,8 +24,9 @@ NATS_URL = "nats://127.0.0.1:4222"
 
 @pytest.fixture(scope="session")
 def bus_settings() -> BusSettings:
-    return BusSettings(nats_url=NATS_URL, bus_prefix=f"t{secrets.token_hex(4)}",
-                       duplicate_window_s=60)
+    return BusSettings(
+        nats_url=NATS_URL, bus_prefix=f"t{secrets.token_hex(4)}", duplicate_window_s=60
+    )
 
 
 @pytest_asyncio.fixture(scope="session")

@@ -43,8 +43,13 @@ async def consumer(
         "drain_timeout_s": 5.0,
     }
     fields.update(spec)
-    c = CommandConsumer(bus.js, bus.settings, ConsumerSpec(**fields),  # type: ignore[arg-type]
-                        rec, bus.sandboxes)
+    c = CommandConsumer(
+        bus.js,
+        bus.settings,
+        ConsumerSpec(**fields),  # type: ignore[arg-type]
+        rec,
+        bus.sandboxes,
+    )
     await c.start()
     try:
         yield rec, node
@@ -54,13 +59,11 @@ async def consumer(
 
 
 async def pending_in_queue(bus: Bus, node: str) -> int:
-    info = await bus.js.stream_info(bus.names.command_stream,
-                                    subjects_filter=bus.names.node_commands(node))
+    info = await bus.js.stream_info(
+        bus.names.command_stream, subjects_filter=bus.names.node_commands(node)
+    )
     return sum((info.state.subjects or {}).values())
 
 
 async def rejections(bus: Bus, sid: str) -> list[CommandRejected]:
-    return [r.event for r in await bus.sandboxes.read(sid)
-            if isinstance(r.event, CommandRejected)]
-
-
+    return [r.event for r in await bus.sandboxes.read(sid) if isinstance(r.event, CommandRejected)]

@@ -21,6 +21,8 @@ from tests.integration.bus.helpers import consumer, pending_in_queue, rejections
 from tests.support import eventually
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
 def pause(sid: str) -> sb.PauseSandbox:
     return sb.PauseSandbox(sandbox_id=sid, at=T0)
 
@@ -73,8 +75,11 @@ async def test_permanent_terms_and_rejects(bus: Bus) -> None:
         cmd = pause(sid)
         await bus.commands.to_node(node, cmd)
         [r] = await eventually(lambda: rejections(bus, sid))
-        assert (r.code, r.command_id, r.command_type) == ("permanent", cmd.command_id,
-                                                           "PauseSandbox")
+        assert (r.code, r.command_id, r.command_type) == (
+            "permanent",
+            cmd.command_id,
+            "PauseSandbox",
+        )
         assert "corrupt" in r.reason
         await eventually(lambda: _eq0(pending_in_queue(bus, node)))
         assert rec.attempts[str(cmd.command_id)] == [1]  # terminated: never redelivered
@@ -110,12 +115,19 @@ async def test_invalid_command_is_rejected(bus: Bus) -> None:
     async with consumer(bus, ok) as (rec, node):
         sid = new_sandbox_id()
         cmd = pause(sid)
-        env = CommandEnvelope(command_id=cmd.command_id, type="PauseSandbox", schema_version=1,
-                              aggregate_id=sid, issued_at=T0,
-                              payload={"sandbox_id": sid, "at": T0.isoformat(), "bogus": 1})
-        await bus.js.publish(bus.names.node_command(node, "pause"),
-                             env.model_dump_json().encode(),
-                             headers={h.MSG_ID: str(cmd.command_id)})
+        env = CommandEnvelope(
+            command_id=cmd.command_id,
+            type="PauseSandbox",
+            schema_version=1,
+            aggregate_id=sid,
+            issued_at=T0,
+            payload={"sandbox_id": sid, "at": T0.isoformat(), "bogus": 1},
+        )
+        await bus.js.publish(
+            bus.names.node_command(node, "pause"),
+            env.model_dump_json().encode(),
+            headers={h.MSG_ID: str(cmd.command_id)},
+        )
         [r] = await eventually(lambda: rejections(bus, sid))
         assert r.code == "invalid" and "bogus" in r.reason
         assert rec.attempts == {}

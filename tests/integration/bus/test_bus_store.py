@@ -46,14 +46,14 @@ async def test_two_writers_one_wins(bus: Bus) -> None:
     store = bus.sandboxes
     await store.append(sid, Version(0, 0), sb.decide(None, create(sid)))
     (state, v) = await store.load(sid)
-    state2 = sb.fold(sb.decide(state, sb.CompleteCreate(sandbox_id=sid, node_id="n", at=T0)),
-                     state)
+    state2 = sb.fold(sb.decide(state, sb.CompleteCreate(sandbox_id=sid, node_id="n", at=T0)), state)
     assert state2 is not None
     # both writers decided from the same version, with different commands
     a = sb.decide(state2, sb.PauseSandbox(sandbox_id=sid, at=T0))
     b = sb.decide(state2, sb.KillSandbox(sandbox_id=sid, at=T0))
-    v = await store.append(sid, v, sb.decide(state, sb.CompleteCreate(sandbox_id=sid,
-                                                                      node_id="n", at=T0)))
+    v = await store.append(
+        sid, v, sb.decide(state, sb.CompleteCreate(sandbox_id=sid, node_id="n", at=T0))
+    )
     results = await asyncio.gather(
         store.append(sid, v, a, context=MessageContext(causation_id=uuid4())),
         store.append(sid, v, b, context=MessageContext(causation_id=uuid4())),
@@ -87,8 +87,9 @@ async def test_raw_duplicate_publish_reports_duplicate(bus: Bus) -> None:
     sid = new_sandbox_id()
     [event] = sb.decide(None, create(sid))
     eid = uuid4()
-    _, data = encode_event(event, event_id=eid, aggregate_id=sid, aggregate_version=1,
-                           context=MessageContext())
+    _, data = encode_event(
+        event, event_id=eid, aggregate_id=sid, aggregate_version=1, context=MessageContext()
+    )
     subject = bus.names.sandbox_events(sid)
     first = await bus.js.publish(subject, data, headers={h.MSG_ID: str(eid)})
     second = await bus.js.publish(subject, data, headers={h.MSG_ID: str(eid)})
@@ -98,8 +99,12 @@ async def test_raw_duplicate_publish_reports_duplicate(bus: Bus) -> None:
 async def test_envelope_carries_context(bus: Bus) -> None:
     sid = new_sandbox_id()
     corr, cause = uuid4(), uuid4()
-    await bus.sandboxes.append(sid, Version(0, 0), sb.decide(None, create(sid)),
-                               context=MessageContext(corr, cause, "apikey:k1"))
+    await bus.sandboxes.append(
+        sid,
+        Version(0, 0),
+        sb.decide(None, create(sid)),
+        context=MessageContext(corr, cause, "apikey:k1"),
+    )
     [rec] = await bus.sandboxes.read(sid)
     env = rec.envelope
     assert (env.correlation_id, env.causation_id, env.actor) == (corr, cause, "apikey:k1")

@@ -23,14 +23,16 @@ async def test_create_span_tree(bus: Bus, spans: InMemorySpanExporter) -> None:
     async def node_handler(d: Delivery) -> None:
         state, version = await bus.sandboxes.load(d.envelope.aggregate_id)
         assert isinstance(d.command, sb.CreateSandbox)
-        await bus.sandboxes.append(d.envelope.aggregate_id, version,
-                                   sb.decide(state, d.command), context=d.context)
+        await bus.sandboxes.append(
+            d.envelope.aggregate_id, version, sb.decide(state, d.command), context=d.context
+        )
 
     sid = new_sandbox_id()
     async with consumer(bus, node_handler) as (rec, node):
         with trace.get_tracer("test").start_as_current_span("POST /v2/sandboxes"):
             await bus.commands.to_node(
-                node, sb.CreateSandbox(sandbox_id=sid, template_id="base", at=T0))
+                node, sb.CreateSandbox(sandbox_id=sid, template_id="base", at=T0)
+            )
         await eventually(lambda: _done(rec.done))
         await eventually(lambda: _count(spans, 4))
 

@@ -21,8 +21,12 @@ def step(state: sb.State, command: sb.SandboxCommand) -> sb.State:
 
 
 def create(**kw: object) -> sb.CreateSandbox:
-    fields: dict[str, object] = {"sandbox_id": SID, "template_id": "base", "at": T0,
-                                 "timeout_s": 60}
+    fields: dict[str, object] = {
+        "sandbox_id": SID,
+        "template_id": "base",
+        "at": T0,
+        "timeout_s": 60,
+    }
     fields.update(kw)
     return sb.CreateSandbox.model_validate(fields)
 
@@ -99,4 +103,3 @@ STATES: dict[str, Callable[[], sb.Sandbox]] = {
     "killed": killed,
     "failed": failed,
 }
-

@@ -29,25 +29,47 @@ S = sb.SandboxStatus
 
 class TestCreate:
     def test_requested_carries_everything_the_read_model_needs(self) -> None:
-        c = create(alias="py", team_id="t1", api_key_id="k1", cpu_count=4, memory_mb=1024,
-                   disk_size_mb=4096, envd_access_token="tok", metadata={"a": "b"},
-                   env_vars={"X": "1"}, lifecycle=sb.Lifecycle(on_timeout="pause"),
-                   network=sb.NetworkPolicy(allow_internet_access=False))
+        c = create(
+            alias="py",
+            team_id="t1",
+            api_key_id="k1",
+            cpu_count=4,
+            memory_mb=1024,
+            disk_size_mb=4096,
+            envd_access_token="tok",
+            metadata={"a": "b"},
+            env_vars={"X": "1"},
+            lifecycle=sb.Lifecycle(on_timeout="pause"),
+            network=sb.NetworkPolicy(allow_internet_access=False),
+        )
         [e] = sb.decide(None, c)
         assert isinstance(e, sb.SandboxRequested)
         s = sb.fold([e])
         assert s is not None and s.status is S.CREATING
         assert (s.alias, s.team_id, s.cpu_count, s.memory_mb, s.metadata) == (
-            "py", "t1", 4, 1024, {"a": "b"})
+            "py",
+            "t1",
+            4,
+            1024,
+            {"a": "b"},
+        )
         assert s.lifecycle.on_timeout == "pause" and not s.network.allow_internet_access
 
     def test_created_starts_the_ttl(self) -> None:
         s = running()
         assert s.started_at == at(1) and s.end_at == at(61) and s.node_id == "n1"
 
-    @pytest.mark.parametrize("field,value", [("timeout_s", 0), ("timeout_s", 86_401),
-                                             ("cpu_count", 0), ("cpu_count", 65),
-                                             ("memory_mb", 64), ("disk_size_mb", 0)])
+    @pytest.mark.parametrize(
+        "field,value",
+        [
+            ("timeout_s", 0),
+            ("timeout_s", 86_401),
+            ("cpu_count", 0),
+            ("cpu_count", 65),
+            ("memory_mb", 64),
+            ("disk_size_mb", 0),
+        ],
+    )
     def test_out_of_range_is_invalid(self, field: str, value: int) -> None:
         with pytest.raises(Invalid):
             sb.decide(None, create(**{field: value}))
@@ -65,8 +87,9 @@ class TestCreate:
             create(bogus=1)
 
     def test_create_failure(self) -> None:
-        s = step(creating(), sb.CompleteCreate(sandbox_id=SID, node_id="n", at=at(1),
-                                               error="no kvm"))
+        s = step(
+            creating(), sb.CompleteCreate(sandbox_id=SID, node_id="n", at=at(1), error="no kvm")
+        )
         assert s is not None and s.status is S.FAILED and s.failure_reason == "create: no kvm"
 
 
@@ -102,14 +125,23 @@ class TestTtl:
 
     def test_extend_only_never_shortens(self) -> None:
         s = running()  # end_at = 61 s
-        assert sb.decide(s, sb.SetSandboxTimeout(sandbox_id=SID, at=at(10), timeout_s=30,
-                                                 extend_only=True)) == []
-        [e] = sb.decide(s, sb.SetSandboxTimeout(sandbox_id=SID, at=at(10), timeout_s=300,
-                                                extend_only=True))
+        assert (
+            sb.decide(
+                s, sb.SetSandboxTimeout(sandbox_id=SID, at=at(10), timeout_s=30, extend_only=True)
+            )
+            == []
+        )
+        [e] = sb.decide(
+            s, sb.SetSandboxTimeout(sandbox_id=SID, at=at(10), timeout_s=300, extend_only=True)
+        )
         assert isinstance(e, sb.SandboxTimeoutSet) and e.end_at == at(310)
         p = paused()  # 40 s left
-        assert sb.decide(p, sb.SetSandboxTimeout(sandbox_id=SID, at=at(30), timeout_s=10,
-                                                 extend_only=True)) == []
+        assert (
+            sb.decide(
+                p, sb.SetSandboxTimeout(sandbox_id=SID, at=at(30), timeout_s=10, extend_only=True)
+            )
+            == []
+        )
 
     @pytest.mark.parametrize("timeout", [0, -5, 86_401])
     def test_timeout_range(self, timeout: int) -> None:
@@ -155,18 +187,32 @@ class TestFork:
     def test_forked_reports_each_child(self) -> None:
         s = forking()
         a, b, c = s.pending_children
-        [e] = sb.decide(s, sb.CompleteFork(sandbox_id=SID, at=at(9), children=(
-            sb.ForkChildResult(sandbox_id=a), sb.ForkChildResult(sandbox_id=b, error="oom"))))
+        [e] = sb.decide(
+            s,
+            sb.CompleteFork(
+                sandbox_id=SID,
+                at=at(9),
+                children=(
+                    sb.ForkChildResult(sandbox_id=a),
+                    sb.ForkChildResult(sandbox_id=b, error="oom"),
+                ),
+            ),
+        )
         assert isinstance(e, sb.SandboxForked)
         assert [(x.sandbox_id, x.error) for x in e.children] == [
-            (a, None), (b, "oom"), (c, "child was not attempted")]
+            (a, None),
+            (b, "oom"),
+            (c, "child was not attempted"),
+        ]
         after = sb.evolve(s, e)
         assert after is not None and after.status is S.RUNNING and after.pending_children == ()
 
     def test_unknown_child_is_invalid(self) -> None:
         with pytest.raises(Invalid):
-            sb.decide(forking(), sb.CompleteFork(
-                sandbox_id=SID, children=(sb.ForkChildResult(sandbox_id="zzz"),)))
+            sb.decide(
+                forking(),
+                sb.CompleteFork(sandbox_id=SID, children=(sb.ForkChildResult(sandbox_id="zzz"),)),
+            )
 
     def test_child_command_inherits_parent(self) -> None:
         parent = running(metadata={"k": "v"}, alias="py")
@@ -182,13 +228,17 @@ class TestFork:
 
 class TestSnapshot:
     def test_taken_returns_to_running(self) -> None:
-        s = step(snapshotting(), sb.CompleteSnapshot(sandbox_id=SID, snapshot_id="snap:v1",
-                                                     size_bytes=10))
+        s = step(
+            snapshotting(),
+            sb.CompleteSnapshot(sandbox_id=SID, snapshot_id="snap:v1", size_bytes=10),
+        )
         assert s is not None and s.status is S.RUNNING and s.pending_snapshot_id is None
 
     def test_failure_keeps_it_running(self) -> None:
-        [e] = sb.decide(snapshotting(), sb.CompleteSnapshot(
-            sandbox_id=SID, snapshot_id="snap:v1", error="disk full"))
+        [e] = sb.decide(
+            snapshotting(),
+            sb.CompleteSnapshot(sandbox_id=SID, snapshot_id="snap:v1", error="disk full"),
+        )
         assert isinstance(e, sb.SnapshotFailed)
         after = sb.evolve(snapshotting(), e)
         assert after is not None and after.status is S.RUNNING
@@ -199,11 +249,16 @@ class TestSnapshot:
 
 
 class TestOutcomesAndIdempotency:
-    @pytest.mark.parametrize("build,complete", [
-        (pausing, lambda: sb.CompletePause(sandbox_id=SID, error="qmp")),
-        (lambda: step(paused(), sb.ResumeSandbox(sandbox_id=SID)),
-         lambda: sb.CompleteResume(sandbox_id=SID, node_id="n", error="restore")),
-    ])
+    @pytest.mark.parametrize(
+        "build,complete",
+        [
+            (pausing, lambda: sb.CompletePause(sandbox_id=SID, error="qmp")),
+            (
+                lambda: step(paused(), sb.ResumeSandbox(sandbox_id=SID)),
+                lambda: sb.CompleteResume(sandbox_id=SID, node_id="n", error="restore"),
+            ),
+        ],
+    )
     def test_failed_operation_fails_the_sandbox(
         self, build: Callable[[], sb.State], complete: Callable[[], sb.SandboxCommand]
     ) -> None:
@@ -225,12 +280,17 @@ class TestOutcomesAndIdempotency:
         with pytest.raises(NotFound):
             sb.decide(s, sb.PauseSandbox(sandbox_id=SID))
 
-    @pytest.mark.parametrize("command", [
-        sb.PauseSandbox(sandbox_id=SID), sb.KillSandbox(sandbox_id=SID),
-        sb.ForkSandbox(sandbox_id=SID, count=2), sb.SnapshotSandbox(sandbox_id=SID,
-                                                                    snapshot_id="a:b"),
-        sb.SetSandboxTimeout(sandbox_id=SID, timeout_s=9),
-    ], ids=lambda c: type(c).__name__)
+    @pytest.mark.parametrize(
+        "command",
+        [
+            sb.PauseSandbox(sandbox_id=SID),
+            sb.KillSandbox(sandbox_id=SID),
+            sb.ForkSandbox(sandbox_id=SID, count=2),
+            sb.SnapshotSandbox(sandbox_id=SID, snapshot_id="a:b"),
+            sb.SetSandboxTimeout(sandbox_id=SID, timeout_s=9),
+        ],
+        ids=lambda c: type(c).__name__,
+    )
     def test_redelivered_command_decides_nothing(self, command: sb.SandboxCommand) -> None:
         s = running()
         events = sb.decide(s, command)
@@ -262,8 +322,14 @@ class TestOutcomesAndIdempotency:
         from aenv.domain import CommandRejected
 
         s = running()
-        r = CommandRejected(aggregate_id=SID, command_id=uuid4(), command_type="PauseSandbox",
-                            code="conflict", reason="x", at=T0)
+        r = CommandRejected(
+            aggregate_id=SID,
+            command_id=uuid4(),
+            command_type="PauseSandbox",
+            code="conflict",
+            reason="x",
+            at=T0,
+        )
         assert sb.evolve(s, r) is s
         assert sb.evolve(None, r) is None
 

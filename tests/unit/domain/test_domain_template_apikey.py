@@ -33,8 +33,13 @@ def test_register_update_delete_template() -> None:
 def test_api_key_lifecycle() -> None:
     raw = ak.new_api_key()
     assert raw.startswith(ak.KEY_PREFIX)
-    create = ak.CreateApiKey(key_id="k1", team_id="t1", prefix=ak.display_prefix(raw),
-                             key_sha256=ak.hash_api_key(raw), at=T0)
+    create = ak.CreateApiKey(
+        key_id="k1",
+        team_id="t1",
+        prefix=ak.display_prefix(raw),
+        key_sha256=ak.hash_api_key(raw),
+        at=T0,
+    )
     s = ak.fold_api_key(ak.decide_api_key(None, create))
     assert s is not None and s.key_sha256 == ak.hash_api_key(raw) and raw not in repr(s)
     with pytest.raises(Conflict):

@@ -1,0 +1,53 @@
+"""Database access of the read side: settings, engine, and programmatic migrations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+__all__ = ["DbSettings", "alembic_config", "create_engine", "migrate"]
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+class DbSettings(BaseSettings):
+    """Where the read models live."""
+
+    model_config = SettingsConfigDict(env_prefix="AENV_", frozen=True, extra="ignore")
+
+    database_url: str = "postgresql+asyncpg://postgres@127.0.0.1:5432/aenv"
+    pool_size: int = 10
+
+
+def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+    """An asyncpg engine. `pool_pre_ping` because Postgres restarts must not poison the pool."""
+    return create_async_engine(url, pool_size=pool_size, pool_pre_ping=True)
+
+
+def alembic_config(url: str | None = None) -> Config:
+    cfg = Config(str(_ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(_ROOT / "migrations"))
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+async def migrate(url: str, revision: str = "head") -> None:
+    """`alembic upgrade <revision>` on `url`, from inside a running event loop."""
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+
+            def upgrade(sync_conn: Connection) -> None:
+                cfg = alembic_config()
+                cfg.attributes["connection"] = sync_conn
+                command.upgrade(cfg, revision)
+
+            await conn.run_sync(upgrade)
+    finally:
+        await engine.dispose()

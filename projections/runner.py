@@ -1,0 +1,148 @@
+"""The projector: runs one projection over the event stream, from its checkpoint, forever.
+
+Each batch is applied, and the checkpoint advanced, in ONE transaction that first locks the
+checkpoint row: events at or below the stored checkpoint are skipped (a crash between apply
+and commit rolls both back, so nothing is applied twice or lost), and two replicas, or a
+rebuild swapping tables in, never interleave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+from nats.js import JetStreamContext
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bus import BusSettings, EventFeed, Names, RecordedEvent
+from projections import checkpoints
+from projections.base import Projection
+from projections.errors import ProjectionTimeout
+
+__all__ = ["Projector"]
+
+log = logging.getLogger(__name__)
+
+
+class Projector:
+    """Keeps one projection's tables up to date; `wait_for(seq)` gives read-your-writes."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        js: JetStreamContext,
+        bus_settings: BusSettings,
+        projection: Projection,
+        *,
+        max_batch: int = 500,
+        retry_delay_s: float = 1.0,
+    ) -> None:
+        self._engine = engine
+        self._js = js
+        self._bus_settings = bus_settings
+        self._projection = projection
+        self._filter = Names(bus_settings.bus_prefix).events_of_kind(projection.kind)
+        self._max_batch = max_batch
+        self._retry_delay_s = retry_delay_s
+        self._position = 0
+        self._advanced = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        return self._projection.name
+
+    @property
+    def position(self) -> int:
+        """Last stream sequence this process knows to be committed."""
+        return self._position
+
+    async def apply_batch(self, batch: Sequence[RecordedEvent]) -> int:
+        """Apply `batch` (in stream order) and advance the checkpoint, atomically."""
+        name = self._projection.name
+        async with self._engine.begin() as conn:
+            stored = await checkpoints.lock(conn, name)
+            fresh = [r for r in batch if r.seq > stored]
+            if fresh:
+                await self._projection.apply(conn, fresh)
+                await checkpoints.write(conn, name, fresh[-1].seq)
+        await self._moved(max(stored, batch[-1].seq if batch else stored))
+        return self._position
+
+    async def _moved(self, seq: int) -> None:
+        if seq > self._position:
+            self._position = seq
+            async with self._advanced:
+                self._advanced.notify_all()
+
+    async def _start_seq(self) -> int:
+        async with self._engine.begin() as conn:
+            await checkpoints.ensure(conn, self._projection.name)
+            stored = await checkpoints.read(conn, self._projection.name)
+        await self._moved(stored)
+        return stored + 1
+
+    def _feed(self, start_seq: int) -> EventFeed:
+        return EventFeed(
+            self._js,
+            self._bus_settings,
+            self._filter,
+            start_seq=start_seq,
+            max_batch=self._max_batch,
+        )
+
+    async def catch_up(self, idle_timeout_s: float = 0.5) -> int:
+        """Apply everything stored so far, then return the position (rebuilds, tests, CLI)."""
+        async with self._feed(await self._start_seq()) as feed:
+            while not feed.caught_up():
+                batch = await feed.next_batch(idle_timeout_s)
+                if batch:
+                    await self.apply_batch(batch)
+            return self._position
+
+    async def run(self) -> None:
+        """Follow the stream until cancelled; on errors, restart from the checkpoint."""
+        while True:
+            try:
+                async with self._feed(await self._start_seq()) as feed:
+                    while True:
+                        batch = await feed.next_batch(1.0)
+                        if batch:
+                            await self.apply_batch(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception(
+                    "projection %s failed; restarting from its checkpoint", self._projection.name
+                )
+                await asyncio.sleep(self._retry_delay_s)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self.run(), name=f"projector:{self.name}")
+
+    async def stop(self) -> None:
+        """Stop after the batch in progress (its transaction commits or rolls back whole)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def wait_for(self, seq: int, timeout: float = 5.0) -> int:
+        """Wait until this projector has committed stream sequence `seq`.
+
+        Works in the process running the projector; elsewhere use
+        `projections.checkpoints.wait_for(engine, name, seq)`, which polls the table.
+        """
+
+        async def reached() -> None:
+            async with self._advanced:
+                await self._advanced.wait_for(lambda: self._position >= seq)
+
+        try:
+            await asyncio.wait_for(reached(), timeout)
+        except TimeoutError:
+            raise ProjectionTimeout(f"{self.name} at {self._position}, not {seq}") from None
+        return self._position

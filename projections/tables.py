@@ -1,0 +1,163 @@
+"""The read models' tables (SQLAlchemy Core). The schema itself is owned by the Alembic
+revisions in `migrations/`; `tests/integration/projections` checks the two agree.
+
+Every projected row carries `revision` (the aggregate version of the last event folded into
+it) and `last_seq` (that event's stream sequence): upserts are guarded by
+`stored.revision < new.revision`, so replaying an event can never move a row backwards.
+Timestamps all come from events (never `now()`), which is what makes a rebuild reproduce the
+live tables exactly.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+__all__ = [
+    "api_keys",
+    "metadata",
+    "nodes",
+    "projection_checkpoints",
+    "sandboxes",
+    "snapshots",
+    "templates",
+]
+
+metadata = MetaData()
+
+
+def _tz(name: str, nullable: bool = True) -> Column[object]:
+    return Column(name, DateTime(timezone=True), nullable=nullable)
+
+
+def _position() -> list[Column[object]]:
+    return [
+        Column("revision", Integer, nullable=False),
+        Column("last_seq", BigInteger, nullable=False),
+    ]
+
+
+sandboxes = Table(
+    "sandboxes",
+    metadata,
+    Column("sandbox_id", Text, primary_key=True),
+    Column("status", Text, nullable=False),  # SandboxStatus: creating … killed, failed
+    Column("state", Text),  # E2B's view: running | paused | NULL (not listed)
+    Column("template_id", Text, nullable=False),
+    Column("alias", Text),
+    Column("team_id", Text),
+    Column("api_key_id", Text),
+    Column("node_id", Text),
+    Column("forked_from", Text),
+    Column("cpu_count", Integer, nullable=False),
+    Column("memory_mb", Integer, nullable=False),
+    Column("disk_size_mb", Integer, nullable=False),
+    Column("envd_version", Text, nullable=False),
+    Column("envd_access_token", Text),
+    Column("metadata", JSONB, nullable=False),
+    Column("env_vars", JSONB, nullable=False),
+    Column("on_timeout", Text, nullable=False),  # kill | pause
+    Column("auto_resume", Boolean, nullable=False),
+    Column("allow_internet_access", Boolean, nullable=False),
+    Column("network", JSONB, nullable=False),
+    Column("timeout_s", Integer, nullable=False),
+    _tz("requested_at", nullable=False),
+    _tz("started_at"),
+    _tz("end_at"),
+    Column("remaining_s", Float),
+    Column("failure_reason", Text),
+    Column("pending_children", JSONB, nullable=False),
+    Column("pending_snapshot_id", Text),
+    _tz("updated_at", nullable=False),
+    *_position(),
+)
+
+snapshots = Table(
+    "snapshots",
+    metadata,
+    Column("snapshot_id", Text, primary_key=True),
+    Column("sandbox_id", Text, nullable=False),
+    Column("team_id", Text),
+    Column("template_id", Text, nullable=False),
+    Column("status", Text, nullable=False),  # requested | ready | failed
+    Column("size_bytes", BigInteger),
+    Column("failure_reason", Text),
+    _tz("requested_at", nullable=False),
+    _tz("taken_at"),
+    *_position(),
+)
+
+templates = Table(
+    "templates",
+    metadata,
+    Column("template_id", Text, primary_key=True),
+    Column("alias", Text),
+    Column("envd_version", Text, nullable=False),
+    Column("cpu_count", Integer, nullable=False),
+    Column("memory_mb", Integer, nullable=False),
+    Column("disk_size_mb", Integer, nullable=False),
+    Column("deleted", Boolean, nullable=False),
+    _tz("created_at", nullable=False),
+    _tz("updated_at", nullable=False),
+    *_position(),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("key_id", Text, primary_key=True),
+    Column("team_id", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("prefix", Text, nullable=False),  # first characters, for display only
+    Column("key_sha256", Text, nullable=False, unique=True),
+    _tz("created_at", nullable=False),
+    _tz("revoked_at"),
+    *_position(),
+)
+
+projection_checkpoints = Table(
+    "projection_checkpoints",
+    metadata,
+    Column("name", Text, primary_key=True),
+    # Last AENV_EVT stream sequence whose effect is committed in this projection's tables.
+    Column("seq", BigInteger, nullable=False),
+)
+
+# The API's queries: list a team's sandboxes by state, newest first; a node's sandboxes;
+# filter by metadata (containment, hence GIN).
+Index(
+    "ix_sandboxes_team_state_started",
+    sandboxes.c.team_id,
+    sandboxes.c.state,
+    sandboxes.c.started_at,
+)
+Index("ix_sandboxes_node", sandboxes.c.node_id)
+Index("ix_sandboxes_metadata", sandboxes.c.metadata, postgresql_using="gin")
+Index("ix_snapshots_sandbox", snapshots.c.sandbox_id)
+Index("ix_snapshots_team", snapshots.c.team_id)
+Index("ix_templates_alias", templates.c.alias)
+Index("ix_api_keys_team", api_keys.c.team_id)
+
+#: A view (see the migration): live capacity used per node, derived from `sandboxes`.
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("node_id", Text, primary_key=True),
+    Column("sandboxes", Integer),
+    Column("running", Integer),
+    Column("paused", Integer),
+    Column("cpu_count", Integer),
+    Column("memory_mb", BigInteger),
+    info={"is_view": True},
+)

@@ -1,0 +1,77 @@
+"""Driving one sandbox through its lifecycle the way the node worker will: load, decide,
+append (no VMs: the completion commands stand in for the node's I/O)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from aenv.domain import sandbox as sb
+from bus import Bus, MessageContext, Version
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+async def step(bus: Bus, command: sb.SandboxCommand, actor: str = "apikey:k1") -> Version:
+    """One worker turn: load, decide, append with the command as causation."""
+    state, version = await bus.sandboxes.load(command.sandbox_id)
+    events = sb.decide(state, command)
+    ctx = MessageContext(causation_id=command.command_id, actor=actor)
+    return await bus.sandboxes.append(command.sandbox_id, version, events, context=ctx)
+
+
+async def full_lifecycle(bus: Bus, sid: str) -> Version:
+    """create → run → pause → resume → snapshot → fork → timeout → kill."""
+    await step(
+        bus,
+        sb.CreateSandbox(
+            sandbox_id=sid,
+            template_id="base",
+            alias="base",
+            team_id="team1",
+            api_key_id="k1",
+            at=at(0),
+            metadata={"suite": "acc"},
+            env_vars={"SECRET": "x"},
+            envd_access_token="tok",
+            timeout_s=120,
+            lifecycle=sb.Lifecycle(on_timeout="pause"),
+        ),
+    )
+    await step(bus, sb.CompleteCreate(sandbox_id=sid, node_id="node1", at=at(1)), "node:node1")
+    await step(bus, sb.PauseSandbox(sandbox_id=sid, at=at(10)))
+    await step(bus, sb.CompletePause(sandbox_id=sid, at=at(11), snapshot_id="p-1"), "node:node1")
+    await step(bus, sb.ResumeSandbox(sandbox_id=sid, at=at(100)))
+    await step(bus, sb.CompleteResume(sandbox_id=sid, node_id="node2", at=at(101)), "node:node2")
+    await step(bus, sb.SnapshotSandbox(sandbox_id=sid, snapshot_id=f"{sid}:v1", at=at(110)))
+    await step(
+        bus,
+        sb.CompleteSnapshot(sandbox_id=sid, snapshot_id=f"{sid}:v1", at=at(112), size_bytes=4096),
+        "node:node2",
+    )
+    fork = sb.ForkSandbox(sandbox_id=sid, count=2, at=at(120))
+    await step(bus, fork)
+    state, _ = await bus.sandboxes.load(sid)
+    assert state is not None
+    children = state.pending_children
+    await step(
+        bus,
+        sb.CompleteFork(
+            sandbox_id=sid,
+            at=at(121),
+            children=(
+                sb.ForkChildResult(sandbox_id=children[0]),
+                sb.ForkChildResult(sandbox_id=children[1], error="out of memory"),
+            ),
+        ),
+        "node:node2",
+    )
+    return await step(bus, sb.SetSandboxTimeout(sandbox_id=sid, timeout_s=600, at=at(130)))
+
+
+async def kill(bus: Bus, sid: str, t: float = 200) -> Version:
+    await step(bus, sb.KillSandbox(sandbox_id=sid, at=at(t)))
+    return await step(bus, sb.CompleteKill(sandbox_id=sid, at=at(t + 1)), "node:node2")

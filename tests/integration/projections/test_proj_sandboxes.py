@@ -1,0 +1,122 @@
+"""Projections against real Postgres and NATS: a lifecycle, read-your-writes, monotonicity."""
+
+from __future__ import annotations
+
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from aenv.domain import CommandRejected
+from aenv.domain import sandbox as sb
+from aenv.domain.sandbox.values import new_sandbox_id
+from bus import Bus, MessageContext
+from projections import Projector, SandboxProjection, checkpoints, format_history, history
+from projections.tables import sandboxes, snapshots
+from tests.integration.projections.lifecycle import T0, at, full_lifecycle, kill, step
+
+
+async def row(engine: AsyncEngine, sid: str) -> dict[str, object]:
+    async with engine.connect() as conn:
+        r = (await conn.execute(select(sandboxes).where(sandboxes.c.sandbox_id == sid))).one()
+    return dict(r._mapping)
+
+
+async def test_full_lifecycle_is_projected(
+    bus: Bus, engine: AsyncEngine, projectors: dict[str, Projector]
+) -> None:
+    sid = new_sandbox_id()
+    p = projectors["sandboxes"]
+    v = await step(
+        bus, sb.CreateSandbox(sandbox_id=sid, template_id="base", team_id="t9", at=T0, timeout_s=60)
+    )
+    await p.wait_for(v.seq)
+    r = await row(engine, sid)
+    assert (r["status"], r["state"], r["revision"]) == ("creating", None, 1)
+
+    v = await full_lifecycle(bus, new_sandbox_id())  # another one, in parallel history
+    sid2 = new_sandbox_id()
+    v = await full_lifecycle(bus, sid2)
+    await p.wait_for(v.seq)
+    r = await row(engine, sid2)
+    assert r["status"] == "running" and r["state"] == "running"
+    assert r["node_id"] == "node2" and r["team_id"] == "team1" and r["alias"] == "base"
+    assert r["metadata"] == {"suite": "acc"} and r["on_timeout"] == "pause"
+    assert r["started_at"] == at(1) and r["end_at"] == at(730)  # timeout set at 130 s
+    assert r["envd_access_token"] == "tok" and r["revision"] == v.revision
+    assert r["last_seq"] == v.seq and r["updated_at"] == at(130)
+    async with engine.connect() as conn:
+        snap = (
+            (await conn.execute(select(snapshots).where(snapshots.c.snapshot_id == f"{sid2}:v1")))
+            .one()
+            ._mapping
+        )
+        node = (await conn.execute(text("SELECT * FROM nodes WHERE node_id = 'node2'"))).one()
+    assert snap["status"] == "ready" and snap["size_bytes"] == 4096
+    assert snap["team_id"] == "team1" and snap["taken_at"] == at(112)
+    assert node.running >= 1
+
+    v = await kill(bus, sid2)
+    await p.wait_for(v.seq)
+    r = await row(engine, sid2)
+    assert r["status"] == "killed" and r["state"] is None
+
+
+async def test_paused_row_keeps_remaining_ttl(
+    bus: Bus, engine: AsyncEngine, projectors: dict[str, Projector]
+) -> None:
+    sid = new_sandbox_id()
+    await step(bus, sb.CreateSandbox(sandbox_id=sid, template_id="base", at=T0, timeout_s=60))
+    await step(bus, sb.CompleteCreate(sandbox_id=sid, node_id="n", at=at(0)))
+    await step(bus, sb.PauseSandbox(sandbox_id=sid, at=at(20)))
+    v = await step(bus, sb.CompletePause(sandbox_id=sid, at=at(20)))
+    await checkpoints.wait_for(engine, "sandboxes", v.seq)  # the cross-process way
+    r = await row(engine, sid)
+    assert r["state"] == "paused" and r["remaining_s"] == 40
+
+
+async def test_rejections_on_unknown_sandbox_make_no_row(
+    bus: Bus, engine: AsyncEngine, projectors: dict[str, Projector]
+) -> None:
+    sid = new_sandbox_id()
+    rej = CommandRejected(
+        aggregate_id=sid,
+        command_id=sb.PauseSandbox(sandbox_id=sid).command_id,
+        command_type="PauseSandbox",
+        code="not_found",
+        reason="x",
+        at=T0,
+    )
+    v = await bus.sandboxes.append_rejection(sid, rej, context=MessageContext())
+    await projectors["sandboxes"].wait_for(v.seq)
+    async with engine.connect() as conn:
+        n = await conn.scalar(select(sandboxes.c.revision).where(sandboxes.c.sandbox_id == sid))
+    assert n is None
+
+
+async def test_upserts_never_go_backwards(
+    bus: Bus, engine: AsyncEngine, projectors: dict[str, Projector]
+) -> None:
+    sid = new_sandbox_id()
+    await step(bus, sb.CreateSandbox(sandbox_id=sid, template_id="base", at=T0))
+    v = await step(bus, sb.CompleteCreate(sandbox_id=sid, node_id="n", at=at(1)))
+    await projectors["sandboxes"].wait_for(v.seq)
+    before = await row(engine, sid)
+    old = (await bus.sandboxes.read(sid))[:1]  # replay the first event alone
+    async with engine.begin() as conn:
+        await SandboxProjection().apply(conn, old)
+    assert await row(engine, sid) == before
+
+
+async def test_history_from_the_stream(bus: Bus) -> None:
+    sid = new_sandbox_id()
+    await full_lifecycle(bus, sid)
+    await kill(bus, sid)
+    lines = await history(bus.sandboxes, sid)
+    assert [ln.type for ln in lines][:3] == [
+        "SandboxRequested",
+        "SandboxCreated",
+        "SandboxPauseRequested",
+    ]
+    assert lines[-1].type == "SandboxKilled" and lines[1].actor == "node:node1"
+    assert all(ln.causation_id is not None for ln in lines)
+    text_ = format_history(lines)
+    assert "SandboxForked" in text_ and "tok" not in text_ and '"<redacted>"' in text_
