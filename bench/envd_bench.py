@@ -224,6 +224,29 @@ def _raw_download(url: str, token: str, path: str) -> int:
     return got
 
 
+def _raw_upload(url: str, token: str, src: Path, path: str) -> None:
+    """POST /files with the body sent by sendfile(2) from a bare socket: envd's side alone."""
+    import socket
+    from urllib.parse import quote, urlsplit
+
+    u = urlsplit(url)
+    size = src.stat().st_size
+    with socket.create_connection((u.hostname or "127.0.0.1", u.port or 80)) as s, open(
+        src, "rb"
+    ) as f:
+        s.sendall(
+            f"POST /files?path={quote(path)} HTTP/1.1\r\nHost: x\r\nX-Access-Token: {token}\r\n"
+            f"Content-Type: application/octet-stream\r\nContent-Length: {size}\r\n"
+            "Connection: close\r\n\r\n".encode()
+        )
+        s.sendfile(f)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    if not reply.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"upload failed: {reply[:200]!r}")
+
+
 def bench_throughput(
     sbx: Any, size_mib: int, rounds: int, url: str = "", token: str = ""
 ) -> dict[str, Any]:
@@ -239,6 +262,7 @@ def bench_throughput(
         down: list[float] = []
         down_mem: list[float] = []
         down_raw: list[float] = []
+        up_raw: list[float] = []
         copy: list[float] = []
         for i in range(rounds):
             dst = str(tmp / f"up{i}.bin")
@@ -268,6 +292,11 @@ def bench_throughput(
                 t0 = time.perf_counter()
                 assert _raw_download(url, token, dst) == size
                 down_raw.append(time.perf_counter() - t0)
+                os.sync()
+                t0 = time.perf_counter()
+                _raw_upload(url, token, src, str(tmp / f"raw{i}.bin"))
+                up_raw.append(time.perf_counter() - t0)
+                (tmp / f"raw{i}.bin").unlink()
             t0 = time.perf_counter()
             data = sbx.files.read(dst, format="bytes")  # what most SDK code does
             down_mem.append(time.perf_counter() - t0)
@@ -302,6 +331,11 @@ def bench_throughput(
             "envd_serve_mib_s": mbps(down_raw) if down_raw else None,
             "envd_serve_what": "GET /files read off a bare socket and dropped: envd's side "
             "alone (sendfile), without the SDK's per-chunk cost or a client-side file write",
+            "envd_serve_ratio": round(mbps(down_raw) / copy_mbps, 3) if down_raw else None,
+            "envd_receive_mib_s": mbps(up_raw) if up_raw else None,
+            "envd_receive_what": "POST /files fed by sendfile(2) from a bare socket: envd's "
+            "side of an upload alone, without the SDK client's cost",
+            "envd_receive_ratio": round(mbps(up_raw) / copy_mbps, 3) if up_raw else None,
             "best_of_rounds_mib_s": {
                 "upload": best(up),
                 "download_to_file": best(down),

@@ -61,6 +61,19 @@ class Connection(asyncio.BufferedProtocol):
             self._start, self._end = 0, n
         return self._view[self._end :]
 
+    def reserve(self, size: int) -> None:
+        """Make the buffer at least `size` (≤ CAPACITY) for a big body: recv() can then take
+        as much as the socket has per wake-up instead of 64 KiB, which halves the loop
+        iterations — and the sender's stalls — per megabyte."""
+        size = min(size, CAPACITY)
+        if len(self._buf) < size:
+            n = self._end - self._start
+            bigger = bytearray(size)
+            bigger[0:n] = self._buf[self._start : self._end]
+            self._buf = bigger
+            self._view = memoryview(bigger)
+            self._start, self._end = 0, n
+
     def shrink_if_idle(self) -> None:
         """Back to a small buffer between requests: idle keep-alive connections stay cheap."""
         if self._start == self._end and len(self._buf) > SMALL:

@@ -14,6 +14,9 @@ from envd.state import State
 from envd.users import User, chown_to, makedirs_for, resolve_path
 
 GZIP_LEVEL = 1  # speed over ratio: the link is local, gzip is only there because it was asked
+# Uploads take everything buffered at once: the connection buffer then empties (no compaction)
+# and each os.write is as large as possible.
+UPLOAD_READ = 4 * 1024 * 1024
 
 
 def wants_gzip(accept_encoding: str) -> bool:
@@ -172,7 +175,7 @@ async def upload(state: State, req: Request) -> None:
         sink: _Sink | None = None
         try:
             while not parser.done:
-                data = await req.read_view()
+                data = await req.read_view(UPLOAD_READ)
                 if not data:
                     break
                 for ev in parser.feed(data):
@@ -206,7 +209,7 @@ async def upload(state: State, req: Request) -> None:
             decomp = zlib.decompressobj(47)  # gzip or zlib header, auto-detected
         try:
             while True:
-                view = await req.read_view()
+                view = await req.read_view(UPLOAD_READ)
                 if not view:
                     break
                 if decomp is not None:

@@ -20,6 +20,9 @@ from envd.conn import Connection
 MAX_HEAD = 64 * 1024
 # Body reads stay cache-sized; bigger pieces measured slower for uploads.
 READ_SIZE = 256 * 1024
+# A reader asking for more than this of a body at least this big gets a big receive buffer.
+BIG_BODY = 256 * 1024
+BIG_BUFFER = 1024 * 1024
 # A handler that leaves more than this unread closes the connection instead of draining it.
 MAX_DRAIN = 1024 * 1024
 
@@ -137,6 +140,8 @@ class Request:
         if self._expect_continue:
             self._expect_continue = False
             conn.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if max_bytes > BIG_BODY and (self.chunked or self._remaining > BIG_BODY):
+            conn.reserve(BIG_BUFFER)
         if not self.chunked:
             view = await conn.read_view(min(self._remaining, max_bytes))
             if not view:
