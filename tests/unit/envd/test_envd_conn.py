@@ -146,3 +146,14 @@ async def test_buffer_grows_for_big_bodies_and_shrinks_when_idle() -> None:
     )
     c.shrink_if_idle()
     assert len(c.get_buffer(-1)) == conn_mod.SMALL
+
+
+async def test_reserve_keeps_unread_data() -> None:
+    c, _ = await make()
+    feed(c, b"head")
+    c.reserve(1024 * 1024)
+    assert len(c.get_buffer(-1)) == 1024 * 1024 - 4
+    c.buffer_updated(0)
+    assert await c.read(10) == b"head"
+    c.reserve(64 * 1024 * 1024)  # capped
+    assert len(c.get_buffer(-1)) == conn_mod.CAPACITY
