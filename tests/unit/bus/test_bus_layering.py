@@ -1,0 +1,50 @@
+"""Dependencies point inward (rule 4): the domain imports nothing of ours, `bus` only the
+domain, `projections` only the domain and `bus`."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+OURS = {"aenv", "api", "bus", "envd", "projections", "workers", "bench"}
+
+ALLOWED = {
+    "aenv/domain": {"aenv.domain"},
+    "bus": {"aenv.domain", "bus"},
+    "projections": {"aenv.domain", "bus", "projections"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return {m for m in found if m.split(".")[0] in OURS}
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_imports_point_inward(package: str) -> None:
+    bad = {
+        f"{f.relative_to(ROOT)}: {m}"
+        for f in (ROOT / package).rglob("*.py")
+        for m in _imports(f)
+        if not any(m == a or m.startswith(a + ".") for a in ALLOWED[package])
+    }
+    assert not bad, sorted(bad)
+
+
+def test_no_subject_literals_outside_subjects() -> None:
+    offenders = [
+        str(f.relative_to(ROOT))
+        for pkg in ("bus", "projections")
+        for f in (ROOT / pkg).rglob("*.py")
+        if f.name != "subjects.py"
+        and ('"aenv.evt' in f.read_text() or '"aenv.cmd' in f.read_text())
+    ]
+    assert offenders == []

@@ -1,0 +1,60 @@
+"""Subject, stream and consumer names: one builder, prefixable, injection-safe."""
+
+from __future__ import annotations
+
+import pytest
+
+from aenv.domain import COMMAND_TYPES
+from aenv.domain import sandbox as sb
+from bus import COMMAND_VERBS, AggregateKind, BusSettings, DecodeError, Names
+from bus.commands import aggregate_id_of, verb_of
+
+
+def test_unprefixed_names_match_the_design() -> None:
+    n = Names()
+    assert (n.event_stream, n.command_stream, n.nodes_bucket) == (
+        "AENV_EVT",
+        "AENV_CMD",
+        "aenv_nodes",
+    )
+    assert n.all_events == "aenv.evt.>"
+    assert n.sandbox_events("abc") == "aenv.evt.sandbox.abc"
+    assert n.events(AggregateKind.TEMPLATE, "base") == "aenv.evt.template.base"
+    assert n.events_of_kind(AggregateKind.SANDBOX) == "aenv.evt.sandbox.*"
+    assert n.node_command("n1", "pause") == "aenv.cmd.node.n1.pause"
+    assert n.node_commands("n1") == "aenv.cmd.node.n1.*"
+    assert n.place_command("create") == "aenv.cmd.place.create"
+    assert n.node_consumer("n1") == "node-n1" and n.place_consumer == "place"
+    assert n.aggregate_id_of(n.sandbox_events("xyz")) == "xyz"
+
+
+def test_prefix_namespaces_everything() -> None:
+    n = Names("t1234")
+    assert n.event_stream == "T1234_AENV_EVT" and n.command_stream == "T1234_AENV_CMD"
+    assert n.nodes_bucket == "t1234_aenv_nodes"
+    assert n.sandbox_events("a") == "t1234.aenv.evt.sandbox.a"
+    assert n.place_commands == "t1234.aenv.cmd.place.*"
+    assert n.node_consumer("n") == "t1234_node-n" and n.durable("timer") == "t1234_timer"
+
+
+@pytest.mark.parametrize("bad", ["a.b", "a*", ">", "a b", ""])
+def test_ids_cannot_inject_subject_tokens(bad: str) -> None:
+    with pytest.raises(ValueError):
+        Names().sandbox_events(bad)
+    with pytest.raises(ValueError):
+        Names().node_command(bad, "pause")
+
+
+def test_prefix_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AENV_BUS_PREFIX", "t99")
+    assert BusSettings().bus_prefix == "t99"
+    with pytest.raises(ValueError):
+        BusSettings(bus_prefix="Has.Dots")
+
+
+def test_every_client_command_has_a_verb() -> None:
+    assert set(COMMAND_VERBS) <= set(COMMAND_TYPES)
+    assert verb_of(sb.PauseSandbox(sandbox_id="a")) == "pause"
+    assert aggregate_id_of(sb.PauseSandbox(sandbox_id="a")) == "a"
+    with pytest.raises(DecodeError):
+        verb_of(sb.CompleteKill(sandbox_id="a"))  # node-internal, never on the bus
