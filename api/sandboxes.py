@@ -235,7 +235,7 @@ def _states(raw: str | None) -> list[str]:
 async def list_v2(
     ctx: ApiContext,
     caller: Caller,
-    state: str | None = None,
+    state_filter: Annotated[str | None, Parameter(query="state")] = None,
     metadata: str | None = None,
     template: str | None = None,
     started_after: Annotated[datetime | None, Parameter(query="startedAfter")] = None,
@@ -244,7 +244,7 @@ async def list_v2(
     next_token: Annotated[str | None, Parameter(query="nextToken")] = None,
 ) -> Response[list[dict[str, Any]]]:
     items, token = await reads.list_sandboxes(
-        ctx.engine, caller.team_id, states=_states(state),
+        ctx.engine, caller.team_id, states=_states(state_filter),
         metadata=reads.parse_metadata_filter(metadata), template=template,
         started_after=started_after, order=order, limit=limit, next_token=next_token,
     )  # fmt: skip

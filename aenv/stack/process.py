@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -11,6 +12,14 @@ import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: the server goes when the stack process goes, however it
+    ends (a SIGKILLed `aenv serve` must not leave a postmaster holding its data dir)."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class StackError(Exception):
@@ -53,6 +62,7 @@ class ManagedProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 user=self.user,
+                preexec_fn=_die_with_parent,
                 env={**os.environ, **(env or {})},
             )
 

@@ -37,10 +37,16 @@ class TemplateSpec:
 class TemplateCatalog:
     """Resolves a template name to its captured snapshot, building it on first use."""
 
-    def __init__(self, runtime: Runtime, *, progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        progress: Progress | None = None,
+        base: TemplateSpec | None = None,
+    ) -> None:
         self.runtime = runtime
         self.progress = progress or (lambda m: log.info("template: %s", m))
-        self._specs: dict[str, TemplateSpec] = {"base": TemplateSpec("base")}
+        self._specs: dict[str, TemplateSpec] = {"base": base or TemplateSpec("base")}
         self._images: dict[str, Callable[[], GuestImage]] = {
             "base": lambda: build_base(progress=self.progress)
         }

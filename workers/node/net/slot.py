@@ -21,6 +21,9 @@ from pyroute2.netlink.exceptions import NetlinkError
 from workers.node.net.addressing import DEFAULT_SLOT_CIDR, GUEST, GuestAddressing, SlotAddress
 from workers.node.net.errors import NetworkError
 from workers.node.net.firewall import EgressPolicy, render_rules
+from workers.node.net.forksafe import install as _install_forksafe
+
+_install_forksafe()
 
 NETNS_DIR = Path("/run/netns")
 LOCK_DIR = Path(os.environ.get("AENV_RUN_DIR", "/run/aenv")) / "slots"

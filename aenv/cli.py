@@ -1,0 +1,178 @@
+"""The `aenv` command line. Exit codes: 0 ok, 1 the command failed in the sandbox, 2 usage,
+3 server or network error — each with a one-line message (`--debug` shows tracebacks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+app = typer.Typer(
+    help="aenv: E2B-compatible microVM sandboxes for agentic RL.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+keys_app = typer.Typer(help="API keys of the control plane.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+DEFAULT_DATA = Path(os.environ.get("AENV_DATA_DIR", "/var/lib/aenv"))
+DataDir = Annotated[Path, typer.Option("--data-dir", help="Where the stack keeps its state.")]
+
+
+def fail(msg: str, code: int = 3) -> NoReturn:
+    typer.echo(f"aenv: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stack_info(data_dir: Path) -> dict[str, object] | None:
+    try:
+        info: dict[str, object] = json.loads((data_dir / "stack.json").read_text())
+    except (OSError, ValueError):
+        return None
+    pid = info.get("pid")
+    return info if isinstance(pid, int) and _pid_alive(pid) else None
+
+
+@app.command()
+def up(
+    data_dir: DataDir = DEFAULT_DATA,
+    port: Annotated[int, typer.Option(help="Port of the API and sandbox proxy.")] = 3000,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the stack.")] = 900,
+) -> None:
+    """Start aenv in the background (embedded NATS, Postgres and S3 unless AENV_NATS_URL,
+    AENV_DATABASE_URL, AENV_S3_ENDPOINT point elsewhere), build the default template if it is
+    missing, and print the E2B_* settings to use it."""
+    if (info := _stack_info(data_dir)) is not None:
+        _print_env(info, data_dir)
+        typer.echo(f"# aenv is already running (pid {info['pid']})", err=True)
+        return
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = data_dir / "aenv.log"
+    env = {**os.environ, "AENV_DATA_DIR": str(data_dir), "AENV_PORT": str(port),
+           "AENV_HOST": host}  # fmt: skip
+    with open(log, "ab") as out:
+        start = out.tell()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "aenv.serve"], stdin=subprocess.DEVNULL, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        )  # fmt: skip
+    (data_dir / "aenv.pid").write_text(str(proc.pid))
+    deadline = time.monotonic() + timeout
+    seen = start
+    while True:
+        with open(log, "rb") as f:
+            f.seek(seen)
+            chunk = f.read()
+        seen += len(chunk)
+        for line in chunk.decode(errors="replace").splitlines():
+            if line.startswith('{"ts"'):
+                continue  # structured logs stay in the log file
+            if line.startswith("AENV-READY"):
+                info = _stack_info(data_dir)
+                if info is None:
+                    fail("the stack said it was ready but left no stack.json")
+                _print_env(info, data_dir)
+                return
+            typer.echo(f"# {line}", err=True)
+        if proc.poll() is not None:
+            fail(f"aenv exited during start-up (code {proc.returncode}); see {log}")
+        if time.monotonic() > deadline:
+            proc.terminate()
+            fail(f"aenv not ready after {timeout:.0f}s; see {log}")
+        time.sleep(0.2)
+
+
+def _print_env(info: dict[str, object], data_dir: Path) -> None:
+    for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY"):
+        typer.echo(f"export {k}={info[k]}")
+
+
+@app.command()
+def down(data_dir: DataDir = DEFAULT_DATA, timeout: float = 60) -> None:
+    """Stop the stack started by `aenv up` (sandboxes are stopped with it)."""
+    info = _stack_info(data_dir)
+    if info is None:
+        typer.echo("aenv is not running")
+        return
+    pid = int(str(info["pid"]))
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    (data_dir / "stack.json").unlink(missing_ok=True)
+    typer.echo("aenv stopped")
+
+
+@app.command()
+def status(data_dir: DataDir = DEFAULT_DATA) -> None:
+    """Whether the stack runs, and where."""
+    info = _stack_info(data_dir)
+    if info is None:
+        typer.echo("aenv is not running")
+        raise typer.Exit(1)
+    typer.echo(json.dumps({k: v for k, v in info.items() if k != "E2B_API_KEY"}, indent=2))
+
+
+@keys_app.command("create")
+def keys_create(
+    data_dir: DataDir = DEFAULT_DATA,
+    name: Annotated[str, typer.Option(help="A label shown in listings.")] = "",
+    team: Annotated[str, typer.Option(help="Team the key belongs to.")] = "default",
+) -> None:
+    """Mint an API key on the running stack; prints it once (it is stored hashed)."""
+    import asyncio
+
+    from api.admin import create_api_key
+    from bus import Bus, BusSettings
+
+    info = _stack_info(data_dir)
+    if info is None:
+        fail("aenv is not running (aenv up)")
+
+    async def run() -> str:
+        bus = await Bus.connect(BusSettings(nats_url=str(info["nats_url"])), setup=False)
+        try:
+            return (await create_api_key(bus, team_id=team, name=name))[1]
+        finally:
+            await bus.close()
+
+    typer.echo(asyncio.run(run()))
+
+
+def main() -> None:
+    debug = "--debug" in sys.argv
+    if debug:
+        sys.argv.remove("--debug")
+    try:
+        app()
+    except SystemExit:
+        raise
+    except Exception as e:
+        if debug:
+            raise
+        fail(f"{type(e).__name__}: {e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Operator actions that are pure state changes on API-side aggregates (keys, templates):
+decided and appended directly, no node involved. Used by `aenv up`, `aenv keys` and tests.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from aenv.domain import apikey as ak
+from aenv.domain import template as tp
+from bus import Bus
+
+
+async def create_api_key(bus: Bus, *, team_id: str = "default", name: str = "") -> tuple[str, str]:
+    """Mint a key; returns (key_id, plaintext). The plaintext is never stored anywhere."""
+    raw = ak.new_api_key()
+    key_id = uuid.uuid4().hex[:16]
+    cmd = ak.CreateApiKey(
+        key_id=key_id,
+        team_id=team_id,
+        name=name,
+        prefix=ak.display_prefix(raw),
+        key_sha256=ak.hash_api_key(raw),
+    )
+    state, version = await bus.api_keys.load(key_id)
+    await bus.api_keys.append(key_id, version, ak.decide_api_key(state, cmd))
+    return key_id, raw
+
+
+async def revoke_api_key(bus: Bus, key_id: str) -> None:
+    state, version = await bus.api_keys.load(key_id)
+    events = ak.decide_api_key(state, ak.RevokeApiKey(key_id=key_id))
+    if events:
+        await bus.api_keys.append(key_id, version, events)
+
+
+async def register_template(
+    bus: Bus,
+    template_id: str,
+    *,
+    alias: str | None,
+    envd_version: str,
+    cpu_count: int,
+    memory_mb: int,
+    disk_size_mb: int,
+) -> None:
+    """Make a template creatable through the API (idempotent: no event if unchanged)."""
+    cmd = tp.RegisterTemplate(
+        template_id=template_id, alias=alias, envd_version=envd_version,
+        cpu_count=cpu_count, memory_mb=memory_mb, disk_size_mb=disk_size_mb,
+    )  # fmt: skip
+    state, version = await bus.templates.load(template_id)
+    events = tp.decide_template(state, cmd)
+    if events:
+        await bus.templates.append(template_id, version, events)
