@@ -258,52 +258,49 @@ def bench_throughput(
             for _ in range(size_mib):
                 w.write(block)
         size = size_mib * 1024 * 1024
-        up: list[float] = []
-        down: list[float] = []
-        down_mem: list[float] = []
-        down_raw: list[float] = []
-        up_raw: list[float] = []
-        copy: list[float] = []
-        for i in range(rounds):
-            dst = str(tmp / f"up{i}.bin")
-            # The floor first: right after a 256 MiB in-memory read the next big write runs
-            # ~8x slower on this VM (freed memory being reclaimed), which would flatter envd.
-            os.sync()  # every timed write starts without the previous one's writeback
-            t0 = time.perf_counter()
-            shutil.copyfile(src, tmp / f"copy{i}.bin")
-            copy.append(time.perf_counter() - t0)
-            os.sync()
-            t0 = time.perf_counter()
+
+        def timed(op: Any) -> list[float]:
+            """`rounds` runs of op(i), each after a sync so no run pays for another's
+            writeback; one kind at a time, so no kind pays for another's memory churn."""
+            out: list[float] = []
+            for i in range(rounds):
+                os.sync()
+                t0 = time.perf_counter()
+                op(i)
+                out.append(time.perf_counter() - t0)
+                for f in tmp.glob("out*"):
+                    f.unlink()
+            return out
+
+        def sdk_upload(i: int) -> None:
             with open(src, "rb") as f:
-                sbx.files.write(dst, f)  # octet-stream, streamed from the file
-            up.append(time.perf_counter() - t0)
-            os.sync()
-            t0 = time.perf_counter()
+                sbx.files.write(str(tmp / f"out{i}.bin"), f)  # octet-stream, streamed
+
+        def sdk_download_to_file(i: int) -> None:
             got = 0
-            with open(tmp / f"down{i}.bin", "wb") as out, sbx.files.read(
-                dst, format="stream"
+            with open(tmp / f"out{i}.bin", "wb") as out, sbx.files.read(
+                str(served), format="stream"
             ) as stream:
                 for chunk in stream:
                     out.write(chunk)
                     got += len(chunk)
-            down.append(time.perf_counter() - t0)
             assert got == size
-            if url:
-                t0 = time.perf_counter()
-                assert _raw_download(url, token, dst) == size
-                down_raw.append(time.perf_counter() - t0)
-                os.sync()
-                t0 = time.perf_counter()
-                _raw_upload(url, token, src, str(tmp / f"raw{i}.bin"))
-                up_raw.append(time.perf_counter() - t0)
-                (tmp / f"raw{i}.bin").unlink()
-            t0 = time.perf_counter()
-            data = sbx.files.read(dst, format="bytes")  # what most SDK code does
-            down_mem.append(time.perf_counter() - t0)
+
+        def sdk_download_to_memory(i: int) -> None:
+            data = sbx.files.read(str(served), format="bytes")  # what most SDK code does
             assert len(data) == size
-            del data
-            for name in (f"up{i}.bin", f"down{i}.bin", f"copy{i}.bin"):
-                (tmp / name).unlink()
+
+        served = tmp / "served.bin"
+        shutil.copyfile(src, served)
+        copy = timed(lambda i: shutil.copyfile(src, tmp / f"out{i}.bin"))
+        up = timed(sdk_upload)
+        down = timed(sdk_download_to_file)
+        up_raw: list[float] = []
+        down_raw: list[float] = []
+        if url:
+            up_raw = timed(lambda i: _raw_upload(url, token, src, str(tmp / f"out{i}.bin")))
+            down_raw = timed(lambda i: _raw_download(url, token, str(served)))
+        down_mem = timed(sdk_download_to_memory)  # last: freeing 256 MiB slows later writes
 
         def mbps(samples: list[float]) -> float:
             """MiB/s of the median round."""
