@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from envd import auth, connect, files, log, metrics
-from envd.connect import ClientStreamHandler, RpcError, ServerStreamHandler, UnaryHandler
+from envd.connect import ClientStreamHandler, ServerStreamHandler, UnaryHandler
 from envd.fs_rpc import FilesystemService
 from envd.guest_init import handle_init
 from envd.httpserver import HttpError, Request
@@ -114,4 +114,4 @@ class App:
         self.fs.close_all()
 
 
-__all__ = ["App", "RpcError"]
+__all__ = ["App"]
