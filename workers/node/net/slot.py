@@ -170,10 +170,18 @@ def _apply_firewall(address: SlotAddress, rules: str) -> None:
 
 
 def _remove(address: SlotAddress) -> None:
+    """Remove whatever occupies this slot: ours by name, and any stale slot of the same
+    index left by a killed process of any aenv stack (same /30, other prefix). Holding the
+    index's lock is what makes everything found here stale."""
     with IPRoute() as ipr:
-        for idx in ipr.link_lookup(ifname=address.host_if):
+        doomed = set(ipr.link_lookup(ifname=address.host_if))
+        for a in ipr.get_addr(family=2, address=address.host_ip):
+            doomed.add(a["index"])
+        for idx in doomed:
             with contextlib.suppress(NetlinkError):
                 ipr.link("del", index=idx)
-    if address.netns in netns.listnetns():
-        with contextlib.suppress(OSError):
-            netns.remove(address.netns)
+    suffix = f"-{address.index}"
+    for name in netns.listnetns():
+        if name == address.netns or (name.startswith("aenv") and name.endswith(suffix)):
+            with contextlib.suppress(OSError):
+                netns.remove(name)

@@ -34,6 +34,7 @@ from workers.node.vmm import (
     QemuVm,
     SnapshotIncompatible,
     VmmError,
+    VmTimeout,
     choose_accel,
     qemu_version,
 )
@@ -281,9 +282,16 @@ class Runtime:
             )  # fmt: skip
             t_envd = t_running
             if wait:
-                await self._race_exit(
-                    vm, wait_and_init(vm.host, init, token=init_token, timeout=RESTORE_ENVD_TIMEOUT)
-                )
+                try:
+                    await self._race_exit(
+                        vm,
+                        wait_and_init(
+                            vm.host, init, token=init_token, timeout=RESTORE_ENVD_TIMEOUT
+                        ),
+                    )
+                except VmTimeout as e:
+                    tail = qemu.console_tail(1500).strip() or "(no console output)"
+                    raise VmTimeout(f"{e}; guest console: ...{tail[-1500:]}") from e
                 t_envd = time.monotonic() - t0
             stack.pop_all()
         self.vms[vm_id] = vm

@@ -1,0 +1,77 @@
+"""An aenv stack started the way a user starts it (`aenv up`, embedded NATS/Postgres/S3),
+and E2B SDK settings pointing at it. Shared by every e2e test; stopped with `aenv down`."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.vm
+
+AENV = [sys.executable, "-m", "aenv.cli"]
+
+
+@dataclass(frozen=True)
+class Stack:
+    data_dir: Path
+    api_url: str
+    api_key: str
+    nats_url: str
+
+    def env(self) -> dict[str, str]:
+        return {
+            "E2B_API_URL": self.api_url,
+            "E2B_SANDBOX_URL": self.api_url,
+            "E2B_API_KEY": self.api_key,
+        }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    if os.geteuid() != 0:
+        pytest.skip("the stack runs microVMs: needs root")
+    data = tmp_path_factory.mktemp("aenv-e2e")
+    env = {**os.environ, "AENV_SLOT_PREFIX": "aenve", "AENV_NODE_ID": "e2e"}
+    up = subprocess.run(
+        [*AENV, "up", "--data-dir", str(data), "--port", str(_free_port())],
+        capture_output=True, text=True, timeout=900, env=env,
+    )  # fmt: skip
+    if up.returncode != 0:
+        log = (data / "aenv.log").read_text(errors="replace")[-4000:]
+        pytest.fail(f"aenv up failed ({up.returncode}): {up.stderr[-2000:]}\n--- log\n{log}")
+    exports = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in up.stdout.splitlines()
+        if line.startswith("export ")
+    )
+    info = json.loads((data / "stack.json").read_text())
+    saved = {k: os.environ.get(k) for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")}
+    st = Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], info["nats_url"])
+    os.environ.update(st.env())
+    try:
+        yield st
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        down = subprocess.run([*AENV, "down", "--data-dir", str(data)], capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+        assert down.returncode == 0, down.stderr
+        leftovers = subprocess.run(["pgrep", "-af", str(data)], capture_output=True, text=True)
+        assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
