@@ -116,6 +116,13 @@ class MultipartParser:
         self._state = "preamble"
         self.done = False
 
+    def _take(self, n: int) -> bytes:
+        """The first n buffered bytes, removed: one copy (slicing a bytearray makes two)."""
+        with memoryview(self._buf) as view:
+            out = bytes(view[:n])
+        del self._buf[:n]
+        return out
+
     def feed(self, data: bytes | memoryview) -> list[Event]:
         self._buf += data
         events: list[Event] = []
@@ -171,13 +178,12 @@ class MultipartParser:
                     keep = len(self._delim) - 1
                     if len(self._buf) > keep:
                         cut = len(self._buf) - keep
-                        events.append(PartData(bytes(self._buf[:cut])))
-                        del self._buf[:cut]
+                        events.append(PartData(self._take(cut)))
                     return events
                 if idx:
-                    events.append(PartData(bytes(self._buf[:idx])))
+                    events.append(PartData(self._take(idx)))
                 events.append(PartEnd())
-                del self._buf[: idx + len(self._delim)]
+                del self._buf[: len(self._delim)]
                 self._state = "after_boundary"
             else:  # epilogue
                 self._buf.clear()
