@@ -22,6 +22,8 @@ app = typer.Typer(
 )
 keys_app = typer.Typer(help="API keys of the control plane.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
+projections_app = typer.Typer(help="Postgres read models.", no_args_is_help=True)
+app.add_typer(projections_app, name="projections")
 
 DEFAULT_DATA = Path(os.environ.get("AENV_DATA_DIR", "/var/lib/aenv"))
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Where the stack keeps its state.")]
@@ -158,6 +160,78 @@ def keys_create(
             await bus.close()
 
     typer.echo(asyncio.run(run()))
+
+
+def _running(data_dir: Path) -> dict[str, object]:
+    info = _stack_info(data_dir)
+    if info is None:
+        fail("aenv is not running (aenv up)")
+    return info
+
+
+@app.command()
+def events(
+    sandbox_id: Annotated[str, typer.Argument(help="Sandbox whose history to print.")],
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
+    """One sandbox's full history from the event log: what, when, who, caused by what."""
+    import asyncio
+
+    from bus import Bus, BusSettings
+    from projections import format_history, history
+
+    info = _running(data_dir)
+
+    async def run() -> str:
+        bus = await Bus.connect(BusSettings(nats_url=str(info["nats_url"])), setup=False)
+        try:
+            lines = await history(bus.sandboxes, sandbox_id)
+        finally:
+            await bus.close()
+        if not lines:
+            fail(f"no events for sandbox {sandbox_id}", 1)
+        return format_history(lines)
+
+    typer.echo(asyncio.run(run()))
+
+
+@projections_app.command("rebuild")
+def projections_rebuild(data_dir: DataDir = DEFAULT_DATA) -> None:
+    """Refold every read model from sequence 0, compare with the live tables, swap."""
+    import asyncio
+
+    from bus import Bus, BusSettings
+    from projections import all_projections, create_engine, rebuild
+
+    info = _running(data_dir)
+
+    async def run() -> bool:
+        settings = BusSettings(nats_url=str(info["nats_url"]))
+        bus = await Bus.connect(settings, setup=False)
+        engine = create_engine(str(info["database_url"]))
+        ok = True
+        try:
+            for p in all_projections():
+                r = await rebuild(engine, bus.js, settings, p)
+                ok = ok and r.identical
+                typer.echo(f"{r.projection}: {sum(r.rows.values())} rows at seq {r.seq}, "
+                           f"{'identical' if r.identical else f'DIFFERS {r.differences}'}, "
+                           f"{r.seconds:.2f}s")  # fmt: skip
+        finally:
+            await engine.dispose()
+            await bus.close()
+        return ok
+
+    if not asyncio.run(run()):
+        raise typer.Exit(1)
+
+
+@app.command()
+def schema() -> None:
+    """JSON Schema of every command and event, for pipelines that publish to NATS."""
+    from bus import export_json_schema
+
+    typer.echo(json.dumps(export_json_schema(), indent=2))
 
 
 def main() -> None:
