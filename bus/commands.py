@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError
 
 from aenv.domain import Command
@@ -18,6 +17,7 @@ from bus.envelope import (
 )
 from bus.envelope import commands as command_registry
 from bus.errors import DecodeError, PublishError
+from bus.publisher import JetStreamPublisher
 from bus.settings import BusSettings
 from bus.subjects import COMMAND_VERBS, Names
 from bus.tracing import publish_span
@@ -61,8 +61,8 @@ class CommandReceipt:
 class CommandBus:
     """Sends commands: to the node holding a sandbox, or to placement (any node with room)."""
 
-    def __init__(self, js: JetStreamContext, settings: BusSettings) -> None:
-        self._js = js
+    def __init__(self, publisher: JetStreamPublisher, settings: BusSettings) -> None:
+        self._publisher = publisher
         self._names = Names(settings.bus_prefix)
         self._timeout = settings.request_timeout_s
 
@@ -91,12 +91,10 @@ class CommandBus:
         hdrs = {
             h.MSG_ID: cid,
             h.EXPECTED_STREAM: self._names.command_stream,
-            h.TYPE: env.type,
-            h.SCHEMA_VERSION: str(env.schema_version),
         }
         with publish_span(subject, cid, hdrs):
             try:
-                ack = await self._js.publish(subject, data, timeout=self._timeout, headers=hdrs)
+                ack = await self._publisher.publish(subject, data, hdrs)
             except NoStreamResponseError as e:
                 raise PublishError(f"{subject}: no stream stores it") from e
             except (APIError, NatsTimeoutError, TimeoutError) as e:

@@ -12,6 +12,7 @@ from aenv.domain import apikey as ak
 from aenv.domain import sandbox as sb
 from aenv.domain import template as tp
 from bus.commands import CommandBus
+from bus.publisher import JetStreamPublisher
 from bus.settings import BusSettings
 from bus.setup import ensure_streams
 from bus.store import EventStore
@@ -28,6 +29,7 @@ class Bus:
     js: JetStreamContext
     settings: BusSettings
     names: Names
+    publisher: JetStreamPublisher
     sandboxes: EventStore[sb.Sandbox]
     templates: EventStore[tp.Template]
     api_keys: EventStore[ak.ApiKey]
@@ -40,18 +42,21 @@ class Bus:
         js = nc.jetstream(timeout=settings.request_timeout_s)
         if setup:
             await ensure_streams(js, settings)
+        pub = JetStreamPublisher(nc, settings.request_timeout_s)
         return cls(
             nc=nc,
             js=js,
             settings=settings,
             names=Names(settings.bus_prefix),
-            sandboxes=EventStore.sandboxes(js, settings),
-            templates=EventStore.templates(js, settings),
-            api_keys=EventStore.api_keys(js, settings),
-            commands=CommandBus(js, settings),
+            publisher=pub,
+            sandboxes=EventStore.sandboxes(js, pub, settings),
+            templates=EventStore.templates(js, pub, settings),
+            api_keys=EventStore.api_keys(js, pub, settings),
+            commands=CommandBus(pub, settings),
         )
 
     async def close(self) -> None:
         """Flush pending publishes and close (drain lets subscriptions finish their messages)."""
         if not self.nc.is_closed:
+            await self.publisher.close()
             await self.nc.drain()

@@ -97,14 +97,25 @@ class EventFeed:
             await self._sub.unsubscribe()
             self._sub = None
 
-    async def next_batch(self, timeout: float = 1.0) -> list[RecordedEvent]:
-        """The next events in stream order; [] if none arrived within `timeout`."""
+    async def next_batch(self, timeout: float = 1.0, linger: float = 0.0) -> list[RecordedEvent]:
+        """The next events in stream order; [] if none arrived within `timeout`.
+
+        After the first event, waits up to `linger` seconds for the batch to fill: under a
+        steady trickle, fewer and larger batches cost far less than one per event.
+        """
         try:
             first = await asyncio.wait_for(self._queue.get(), timeout)
         except TimeoutError:
             return []
         msgs = [first]
-        while len(msgs) < self._max_batch and not self._queue.empty():
+        deadline = asyncio.get_running_loop().time() + linger
+        while len(msgs) < self._max_batch:
+            if self._queue.empty():
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0 or self.caught_up():
+                    break
+                await asyncio.sleep(min(left, 0.002))
+                continue
             msgs.append(self._queue.get_nowait())
         return [_record(m) for m in msgs]
 

@@ -1,4 +1,8 @@
-"""Every NATS header name aenv reads or writes."""
+"""Every NATS header name aenv reads or writes.
+
+Kept few on purpose: every header is stored with each event and parsed by every reader
+(the type and schema version live in the JSON envelope, not in headers).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,8 @@ __all__ = [
     "EXPECTED_LAST_SUBJECT_SEQUENCE",
     "EXPECTED_STREAM",
     "MSG_ID",
-    "SCHEMA_VERSION",
-    "STATUS",
     "TRACEPARENT",
     "TRACESTATE",
-    "TYPE",
 ]
 
 #: JetStream dedup: a second message with the same id within the window is not stored
@@ -22,14 +23,7 @@ MSG_ID: Final = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQUENCE: Final = "Nats-Expected-Last-Subject-Sequence"
 #: Refuse the publish unless it lands in this stream (guards against overlapping filters).
 EXPECTED_STREAM: Final = "Nats-Expected-Stream"
-#: Status of a direct-get / pull response (404 no message, 408 request timeout…).
-STATUS: Final = "Status"
 
 #: W3C trace context (https://www.w3.org/TR/trace-context/), lower-case as the spec writes it.
 TRACEPARENT: Final = "traceparent"
 TRACESTATE: Final = "tracestate"
-
-#: Message type and schema version, duplicated from the JSON envelope so that tools (and
-#: `nats sub`) can filter without parsing the body.
-TYPE: Final = "Aenv-Type"
-SCHEMA_VERSION: Final = "Aenv-Schema-Version"

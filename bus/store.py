@@ -31,6 +31,7 @@ from bus.envelope import (
     encode_event,
 )
 from bus.errors import ConcurrencyError, PublishError
+from bus.publisher import JetStreamPublisher
 from bus.settings import BusSettings
 from bus.subjects import AggregateKind, Names
 from bus.tracing import publish_span
@@ -77,11 +78,13 @@ class EventStore(Generic[S]):
     def __init__(
         self,
         js: JetStreamContext,
+        publisher: JetStreamPublisher,
         settings: BusSettings,
         kind: AggregateKind,
         evolve: Callable[[S | None, Event], S | None],
     ) -> None:
         self._js = js
+        self._publisher = publisher
         self._names = Names(settings.bus_prefix)
         self._stream = self._names.event_stream
         self._timeout = settings.request_timeout_s
@@ -89,16 +92,22 @@ class EventStore(Generic[S]):
         self._evolve = evolve
 
     @classmethod
-    def sandboxes(cls, js: JetStreamContext, settings: BusSettings) -> EventStore[sb.Sandbox]:
-        return EventStore(js, settings, AggregateKind.SANDBOX, sb.evolve)
+    def sandboxes(
+        cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
+    ) -> EventStore[sb.Sandbox]:
+        return EventStore(js, publisher, settings, AggregateKind.SANDBOX, sb.evolve)
 
     @classmethod
-    def templates(cls, js: JetStreamContext, settings: BusSettings) -> EventStore[tp.Template]:
-        return EventStore(js, settings, AggregateKind.TEMPLATE, tp.evolve_template)
+    def templates(
+        cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
+    ) -> EventStore[tp.Template]:
+        return EventStore(js, publisher, settings, AggregateKind.TEMPLATE, tp.evolve_template)
 
     @classmethod
-    def api_keys(cls, js: JetStreamContext, settings: BusSettings) -> EventStore[ak.ApiKey]:
-        return EventStore(js, settings, AggregateKind.APIKEY, ak.evolve_api_key)
+    def api_keys(
+        cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
+    ) -> EventStore[ak.ApiKey]:
+        return EventStore(js, publisher, settings, AggregateKind.APIKEY, ak.evolve_api_key)
 
     @property
     def kind(self) -> AggregateKind:
@@ -128,7 +137,7 @@ class EventStore(Generic[S]):
         version = expected
         for event in new_events:
             event_id = derive_event_id(ctx.causation_id, aggregate_id, version.revision)
-            env, data = encode_event(
+            _, data = encode_event(
                 event,
                 event_id=event_id,
                 aggregate_id=aggregate_id,
@@ -138,9 +147,6 @@ class EventStore(Generic[S]):
             hdrs = {
                 h.MSG_ID: str(event_id),
                 h.EXPECTED_LAST_SUBJECT_SEQUENCE: str(version.seq),
-                h.EXPECTED_STREAM: self._stream,
-                h.TYPE: env.type,
-                h.SCHEMA_VERSION: str(env.schema_version),
             }
             with publish_span(subject, str(event_id), hdrs):
                 ack = await self._publish(subject, data, hdrs, version.seq)
@@ -152,7 +158,7 @@ class EventStore(Generic[S]):
             try:
                 # A duplicate ack (same event id already stored) is success: it carries the
                 # sequence the event was stored at the first time.
-                return await self._js.publish(subject, data, timeout=self._timeout, headers=hdrs)
+                return await self._publisher.publish(subject, data, hdrs)
             except APIError as e:
                 if e.err_code in _WRONG_LAST_SEQUENCE:
                     raise ConcurrencyError(subject, seq, e.description or "") from e

@@ -25,9 +25,24 @@ def tracer() -> trace.Tracer:
     return trace.get_tracer("aenv.bus")
 
 
+def _recording() -> bool:
+    """Whether a real tracer provider is installed. Without one, building no-op spans costs
+    more than the publish itself (~17 µs), so the hot path skips them."""
+    return not isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
+    )
+
+
 @contextmanager
 def publish_span(subject: str, message_id: str, headers: dict[str, str]) -> Iterator[Span]:
     """A PRODUCER span around one publish; writes its context into `headers`."""
+    if not _recording():
+        # Still forward a caller's context (e.g. extracted from an incoming request).
+        current = trace.get_current_span()
+        if current.get_span_context().is_valid:
+            propagate.inject(headers)
+        yield current
+        return
     with tracer().start_as_current_span(
         f"send {subject}",
         kind=SpanKind.PRODUCER,

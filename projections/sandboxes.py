@@ -52,8 +52,11 @@ def sandbox_row(s: sb.Sandbox, rec: RecordedEvent, _prior: Row | None = None) ->
 
 
 def sandbox_from_row(r: Row) -> sb.Sandbox:
-    """The state a row was written from (minus the write side's recent command ids)."""
-    return sb.Sandbox(
+    """The state a row was written from (minus the write side's recent command ids).
+
+    Built without validation: the row was written from a validated state by `sandbox_row`.
+    """
+    return sb.Sandbox.model_construct(
         sandbox_id=r["sandbox_id"],
         status=sb.SandboxStatus(r["status"]),
         template_id=r["template_id"],
@@ -67,7 +70,9 @@ def sandbox_from_row(r: Row) -> sb.Sandbox:
         envd_access_token=r["envd_access_token"],
         metadata=r["metadata"],
         env_vars=r["env_vars"],
-        lifecycle=sb.Lifecycle(on_timeout=r["on_timeout"], auto_resume=r["auto_resume"]),
+        lifecycle=sb.Lifecycle.model_construct(
+            on_timeout=r["on_timeout"], auto_resume=r["auto_resume"]
+        ),
         network=sb.NetworkPolicy.model_validate(r["network"]),
         forked_from=r["forked_from"],
         node_id=r["node_id"],
@@ -79,6 +84,7 @@ def sandbox_from_row(r: Row) -> sb.Sandbox:
         failure_reason=r["failure_reason"],
         pending_children=tuple(r["pending_children"]),
         pending_snapshot_id=r["pending_snapshot_id"],
+        recent_commands=(),
     )
 
 
