@@ -6,7 +6,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from envd import auth, connect, files, log, metrics
-from envd.connect import ClientStreamHandler, ServerStreamHandler, UnaryHandler
+from envd.connect import (
+    BidiStreamHandler,
+    ClientStreamHandler,
+    ServerStreamHandler,
+    UnaryHandler,
+)
 from envd.fs_rpc import FilesystemService
 from envd.guest_init import handle_init
 from envd.httpserver import HttpError, Request
@@ -47,6 +52,7 @@ class App:
         self.client_streams: dict[str, ClientStreamHandler] = {
             "/process.Process/StreamInput": p.stream_input,
         }
+        self.bidi_streams: dict[str, BidiStreamHandler] = {}  # envd's protos have none (yet)
         self.plain: dict[tuple[str, str], Callable[[Request], Awaitable[None]]] = {
             ("GET", "/files"): lambda r: files.download(state, r),
             ("POST", "/files"): lambda r: files.upload(state, r),
@@ -97,6 +103,9 @@ class App:
         elif (cstream := self.client_streams.get(path)) is not None:
             self._post_only(req)
             await connect.serve_client_stream(req, cstream)
+        elif (bidi := self.bidi_streams.get(path)) is not None:
+            self._post_only(req)
+            await connect.serve_bidi_stream(req, bidi)
         elif (plain := self.plain.get((method, path))) is not None:
             await plain(req)
         elif any(p == path for _, p in self.plain):

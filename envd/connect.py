@@ -146,6 +146,7 @@ class Send(Protocol):
 UnaryHandler = Callable[[Call, dict[str, Any]], Awaitable[dict[str, Any]]]
 ServerStreamHandler = Callable[[Call, dict[str, Any], Send], Awaitable[None]]
 ClientStreamHandler = Callable[[Call, AsyncIterator[dict[str, Any]]], Awaitable[dict[str, Any]]]
+BidiStreamHandler = Callable[[Call, AsyncIterator[dict[str, Any]], Send], Awaitable[None]]
 
 
 def make_call(req: Request) -> Call:
@@ -332,5 +333,45 @@ async def serve_client_stream(req: Request, handler: ClientStreamHandler) -> Non
     out = await req.begin_chunked(200, STREAM_CONTENT_TYPE)
     if result is not None and error is None:
         out.write_nowait(envelope(encode(result)))
+    out.write_nowait(end_of_stream(error))
+    await out.end()
+
+
+async def serve_bidi_stream(req: Request, handler: BidiStreamHandler) -> None:
+    """Messages in as they arrive and out as they are produced, over one HTTP/1.1 exchange
+    (full duplex: the response starts before the request body ends). envd's protos have no
+    bidi method today; this keeps the Connect layer complete for when one appears."""
+    error: RpcError | None = None
+    call: Call | None = None
+    try:
+        _check_stream_type(req)
+        call = make_call(req)
+    except RpcError as e:
+        error = e
+    conn = req.conn
+    out = await req.begin_chunked(200, STREAM_CONTENT_TYPE)
+
+    async def send(*payloads: bytes) -> None:
+        out.write_nowait(b"".join(envelope(p) for p in payloads))
+        await conn.drain()
+
+    if call is not None:
+        try:
+            coro = handler(call, _read_messages(req), send)
+            if call.timeout_s is not None:
+                await asyncio.wait_for(coro, call.timeout_s)
+            else:
+                await coro
+        except RpcError as e:
+            error = e
+        except asyncio.TimeoutError:  # noqa: UP041 - not an alias before 3.11
+            error = RpcError("deadline_exceeded", "the operation timed out")
+        except (ConnectionError, asyncio.IncompleteReadError):
+            req.close_after = True
+            return
+        except Exception as e:
+            error = _internal(e, req.path)
+    if not req.body_done:
+        req.close_after = True
     out.write_nowait(end_of_stream(error))
     await out.end()
