@@ -60,7 +60,7 @@ async def test_embedded_s3_round_trips_an_object(tmp_path: Path) -> None:
             "s3", endpoint_url=ep.url, aws_access_key_id=ep.access_key,
             aws_secret_access_key="wrong", region_name=ep.region,
         ) as bad:  # fmt: skip
-            with pytest.raises(Exception, match="SignatureDoesNotMatch|AccessDenied|Forbidden"):
+            with pytest.raises(Exception, match=r"SignatureDoesNotMatch|AccessDenied|Forbidden"):
                 await bad.get_object(Bucket="aenv-test", Key="k")
     finally:
         await svc.stop()
