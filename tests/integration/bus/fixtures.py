@@ -7,11 +7,16 @@ conftests.
 
 from __future__ import annotations
 
+import contextlib
+import re
 import secrets
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import pytest_asyncio
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -29,9 +34,25 @@ def bus_settings() -> BusSettings:
     )
 
 
+#: Test namespaces are `t` + 8 hex digits; those older than this are from sessions that were
+#: killed before their teardown ran (a session lasts seconds), and are removed.
+STALE_AFTER = timedelta(minutes=30)
+_TEST_STREAM = re.compile(r"(T[0-9A-F]{8}_AENV_(EVT|CMD))|(KV_t[0-9a-f]{8}_aenv_nodes)")
+
+
+async def sweep_stale_namespaces(js: JetStreamContext) -> None:
+    now = datetime.now(UTC)
+    for info in await js.streams_info():
+        name = info.config.name or ""
+        if _TEST_STREAM.fullmatch(name) and info.created and now - info.created > STALE_AFTER:
+            with contextlib.suppress(NotFoundError):
+                await js.delete_stream(name)
+
+
 @pytest_asyncio.fixture(scope="session")
 async def bus(bus_settings: BusSettings) -> AsyncIterator[Bus]:
     b = await Bus.connect(bus_settings, name="aenv-tests")
+    await sweep_stale_namespaces(b.js)
     try:
         yield b
     finally:

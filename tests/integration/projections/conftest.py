@@ -29,6 +29,7 @@ def db_name() -> str:
 async def db_url(db_name: str) -> AsyncIterator[str]:
     admin = await asyncpg.connect(f"{PG}/postgres")
     try:
+        await _sweep_stale_databases(admin)
         await admin.execute(f'CREATE DATABASE "{db_name}"')
         url = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{db_name}"
         await migrate(url)
@@ -36,6 +37,19 @@ async def db_url(db_name: str) -> AsyncIterator[str]:
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
         await admin.close()
+
+
+async def _sweep_stale_databases(admin: asyncpg.Connection) -> None:
+    """Drop test databases left by sessions killed before teardown (older than 30 min: the
+    creation time of a database is its PG_VERSION file's)."""
+    stale = await admin.fetch(
+        """SELECT datname FROM pg_database
+           WHERE datname ~ '^aenv_test_[0-9a-f]{8}$'
+             AND (pg_stat_file('base/' || oid || '/PG_VERSION')).modification
+                 < now() - interval '30 minutes'"""
+    )
+    for row in stale:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{row[0]}" WITH (FORCE)')
 
 
 @pytest_asyncio.fixture(scope="session")
