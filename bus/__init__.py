@@ -3,7 +3,8 @@
 Imports only the domain, nats-py and OpenTelemetry. Public API::
 
     Bus.connect(settings)            -> .sandboxes/.templates/.api_keys (EventStore), .commands
-    EventStore.append/load/read/version/append_rejection, Version, RecordedEvent
+    EventStore.append/load/read/version/append_rejection/watch/wait_for_outcome,
+    Version, RecordedEvent
     CommandBus.to_node/to_placement/send, decode_command
     CommandConsumer(js, settings, ConsumerSpec, handler, rejections), Delivery
     EventFeed (ordered replay in batches), stream_last_seq

@@ -180,6 +180,14 @@ class CommandConsumer:
                 task.add_done_callback(self._inflight.discard)
 
     async def _settle(self, msg: Msg) -> None:
+        try:
+            await self._handle(msg)
+        except Exception:
+            # Settling itself failed (connection lost, the rejection could not be appended):
+            # the message stays unacked and JetStream redelivers it after the ack deadline.
+            log.exception("could not settle %s; it will be redelivered", msg.subject)
+
+    async def _handle(self, msg: Msg) -> None:
         meta = msg.metadata
         attempt = meta.num_delivered
         last = attempt >= self._spec.max_deliver
@@ -227,7 +235,10 @@ class CommandConsumer:
     async def _heartbeat(self, msg: Msg) -> None:
         while True:
             await asyncio.sleep(self._spec.heartbeat_s)
-            await msg.in_progress()
+            try:
+                await msg.in_progress()
+            except Exception as e:  # the handler's outcome matters more than a lost beat
+                log.warning("heartbeat for %s failed: %r", msg.subject, e)
 
     async def _retry(self, d: Delivery, delay: float | None, reason: str) -> None:
         if d.last_attempt:

@@ -15,8 +15,8 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from bus.envelope import decode_event
+from bus.records import RecordedEvent
 from bus.settings import BusSettings
-from bus.store import RecordedEvent
 from bus.subjects import Names
 
 __all__ = ["EventFeed", "stream_last_seq"]

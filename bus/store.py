@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, TypeVar
+from uuid import UUID
 
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
@@ -24,19 +23,20 @@ from aenv.domain import sandbox as sb
 from aenv.domain import template as tp
 from bus import headers as h
 from bus.envelope import (
-    EventEnvelope,
     MessageContext,
     decode_event,
     derive_event_id,
     encode_event,
 )
 from bus.errors import ConcurrencyError, PublishError
+from bus.feed import EventFeed
 from bus.publisher import JetStreamPublisher
+from bus.records import NEW, RecordedEvent, Version
 from bus.settings import BusSettings
 from bus.subjects import AggregateKind, Names
 from bus.tracing import publish_span
 
-__all__ = ["EventStore", "RecordedEvent", "Version"]
+__all__ = ["EventStore", "RecordedEvent", "Version"]  # the latter two re-exported
 
 S = TypeVar("S")
 
@@ -44,30 +44,6 @@ _WRONG_LAST_SEQUENCE = (10071, 10164)  # JSStreamWrongLastSequence(Constant)Err
 #: Publish attempts before giving up on acks that time out. Retrying is safe: the message id
 #: is the same, so if an earlier attempt was stored, the next ack says `duplicate`.
 _PUBLISH_ATTEMPTS = 3
-
-
-class Version(NamedTuple):
-    """Where an aggregate stands: revision (its event count), last event's stream sequence."""
-
-    revision: int
-    seq: int
-
-
-NEW = Version(0, 0)
-
-
-@dataclass(frozen=True)
-class RecordedEvent:
-    """An event as read back from the stream, with its position."""
-
-    seq: int
-    subject: str
-    envelope: EventEnvelope
-    event: Event
-
-    @property
-    def time(self) -> datetime:
-        return self.envelope.occurred_at
 
 
 class EventStore(Generic[S]):
@@ -84,6 +60,7 @@ class EventStore(Generic[S]):
         evolve: Callable[[S | None, Event], S | None],
     ) -> None:
         self._js = js
+        self._settings = settings
         self._publisher = publisher
         self._names = Names(settings.bus_prefix)
         self._stream = self._names.event_stream
@@ -212,6 +189,38 @@ class EventStore(Generic[S]):
             env, event = decode_event(raw.data or b"")
             out.append(RecordedEvent(seq=raw.seq or 0, subject=subject, envelope=env, event=event))
             seq = (raw.seq or 0) + 1
+
+    def watch(self, aggregate_id: str, after_seq: int = 0) -> EventFeed:
+        """The aggregate's events stored after `after_seq`, as they arrive (an `EventFeed`
+        to use with `async with`). Open it at the version you decided on, *then* publish the
+        command: the outcome cannot slip between the two."""
+        return EventFeed(
+            self._js,
+            self._settings,
+            self.subject(aggregate_id),
+            start_seq=after_seq + 1,
+            max_batch=64,
+        )
+
+    async def wait_for_outcome(
+        self,
+        aggregate_id: str,
+        command_id: UUID,
+        after_seq: int,
+        outcomes: tuple[type[Event], ...],
+        timeout: float,
+    ) -> RecordedEvent | None:
+        """The first event caused by `command_id` whose type is an outcome (or a
+        `CommandRejected`) after `after_seq`; None on timeout (the API answers 504 then)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        async with self.watch(aggregate_id, after_seq) as feed:
+            while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                for rec in await feed.next_batch(left):
+                    if rec.envelope.causation_id == command_id and isinstance(
+                        rec.event, (*outcomes, CommandRejected)
+                    ):
+                        return rec
+        return None
 
     async def load(self, aggregate_id: str) -> tuple[S | None, Version]:
         """The aggregate's state (None if it never existed) and its version, for `decide`."""

@@ -1,0 +1,36 @@
+"""Positions in the log and events as read back from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
+
+from aenv.domain import Event
+from bus.envelope import EventEnvelope
+
+__all__ = ["NEW", "RecordedEvent", "Version"]
+
+
+class Version(NamedTuple):
+    """Where an aggregate stands: revision (its event count), last event's stream sequence."""
+
+    revision: int
+    seq: int
+
+
+NEW = Version(0, 0)
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """An event as read back from the stream, with its position."""
+
+    seq: int
+    subject: str
+    envelope: EventEnvelope
+    event: Event
+
+    @property
+    def time(self) -> datetime:
+        return self.envelope.occurred_at
