@@ -145,7 +145,7 @@ async def serve(cfg: StackSettings, stop: asyncio.Event) -> None:
         worker = NodeWorker(bus, host, node_cfg)
         await worker.start()
         stack.push_async_callback(worker.stop)
-        timer = Timer(bus, pause_supported=False)
+        timer = Timer(bus)
         await timer.start()
         stack.push_async_callback(timer.stop)
 
@@ -213,6 +213,7 @@ def main() -> None:
     async def run() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
         def on_signal(sig: signal.Signals) -> None:
             say(f"received {sig.name}")
             stop.set()

@@ -207,18 +207,53 @@ async def connect(
     if state.status in LIVE:
         state = await _set_timeout(ctx, caller, sandbox_id, timeout, extend_only=True)
         return Response(sandbox_body(ctx, state), status_code=200)
-    _check_timeout(timeout)
+    resumed = await _resume(ctx, caller, state, timeout)
+    return Response(sandbox_body(ctx, resumed), status_code=201)
+
+
+@post("/sandboxes/{sandbox_id:str}/pause", status_code=204)
+async def pause_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> None:
+    """Freeze a running sandbox; pausing a paused one is a no-op (204)."""
+    state = await _visible(ctx, caller, sandbox_id)
+    if state.status in (SandboxStatus.PAUSED, SandboxStatus.PAUSING):
+        return
     event, _ = await send_and_wait(
-        ctx.bus, sb.ResumeSandbox(sandbox_id=sandbox_id, timeout_s=timeout),
+        ctx.bus, sb.PauseSandbox(sandbox_id=sandbox_id), node_id=state.node_id,
+        until=(sb.SandboxPaused,), timeout=ctx.settings.command_timeout_s, actor=caller.key_id,
+    )  # fmt: skip
+    if isinstance(event, sb.SandboxFailed):
+        raise ApiError(500, f"sandbox {sandbox_id} failed to pause: {event.reason}")
+    await _settle(ctx, sandbox_id)
+
+
+async def _resume(
+    ctx: ApiContext, caller: Caller, state: sb.Sandbox, timeout: int | None
+) -> sb.Sandbox:
+    if timeout is not None:
+        _check_timeout(timeout)
+    event, _ = await send_and_wait(
+        ctx.bus, sb.ResumeSandbox(sandbox_id=state.sandbox_id, timeout_s=timeout),
         node_id=state.node_id, until=(sb.SandboxResumed,),
         timeout=ctx.settings.command_timeout_s, actor=caller.key_id,
     )  # fmt: skip
     if isinstance(event, sb.SandboxFailed):
-        raise ApiError(500, f"sandbox {sandbox_id} failed to resume: {event.reason}")
-    await _settle(ctx, sandbox_id)
-    resumed, _ = await ctx.bus.sandboxes.load(sandbox_id)
+        raise ApiError(500, f"sandbox {state.sandbox_id} failed to resume: {event.reason}")
+    await _settle(ctx, state.sandbox_id)
+    resumed, _ = await ctx.bus.sandboxes.load(state.sandbox_id)
     assert resumed is not None
-    return Response(sandbox_body(ctx, resumed), status_code=201)
+    return resumed
+
+
+@post("/sandboxes/{sandbox_id:str}/resume", status_code=201)
+async def resume_sandbox(
+    sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.ConnectBody | None = None
+) -> dict[str, Any]:
+    """The resume route of SDKs before `connect` (409 when it already runs)."""
+    state = await _visible(ctx, caller, sandbox_id)
+    if state.status in LIVE:
+        raise ApiError(409, f"sandbox {sandbox_id} is already running")
+    resumed = await _resume(ctx, caller, state, data.timeout if data else None)
+    return sandbox_body(ctx, resumed)
 
 
 def _states(raw: str | None) -> list[str]:
@@ -271,6 +306,8 @@ ROUTES = [
     set_timeout,
     refresh,
     connect,
+    pause_sandbox,
+    resume_sandbox,
     list_v2,
     list_v1,
 ]

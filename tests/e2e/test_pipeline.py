@@ -21,13 +21,17 @@ pytestmark = pytest.mark.vm
 
 def create_command(sandbox_id: str, team_id: str) -> tuple[str, bytes]:
     command_id = str(uuid.uuid4())
+    now = datetime.now(UTC).isoformat()
     doc = {
         "type": "CreateSandbox",
         "schema_version": 1,
         "aggregate_id": sandbox_id,
+        "command_id": command_id,
+        "issued_at": now,
+        "actor": "rl-pipeline",
         "payload": {
             "command_id": command_id,
-            "at": datetime.now(UTC).isoformat(),
+            "at": now,
             "sandbox_id": sandbox_id,
             "template_id": "base",
             "team_id": team_id,

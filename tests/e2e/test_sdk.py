@@ -50,8 +50,8 @@ def test_lifecycle_through_the_sdk(stack: Stack) -> None:
         Sandbox.get_info(sbx.sandbox_id)
 
 
-def test_ttl_expiry_takes_the_sandbox_down(stack: Stack) -> None:
-    sbx = Sandbox.create(timeout=3)
+def test_ttl_expiry_kills_when_asked(stack: Stack) -> None:
+    sbx = Sandbox.create(timeout=3, lifecycle={"on_timeout": "kill"})
     assert sbx.is_running()
 
     def gone() -> bool:

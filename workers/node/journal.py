@@ -1,15 +1,24 @@
 """The node's own record of the sandboxes it hosts, on local disk.
 
 VMs die with the node process (they are tied to it so none can outlive it unnoticed), so
-after a restart the node must tell the log which of its sandboxes are gone. This journal is
-how it knows which ones were its own without reading anyone else's read model.
+after a restart the node must tell the log which of its sandboxes are gone — and which are
+merely paused, their captures still on this disk and resumable. This journal is how it
+knows which ones were its own without reading anyone else's read model.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Entry:
+    sandbox_id: str
+    template_id: str
+    paused_snapshot: str | None = None
 
 
 class Journal:
@@ -17,13 +26,21 @@ class Journal:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
 
-    def add(self, sandbox_id: str, template_id: str) -> None:
+    def add(self, sandbox_id: str, template_id: str, paused_snapshot: str | None = None) -> None:
         tmp = self.root / f".{sandbox_id}.tmp"
-        tmp.write_text(json.dumps({"sandbox_id": sandbox_id, "template_id": template_id}))
+        doc = {"sandbox_id": sandbox_id, "template_id": template_id,
+               "paused_snapshot": paused_snapshot}  # fmt: skip
+        tmp.write_text(json.dumps(doc))
         os.replace(tmp, self.root / f"{sandbox_id}.json")
 
     def remove(self, sandbox_id: str) -> None:
         (self.root / f"{sandbox_id}.json").unlink(missing_ok=True)
 
-    def entries(self) -> list[str]:
-        return sorted(p.stem for p in self.root.glob("*.json"))
+    def entries(self) -> list[Entry]:
+        out = []
+        for p in sorted(self.root.glob("*.json")):
+            try:
+                out.append(Entry(**json.loads(p.read_text())))
+            except (ValueError, TypeError):
+                p.unlink(missing_ok=True)  # a torn write of a sandbox that never started
+        return out

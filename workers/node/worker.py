@@ -86,18 +86,32 @@ class NodeWorker:
                 await self._heartbeat
 
     async def reconcile(self) -> None:
-        """Sandboxes this node hosted before a restart have lost their VMs: say so."""
-        for sid in self.journal.entries():
-            if sid in self.host.sandboxes:
+        """After a restart: running sandboxes lost their VMs (say so in the log); paused
+        ones still have their captures on this disk (take them back, resumable)."""
+        for entry in self.journal.entries():
+            sid = entry.sandbox_id
+            if sid in self.host.sandboxes or sid in self.host.paused:
                 continue
             state, _ = await self.bus.sandboxes.load(sid)
-            if state is not None and state.status not in (S.KILLED, S.FAILED):
-                kill = sb.KillSandbox(
-                    sandbox_id=sid,
-                    command_id=sb.derived_command_id(sid, "reconcile", str(state.requested_at)),
-                )
-                await self._kill(kill, MessageContext(), error="node restarted; VM lost")
-            self.journal.remove(sid)
+            if state is None or state.status in (S.KILLED, S.FAILED):
+                self.journal.remove(sid)
+                continue
+            snap_dir = self.host.runtime.state_dir / "snapshots" / (entry.paused_snapshot or "-")
+            if state.status is S.PAUSED and (snap_dir / "manifest.json").exists():
+                self.host.adopt_paused(sid, entry.template_id, snap_dir, self._guest(state))
+                continue
+            kill = sb.KillSandbox(
+                sandbox_id=sid,
+                command_id=sb.derived_command_id(sid, "reconcile", str(state.requested_at)),
+            )
+            await self._kill(kill, MessageContext(), error="node restarted; VM lost")
+
+    def _guest(self, state: sb.Sandbox) -> GuestConfig:
+        return GuestConfig(
+            env_vars=dict(state.env_vars),
+            access_token=state.envd_access_token,
+            egress=egress_of(state.network, self.settings.egress_enabled),
+        )
 
     # ---- dispatch --------------------------------------------------------------------
     async def handle(self, d: Delivery) -> None:
@@ -109,6 +123,10 @@ class NodeWorker:
                 await self._kill(cmd, d.context)
             case sb.SetSandboxTimeout():
                 await apply(self.bus.sandboxes, cmd, d.context)
+            case sb.PauseSandbox():
+                await self._pause(cmd, d.context)
+            case sb.ResumeSandbox():
+                await self._resume(cmd, d.context)
             case _:
                 raise Invalid(f"{type(cmd).__name__} is not supported by this node yet")
 
@@ -118,11 +136,7 @@ class NodeWorker:
         state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
         if state is None or state.status is not S.CREATING:
             return  # redelivery of a create that already finished
-        guest = GuestConfig(
-            env_vars=dict(state.env_vars),
-            access_token=state.envd_access_token,
-            egress=egress_of(state.network, self.settings.egress_enabled),
-        )
+        guest = self._guest(state)
         error = None
         async with self.host.lock(cmd.sandbox_id):
             self.journal.add(cmd.sandbox_id, state.template_id)
@@ -151,6 +165,37 @@ class NodeWorker:
                 ),
                 ctx,
             )
+
+    async def _pause(self, cmd: sb.PauseSandbox, ctx: MessageContext) -> None:
+        state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
+        if state is None or state.status is not S.PAUSING:
+            return
+        error, snap_id = None, None
+        async with self.host.lock(cmd.sandbox_id):
+            try:
+                paused = await self.host.pause(cmd.sandbox_id)
+                snap_id = paused.snapshot.snapshot_id
+                self.journal.add(cmd.sandbox_id, paused.template_id, snap_id)
+            except HostError as e:
+                error = str(e)
+        done = sb.CompletePause(sandbox_id=cmd.sandbox_id, snapshot_id=snap_id, error=error,
+                                command_id=completion_id(cmd, "paused"))  # fmt: skip
+        await apply(self.bus.sandboxes, done, ctx)
+
+    async def _resume(self, cmd: sb.ResumeSandbox, ctx: MessageContext) -> None:
+        state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
+        if state is None or state.status is not S.RESUMING:
+            return
+        error = None
+        async with self.host.lock(cmd.sandbox_id):
+            try:
+                live = await self.host.resume(cmd.sandbox_id)
+                self.journal.add(cmd.sandbox_id, live.template_id)
+            except HostError as e:
+                error = str(e)
+        done = sb.CompleteResume(sandbox_id=cmd.sandbox_id, node_id=self.node_id, error=error,
+                                 command_id=completion_id(cmd, "resumed"))  # fmt: skip
+        await apply(self.bus.sandboxes, done, ctx)
 
     async def _kill(
         self, cmd: sb.KillSandbox, ctx: MessageContext, *, error: str | None = None

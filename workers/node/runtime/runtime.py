@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import time
 import uuid
@@ -238,12 +239,15 @@ class Runtime:
         wait: bool = True,
         init: dict[str, object] | None = None,
         init_token: str | None = None,
+        adopt_memory: bool = False,
     ) -> tuple[Vm, Timing]:
         """Start a VM from `snap`.
 
         private_memory=True maps the snapshot's RAM copy-on-write (no copy: cheap, and many
         VMs share the page cache) — the fork path. False gives the VM its own shared RAM
         file (a sparse copy), which is what a sandbox that will later pause needs.
+        adopt_memory=True (with private_memory=False) takes the snapshot's RAM file itself:
+        the resume of a pause, where nobody else will ever restore that snapshot.
         """
         self._check_compatible(snap)
         vm_id = vm_id or _new_id()
@@ -257,6 +261,13 @@ class Runtime:
             stack.callback(top.unlink, True)
             if private_memory:
                 mem = snap.mem
+            elif adopt_memory:
+                # Resume of a pause: the RAM file is this VM's own; take it over without a
+                # copy (a hard link keeps the snapshot whole until the restore succeeded).
+                workdir.mkdir(parents=True, exist_ok=True)
+                mem = workdir / "mem"
+                mem.unlink(missing_ok=True)
+                os.link(snap.mem, mem)
             else:
                 workdir.mkdir(parents=True, exist_ok=True)
                 mem = workdir / "mem"

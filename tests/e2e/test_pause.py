@@ -1,0 +1,72 @@
+"""Pause and resume through the SDK: files, processes and memory survive, repeatedly."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+from e2b import Sandbox, SandboxState
+
+from tests.e2e.conftest import Stack
+from tests.support import eventually_sync
+
+pytestmark = pytest.mark.vm
+
+CYCLES = int(os.environ.get("AENV_PAUSE_CYCLES", "5"))
+
+# A process whose memory state we can read from outside: it counts in RAM and writes the
+# count to a file; if its memory were lost or reset, the count would restart or stop.
+COUNTER = (
+    "python3 -c 'import time\n"
+    "n = 0\n"
+    "while True:\n"
+    "    n += 1\n"
+    '    open("/tmp/count", "w").write(str(n))\n'
+    "    time.sleep(0.05)\n' >/dev/null 2>&1 &"
+)
+
+
+def _count(sbx: Sandbox) -> int:
+    return int(sbx.files.read("/tmp/count"))
+
+
+def test_pause_resume_keeps_files_processes_and_memory(stack: Stack) -> None:
+    sbx = Sandbox.create(timeout=600)
+    try:
+        blob = os.urandom(256 * 1024)
+        sbx.files.write("/home/user/blob.bin", blob)
+        digest = hashlib.sha256(blob).hexdigest()
+        sbx.commands.run(COUNTER)
+        pid = sbx.commands.run("pgrep -f 'n \\+= 1' | head -1").stdout.strip()
+        eventually_sync(lambda: _count(sbx) > 3, timeout=20)
+
+        for i in range(CYCLES):
+            before = _count(sbx)
+            assert sbx.pause() is True
+            assert sbx.get_info().state == SandboxState.PAUSED
+            assert not sbx.is_running()
+            assert sbx.pause() is True  # pausing a paused sandbox: a no-op
+            sbx = Sandbox.connect(sbx.sandbox_id, timeout=600)
+            assert sbx.get_info().state == SandboxState.RUNNING
+            got = sbx.files.read("/home/user/blob.bin", format="bytes")
+            assert hashlib.sha256(got).hexdigest() == digest, f"cycle {i}: file changed"
+            still = sbx.commands.run(f"kill -0 {pid} && echo alive").stdout.strip()
+            assert still == "alive", f"cycle {i}: the pre-pause process is gone"
+            after = eventually_sync(lambda b=before, s=sbx: _count(s) > b and _count(s), timeout=20)
+            assert after > before, f"cycle {i}: counter did not keep counting"
+    finally:
+        sbx.kill()
+
+
+def test_ttl_expiry_pauses_by_default_and_connect_resumes(stack: Stack) -> None:
+    sbx = Sandbox.create(timeout=3)
+    sbx.files.write("/home/user/kept.txt", "still here")
+    eventually_sync(
+        lambda: Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED, timeout=30
+    )
+    back = Sandbox.connect(sbx.sandbox_id, timeout=60)
+    try:
+        assert back.files.read("/home/user/kept.txt") == "still here"
+    finally:
+        back.kill()
