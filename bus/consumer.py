@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from aenv.domain import Command, CommandRejected, CorruptHistory, DomainError, RejectionCode, utcnow
 from bus.commands import decode_command
 from bus.envelope import CommandEnvelope, MessageContext, decode_command_envelope
-from bus.errors import DecodeError, PermanentError, RetryableError
+from bus.errors import BusError, DecodeError, PermanentError, RetryableError
 from bus.settings import BusSettings
 from bus.subjects import Names
 from bus.tracing import consume_span
@@ -68,7 +68,7 @@ class ConsumerSpec:
 
     def consumer_config(self) -> ConsumerConfig:
         if self.max_deliver <= len(self.backoff):
-            raise ValueError("max_deliver must exceed the number of backoff steps")
+            raise BusError("max_deliver must exceed the number of backoff steps")
         return ConsumerConfig(
             durable_name=self.durable,
             filter_subject=self.filter_subject,

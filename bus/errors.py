@@ -10,6 +10,7 @@ __all__ = [
     "BusError",
     "ConcurrencyError",
     "DecodeError",
+    "InvalidName",
     "PermanentError",
     "PublishError",
     "RetryableError",
@@ -27,6 +28,10 @@ class ConcurrencyError(BusError):
         super().__init__(f"{subject}: expected last sequence {expected_seq} ({detail})")
         self.subject = subject
         self.expected_seq = expected_seq
+
+
+class InvalidName(BusError, ValueError):
+    """An id that cannot be a subject token or consumer name (contains `.`, `*`, `>`, space)."""
 
 
 class PublishError(BusError):

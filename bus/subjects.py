@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
+from bus.errors import InvalidName
+
 __all__ = [
     "COMMAND_VERBS",
     "AggregateKind",
@@ -54,7 +56,7 @@ COMMAND_VERBS: Final[dict[str, str]] = {
 
 def _token(value: str, what: str) -> str:
     if not _TOKEN.match(value):
-        raise ValueError(f"{what} {value!r} cannot be a subject token")
+        raise InvalidName(f"{what} {value!r} cannot be a subject token")
     return value
 
 

@@ -7,9 +7,10 @@ import time
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from projections.errors import ProjectionTimeout
+from projections.errors import ProjectionError, ProjectionTimeout
 from projections.tables import projection_checkpoints as cp
 
 __all__ = ["ensure", "lock", "read", "wait_for", "write"]
@@ -42,8 +43,11 @@ async def wait_for(engine: AsyncEngine, name: str, seq: int, timeout: float = 5.
     """Wait until projection `name` has committed stream sequence `seq` (read-your-writes)."""
     deadline = time.monotonic() + timeout
     while True:
-        async with engine.connect() as conn:
-            current = await read(conn, name)
+        try:
+            async with engine.connect() as conn:
+                current = await read(conn, name)
+        except SQLAlchemyError as e:
+            raise ProjectionError(f"cannot read the checkpoint of {name}: {e}") from e
         if current >= seq:
             return current
         if time.monotonic() > deadline:

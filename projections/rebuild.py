@@ -20,6 +20,7 @@ from typing import Any
 
 from nats.js import JetStreamContext
 from sqlalchemy import Table, select, text
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bus import BusSettings
@@ -61,6 +62,19 @@ async def rebuild(
     swap: bool = True,
 ) -> RebuildReport:
     """Refold `projection` from sequence 0; compare with the live tables; swap if asked."""
+    try:
+        return await _rebuild(engine, js, bus_settings, projection, swap)
+    except SQLAlchemyError as e:
+        raise RebuildError(f"{projection.name}: {e}") from e
+
+
+async def _rebuild(
+    engine: AsyncEngine,
+    js: JetStreamContext,
+    bus_settings: BusSettings,
+    projection: Projection,
+    swap: bool,
+) -> RebuildReport:
     started = time.monotonic()
     schema = f"rebuild_{projection.name}_{secrets.token_hex(4)}"
     live_tables = [*projection.tables, projection_checkpoints]

@@ -14,12 +14,13 @@ import logging
 from collections.abc import Sequence
 
 from nats.js import JetStreamContext
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bus import BusSettings, EventFeed, Names, RecordedEvent
 from projections import checkpoints
 from projections.base import Projection
-from projections.errors import ProjectionTimeout
+from projections.errors import ProjectionError, ProjectionTimeout
 
 __all__ = ["Projector"]
 
@@ -65,12 +66,15 @@ class Projector:
     async def apply_batch(self, batch: Sequence[RecordedEvent]) -> int:
         """Apply `batch` (in stream order) and advance the checkpoint, atomically."""
         name = self._projection.name
-        async with self._engine.begin() as conn:
-            stored = await checkpoints.lock(conn, name)
-            fresh = [r for r in batch if r.seq > stored]
-            if fresh:
-                await self._projection.apply(conn, fresh)
-                await checkpoints.write(conn, name, fresh[-1].seq)
+        try:
+            async with self._engine.begin() as conn:
+                stored = await checkpoints.lock(conn, name)
+                fresh = [r for r in batch if r.seq > stored]
+                if fresh:
+                    await self._projection.apply(conn, fresh)
+                    await checkpoints.write(conn, name, fresh[-1].seq)
+        except SQLAlchemyError as e:
+            raise ProjectionError(f"{name}: batch up to {batch[-1].seq} not applied: {e}") from e
         await self._moved(max(stored, batch[-1].seq if batch else stored))
         return self._position
 

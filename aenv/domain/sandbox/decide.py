@@ -1,4 +1,4 @@
-"""The sandbox aggregate's behaviour: `decide` (command → events) and `evolve` (fold step).
+"""The sandbox aggregate's behaviour: `decide` (command → events); the fold is in `evolve`.
 
 Both are pure: no clock (times come from the command's `at`), no randomness (ids derive from
 the command id), no I/O. `decide` raises only `aenv.domain.errors` exceptions. Benign repeats
@@ -7,12 +7,9 @@ the command id), no I/O. `decide` raises only `aenv.domain.errors` exceptions. B
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import timedelta
-from functools import reduce
 
-from aenv.domain.errors import Conflict, CorruptHistory, Invalid, NotFound
-from aenv.domain.messages import CommandRejected, Event
+from aenv.domain.errors import Conflict, Invalid, NotFound
 from aenv.domain.sandbox.commands import (
     CompleteCreate,
     CompleteFork,
@@ -48,12 +45,12 @@ from aenv.domain.sandbox.events import (
     SnapshotRequested,
     SnapshotTaken,
 )
-from aenv.domain.sandbox.state import RECENT_COMMANDS, Sandbox
+from aenv.domain.sandbox.evolve import State
+from aenv.domain.sandbox.state import Sandbox
 from aenv.domain.sandbox.values import Policy, SandboxStatus, fork_child_ids
 
-__all__ = ["DEFAULT_POLICY", "State", "decide", "evolve", "fold"]
+__all__ = ["DEFAULT_POLICY", "State", "decide"]
 
-State = Sandbox | None
 DEFAULT_POLICY = Policy()
 
 S = SandboxStatus
@@ -360,105 +357,3 @@ def _complete_snapshot(state: State, c: CompleteSnapshot) -> list[SandboxEvent]:
             sandbox_id=s.sandbox_id, at=c.at, snapshot_id=c.snapshot_id, size_bytes=c.size_bytes
         )
     ]
-
-
-def _remember(s: Sandbox, command_id: object) -> tuple[object, ...]:
-    return (*s.recent_commands, command_id)[-RECENT_COMMANDS:]
-
-
-def evolve(state: State, event: Event) -> State:
-    """The state after `event`. Total over histories `decide` can produce."""
-    if isinstance(event, CommandRejected):
-        return state  # a refusal changes nothing; it is in the log for waiters and auditors
-    if isinstance(event, SandboxRequested):
-        if state is not None:
-            raise CorruptHistory(f"{event.sandbox_id} requested twice")
-        return _requested(event)
-    if state is None:
-        raise CorruptHistory(f"{type(event).__name__} before SandboxRequested")
-    u: dict[str, object] = {}
-    match event:
-        case SandboxCreated():
-            u = {
-                "status": S.RUNNING,
-                "node_id": event.node_id,
-                "started_at": event.at,
-                "end_at": event.end_at,
-            }
-        case SandboxFailed():
-            u = {
-                "status": S.FAILED,
-                "failure_reason": f"{event.operation}: {event.reason}",
-                "pending_children": (),
-                "pending_snapshot_id": None,
-            }
-        case SandboxPauseRequested():
-            u = {"status": S.PAUSING}
-        case SandboxPaused():
-            u = {"status": S.PAUSED, "remaining_s": event.remaining_s}
-        case SandboxResumeRequested():
-            u = {"status": S.RESUMING}
-            if event.timeout_s is not None:
-                u |= {"remaining_s": float(event.timeout_s), "timeout_s": event.timeout_s}
-        case SandboxResumed():
-            u = {
-                "status": S.RUNNING,
-                "node_id": event.node_id,
-                "end_at": event.end_at,
-                "remaining_s": None,
-            }
-        case SandboxKillRequested():
-            u = {"status": S.KILLING}
-        case SandboxKilled():
-            u = {"status": S.KILLED, "pending_children": (), "pending_snapshot_id": None}
-        case SandboxTimeoutSet():
-            u = {"timeout_s": event.timeout_s}
-            u |= (
-                {"end_at": event.end_at}
-                if event.end_at is not None
-                else {"remaining_s": float(event.timeout_s)}
-            )
-        case SandboxForkRequested():
-            u = {"status": S.FORKING, "pending_children": event.child_ids}
-        case SandboxForked():
-            u = {"status": S.RUNNING, "pending_children": ()}
-        case SnapshotRequested():
-            u = {"status": S.SNAPSHOTTING, "pending_snapshot_id": event.snapshot_id}
-        case SnapshotTaken() | SnapshotFailed():
-            u = {"status": S.RUNNING, "pending_snapshot_id": None}
-        case _:
-            raise CorruptHistory(f"not a sandbox event: {type(event).__name__}")
-    command_id = getattr(event, "command_id", None)
-    if command_id is not None:
-        u["recent_commands"] = _remember(state, command_id)
-    return state.model_copy(update=u)
-
-
-def _requested(e: SandboxRequested) -> Sandbox:
-    return Sandbox(
-        sandbox_id=e.sandbox_id,
-        status=S.CREATING,
-        template_id=e.template_id,
-        alias=e.alias,
-        team_id=e.team_id,
-        api_key_id=e.api_key_id,
-        cpu_count=e.cpu_count,
-        memory_mb=e.memory_mb,
-        disk_size_mb=e.disk_size_mb,
-        envd_version=e.envd_version,
-        envd_access_token=e.envd_access_token,
-        metadata=e.metadata,
-        env_vars=e.env_vars,
-        lifecycle=e.lifecycle,
-        network=e.network,
-        forked_from=e.forked_from,
-        node_id=e.node_id,
-        requested_at=e.at,
-        timeout_s=e.timeout_s,
-        recent_commands=(e.command_id,),
-    )
-
-
-def fold(events: Iterable[Event], state: State = None) -> State:
-    """The state after all `events`, in order, starting from `state`."""
-    return reduce(evolve, events, state)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bus import ConsumerSpec
+from bus import BusError, ConsumerSpec
 
 
 def test_config_is_explicit() -> None:
@@ -33,7 +33,7 @@ def test_delays_and_heartbeat() -> None:
 
 
 def test_max_deliver_must_exceed_backoff_steps() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(BusError):
         ConsumerSpec(
             durable="d", filter_subject="x", max_deliver=2, backoff=(1, 2)
         ).consumer_config()

@@ -6,7 +6,7 @@ import pytest
 
 from aenv.domain import COMMAND_TYPES
 from aenv.domain import sandbox as sb
-from bus import COMMAND_VERBS, AggregateKind, BusSettings, DecodeError, Names
+from bus import COMMAND_VERBS, AggregateKind, BusSettings, DecodeError, InvalidName, Names
 from bus.commands import aggregate_id_of, verb_of
 
 
@@ -39,9 +39,9 @@ def test_prefix_namespaces_everything() -> None:
 
 @pytest.mark.parametrize("bad", ["a.b", "a*", ">", "a b", ""])
 def test_ids_cannot_inject_subject_tokens(bad: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidName):
         Names().sandbox_events(bad)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidName):
         Names().node_command(bad, "pause")
 
 
