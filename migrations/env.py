@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from logging.config import fileConfig
 
 from alembic import context
 from sqlalchemy import pool
@@ -21,6 +22,8 @@ from projections.tables import metadata
 
 config = context.config
 target_metadata = metadata
+if config.config_file_name is not None and "connection" not in config.attributes:
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
 
 
 def _url() -> str:

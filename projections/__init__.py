@@ -8,10 +8,12 @@ Imports the domain and `bus`, never `api/` or `workers/`. Public API::
     checkpoints.wait_for(engine, name, seq)            — read-your-writes from any process
     rebuild(engine, js, bus_settings, projection)      — refold from 0, compare, swap
     history(store, id) / format_history(lines)         — `aenv events <id>`
+    queries: get_sandbox, list_sandboxes (E2B paging), list_snapshots,
+             template_by_id_or_alias, api_key_by_hash
     tables: sandboxes, snapshots, templates, api_keys, nodes (view), projection_checkpoints
 """
 
-from projections import checkpoints, tables
+from projections import checkpoints, queries, tables
 from projections.base import Projection
 from projections.catalog import ApiKeyProjection, TemplateProjection, all_projections
 from projections.db import DbSettings, alembic_config, create_engine, migrate
@@ -40,6 +42,7 @@ __all__ = [
     "format_history",
     "history",
     "migrate",
+    "queries",
     "rebuild",
     "sandbox_from_row",
     "sandbox_row",

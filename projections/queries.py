@@ -1,0 +1,135 @@
+"""The read queries the API needs, over the read models only (never the event stream).
+
+Each takes a connection, so the caller chooses the transaction (and may `wait_for` a
+sequence first for read-your-writes).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, and_, or_, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from projections.tables import api_keys, sandboxes, snapshots, templates
+
+__all__ = [
+    "Page",
+    "api_key_by_hash",
+    "get_sandbox",
+    "list_sandboxes",
+    "list_snapshots",
+    "template_by_id_or_alias",
+]
+
+Row = dict[str, Any]
+#: E2B's list limit: 1..100, default 100.
+MAX_PAGE = 100
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing; `next_token` None on the last page (E2B's `X-Next-Token`)."""
+
+    rows: list[Row]
+    next_token: str | None
+
+
+async def get_sandbox(conn: AsyncConnection, sandbox_id: str, team_id: str | None) -> Row | None:
+    """A sandbox E2B would show (running or paused) that belongs to `team_id`, else None."""
+    q = select(sandboxes).where(
+        sandboxes.c.sandbox_id == sandbox_id, sandboxes.c.state.is_not(None)
+    )
+    if team_id is not None:
+        q = q.where(sandboxes.c.team_id == team_id)
+    row = (await conn.execute(q)).mappings().first()
+    return dict(row) if row else None
+
+
+def _token(started_at: datetime, sandbox_id: str) -> str:
+    raw = json.dumps([started_at.isoformat(), sandbox_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _untoken(token: str) -> tuple[datetime, str]:
+    started, sid = json.loads(base64.urlsafe_b64decode(token.encode()))
+    return datetime.fromisoformat(started), str(sid)
+
+
+async def list_sandboxes(
+    conn: AsyncConnection,
+    team_id: str | None,
+    *,
+    states: Sequence[str] = ("running", "paused"),
+    metadata: dict[str, str] | None = None,
+    template: str | None = None,
+    started_after: datetime | None = None,
+    descending: bool = True,
+    limit: int = MAX_PAGE,
+    next_token: str | None = None,
+) -> Page:
+    """E2B's `GET /v2/sandboxes`: keyset pagination on (started_at, sandbox_id)."""
+    limit = max(1, min(limit, MAX_PAGE))
+    c = sandboxes.c
+    q: Select[Any] = select(sandboxes).where(c.state.in_(list(states)), c.started_at.is_not(None))
+    if team_id is not None:
+        q = q.where(c.team_id == team_id)
+    if metadata:
+        q = q.where(c.metadata.contains(metadata))  # JSONB @>, served by the GIN index
+    if template:
+        q = q.where(or_(c.template_id == template, c.alias == template))
+    if started_after is not None:
+        q = q.where(c.started_at > started_after)
+    if next_token:
+        at, sid = _untoken(next_token)
+        if descending:
+            q = q.where(or_(c.started_at < at, and_(c.started_at == at, c.sandbox_id < sid)))
+        else:
+            q = q.where(or_(c.started_at > at, and_(c.started_at == at, c.sandbox_id > sid)))
+    order = (
+        (c.started_at.desc(), c.sandbox_id.desc())
+        if descending
+        else (c.started_at.asc(), c.sandbox_id.asc())
+    )
+    rows = [dict(r) for r in (await conn.execute(q.order_by(*order).limit(limit + 1))).mappings()]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    token = _token(rows[-1]["started_at"], rows[-1]["sandbox_id"]) if more and rows else None
+    return Page(rows, token)
+
+
+async def list_snapshots(
+    conn: AsyncConnection, team_id: str | None, sandbox_id: str | None = None
+) -> list[Row]:
+    q = select(snapshots).where(snapshots.c.status == "ready")
+    if team_id is not None:
+        q = q.where(snapshots.c.team_id == team_id)
+    if sandbox_id is not None:
+        q = q.where(snapshots.c.sandbox_id == sandbox_id)
+    return [dict(r) for r in (await conn.execute(q.order_by(snapshots.c.taken_at))).mappings()]
+
+
+async def template_by_id_or_alias(conn: AsyncConnection, ref: str) -> Row | None:
+    """The live template whose id or alias is `ref` (id wins)."""
+    q = (
+        select(templates)
+        .where(
+            or_(templates.c.template_id == ref, templates.c.alias == ref),
+            templates.c.deleted.is_(False),
+        )
+        .order_by((templates.c.template_id == ref).desc())
+    )
+    row = (await conn.execute(q)).mappings().first()
+    return dict(row) if row else None
+
+
+async def api_key_by_hash(conn: AsyncConnection, key_sha256: str) -> Row | None:
+    """The unrevoked key with this hash (the API hashes what `X-API-KEY` carries)."""
+    q = select(api_keys).where(api_keys.c.key_sha256 == key_sha256, api_keys.c.revoked_at.is_(None))
+    row = (await conn.execute(q)).mappings().first()
+    return dict(row) if row else None
