@@ -49,7 +49,9 @@ class EventFeed:
         self._filter = filter_subject
         self._start = max(1, start_seq)
         self._max_batch = max_batch
-        self._queue: asyncio.Queue[Msg] = asyncio.Queue()
+        # Bounded: a full queue blocks the subscription callback, which delays the flow-control
+        # replies, which pauses the server. Replaying a huge stream stays in bounded memory.
+        self._queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=4 * max_batch)
         self._sub: JetStreamContext.PushSubscription | None = None
         #: Matching messages the server has not delivered yet (None until known).
         self._pending: int | None = None
@@ -61,7 +63,7 @@ class EventFeed:
     async def _on_msg(self, msg: Msg) -> None:
         self._pending = msg.metadata.num_pending
         self._received = msg.metadata.sequence.consumer
-        self._queue.put_nowait(msg)
+        await self._queue.put(msg)
 
     def caught_up(self) -> bool:
         """True when every message that matched when last heard from has been handed out."""
@@ -71,8 +73,6 @@ class EventFeed:
         config = ConsumerConfig(
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=self._start,
-            # Several thousand unacked messages in flight keeps replay CPU-bound, not RTT-bound.
-            max_ack_pending=None,
         )
         self._sub = await self._js.subscribe(
             self._filter,
