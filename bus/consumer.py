@@ -3,6 +3,7 @@ the ack.
 
     success                          → ack
     RetryableError                   → nak(delay)   (delay: the error's, else the backoff)
+    ConcurrencyError                 → nak(0.1 s)   (decide again on the fresh state)
     DomainError / PermanentError /
     undecodable or invalid message   → term + CommandRejected on the aggregate's subject
     any other exception              → retried like RetryableError; on the last allowed
@@ -31,7 +32,13 @@ from pydantic import ValidationError
 from aenv.domain import Command, CommandRejected, CorruptHistory, DomainError, RejectionCode, utcnow
 from bus.commands import decode_command
 from bus.envelope import CommandEnvelope, MessageContext, decode_command_envelope
-from bus.errors import BusError, DecodeError, PermanentError, RetryableError
+from bus.errors import (
+    BusError,
+    ConcurrencyError,
+    DecodeError,
+    PermanentError,
+    RetryableError,
+)
 from bus.settings import BusSettings
 from bus.subjects import Names
 from bus.tracing import consume_span
@@ -39,6 +46,10 @@ from bus.tracing import consume_span
 __all__ = ["CommandConsumer", "ConsumerSpec", "Delivery", "Handler", "RejectionSink"]
 
 log = logging.getLogger(__name__)
+
+#: Nak delay after a `ConcurrencyError` escaped the handler: long enough not to spin against
+#: the competing writer, short next to any backoff step.
+_CONFLICT_RETRY_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -174,6 +185,12 @@ class CommandConsumer:
                 msgs = await self._sub.fetch(free, timeout=self._spec.fetch_timeout_s)
             except (NatsTimeoutError, TimeoutError):
                 continue
+            except Exception as e:  # reconnecting, or the server is restarting
+                if self._stopping.is_set():
+                    break
+                log.warning("fetch on %s failed (%r); retrying", self._spec.durable, e)
+                await asyncio.sleep(self._spec.fetch_timeout_s)
+                continue
             for msg in msgs:
                 task = asyncio.create_task(self._settle(msg))
                 self._inflight.add(task)
@@ -203,6 +220,10 @@ class CommandConsumer:
                 await self._handler(delivery)
             except RetryableError as e:
                 await self._retry(delivery, e.delay_s, str(e))
+            except ConcurrencyError as e:
+                # Another writer moved the aggregate on: deciding again on fresh state will
+                # settle it, so retry soon rather than along the backoff.
+                await self._retry(delivery, _CONFLICT_RETRY_S, str(e))
             except PermanentError as e:
                 await self._reject(delivery, _code(e.code), str(e))
             except CorruptHistory as e:

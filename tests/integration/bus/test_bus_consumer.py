@@ -11,6 +11,7 @@ from aenv.domain import sandbox as sb
 from aenv.domain.sandbox.values import new_sandbox_id
 from bus import (
     Bus,
+    ConcurrencyError,
     Delivery,
     PermanentError,
     RetryableError,
@@ -166,3 +167,16 @@ async def _true(value: bool) -> bool:
 
 async def _eq0(count: Awaitable[int]) -> bool:
     return await count == 0
+
+
+async def test_concurrency_error_is_retried_at_once(bus: Bus) -> None:
+    async def racing(d: Delivery) -> None:
+        if d.attempt == 1:
+            raise ConcurrencyError("aenv.evt.sandbox.x", 3, "wrong last sequence: 4")
+
+    async with consumer(bus, racing, backoff=(5.0, 5.0)) as (rec, node):
+        cmd = pause(new_sandbox_id())
+        await bus.commands.to_node(node, cmd)
+        # well before the 5 s backoff: the conflict retry does not wait for it
+        await eventually(lambda: _true(rec.done == [str(cmd.command_id)]), timeout=3)
+        assert rec.attempts[str(cmd.command_id)] == [1, 2]
