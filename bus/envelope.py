@@ -177,7 +177,7 @@ def encode_event(
         schema_version=events.version_of(name),
         aggregate_id=aggregate_id,
         aggregate_version=aggregate_version,
-        occurred_at=getattr(event, "at"),  # noqa: B009 - every event carries `at`
+        occurred_at=event.at,
         causation_id=context.causation_id,
         correlation_id=context.correlation_id,
         actor=context.actor,

@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Iterable
 from functools import reduce
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from aenv.domain.errors import Conflict, CorruptHistory, NotFound
 from aenv.domain.messages import Command, CommandRejected, Event
@@ -69,12 +69,10 @@ class ApiKeyCreated(Event):
     name: str
     prefix: str
     key_sha256: str
-    at: AwareDatetime
 
 
 class ApiKeyRevoked(Event):
     key_id: str
-    at: AwareDatetime
 
 
 class ApiKey(BaseModel):

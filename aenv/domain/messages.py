@@ -47,6 +47,8 @@ class Event(Message):
 
     schema_version: ClassVar[int] = 1
 
+    at: AwareDatetime = Field(description="when it happened (the deciding command's clock)")
+
 
 RejectionCode = Literal["not_found", "conflict", "invalid", "permanent", "internal"]
 
@@ -59,4 +61,3 @@ class CommandRejected(Event):
     command_type: str
     code: RejectionCode
     reason: str
-    at: AwareDatetime

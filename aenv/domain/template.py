@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import reduce
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from aenv.domain.errors import Conflict, CorruptHistory, NotFound
 from aenv.domain.messages import Command, CommandRejected, Event
@@ -48,12 +48,10 @@ class TemplateRegistered(Event):
     cpu_count: int
     memory_mb: int
     disk_size_mb: int
-    at: AwareDatetime
 
 
 class TemplateDeleted(Event):
     template_id: str
-    at: AwareDatetime
 
 
 class Template(BaseModel):

@@ -39,10 +39,9 @@ Reason = Literal["request", "timeout"]
 
 
 class SandboxEvent(Event):
-    """An event of one sandbox; `at` is when it happened (the deciding command's clock)."""
+    """An event of one sandbox."""
 
     sandbox_id: str
-    at: AwareDatetime
 
 
 class SandboxRequested(SandboxEvent):

@@ -86,14 +86,15 @@ def test_upcasting_old_versions() -> None:
 
     @reg.upcaster("Renamed", 1)
     def v1_to_v2(p: dict[str, Any]) -> dict[str, Any]:
-        return {"new": p.pop("old")}
+        return {"at": p["at"], "new": p["old"]}
 
-    assert reg.load("Renamed", 1, {"old": "x"}) == Renamed(new="x")
-    assert reg.load("Renamed", 2, {"new": "y"}) == Renamed(new="y")
+    at = T0.isoformat()
+    assert reg.load("Renamed", 1, {"old": "x", "at": at}) == Renamed(new="x", at=T0)
+    assert reg.load("Renamed", 2, {"new": "y", "at": at}) == Renamed(new="y", at=T0)
     # newer writers than us: unknown fields are ignored, not fatal
-    assert reg.load("Renamed", 3, {"new": "z", "extra": 1}) == Renamed(new="z")
-    with pytest.raises(DecodeError):
-        Registry({"Renamed": Renamed}).load("Renamed", 1, {"old": "x"})  # no upcaster
+    assert reg.load("Renamed", 3, {"new": "z", "at": at, "extra": 1}) == Renamed(new="z", at=T0)
+    with pytest.raises(DecodeError):  # no upcaster registered for v1
+        Registry({"Renamed": Renamed}).load("Renamed", 1, {"old": "x", "at": at})
 
 
 def test_json_schema_covers_every_message() -> None:
