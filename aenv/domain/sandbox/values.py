@@ -95,7 +95,6 @@ class Policy(BaseModel):
     min_timeout_s: int = Field(default=1, ge=1)
     # 24 h: E2B's Pro ceiling; a longer-lived sandbox should be paused and resumed instead.
     max_timeout_s: int = Field(default=86_400, ge=1)
-    default_timeout_s: int = Field(default=300, ge=1)
 
 
 def _b32_id(digest: bytes) -> str:
