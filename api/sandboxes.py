@@ -8,8 +8,10 @@ changes of state alone (the TTL) are decided and appended here, through the same
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
+import time
 import uuid
 from datetime import datetime
 from typing import Annotated, Any
@@ -226,11 +228,26 @@ async def pause_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> Non
     await _settle(ctx, sandbox_id)
 
 
+async def _settled_pause(ctx: ApiContext, state: sb.Sandbox) -> sb.Sandbox:
+    """A pause under way (e.g. the TTL just fired) finishes before we resume from it."""
+    deadline = time.monotonic() + ctx.settings.command_timeout_s
+    while state.status is SandboxStatus.PAUSING and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        fresh, _ = await ctx.bus.sandboxes.load(state.sandbox_id)
+        if fresh is None:
+            raise _not_found(state.sandbox_id)
+        state = fresh
+    return state
+
+
 async def _resume(
     ctx: ApiContext, caller: Caller, state: sb.Sandbox, timeout: int | None
 ) -> sb.Sandbox:
     if timeout is not None:
         _check_timeout(timeout)
+    state = await _settled_pause(ctx, state)
+    if state.status in LIVE:
+        return state
     event, _ = await send_and_wait(
         ctx.bus, sb.ResumeSandbox(sandbox_id=state.sandbox_id, timeout_s=timeout),
         node_id=state.node_id, until=(sb.SandboxResumed,),
