@@ -41,7 +41,9 @@ async def migrate(url: str, revision: str = "head") -> None:
     """`alembic upgrade <revision>` on `url`, from inside a running event loop."""
     engine = create_async_engine(url)
     try:
-        async with engine.begin() as conn:
+        # A connection with no transaction open: Alembic begins one per migration itself,
+        # and steps out of it for CONCURRENTLY index builds (autocommit blocks).
+        async with engine.connect() as conn:
 
             def upgrade(sync_conn: Connection) -> None:
                 cfg = alembic_config()
@@ -49,5 +51,6 @@ async def migrate(url: str, revision: str = "head") -> None:
                 command.upgrade(cfg, revision)
 
             await conn.run_sync(upgrade)
+            await conn.commit()
     finally:
         await engine.dispose()

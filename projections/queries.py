@@ -21,6 +21,7 @@ from projections.tables import api_keys, sandboxes, snapshots, templates
 __all__ = [
     "Page",
     "api_key_by_hash",
+    "due_for_expiry",
     "get_sandbox",
     "list_sandboxes",
     "list_snapshots",
@@ -133,3 +134,15 @@ async def api_key_by_hash(conn: AsyncConnection, key_sha256: str) -> Row | None:
     q = select(api_keys).where(api_keys.c.key_sha256 == key_sha256, api_keys.c.revoked_at.is_(None))
     row = (await conn.execute(q)).mappings().first()
     return dict(row) if row else None
+
+
+async def due_for_expiry(conn: AsyncConnection, now: datetime, limit: int = 500) -> list[str]:
+    """Ids of running sandboxes whose TTL has run out, oldest first (the timer then loads each
+    aggregate and asks `expiry_command`, which is authoritative: the read model may lag)."""
+    q = (
+        select(sandboxes.c.sandbox_id)
+        .where(sandboxes.c.status == "running", sandboxes.c.end_at <= now)
+        .order_by(sandboxes.c.end_at)
+        .limit(limit)
+    )
+    return list((await conn.execute(q)).scalars())

@@ -143,6 +143,12 @@ Index(
     sandboxes.c.started_at,
 )
 Index("ix_sandboxes_node", sandboxes.c.node_id)
+# The TTL timer's scan: running sandboxes past their end (migration 0002).
+Index(
+    "ix_sandboxes_running_end_at",
+    sandboxes.c.end_at,
+    postgresql_where=sandboxes.c.status == "running",
+)
 Index("ix_sandboxes_metadata", sandboxes.c.metadata, postgresql_using="gin")
 Index("ix_snapshots_sandbox", snapshots.c.sandbox_id)
 Index("ix_snapshots_team", snapshots.c.team_id)
