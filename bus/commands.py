@@ -64,7 +64,6 @@ class CommandBus:
     def __init__(self, publisher: JetStreamPublisher, settings: BusSettings) -> None:
         self._publisher = publisher
         self._names = Names(settings.bus_prefix)
-        self._timeout = settings.request_timeout_s
 
     async def to_node(
         self, node_id: str, command: Command, *, context: MessageContext | None = None

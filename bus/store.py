@@ -64,7 +64,6 @@ class EventStore(Generic[S]):
         self._publisher = publisher
         self._names = Names(settings.bus_prefix)
         self._stream = self._names.event_stream
-        self._timeout = settings.request_timeout_s
         self._kind = kind
         self._evolve = evolve
 
