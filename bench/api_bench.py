@@ -1,0 +1,107 @@
+"""Control-plane benchmark: E2B `Sandbox.create()` → envd ready, through a real `aenv up`
+stack, next to the raw runtime restore (QEMU restore + envd /init, no API, no bus) measured
+in the same run on the same host. The difference is what the control plane adds.
+
+Run as root: `python -m bench.api_bench [--n 20]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.stats import emit, summary
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def api_creates(n: int, data: Path) -> dict[str, Any]:
+    port = _free_port()
+    env = {**os.environ, "AENV_SLOT_PREFIX": "aenva", "AENV_NODE_ID": "bench"}
+    up = subprocess.run(
+        [sys.executable, "-m", "aenv.cli", "up", "--data-dir", str(data), "--port", str(port)],
+        capture_output=True, text=True, env=env, timeout=900,
+    )  # fmt: skip
+    if up.returncode != 0:
+        raise SystemExit(f"aenv up failed: {up.stderr[-2000:]}")
+    info = json.loads((data / "stack.json").read_text())
+    os.environ.update({k: info[k] for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")})
+    from e2b import Sandbox
+
+    create, first_cmd, kill = [], [], []
+    try:
+        Sandbox.create().kill()  # warm-up: connections, template page cache
+        for _ in range(n):
+            t0 = time.monotonic()
+            sbx = Sandbox.create()
+            create.append(time.monotonic() - t0)
+            t0 = time.monotonic()
+            sbx.commands.run("true")
+            first_cmd.append(time.monotonic() - t0)
+            t0 = time.monotonic()
+            sbx.kill()
+            kill.append(time.monotonic() - t0)
+    finally:
+        subprocess.run([sys.executable, "-m", "aenv.cli", "down", "--data-dir", str(data)],
+                       capture_output=True, timeout=120)  # fmt: skip
+    return {"create": create, "first_command": first_cmd, "kill": kill}
+
+
+async def raw_restores(n: int, state: Path) -> tuple[list[float], str]:
+    from workers.node.image import build_base, kernel_cmdline
+    from workers.node.runtime import Runtime
+
+    image = build_base(progress=lambda m: None)
+    rt = await Runtime.open(state, kernel_for_probe=image.kernel, slot_prefix="aenvr")
+    out: list[float] = []
+    try:
+        vm = await rt.boot(kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
+                           cmdline=kernel_cmdline(image))  # fmt: skip
+        await rt.wait_envd(vm)
+        snap = await rt.capture(vm, resume=False)
+        for _ in range(n + 1):
+            vm, timing = await rt.restore(snap, private_memory=False)
+            out.append(timing.envd)
+            await rt.destroy(vm)
+        return out[1:], rt.accel.accel
+    finally:
+        await rt.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--n", type=int, default=20)
+    args = p.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="aenv-apibench-", dir="/var/tmp"))
+    try:
+        api = api_creates(args.n, tmp / "stack")
+        raw, accel = asyncio.run(raw_restores(args.n, tmp / "raw"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    create, restore = summary(api["create"]), summary(raw)
+    emit("api", {
+        "accelerator": accel,
+        "create_to_envd_ready": create,
+        "raw_restore_to_envd_ready": restore,
+        "control_plane_overhead_ms_p50": round(create["p50"] - restore["p50"], 3),
+        "first_command_through_proxy": summary(api["first_command"]),
+        "kill": summary(api["kill"]),
+    })  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
