@@ -145,3 +145,33 @@ async def test_qemu_process_is_capped_and_caps_are_removed(
     finally:
         await runtime.destroy(vm)
     assert all(not d.exists() for d in applied.dirs)
+
+
+async def test_guests_reach_neither_the_host_nor_each_other(
+    runtime: Runtime, template: Snapshot
+) -> None:
+    """A listener on the node (bound to the host end of a's own veth, which aenv created)
+    answers the node itself but not the guest; guest a cannot dial guest b's address."""
+    (a, _), (b, _) = await asyncio.gather(runtime.restore(template), runtime.restore(template))
+    host_ip = a.slot.address.host_ip
+    server = await asyncio.start_server(lambda r, w: w.close(), host_ip, 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        _, w = await asyncio.open_connection(host_ip, port)  # the decoy is really up
+        w.close()
+        probe = (
+            "python3 -c 'import socket,sys\n"
+            "try:\n"
+            "    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)\n"
+            '    print("CONNECTED")\n'
+            "except OSError as e:\n"
+            '    print("BLOCKED", e)\' '
+        )
+        sa = sdk(a)
+        to_host = await asyncio.to_thread(lambda: sa.commands.run(f"{probe} {host_ip} {port}"))
+        assert to_host.stdout.startswith("BLOCKED"), to_host.stdout
+        to_b = await asyncio.to_thread(lambda: sa.commands.run(f"{probe} {b.host} 49983"))
+        assert to_b.stdout.startswith("BLOCKED"), to_b.stdout
+    finally:
+        server.close()
+        await asyncio.gather(runtime.destroy(a), runtime.destroy(b))

@@ -48,7 +48,9 @@ class SlotPool:
             raise NetworkError(
                 f"slot range {self._cidr} overlaps host routes {overlap}; set AENV_SLOT_CIDR"
             )
-        self._host_addrs = await asyncio.to_thread(host_addresses)
+        # Guests never reach the node's own addresses nor any slot's veth (each host end is
+        # the node too), whatever CIDRs a policy allows.
+        self._host_addrs = (*await asyncio.to_thread(host_addresses), self._cidr)
         self._filler = asyncio.create_task(self._fill(), name="slot-pool-filler")
 
     async def acquire(self, policy: EgressPolicy | None = None) -> NetworkSlot:
