@@ -30,4 +30,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$VENV/bin/pip" install -q -e '.[test,dev,embedded]'
     echo "$want" > "$stamp"
 fi
+# The e2e suite also smoke-tests an SDK from before the v2 routes (<= 2.45): its own venv.
+OLD_SDK=${OLD_SDK_VENV:-.venv-e2b-2.45}
+if [ ! -x "$OLD_SDK/bin/python" ] || ! "$OLD_SDK/bin/python" -c "import e2b" 2>/dev/null; then
+    echo "setup: installing e2b 2.45.1 into $OLD_SDK (old-SDK smoke test)" >&2
+    "$PY" -m venv "$OLD_SDK"
+    "$OLD_SDK/bin/pip" install -q "e2b==2.45.1"
+fi
 echo "setup: ok" >&2

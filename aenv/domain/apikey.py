@@ -32,7 +32,8 @@ __all__ = [
 ]
 
 #: E2B's keys look like `e2b_<hex>`; ours are recognisable the same way.
-KEY_PREFIX = "aenv_"
+# e2b_ + hex: SDKs up to ~2.45 reject any other key format before sending a request.
+KEY_PREFIX = "e2b_"
 _DISPLAY_LEN = len(KEY_PREFIX) + 6
 
 
