@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Every benchmark, one after another (they share 2 cores: never in parallel). Each prints
+# JSON and keeps a copy in bench/results/<name>.json. Runtime and API benches need root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${VENV:-.venv}/bin/python
+for b in envd_bench events_bench runtime_bench api_bench; do
+    echo "== $b" >&2
+    "$PY" -m "bench.$b"
+done
