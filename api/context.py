@@ -43,3 +43,10 @@ class ApiContext:
     metrics: Metrics = field(default_factory=lambda: Metrics())
     #: Read-your-writes: returns once the sandboxes projection has folded stream seq `n`.
     wait_for: WaitFor = _no_wait
+    #: Highest event sequence this process wrote or waited for: reads wait for the read
+    #: model to reach it, so a GET after our own write sees it (and writes do not wait).
+    fence: int = 0
+
+    async def fenced(self) -> None:
+        if self.fence:
+            await self.wait_for(self.fence)

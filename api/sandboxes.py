@@ -79,9 +79,10 @@ async def _visible(ctx: ApiContext, caller: Caller, sandbox_id: str) -> sb.Sandb
 
 
 async def _settle(ctx: ApiContext, sandbox_id: str) -> None:
-    """Make the read model show our own write before we answer (read-your-writes)."""
+    """Raise the read fence to our own write: later reads wait for the read model to show
+    it (read-your-writes) without making this write wait for the projector."""
     version = await ctx.bus.sandboxes.version(sandbox_id)
-    await ctx.wait_for(version.seq)
+    ctx.fence = max(ctx.fence, version.seq)
 
 
 @post(["/sandboxes", "/v2/sandboxes"], status_code=201)
@@ -99,10 +100,12 @@ async def create_sandbox(
     if tpl is None:
         raise ApiError(404, f"template '{data.template_id}' not found")
     secure = True if not v1 else bool(data.secure)
-    sandbox_id, command_id = _ids(caller, request.headers.get("idempotency-key"))
-    existing, _ = await ctx.bus.sandboxes.load(sandbox_id)
-    if existing is not None and existing.status in LIVE:  # a retried create that succeeded
-        return Response(sandbox_body(ctx, existing), status_code=201)
+    idempotency_key = request.headers.get("idempotency-key")
+    sandbox_id, command_id = _ids(caller, idempotency_key)
+    if idempotency_key:
+        existing, _ = await ctx.bus.sandboxes.load(sandbox_id)
+        if existing is not None and existing.status in LIVE:  # a retry of a create that worked
+            return Response(sandbox_body(ctx, existing), status_code=201)
     if data.auto_pause is None:
         on_timeout = ctx.settings.default_on_timeout
     else:
@@ -145,13 +148,17 @@ async def create_sandbox(
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"sandbox {sandbox_id} failed to start: {event.reason}")
     await _settle(ctx, sandbox_id)
-    state, _ = await ctx.bus.sandboxes.load(sandbox_id)
-    assert state is not None
-    return Response(sandbox_body(ctx, state), status_code=201)
+    body = wire.Sandbox(
+        template_id=cmd.template_id, sandbox_id=sandbox_id, client_id=reads.CLIENT_ID,
+        envd_version=cmd.envd_version, alias=cmd.alias,
+        envd_access_token=cmd.envd_access_token, domain=ctx.settings.sandbox_domain,
+    )  # fmt: skip
+    return Response(wire.dump(body), status_code=201)
 
 
 @get("/sandboxes/{sandbox_id:str}")
 async def get_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> dict[str, Any]:
+    await ctx.fenced()
     row = await reads.sandbox_row(ctx.engine, sandbox_id, caller.team_id)
     if row is None or row.state is None:
         raise _not_found(sandbox_id)
@@ -295,6 +302,7 @@ async def list_v2(
     limit: Annotated[int, Parameter(ge=1, le=100)] = 100,
     next_token: Annotated[str | None, Parameter(query="nextToken")] = None,
 ) -> Response[list[dict[str, Any]]]:
+    await ctx.fenced()
     items, token = await reads.list_sandboxes(
         ctx.engine, caller.team_id, states=_states(state_filter),
         metadata=reads.parse_metadata_filter(metadata), template=template,
@@ -308,6 +316,7 @@ async def list_v2(
 async def list_v1(
     ctx: ApiContext, caller: Caller, metadata: str | None = None
 ) -> list[dict[str, Any]]:
+    await ctx.fenced()
     items, _ = await reads.list_sandboxes(
         ctx.engine, caller.team_id, states=["running"],
         metadata=reads.parse_metadata_filter(metadata), template=None, started_after=None,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workers.node.image import GuestImage, build_base, kernel_cmdline
-from workers.node.runtime import Runtime, Snapshot
+from workers.node.runtime import Runtime, Snapshot, init_envd
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,9 @@ class TemplateCatalog:
         except BaseException:
             await self.runtime.destroy(vm)
             raise
+        # One /init before the capture: envd imports what /init needs lazily, and under TCG
+        # those imports would otherwise be paid by every sandbox's first request.
+        await init_envd(vm.host, None)
         self.progress(f"{spec.name}: envd answered after {took:.1f}s; capturing")
         if sdir.exists():  # a half-written capture from a crash: start over
             shutil.rmtree(sdir)

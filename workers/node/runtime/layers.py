@@ -12,6 +12,7 @@ import json
 import uuid
 from pathlib import Path
 
+from workers.node.runtime.qcow2 import create_overlay
 from workers.node.vmm.errors import VmmError
 
 MAX_CHAIN_DEPTH = 16  # beyond this, reads walk too many tables: compact first
@@ -32,8 +33,7 @@ class LayerStore:
     async def create_top(self, backing: Path, *, backing_raw: bool = False) -> Path:
         """A fresh empty qcow2 whose reads fall through to `backing`."""
         top = self.new_path()
-        fmt = "raw" if backing_raw else "qcow2"
-        await _qemu_img("create", "-q", "-f", "qcow2", "-b", str(backing), "-F", fmt, str(top))
+        create_overlay(top, backing.resolve(), "raw" if backing_raw else "qcow2")
         self.backing[top] = backing
         return top
 
