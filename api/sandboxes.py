@@ -280,6 +280,36 @@ async def resume_sandbox(
     return sandbox_body(ctx, resumed)
 
 
+@post("/sandboxes/{sandbox_id:str}/fork", status_code=201)
+async def fork_sandbox(
+    sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.ForkBody | None = None
+) -> list[dict[str, Any]]:
+    """`count` children from one capture of a running sandbox; one result per child."""
+    count = data.count if data and data.count is not None else 1
+    timeout = data.timeout if data and data.timeout is not None else DEFAULT_TIMEOUT_V1
+    state = await _visible(ctx, caller, sandbox_id)
+    cmd = sb.ForkSandbox(sandbox_id=sandbox_id, count=count, timeout_s=timeout)
+    sb.decide(state, cmd)  # bad count/timeout or a paused parent: 400/409 before any work
+    event, _ = await send_and_wait(
+        ctx.bus, cmd, node_id=state.node_id, until=(sb.SandboxForked,),
+        timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
+    )  # fmt: skip
+    if isinstance(event, sb.SandboxFailed):
+        raise ApiError(500, f"fork of {sandbox_id} failed: {event.reason}")
+    assert isinstance(event, sb.SandboxForked)
+    await _settle(ctx, sandbox_id)
+    out: list[dict[str, Any]] = []
+    for child in event.children:
+        if child.error is not None:
+            out.append({"error": {"code": 500, "message": child.error}})
+            continue
+        cstate, _ = await ctx.bus.sandboxes.load(child.sandbox_id)
+        assert cstate is not None
+        out.append({"sandbox": sandbox_body(ctx, cstate)})
+        await _settle(ctx, child.sandbox_id)
+    return out
+
+
 def _states(raw: str | None) -> list[str]:
     if not raw:
         return ["running", "paused"]
@@ -334,6 +364,7 @@ ROUTES = [
     connect,
     pause_sandbox,
     resume_sandbox,
+    fork_sandbox,
     list_v2,
     list_v1,
 ]

@@ -58,6 +58,12 @@ class RefreshBody(BaseModel):
     duration: int | None = None
 
 
+class ForkBody(BaseModel):
+    model_config = _REQ
+    timeout: int | None = None
+    count: int | None = None
+
+
 class Sandbox(BaseModel):
     """Response of create/connect/resume."""
 

@@ -63,7 +63,7 @@ def api_creates(n: int, data: Path) -> dict[str, Any]:
 
 async def raw_restores(n: int, state: Path) -> tuple[list[float], str]:
     from workers.node.image import build_base, kernel_cmdline
-    from workers.node.runtime import Runtime
+    from workers.node.runtime import Runtime, init_envd
 
     image = build_base(progress=lambda m: None)
     rt = await Runtime.open(state, kernel_for_probe=image.kernel, slot_prefix="aenvr")
@@ -72,6 +72,7 @@ async def raw_restores(n: int, state: Path) -> tuple[list[float], str]:
         vm = await rt.boot(kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
                            cmdline=kernel_cmdline(image))  # fmt: skip
         await rt.wait_envd(vm)
+        await init_envd(vm.host, None)  # the same warm-up as TemplateCatalog's captures
         snap = await rt.capture(vm, resume=False)
         for _ in range(n + 1):
             vm, timing = await rt.restore(snap, private_memory=False)

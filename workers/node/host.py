@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workers.node.net import EgressPolicy
-from workers.node.runtime import Runtime, Snapshot, Vm
+from workers.node.runtime import Runtime, Snapshot, Vm, wait_and_init
 from workers.node.templates import TemplateCatalog
 
 log = logging.getLogger(__name__)
@@ -177,6 +177,41 @@ class SandboxHost:
         live = LiveSandbox(sandbox_id, paused.template_id, vm, paused.guest)
         self.sandboxes[sandbox_id] = live
         return live
+
+    async def fork(self, parent_id: str, children: dict[str, GuestConfig]) -> dict[str, str | None]:
+        """Children of a running sandbox, each with its own id and guest config (token);
+        returns child id → error (None when it runs). The parent keeps running."""
+        parent = self.sandboxes.get(parent_id)
+        if parent is None:
+            raise HostError(f"sandbox {parent_id} is not running on this node")
+        if self.free < len(children):
+            raise HostError(f"node has room for {self.free} more sandboxes, not {len(children)}")
+        ids = list(children)
+        try:
+            _, vms = await self.runtime.fork(
+                parent.vm, len(ids), wait=False, vm_ids=ids, policy=parent.guest.egress
+            )
+        except Exception as e:
+            log.exception("fork of %s failed", parent_id)
+            raise HostError(f"sandbox {parent_id} could not be captured for a fork: {e}") from e
+        # The capture stays on disk: children map its RAM file copy-on-write, and a child's
+        # own pause copies from it. (Reclaiming it once no child needs it: issue 5 GC.)
+
+        async def init(cid: str, vm: Vm | BaseException) -> str | None:
+            if isinstance(vm, BaseException):
+                return f"child failed to start: {vm}"
+            guest = children[cid]
+            try:
+                await wait_and_init(vm.host, guest.init_body(cid),
+                                    token=parent.guest.access_token, timeout=60)  # fmt: skip
+            except Exception as e:
+                await self.runtime.destroy(vm)
+                return f"child envd did not initialise: {e}"
+            self.sandboxes[cid] = LiveSandbox(cid, parent.template_id, vm, guest)
+            return None
+
+        errors = await asyncio.gather(*(init(c, v) for c, v in zip(ids, vms, strict=True)))
+        return dict(zip(ids, errors, strict=True))
 
     async def kill(self, sandbox_id: str) -> bool:
         """Destroy the sandbox's VM or paused capture; False if neither was here."""

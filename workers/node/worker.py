@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import time
 from typing import Any
 
@@ -127,6 +128,8 @@ class NodeWorker:
                 await self._pause(cmd, d.context)
             case sb.ResumeSandbox():
                 await self._resume(cmd, d.context)
+            case sb.ForkSandbox():
+                await self._fork(cmd, d.context)
             case _:
                 raise Invalid(f"{type(cmd).__name__} is not supported by this node yet")
 
@@ -196,6 +199,55 @@ class NodeWorker:
         done = sb.CompleteResume(sandbox_id=cmd.sandbox_id, node_id=self.node_id, error=error,
                                  command_id=completion_id(cmd, "resumed"))  # fmt: skip
         await apply(self.bus.sandboxes, done, ctx)
+
+    async def _fork(self, cmd: sb.ForkSandbox, ctx: MessageContext) -> None:
+        """One capture of the parent, `count` copy-on-write children on this node. Each
+        child is a sandbox of its own (its create decided on its own stream, with a fresh
+        access token and `forked_from` lineage); the parent's stream records the outcome."""
+        state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
+        if state is None or state.status is not S.FORKING:
+            return
+        request = sb.SandboxForkRequested(
+            sandbox_id=cmd.sandbox_id, at=cmd.at, command_id=cmd.command_id,
+            child_ids=state.pending_children, timeout_s=cmd.timeout_s,
+        )  # fmt: skip
+        creates: dict[str, sb.CreateSandbox] = {}
+        for cid in state.pending_children:
+            create = sb.fork_child_command(state, cid, request)
+            if state.envd_access_token is not None:
+                create = create.model_copy(update={"envd_access_token": secrets.token_urlsafe(24)})
+            child, _, _ = await apply(self.bus.sandboxes, create.model_copy(
+                update={"node_id": self.node_id}), ctx)  # fmt: skip
+            if child is not None and child.status is S.CREATING:
+                creates[cid] = create
+        errors: dict[str, str | None] = {}
+        async with self.host.lock(cmd.sandbox_id):
+            try:
+                guests = {
+                    cid: GuestConfig(
+                        env_vars=dict(c.env_vars),
+                        access_token=c.envd_access_token,
+                        egress=egress_of(c.network, self.settings.egress_enabled),
+                    )
+                    for cid, c in creates.items()
+                }
+                errors = await self.host.fork(cmd.sandbox_id, guests) if guests else {}
+            except HostError as e:
+                errors = {cid: str(e) for cid in creates}
+        for cid, create in creates.items():
+            if errors.get(cid) is None:
+                self.journal.add(cid, state.template_id)
+            done = sb.CompleteCreate(sandbox_id=cid, node_id=self.node_id, error=errors.get(cid),
+                                     command_id=completion_id(create, "created"))  # fmt: skip
+            await apply(self.bus.sandboxes, done, ctx)
+        results = tuple(
+            sb.ForkChildResult(sandbox_id=cid, error=errors.get(cid, "child already existed"))
+            if cid in creates else sb.ForkChildResult(sandbox_id=cid, error=None)
+            for cid in state.pending_children
+        )  # fmt: skip
+        finished = sb.CompleteFork(sandbox_id=cmd.sandbox_id, children=results,
+                                   command_id=completion_id(cmd, "forked"))  # fmt: skip
+        await apply(self.bus.sandboxes, finished, ctx)
 
     async def _kill(
         self, cmd: sb.KillSandbox, ctx: MessageContext, *, error: str | None = None

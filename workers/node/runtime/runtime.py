@@ -208,7 +208,12 @@ class Runtime:
                 await vm.qemu.cont()
             else:
                 await vm.qemu.quit()
-                vm.mem_file.rename(sdir / "mem")
+                if vm.mem_shared:
+                    vm.mem_file.rename(sdir / "mem")  # the VM's own RAM file: no copy
+                else:
+                    # A copy-on-write child maps someone else's snapshot: its own pages went
+                    # into the state stream; the file it mapped stays where it is.
+                    await asyncio.to_thread(clone_or_sparse_copy, vm.mem_file, sdir / "mem")
                 vm.owned_layers = []  # the frozen top now belongs to the snapshot
         except BaseException:
             shutil.rmtree(sdir, ignore_errors=True)
@@ -309,16 +314,27 @@ class Runtime:
         return vm, Timing(total=time.monotonic() - t0, running=t_running, envd=t_envd)
 
     async def fork(
-        self, vm: Vm, count: int, *, wait: bool = True
+        self,
+        vm: Vm,
+        count: int,
+        *,
+        wait: bool = True,
+        vm_ids: list[str] | None = None,
+        policy: EgressPolicy | None = None,
     ) -> tuple[Snapshot, list[Vm | BaseException]]:
         """Capture a running VM once and start `count` copy-on-write children from it.
 
         The parent keeps running. Per-child failures are returned, not raised, so one bad
-        child does not cost the others.
+        child does not cost the others. With wait=False the children are returned running
+        but before their envd was initialised (callers init each with its own token).
         """
+        ids = vm_ids or [None] * count  # type: ignore[list-item]
         snap = await self.capture(vm, resume=True)
         results = await asyncio.gather(
-            *(self.restore(snap, private_memory=True, wait=wait) for _ in range(count)),
+            *(
+                self.restore(snap, vm_id=i, private_memory=True, wait=wait, policy=policy)
+                for i in ids
+            ),
             return_exceptions=True,
         )
         children: list[Vm | BaseException] = [

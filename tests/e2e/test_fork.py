@@ -1,0 +1,71 @@
+"""Fork through the SDK: one running sandbox branches into children that share its files,
+processes and memory at the moment of the fork, then diverge independently."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from e2b import Sandbox
+
+from tests.e2e.conftest import Stack
+
+pytestmark = pytest.mark.vm
+
+CHILDREN = int(os.environ.get("AENV_FORK_CHILDREN", "16"))
+
+
+def test_fork_children_inherit_state_and_diverge(stack: Stack) -> None:
+    parent = Sandbox.create(timeout=600)
+    kids: list[Sandbox] = []
+    try:
+        parent.files.write("/home/user/prefork.txt", "from-parent")
+        parent.commands.run("sleep 100000 >/dev/null 2>&1 &")
+        sleeper = parent.commands.run("pgrep -x sleep").stdout.split()
+        assert len(sleeper) == 1
+
+        results = parent.fork(count=CHILDREN, timeout=300)
+        assert len(results) == CHILDREN
+        kids = [r for r in results if isinstance(r, Sandbox)]
+        assert len(kids) == CHILDREN, [r for r in results if not isinstance(r, Sandbox)]
+        ids = {k.sandbox_id for k in kids}
+        assert len(ids) == CHILDREN and parent.sandbox_id not in ids
+        tokens = {k._envd_access_token for k in kids}
+        assert len(tokens) == CHILDREN and parent._envd_access_token not in tokens
+
+        def check(i_kid: tuple[int, Sandbox]) -> None:
+            i, kid = i_kid
+            assert kid.files.read("/home/user/prefork.txt") == "from-parent"
+            assert kid.commands.run("pgrep -x sleep").stdout.split() == sleeper
+            kid.files.write("/home/user/mine.txt", f"child-{i}")
+
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(check, enumerate(kids)))
+        for i, kid in enumerate(kids):
+            assert kid.files.read("/home/user/mine.txt") == f"child-{i}"
+            assert kid.get_info().sandbox_id == kid.sandbox_id
+        # the parent is unaffected: still running, same process, none of the children's files
+        assert not parent.files.exists("/home/user/mine.txt")
+        assert parent.commands.run("pgrep -x sleep").stdout.split() == sleeper
+        assert parent.get_info().state.value == "running"
+    finally:
+        for k in kids:
+            k.kill()
+        parent.kill()
+
+
+def test_fork_rejects_bad_counts_and_paused_parents(stack: Stack) -> None:
+    sbx = Sandbox.create()
+    h = {"X-API-KEY": stack.api_key}
+    try:
+        with httpx.Client(base_url=stack.api_url, timeout=60) as c:
+            for bad in (0, 101):
+                r = c.post(f"/sandboxes/{sbx.sandbox_id}/fork", json={"count": bad}, headers=h)
+                assert r.status_code == 400 and "fork count" in r.json()["message"]
+            assert sbx.pause()
+            r = c.post(f"/sandboxes/{sbx.sandbox_id}/fork", json={"count": 1}, headers=h)
+            assert r.status_code == 409 and r.json()["code"] == 409
+    finally:
+        Sandbox.kill(sbx.sandbox_id)

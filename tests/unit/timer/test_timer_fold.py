@@ -1,0 +1,54 @@
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aenv.domain import sandbox as sb
+from workers.timer import Timer
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def running(sid: str, ttl: int, on_timeout: str = "pause") -> list[Any]:
+    create = sb.CreateSandbox(
+        sandbox_id=sid,
+        template_id="base",
+        timeout_s=ttl,
+        at=T0,
+        lifecycle=sb.Lifecycle(on_timeout=on_timeout),
+    )  # type: ignore[arg-type]
+    events: list[Any] = list(sb.decide(None, create))
+    state = sb.fold(events)
+    done = sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0)
+    return events + list(sb.decide(state, done))
+
+
+def timer_with(*histories: list[Any]) -> Timer:
+    t = Timer(bus=None)  # type: ignore[arg-type]  # fold/expired never touch the bus
+    for h in histories:
+        for e in h:
+            t.fold(e.sandbox_id, e)
+    return t
+
+
+def test_expiry_fires_once_per_end_at_and_only_when_due() -> None:
+    t = timer_with(running("a", 10), running("b", 100))
+    assert t.expired(T0 + timedelta(seconds=5)) == []
+    due = t.expired(T0 + timedelta(seconds=11))
+    assert [(type(c).__name__, c.sandbox_id) for c in due] == [("PauseSandbox", "a")]
+    assert t.expired(T0 + timedelta(seconds=12)) == []  # not twice
+
+
+def test_kill_lifecycle_and_extended_ttl() -> None:
+    t = timer_with(running("k", 10, on_timeout="kill"))
+    extend = sb.SetSandboxTimeout(sandbox_id="k", timeout_s=60, at=T0 + timedelta(seconds=5))
+    for e in sb.decide(t.states["k"], extend):
+        t.fold("k", e)
+    assert t.expired(T0 + timedelta(seconds=11)) == []  # the old end_at is stale
+    due = t.expired(T0 + timedelta(seconds=66))
+    assert [type(c).__name__ for c in due] == ["KillSandbox"]
+
+
+def test_pause_falls_back_to_kill_when_unsupported() -> None:
+    t = timer_with(running("p", 1))
+    t.pause_supported = False
+    (cmd,) = t.expired(T0 + timedelta(seconds=2))
+    assert isinstance(cmd, sb.KillSandbox) and cmd.reason == "timeout"
