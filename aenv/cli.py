@@ -14,6 +14,8 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from aenv.commands import register as register_sandbox_commands
+
 app = typer.Typer(
     help="aenv: E2B-compatible microVM sandboxes for agentic RL.",
     no_args_is_help=True,
@@ -24,6 +26,7 @@ keys_app = typer.Typer(help="API keys of the control plane.", no_args_is_help=Tr
 app.add_typer(keys_app, name="keys")
 projections_app = typer.Typer(help="Postgres read models.", no_args_is_help=True)
 app.add_typer(projections_app, name="projections")
+register_sandbox_commands(app)  # auth, start, cn, exec, upload, download, ls, … (issue 6)
 
 DEFAULT_DATA = Path(os.environ.get("AENV_DATA_DIR", "/var/lib/aenv"))
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Where the stack keeps its state.")]
@@ -235,7 +238,8 @@ def schema() -> None:
 
 
 def main() -> None:
-    debug = "--debug" in sys.argv
+    head = sys.argv[: sys.argv.index("--")] if "--" in sys.argv else sys.argv
+    debug = "--debug" in head  # after `--`, arguments belong to the guest (aenv exec)
     if debug:
         sys.argv.remove("--debug")
     try:

@@ -1,0 +1,103 @@
+"""What every sandbox command shares: connection options, and the one place where SDK and
+network errors become exit codes with a one-line message.
+
+Exit codes: 0 ok; 1 the command failed in the sandbox (or the sandbox/file is not there);
+2 usage (bad arguments, nothing configured); 3 server or network error.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from aenv.config import DEFAULT_DATA_DIR, ConfigError, Connection, resolve
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_SERVER",
+    "EXIT_USAGE",
+    "ApiKey",
+    "ApiUrl",
+    "DataDir",
+    "connection",
+    "die",
+    "sdk_errors",
+]
+
+EXIT_FAILED, EXIT_USAGE, EXIT_SERVER = 1, 2, 3
+
+ApiUrl = Annotated[
+    str | None,
+    typer.Option("--api-url", help="aenv API URL (overrides AENV_API_URL, E2B_API_URL, "
+                 "the credentials file and the local stack).", show_default=False),
+]  # fmt: skip
+ApiKey = Annotated[
+    str | None,
+    typer.Option("--api-key", help="API key (overrides AENV_API_KEY, E2B_API_KEY, "
+                 "the credentials file and the local stack).", show_default=False),
+]  # fmt: skip
+DataDir = Annotated[
+    Path,
+    typer.Option("--data-dir", help="A local stack's state dir: its stack.json is the last "
+                 "fallback for URL and key."),
+]  # fmt: skip
+DEFAULT_DATA = DEFAULT_DATA_DIR
+
+
+def die(msg: str, code: int) -> NoReturn:
+    """One line on stderr, then the exit code: users and scripts see the same thing."""
+    typer.echo(f"aenv: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def debug_requested() -> bool:
+    """`aenv.cli.main` strips `--debug` from `sys.argv` before Typer parses it, so look at
+    the interpreter's original argv (only before `--`: after it, arguments are the guest's)."""
+    argv = list(sys.orig_argv)
+    head = argv[: argv.index("--")] if "--" in argv else argv
+    return "--debug" in head
+
+
+def connection(api_url: str | None, api_key: str | None, data_dir: Path) -> Connection:
+    try:
+        return resolve(api_url, api_key, data_dir)
+    except ConfigError as e:
+        die(str(e), EXIT_USAGE)
+
+
+@contextmanager
+def sdk_errors(what: str = "") -> Iterator[None]:
+    """Map what the e2b SDK and httpx raise to (message, exit code); `--debug` re-raises so
+    the traceback is there when it is wanted."""
+    import httpx
+    from e2b import exceptions as ex
+
+    prefix = f"{what}: " if what else ""
+    try:
+        yield
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        if debug_requested():
+            raise
+        if isinstance(e, ex.NotFoundException):
+            die(f"{prefix}{_first_line(e) or 'not found'}", EXIT_FAILED)
+        if isinstance(e, ex.InvalidArgumentException):
+            die(f"{prefix}{_first_line(e)}", EXIT_USAGE)
+        if isinstance(e, ex.AuthenticationException):
+            die(f"{prefix}authentication failed ({_first_line(e)}); check the API key "
+                "(aenv auth)", EXIT_SERVER)  # fmt: skip
+        if isinstance(e, httpx.ConnectError | httpx.ConnectTimeout):
+            die(f"{prefix}cannot reach the aenv API: {_first_line(e)}", EXIT_SERVER)
+        # everything else (API 5xx, timeouts, dropped streams) is the server's side
+        die(f"{prefix}{type(e).__name__}: {_first_line(e)}", EXIT_SERVER)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -1,0 +1,154 @@
+"""Run one command in a sandbox (`aenv exec`) and move files in and out (`upload`,
+`download`): the non-interactive half of the CLI, made for scripts.
+
+`exec` streams the guest's stdout and stderr to ours as they arrive, separately, and exits
+with the guest command's own exit code, so `aenv exec ID -- make test && …` composes.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from aenv.commands._common import (
+    DEFAULT_DATA,
+    EXIT_FAILED,
+    EXIT_USAGE,
+    ApiKey,
+    ApiUrl,
+    DataDir,
+    connection,
+    die,
+    sdk_errors,
+)
+
+if TYPE_CHECKING:
+    from e2b import Sandbox
+
+    from aenv.config import Connection
+
+__all__ = ["register"]
+
+SandboxId = Annotated[str, typer.Argument(help="ID of the sandbox.", show_default=False)]
+
+
+def _connect(sandbox_id: str, conn: Connection) -> Sandbox:
+    """A handle with envd's token; a paused sandbox is resumed, as `Sandbox.connect` does."""
+    from e2b import Sandbox
+
+    return Sandbox.connect(sandbox_id, **conn.sdk_opts())
+
+
+def exec_(
+    sandbox_id: SandboxId,
+    command: Annotated[list[str], typer.Argument(show_default=False,
+                       help="Command and arguments, after `--`. One argument is run as a "
+                       "shell line (`'ls | wc -l'`); several are quoted as an argv.")],
+    cwd: Annotated[str | None, typer.Option("--cwd", "-w", help="Working directory.")] = None,
+    user: Annotated[str | None, typer.Option("--user", "-u",
+                    help="Guest user to run as (default: the sandbox's, `user`).")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e",
+                   help="KEY=VALUE environment variable, repeatable.")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", "-t", min=0,
+                       help="Seconds before the command is killed; 0 waits forever.")] = 0,
+    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
+) -> None:  # fmt: skip
+    """Run COMMAND in SANDBOX_ID, streaming its stdout and stderr; exit with its exit code.
+
+    Example: aenv exec SANDBOX_ID -- python3 -c 'print(42)'
+    """
+    from e2b import CommandExitException
+
+    envs: dict[str, str] = {}
+    for v in env or []:
+        k, sep, x = v.partition("=")
+        if not sep or not k:
+            die(f"--env must be KEY=VALUE, got {v!r}", EXIT_USAGE)
+        envs[k] = x
+    line = command[0] if len(command) == 1 else shlex.join(command)
+    conn = connection(api_url, api_key, data_dir)
+
+    def out(s: str) -> None:
+        sys.stdout.write(s)
+        sys.stdout.flush()
+
+    def err(s: str) -> None:
+        sys.stderr.write(s)
+        sys.stderr.flush()
+
+    with sdk_errors(f"exec {sandbox_id}"):
+        sbx = _connect(sandbox_id, conn)
+        try:
+            sbx.commands.run(line, on_stdout=out, on_stderr=err, cwd=cwd, user=user,
+                             envs=envs or None, timeout=timeout, retain_output=False)  # fmt: skip
+        except CommandExitException as e:
+            # a guest killed by a signal reports no code in 1..255: call that a plain failure
+            code = e.exit_code if 0 < e.exit_code < 256 else EXIT_FAILED
+            raise typer.Exit(code) from None
+
+
+def upload(
+    sandbox_id: SandboxId,
+    local: Annotated[str, typer.Argument(show_default=False,
+                     help="Local file to send; `-` reads stdin.")],
+    remote: Annotated[str, typer.Argument(show_default=False,
+                      help="Path in the sandbox; ending in `/` keeps the local file name.")],
+    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
+) -> None:  # fmt: skip
+    """Copy the file LOCAL into SANDBOX_ID at REMOTE (parent directories are created)."""
+    if remote.endswith("/"):
+        if local == "-":
+            die("give a file name for REMOTE when uploading stdin", EXIT_USAGE)
+        remote += Path(local).name
+    if local != "-" and not Path(local).is_file():
+        die(f"{local}: no such file", EXIT_FAILED)
+    conn = connection(api_url, api_key, data_dir)
+    with sdk_errors(f"upload {remote}"):
+        sbx = _connect(sandbox_id, conn)
+        if local == "-":
+            sbx.files.write(remote, sys.stdin.buffer)
+        else:
+            with open(local, "rb") as f:
+                sbx.files.write(remote, f)
+
+
+def download(
+    sandbox_id: SandboxId,
+    remote: Annotated[str, typer.Argument(show_default=False, help="File in the sandbox.")],
+    local: Annotated[str, typer.Argument(show_default=False,
+                     help="Where to write it; a directory keeps the remote name; `-` is "
+                     "stdout.")],
+    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
+) -> None:  # fmt: skip
+    """Copy the file REMOTE out of SANDBOX_ID to LOCAL."""
+    target = Path(local)
+    if local != "-" and target.is_dir():
+        target = target / PurePosixPath(remote).name
+    conn = connection(api_url, api_key, data_dir)
+    with sdk_errors(f"download {remote}"):
+        sbx = _connect(sandbox_id, conn)
+        chunks = sbx.files.read(remote, format="stream")
+        if local == "-":
+            for chunk in chunks:
+                sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            return
+        # write beside the target and rename: an interrupted download leaves no half file
+        partial = target.with_name(f".{target.name}.aenv-partial")
+        try:
+            with open(partial, "wb") as f:
+                for chunk in chunks:
+                    f.write(chunk)
+            partial.replace(target)
+        finally:
+            partial.unlink(missing_ok=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("exec")(exec_)
+    app.command()(upload)
+    app.command()(download)

@@ -1,0 +1,115 @@
+"""An interactive shell in a sandbox: the local terminal in raw mode bridged to a guest PTY.
+
+Keystrokes go to the guest unchanged (so Ctrl-C, Ctrl-D, arrows and tab completion act
+there, not here); output comes back on a reader thread; SIGWINCH resizes the guest PTY.
+The terminal is always restored, whatever ends the session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import termios
+import threading
+import tty
+from collections.abc import Iterator
+from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from e2b import Sandbox
+    from e2b.sandbox.commands.command_handle import PtySize
+
+__all__ = ["attach"]
+
+_QUIT, _WINCH = b"q", b"w"
+
+
+def _size(fd: int) -> PtySize:
+    from e2b import PtySize
+
+    try:
+        cols, rows = os.get_terminal_size(fd)
+    except OSError:
+        cols, rows = 80, 24  # not a terminal: a conventional size
+    return PtySize(rows=rows or 24, cols=cols or 80)
+
+
+@contextlib.contextmanager
+def _raw(fd: int) -> Iterator[None]:
+    if not os.isatty(fd):
+        yield
+        return
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setraw(fd)
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def attach(sbx: Sandbox) -> int:
+    """Run a login shell in `sbx` on this terminal until it exits; return its exit code."""
+    from e2b import CommandExitException
+
+    fd_in = sys.stdin.fileno()
+    out = sys.stdout.buffer
+    # timeout=0: an interactive session lasts as long as the user wants it to
+    handle = sbx.pty.create(_size(fd_in), timeout=0)
+    wake_r, wake_w = os.pipe()  # the reader thread and SIGWINCH wake the input loop through it
+    code: list[int] = []
+    failure: list[BaseException] = []
+
+    def write(data: bytes) -> None:
+        out.write(data)
+        out.flush()
+
+    def read_output() -> None:
+        try:
+            code.append(handle.wait(on_pty=write).exit_code)
+        except CommandExitException as e:
+            code.append(e.exit_code)
+        except BaseException as e:  # surfaced by the main thread, after the terminal is back
+            failure.append(e)
+        finally:
+            os.write(wake_w, _QUIT)
+
+    def on_winch(_sig: int, _frame: FrameType | None) -> None:
+        os.write(wake_w, _WINCH)  # resize from the loop: no HTTP call inside a signal handler
+
+    reader = threading.Thread(target=read_output, name="pty-output", daemon=True)
+    old_winch = signal.signal(signal.SIGWINCH, on_winch)
+    stdin_open = True
+    try:
+        with _raw(fd_in):
+            reader.start()
+            while True:
+                fds = [wake_r, fd_in] if stdin_open else [wake_r]
+                ready, _, _ = select.select(fds, [], [])
+                if wake_r in ready:
+                    signals = os.read(wake_r, 64)
+                    if _QUIT in signals:
+                        break
+                    sbx.pty.resize(handle.pid, _size(fd_in))
+                if fd_in in ready:
+                    data = os.read(fd_in, 4096)
+                    if data:
+                        sbx.pty.send_stdin(handle.pid, data)
+                    else:  # stdin closed (not a terminal): end the shell as Ctrl-D would
+                        stdin_open = False
+                        sbx.pty.send_stdin(handle.pid, b"\x04")
+    finally:
+        signal.signal(signal.SIGWINCH, old_winch)
+        if reader.is_alive():
+            with contextlib.suppress(Exception):
+                handle.kill()
+            reader.join(timeout=5)
+        if not reader.is_alive():  # a stuck reader may still write: leave its pipe open
+            os.close(wake_r)
+            os.close(wake_w)
+    if failure:
+        raise failure[0]
+    return code[0] if code else 0
