@@ -22,6 +22,7 @@ from typing import Any
 import uvicorn
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from aenv.tracing import setup_tracing
 from api.admin import create_api_key, register_template
 from api.app import create_app
 from api.auth import KeyChecker
@@ -209,6 +210,7 @@ def main() -> None:
                         format='{"ts":"%(asctime)s","level":"%(levelname)s",'
                                '"logger":"%(name)s","msg":"%(message)s"}')  # fmt: skip
     cfg = StackSettings()
+    setup_tracing("aenv")
 
     async def run() -> None:
         stop = asyncio.Event()

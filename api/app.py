@@ -13,6 +13,8 @@ from typing import Any
 from litestar import Litestar, Request
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind
 
 from api import sandboxes, system
 from api.auth import HEADER, Caller
@@ -63,11 +65,19 @@ class _Measured:
                 status = message["status"]
             await send(message)
 
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            route = _ID.sub("/{id}", scope["path"])
-            self.ctx.metrics.observe(scope["method"], route, status, time.monotonic() - start)
+        route = _ID.sub("/{id}", scope["path"])
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        with trace.get_tracer("aenv.api").start_as_current_span(
+            f"{scope['method']} {route}",
+            context=propagate.extract(headers),
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": scope["method"], "http.route": route},
+        ) as span:
+            try:
+                await self.app(scope, receive, send_wrapper)
+            finally:
+                span.set_attribute("http.response.status_code", status)
+                self.ctx.metrics.observe(scope["method"], route, status, time.monotonic() - start)
 
 
 def create_app(ctx: ApiContext, resolve: Resolver) -> ASGIApp:

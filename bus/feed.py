@@ -123,5 +123,6 @@ class EventFeed:
 def _record(msg: Msg) -> RecordedEvent:
     env, event = decode_event(msg.data)
     return RecordedEvent(
-        seq=msg.metadata.sequence.stream, subject=msg.subject, envelope=env, event=event
+        seq=msg.metadata.sequence.stream, subject=msg.subject, envelope=env, event=event,
+        headers=msg.headers,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
@@ -30,6 +31,8 @@ class RecordedEvent:
     subject: str
     envelope: EventEnvelope
     event: Event
+    #: NATS headers of a live delivery (trace context); None when read back by direct get.
+    headers: Mapping[str, str] | None = None
 
     @property
     def time(self) -> datetime:

@@ -8,14 +8,18 @@ folds over the past, not hops of a request.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind
 
-__all__ = ["consume_span", "publish_span", "tracer"]
+if TYPE_CHECKING:
+    from bus.records import RecordedEvent
+
+__all__ = ["consume_span", "project_spans", "publish_span", "tracer"]
 
 _SYSTEM = "nats"
 
@@ -79,3 +83,21 @@ def consume_span(
             yield span
     finally:
         otel_context.detach(token)
+
+
+@contextmanager
+def project_spans(batch: Sequence[RecordedEvent], projection: str) -> Iterator[None]:
+    """A CONSUMER span per live event folded into a read model, each parented on the span
+    that appended the event: the last hop of a request's trace (API → node → read model).
+    Rebuilds and catch-ups do not come through here."""
+    if not _recording():
+        yield
+        return
+    with ExitStack() as stack:
+        for rec in batch:
+            if rec.headers and "traceparent" in rec.headers:
+                span = consume_span(
+                    rec.subject, str(rec.envelope.event_id), rec.headers, f"projection:{projection}"
+                )
+                stack.enter_context(span)
+        yield

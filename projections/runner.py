@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bus import BusSettings, EventFeed, Names, RecordedEvent
+from bus.tracing import project_spans
 from projections import checkpoints
 from projections.base import Projection
 from projections.errors import ProjectionError, ProjectionTimeout
@@ -117,7 +118,8 @@ class Projector:
                     while True:
                         batch = await feed.next_batch(1.0, linger=self._linger_s)
                         if batch:
-                            await self.apply_batch(batch)
+                            with project_spans(batch, self._projection.name):
+                                await self.apply_batch(batch)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -45,7 +45,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if os.geteuid() != 0:
         pytest.skip("the stack runs microVMs: needs root")
     data = tmp_path_factory.mktemp("aenv-e2e")
-    env = {**os.environ, "AENV_SLOT_PREFIX": "aenve", "AENV_NODE_ID": "e2e"}
+    env = {**os.environ, "AENV_SLOT_PREFIX": "aenve", "AENV_NODE_ID": "e2e",
+           "AENV_TRACE_FILE": str(data / "traces.jsonl")}  # fmt: skip
     up = subprocess.run(
         [*AENV, "up", "--data-dir", str(data), "--port", str(_free_port())],
         capture_output=True, text=True, timeout=900, env=env,

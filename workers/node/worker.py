@@ -17,6 +17,8 @@ import secrets
 import time
 from typing import Any
 
+from opentelemetry import trace
+
 from aenv.domain import Invalid
 from aenv.domain import sandbox as sb
 from aenv.domain.sandbox import SandboxStatus as S
@@ -38,6 +40,10 @@ def egress_of(net: sb.NetworkPolicy, enabled: bool) -> EgressPolicy:
         allow=net.allow_out if enabled else (),
         deny=net.deny_out,
     )
+
+
+def _tracer() -> trace.Tracer:
+    return trace.get_tracer("aenv.node")
 
 
 def completion_id(request: sb.SandboxCommand, what: str) -> Any:
@@ -144,7 +150,9 @@ class NodeWorker:
         async with self.host.lock(cmd.sandbox_id):
             self.journal.add(cmd.sandbox_id, state.template_id)
             try:
-                await self.host.create(cmd.sandbox_id, state.template_id, guest)
+                with _tracer().start_as_current_span("restore sandbox VM") as span:
+                    span.set_attribute("aenv.sandbox_id", cmd.sandbox_id)
+                    await self.host.create(cmd.sandbox_id, state.template_id, guest)
             except HostError as e:
                 error = str(e)
                 self.journal.remove(cmd.sandbox_id)
