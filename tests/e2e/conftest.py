@@ -46,7 +46,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         pytest.skip("the stack runs microVMs: needs root")
     data = tmp_path_factory.mktemp("aenv-e2e")
     env = {**os.environ, "AENV_SLOT_PREFIX": "aenve", "AENV_NODE_ID": "e2e",
-           "AENV_TRACE_FILE": str(data / "traces.jsonl")}  # fmt: skip
+           "AENV_TRACE_FILE": str(data / "traces.jsonl"),
+           # small, so the pause/resume cycles of the e2e suite exercise chain compaction
+           "AENV_MAX_LAYER_DEPTH": "3"}  # fmt: skip
     up = subprocess.run(
         [*AENV, "up", "--data-dir", str(data), "--port", str(_free_port())],
         capture_output=True, text=True, timeout=900, env=env,

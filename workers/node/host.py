@@ -73,6 +73,7 @@ class SandboxHost:
         self.capacity = capacity
         self.sandboxes: dict[str, LiveSandbox] = {}
         self.paused: dict[str, PausedSandbox] = {}
+        self._gc_lock = asyncio.Lock()
         self._busy: dict[str, asyncio.Lock] = {}
 
     @property
@@ -135,6 +136,7 @@ class SandboxHost:
         snap_id = f"{sandbox_id}-p{uuid.uuid4().hex[:8]}"
         try:
             snap = await self.runtime.capture(live.vm, resume=False, snapshot_id=snap_id)
+            snap = await self.runtime.compact_if_deep(snap)
         except Exception as e:
             log.exception("pause %s failed", sandbox_id)
             raise HostError(f"sandbox {sandbox_id} could not be paused: {e}") from e
@@ -223,6 +225,13 @@ class SandboxHost:
             return paused is not None
         await self.runtime.destroy(live.vm)
         return True
+
+    async def collect_garbage(self) -> int:
+        """Free disk layers nothing needs any more (killed sandboxes, compacted chains).
+        Roots: live VMs (the runtime knows them), paused captures and template captures."""
+        async with self._gc_lock:
+            keep = [p.snapshot for p in self.paused.values()] + self.templates.captures()
+            return await self.runtime.collect_layers(keep)
 
     async def close(self) -> None:
         for sid in list(self.sandboxes):

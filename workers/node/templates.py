@@ -56,6 +56,10 @@ class TemplateCatalog:
     def known(self) -> list[str]:
         return sorted(self._specs)
 
+    def captures(self) -> list[Snapshot]:
+        """Template captures built so far (their layers are shared by every sandbox)."""
+        return list(self._ready.values())
+
     def register(self, spec: TemplateSpec, image: Callable[[], GuestImage]) -> None:
         self._specs[spec.name] = spec
         self._images[spec.name] = image

@@ -59,6 +59,7 @@ class NodeWorker:
         self.journal = Journal(settings.state_dir / "journal")
         self._consumers: list[CommandConsumer] = []
         self._heartbeat: asyncio.Task[None] | None = None
+        self._gc: asyncio.Task[None] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -202,6 +203,7 @@ class NodeWorker:
             try:
                 live = await self.host.resume(cmd.sandbox_id)
                 self.journal.add(cmd.sandbox_id, live.template_id)
+                self._collect_soon()
             except HostError as e:
                 error = str(e)
         done = sb.CompleteResume(sandbox_id=cmd.sandbox_id, node_id=self.node_id, error=error,
@@ -264,10 +266,24 @@ class NodeWorker:
         async with self.host.lock(cmd.sandbox_id):
             await self.host.kill(cmd.sandbox_id)
             self.journal.remove(cmd.sandbox_id)
+        self._collect_soon()
         done = sb.CompleteKill(
             sandbox_id=cmd.sandbox_id, error=error, command_id=completion_id(cmd, "killed")
         )
         await apply(self.bus.sandboxes, done, ctx)
+
+    def _collect_soon(self) -> None:
+        """Layer GC off the command path; at most one run at a time (the host's lock)."""
+        if self._gc is None or self._gc.done():
+            self._gc = asyncio.create_task(self._collect())
+
+    async def _collect(self) -> None:
+        try:
+            freed = await self.host.collect_garbage()
+            if freed:
+                log.info("freed %d unused disk layers", freed)
+        except Exception as e:  # GC is best effort; the next kill retries
+            log.warning("layer GC failed: %s", e)
 
     # ---- capacity --------------------------------------------------------------------
     async def _beat(self) -> None:

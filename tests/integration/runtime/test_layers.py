@@ -20,10 +20,12 @@ async def test_chain_and_collect_keep_what_live_tops_need(tmp_path: Path) -> Non
     assert await store.chain(l2) == [l2, l1, l0, base]
     assert store.lineage(l2) == [l2, l1, l0, base]
 
-    dead = store.collect({l2})
+    assert await store.collect({l2}) == []  # all of them are too young to touch
+    fresh = LayerStore(store.root)  # a restarted node: no chains in memory
+    dead = await fresh.collect({l2}, min_age_s=0)
     assert dead == [other]
     assert all(p.exists() for p in (l0, l1, l2)) and not other.exists()
-    assert store.collect(set()) and not l0.exists() and base.exists()
+    assert await fresh.collect(set(), min_age_s=0) and not l0.exists() and base.exists()
 
 
 async def test_compact_flattens_a_chain_over_the_base(tmp_path: Path) -> None:

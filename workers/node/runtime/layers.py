@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import time
 import uuid
 from pathlib import Path
 
 from workers.node.runtime.qcow2 import create_overlay
 from workers.node.vmm.errors import VmmError
 
-MAX_CHAIN_DEPTH = 16  # beyond this, reads walk too many tables: compact first
+# Beyond this many qcow2 layers, every read walks too many tables: a pause compacts first.
+MAX_CHAIN_DEPTH = int(os.environ.get("AENV_MAX_LAYER_DEPTH", "16"))
 
 
 class LayerStore:
@@ -48,25 +51,28 @@ class LayerStore:
             out.append(self.backing[out[-1]])
         return out
 
-    def collect(self, roots: set[Path]) -> list[Path]:
-        """Delete store layers that no root's chain needs; returns what was deleted.
-
-        Roots are the tops of live VMs and of snapshots someone still holds. A frozen
-        layer under a running VM is live even when the snapshot that froze it is gone.
-        """
-        live: set[Path] = set()
-        for r in roots:
-            live.update(self.lineage(r))
-        dead = [p for p in self.root.glob("*.qcow2") if p not in live]
-        for p in dead:
-            p.unlink(missing_ok=True)
-            self.backing.pop(p, None)
-        return dead
-
     async def chain(self, top: Path) -> list[Path]:
         """The backing chain from `top` down to the base, as QEMU resolves it."""
         out = await _qemu_img("info", "--backing-chain", "--output=json", "-U", str(top))
         return [Path(layer["filename"]) for layer in json.loads(out)]
+
+    async def collect(self, roots: set[Path], *, min_age_s: float = 60) -> list[Path]:
+        """Delete layers no root's chain needs; returns them. Chains are read from the files
+        (qemu-img), so layers from before a restart are judged right; a layer younger than
+        `min_age_s` is kept (a restore may be stacking on it this very moment)."""
+        live: set[Path] = set()
+        for r in roots:
+            if r.exists():
+                live.update(await self.chain(r))
+        now = time.time()
+        dead = [
+            p for p in self.root.glob("*.qcow2")
+            if p not in live and now - p.stat().st_mtime > min_age_s
+        ]  # fmt: skip
+        for p in dead:
+            p.unlink(missing_ok=True)
+            self.backing.pop(p, None)
+        return dead
 
     async def compact(self, top: Path) -> Path:
         """Flatten `top`'s chain above the raw base into one new qcow2 layer over that base."""
@@ -76,7 +82,15 @@ class LayerStore:
         await _qemu_img(
             "convert", "-q", "-O", "qcow2", "-B", str(base), "-F", "raw", str(top), str(flat)
         )
+        self.backing[flat] = base
         return flat
+
+    async def depth(self, top: Path) -> int:
+        """qcow2 layers above the raw base (known chains in memory, else asked of qemu-img)."""
+        known = self.lineage(top)
+        if known[-1].suffix != ".qcow2":
+            return len(known) - 1
+        return len(await self.chain(top)) - 1
 
 
 async def _qemu_img(*args: str) -> str:

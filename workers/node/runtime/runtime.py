@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -23,7 +24,7 @@ from typing import Any
 
 from workers.node.net import GUEST, EgressPolicy, NetworkSlot, SlotPool
 from workers.node.runtime.guest import wait_and_init, wait_envd
-from workers.node.runtime.layers import LayerStore
+from workers.node.runtime.layers import MAX_CHAIN_DEPTH, LayerStore
 from workers.node.runtime.memfile import clone_or_sparse_copy
 from workers.node.runtime.snapshot import Snapshot
 from workers.node.vmm import (
@@ -354,15 +355,31 @@ class Runtime:
         vm.owned_layers = []
         shutil.rmtree(vm.dir, ignore_errors=True)
 
+    async def compact_if_deep(self, snap: Snapshot) -> Snapshot:
+        """A snapshot whose disk chain grew past the limit (many pause/resume cycles) gets one
+        flattened layer over the base instead; the old layers are left to `collect_layers`."""
+        if await self.layers.depth(snap.disk_top) <= MAX_CHAIN_DEPTH:
+            return snap
+        flat = await self.layers.compact(snap.disk_top)
+        compacted = dataclasses.replace(snap, disk_top=flat)
+        compacted.write()
+        log.info("snapshot %s: disk chain compacted into %s", snap.snapshot_id, flat.name)
+        return compacted
+
     def delete_snapshot(self, snap: Snapshot) -> None:
         """Remove a snapshot's own files. Its disk layers may still be under a running VM
         or another snapshot: `collect_layers` frees them once nothing needs them."""
         shutil.rmtree(snap.dir, ignore_errors=True)
 
-    def collect_layers(self, snapshots: list[Snapshot]) -> list[Path]:
-        """Free disk layers needed neither by a live VM nor by one of `snapshots`."""
+    async def collect_layers(self, snapshots: list[Snapshot], *, min_age_s: float = 60) -> int:
+        """Delete disk layers that neither a live VM nor one of `snapshots` stacks on.
+
+        Chains are read from the files themselves (qemu-img), so layers made before a node
+        restart are judged correctly; a layer younger than `min_age_s` is never touched (a
+        restore may be stacking on it right now). Returns how many were deleted.
+        """
         roots = {vm.disk_top for vm in self.vms.values()} | {s.disk_top for s in snapshots}
-        return self.layers.collect(roots)
+        return len(await self.layers.collect(roots, min_age_s=min_age_s))
 
     # ---- helpers -----------------------------------------------------------------------
     def _vm_dir(self, vm_id: str) -> Path:
