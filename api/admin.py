@@ -7,8 +7,7 @@ from __future__ import annotations
 import uuid
 
 from aenv.domain import apikey as ak
-from aenv.domain import template as tp
-from bus import Bus
+from bus import Bus, decisions
 
 
 async def create_api_key(bus: Bus, *, team_id: str = "default", name: str = "") -> tuple[str, str]:
@@ -45,11 +44,7 @@ async def register_template(
     disk_size_mb: int,
 ) -> None:
     """Make a template creatable through the API (idempotent: no event if unchanged)."""
-    cmd = tp.RegisterTemplate(
-        template_id=template_id, alias=alias, envd_version=envd_version,
+    await decisions.register_template(
+        bus.templates, template_id, alias=alias, envd_version=envd_version,
         cpu_count=cpu_count, memory_mb=memory_mb, disk_size_mb=disk_size_mb,
     )  # fmt: skip
-    state, version = await bus.templates.load(template_id)
-    events = tp.decide_template(state, cmd)
-    if events:
-        await bus.templates.append(template_id, version, events)

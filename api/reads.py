@@ -132,3 +132,27 @@ async def template_row(engine: AsyncEngine, template: str) -> Any:
                 )
             )
         ).first()
+
+
+async def snapshot_rows(
+    engine: AsyncEngine, team_id: str, sandbox_id: str | None, name: str | None, limit: int
+) -> list[Any]:
+    t = tables.snapshots
+    q = select(t).where(t.c.team_id == team_id, t.c.status == "ready")
+    if sandbox_id:
+        q = q.where(t.c.sandbox_id == sandbox_id)
+    if name:
+        q = q.where(t.c.snapshot_id == name)
+    async with engine.connect() as conn:
+        return list((await conn.execute(q.order_by(t.c.taken_at.desc()).limit(limit))).all())
+
+
+async def snapshot_node(engine: AsyncEngine, snapshot_id: str) -> str | None:
+    """The node holding a snapshot template's capture: the one its source sandbox ran on."""
+    t, s = tables.snapshots, tables.sandboxes
+    q = select(s.c.node_id).join(t, t.c.sandbox_id == s.c.sandbox_id).where(
+        t.c.snapshot_id == snapshot_id, t.c.status == "ready"
+    )
+    async with engine.connect() as conn:
+        node: str | None = (await conn.execute(q)).scalar()
+    return node

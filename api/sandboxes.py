@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import secrets
 import time
 import uuid
@@ -20,6 +21,7 @@ from litestar import Request, Response, delete, get, post
 from litestar.params import Parameter
 
 from aenv.domain import sandbox as sb
+from aenv.domain import template as tp
 from aenv.domain.sandbox import SandboxStatus
 from api import reads, wire
 from api.auth import Caller
@@ -141,8 +143,10 @@ async def create_sandbox(
             deny_out=tuple(net.deny_out),
         ),
     )
+    # A snapshot template lives on the node that took it (until layers move through S3).
+    node = await reads.snapshot_node(ctx.engine, tpl.template_id)
     event, _ = await send_and_wait(
-        ctx.bus, cmd, node_id=None, until=(sb.SandboxCreated,),
+        ctx.bus, cmd, node_id=node, until=(sb.SandboxCreated,),
         timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
     )  # fmt: skip
     if isinstance(event, sb.SandboxFailed):
@@ -310,6 +314,65 @@ async def fork_sandbox(
     return out
 
 
+_SNAPSHOT_NAME = re.compile(r"^[a-z0-9][a-z0-9._:-]{0,127}$")
+
+
+def snapshot_info(team_id: str, snapshot_id: str) -> dict[str, Any]:
+    return {"snapshotID": snapshot_id, "names": [f"{team_id}/{snapshot_id}"]}
+
+
+@post("/sandboxes/{sandbox_id:str}/snapshots", status_code=201)
+async def create_snapshot(
+    sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.SnapshotBody | None = None
+) -> dict[str, Any]:
+    """A persistent snapshot (memory + disk) that new sandboxes start from; the sandbox
+    is captured in place and keeps its id and TTL. Taking a name again replaces it."""
+    if data is not None and data.memory is False:
+        raise ApiError(400, "filesystem-only snapshots are not supported; omit memory=false")
+    name = (data.name if data and data.name else f"snap-{secrets.token_hex(6)}").lower()
+    if not _SNAPSHOT_NAME.match(name):
+        raise ApiError(400, f"invalid snapshot name {name!r}: use a-z, 0-9, '.', '_', ':', '-'")
+    state = await _visible(ctx, caller, sandbox_id)
+    tpl = await reads.template_row(ctx.engine, name)
+    if tpl is not None and await reads.snapshot_node(ctx.engine, name) is None:
+        raise ApiError(409, f"{name!r} is the name of a template, not of a snapshot")
+    cmd = sb.SnapshotSandbox(sandbox_id=sandbox_id, snapshot_id=name)
+    sb.decide(state, cmd)  # a paused or busy sandbox: 409 before any work
+    event, _ = await send_and_wait(
+        ctx.bus, cmd, node_id=state.node_id, until=(sb.SnapshotTaken, sb.SnapshotFailed),
+        timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
+    )  # fmt: skip
+    if isinstance(event, sb.SnapshotFailed | sb.SandboxFailed):
+        raise ApiError(500, f"snapshot of {sandbox_id} failed: {event.reason}")
+    await _settle(ctx, sandbox_id)
+    return snapshot_info(caller.team_id, name)
+
+
+@get("/snapshots")
+async def list_snapshots(
+    ctx: ApiContext,
+    caller: Caller,
+    sandbox_id: Annotated[str | None, Parameter(query="sandboxID")] = None,
+    name: str | None = None,
+    limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
+) -> list[dict[str, Any]]:
+    await ctx.fenced()
+    rows = await reads.snapshot_rows(ctx.engine, caller.team_id, sandbox_id, name, limit)
+    return [snapshot_info(caller.team_id, r.snapshot_id) for r in rows]
+
+
+@delete("/templates/{template_id:str}", status_code=204)
+async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> None:
+    """Delete a snapshot template (`Sandbox.delete_snapshot`); 404 when there is none.
+    Running sandboxes started from it keep their own copies of what they need."""
+    if template_id == "base":
+        raise ApiError(409, "the default template cannot be deleted")
+    state, version = await ctx.bus.templates.load(template_id)
+    events = tp.decide_template(state, tp.DeleteTemplate(template_id=template_id))
+    if events:
+        await ctx.bus.templates.append(template_id, version, events)
+
+
 def _states(raw: str | None) -> list[str]:
     if not raw:
         return ["running", "paused"]
@@ -365,6 +428,9 @@ ROUTES = [
     pause_sandbox,
     resume_sandbox,
     fork_sandbox,
+    create_snapshot,
+    list_snapshots,
+    delete_template,
     list_v2,
     list_v1,
 ]

@@ -58,6 +58,12 @@ class RefreshBody(BaseModel):
     duration: int | None = None
 
 
+class SnapshotBody(BaseModel):
+    model_config = _REQ
+    name: str | None = None
+    memory: bool | None = None
+
+
 class ForkBody(BaseModel):
     model_config = _REQ
     timeout: int | None = None

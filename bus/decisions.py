@@ -8,12 +8,13 @@ overwrite it.
 from __future__ import annotations
 
 from aenv.domain import sandbox as sb
+from aenv.domain import template as tp
 from aenv.domain.messages import Event
 from bus.envelope import MessageContext
 from bus.errors import ConcurrencyError, RetryableError
 from bus.store import EventStore, Version
 
-__all__ = ["apply"]
+__all__ = ["apply", "register_template"]
 
 ATTEMPTS = 8
 
@@ -38,3 +39,31 @@ async def apply(
             state = sb.evolve(state, event)
         return state, version, events
     raise RetryableError(f"sandbox {command.sandbox_id}: too many concurrent writers")
+
+
+async def register_template(
+    store: EventStore[tp.Template],
+    template_id: str,
+    *,
+    alias: str | None,
+    envd_version: str,
+    cpu_count: int,
+    memory_mb: int,
+    disk_size_mb: int,
+) -> None:
+    """Make a template creatable (idempotent upsert: no event when nothing changes)."""
+    cmd = tp.RegisterTemplate(
+        template_id=template_id, alias=alias, envd_version=envd_version,
+        cpu_count=cpu_count, memory_mb=memory_mb, disk_size_mb=disk_size_mb,
+    )  # fmt: skip
+    for _ in range(ATTEMPTS):
+        state, version = await store.load(template_id)
+        events = tp.decide_template(state, cmd)
+        if not events:
+            return
+        try:
+            await store.append(template_id, version, events)
+            return
+        except ConcurrencyError:
+            continue
+    raise RetryableError(f"template {template_id}: too many concurrent writers")

@@ -106,6 +106,7 @@ class SandboxHost:
                 private_memory=False,  # a sandbox can be paused: its RAM must be its own file
                 policy=guest.egress,
                 init=guest.init_body(sandbox_id),
+                init_token=self.templates.guest_token(template_id),
             )
         except HostError:
             raise
@@ -214,6 +215,25 @@ class SandboxHost:
 
         errors = await asyncio.gather(*(init(c, v) for c, v in zip(ids, vms, strict=True)))
         return dict(zip(ids, errors, strict=True))
+
+    async def snapshot(self, sandbox_id: str, name: str) -> Snapshot:
+        """A persistent snapshot of a running sandbox, which keeps running (brief pause);
+        it becomes template `name` on this node."""
+        live = self.sandboxes.get(sandbox_id)
+        if live is None:
+            raise HostError(f"sandbox {sandbox_id} is not running on this node")
+        snap_id = f"snap-{uuid.uuid4().hex[:12]}"
+        try:
+            snap = await self.runtime.capture(live.vm, resume=True, snapshot_id=snap_id)
+            snap = await self.runtime.compact_if_deep(snap)
+        except Exception as e:
+            log.exception("snapshot of %s failed", sandbox_id)
+            raise HostError(f"sandbox {sandbox_id} could not be snapshotted: {e}") from e
+        old = self.templates.forget(name)
+        self.templates.adopt(name, snap, live.guest.access_token)
+        if old is not None:  # a new build of an existing name replaces the old capture
+            self.runtime.delete_snapshot(old)
+        return snap
 
     async def kill(self, sandbox_id: str) -> bool:
         """Destroy the sandbox's VM or paused capture; False if neither was here."""

@@ -8,10 +8,13 @@ new envd, image or QEMU never restores a stale snapshot: it builds a fresh one.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from workers.node.image import GuestImage, build_base, kernel_cmdline
 from workers.node.runtime import Runtime, Snapshot, init_envd
@@ -51,10 +54,52 @@ class TemplateCatalog:
             "base": lambda: build_base(progress=self.progress)
         }
         self._ready: dict[str, Snapshot] = {}
+        self._records = runtime.state_dir / "snapshot-templates"
+        self._tokens: dict[str, str | None] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     def known(self) -> list[str]:
         return sorted(self._specs)
+
+    def guest_token(self, name: str) -> str | None:
+        """The envd access token the captured guest holds (a snapshot of a secure sandbox):
+        a restore must present it to re-initialise envd with the new sandbox's own."""
+        return self._tokens.get(name)
+
+    def adopt(self, name: str, snap: Snapshot, guest_token: str | None = None) -> None:
+        """A capture of a running sandbox becomes a template (E2B's persistent snapshots):
+        new sandboxes of `name` restore it. Recorded on disk so a node restart keeps it."""
+        self._specs[name] = TemplateSpec(name, snap.machine.vcpus, snap.machine.mem_mib)
+        self._images.pop(name, None)
+        self._ready[name] = snap
+        self._tokens[name] = guest_token
+        record = self._records / f"{_safe(name)}.json"
+        record.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds a token
+        with os.fdopen(fd, "w") as f:
+            json.dump({"name": name, "snapshot": str(snap.dir), "guest_token": guest_token}, f)
+
+    def forget(self, name: str) -> Snapshot | None:
+        """Drop a snapshot template (its capture is returned for the caller to delete)."""
+        self._specs.pop(name, None)
+        self._tokens.pop(name, None)
+        (self._records / f"{_safe(name)}.json").unlink(missing_ok=True)
+        return self._ready.pop(name, None)
+
+    def reload(self) -> int:
+        """Re-adopt snapshot templates recorded before a restart; returns how many."""
+        n = 0
+        for record in sorted(self._records.glob("*.json")):
+            doc = json.loads(record.read_text())
+            sdir = Path(doc["snapshot"])
+            if (sdir / "manifest.json").exists():
+                snap = Snapshot.read(sdir)
+                self._specs[doc["name"]] = TemplateSpec(doc["name"], snap.machine.vcpus,
+                                                        snap.machine.mem_mib)  # fmt: skip
+                self._ready[doc["name"]] = snap
+                self._tokens[doc["name"]] = doc.get("guest_token")
+                n += 1
+        return n
 
     def captures(self) -> list[Snapshot]:
         """Template captures built so far (their layers are shared by every sandbox)."""
@@ -68,8 +113,8 @@ class TemplateCatalog:
     async def get(self, name: str) -> Snapshot:
         if name in self._ready:
             return self._ready[name]
-        if name not in self._specs:
-            raise TemplateError(f"template {name!r} not found")
+        if name not in self._specs or name not in self._images:
+            raise TemplateError(f"template {name!r} not found on this node")
         async with self._locks.setdefault(name, asyncio.Lock()):
             if name not in self._ready:
                 self._ready[name] = await self._build(self._specs[name])
@@ -105,3 +150,8 @@ class TemplateCatalog:
         if sdir.exists():  # a half-written capture from a crash: start over
             shutil.rmtree(sdir)
         return await self.runtime.capture(vm, resume=False, snapshot_id=snap_id)
+
+
+def _safe(name: str) -> str:
+    """A file name for any template name (snapshot names may carry ':' and '/')."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)

@@ -23,10 +23,11 @@ from aenv.domain import Invalid
 from aenv.domain import sandbox as sb
 from aenv.domain.sandbox import SandboxStatus as S
 from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, RetryableError
-from bus.decisions import apply
+from bus.decisions import apply, register_template
 from workers.node.host import GuestConfig, HostError, SandboxHost
 from workers.node.journal import Journal
 from workers.node.net import EgressPolicy
+from workers.node.runtime import allocated_bytes
 from workers.node.settings import NodeSettings
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,9 @@ class NodeWorker:
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
+        restored = self.host.templates.reload()
+        if restored:
+            log.info("re-adopted %d snapshot templates", restored)
         await self.reconcile()
         names = self.bus.names
         specs = [
@@ -137,6 +141,8 @@ class NodeWorker:
                 await self._resume(cmd, d.context)
             case sb.ForkSandbox():
                 await self._fork(cmd, d.context)
+            case sb.SnapshotSandbox():
+                await self._snapshot(cmd, d.context)
             case _:
                 raise Invalid(f"{type(cmd).__name__} is not supported by this node yet")
 
@@ -258,6 +264,27 @@ class NodeWorker:
         finished = sb.CompleteFork(sandbox_id=cmd.sandbox_id, children=results,
                                    command_id=completion_id(cmd, "forked"))  # fmt: skip
         await apply(self.bus.sandboxes, finished, ctx)
+
+    async def _snapshot(self, cmd: sb.SnapshotSandbox, ctx: MessageContext) -> None:
+        state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
+        if state is None or state.status is not S.SNAPSHOTTING:
+            return
+        error, size = None, None
+        async with self.host.lock(cmd.sandbox_id):
+            try:
+                snap = await self.host.snapshot(cmd.sandbox_id, cmd.snapshot_id)
+                size = sum(allocated_bytes(p) for p in (snap.mem, snap.state, snap.disk_top))
+                await register_template(
+                    self.bus.templates, cmd.snapshot_id, alias=None,
+                    envd_version=state.envd_version, cpu_count=state.cpu_count,
+                    memory_mb=state.memory_mb, disk_size_mb=state.disk_size_mb,
+                )  # fmt: skip
+            except HostError as e:
+                error = str(e)
+        done = sb.CompleteSnapshot(sandbox_id=cmd.sandbox_id, snapshot_id=cmd.snapshot_id,
+                                   size_bytes=size, error=error,
+                                   command_id=completion_id(cmd, "snapshot"))  # fmt: skip
+        await apply(self.bus.sandboxes, done, ctx)
 
     async def _kill(
         self, cmd: sb.KillSandbox, ctx: MessageContext, *, error: str | None = None
