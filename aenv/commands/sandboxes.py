@@ -136,6 +136,21 @@ def _row(info: SandboxInfo) -> dict[str, Any]:
     }
 
 
+def _ago(seconds: float) -> str:
+    s = int(abs(seconds))
+    text = f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+    return text if seconds >= 0 else f"-{text}"
+
+
+def _human(row: dict[str, Any]) -> dict[str, Any]:
+    """Table form of a row: how long ago it started and how long it has left."""
+    now = datetime.now(UTC)
+    started = datetime.fromisoformat(row["started_at"])
+    ends = datetime.fromisoformat(row["end_at"])
+    return {**row, "age": _ago((now - started).total_seconds()),
+            "expires_in": _ago((ends - now).total_seconds())}  # fmt: skip
+
+
 def ls(
     output: Annotated[Format, typer.Option("--output", "-o",
                       help="table on a terminal, json when piped; or force one.")
@@ -161,7 +176,8 @@ def ls(
         while pages.has_next:
             rows.extend(_row(i) for i in pages.next_items())
     rows.sort(key=lambda r: str(r["started_at"]))
-    emit(rows, ["sandbox_id", "template", "state", "started_at", "end_at", "metadata"], output)
+    columns = ["sandbox_id", "template", "state", "age", "expires_in", "metadata"]
+    emit(rows, columns, output, human=_human)
 
 
 def pause(
