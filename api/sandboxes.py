@@ -367,10 +367,14 @@ async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> 
     Running sandboxes started from it keep their own copies of what they need."""
     if template_id == "base":
         raise ApiError(409, "the default template cannot be deleted")
+    node = await reads.snapshot_node(ctx.engine, template_id)
     state, version = await ctx.bus.templates.load(template_id)
-    events = tp.decide_template(state, tp.DeleteTemplate(template_id=template_id))
+    cmd = tp.DeleteTemplate(template_id=template_id)
+    events = tp.decide_template(state, cmd)
     if events:
         await ctx.bus.templates.append(template_id, version, events)
+    if node is not None:  # the node frees the capture (no sandbox restores from it again)
+        await ctx.bus.commands.to_node(node, cmd)
 
 
 def _states(raw: str | None) -> list[str]:

@@ -10,6 +10,7 @@ from e2b import Sandbox
 from e2b.exceptions import SandboxException
 
 from tests.e2e.conftest import Stack
+from tests.support import eventually_sync
 
 pytestmark = pytest.mark.vm
 
@@ -51,3 +52,5 @@ def test_snapshot_create_start_from_list_delete(stack: Stack) -> None:
     assert Sandbox.delete_snapshot(name) is False
     with pytest.raises(SandboxException):
         Sandbox.create(name)
+    records = stack.data_dir / "node" / "snapshot-templates"
+    eventually_sync(lambda: not any(records.glob(f"*{name}*")), timeout=10)  # node freed it

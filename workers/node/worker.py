@@ -21,6 +21,7 @@ from opentelemetry import trace
 
 from aenv.domain import Invalid
 from aenv.domain import sandbox as sb
+from aenv.domain import template as tp
 from aenv.domain.sandbox import SandboxStatus as S
 from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, RetryableError
 from bus.decisions import apply, register_template
@@ -143,6 +144,11 @@ class NodeWorker:
                 await self._fork(cmd, d.context)
             case sb.SnapshotSandbox():
                 await self._snapshot(cmd, d.context)
+            case tp.DeleteTemplate():
+                snap = self.host.templates.forget(cmd.template_id)
+                if snap is not None:
+                    self.host.runtime.delete_snapshot(snap)
+                    self._collect_soon()
             case _:
                 raise Invalid(f"{type(cmd).__name__} is not supported by this node yet")
 
