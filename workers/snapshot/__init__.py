@@ -4,6 +4,9 @@ The node calls `SnapshotRepository.upload` after a pause and `download` to resum
 sandbox elsewhere; everything else here is the machinery behind those two calls.
 """
 
+from workers.snapshot.cache import BlobCache
+from workers.snapshot.chunks import CHUNK_SIZE
+from workers.snapshot.diskchain import walk_chain
 from workers.snapshot.errors import (
     BlobNotFound,
     CorruptBlob,
@@ -13,22 +16,45 @@ from workers.snapshot.errors import (
     SnapshotError,
     StoreError,
 )
+from workers.snapshot.manifest import (
+    BaseImageRef,
+    BlobRef,
+    LayerRef,
+    MemoryRef,
+    SnapshotManifest,
+)
 from workers.snapshot.posix import PosixStore
+from workers.snapshot.repository import SnapshotRepository
+from workers.snapshot.results import GcReport, LocalSnapshot, UploadResult
+from workers.snapshot.retry import RetryPolicy
 from workers.snapshot.s3 import S3Config, S3Store
 from workers.snapshot.store import BlobInfo, BlobSource, SnapshotStore
 
 __all__ = [
+    "CHUNK_SIZE",
+    "BaseImageRef",
+    "BlobCache",
     "BlobInfo",
     "BlobNotFound",
+    "BlobRef",
     "BlobSource",
     "CorruptBlob",
+    "GcReport",
+    "LayerRef",
     "LayoutError",
+    "LocalSnapshot",
     "ManifestNotFound",
+    "MemoryRef",
     "PosixStore",
+    "RetryPolicy",
     "RetryableStoreError",
     "S3Config",
     "S3Store",
     "SnapshotError",
+    "SnapshotManifest",
+    "SnapshotRepository",
     "SnapshotStore",
     "StoreError",
+    "UploadResult",
+    "walk_chain",
 ]

@@ -30,14 +30,20 @@ async def s3_endpoint() -> AsyncIterator[S3Endpoint]:
         shutil.rmtree(data, ignore_errors=True)
 
 
-def s3_config(ep: S3Endpoint, *, bucket: str | None = None, secret: str | None = None) -> S3Config:
+BUCKET = "aenv-snapshots"
+
+
+def s3_config(ep: S3Endpoint, *, secret: str | None = None) -> S3Config:
+    """The session's one bucket; each call gets its own key prefix, so tests never share
+    blobs. (SeaweedFS gives every bucket its own volumes: a bucket per test would exhaust
+    the embedded server's volume limit.)"""
     return S3Config(
-        bucket=bucket or f"snap-{uuid.uuid4().hex[:12]}",
+        bucket=BUCKET,
         endpoint_url=ep.url,
         access_key=ep.access_key,
         secret_key=secret or ep.secret_key,
         region=ep.region,
-        prefix="aenv",
+        prefix=f"t-{uuid.uuid4().hex[:12]}",
     )
 
 

@@ -1,0 +1,196 @@
+"""`SnapshotRepository` over every store: round trip, dedup, resume, cache, GC."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.contract.snapshot.builders import (
+    MACHINE,
+    MEM_SIZE,
+    allocated,
+    build_snapshot,
+    derive_snapshot,
+    run,
+    same_content,
+    sha256,
+)
+from workers.node.runtime.snapshot import Snapshot
+from workers.snapshot import (
+    BlobCache,
+    BlobSource,
+    LayoutError,
+    ManifestNotFound,
+    SnapshotRepository,
+    SnapshotStore,
+    StoreError,
+)
+
+BASE_DIGEST = "b" * 64
+MIB = 1 << 20
+
+
+class CountingStore:
+    """The real store, with its blob PUTs counted (and optionally cut off, like a crash)."""
+
+    def __init__(self, inner: SnapshotStore, crash_after: int | None = None):
+        self.inner = inner
+        self.puts: list[str] = []
+        self.crash_after = crash_after
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def put_blob(self, digest: str, source: BlobSource) -> None:
+        if self.crash_after is not None and len(self.puts) >= self.crash_after:
+            raise StoreError("simulated node crash")
+        await self.inner.put_blob(digest, source)
+        self.puts.append(digest)
+
+
+def repo_for(store: Any, tmp_path: Path, budget: int = 1 << 40) -> SnapshotRepository:
+    return SnapshotRepository(store, BlobCache(tmp_path / "cache", budget))
+
+
+async def test_round_trip_rebuilds_an_identical_restorable_snapshot(
+    store: SnapshotStore, tmp_path: Path
+) -> None:
+    snap = build_snapshot(tmp_path / "node-a")
+    repo = repo_for(store, tmp_path)
+    up = await repo.upload(snap.dir, base_image_digest=BASE_DIGEST)  # chain from manifest
+    m = up.manifest
+    assert m.snapshot_id == "snap-1" and m.fingerprint == MACHINE.fingerprint()
+    assert len(m.layers) == 3 and m.layers[0].backing_digest is None
+    assert m.memory.size == MEM_SIZE
+    # 26 MiB of data touches 11 of 128 chunks; holes and the allocated-but-zero chunk at
+    # 200 MiB are not stored
+    assert sum(c is not None for c in m.memory.chunks) == 11
+    assert m.memory.chunks[200 * MIB // m.memory.chunk_size] is None
+    assert await repo.list() == ["snap-1"]
+
+    # "Another node": its own copy of the template base, at a different path.
+    node_b = tmp_path / "node-b"
+    node_b.mkdir()
+    base_b = node_b / "base.raw"
+    shutil.copyfile(snap.base, base_b)
+    local = await repo.download("snap-1", node_b / "snap-1", base_b)
+
+    assert sha256(local.mem) == sha256(snap.mem)
+    assert allocated(local.mem) < MEM_SIZE // 8, "rebuilt RAM file lost its holes"
+    assert local.state.read_bytes() == (snap.dir / "state").read_bytes()
+    run("qemu-img", "check", "-q", str(local.disk_top))
+    chain = run("qemu-img", "info", "--backing-chain", "-U", str(local.disk_top))
+    assert str(base_b) in chain and str(snap.base) not in chain
+    run("qemu-img", "compare", "-q", str(snap.layers[-1]), str(local.disk_top))
+    # The node reads the directory as one of its own snapshots.
+    node_view = Snapshot.read(local.dir)
+    assert node_view.machine == MACHINE
+    assert node_view.disk_top == local.disk_top and node_view.base_image == base_b
+
+
+async def test_layers_can_be_passed_explicitly_and_are_checked(
+    store: SnapshotStore, tmp_path: Path
+) -> None:
+    snap = build_snapshot(tmp_path / "node")
+    repo = repo_for(store, tmp_path)
+    up = await repo.upload(snap.dir, snap.layers, base_image_digest=BASE_DIGEST)
+    assert len(up.manifest.layers) == 3
+    with pytest.raises(LayoutError, match="backed by"):
+        await repo.upload(snap.dir, [snap.layers[0], snap.layers[2]], base_image_digest=BASE_DIGEST)
+
+
+async def test_second_snapshot_uploads_only_what_changed(
+    store: SnapshotStore, tmp_path: Path
+) -> None:
+    first = build_snapshot(tmp_path / "node")
+    counting = CountingStore(store)
+    repo = repo_for(counting, tmp_path)
+    up1 = await repo.upload(first.dir, base_image_digest=BASE_DIGEST)
+    assert len(counting.puts) == up1.blobs_uploaded == len(up1.manifest.blob_digests())
+
+    counting.puts.clear()
+    second = derive_snapshot(first, "snap-2")
+    assert not same_content(first.mem, second.mem)  # (the comparison sees one page)
+    up2 = await repo.upload(second.dir, base_image_digest=BASE_DIGEST, parent_id="snap-1")
+    changed = set(up2.manifest.memory.chunks) - set(up1.manifest.memory.chunks)
+    assert len(changed) == 1  # one page changed -> one 4 MiB chunk
+    # the changed chunk and the new device state; layers and every other chunk are reused
+    assert sorted(counting.puts) == sorted([*changed, up2.manifest.state.digest])
+    assert up2.bytes_uploaded <= 4 * MIB + 64 * 1024
+    assert up2.manifest.parent_id == "snap-1"
+
+
+async def test_upload_interrupted_midway_resumes(store: SnapshotStore, tmp_path: Path) -> None:
+    snap = build_snapshot(tmp_path / "node")
+    crashing = CountingStore(store, crash_after=4)
+    with pytest.raises(StoreError, match="simulated node crash"):
+        await repo_for(crashing, tmp_path).upload(snap.dir, base_image_digest=BASE_DIGEST)
+    assert await store.list_manifests() == []  # no manifest: the snapshot is not there yet
+
+    resumed = CountingStore(store)
+    repo = repo_for(resumed, tmp_path)
+    up = await repo.upload(snap.dir, base_image_digest=BASE_DIGEST)
+    total = len(up.manifest.blob_digests())
+    assert up.blobs_reused == 4 and len(resumed.puts) == total - 4
+    assert not set(resumed.puts) & set(crashing.puts)
+    local = await repo.download("snap-1", tmp_path / "restored", snap.base)
+    assert same_content(local.mem, snap.mem)
+
+
+async def test_download_uses_the_cache_and_respects_its_budget(
+    store: SnapshotStore, tmp_path: Path
+) -> None:
+    snap = build_snapshot(tmp_path / "node")
+    await repo_for(store, tmp_path / "uploader").upload(snap.dir, base_image_digest=BASE_DIGEST)
+
+    big = repo_for(store, tmp_path / "big")
+    first = await big.download("snap-1", tmp_path / "d1", snap.base)
+    assert first.blobs_fetched == len(first.manifest.blob_digests())
+    again = await big.download("snap-1", tmp_path / "d2", snap.base)
+    assert again.blobs_fetched == 0  # every blob came from the node cache
+    assert same_content(again.mem, snap.mem)
+
+    budget = 8 * MIB
+    small = repo_for(store, tmp_path / "small", budget=budget)
+    got = await small.download("snap-1", tmp_path / "d3", snap.base)
+    assert same_content(got.mem, snap.mem)
+    assert small.cache.used_bytes <= budget
+    assert small.cache.used_bytes > 0  # the most recently used blobs stayed
+
+
+async def test_gc_removes_only_unreferenced_blobs(store: SnapshotStore, tmp_path: Path) -> None:
+    first = build_snapshot(tmp_path / "node")
+    repo = repo_for(store, tmp_path)
+    m1 = (await repo.upload(first.dir, base_image_digest=BASE_DIGEST)).manifest
+    m2 = (
+        await repo.upload(derive_snapshot(first, "snap-2").dir, base_image_digest=BASE_DIGEST)
+    ).manifest
+    await repo.delete("snap-1")
+    with pytest.raises(ManifestNotFound):
+        await repo.get_manifest("snap-1")
+
+    young = await repo.collect_garbage()  # default grace: everything is too young to go
+    assert young.deleted == () and young.spared_young == len(m1.blob_digests() - m2.blob_digests())
+
+    report = await repo.collect_garbage(min_age=timedelta(0))
+    assert set(report.deleted) == m1.blob_digests() - m2.blob_digests()
+    stored = {b.digest async for b in store.iter_blobs()}
+    assert stored == m2.blob_digests()
+    local = await repo_for(store, tmp_path / "fresh").download(
+        "snap-2", tmp_path / "restored", first.base
+    )
+    assert local.manifest.snapshot_id == "snap-2"
+
+
+async def test_download_refuses_a_different_base(store: SnapshotStore, tmp_path: Path) -> None:
+    snap = build_snapshot(tmp_path / "node")
+    repo = repo_for(store, tmp_path)
+    await repo.upload(snap.dir, base_image_digest=BASE_DIGEST)
+    other = tmp_path / "other.raw"
+    other.write_bytes(b"\0" * 4096)
+    with pytest.raises(LayoutError, match="base image"):
+        await repo.download("snap-1", tmp_path / "x", other)

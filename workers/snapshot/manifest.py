@@ -1,0 +1,125 @@
+"""The stored description of one snapshot: which blobs make it up and how they fit together.
+
+A manifest is written last, after every blob it names is durable, so its presence means
+the snapshot is complete; GC treats every blob a manifest names as live. Unknown fields
+are kept out (extra="forbid") so a typo never silently drops data; new fields get defaults.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from workers.snapshot.paths import check_digest, check_snapshot_id
+
+FORMAT_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BlobRef(_Frozen):
+    """A whole file stored as one blob (the device state)."""
+
+    digest: str
+    size: int = Field(ge=0)
+
+    _digest = field_validator("digest")(check_digest)
+
+
+class LayerRef(_Frozen):
+    """One frozen qcow2 disk layer. `backing_digest` None means it sits on the base image."""
+
+    digest: str
+    size: int = Field(ge=0)
+    backing_digest: str | None
+    backing_format: Literal["raw", "qcow2"]
+
+    _digest = field_validator("digest")(check_digest)
+
+
+class MemoryRef(_Frozen):
+    """Guest RAM as fixed-size chunks; None marks an all-zero chunk (a hole, never stored)."""
+
+    size: int = Field(ge=0)
+    chunk_size: int = Field(gt=0)
+    chunks: tuple[str | None, ...]
+
+    @model_validator(mode="after")
+    def _shape(self) -> MemoryRef:
+        if len(self.chunks) != -(-self.size // self.chunk_size):
+            raise ValueError(
+                f"{len(self.chunks)} chunks cannot cover {self.size} bytes "
+                f"in {self.chunk_size}-byte chunks"
+            )
+        for c in self.chunks:
+            if c is not None:
+                check_digest(c)
+        return self
+
+    def chunk_len(self, index: int) -> int:
+        """Bytes in chunk `index` (the last one may be short)."""
+        return min(self.chunk_size, self.size - index * self.chunk_size)
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(self.chunk_len(i) for i, c in enumerate(self.chunks) if c is not None)
+
+
+class BaseImageRef(_Frozen):
+    """The template's raw base image: not uploaded (every node has it), only identified."""
+
+    digest: str
+    size: int = Field(ge=0)
+
+
+class SnapshotManifest(_Frozen):
+    """Everything needed to rebuild a snapshot directory on any node with the base image."""
+
+    format: Literal[1] = 1  # FORMAT_VERSION
+    snapshot_id: str
+    parent_id: str | None = None
+    created_at: datetime
+    fingerprint: str  # the machine fingerprint; a restore needs an equal machine
+    machine: dict[str, Any]
+    base_image: BaseImageRef
+    layers: tuple[LayerRef, ...]  # bottom (on the base) to top
+    memory: MemoryRef
+    state: BlobRef
+    node_manifest: dict[str, Any]  # the node's own manifest.json, for a faithful rebuild
+
+    _sid = field_validator("snapshot_id")(check_snapshot_id)
+
+    @model_validator(mode="after")
+    def _chain(self) -> SnapshotManifest:
+        if not self.layers:
+            raise ValueError("a snapshot needs at least one disk layer")
+        below: str | None = None
+        for layer in self.layers:
+            if layer.backing_digest != below:
+                raise ValueError(f"layer {layer.digest[:12]} is not stacked on the layer below")
+            if layer.backing_format != ("raw" if below is None else "qcow2"):
+                raise ValueError(f"layer {layer.digest[:12]} has the wrong backing format")
+            below = layer.digest
+        return self
+
+    def blob_digests(self) -> set[str]:
+        """Every blob this snapshot needs (what GC must keep)."""
+        out = {self.state.digest, *(layer.digest for layer in self.layers)}
+        out.update(c for c in self.memory.chunks if c is not None)
+        return out
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of blobs (before dedup against other snapshots)."""
+        return self.state.size + sum(x.size for x in self.layers) + self.memory.stored_bytes
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json(indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> SnapshotManifest:
+        return cls.model_validate_json(data)
