@@ -139,6 +139,30 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             out["idle_child_pss_mib"] = round(mean, 1)
             out["idle_child_pss_over_guest_ram"] = round(mean / args.mem, 3)
         await rt.destroy(parent)
+
+        # pause (= capture and release the VM) must not grow with guest RAM
+        for mem in args.pause_sizes:
+            vm = await rt.boot(kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
+                               cmdline=kernel_cmdline(image), mem_mib=mem)  # fmt: skip
+            await rt.wait_envd(vm)
+            await init_envd(vm.host, None)
+            tpl = await rt.capture(vm, resume=False)
+            raw_pause, pause = [], []
+            for i in range(args.pauses):
+                sbx, _ = await rt.restore(tpl, private_memory=False)
+                t0 = time.monotonic()
+                await sbx.qemu.stop()
+                await sbx.qemu.save_state(state / f"raw-pause-{mem}-{i}")
+                raw_pause.append(time.monotonic() - t0)
+                await sbx.qemu.cont()
+                t0 = time.monotonic()
+                snap = await rt.capture(sbx, resume=False)
+                pause.append(time.monotonic() - t0)
+                rt.delete_snapshot(snap)
+            out[f"pause_{mem}mib"] = summary(pause)
+            out[f"pause_{mem}mib_raw_stop_and_state"] = summary(raw_pause)
+            out[f"pause_{mem}mib_ratio"] = ratio(summary(pause), summary(raw_pause))
+            rt.delete_snapshot(tpl)
     finally:
         await rt.close()
         with contextlib.suppress(OSError):
@@ -153,6 +177,8 @@ def cli() -> None:
     p.add_argument("--mem", type=int, default=512, help="guest RAM, MiB")
     p.add_argument("--fork-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     p.add_argument("--idle", type=float, default=5.0, help="seconds before measuring PSS")
+    p.add_argument("--pause-sizes", type=int, nargs="+", default=[256, 2048], help="MiB")
+    p.add_argument("--pauses", type=int, default=10)
     emit("runtime", asyncio.run(main(p.parse_args())))
 
 
