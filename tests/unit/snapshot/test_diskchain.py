@@ -1,0 +1,45 @@
+"""qcow2 header parsing against files written by the node's in-process qcow2 writer."""
+
+from pathlib import Path
+
+import pytest
+
+from workers.node.runtime.qcow2 import create_overlay
+from workers.snapshot import LayoutError
+from workers.snapshot.diskchain import check_chain, read_backing, walk_chain
+
+
+def chain(tmp_path: Path, n: int) -> tuple[Path, list[Path]]:
+    base = tmp_path / "base.raw"
+    with open(base, "wb") as f:
+        f.truncate(8 << 20)
+    layers: list[Path] = []
+    for i in range(n):
+        layer = tmp_path / f"l{i}.qcow2"
+        below, fmt = (base, "raw") if not layers else (layers[-1], "qcow2")
+        create_overlay(layer, below, fmt)
+        layers.append(layer)
+    return base, layers
+
+
+def test_read_backing(tmp_path: Path) -> None:
+    _, layers = chain(tmp_path, 2)
+    b = read_backing(layers[1])
+    assert b.path == layers[0] and b.format == "qcow2"
+    assert read_backing(layers[0]).format == "raw"
+
+
+def test_walk_and_check_chain(tmp_path: Path) -> None:
+    base, layers = chain(tmp_path, 3)
+    assert walk_chain(layers[-1]) == (layers, base)
+    assert check_chain(layers) == base
+
+
+def test_broken_chains_are_refused(tmp_path: Path) -> None:
+    base, layers = chain(tmp_path, 3)
+    with pytest.raises(LayoutError, match="backed by"):
+        check_chain([layers[0], layers[2]])
+    with pytest.raises(LayoutError, match="raw base"):
+        check_chain(layers[1:])
+    with pytest.raises(LayoutError, match="not a qcow2"):
+        read_backing(base)
