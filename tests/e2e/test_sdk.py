@@ -109,3 +109,16 @@ def test_create_latency_is_sane(stack: Stack) -> None:
     took = time.monotonic() - t0
     sbx.kill()
     assert took < 5.0, f"create took {took:.1f}s: restore path broken?"
+
+
+def test_idempotency_key_makes_a_retried_create_land_on_the_same_sandbox(stack: Stack) -> None:
+    key = f"retry-{uuid.uuid4().hex[:12]}"
+    first = Sandbox.create(idempotency_key=key)
+    try:
+        again = Sandbox.create(idempotency_key=key)
+        assert again.sandbox_id == first.sandbox_id
+        other = Sandbox.create(idempotency_key=key + "-other")
+        assert other.sandbox_id != first.sandbox_id
+        other.kill()
+    finally:
+        first.kill()
