@@ -105,14 +105,17 @@ class BlobCache:
         fetches of one digest load it once.
         """
         lock = self._loading.setdefault(digest, asyncio.Lock())
-        async with lock:
-            hit = self.get(digest)
-            if hit is not None:
-                return hit
-            path = self.path_for(digest)
-            size = await load(path)
-            self._entries[digest] = CacheEntry(size, time.time())
-        self._loading.pop(digest, None)
+        try:
+            async with lock:
+                hit = self.get(digest)
+                if hit is not None:
+                    return hit
+                path = self.path_for(digest)
+                size = await load(path)
+                self._entries[digest] = CacheEntry(size, time.time())
+        finally:
+            if not lock.locked() and self._loading.get(digest) is lock:
+                del self._loading[digest]
         self.trim()
         return path
 

@@ -250,7 +250,11 @@ class SnapshotRepository:
             mem = await self._download_memory(manifest.memory, dest_dir / MEM, load)
 
         doc = dict(manifest.node_manifest)
-        doc.update(disk_top=str(layers[-1]), base_image=str(base_image_path))
+        doc.update(
+            snapshot_id=manifest.snapshot_id,
+            disk_top=str(layers[-1]),
+            base_image=str(base_image_path),
+        )
         await asyncio.to_thread(_write_atomic, dest_dir / NODE_MANIFEST, json.dumps(doc, indent=2))
         return LocalSnapshot(
             dir=dest_dir,

@@ -25,6 +25,8 @@ from workers.snapshot import (
     BlobSource,
     LayoutError,
     ManifestNotFound,
+    RetryableStoreError,
+    RetryPolicy,
     SnapshotRepository,
     SnapshotStore,
     StoreError,
@@ -50,6 +52,31 @@ class CountingStore:
             raise StoreError("simulated node crash")
         await self.inner.put_blob(digest, source)
         self.puts.append(digest)
+
+
+class FlakyStore(CountingStore):
+    """Every first attempt at a blob operation fails the way a struggling S3 does."""
+
+    def __init__(self, inner: SnapshotStore):
+        super().__init__(inner)
+        self.failed: set[tuple[str, str]] = set()
+
+    def _flake(self, op: str, digest: str) -> None:
+        if (op, digest) not in self.failed:
+            self.failed.add((op, digest))
+            raise RetryableStoreError(f"503 on {op}")
+
+    async def has_blob(self, digest: str) -> bool:
+        self._flake("has", digest)
+        return await self.inner.has_blob(digest)
+
+    async def put_blob(self, digest: str, source: BlobSource) -> None:
+        self._flake("put", digest)
+        await super().put_blob(digest, source)
+
+    async def get_blob_to(self, digest: str, dest: Path) -> int:
+        self._flake("get", digest)
+        return await self.inner.get_blob_to(digest, dest)
 
 
 def repo_for(store: Any, tmp_path: Path, budget: int = 1 << 40) -> SnapshotRepository:
@@ -194,3 +221,15 @@ async def test_download_refuses_a_different_base(store: SnapshotStore, tmp_path:
     other.write_bytes(b"\0" * 4096)
     with pytest.raises(LayoutError, match="base image"):
         await repo.download("snap-1", tmp_path / "x", other)
+
+
+async def test_transient_store_errors_are_retried(store: SnapshotStore, tmp_path: Path) -> None:
+    snap = build_snapshot(tmp_path / "node")
+    flaky = FlakyStore(store)
+    fast = RetryPolicy(attempts=3, base_delay=0.001, max_delay=0.01)
+    repo = SnapshotRepository(flaky, BlobCache(tmp_path / "cache", 1 << 40), retry=fast)
+    up = await repo.upload(snap.dir, base_image_digest=BASE_DIGEST)
+    local = await repo.download("snap-1", tmp_path / "restored", snap.base)
+    assert same_content(local.mem, snap.mem)
+    n = len(up.manifest.blob_digests())
+    assert len(flaky.failed) == 3 * n  # every has, put and get failed once and was retried
