@@ -115,24 +115,25 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         curve: dict[str, Any] = {}
         per_child: list[float] = []
         for n in args.fork_sizes:
-            t0 = time.monotonic()
-            snap, kids = await rt.fork(parent, n, wait=False)
-            t_fork = time.monotonic() - t0
-            vms = [k for k in kids if isinstance(k, Vm)]
-            t_run = time.monotonic() - t0
-            await asyncio.gather(*(rt.wait_envd(k, 120) for k in vms))
-            t_all = time.monotonic() - t0
+            running_s, envd_s, failed = [], [], 0
+            for rep in range(args.fork_repeats):
+                t0 = time.monotonic()
+                snap, kids = await rt.fork(parent, n, wait=False)
+                vms = [k for k in kids if isinstance(k, Vm)]
+                running_s.append(time.monotonic() - t0)
+                await asyncio.gather(*(rt.wait_envd(k, 120) for k in vms))
+                envd_s.append(time.monotonic() - t0)
+                failed += n - len(vms)
+                if n == max(args.fork_sizes) and rep == 0:
+                    await asyncio.sleep(args.idle)
+                    per_child = [pss_kib(k.qemu.pid) / 1024 for k in vms if k.qemu.pid]
+                await asyncio.gather(*(rt.destroy(k) for k in vms))
+                rt.delete_snapshot(snap)
             curve[str(n)] = {
-                "capture_s": round(t_fork, 3),
-                "all_running_s": round(t_run, 3),
-                "all_envd_s": round(t_all, 3),
-                "failed": n - len(vms),
+                "all_running": summary(running_s, "s", 1.0),
+                "all_envd": summary(envd_s, "s", 1.0),
+                "failed": failed,
             }
-            if n == max(args.fork_sizes):
-                await asyncio.sleep(args.idle)
-                per_child = [pss_kib(k.qemu.pid) / 1024 for k in vms if k.qemu.pid]
-            await asyncio.gather(*(rt.destroy(k) for k in vms))
-            rt.delete_snapshot(snap)
         out["fork_curve"] = curve
         if per_child:
             mean = sum(per_child) / len(per_child)
@@ -176,6 +177,7 @@ def cli() -> None:
     p.add_argument("--restores", type=int, default=10)
     p.add_argument("--mem", type=int, default=512, help="guest RAM, MiB")
     p.add_argument("--fork-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    p.add_argument("--fork-repeats", type=int, default=3)
     p.add_argument("--idle", type=float, default=5.0, help="seconds before measuring PSS")
     p.add_argument("--pause-sizes", type=int, nargs="+", default=[256, 2048], help="MiB")
     p.add_argument("--pauses", type=int, default=10)
