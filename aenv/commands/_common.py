@@ -85,6 +85,8 @@ def sdk_errors(what: str = "") -> Iterator[None]:
     except Exception as e:
         if debug_requested():
             raise
+        if isinstance(e, ex.SandboxNotRunningException):
+            die(f"{prefix}the sandbox is gone (killed, or its timeout passed)", EXIT_FAILED)
         if isinstance(e, ex.NotFoundException):
             die(f"{prefix}{_first_line(e) or 'not found'}", EXIT_FAILED)
         if isinstance(e, ex.InvalidArgumentException):

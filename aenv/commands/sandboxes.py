@@ -54,12 +54,12 @@ def _wait_for_envd(sbx: Sandbox) -> None:
         time.sleep(0.2)
 
 
-def _shell(sbx: Sandbox) -> None:
+def _shell(sbx: Sandbox) -> int:
+    """The shell's exit code (like ssh); errors exit through `sdk_errors`."""
     from aenv.commands.terminal import attach
 
     with sdk_errors("shell"):
-        code = attach(sbx)
-    raise typer.Exit(code)
+        return attach(sbx)
 
 
 def start(
@@ -95,15 +95,16 @@ def start(
         return
     typer.echo(f"aenv: sandbox {sbx.sandbox_id} ({template}); Ctrl-D to leave", err=True)
     try:
-        _shell(sbx)
+        code = _shell(sbx)  # on failure: typer.Exit with the one-line message already out
     finally:
         if rm:
             with sdk_errors("rm"):
                 sbx.kill()
-        else:
-            typer.echo(f"aenv: sandbox {sbx.sandbox_id} keeps running: "
-                       f"`aenv cn {sbx.sandbox_id}` to return, `aenv rm` to end it",
-                       err=True)  # fmt: skip
+    if not rm:
+        typer.echo(f"aenv: sandbox {sbx.sandbox_id} keeps running: "
+                   f"`aenv cn {sbx.sandbox_id}` to return, `aenv rm` to end it",
+                   err=True)  # fmt: skip
+    raise typer.Exit(code)
 
 
 def cn(
@@ -119,7 +120,7 @@ def cn(
     with sdk_errors(f"cn {sandbox_id}"):
         sbx = Sandbox.connect(sandbox_id, timeout=timeout, **conn.sdk_opts())
         _wait_for_envd(sbx)
-    _shell(sbx)
+    raise typer.Exit(_shell(sbx))
 
 
 def _row(info: SandboxInfo) -> dict[str, Any]:

@@ -26,6 +26,15 @@ if TYPE_CHECKING:
 __all__ = ["attach"]
 
 _QUIT, _WINCH = b"q", b"w"
+# A killed or expired sandbox does not always end the PTY stream (the proxy may keep it
+# open), so an idle session asks envd whether it is still there this often.
+IDLE_CHECK_S = 5.0
+
+
+def _gone(sandbox_id: str) -> Exception:
+    from e2b import SandboxNotRunningException
+
+    return SandboxNotRunningException(f"sandbox {sandbox_id} is gone")
 
 
 def _size(fd: int) -> PtySize:
@@ -88,19 +97,27 @@ def attach(sbx: Sandbox) -> int:
             reader.start()
             while True:
                 fds = [wake_r, fd_in] if stdin_open else [wake_r]
-                ready, _, _ = select.select(fds, [], [])
-                if wake_r in ready:
-                    signals = os.read(wake_r, 64)
-                    if _QUIT in signals:
-                        break
-                    sbx.pty.resize(handle.pid, _size(fd_in))
-                if fd_in in ready:
-                    data = os.read(fd_in, 4096)
-                    if data:
-                        sbx.pty.send_stdin(handle.pid, data)
-                    else:  # stdin closed (not a terminal): end the shell as Ctrl-D would
-                        stdin_open = False
-                        sbx.pty.send_stdin(handle.pid, b"\x04")
+                ready, _, _ = select.select(fds, [], [], IDLE_CHECK_S)
+                if not ready:
+                    if not sbx.is_running(request_timeout=IDLE_CHECK_S):
+                        raise _gone(sbx.sandbox_id)
+                    continue
+                if wake_r in ready and _QUIT in os.read(wake_r, 64):
+                    break
+                try:
+                    if wake_r in ready:
+                        sbx.pty.resize(handle.pid, _size(fd_in))
+                    if fd_in in ready:
+                        data = os.read(fd_in, 4096)
+                        # stdin closed (not a terminal): end the shell as Ctrl-D would
+                        stdin_open = bool(data)
+                        sbx.pty.send_stdin(handle.pid, data or b"\x04")
+                except Exception:
+                    # typing while the shell exits races its end: the reader's outcome wins
+                    reader.join(timeout=5)
+                    if reader.is_alive():
+                        raise
+                    break
     finally:
         signal.signal(signal.SIGWINCH, old_winch)
         if reader.is_alive():
