@@ -237,17 +237,27 @@ class SnapshotRepository:
 
             return await self.cache.fetch(digest, get)
 
+        state, mem = dest_dir / STATE, dest_dir / MEM
+        layers = [layers_dir / f"{ref.digest}.qcow2" for ref in manifest.layers]
+
+        async def place(digest: str, dest: Path) -> None:
+            await asyncio.to_thread(_copy, await load(digest), dest)
+
+        async def disk() -> None:
+            # Layers download side by side; re-pointing is metadata-only, bottom to top.
+            pairs = zip(manifest.layers, layers, strict=True)
+            await _gather(*(place(ref.digest, local) for ref, local in pairs))
+            below = base_image_path.resolve()
+            for ref, local in zip(manifest.layers, layers, strict=True):
+                await diskchain.rebase_unsafe(local, below, ref.backing_format)
+                below = local.resolve()  # qemu reads a relative backing name per image dir
+
         with self.cache.hold(manifest.blob_digests()):
-            state = dest_dir / STATE
-            await asyncio.to_thread(_copy, await load(manifest.state.digest), state)
-            layers: list[Path] = []
-            for ref in manifest.layers:
-                local = layers_dir / f"{ref.digest}.qcow2"
-                await asyncio.to_thread(_copy, await load(ref.digest), local)
-                below = layers[-1] if layers else base_image_path
-                await diskchain.rebase_unsafe(local, below.resolve(), ref.backing_format)
-                layers.append(local)
-            mem = await self._download_memory(manifest.memory, dest_dir / MEM, load)
+            await _gather(
+                place(manifest.state.digest, state),
+                disk(),
+                self._download_memory(manifest.memory, mem, load),
+            )
 
         doc = dict(manifest.node_manifest)
         doc.update(
@@ -338,13 +348,17 @@ class SnapshotRepository:
 async def _run_workers(n: int, worker: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """Run `n` copies of `worker`; the first failure cancels the rest and is re-raised
     as itself (callers handle `StoreError`, not an ExceptionGroup)."""
+    await _gather(*(worker() for _ in range(n)))
+
+
+async def _gather(*coros: Coroutine[Any, Any, Any]) -> None:
+    """Run `coros` together; the first failure cancels the rest and is re-raised as itself."""
     try:
         async with asyncio.TaskGroup() as tg:
-            for _ in range(n):
-                tg.create_task(worker())
+            for c in coros:
+                tg.create_task(c)
     except BaseExceptionGroup as eg:
-        first = eg.exceptions[0]
-        raise first from None
+        raise eg.exceptions[0] from None
 
 
 def _const(source: BlobSource) -> Callable[[], Awaitable[BlobSource]]:
