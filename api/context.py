@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -47,6 +49,30 @@ class ApiContext:
     #: model to reach it, so a GET after our own write sees it (and writes do not wait).
     fence: int = 0
 
+    #: Short-lived cache of slowly changing lookups (templates, where a snapshot lives):
+    #: a create should not pay two database round trips for what changes once a day.
+    _cache: dict[str, tuple[float, Any]] = field(default_factory=dict)
+
+    async def cached(self, key: str, load: Callable[[], Awaitable[Any]], ttl: float = 5.0) -> Any:
+        hit = self._cache.get(key)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < ttl:
+            return hit[1]
+        value = await load()
+        self._cache[key] = (now, value)
+        return value
+
+    def forget(self, prefix: str) -> None:
+        for k in [k for k in self._cache if k.startswith(prefix)]:
+            del self._cache[k]
+
+    #: Sandboxes written since the last read; their sequences are looked up lazily.
+    unfenced: set[str] = field(default_factory=set)
+
     async def fenced(self) -> None:
+        """Before a read: wait until the read model shows this process's own writes."""
+        while self.unfenced:
+            sid = self.unfenced.pop()
+            self.fence = max(self.fence, (await self.bus.sandboxes.version(sid)).seq)
         if self.fence:
             await self.wait_for(self.fence)

@@ -83,8 +83,7 @@ async def _visible(ctx: ApiContext, caller: Caller, sandbox_id: str) -> sb.Sandb
 async def _settle(ctx: ApiContext, sandbox_id: str) -> None:
     """Raise the read fence to our own write: later reads wait for the read model to show
     it (read-your-writes) without making this write wait for the projector."""
-    version = await ctx.bus.sandboxes.version(sandbox_id)
-    ctx.fence = max(ctx.fence, version.seq)
+    ctx.unfenced.add(sandbox_id)
 
 
 @post(["/sandboxes", "/v2/sandboxes"], status_code=201)
@@ -98,8 +97,11 @@ async def create_sandbox(
         else (DEFAULT_TIMEOUT_V1 if v1 else DEFAULT_TIMEOUT_V2)
     )
     _check_timeout(timeout)
-    tpl = await reads.template_row(ctx.engine, data.template_id)
+    tpl = await ctx.cached(
+        f"tpl:{data.template_id}", lambda: reads.template_row(ctx.engine, data.template_id)
+    )
     if tpl is None:
+        ctx.forget(f"tpl:{data.template_id}")  # a template registered a moment ago: ask again
         raise ApiError(404, f"template '{data.template_id}' not found")
     secure = True if not v1 else bool(data.secure)
     idempotency_key = request.headers.get("idempotency-key")
@@ -144,7 +146,9 @@ async def create_sandbox(
         ),
     )
     # A snapshot template lives on the node that took it (until layers move through S3).
-    node = await reads.snapshot_node(ctx.engine, tpl.template_id)
+    node = await ctx.cached(
+        f"tpl-node:{tpl.template_id}", lambda: reads.snapshot_node(ctx.engine, tpl.template_id)
+    )
     event, _ = await send_and_wait(
         ctx.bus, cmd, node_id=node, until=(sb.SandboxCreated,),
         timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
@@ -373,6 +377,8 @@ async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> 
     events = tp.decide_template(state, cmd)
     if events:
         await ctx.bus.templates.append(template_id, version, events)
+    ctx.forget(f"tpl:{template_id}")
+    ctx.forget(f"tpl-node:{template_id}")
     if node is not None:  # the node frees the capture (no sandbox restores from it again)
         await ctx.bus.commands.to_node(node, cmd)
 

@@ -23,11 +23,21 @@ async def apply(
     store: EventStore[sb.Sandbox],
     command: sb.SandboxCommand,
     context: MessageContext | None = None,
+    *,
+    known: tuple[sb.Sandbox | None, Version] | None = None,
 ) -> tuple[sb.Sandbox | None, Version, list[Event]]:
     """Decide `command` on the latest state and append the result: (new state, version,
-    appended events). Domain errors propagate to the caller."""
-    for _ in range(ATTEMPTS):
-        state, version = await store.load(command.sandbox_id)
+    appended events). Domain errors propagate to the caller.
+
+    `known` is a state the caller already holds (from its previous `apply`): the first
+    attempt decides on it without re-reading the stream; if someone appended since, the
+    append fails on the expected sequence and we fall back to a fresh load.
+    """
+    for attempt in range(ATTEMPTS):
+        if attempt == 0 and known is not None:
+            state, version = known
+        else:
+            state, version = await store.load(command.sandbox_id)
         events: list[Event] = list(sb.decide(state, command))
         if not events:
             return state, version, []

@@ -155,7 +155,7 @@ class NodeWorker:
     async def _create(self, cmd: sb.CreateSandbox, ctx: MessageContext) -> None:
         if self.host.free <= 0 and cmd.sandbox_id not in self.host.sandboxes:
             raise RetryableError("node is full", delay_s=1.0)  # another node may take it
-        state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
+        state, version, _ = await apply(self.bus.sandboxes, cmd, ctx)
         if state is None or state.status is not S.CREATING:
             return  # redelivery of a create that already finished
         guest = self._guest(state)
@@ -175,7 +175,7 @@ class NodeWorker:
             error=error,
             command_id=completion_id(cmd, "created"),
         )
-        state, _, events = await apply(self.bus.sandboxes, done, ctx)
+        state, _, events = await apply(self.bus.sandboxes, done, ctx, known=(state, version))
         if (
             error is None
             and not events
