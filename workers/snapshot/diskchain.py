@@ -32,8 +32,11 @@ class Backing:
 
 def read_backing(path: Path) -> Backing:
     """Parse `path`'s qcow2 header (v2/v3) for its backing file name and format."""
-    with open(path, "rb") as f:
-        head = f.read(4096)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        raise LayoutError(f"disk layer {path} unreadable: {e}") from e
     if head[:4] != QCOW2_MAGIC:
         raise LayoutError(f"{path} is not a qcow2 image")
     version, off, length = struct.unpack(">IQI", head[4:20])

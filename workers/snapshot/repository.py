@@ -121,6 +121,9 @@ class SnapshotRepository:
         image is not uploaded; `base_image_digest` identifies it for the restoring node.
         """
         doc = _read_node_manifest(snapshot_dir)
+        for name in (STATE, MEM):
+            if not (snapshot_dir / name).is_file():
+                raise LayoutError(f"{snapshot_dir} has no {name} file: not a complete snapshot")
         sid = snapshot_id or str(doc["snapshot_id"])
         if layers is None:
             chain, base = await asyncio.to_thread(diskchain.walk_chain, Path(doc["disk_top"]))

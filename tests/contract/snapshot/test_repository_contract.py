@@ -128,6 +128,9 @@ async def test_layers_can_be_passed_explicitly_and_are_checked(
     assert len(up.manifest.layers) == 3
     with pytest.raises(LayoutError, match="backed by"):
         await repo.upload(snap.dir, [snap.layers[0], snap.layers[2]], base_image_digest=BASE_DIGEST)
+    (snap.dir / "mem").unlink()
+    with pytest.raises(LayoutError, match="no mem file"):
+        await repo.upload(snap.dir, base_image_digest=BASE_DIGEST)
 
 
 async def test_second_snapshot_uploads_only_what_changed(

@@ -43,3 +43,8 @@ def test_broken_chains_are_refused(tmp_path: Path) -> None:
         check_chain(layers[1:])
     with pytest.raises(LayoutError, match="not a qcow2"):
         read_backing(base)
+
+
+def test_a_missing_layer_is_a_layout_error(tmp_path: Path) -> None:
+    with pytest.raises(LayoutError, match="unreadable"):
+        walk_chain(tmp_path / "gone.qcow2")
