@@ -23,8 +23,8 @@ class NodeSettings(BaseSettings):
     capacity: int = Field(default=32, ge=1)
     #: Network namespace/interface prefix; distinct per stack sharing a host.
     slot_prefix: str = Field(default="aenv", pattern=r"^[a-z]{1,8}$")
-    #: Ready network slots kept warm (each ~50 ms to build).
-    slot_pool: int = Field(default=4, ge=0)
+    #: Ready network slots kept warm (each ~50 ms to build): enough for a 16-way fork.
+    slot_pool: int = Field(default=16, ge=0)
     #: Whether guests may reach the internet at all. Off here: this host has no uplink NAT
     #: for guests, so `allow_internet_access` is accepted but cannot open anything.
     egress_enabled: bool = False
