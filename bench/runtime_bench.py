@@ -53,7 +53,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     image = build_base(progress=lambda m: None)
     state = Path(tempfile.mkdtemp(prefix="aenv-bench-", dir="/var/tmp"))
     rt = await Runtime.open(
-        state, kernel_for_probe=image.kernel, pool_target=4, slot_prefix="aenvb"
+        state, kernel_for_probe=image.kernel, pool_target=17, slot_prefix="aenvb"
     )
     out: dict[str, Any] = {
         "accelerator": rt.accel.accel,
