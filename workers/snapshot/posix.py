@@ -8,11 +8,13 @@ at all. Blocking file work runs in threads to keep the node's event loop respons
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from workers.snapshot import paths
@@ -109,6 +111,22 @@ class PosixStore:
 
     async def close(self) -> None:
         return None
+
+    async def sweep_partial(self, older_than: timedelta = timedelta(hours=1)) -> int:
+        """Delete temp files of writes a crash cut short (older than `older_than`, so a
+        write in progress on another node is left alone); returns how many went."""
+        cutoff = time.time() - older_than.total_seconds()
+
+        def sweep() -> int:
+            n = 0
+            for p in self.root.rglob(".*.part"):
+                with contextlib.suppress(FileNotFoundError):
+                    if p.stat().st_mtime < cutoff:
+                        p.unlink()
+                        n += 1
+            return n
+
+        return await asyncio.to_thread(sweep)
 
 
 def _atomic_write(dest: Path, source: BlobSource) -> None:

@@ -14,6 +14,7 @@ from workers.snapshot import (
     BlobNotFound,
     CorruptBlob,
     ManifestNotFound,
+    PosixStore,
     S3Store,
     SnapshotStore,
     StoreError,
@@ -136,3 +137,17 @@ async def test_s3_unreachable_is_retryable(s3_endpoint: S3Endpoint) -> None:
     with pytest.raises(StoreError) as err:
         await S3Store.open(dead)
     assert err.value.retryable
+
+
+async def test_posix_sweeps_only_stale_partial_writes(tmp_path: Path) -> None:
+    store = PosixStore(tmp_path / "store")
+    await store.put_blob(sha(b"kept"), b"kept")
+    fan = (tmp_path / "store").rglob("*")
+    blob_dir = next(p for p in fan if p.is_file()).parent
+    stale, fresh = blob_dir / ".x.stale.part", blob_dir / ".x.fresh.part"
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    os.utime(stale, (0, 0))
+    assert await store.sweep_partial() == 1
+    assert fresh.exists() and not stale.exists()
+    assert await store.has_blob(sha(b"kept"))
