@@ -7,11 +7,23 @@ import typer
 
 from aenv.commands import auth, exec, sandboxes
 
-__all__ = ["register"]
+__all__ = ["EPILOG", "register"]
+
+EPILOG = (
+    "Sandbox commands find the server from --api-url/--api-key, else AENV_API_URL/"
+    "AENV_API_KEY, else E2B_API_URL/E2B_API_KEY, else `aenv auth`'s credentials, else the "
+    "local stack in --data-dir.\n\n"
+    "Exit codes: 0 ok, 1 the command failed in the sandbox (exec mirrors its code), "
+    "2 usage, 3 server or network error. `aenv --debug COMMAND` shows tracebacks. "
+    "Reference: docs/cli.md."
+)
 
 
 def register(app: typer.Typer) -> None:
-    """Add auth, start, cn, exec, upload, download, ls, pause, resume, timeout, rm, fork."""
+    """Add auth, start, cn, exec, upload, download, ls, pause, resume, timeout, rm, fork,
+    and the top-level help's epilog on configuration and exit codes."""
     auth.register(app)
     sandboxes.register(app)
     exec.register(app)
+    if not app.info.epilog:
+        app.info.epilog = EPILOG

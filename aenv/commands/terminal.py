@@ -28,7 +28,7 @@ __all__ = ["attach"]
 _QUIT, _WINCH = b"q", b"w"
 # A killed or expired sandbox does not always end the PTY stream (the proxy may keep it
 # open), so an idle session asks envd whether it is still there this often.
-IDLE_CHECK_S = 5.0
+IDLE_CHECK_S = 3.0
 
 
 def _gone(sandbox_id: str) -> Exception:
@@ -99,7 +99,7 @@ def attach(sbx: Sandbox) -> int:
                 fds = [wake_r, fd_in] if stdin_open else [wake_r]
                 ready, _, _ = select.select(fds, [], [], IDLE_CHECK_S)
                 if not ready:
-                    if not sbx.is_running(request_timeout=IDLE_CHECK_S):
+                    if not sbx.is_running(request_timeout=10):
                         raise _gone(sbx.sandbox_id)
                     continue
                 if wake_r in ready and _QUIT in os.read(wake_r, 64):
@@ -120,10 +120,12 @@ def attach(sbx: Sandbox) -> int:
                     break
     finally:
         signal.signal(signal.SIGWINCH, old_winch)
-        if reader.is_alive():
+        if reader.is_alive():  # we are leaving on an error: end the guest shell, stop reading
             with contextlib.suppress(Exception):
                 handle.kill()
-            reader.join(timeout=5)
+            with contextlib.suppress(Exception):
+                handle.disconnect()
+            reader.join(timeout=1)  # a daemon thread: a stream stuck on a dead VM can't hold us
         if not reader.is_alive():  # a stuck reader may still write: leave its pipe open
             os.close(wake_r)
             os.close(wake_w)

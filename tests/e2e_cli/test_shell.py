@@ -59,3 +59,16 @@ def test_cn_resumes_a_paused_sandbox_and_reattaches(cli_stack: CliStack, sandbox
     child.close()
     assert child.exitstatus == 4
     assert b'"running"' in run_aenv("ls", env=env).stdout
+
+
+def test_a_sandbox_killed_under_the_shell_ends_it_with_one_line(cli_stack: CliStack) -> None:
+    child = _spawn(cli_stack, "start")
+    child.expect(r"sandbox (\w+) \(base\)")
+    sid = child.match.group(1).decode()
+    child.expect(PROMPT)
+    assert run_aenv("rm", sid, env=cli_stack.env()).returncode == 0
+    child.expect("aenv: shell: the sandbox is gone", timeout=30)  # idle check: every 3 s
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
+    assert b"keeps running" not in (child.before or b"")

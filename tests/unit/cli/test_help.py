@@ -49,3 +49,9 @@ def test_top_level_help_lists_every_command() -> None:
 def test_usage_errors_exit_2(argv: list[str], tmp_path: object) -> None:
     env = {"AENV_API_URL": "http://127.0.0.1:9", "AENV_API_KEY": "e2b_x"}
     assert runner.invoke(app, argv, env=env).exit_code == 2
+
+
+def test_top_level_help_explains_configuration_and_exit_codes() -> None:
+    text = " ".join(runner.invoke(app, ["--help"], terminal_width=200).output.split())
+    for word in ("AENV_API_URL", "aenv auth", "Exit codes", "--debug"):
+        assert word in text
