@@ -7,6 +7,7 @@ with the guest command's own exit code, so `aenv exec ID -- make test && …` co
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path, PurePosixPath
@@ -43,6 +44,24 @@ def _connect(sandbox_id: str, conn: Connection) -> Sandbox:
     return Sandbox.connect(sandbox_id, **conn.sdk_opts())
 
 
+def _pump_stdin(sbx: Sandbox, pid: int) -> None:
+    """Copy our stdin to the guest process on a thread (the output streams meanwhile), then
+    close its stdin so `cat`, `wc` and friends see end of input."""
+    import threading
+
+    fd = sys.stdin.fileno()
+
+    def pump() -> None:
+        try:
+            while chunk := os.read(fd, 64 * 1024):
+                sbx.commands.send_stdin(pid, chunk)
+            sbx.commands.close_stdin(pid)
+        except Exception:
+            pass  # the process ended first: what it printed and its exit code tell the story
+
+    threading.Thread(target=pump, name="exec-stdin", daemon=True).start()
+
+
 def exec_(
     sandbox_id: SandboxId,
     command: Annotated[list[str], typer.Argument(show_default=False,
@@ -55,6 +74,9 @@ def exec_(
                    help="KEY=VALUE environment variable, repeatable.")] = None,
     timeout: Annotated[float, typer.Option("--timeout", "-t", min=0,
                        help="Seconds before the command is killed; 0 waits forever.")] = 0,
+    interactive: Annotated[bool, typer.Option("--interactive", "-i",
+                           help="Forward our stdin to the command; end of input closes its "
+                           "stdin (`aenv exec -i ID -- wc -l < file`).")] = False,
     api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
 ) -> None:  # fmt: skip
     """Run COMMAND in SANDBOX_ID, streaming its stdout and stderr; exit with its exit code.
@@ -83,8 +105,15 @@ def exec_(
     with sdk_errors(f"exec {sandbox_id}"):
         sbx = _connect(sandbox_id, conn)
         try:
-            sbx.commands.run(line, on_stdout=out, on_stderr=err, cwd=cwd, user=user,
-                             envs=envs or None, timeout=timeout, retain_output=False)  # fmt: skip
+            if interactive:
+                handle = sbx.commands.run(line, background=True, stdin=True, cwd=cwd, user=user,
+                                          envs=envs or None, timeout=timeout)  # fmt: skip
+                _pump_stdin(sbx, handle.pid)
+                handle.wait(on_stdout=out, on_stderr=err)
+            else:
+                sbx.commands.run(line, on_stdout=out, on_stderr=err, cwd=cwd, user=user,
+                                 envs=envs or None, timeout=timeout, stdin=False,
+                                 retain_output=False)  # fmt: skip
         except CommandExitException as e:
             # a guest killed by a signal reports no code in 1..255: call that a plain failure
             code = e.exit_code if 0 < e.exit_code < 256 else EXIT_FAILED

@@ -40,6 +40,8 @@ def test_lifecycle_exec_files_pause_timeout_fork_rm(cli_stack: CliStack, tmp_pat
         assert (r.returncode, r.stdout) == (0, b"HELLO\n")
         r = run_aenv("exec", sid, "--", "python3", "-c", "print('--debug')", env=env)
         assert (r.returncode, r.stdout) == (0, b"--debug\n")  # after `--`, flags are the guest's
+        r = run_aenv("exec", "-i", sid, "--", "wc -c", env=env, stdin=b"x" * 100_000)
+        assert (r.returncode, r.stdout.strip()) == (0, b"100000")  # -i: stdin in, then EOF
 
         # upload/download: a binary file survives the round trip unchanged
         blob = os.urandom(1 << 20)

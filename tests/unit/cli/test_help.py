@@ -14,7 +14,7 @@ EXPECTED = {
     "auth": ["--api-url", "--api-key", "credentials"],
     "start": ["template", "--detach", "--timeout", "--rm", "--metadata"],
     "cn": ["sandbox_id", "paused"],
-    "exec": ["sandbox_id", "command", "--cwd", "--env", "exit code"],
+    "exec": ["sandbox_id", "command", "--cwd", "--env", "--interactive", "exit code"],
     "upload": ["sandbox_id", "local", "remote"],
     "download": ["sandbox_id", "remote", "local"],
     "ls": ["--output", "json", "--state", "--metadata"],
