@@ -18,6 +18,7 @@ import typer
 from aenv.config import DEFAULT_DATA_DIR, ConfigError, Connection, resolve
 
 __all__ = [
+    "DEFAULT_DATA",
     "EXIT_FAILED",
     "EXIT_SERVER",
     "EXIT_USAGE",
