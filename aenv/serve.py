@@ -165,6 +165,7 @@ async def serve(cfg: StackSettings, stop: asyncio.Event) -> None:
             return Upstream(addr, port)
 
         app = create_app(ctx, resolve)
+        host.on_gone.append(app.close_sandbox)
         server = uvicorn.Server(
             uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
                            lifespan="off", timeout_keep_alive=75, access_log=False)

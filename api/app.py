@@ -80,7 +80,7 @@ class _Measured:
                 self.ctx.metrics.observe(scope["method"], route, status, time.monotonic() - start)
 
 
-def create_app(ctx: ApiContext, resolve: Resolver) -> ASGIApp:
+def create_app(ctx: ApiContext, resolve: Resolver) -> SandboxProxy:
     """The ASGI app to serve: sandbox traffic to guests, the rest to the control plane."""
     inner: ASGIApp = create_litestar(ctx)  # type: ignore[assignment]  # ASGI-compatible
     return SandboxProxy(_Measured(inner, ctx), resolve, domain=ctx.settings.sandbox_domain)

@@ -78,6 +78,14 @@ class SandboxProxy:
         self.app = app
         self.resolve = resolve
         self.domain = domain
+        #: open upstream connections per sandbox, so a kill or pause can end them at once
+        #: (a guest that vanished with its network namespace never sends a FIN)
+        self._open: dict[str, set[asyncio.StreamWriter]] = {}
+
+    def close_sandbox(self, sandbox_id: str) -> None:
+        """End every proxied stream of a sandbox that is gone (killed or paused)."""
+        for writer in self._open.pop(sandbox_id, set()):
+            writer.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         target = sandbox_target(scope, self.domain) if scope["type"] == "http" else None
@@ -99,9 +107,11 @@ class SandboxProxy:
             msg = f"The sandbox is running but port is not open ({port})"
             await _json(send, 502, {"sandboxId": sid, "code": 502, "message": msg})
             return
+        self._open.setdefault(sid, set()).add(writer)
         try:
             await _forward(scope, receive, send, reader, writer, upstream)
         finally:
+            self._open.get(sid, set()).discard(writer)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -157,8 +157,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 raw_pause.append(time.monotonic() - t0)
                 await sbx.qemu.cont()
                 t0 = time.monotonic()
-                snap = await rt.capture(sbx, resume=False)
+                snap = await rt.capture(sbx, resume=False, detach=True)  # what a pause does
                 pause.append(time.monotonic() - t0)
+                sbx2, _ = await rt.restore(snap, private_memory=False, adopt_memory=True)
+                await rt.destroy(sbx2)  # (the resume also proves the pause was complete)
                 rt.delete_snapshot(snap)
             out[f"pause_{mem}mib"] = summary(pause)
             out[f"pause_{mem}mib_raw_stop_and_state"] = summary(raw_pause)

@@ -203,5 +203,5 @@ class EmbeddedS3:
         except httpx.HTTPError:
             return False
 
-    async def stop(self) -> None:
-        await self.process.stop()
+    async def stop(self, timeout: float = 10.0) -> None:
+        await self.process.stop(timeout)

@@ -122,3 +122,27 @@ def test_idempotency_key_makes_a_retried_create_land_on_the_same_sandbox(stack: 
         other.kill()
     finally:
         first.kill()
+
+
+def test_kill_ends_streams_open_through_the_proxy(stack: Stack) -> None:
+    """A foreground command streaming through the proxy ends when its sandbox is killed
+    (the guest's namespace vanishes without a FIN: the proxy must close the stream)."""
+    import threading
+
+    sbx = Sandbox.create()
+    outcome: list[BaseException | str] = []
+
+    def run() -> None:
+        try:
+            outcome.append(sbx.commands.run("sleep 1000", timeout=0).stdout)
+        except BaseException as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    eventually_sync(lambda: any(p.cmd == "/bin/bash" for p in sbx.commands.list()), timeout=20)
+    t0 = time.monotonic()
+    Sandbox.kill(sbx.sandbox_id)
+    t.join(timeout=15)
+    assert not t.is_alive(), "the streamed command hung after its sandbox was killed"
+    assert time.monotonic() - t0 < 15 and isinstance(outcome[0], BaseException)

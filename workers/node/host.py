@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,6 +74,9 @@ class SandboxHost:
         self.capacity = capacity
         self.sandboxes: dict[str, LiveSandbox] = {}
         self.paused: dict[str, PausedSandbox] = {}
+        #: called with a sandbox id when its VM goes away (kill, pause): e.g. the proxy
+        #: ends streams into it
+        self.on_gone: list[Callable[[str], None]] = []
         self._gc_lock = asyncio.Lock()
         self._busy: dict[str, asyncio.Lock] = {}
 
@@ -136,12 +140,15 @@ class SandboxHost:
             raise HostError(f"sandbox {sandbox_id} is not running on this node")
         snap_id = f"{sandbox_id}-p{uuid.uuid4().hex[:8]}"
         try:
-            snap = await self.runtime.capture(live.vm, resume=False, snapshot_id=snap_id)
+            snap = await self.runtime.capture(
+                live.vm, resume=False, snapshot_id=snap_id, detach=True
+            )
             snap = await self.runtime.compact_if_deep(snap)
         except Exception as e:
             log.exception("pause %s failed", sandbox_id)
             raise HostError(f"sandbox {sandbox_id} could not be paused: {e}") from e
         del self.sandboxes[sandbox_id]
+        self._gone(sandbox_id)
         paused = PausedSandbox(sandbox_id, live.template_id, snap, live.guest)
         self.paused[sandbox_id] = paused
         return paused
@@ -244,7 +251,15 @@ class SandboxHost:
         if live is None:
             return paused is not None
         await self.runtime.destroy(live.vm)
+        self._gone(sandbox_id)
         return True
+
+    def _gone(self, sandbox_id: str) -> None:
+        for hook in self.on_gone:
+            try:
+                hook(sandbox_id)
+            except Exception:  # a listener's failure must not fail the kill
+                log.exception("on_gone hook failed for %s", sandbox_id)
 
     async def collect_garbage(self) -> int:
         """Free disk layers nothing needs any more (killed sandboxes, compacted chains).

@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +176,21 @@ async def test_guests_reach_neither_the_host_nor_each_other(
     finally:
         server.close()
         await asyncio.gather(runtime.destroy(a), runtime.destroy(b))
+
+
+async def test_detached_pause_then_immediate_resume(runtime: Runtime, template: Snapshot) -> None:
+    """A pause returns before QEMU has exited; a resume right away waits for that exit
+    (the frozen layer is still locked by the old QEMU) and finds the guest as it was."""
+    vm, _ = await runtime.restore(template, private_memory=False)
+    s = sdk(vm)
+    await asyncio.to_thread(s.files.write, "/home/user/before-pause.txt", "kept")
+    old_pid = vm.qemu.pid
+    snap = await runtime.capture(vm, resume=False, detach=True)
+    back, _ = await runtime.restore(snap, private_memory=False, adopt_memory=True)
+    try:
+        assert old_pid is not None and not Path(f"/proc/{old_pid}").exists()
+        got = await asyncio.to_thread(sdk(back).files.read, "/home/user/before-pause.txt")
+        assert got == "kept"
+    finally:
+        await runtime.destroy(back)
+        runtime.delete_snapshot(snap)

@@ -91,6 +91,7 @@ class Runtime:
         self.qemu_version = qemu_ver
         self.layers = LayerStore(state_dir / "layers")
         self.vms: dict[str, Vm] = {}
+        self._releasing: dict[str, asyncio.Task[None]] = {}
 
     @classmethod
     async def open(
@@ -111,6 +112,8 @@ class Runtime:
 
     async def close(self) -> None:
         """Destroy every VM this runtime started and every pooled slot."""
+        if self._releasing:
+            await asyncio.wait(set(self._releasing.values()))
         await asyncio.gather(*(self.destroy(vm) for vm in list(self.vms.values())))
         await self.pool.close()
 
@@ -182,13 +185,18 @@ class Runtime:
         raise vm.qemu.crash_error()
 
     # ---- capture -----------------------------------------------------------------------
-    async def capture(self, vm: Vm, *, resume: bool, snapshot_id: str | None = None) -> Snapshot:
+    async def capture(
+        self, vm: Vm, *, resume: bool, snapshot_id: str | None = None, detach: bool = False
+    ) -> Snapshot:
         """Stop the VM and capture it as a snapshot.
 
         resume=True: the VM continues afterwards on a fresh disk layer and keeps its RAM
         file, so the snapshot gets a copy of the RAM (children must never see the parent's
         later writes). resume=False: the VM is consumed; its RAM file and top layer become
-        the snapshot without copying, and the VM is destroyed.
+        the snapshot without copying, and the VM is destroyed — with detach=True in the
+        background, so a pause returns once the state is on disk (QEMU's exit costs more
+        than the capture); a restore of that snapshot waits for the exit first (QEMU still
+        holds the frozen layer's write lock until then).
         """
         snapshot_id = snapshot_id or _new_id()
         sdir = self.state_dir / "snapshots" / snapshot_id
@@ -208,7 +216,8 @@ class Runtime:
                 await asyncio.to_thread(clone_or_sparse_copy, vm.mem_file, sdir / "mem")
                 await vm.qemu.cont()
             else:
-                await vm.qemu.quit()
+                if not (detach and vm.mem_shared):
+                    await vm.qemu.quit()
                 if vm.mem_shared:
                     vm.mem_file.rename(sdir / "mem")  # the VM's own RAM file: no copy
                 else:
@@ -231,8 +240,18 @@ class Runtime:
         )
         snap.write()
         if not resume:
-            await self.destroy(vm)
+            if detach:
+                task = asyncio.create_task(self._release(vm), name=f"release:{vm.vm_id}")
+                self._releasing[snapshot_id] = task
+            else:
+                await self.destroy(vm)
         return snap
+
+    async def _release(self, vm: Vm) -> None:
+        try:
+            await vm.qemu.quit()
+        finally:
+            await self.destroy(vm)
 
     # ---- restore -----------------------------------------------------------------------
     async def restore(
@@ -256,6 +275,9 @@ class Runtime:
         the resume of a pause, where nobody else will ever restore that snapshot.
         """
         self._check_compatible(snap)
+        releasing = self._releasing.pop(snap.snapshot_id, None)
+        if releasing is not None:  # the paused VM's QEMU may still be exiting
+            await asyncio.wait({releasing})
         vm_id = vm_id or _new_id()
         t0 = time.monotonic()
         async with contextlib.AsyncExitStack() as stack:
@@ -360,6 +382,9 @@ class Runtime:
         flattened layer over the base instead; the old layers are left to `collect_layers`."""
         if await self.layers.depth(snap.disk_top) <= MAX_CHAIN_DEPTH:
             return snap
+        releasing = self._releasing.get(snap.snapshot_id)
+        if releasing is not None:  # qemu-img may not open the chain while QEMU holds it
+            await asyncio.wait({releasing})
         flat = await self.layers.compact(snap.disk_top)
         compacted = dataclasses.replace(snap, disk_top=flat)
         compacted.write()
