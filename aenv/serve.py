@@ -37,6 +37,7 @@ from workers.node.runtime import Runtime
 from workers.node.settings import NodeSettings
 from workers.node.templates import TemplateCatalog, TemplateSpec
 from workers.node.worker import NodeWorker
+from workers.snapshot import BlobCache, S3Config, S3Store, SnapshotRepository
 from workers.timer import Timer
 
 log = logging.getLogger("aenv")
@@ -141,7 +142,8 @@ async def serve(cfg: StackSettings, stop: asyncio.Event) -> None:
             bus, "base", alias="base", envd_version=ENVD_VERSION, cpu_count=base.vcpus,
             memory_mb=base.mem_mib, disk_size_mb=image.rootfs.stat().st_size >> 20,
         )  # fmt: skip
-        host = SandboxHost(runtime, catalog, capacity=node_cfg.capacity)
+        repository = await _repository(services, node_cfg, stack)
+        host = SandboxHost(runtime, catalog, capacity=node_cfg.capacity, repository=repository)
         stack.push_async_callback(host.close)
         worker = NodeWorker(bus, host, node_cfg)
         await worker.start()
@@ -186,6 +188,23 @@ async def serve(cfg: StackSettings, stop: asyncio.Event) -> None:
         say("stopping: draining in-flight work")
         server.should_exit = True
         await server_task
+
+
+async def _repository(
+    services: dict[str, Any], node_cfg: NodeSettings, stack: contextlib.AsyncExitStack
+) -> SnapshotRepository | None:
+    """Pauses upload to S3 when the stack has one (embedded SeaweedFS or AENV_S3_*)."""
+    s3 = services.get("s3")
+    if not s3:
+        return None
+    store = await S3Store.open(S3Config(
+        bucket=os.environ.get("AENV_S3_BUCKET", "aenv-snapshots"), endpoint_url=s3["url"],
+        access_key=s3["access_key"], secret_key=s3["secret_key"],
+    ))  # fmt: skip
+    stack.push_async_callback(store.close)
+    cache = BlobCache(node_cfg.state_dir / "blob-cache", node_cfg.blob_cache_bytes)
+    say(f"snapshot repository: S3 at {s3['url']}")
+    return SnapshotRepository(store, cache)
 
 
 async def _bootstrap_key(cfg: StackSettings, bus: Bus) -> str:

@@ -26,7 +26,7 @@ COMMAND_TYPES: dict[str, type[Command]] = _by_name(
     sc.CreateSandbox, sc.PauseSandbox, sc.ResumeSandbox, sc.KillSandbox,
     sc.SetSandboxTimeout, sc.ForkSandbox, sc.SnapshotSandbox,
     sc.CompleteCreate, sc.CompletePause, sc.CompleteResume, sc.CompleteKill,
-    sc.CompleteFork, sc.CompleteSnapshot,
+    sc.CompleteFork, sc.CompleteSnapshot, sc.RecordUpload,
     template.RegisterTemplate, template.DeleteTemplate,
     apikey.CreateApiKey, apikey.RevokeApiKey,
 )  # fmt: skip
@@ -37,7 +37,7 @@ EVENT_TYPES: dict[str, type[Event]] = _by_name(
     se.SandboxResumeRequested, se.SandboxResumed,
     se.SandboxKillRequested, se.SandboxKilled, se.SandboxTimeoutSet,
     se.SandboxForkRequested, se.SandboxForked,
-    se.SnapshotRequested, se.SnapshotTaken, se.SnapshotFailed,
+    se.SnapshotRequested, se.SnapshotTaken, se.SnapshotFailed, se.SnapshotUploaded,
     template.TemplateRegistered, template.TemplateDeleted,
     apikey.ApiKeyCreated, apikey.ApiKeyRevoked,
     CommandRejected,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from pathlib import Path
 
 import pytest
 from e2b import Sandbox, SandboxState
@@ -70,3 +71,44 @@ def test_ttl_expiry_pauses_by_default_and_connect_resumes(stack: Stack) -> None:
         assert back.files.read("/home/user/kept.txt") == "still here"
     finally:
         back.kill()
+
+
+def test_resume_pulls_from_s3_when_the_local_capture_is_gone(stack: Stack) -> None:
+    """A pause uploads its capture to the stack's S3 (SeaweedFS) after answering; with the
+    node-local copy deleted, a resume fetches it back and the guest is intact."""
+    import asyncio
+    import json
+    import shutil
+
+    from aenv.domain import sandbox as sb
+    from bus import Bus, BusSettings
+
+    sbx = Sandbox.create(timeout=600)
+    try:
+        sbx.files.write("/home/user/durable.txt", "from-s3")
+        sbx.commands.run(COUNTER)
+        eventually_sync(lambda: _count(sbx) > 2, timeout=20)
+        assert sbx.pause()
+
+        async def uploaded() -> str | None:
+            bus = await Bus.connect(BusSettings(nats_url=stack.nats_url), setup=False)
+            try:
+                for rec in await bus.sandboxes.read(sbx.sandbox_id):
+                    if isinstance(rec.event, sb.SnapshotUploaded):
+                        return rec.event.snapshot_id
+                return None
+            finally:
+                await bus.close()
+
+        snap_id = eventually_sync(lambda: asyncio.run(uploaded()), timeout=120, interval=1)
+        local = stack.data_dir / "node" / "snapshots" / snap_id
+        manifest = json.loads((local / "manifest.json").read_text())
+        shutil.rmtree(local)  # state, memory, manifest: gone from the node
+        Path(manifest["disk_top"]).unlink()  # and the paused disk layer
+
+        back = Sandbox.connect(sbx.sandbox_id, timeout=600)
+        assert back.files.read("/home/user/durable.txt") == "from-s3"
+        before = _count(back)
+        eventually_sync(lambda: _count(back) > before, timeout=20)  # the process runs on
+    finally:
+        Sandbox.kill(sbx.sandbox_id)

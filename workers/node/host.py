@@ -9,6 +9,7 @@ sandbox → VM map and the little per-sandbox state the guest needs again after 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
@@ -16,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workers.node.net import EgressPolicy
-from workers.node.runtime import Runtime, Snapshot, Vm, wait_and_init
+from workers.node.runtime import Runtime, Snapshot, Vm, allocated_bytes, wait_and_init
 from workers.node.templates import TemplateCatalog
+from workers.snapshot import SnapshotRepository
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +70,17 @@ class PausedSandbox:
 class SandboxHost:
     """Creates, kills and locates this node's sandboxes."""
 
-    def __init__(self, runtime: Runtime, templates: TemplateCatalog, *, capacity: int) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        templates: TemplateCatalog,
+        *,
+        capacity: int,
+        repository: SnapshotRepository | None = None,
+    ) -> None:
         self.runtime = runtime
+        #: where captures become durable (S3 or a shared filesystem); None: node-local only
+        self.repository = repository
         self.templates = templates
         self.capacity = capacity
         self.sandboxes: dict[str, LiveSandbox] = {}
@@ -153,6 +164,35 @@ class SandboxHost:
         self.paused[sandbox_id] = paused
         return paused
 
+    async def _pull(self, paused: PausedSandbox) -> PausedSandbox:
+        """The local capture is gone (cache evicted, disk replaced): fetch it back from the
+        snapshot repository. Never a half-restored VM: the download completes first."""
+        snap = paused.snapshot
+        if self.repository is None:
+            raise HostError(f"the capture of {paused.sandbox_id} is gone and no repository is set")
+        try:
+            local = await self.repository.download(snap.snapshot_id, snap.dir, snap.base_image)
+        except Exception as e:
+            log.exception("pulling %s failed", snap.snapshot_id)
+            raise HostError(f"the capture of {paused.sandbox_id} could not be fetched: {e}") from e
+        log.info("pulled %s from the repository (%d blobs, %d bytes)", snap.snapshot_id,
+                 local.blobs_fetched, local.bytes_fetched)  # fmt: skip
+        pulled = dataclasses.replace(paused, snapshot=Snapshot.read(local.dir))
+        self.paused[paused.sandbox_id] = pulled
+        return pulled
+
+    async def upload(self, sandbox_id: str, snap: Snapshot) -> int | None:
+        """Make a capture durable in the repository; its size in bytes, None without one."""
+        if self.repository is None:
+            return None
+        await self.runtime.settled(snap.snapshot_id)
+        result = await self.repository.upload(
+            snap.dir, base_image_digest=snap.base_image.parent.name, snapshot_id=snap.snapshot_id
+        )
+        log.info("uploaded %s: %d blobs, %d bytes new", snap.snapshot_id,
+                 result.blobs_uploaded, result.bytes_uploaded)  # fmt: skip
+        return sum(allocated_bytes(p) for p in (snap.mem, snap.state, snap.disk_top))
+
     def adopt_paused(
         self, sandbox_id: str, template_id: str, snapshot_dir: Path, guest: GuestConfig
     ) -> None:
@@ -167,6 +207,8 @@ class SandboxHost:
         paused = self.paused.get(sandbox_id)
         if paused is None:
             raise HostError(f"sandbox {sandbox_id} has no paused state on this node")
+        if not (paused.snapshot.dir / "manifest.json").exists():
+            paused = await self._pull(paused)
         try:
             vm, timing = await self.runtime.restore(
                 paused.snapshot,

@@ -28,6 +28,8 @@ class NodeSettings(BaseSettings):
     #: Whether guests may reach the internet at all. Off here: this host has no uplink NAT
     #: for guests, so `allow_internet_access` is accepted but cannot open anything.
     egress_enabled: bool = False
+    #: Node-local cache of snapshot blobs pulled from the repository (LRU beyond this).
+    blob_cache_bytes: int = Field(default=10 << 30, ge=0)
     #: vCPUs and RAM of the default `base` template.
     base_vcpus: int = Field(default=1, ge=1)
     base_mem_mib: int = Field(default=512, ge=128)

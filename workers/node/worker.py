@@ -28,7 +28,7 @@ from bus.decisions import apply, register_template
 from workers.node.host import GuestConfig, HostError, SandboxHost
 from workers.node.journal import Journal
 from workers.node.net import EgressPolicy
-from workers.node.runtime import allocated_bytes
+from workers.node.runtime import Snapshot, allocated_bytes
 from workers.node.settings import NodeSettings
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,7 @@ class NodeWorker:
         self._consumers: list[CommandConsumer] = []
         self._heartbeat: asyncio.Task[None] | None = None
         self._gc: asyncio.Task[None] | None = None
+        self._uploads: set[asyncio.Task[None]] = set()
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -90,9 +91,12 @@ class NodeWorker:
         self._heartbeat = asyncio.create_task(self._beat())
 
     async def stop(self) -> None:
-        """Stop taking work, let in-flight commands finish (the consumers drain them)."""
+        """Stop taking work, let in-flight commands finish (the consumers drain them).
+        Uploads in flight are abandoned: they resume from the journal at the next start."""
         for c in self._consumers:
             await c.stop()
+        for task in list(self._uploads):
+            task.cancel()
         if self._heartbeat:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -112,6 +116,8 @@ class NodeWorker:
             snap_dir = self.host.runtime.state_dir / "snapshots" / (entry.paused_snapshot or "-")
             if state.status is S.PAUSED and (snap_dir / "manifest.json").exists():
                 self.host.adopt_paused(sid, entry.template_id, snap_dir, self._guest(state))
+                if state.durable_snapshot_id != entry.paused_snapshot:  # upload cut short
+                    self._upload_soon(sid, self.host.paused[sid].snapshot)
                 continue
             kill = sb.KillSandbox(
                 sandbox_id=sid,
@@ -200,6 +206,7 @@ class NodeWorker:
                 paused = await self.host.pause(cmd.sandbox_id)
                 snap_id = paused.snapshot.snapshot_id
                 self.journal.add(cmd.sandbox_id, paused.template_id, snap_id)
+                self._upload_soon(cmd.sandbox_id, paused.snapshot)
             except HostError as e:
                 error = str(e)
         done = sb.CompletePause(sandbox_id=cmd.sandbox_id, snapshot_id=snap_id, error=error,
@@ -304,6 +311,30 @@ class NodeWorker:
             sandbox_id=cmd.sandbox_id, error=error, command_id=completion_id(cmd, "killed")
         )
         await apply(self.bus.sandboxes, done, ctx)
+
+    def _upload_soon(self, sandbox_id: str, snap: Snapshot) -> None:
+        """Upload after the pause has answered (design §7); durable once recorded."""
+        if self.host.repository is None:
+            return
+        task = asyncio.create_task(self._upload(sandbox_id, snap), name=f"upload:{sandbox_id}")
+        self._uploads.add(task)
+        task.add_done_callback(self._uploads.discard)
+
+    async def _upload(self, sandbox_id: str, snap: Snapshot) -> None:
+        for delay in (0.0, 2.0, 10.0, 30.0, 120.0):  # S3 down: the pause stands, we retry
+            await asyncio.sleep(delay)
+            try:
+                size = await self.host.upload(sandbox_id, snap)
+            except Exception as e:
+                log.warning("upload of %s failed (will retry): %s", snap.snapshot_id, e)
+                continue
+            if size is None:
+                return
+            done = sb.RecordUpload(sandbox_id=sandbox_id, snapshot_id=snap.snapshot_id,
+                                   size_bytes=size)  # fmt: skip
+            await apply(self.bus.sandboxes, done, MessageContext())
+            return
+        log.error("giving up uploading %s; it stays node-local", snap.snapshot_id)
 
     def _collect_soon(self) -> None:
         """Layer GC off the command path; at most one run at a time (the host's lock)."""

@@ -26,6 +26,7 @@ __all__ = [
     "ForkSandbox",
     "KillSandbox",
     "PauseSandbox",
+    "RecordUpload",
     "ResumeSandbox",
     "SandboxCommand",
     "SetSandboxTimeout",
@@ -148,3 +149,10 @@ class CompleteSnapshot(SandboxCommand):
     snapshot_id: str
     size_bytes: int | None = None
     error: str | None = None
+
+
+class RecordUpload(SandboxCommand):
+    """Node: a capture of this sandbox reached the snapshot repository."""
+
+    snapshot_id: str
+    size_bytes: int

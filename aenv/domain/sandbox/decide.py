@@ -21,6 +21,7 @@ from aenv.domain.sandbox.commands import (
     ForkSandbox,
     KillSandbox,
     PauseSandbox,
+    RecordUpload,
     ResumeSandbox,
     SandboxCommand,
     SetSandboxTimeout,
@@ -44,6 +45,7 @@ from aenv.domain.sandbox.events import (
     SnapshotFailed,
     SnapshotRequested,
     SnapshotTaken,
+    SnapshotUploaded,
 )
 from aenv.domain.sandbox.evolve import State
 from aenv.domain.sandbox.state import Sandbox
@@ -97,6 +99,8 @@ def decide(
             return _complete_fork(state, command)
         case CompleteSnapshot():
             return _complete_snapshot(state, command)
+        case RecordUpload():
+            return _record_upload(state, command)
     raise Invalid(f"unknown command {type(command).__name__}")
 
 
@@ -338,6 +342,17 @@ def _complete_fork(state: State, c: CompleteFork) -> list[SandboxEvent]:
         for cid in s.pending_children
     )
     return [SandboxForked(sandbox_id=s.sandbox_id, at=c.at, children=children)]
+
+
+def _record_upload(state: State, c: RecordUpload) -> list[SandboxEvent]:
+    """Durability of a capture is a fact whenever it arrives; moot once the sandbox is gone
+    (its captures are deleted), and recorded once per capture."""
+    if state is None or state.status in (S.KILLED, S.FAILED):
+        return []
+    if state.durable_snapshot_id == c.snapshot_id:
+        return []
+    return [SnapshotUploaded(sandbox_id=state.sandbox_id, at=c.at, snapshot_id=c.snapshot_id,
+                             size_bytes=c.size_bytes)]  # fmt: skip
 
 
 def _complete_snapshot(state: State, c: CompleteSnapshot) -> list[SandboxEvent]:

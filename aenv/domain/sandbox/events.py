@@ -33,6 +33,7 @@ __all__ = [
     "SnapshotFailed",
     "SnapshotRequested",
     "SnapshotTaken",
+    "SnapshotUploaded",
 ]
 
 Reason = Literal["request", "timeout"]
@@ -157,3 +158,11 @@ class SnapshotFailed(SandboxEvent):
 
     snapshot_id: str
     reason: str
+
+
+class SnapshotUploaded(SandboxEvent):
+    """A capture of this sandbox (its pause, or a persistent snapshot) is in the snapshot
+    repository: durable beyond its node. Changes nothing but where it can be restored."""
+
+    snapshot_id: str
+    size_bytes: int

@@ -26,6 +26,7 @@ from aenv.domain.sandbox.events import (
     SnapshotFailed,
     SnapshotRequested,
     SnapshotTaken,
+    SnapshotUploaded,
 )
 from aenv.domain.sandbox.state import RECENT_COMMANDS, Sandbox
 from aenv.domain.sandbox.values import SandboxStatus
@@ -100,6 +101,8 @@ def evolve(state: State, event: Event) -> State:
             u = {"status": S.SNAPSHOTTING, "pending_snapshot_id": event.snapshot_id}
         case SnapshotTaken() | SnapshotFailed():
             u = {"status": S.RUNNING, "pending_snapshot_id": None}
+        case SnapshotUploaded():
+            u = {"durable_snapshot_id": event.snapshot_id}
         case _:
             raise CorruptHistory(f"not a sandbox event: {type(event).__name__}")
     command_id = getattr(event, "command_id", None)

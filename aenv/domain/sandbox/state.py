@@ -47,6 +47,8 @@ class Sandbox(BaseModel):
     failure_reason: str | None = None
     pending_children: tuple[str, ...] = ()
     pending_snapshot_id: str | None = None
+    #: the latest capture of this sandbox that is in the snapshot repository (durable)
+    durable_snapshot_id: str | None = None
     recent_commands: tuple[UUID, ...] = ()
 
     def seen(self, command_id: UUID) -> bool:

@@ -247,6 +247,12 @@ class Runtime:
                 await self.destroy(vm)
         return snap
 
+    async def settled(self, snapshot_id: str) -> None:
+        """Return once a detached capture's QEMU has exited (its files are then final)."""
+        releasing = self._releasing.get(snapshot_id)
+        if releasing is not None:
+            await asyncio.wait({releasing})
+
     async def _release(self, vm: Vm) -> None:
         try:
             await vm.qemu.quit()
