@@ -130,5 +130,12 @@ def attach(sbx: Sandbox) -> int:
             os.close(wake_r)
             os.close(wake_w)
     if failure:
+        # The stream broke: because the sandbox went away (the proxy ends streams of a
+        # killed or paused sandbox), or for another reason worth showing as is.
+        gone = False
+        with contextlib.suppress(Exception):
+            gone = not sbx.is_running(request_timeout=10)
+        if gone:
+            raise _gone(sbx.sandbox_id) from failure[0]
         raise failure[0]
     return code[0] if code else 0
