@@ -14,7 +14,7 @@ from tests.support import eventually_sync
 
 pytestmark = pytest.mark.vm
 
-CYCLES = int(os.environ.get("AENV_PAUSE_CYCLES", "5"))
+CYCLES = int(os.environ.get("AENV_PAUSE_CYCLES", "50"))  # issue 5: 50, zero mismatches
 
 # A process whose memory state we can read from outside: it counts in RAM and writes the
 # count to a file; if its memory were lost or reset, the count would restart or stop.
