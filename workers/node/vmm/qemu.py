@@ -108,12 +108,24 @@ class QemuVm:
 
     async def _load_state(self, state: Path) -> None:
         await self.execute("migrate-set-capabilities", _IGNORE_SHARED)
-        await self.execute("migrate-incoming", {"uri": f"exec:cat {_q(state)}"})
+        await self._pass_fd(state, os.O_RDONLY, "incoming")
+        await self.execute("migrate-incoming", {"uri": "fd:incoming"})
         deadline = time.monotonic() + MIGRATION_TIMEOUT
         while (await self.status()) == "inmigrate":
             if time.monotonic() > deadline:
                 raise VmTimeout(f"VM {self.spec.vm_id}: loading {state} did not finish")
             await asyncio.sleep(0.001)
+
+    async def _pass_fd(self, path: Path, flags: int, name: str) -> None:
+        """Hand QEMU an open file over QMP (SCM_RIGHTS) as fd `name`: a migration to or from
+        it then costs no `exec:` shell and `cat` process per VM (a 16-way fork used to start
+        32 of them on the critical path)."""
+        fd = os.open(path, flags, 0o600)
+        try:
+            self.qmp.send_fd_scm(fd)
+            await self.execute("getfd", {"fdname": name})
+        finally:
+            os.close(fd)
 
     @property
     def pid(self) -> int | None:
@@ -198,7 +210,8 @@ class QemuVm:
         """
         await self.execute("migrate-set-capabilities", _IGNORE_SHARED)
         await self.execute("migrate-set-parameters", {"max-bandwidth": 64 << 30})
-        await self.execute("migrate", {"uri": f"exec:cat > {_q(dest)}"})
+        await self._pass_fd(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "outgoing")
+        await self.execute("migrate", {"uri": "fd:outgoing"})
         deadline = time.monotonic() + MIGRATION_TIMEOUT
         while True:
             info = await self.execute("query-migrate")
@@ -244,11 +257,3 @@ class QemuVm:
 
 
 _IGNORE_SHARED = {"capabilities": [{"capability": "x-ignore-shared", "state": True}]}
-
-
-def _q(path: Path) -> str:
-    """Quote a path for the `exec:` migration URI (run by /bin/sh inside QEMU)."""
-    s = str(path)
-    if "'" in s:
-        raise VmmError(f"refusing path with a quote in it: {s!r}")
-    return f"'{s}'"
