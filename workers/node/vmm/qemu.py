@@ -100,7 +100,7 @@ class QemuVm:
                     pass
             if time.monotonic() > deadline:
                 raise VmTimeout(f"VM {self.spec.vm_id}: QMP did not come up in time")
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.002)
         greeting = self.qmp.greeting
         if greeting is not None:
             v: Any = greeting.QMP.version["qemu"]
