@@ -27,6 +27,8 @@ from workers.node.net.slot import (
 
 log = logging.getLogger(__name__)
 
+FILL_PARALLEL = 4  # slot builds in flight at once (netlink + one iptables-restore exec each)
+
 
 class SlotPool:
     """Hands out network slots; call `start()` once and `close()` at shutdown."""
@@ -81,11 +83,18 @@ class SlotPool:
 
     async def _fill(self) -> None:
         while True:
-            while self._ready.qsize() < self._target:
-                try:
-                    self._ready.put_nowait(await self._create_one())
-                except NetworkError as e:
-                    log.error("slot pool: %s", e)
+            while (missing := self._target - self._ready.qsize()) > 0:
+                # a few at a time: after a 16-way fork the pool must be whole again soon
+                batch = await asyncio.gather(
+                    *(self._create_one() for _ in range(min(missing, FILL_PARALLEL))),
+                    return_exceptions=True,
+                )
+                for slot in batch:
+                    if isinstance(slot, NetworkSlot):
+                        self._ready.put_nowait(slot)
+                    else:
+                        log.error("slot pool: %s", slot)
+                if not any(isinstance(slot, NetworkSlot) for slot in batch):
                     await asyncio.sleep(1.0)
             self._wake.clear()
             await self._wake.wait()

@@ -26,6 +26,7 @@ from workers.node.net import GUEST, EgressPolicy, NetworkSlot, SlotPool
 from workers.node.runtime.guest import wait_and_init, wait_envd
 from workers.node.runtime.layers import MAX_CHAIN_DEPTH, LayerStore
 from workers.node.runtime.memfile import clone_or_sparse_copy
+from workers.node.runtime.rampool import RamPool
 from workers.node.runtime.snapshot import Snapshot
 from workers.node.vmm import (
     AccelChoice,
@@ -91,6 +92,7 @@ class Runtime:
         self.qemu_version = qemu_ver
         self.layers = LayerStore(state_dir / "layers")
         self.vms: dict[str, Vm] = {}
+        self.ram_pool = RamPool(state_dir / "ram-pool")
         self._releasing: dict[str, asyncio.Task[None]] = {}
 
     @classmethod
@@ -115,6 +117,7 @@ class Runtime:
         if self._releasing:
             await asyncio.wait(set(self._releasing.values()))
         await asyncio.gather(*(self.destroy(vm) for vm in list(self.vms.values())))
+        await self.ram_pool.close()
         await self.pool.close()
 
     def machine(self, *, vcpus: int, mem_mib: int) -> Machine:
@@ -305,7 +308,11 @@ class Runtime:
             else:
                 workdir.mkdir(parents=True, exist_ok=True)
                 mem = workdir / "mem"
-                await asyncio.to_thread(clone_or_sparse_copy, snap.mem, mem)
+                ready = self.ram_pool.take(snap.mem)
+                if ready is not None:
+                    ready.rename(mem)  # same filesystem: O(1)
+                else:
+                    await asyncio.to_thread(clone_or_sparse_copy, snap.mem, mem)
             spec = LaunchSpec(
                 vm_id=vm_id,
                 machine=snap.machine,
