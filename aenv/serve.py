@@ -23,12 +23,13 @@ import uvicorn
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aenv.tracing import setup_tracing
-from api.admin import create_api_key, register_template
+from api.admin import create_api_key
 from api.app import create_app
 from api.auth import KeyChecker
 from api.context import ApiContext, ApiSettings
 from api.proxy import SandboxUnavailable, Upstream
 from bus import Bus, BusSettings
+from bus.decisions import register_template
 from envd.version import ENVD_VERSION
 from projections import Projector, SandboxProjection, all_projections, create_engine, migrate
 from workers.node.host import SandboxHost
@@ -139,7 +140,7 @@ async def serve(cfg: StackSettings, stop: asyncio.Event) -> None:
         catalog = TemplateCatalog(runtime, progress=lambda m: say(f"  template: {m}"), base=base)
         await catalog.get("base")
         await register_template(
-            bus, "base", alias="base", envd_version=ENVD_VERSION, cpu_count=base.vcpus,
+            bus.templates, "base", alias="base", envd_version=ENVD_VERSION, cpu_count=base.vcpus,
             memory_mb=base.mem_mib, disk_size_mb=image.rootfs.stat().st_size >> 20,
         )  # fmt: skip
         repository = await _repository(services, node_cfg, stack)

@@ -1,4 +1,4 @@
-"""Operator actions that are pure state changes on API-side aggregates (keys, templates):
+"""Operator actions that are pure state changes on API-side aggregates (API keys):
 decided and appended directly, no node involved. Used by `aenv up`, `aenv keys` and tests.
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 
 from aenv.domain import apikey as ak
-from bus import Bus, decisions
+from bus import Bus
 
 
 async def create_api_key(bus: Bus, *, team_id: str = "default", name: str = "") -> tuple[str, str]:
@@ -31,20 +31,3 @@ async def revoke_api_key(bus: Bus, key_id: str) -> None:
     events = ak.decide_api_key(state, ak.RevokeApiKey(key_id=key_id))
     if events:
         await bus.api_keys.append(key_id, version, events)
-
-
-async def register_template(
-    bus: Bus,
-    template_id: str,
-    *,
-    alias: str | None,
-    envd_version: str,
-    cpu_count: int,
-    memory_mb: int,
-    disk_size_mb: int,
-) -> None:
-    """Make a template creatable through the API (idempotent: no event if unchanged)."""
-    await decisions.register_template(
-        bus.templates, template_id, alias=alias, envd_version=envd_version,
-        cpu_count=cpu_count, memory_mb=memory_mb, disk_size_mb=disk_size_mb,
-    )  # fmt: skip

@@ -25,6 +25,7 @@ __all__ = [
     "ApiKey",
     "ApiUrl",
     "DataDir",
+    "SandboxId",
     "connection",
     "die",
     "sdk_errors",
@@ -48,6 +49,7 @@ DataDir = Annotated[
                  "fallback for URL and key."),
 ]  # fmt: skip
 DEFAULT_DATA = DEFAULT_DATA_DIR
+SandboxId = Annotated[str, typer.Argument(help="ID of the sandbox.", show_default=False)]
 
 
 def die(msg: str, code: int) -> NoReturn:

@@ -22,6 +22,7 @@ from aenv.commands._common import (
     ApiKey,
     ApiUrl,
     DataDir,
+    SandboxId,
     connection,
     die,
     sdk_errors,
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
-SandboxId = Annotated[str, typer.Argument(help="ID of the sandbox.", show_default=False)]
 
 
 def _connect(sandbox_id: str, conn: Connection) -> Sandbox:

@@ -19,6 +19,7 @@ from aenv.commands._common import (
     ApiKey,
     ApiUrl,
     DataDir,
+    SandboxId,
     connection,
     die,
     sdk_errors,
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
-SandboxId = Annotated[str, typer.Argument(help="ID of the sandbox.", show_default=False)]
 ENVD_READY_S = 120  # a fresh guest under TCG can take tens of seconds to answer
 
 
