@@ -12,9 +12,10 @@ import ctypes
 import logging
 import os
 import signal
+import subprocess
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,20 @@ QMP_CONNECT_TIMEOUT = 15.0
 MIGRATION_TIMEOUT = 120.0  # full-stream saves of multi-GiB private memory are slow under TCG
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: QEMU gets SIGKILL if the node process dies."""
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+CLONE_NEWNET = 0x40000000
+
+
+def _child_setup(netns_fd: int | None, die_with_parent: bool) -> Callable[[], None]:
+    """What runs in the child between fork and exec: enter the VM's network namespace
+    (only this process: it is single-threaded here) and die with the node process."""
+
+    def setup() -> None:
+        if netns_fd is not None and _libc.setns(netns_fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns into the VM's network namespace failed")
+        if die_with_parent:
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    return setup
 
 
 class QemuVm:
@@ -65,18 +77,22 @@ class QemuVm:
         with contextlib.suppress(FileNotFoundError):
             spec.qmp_socket.unlink()
         argv = qemu_argv(spec)
-        log.debug("launch %s: %s", spec.vm_id, " ".join(argv))
+        log.debug("launch %s (netns %s): %s", spec.vm_id, spec.netns, " ".join(argv))
+        netns_fd = os.open(spec.netns, os.O_RDONLY) if spec.netns else None
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
-                preexec_fn=_die_with_parent if die_with_parent else None,
+                preexec_fn=_child_setup(netns_fd, die_with_parent),
                 start_new_session=True,
             )
-        except OSError as e:
+        except (OSError, subprocess.SubprocessError) as e:
             raise VmmError(f"cannot start QEMU for {spec.vm_id}: {e}") from e
+        finally:
+            if netns_fd is not None:
+                os.close(netns_fd)
         vm = cls(spec, proc)
         try:
             await vm._connect_qmp()
