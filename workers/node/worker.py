@@ -125,7 +125,8 @@ class NodeWorker:
             )
             await self._kill(kill, MessageContext(), error="node restarted; VM lost")
 
-    def _guest(self, state: sb.Sandbox) -> GuestConfig:
+    def _guest(self, state: sb.Sandbox | sb.CreateSandbox) -> GuestConfig:
+        """What envd is told: from a sandbox's state, or from a fork child's create."""
         return GuestConfig(
             env_vars=dict(state.env_vars),
             access_token=state.envd_access_token,
@@ -252,14 +253,7 @@ class NodeWorker:
         errors: dict[str, str | None] = {}
         async with self.host.lock(cmd.sandbox_id):
             try:
-                guests = {
-                    cid: GuestConfig(
-                        env_vars=dict(c.env_vars),
-                        access_token=c.envd_access_token,
-                        egress=egress_of(c.network, self.settings.egress_enabled),
-                    )
-                    for cid, c in creates.items()
-                }
+                guests = {cid: self._guest(c) for cid, c in creates.items()}
                 errors = await self.host.fork(cmd.sandbox_id, guests) if guests else {}
             except HostError as e:
                 errors = {cid: str(e) for cid in creates}
