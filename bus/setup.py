@@ -1,4 +1,4 @@
-"""Idempotent creation of aenv's streams and KV bucket, run by every process at start."""
+"""Idempotent creation of aenv's streams and KV buckets, run by every process at start."""
 
 from __future__ import annotations
 
@@ -75,6 +75,19 @@ async def ensure_streams(js: JetStreamContext, settings: BusSettings) -> None:
                     replicas=settings.replicas,
                 )
             )
+        try:
+            await js.key_value(names.routes_bucket)
+        except BucketNotFoundError:
+            await js.create_key_value(
+                KeyValueConfig(
+                    bucket=names.routes_bucket,
+                    description="running sandbox -> node and guest address (the proxy's map)",
+                    history=1,
+                    # file: an API restarted while NATS stays up must still find every VM
+                    storage=StorageType.FILE,
+                    replicas=settings.replicas,
+                )
+            )
     except APIError as e:
         raise BusError(f"cannot set up streams: {e}") from e
 
@@ -87,5 +100,6 @@ async def delete_all(js: JetStreamContext, settings: BusSettings) -> None:
     for stream in (names.event_stream, names.command_stream):
         with contextlib.suppress(NotFoundError):
             await js.delete_stream(stream)
-    with contextlib.suppress(NotFoundError, BucketNotFoundError):
-        await js.delete_key_value(names.nodes_bucket)
+    for bucket in (names.nodes_bucket, names.routes_bucket):
+        with contextlib.suppress(NotFoundError, BucketNotFoundError):
+            await js.delete_key_value(bucket)

@@ -91,6 +91,12 @@ class Names:
         """KV bucket of node heartbeats and capacity (not events: they are state, not history)."""
         return self._lower("aenv_nodes")
 
+    @property
+    def routes_bucket(self) -> str:
+        """KV bucket: running sandbox → node and guest address, for the proxy of any API
+        process (ephemeral facts about live VMs, not history)."""
+        return self._lower("aenv_routes")
+
     # -- event subjects ------------------------------------------------------------------
     @property
     def all_events(self) -> str:

@@ -25,6 +25,7 @@ from aenv.domain import template as tp
 from aenv.domain.sandbox import SandboxStatus as S
 from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, RetryableError
 from bus.decisions import apply, register_template
+from bus.routes import Route, RouteBook
 from workers.node.host import GuestConfig, HostError, SandboxHost
 from workers.node.journal import Journal
 from workers.node.net import EgressPolicy
@@ -63,13 +64,18 @@ class NodeWorker:
         self._heartbeat: asyncio.Task[None] | None = None
         self._gc: asyncio.Task[None] | None = None
         self._uploads: set[asyncio.Task[None]] = set()
+        self.routes: RouteBook | None = None
+        self._route_drops: set[asyncio.Task[None]] = set()
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
         restored = self.host.templates.reload()
         if restored:
             log.info("re-adopted %d snapshot templates", restored)
+        self.routes = await RouteBook.open(self.bus.js, self.bus.names.routes_bucket)
+        self.host.on_gone.append(self._route_gone)
         await self.reconcile()
+        await self._sweep_routes()
         names = self.bus.names
         specs = [
             ConsumerSpec(
@@ -125,6 +131,34 @@ class NodeWorker:
             )
             await self._kill(kill, MessageContext(), error="node restarted; VM lost")
 
+    async def _sweep_routes(self) -> None:
+        """Routes this node published in an earlier life for VMs it no longer runs."""
+        assert self.routes is not None
+        for sid, route in (await self.routes.all()).items():
+            if route.node_id == self.node_id and sid not in self.host.sandboxes:
+                await self.routes.drop(sid)
+
+    # ---- routes: where the proxy finds a guest ---------------------------------------
+    async def _route(self, sandbox_id: str) -> None:
+        """Published before the sandbox is announced running, so the first proxied
+        request after the API's answer finds it."""
+        address = self.host.upstream(sandbox_id)
+        if self.routes is not None and address is not None:
+            await self.routes.put(sandbox_id, Route(node_id=self.node_id, address=address))
+
+    def _route_gone(self, sandbox_id: str) -> None:
+        """Host hook (kill, pause, close): the route goes; handlers await it before they
+        announce the sandbox gone (`_routes_dropped`)."""
+        if self.routes is None:
+            return
+        task = asyncio.create_task(self.routes.drop(sandbox_id), name=f"unroute:{sandbox_id}")
+        self._route_drops.add(task)
+        task.add_done_callback(self._route_drops.discard)
+
+    async def _routes_dropped(self) -> None:
+        if self._route_drops:
+            await asyncio.gather(*self._route_drops, return_exceptions=True)
+
     def _guest(self, state: sb.Sandbox | sb.CreateSandbox) -> GuestConfig:
         """What envd is told: from a sandbox's state, or from a fork child's create."""
         return GuestConfig(
@@ -173,6 +207,7 @@ class NodeWorker:
                 with _tracer().start_as_current_span("restore sandbox VM") as span:
                     span.set_attribute("aenv.sandbox_id", cmd.sandbox_id)
                     await self.host.create(cmd.sandbox_id, state.template_id, guest)
+                await self._route(cmd.sandbox_id)
             except HostError as e:
                 error = str(e)
                 self.journal.remove(cmd.sandbox_id)
@@ -210,6 +245,7 @@ class NodeWorker:
                 self._upload_soon(cmd.sandbox_id, paused.snapshot)
             except HostError as e:
                 error = str(e)
+        await self._routes_dropped()
         done = sb.CompletePause(sandbox_id=cmd.sandbox_id, snapshot_id=snap_id, error=error,
                                 command_id=completion_id(cmd, "paused"))  # fmt: skip
         await apply(self.bus.sandboxes, done, ctx)
@@ -223,6 +259,7 @@ class NodeWorker:
             try:
                 live = await self.host.resume(cmd.sandbox_id)
                 self.journal.add(cmd.sandbox_id, live.template_id)
+                await self._route(cmd.sandbox_id)
                 self._collect_soon()
             except HostError as e:
                 error = str(e)
@@ -257,6 +294,7 @@ class NodeWorker:
                 errors = await self.host.fork(cmd.sandbox_id, guests) if guests else {}
             except HostError as e:
                 errors = {cid: str(e) for cid in creates}
+        await asyncio.gather(*(self._route(cid) for cid in creates if errors.get(cid) is None))
         for cid, create in creates.items():
             if errors.get(cid) is None:
                 self.journal.add(cid, state.template_id)
@@ -300,6 +338,7 @@ class NodeWorker:
         async with self.host.lock(cmd.sandbox_id):
             await self.host.kill(cmd.sandbox_id)
             self.journal.remove(cmd.sandbox_id)
+        await self._routes_dropped()
         self._collect_soon()
         done = sb.CompleteKill(
             sandbox_id=cmd.sandbox_id, error=error, command_id=completion_id(cmd, "killed")

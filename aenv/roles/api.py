@@ -1,0 +1,75 @@
+"""The api role: E2B REST API + envd proxy, the read-model projectors and the TTL timer.
+
+Everything it knows about VMs comes from the bus (outcome events, the routes bucket), so it
+can restart mid-create: the node finishes the sandbox and the restarted API shows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import uvicorn
+
+from aenv.roles.common import READY, RoleSettings, say, write_private
+from api.admin import create_api_key
+from api.app import create_app
+from api.auth import KeyChecker
+from api.context import ApiContext, ApiSettings
+from api.routes import RouteTable
+from bus import Bus, BusSettings
+from projections import Projector, SandboxProjection, all_projections, create_engine
+from workers.timer import Timer
+
+
+async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        bus_settings = BusSettings(nats_url=cfg.nats_url)
+        bus = await Bus.connect(bus_settings, name="aenv-api")
+        stack.push_async_callback(bus.close)
+        engine = create_engine(cfg.database_url)
+        stack.push_async_callback(engine.dispose)
+        projectors = {p.name: Projector(engine, bus.js, bus_settings, p) for p in all_projections()}
+        for p in projectors.values():
+            await p.start()
+            stack.push_async_callback(p.stop)
+        timer = Timer(bus)
+        await timer.start()
+        stack.push_async_callback(timer.stop)
+        await _bootstrap_key(cfg, bus)
+        sandboxes: Projector = projectors[SandboxProjection.name]
+
+        async def wait_for(seq: int) -> None:
+            await sandboxes.wait_for(seq)
+
+        ctx = ApiContext(bus, engine, ApiSettings(), KeyChecker(engine), wait_for=wait_for)
+        routes = await RouteTable.open(bus)
+        stack.push_async_callback(routes.close)
+        app = create_app(ctx, routes.resolve)
+        routes.on_gone.append(app.close_sandbox)
+        server = uvicorn.Server(
+            uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
+                           lifespan="off", timeout_keep_alive=75, access_log=False)
+        )  # fmt: skip
+        server_task = asyncio.create_task(server.serve())
+        while not server.started:
+            if server_task.done():
+                await server_task
+                raise SystemExit(f"API could not listen on {cfg.host}:{cfg.port}")
+            await asyncio.sleep(0.05)
+        say(f"API listening on http://{cfg.host}:{cfg.port}")
+        say(READY)
+        await stop.wait()
+        say("api: draining requests")
+        server.should_exit = True
+        await server_task
+
+
+async def _bootstrap_key(cfg: RoleSettings, bus: Bus) -> str:
+    """The stack's first API key, minted once and kept (0600) for `aenv up` to print."""
+    path = cfg.data_dir / "api-key"
+    if path.exists():
+        return path.read_text().strip()
+    _, raw = await create_api_key(bus, name="aenv up")
+    write_private(path, raw + "\n")
+    return raw

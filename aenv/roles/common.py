@@ -1,0 +1,40 @@
+"""What both roles read at start: where the services are, and how to tell the supervisor."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: Last line a role prints once it serves; the supervisor waits for it.
+READY = "ROLE-READY"
+
+
+class RoleSettings(BaseSettings):
+    """Set by the supervisor (or by an operator running a role on its own)."""
+
+    model_config = SettingsConfigDict(env_prefix="AENV_", frozen=True, extra="ignore")
+
+    data_dir: Path = Path("/var/lib/aenv")
+    host: str = "127.0.0.1"
+    port: int = 3000
+    nats_url: str = "nats://127.0.0.1:4222"
+    database_url: str = "postgresql+asyncpg://postgres@127.0.0.1:5432/aenv"
+    s3_endpoint: str | None = None
+    s3_access_key: str | None = None
+    s3_secret_key: str | None = None
+    s3_bucket: str = "aenv-snapshots"
+
+
+def say(msg: str) -> None:
+    """A progress line on stdout (the supervisor relays it to `aenv up`)."""
+    print(msg, flush=True)
+
+
+def write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, stat.S_IRUSR | stat.S_IWUSR)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)

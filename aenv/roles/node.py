@@ -1,0 +1,70 @@
+"""The node role: this host's microVMs — runtime, templates, snapshot uploads, node worker.
+
+Alone in its process so a restore never waits behind HTTP parsing or a projection's SQL on
+the same event loop: the control plane's share of a create is then only the bus hops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from aenv.roles.common import READY, RoleSettings, say
+from bus import Bus, BusSettings
+from bus.decisions import register_template
+from envd.version import ENVD_VERSION
+from workers.node.host import SandboxHost
+from workers.node.image import build_base
+from workers.node.runtime import Runtime
+from workers.node.settings import NodeSettings
+from workers.node.templates import TemplateCatalog, TemplateSpec
+from workers.node.worker import NodeWorker
+from workers.snapshot import BlobCache, S3Config, S3Store, SnapshotRepository
+
+
+async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        bus = await Bus.connect(BusSettings(nats_url=cfg.nats_url), name="aenv-node")
+        stack.push_async_callback(bus.close)
+        node_cfg = NodeSettings(state_dir=cfg.data_dir / "node")
+        say("preparing the default template `base` (first run: debootstrap, ~2 min)")
+        image = await asyncio.to_thread(build_base, progress=lambda m: say(f"  image: {m}"))
+        runtime = await Runtime.open(
+            node_cfg.state_dir, kernel_for_probe=image.kernel,
+            pool_target=node_cfg.slot_pool, slot_prefix=node_cfg.slot_prefix,
+        )  # fmt: skip
+        stack.push_async_callback(runtime.close)
+        say(f"accelerator: {runtime.accel.accel} ({runtime.accel.reason})")
+        base = TemplateSpec("base", vcpus=node_cfg.base_vcpus, mem_mib=node_cfg.base_mem_mib)
+        catalog = TemplateCatalog(runtime, progress=lambda m: say(f"  template: {m}"), base=base)
+        await catalog.get("base")
+        await register_template(
+            bus.templates, "base", alias="base", envd_version=ENVD_VERSION, cpu_count=base.vcpus,
+            memory_mb=base.mem_mib, disk_size_mb=image.rootfs.stat().st_size >> 20,
+        )  # fmt: skip
+        repository = await _repository(cfg, node_cfg, stack)
+        host = SandboxHost(runtime, catalog, capacity=node_cfg.capacity, repository=repository)
+        stack.push_async_callback(host.close)
+        worker = NodeWorker(bus, host, node_cfg)
+        await worker.start()
+        stack.push_async_callback(worker.stop)
+        say(f"node {node_cfg.node_id} serving")
+        say(READY)
+        await stop.wait()
+        say("node: draining in-flight work")
+
+
+async def _repository(
+    cfg: RoleSettings, node_cfg: NodeSettings, stack: contextlib.AsyncExitStack
+) -> SnapshotRepository | None:
+    """Pauses upload to S3 when the stack has one (embedded SeaweedFS or AENV_S3_*)."""
+    if not cfg.s3_endpoint:
+        return None
+    store = await S3Store.open(S3Config(
+        bucket=cfg.s3_bucket, endpoint_url=cfg.s3_endpoint,
+        access_key=cfg.s3_access_key, secret_key=cfg.s3_secret_key,
+    ))  # fmt: skip
+    stack.push_async_callback(store.close)
+    cache = BlobCache(node_cfg.state_dir / "blob-cache", node_cfg.blob_cache_bytes)
+    say(f"snapshot repository: S3 at {cfg.s3_endpoint}")
+    return SnapshotRepository(store, cache)

@@ -1,0 +1,128 @@
+"""The proxy's map of running sandboxes, kept in memory from the nodes' routes bucket.
+
+The API no longer shares a process with the node that runs the VMs, so it learns where a
+guest is from the bucket (watched: a lookup costs a dict access, not a round trip) and that
+a sandbox went away from the route's deletion (its open streams are then cut at once — a
+guest gone with its network namespace never sends a FIN). A route not seen yet (a create
+that answered a moment before the watch delivered it) is read from the bucket directly.
+
+A paused sandbox with `autoResume` is resumed by the first request that reaches it, as E2B
+does; any other miss is E2B's 502 "sandbox was not found".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from aenv.domain import sandbox as sb
+from aenv.domain.sandbox import SandboxStatus
+from api.errors import ApiError
+from api.outcomes import send_and_wait
+from api.proxy import SandboxUnavailable, Upstream
+from bus import Bus
+from bus.routes import Route, RouteBook
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RouteTable"]
+
+
+class RouteTable:
+    def __init__(self, bus: Bus, book: RouteBook, *, resume_timeout_s: float = 60.0) -> None:
+        self.bus = bus
+        self.book = book
+        self.resume_timeout_s = resume_timeout_s
+        self.routes: dict[str, Route] = {}
+        #: called with a sandbox id when its route disappears (the proxy cuts its streams)
+        self.on_gone: list[Callable[[str], None]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._resuming: dict[str, asyncio.Task[None]] = {}
+
+    @classmethod
+    async def open(cls, bus: Bus) -> RouteTable:
+        table = cls(bus, await RouteBook.open(bus.js, bus.names.routes_bucket))
+        table._task = asyncio.create_task(table._follow(), name="route-table")
+        return table
+
+    async def close(self) -> None:
+        for task in [self._task, *self._resuming.values()]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+    async def resolve(self, sandbox_id: str, port: int) -> Upstream:
+        route = self.routes.get(sandbox_id) or await self.book.get(sandbox_id)
+        if route is None:
+            route = await self._auto_resume(sandbox_id)
+        return Upstream(route.address, port)
+
+    async def _auto_resume(self, sandbox_id: str) -> Route:
+        state, _ = await self.bus.sandboxes.load(sandbox_id)
+        if state is None or not state.lifecycle.auto_resume or state.status not in (
+            SandboxStatus.PAUSED, SandboxStatus.PAUSING, SandboxStatus.RESUMING,
+        ):  # fmt: skip
+            raise SandboxUnavailable(sandbox_id)
+        # Concurrent requests to one paused sandbox share a single resume.
+        task = self._resuming.get(sandbox_id)
+        if task is None:
+            task = asyncio.create_task(self._resume(state))
+            self._resuming[sandbox_id] = task
+            task.add_done_callback(lambda _: self._resuming.pop(sandbox_id, None))
+        try:
+            await asyncio.shield(task)
+        except (ApiError, TimeoutError) as e:
+            log.warning("auto-resume of %s failed: %s", sandbox_id, e)
+            raise SandboxUnavailable(sandbox_id) from e
+        route = self.routes.get(sandbox_id) or await self.book.get(sandbox_id)
+        if route is None:
+            raise SandboxUnavailable(sandbox_id)
+        return route
+
+    async def _resume(self, state: sb.Sandbox) -> None:
+        deadline = asyncio.get_running_loop().time() + self.resume_timeout_s
+        while state.status is SandboxStatus.PAUSING:  # the TTL's pause is finishing
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"sandbox {state.sandbox_id} is still pausing")
+            await asyncio.sleep(0.05)
+            fresh, _ = await self.bus.sandboxes.load(state.sandbox_id)
+            if fresh is None:
+                return
+            state = fresh
+        if state.status is not SandboxStatus.PAUSED:
+            return  # someone else is resuming it; the route appears when they are done
+        event, _ = await send_and_wait(
+            self.bus, sb.ResumeSandbox(sandbox_id=state.sandbox_id), node_id=state.node_id,
+            until=(sb.SandboxResumed,), timeout=self.resume_timeout_s, actor="auto-resume",
+        )  # fmt: skip
+        if isinstance(event, sb.SandboxFailed):
+            raise ApiError(502, f"sandbox {state.sandbox_id} could not resume: {event.reason}")
+
+    async def _follow(self) -> None:
+        """Mirror the bucket for the life of the process (re-watching after a NATS hiccup)."""
+        while True:
+            try:
+                async for sid, route in self.book.watch():
+                    if route is None:
+                        if self.routes.pop(sid, None) is not None:
+                            self._gone(sid)
+                    else:
+                        old = self.routes.get(sid)
+                        self.routes[sid] = route
+                        if old is not None and old != route:
+                            self._gone(sid)  # resumed elsewhere: old streams are dead
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("route watch interrupted (%s); re-watching", e)
+                await asyncio.sleep(0.5)
+
+    def _gone(self, sandbox_id: str) -> None:
+        for hook in self.on_gone:
+            try:
+                hook(sandbox_id)
+            except Exception:
+                log.exception("route on_gone hook failed for %s", sandbox_id)

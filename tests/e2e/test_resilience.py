@@ -1,0 +1,129 @@
+"""Crashes of one role process, and traffic to paused sandboxes, through the real SDK.
+
+`aenv up` runs two supervised processes (api, node) over one bus: killing either must lose
+nothing the event log knows about. These tests SIGKILL them on purpose, so they read the
+role pids from the stack's stack.json (the supervisor rewrites it after a restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+
+import httpx
+import nats
+import pytest
+from e2b import Sandbox, SandboxState
+
+from aenv.domain import sandbox as sb
+from bus.envelope import decode_event
+from tests.e2e.conftest import Stack
+from tests.support import eventually_sync
+
+pytestmark = pytest.mark.vm
+
+
+def _role_pid(stack: Stack, role: str) -> int:
+    return int(json.loads((stack.data_dir / "stack.json").read_text())["roles"][role])
+
+
+def _api_up(stack: Stack) -> bool:
+    return httpx.get(f"{stack.api_url}/health", timeout=2).status_code < 500
+
+
+def _ids() -> set[str]:
+    return {s.sandbox_id for s in Sandbox.list(limit=100).next_items()}
+
+
+class FirstRequested:
+    """Watches the event log (NATS, not the API) for the next SandboxRequested: the moment
+    the node has taken a create and is restoring its VM."""
+
+    def __init__(self, nats_url: str) -> None:
+        self.sandbox_id: str | None = None
+        self.subscribed = threading.Event()
+        self.seen = threading.Event()
+        self._thread = threading.Thread(target=asyncio.run, args=(self._run(nats_url),))
+        self._thread.start()
+        assert self.subscribed.wait(10)
+
+    async def _run(self, url: str) -> None:
+        nc = await nats.connect(url)
+        try:
+            sub = await nc.subscribe("aenv.evt.sandbox.*")
+            self.subscribed.set()
+            async for msg in sub.messages:
+                _, event = decode_event(msg.data)
+                if isinstance(event, sb.SandboxRequested):
+                    self.sandbox_id = event.sandbox_id
+                    self.seen.set()
+                    return
+        finally:
+            await nc.close()
+
+
+def test_api_killed_mid_create_the_sandbox_still_appears(stack: Stack) -> None:
+    """Issue 4: "API restarted mid-create → the sandbox still appears once it is created"."""
+    api_pid = _role_pid(stack, "api")
+    watch = FirstRequested(stack.nats_url)
+    outcome: list[BaseException | Sandbox] = []
+
+    def create() -> None:
+        try:
+            outcome.append(Sandbox.create(timeout=120))
+        except BaseException as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=create)
+    t.start()
+    assert watch.seen.wait(30), "the node never took the create"
+    os.kill(api_pid, signal.SIGKILL)  # while the VM restores
+    t.join(60)
+    assert outcome and not isinstance(outcome[0], Sandbox), "the create should have been cut"
+    eventually_sync(lambda: _api_up(stack) and _role_pid(stack, "api") != api_pid, timeout=60)
+    sid = watch.sandbox_id
+    assert sid is not None
+    eventually_sync(lambda: Sandbox.get_info(sid).state == SandboxState.RUNNING, timeout=60)
+    sbx = Sandbox.connect(sid)
+    assert sbx.commands.run("echo survived").stdout == "survived\n"
+    assert sbx.kill()
+
+
+def test_node_killed_paused_sandboxes_survive_running_ones_are_reported(stack: Stack) -> None:
+    """A node crash loses running VMs (said in the log) but no paused sandbox."""
+    paused = Sandbox.create(timeout=300)
+    paused.files.write("/home/user/keep.txt", "kept across a node crash")
+    paused.pause()
+    running = Sandbox.create(timeout=300)
+    node_pid = _role_pid(stack, "node")
+    os.kill(node_pid, signal.SIGKILL)
+    eventually_sync(lambda: _role_pid(stack, "node") != node_pid, timeout=120, interval=0.2)
+    # the restarted node reconciles: the running one's VM died with it -> killed, with reason
+    eventually_sync(lambda: running.sandbox_id not in _ids(), timeout=60, interval=0.2)
+    back = Sandbox.connect(paused.sandbox_id, timeout=300)
+    assert back.files.read("/home/user/keep.txt") == "kept across a node crash"
+    assert back.kill()
+
+
+def test_auto_resume_on_traffic_and_502_without_it(stack: Stack) -> None:
+    auto = Sandbox.create(timeout=300, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    plain = Sandbox.create(timeout=300)
+    try:
+        auto.commands.run("echo 7 > /tmp/seven")
+        auto.pause()
+        plain.pause()
+        # envd traffic to a paused auto-resume sandbox wakes it (no connect call)
+        assert auto.commands.run("cat /tmp/seven").stdout == "7\n"
+        assert auto.get_info().state == SandboxState.RUNNING
+        # without autoResume: E2B's "sandbox was not found" (502), and it stays paused
+        r = httpx.get(f"{stack.api_url}/health", headers={
+            "E2b-Sandbox-Id": plain.sandbox_id, "E2b-Sandbox-Port": "49983"})  # fmt: skip
+        assert r.status_code == 502
+        assert "not found" in r.json()["message"]
+        assert plain.get_info().state == SandboxState.PAUSED
+    finally:
+        auto.kill()
+        plain.kill()
