@@ -98,7 +98,7 @@ async def create_sandbox(
     )
     _check_timeout(timeout)
     tpl = await ctx.cached(
-        f"tpl:{data.template_id}", lambda: reads.template_row(ctx.engine, data.template_id)
+        f"tpl:{data.template_id}", lambda: reads.template(ctx.engine, data.template_id)
     )
     if tpl is None:
         ctx.forget(f"tpl:{data.template_id}")  # a template registered a moment ago: ask again
@@ -118,14 +118,14 @@ async def create_sandbox(
     cmd = sb.CreateSandbox(
         sandbox_id=sandbox_id,
         command_id=command_id,
-        template_id=tpl.template_id,
-        alias=tpl.alias,
+        template_id=tpl["template_id"],
+        alias=tpl["alias"],
         team_id=caller.team_id,
         api_key_id=caller.key_id,
-        cpu_count=tpl.cpu_count,
-        memory_mb=tpl.memory_mb,
-        disk_size_mb=tpl.disk_size_mb,
-        envd_version=tpl.envd_version or ENVD_VERSION,
+        cpu_count=tpl["cpu_count"],
+        memory_mb=tpl["memory_mb"],
+        disk_size_mb=tpl["disk_size_mb"],
+        envd_version=tpl["envd_version"] or ENVD_VERSION,
         envd_access_token=secrets.token_urlsafe(24) if secure else None,
         timeout_s=timeout,
         metadata=data.metadata,
@@ -146,9 +146,8 @@ async def create_sandbox(
         ),
     )
     # A snapshot template lives on the node that took it (until layers move through S3).
-    node = await ctx.cached(
-        f"tpl-node:{tpl.template_id}", lambda: reads.snapshot_node(ctx.engine, tpl.template_id)
-    )
+    tpl_id = tpl["template_id"]
+    node = await ctx.cached(f"tpl-node:{tpl_id}", lambda: reads.snapshot_node(ctx.engine, tpl_id))
     event, _ = await send_and_wait(
         ctx.bus, cmd, node_id=node, until=(sb.SandboxCreated,),
         timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
@@ -167,8 +166,8 @@ async def create_sandbox(
 @get("/sandboxes/{sandbox_id:str}")
 async def get_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> dict[str, Any]:
     await ctx.fenced()
-    row = await reads.sandbox_row(ctx.engine, sandbox_id, caller.team_id)
-    if row is None or row.state is None:
+    row = await reads.sandbox(ctx.engine, sandbox_id, caller.team_id)
+    if row is None:
         raise _not_found(sandbox_id)
     body = wire.dump(reads.detail(row))
     if ctx.settings.sandbox_domain:
@@ -337,7 +336,7 @@ async def create_snapshot(
     if not _SNAPSHOT_NAME.match(name):
         raise ApiError(400, f"invalid snapshot name {name!r}: use a-z, 0-9, '.', '_', ':', '-'")
     state = await _visible(ctx, caller, sandbox_id)
-    tpl = await reads.template_row(ctx.engine, name)
+    tpl = await reads.template(ctx.engine, name)
     if tpl is not None and await reads.snapshot_node(ctx.engine, name) is None:
         raise ApiError(409, f"{name!r} is the name of a template, not of a snapshot")
     cmd = sb.SnapshotSandbox(sandbox_id=sandbox_id, snapshot_id=name)
@@ -361,8 +360,8 @@ async def list_snapshots(
     limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
 ) -> list[dict[str, Any]]:
     await ctx.fenced()
-    rows = await reads.snapshot_rows(ctx.engine, caller.team_id, sandbox_id, name, limit)
-    return [snapshot_info(caller.team_id, r.snapshot_id) for r in rows]
+    rows = await reads.snapshots(ctx.engine, caller.team_id, sandbox_id, name, limit)
+    return [snapshot_info(caller.team_id, r["snapshot_id"]) for r in rows]
 
 
 @delete("/templates/{template_id:str}", status_code=204)

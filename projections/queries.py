@@ -19,12 +19,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from projections.tables import api_keys, sandboxes, snapshots, templates
 
 __all__ = [
+    "InvalidToken",
     "Page",
     "api_key_by_hash",
     "due_for_expiry",
     "get_sandbox",
     "list_sandboxes",
     "list_snapshots",
+    "snapshot_node",
     "template_by_id_or_alias",
 ]
 
@@ -57,9 +59,16 @@ def _token(started_at: datetime, sandbox_id: str) -> str:
     return base64.urlsafe_b64encode(raw).decode()
 
 
+class InvalidToken(ValueError):
+    """A `nextToken` this module did not issue (the API answers 400)."""
+
+
 def _untoken(token: str) -> tuple[datetime, str]:
-    started, sid = json.loads(base64.urlsafe_b64decode(token.encode()))
-    return datetime.fromisoformat(started), str(sid)
+    try:
+        started, sid = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return datetime.fromisoformat(started), str(sid)
+    except (ValueError, TypeError) as e:  # bad base64, JSON, shape or timestamp
+        raise InvalidToken(f"invalid nextToken {token[:40]!r}") from e
 
 
 async def list_sandboxes(
@@ -105,14 +114,40 @@ async def list_sandboxes(
 
 
 async def list_snapshots(
-    conn: AsyncConnection, team_id: str | None, sandbox_id: str | None = None
+    conn: AsyncConnection,
+    team_id: str | None,
+    sandbox_id: str | None = None,
+    *,
+    name: str | None = None,
+    limit: int | None = None,
+    newest_first: bool = False,
 ) -> list[Row]:
-    q = select(snapshots).where(snapshots.c.status == "ready")
+    """Ready snapshots (persistent ones: each is also a template named by its id)."""
+    c = snapshots.c
+    q = select(snapshots).where(c.status == "ready")
     if team_id is not None:
-        q = q.where(snapshots.c.team_id == team_id)
+        q = q.where(c.team_id == team_id)
     if sandbox_id is not None:
-        q = q.where(snapshots.c.sandbox_id == sandbox_id)
-    return [dict(r) for r in (await conn.execute(q.order_by(snapshots.c.taken_at))).mappings()]
+        q = q.where(c.sandbox_id == sandbox_id)
+    if name is not None:
+        q = q.where(c.snapshot_id == name)
+    q = q.order_by(c.taken_at.desc() if newest_first else c.taken_at)
+    if limit is not None:
+        q = q.limit(limit)
+    return [dict(r) for r in (await conn.execute(q)).mappings()]
+
+
+async def snapshot_node(conn: AsyncConnection, snapshot_id: str) -> str | None:
+    """The node holding a snapshot template's capture: the one its source sandbox ran on.
+    None also tells a snapshot template apart from a built one."""
+    s = sandboxes.c
+    q = (
+        select(s.node_id)
+        .join(snapshots, snapshots.c.sandbox_id == s.sandbox_id)
+        .where(snapshots.c.snapshot_id == snapshot_id, snapshots.c.status == "ready")
+    )
+    node: str | None = (await conn.execute(q)).scalar()
+    return node
 
 
 async def template_by_id_or_alias(conn: AsyncConnection, ref: str) -> Row | None:
