@@ -4,7 +4,8 @@ E2B SDKs send sandbox traffic to `E2B_SANDBOX_URL` (often the API's own URL) wit
 `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers, or to `{port}-{id}.{domain}`. Such requests
 never reach Litestar: they are streamed both ways to the guest, chunk by chunk, with no
 buffering — a `commands.run(background=True)` returns only when the first streamed event
-arrives, and a 1 GiB upload must not sit in this process's memory.
+arrives, and a 1 GiB upload must not sit in this process's memory. WebSocket upgrades are
+relayed message by message (`api.wsproxy`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import h11
+
+from api.wsproxy import forward_websocket
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +91,8 @@ class SandboxProxy:
             writer.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        target = sandbox_target(scope, self.domain) if scope["type"] == "http" else None
+        kind = scope["type"]
+        target = sandbox_target(scope, self.domain) if kind in ("http", "websocket") else None
         if target is None:
             await self.app(scope, receive, send)
             return
@@ -96,8 +100,8 @@ class SandboxProxy:
         try:
             upstream = await self.resolve(sid, port)
         except SandboxUnavailable:
-            await _json(send, 502, {"sandboxId": sid, "message": "The sandbox was not found",
-                                    "code": 502})  # fmt: skip
+            await _refuse(kind, send, 502, {"sandboxId": sid, "code": 502,
+                                            "message": "The sandbox was not found"})  # fmt: skip
             return
         try:
             reader, writer = await asyncio.wait_for(
@@ -105,11 +109,15 @@ class SandboxProxy:
             )
         except (OSError, TimeoutError):
             msg = f"The sandbox is running but port is not open ({port})"
-            await _json(send, 502, {"sandboxId": sid, "code": 502, "message": msg})
+            await _refuse(kind, send, 502, {"sandboxId": sid, "code": 502, "message": msg})
             return
         self._open.setdefault(sid, set()).add(writer)
         try:
-            await _forward(scope, receive, send, reader, writer, upstream)
+            if kind == "websocket":
+                host = f"{upstream.host}:{upstream.port}"
+                await forward_websocket(scope, receive, send, reader, writer, host)
+            else:
+                await _forward(scope, receive, send, reader, writer, upstream)
         finally:
             self._open.get(sid, set()).discard(writer)
             writer.close()
@@ -196,6 +204,15 @@ async def _forward(
             pump.cancel()
         with contextlib.suppress(BaseException):
             await pump
+
+
+async def _refuse(kind: str, send: Send, status: int, body: dict[str, Any]) -> None:
+    """An HTTP error body, or for a WebSocket a close before accepting (the ASGI server
+    answers the upgrade with 403 then; the reason carries our message)."""
+    if kind == "websocket":
+        await send({"type": "websocket.close", "code": 1011, "reason": body["message"][:120]})
+    else:
+        await _json(send, status, body)
 
 
 async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
