@@ -141,6 +141,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             out["idle_child_pss_over_guest_ram"] = round(mean / args.mem, 3)
         await rt.destroy(parent)
 
+        if args.density_children:
+            out["density"] = await density(rt, image, args)
+
         # pause (= capture and release the VM) must not grow with guest RAM
         for mem in args.pause_sizes:
             vm = await rt.boot(kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
@@ -173,6 +176,52 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def mem_available_mib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def density(rt: Runtime, image: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Issue 5: nominal ÷ used host RAM for N idle fork children of a big template.
+
+    Nominal = N x guest RAM. Used is given two ways: the children's summed PSS (each shared
+    page counted once across them), and the drop of the host's MemAvailable from before the
+    fork to after the idle wait (everything the fork cost the host, page cache included;
+    noisier, since other processes move it too)."""
+    mem, n = args.density_mem, args.density_children
+    vm = await rt.boot(kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
+                       cmdline=kernel_cmdline(image), mem_mib=mem)  # fmt: skip
+    await rt.wait_envd(vm)
+    await init_envd(vm.host, None)
+    tpl = await rt.capture(vm, resume=False)
+    parent, _ = await rt.restore(tpl, private_memory=False)
+    try:
+        await asyncio.sleep(1.0)
+        before = mem_available_mib()
+        snap, kids = await rt.fork(parent, n, wait=True)
+        vms = [k for k in kids if isinstance(k, Vm)]
+        await asyncio.sleep(args.idle)
+        pss = [pss_kib(k.qemu.pid) / 1024 for k in vms if k.qemu.pid]
+        drop = max(before - mem_available_mib(), 1.0)
+        nominal = len(vms) * mem
+        await asyncio.gather(*(rt.destroy(k) for k in vms))
+        rt.delete_snapshot(snap)
+    finally:
+        await rt.destroy(parent)
+        rt.delete_snapshot(tpl)
+    return {
+        "guest_mem_mib": mem,
+        "children": len(vms),
+        "nominal_mib": nominal,
+        "children_pss_sum_mib": round(sum(pss), 1),
+        "nominal_over_used_pss": round(nominal / max(sum(pss), 1.0), 1),
+        "host_memavailable_drop_mib": round(drop, 1),
+        "nominal_over_used_memavailable": round(nominal / drop, 1),
+    }
+
+
 def cli() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--boots", type=int, default=2)
@@ -181,7 +230,9 @@ def cli() -> None:
     p.add_argument("--fork-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     p.add_argument("--fork-repeats", type=int, default=3)
     p.add_argument("--idle", type=float, default=5.0, help="seconds before measuring PSS")
-    p.add_argument("--pause-sizes", type=int, nargs="+", default=[256, 2048], help="MiB")
+    p.add_argument("--density-mem", type=int, default=1024, help="template RAM, MiB")
+    p.add_argument("--density-children", type=int, default=16, help="0 skips it")
+    p.add_argument("--pause-sizes", type=int, nargs="*", default=[256, 2048], help="MiB")
     p.add_argument("--pauses", type=int, default=10)
     emit("runtime", asyncio.run(main(p.parse_args())))
 
