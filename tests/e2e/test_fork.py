@@ -11,6 +11,7 @@ import pytest
 from e2b import Sandbox
 
 from tests.e2e.conftest import Stack
+from tests.support import eventually_sync
 
 pytestmark = pytest.mark.vm
 
@@ -69,3 +70,36 @@ def test_fork_rejects_bad_counts_and_paused_parents(stack: Stack) -> None:
             assert r.status_code == 409 and r.json()["code"] == 409
     finally:
         Sandbox.kill(sbx.sandbox_id)
+
+
+def test_fork_capture_is_freed_after_its_last_running_child(stack: Stack) -> None:
+    """The capture a fork makes (its RAM file is what the children map) is deleted once no
+    child runs; a paused child never needs it again and resumes intact (its pause streamed
+    its RAM into the state, which the resume loads into a RAM file of its own)."""
+    snaps = stack.data_dir / "node" / "snapshots"
+    parent = Sandbox.create(timeout=300)
+    kids: list[Sandbox] = []
+    try:
+        parent.files.write("/home/user/prefork.txt", "from-parent")
+        before = set(os.listdir(snaps))
+        kids = [r for r in parent.fork(count=2, timeout=120) if isinstance(r, Sandbox)]
+        assert len(kids) == 2
+        (capture,) = set(os.listdir(snaps)) - before
+        kids[0].files.write("/home/user/mine.txt", "child-0")
+        kids[0].pause()
+        assert (snaps / capture).exists()  # child 1 still maps it
+        kids[1].kill()
+        eventually_sync(lambda: not (snaps / capture).exists(), timeout=30, interval=0.2)
+        back = Sandbox.connect(kids[0].sandbox_id, timeout=120)
+        assert back.files.read("/home/user/mine.txt") == "child-0"
+        assert back.files.read("/home/user/prefork.txt") == "from-parent"
+        # resumed, the child owns its RAM file: it pauses and resumes like any sandbox
+        back.files.write("/home/user/second.txt", "cycle-2")
+        back.pause()
+        again = Sandbox.connect(kids[0].sandbox_id, timeout=120)
+        assert again.files.read("/home/user/second.txt") == "cycle-2"
+        assert again.files.read("/home/user/mine.txt") == "child-0"
+    finally:
+        for k in kids:
+            k.kill()
+        parent.kill()

@@ -90,6 +90,9 @@ class SandboxHost:
         self.on_gone: list[Callable[[str], None]] = []
         self._gc_lock = asyncio.Lock()
         self._busy: dict[str, asyncio.Lock] = {}
+        #: captures made for forks: their RAM file is mapped by the running children, so
+        #: each is kept until none of its children runs any more (see `collect_garbage`)
+        self._fork_captures: list[Snapshot] = []
 
     @property
     def free(self) -> int:
@@ -240,14 +243,15 @@ class SandboxHost:
             raise HostError(f"node has room for {self.free} more sandboxes, not {len(children)}")
         ids = list(children)
         try:
-            _, vms = await self.runtime.fork(
+            capture, vms = await self.runtime.fork(
                 parent.vm, len(ids), wait=False, vm_ids=ids, policy=parent.guest.egress
             )
         except Exception as e:
             log.exception("fork of %s failed", parent_id)
             raise HostError(f"sandbox {parent_id} could not be captured for a fork: {e}") from e
-        # The capture stays on disk: children map its RAM file copy-on-write, and a child's
-        # own pause copies from it. (Reclaiming it once no child needs it: issue 5 GC.)
+        # The capture stays on disk while children map its RAM file copy-on-write (a child's
+        # pause copies what it needs); `collect_garbage` deletes it after the last child.
+        self._fork_captures.append(capture)
 
         async def init(cid: str, vm: Vm | BaseException) -> str | None:
             if isinstance(vm, BaseException):
@@ -307,8 +311,19 @@ class SandboxHost:
         """Free disk layers nothing needs any more (killed sandboxes, compacted chains).
         Roots: live VMs (the runtime knows them), paused captures and template captures."""
         async with self._gc_lock:
+            self._drop_unmapped_fork_captures()
             keep = [p.snapshot for p in self.paused.values()] + self.templates.captures()
             return await self.runtime.collect_layers(keep)
+
+    def _drop_unmapped_fork_captures(self) -> None:
+        """A fork capture's own files (RAM, device state) go once no running VM maps its
+        RAM; its disk layer stays as long as a child's chain stacks on it (layer GC)."""
+        mapped = {vm.mem_file for vm in self.runtime.vms.values()}
+        for capture in list(self._fork_captures):
+            if capture.mem not in mapped:
+                self.runtime.delete_snapshot(capture)
+                self._fork_captures.remove(capture)
+                log.info("fork capture %s freed: no child maps it", capture.snapshot_id)
 
     async def close(self) -> None:
         for sid in list(self.sandboxes):

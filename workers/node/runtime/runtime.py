@@ -215,18 +215,19 @@ class Runtime:
                 vm.disk_top = new_top
                 vm.owned_layers = [new_top]
             state_bytes = await vm.qemu.save_state(sdir / "state")
+            if not vm.mem_shared:
+                # A copy-on-write child maps someone else's snapshot: all its RAM went into
+                # the state stream; the snapshot's `mem` is a placeholder of the right size.
+                _sparse_like(vm.mem_file, sdir / "mem")
             if resume:
-                await asyncio.to_thread(clone_or_sparse_copy, vm.mem_file, sdir / "mem")
+                if vm.mem_shared:
+                    await asyncio.to_thread(clone_or_sparse_copy, vm.mem_file, sdir / "mem")
                 await vm.qemu.cont()
             else:
                 if not (detach and vm.mem_shared):
                     await vm.qemu.quit()
                 if vm.mem_shared:
                     vm.mem_file.rename(sdir / "mem")  # the VM's own RAM file: no copy
-                else:
-                    # A copy-on-write child maps someone else's snapshot: its own pages went
-                    # into the state stream; the file it mapped stays where it is.
-                    await asyncio.to_thread(clone_or_sparse_copy, vm.mem_file, sdir / "mem")
                 vm.owned_layers = []  # the frozen top now belongs to the snapshot
         except BaseException:
             shutil.rmtree(sdir, ignore_errors=True)
@@ -240,6 +241,7 @@ class Runtime:
             parent_vm=vm.vm_id,
             created_at=datetime.now(UTC).isoformat(),
             state_bytes=state_bytes,
+            ram_in_state=not vm.mem_shared,
         )
         snap.write()
         if not resume:
@@ -320,7 +322,7 @@ class Runtime:
                 mem_file=mem,
                 mem_shared=not private_memory,
                 disk=top,
-                start=Incoming(snap.state),
+                start=Incoming(snap.state, ram_in_stream=snap.ram_in_state),
                 netns=slot.netns_path,
                 **_caps(snap.machine),
             )
@@ -433,6 +435,12 @@ class Runtime:
         for f in (snap.state, snap.mem, snap.disk_top):
             if not f.exists():
                 raise VmmError(f"snapshot {snap.snapshot_id} is incomplete: {f} is missing")
+
+
+def _sparse_like(src: Path, dst: Path) -> None:
+    """An all-holes file as large as `src` (a RAM file whose content the state replaces)."""
+    with open(dst, "wb") as f:
+        f.truncate(src.stat().st_size)
 
 
 def _caps(m: Machine) -> dict[str, Any]:

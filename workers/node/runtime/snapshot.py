@@ -27,6 +27,9 @@ class Snapshot:
     parent_vm: str | None = None
     created_at: str = ""
     state_bytes: int = 0
+    #: the state stream carries the guest RAM (saved from a private-RAM VM: a fork child);
+    #: the `mem` file is then only a sparse placeholder of the right size
+    ram_in_state: bool = False
 
     @property
     def state(self) -> Path:
@@ -47,6 +50,7 @@ class Snapshot:
             "parent_vm": self.parent_vm,
             "created_at": self.created_at or datetime.now(UTC).isoformat(),
             "state_bytes": self.state_bytes,
+            "ram_in_state": self.ram_in_state,
         }
         tmp = self.dir / (MANIFEST + ".tmp")
         tmp.write_text(json.dumps(doc, indent=2))
@@ -68,4 +72,5 @@ class Snapshot:
             parent_vm=doc.get("parent_vm"),
             created_at=doc.get("created_at", ""),
             state_bytes=int(doc.get("state_bytes", 0)),
+            ram_in_state=bool(doc.get("ram_in_state", False)),
         )

@@ -97,7 +97,7 @@ class QemuVm:
         try:
             await vm._connect_qmp()
             if isinstance(spec.start, Incoming):
-                await vm._load_state(spec.start.state)
+                await vm._load_state(spec.start.state, ram_in_stream=spec.start.ram_in_stream)
         except BaseException:
             await vm.kill()
             raise
@@ -122,8 +122,8 @@ class QemuVm:
             v: Any = greeting.QMP.version["qemu"]
             self.qemu_version = f"{v['major']}.{v['minor']}.{v['micro']}"
 
-    async def _load_state(self, state: Path) -> None:
-        await self.execute("migrate-set-capabilities", _IGNORE_SHARED)
+    async def _load_state(self, state: Path, *, ram_in_stream: bool = False) -> None:
+        await self.execute("migrate-set-capabilities", _ignore_shared(not ram_in_stream))
         await self._pass_fd(state, os.O_RDONLY, "incoming")
         await self.execute("migrate-incoming", {"uri": "fd:incoming"})
         deadline = time.monotonic() + MIGRATION_TIMEOUT
@@ -222,9 +222,12 @@ class QemuVm:
 
         The VM must be stopped. Returns the state file size. With private (share=off) RAM,
         QEMU has to stream all of it, which is slow: that is why running sandboxes keep
-        their RAM in a shared file.
+        their RAM in a shared file. Such a stream is written without `x-ignore-shared`
+        (the capability is recorded in the stream and must match on load), so it can be
+        loaded into a shared RAM file: a resumed fork child gets cheap pauses again.
         """
-        await self.execute("migrate-set-capabilities", _IGNORE_SHARED)
+        # set either way: a restored VM keeps the capability its incoming migration had
+        await self.execute("migrate-set-capabilities", _ignore_shared(self.spec.mem_shared))
         await self.execute("migrate-set-parameters", {"max-bandwidth": 64 << 30})
         await self._pass_fd(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "outgoing")
         await self.execute("migrate", {"uri": "fd:outgoing"})
@@ -272,4 +275,5 @@ class QemuVm:
             self._stderr.append(line.decode(errors="replace"))
 
 
-_IGNORE_SHARED = {"capabilities": [{"capability": "x-ignore-shared", "state": True}]}
+def _ignore_shared(on: bool) -> dict[str, Any]:
+    return {"capabilities": [{"capability": "x-ignore-shared", "state": on}]}

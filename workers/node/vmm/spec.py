@@ -52,9 +52,14 @@ class Boot:
 
 @dataclass(frozen=True)
 class Incoming:
-    """A restore: device state written by `migrate`, loaded with `migrate-incoming`."""
+    """A restore: device state written by `migrate`, loaded with `migrate-incoming`.
+
+    `ram_in_stream`: the state also carries guest RAM (it was saved from a VM whose RAM was a
+    private mapping — a fork child). QEMU must then accept the RAM pages instead of
+    expecting them in the shared memory file (`x-ignore-shared` off)."""
 
     state: Path
+    ram_in_stream: bool = False
 
 
 @dataclass(frozen=True)
