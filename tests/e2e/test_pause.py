@@ -73,15 +73,32 @@ def test_ttl_expiry_pauses_by_default_and_connect_resumes(stack: Stack) -> None:
         back.kill()
 
 
-def test_resume_pulls_from_s3_when_the_local_capture_is_gone(stack: Stack) -> None:
-    """A pause uploads its capture to the stack's S3 (SeaweedFS) after answering; with the
-    node-local copy deleted, a resume fetches it back and the guest is intact."""
+def _uploaded(stack: Stack, sandbox_id: str) -> str | None:
+    """The snapshot id of the sandbox's latest SnapshotUploaded event (the log, not the API)."""
     import asyncio
-    import json
-    import shutil
 
     from aenv.domain import sandbox as sb
     from bus import Bus, BusSettings
+
+    async def read() -> str | None:
+        bus = await Bus.connect(BusSettings(nats_url=stack.nats_url), setup=False)
+        try:
+            found = None
+            for rec in await bus.sandboxes.read(sandbox_id):
+                if isinstance(rec.event, sb.SnapshotUploaded):
+                    found = rec.event.snapshot_id
+            return found
+        finally:
+            await bus.close()
+
+    return asyncio.run(read())
+
+
+def test_resume_pulls_from_s3_when_the_local_capture_is_gone(stack: Stack) -> None:
+    """A pause uploads its capture to the stack's S3 (SeaweedFS) after answering; with the
+    node-local copy deleted, a resume fetches it back and the guest is intact."""
+    import json
+    import shutil
 
     sbx = Sandbox.create(timeout=600)
     try:
@@ -90,17 +107,8 @@ def test_resume_pulls_from_s3_when_the_local_capture_is_gone(stack: Stack) -> No
         eventually_sync(lambda: _count(sbx) > 2, timeout=20)
         assert sbx.pause()
 
-        async def uploaded() -> str | None:
-            bus = await Bus.connect(BusSettings(nats_url=stack.nats_url), setup=False)
-            try:
-                for rec in await bus.sandboxes.read(sbx.sandbox_id):
-                    if isinstance(rec.event, sb.SnapshotUploaded):
-                        return rec.event.snapshot_id
-                return None
-            finally:
-                await bus.close()
-
-        snap_id = eventually_sync(lambda: asyncio.run(uploaded()), timeout=120, interval=1)
+        snap_id = eventually_sync(lambda: _uploaded(stack, sbx.sandbox_id), timeout=120,
+                                  interval=1)  # fmt: skip
         local = stack.data_dir / "node" / "snapshots" / snap_id
         manifest = json.loads((local / "manifest.json").read_text())
         shutil.rmtree(local)  # state, memory, manifest: gone from the node
@@ -111,4 +119,51 @@ def test_resume_pulls_from_s3_when_the_local_capture_is_gone(stack: Stack) -> No
         before = _count(back)
         eventually_sync(lambda: _count(back) > before, timeout=20)  # the process runs on
     finally:
+        Sandbox.kill(sbx.sandbox_id)
+
+
+def _s3_port(stack: Stack) -> int:
+    """The embedded S3's port, from the node role's environment (set by the supervisor)."""
+    import json
+    from urllib.parse import urlparse
+
+    node = json.loads((stack.data_dir / "stack.json").read_text())["roles"]["node"]
+    env = dict(
+        kv.split("=", 1) for kv in Path(f"/proc/{node}/environ").read_text().split("\0") if kv
+    )
+    port = urlparse(env["AENV_S3_ENDPOINT"]).port
+    assert port is not None
+    return port
+
+
+def test_s3_outage_pause_succeeds_and_upload_retries(stack: Stack) -> None:
+    """Issue 5: S3 down -> the pause still succeeds locally and the sandbox resumes from it;
+    the upload is retried with backoff and the sandbox becomes durable once S3 is back.
+    The outage: loopback connections to the S3 port are reset (iptables, our port only)."""
+    import subprocess
+    import time
+
+    rule = ["OUTPUT", "-o", "lo", "-p", "tcp", "--dport", str(_s3_port(stack)),
+            "-j", "REJECT", "--reject-with", "tcp-reset"]  # fmt: skip
+    sbx = Sandbox.create(timeout=600)
+    subprocess.run(["iptables", "-I", *rule], check=True)
+    blocked = True
+    try:
+        sbx.files.write("/home/user/outage.txt", "paused while S3 was down")
+        t0 = time.monotonic()
+        assert sbx.pause()
+        assert time.monotonic() - t0 < 10  # the pause did not wait for S3
+        time.sleep(3)  # the first upload attempt and its first retry have failed by now
+        assert _uploaded(stack, sbx.sandbox_id) is None  # not durable while S3 is down
+        back = Sandbox.connect(sbx.sandbox_id, timeout=600)  # the local capture serves
+        assert back.files.read("/home/user/outage.txt") == "paused while S3 was down"
+        back.files.write("/home/user/outage2.txt", "second pause")
+        assert back.pause()
+        subprocess.run(["iptables", "-D", *rule], check=True)
+        blocked = False
+        snap = eventually_sync(lambda: _uploaded(stack, sbx.sandbox_id), timeout=90, interval=1)
+        assert snap  # the retry went through once S3 answered again
+    finally:
+        if blocked:
+            subprocess.run(["iptables", "-D", *rule], check=False)
         Sandbox.kill(sbx.sandbox_id)

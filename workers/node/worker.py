@@ -35,6 +35,9 @@ from workers.node.settings import NodeSettings
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 5.0
+#: Upload retries: 2 s, 6 s, 18 s, ... capped at 5 min, until the capture is durable or moot.
+UPLOAD_RETRY_FIRST_S = 2.0
+UPLOAD_RETRY_MAX_S = 300.0
 
 
 def egress_of(net: sb.NetworkPolicy, enabled: bool) -> EgressPolicy:
@@ -354,12 +357,21 @@ class NodeWorker:
         task.add_done_callback(self._uploads.discard)
 
     async def _upload(self, sandbox_id: str, snap: Snapshot) -> None:
-        for delay in (0.0, 2.0, 10.0, 30.0, 120.0):  # S3 down: the pause stands, we retry
+        """Retried with backoff (S3 down: the pause stands, the sandbox is just not durable
+        yet) for as long as this capture is the sandbox's paused state; a resume or kill
+        makes it moot. Blobs already up are skipped on the next try (content-addressed)."""
+        delay = 0.0
+        while True:
             await asyncio.sleep(delay)
+            paused = self.host.paused.get(sandbox_id)
+            if paused is None or paused.snapshot.snapshot_id != snap.snapshot_id:
+                return
             try:
                 size = await self.host.upload(sandbox_id, snap)
             except Exception as e:
-                log.warning("upload of %s failed (will retry): %s", snap.snapshot_id, e)
+                delay = min(max(UPLOAD_RETRY_FIRST_S, delay * 3), UPLOAD_RETRY_MAX_S)
+                log.warning("upload of %s failed (retry in %.0fs): %s", snap.snapshot_id,
+                            delay, e)  # fmt: skip
                 continue
             if size is None:
                 return
@@ -367,7 +379,6 @@ class NodeWorker:
                                    size_bytes=size)  # fmt: skip
             await apply(self.bus.sandboxes, done, MessageContext())
             return
-        log.error("giving up uploading %s; it stays node-local", snap.snapshot_id)
 
     def _collect_soon(self) -> None:
         """Layer GC off the command path; at most one run at a time (the host's lock)."""
