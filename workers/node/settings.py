@@ -25,8 +25,9 @@ class NodeSettings(BaseSettings):
     slot_prefix: str = Field(default="aenv", pattern=r"^[a-z]{1,8}$")
     #: Ready network slots kept warm (each ~50 ms to build): enough for a 16-way fork.
     slot_pool: int = Field(default=16, ge=0)
-    #: Whether guests may reach the internet at all. Off here: this host has no uplink NAT
-    #: for guests, so `allow_internet_access` is accepted but cannot open anything.
+    #: Whether guest traffic may leave the node at all (what each sandbox's policy allows:
+    #: `allowInternetAccess`, `network.allowOut`), forwarded and NATed by the host
+    #: (`net.uplink`; turns on the host's IPv4 forwarding). Off by default: no egress.
     egress_enabled: bool = False
     #: Node-local cache of snapshot blobs pulled from the repository (LRU beyond this).
     blob_cache_bytes: int = Field(default=10 << 30, ge=0)

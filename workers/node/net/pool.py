@@ -44,6 +44,10 @@ class SlotPool:
         self._host_addrs: tuple[str, ...] = ()
         self._next = 0
 
+    @property
+    def cidr(self) -> str:
+        return self._cidr
+
     async def start(self) -> None:
         overlap = await asyncio.to_thread(routed_overlap, self._cidr)
         if overlap:

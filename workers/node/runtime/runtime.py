@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from workers.node.net import GUEST, EgressPolicy, NetworkSlot, SlotPool
+from workers.node.net import GUEST, EgressPolicy, NetworkSlot, SlotPool, uplink
+from workers.node.net.uplink import Uplink
 from workers.node.runtime.guest import wait_and_init, wait_envd
 from workers.node.runtime.layers import MAX_CHAIN_DEPTH, LayerStore
 from workers.node.runtime.memfile import clone_or_sparse_copy
@@ -94,6 +95,7 @@ class Runtime:
         self.vms: dict[str, Vm] = {}
         self.ram_pool = RamPool(state_dir / "ram-pool")
         self._releasing: dict[str, asyncio.Task[None]] = {}
+        self.uplink: Uplink | None = None
 
     @classmethod
     async def open(
@@ -103,14 +105,22 @@ class Runtime:
         kernel_for_probe: Path,
         pool_target: int = 2,
         slot_prefix: str = "aenv",
+        egress: bool = False,
     ) -> Runtime:
+        """`egress`: carry guest traffic their policy allows beyond the host (forwarding +
+        NAT, `net.uplink`); without it nothing a guest sends leaves the node."""
         state_dir.mkdir(parents=True, exist_ok=True)
         accel = await asyncio.to_thread(choose_accel, kernel_for_probe)
         ver = await asyncio.to_thread(qemu_version)
         pool = SlotPool(target=pool_target, prefix=slot_prefix)
         await pool.start()
         log.info("runtime: accelerator %s (%s), QEMU %s", accel.accel, accel.reason, ver)
-        return cls(state_dir, pool, accel, ver)
+        rt = cls(state_dir, pool, accel, ver)
+        if egress:
+            rt.uplink = Uplink(slot_prefix, pool.cidr)
+            await asyncio.to_thread(uplink.enable, rt.uplink)
+            log.info("runtime: guest egress through the host enabled (%s)", rt.uplink.slot_cidr)
+        return rt
 
     async def close(self) -> None:
         """Destroy every VM this runtime started and every pooled slot."""
@@ -119,6 +129,8 @@ class Runtime:
         await asyncio.gather(*(self.destroy(vm) for vm in list(self.vms.values())))
         await self.ram_pool.close()
         await self.pool.close()
+        if self.uplink is not None:
+            await asyncio.to_thread(uplink.disable, self.uplink)
 
     def machine(self, *, vcpus: int, mem_mib: int) -> Machine:
         return Machine(
