@@ -32,7 +32,7 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         runtime = await Runtime.open(
             node_cfg.state_dir, kernel_for_probe=image.kernel,
             pool_target=node_cfg.slot_pool, slot_prefix=node_cfg.slot_prefix,
-            egress=node_cfg.egress_enabled,
+            slot_cidr=node_cfg.slot_cidr, egress=node_cfg.egress_enabled,
         )  # fmt: skip
         stack.push_async_callback(runtime.close)
         say(f"accelerator: {runtime.accel.accel} ({runtime.accel.reason})")

@@ -23,6 +23,9 @@ class NodeSettings(BaseSettings):
     capacity: int = Field(default=32, ge=1)
     #: Network namespace/interface prefix; distinct per stack sharing a host.
     slot_prefix: str = Field(default="aenv", pattern=r"^[a-z]{1,8}$")
+    #: Range the slots' host-side /30s come from (one per running sandbox); change it on
+    #: hosts whose own networks overlap the default (the pool refuses to start over a route).
+    slot_cidr: str = "10.213.0.0/16"
     #: Ready network slots kept warm (each ~50 ms to build): enough for a 16-way fork.
     slot_pool: int = Field(default=16, ge=0)
     #: Whether guest traffic may leave the node at all (what each sandbox's policy allows:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.node.net import GUEST, EgressPolicy, NetworkSlot, SlotPool, uplink
+from workers.node.net.addressing import DEFAULT_SLOT_CIDR
 from workers.node.net.uplink import Uplink
 from workers.node.runtime.guest import wait_and_init, wait_envd
 from workers.node.runtime.layers import MAX_CHAIN_DEPTH, LayerStore
@@ -105,6 +106,7 @@ class Runtime:
         kernel_for_probe: Path,
         pool_target: int = 2,
         slot_prefix: str = "aenv",
+        slot_cidr: str = DEFAULT_SLOT_CIDR,
         egress: bool = False,
     ) -> Runtime:
         """`egress`: carry guest traffic their policy allows beyond the host (forwarding +
@@ -112,7 +114,7 @@ class Runtime:
         state_dir.mkdir(parents=True, exist_ok=True)
         accel = await asyncio.to_thread(choose_accel, kernel_for_probe)
         ver = await asyncio.to_thread(qemu_version)
-        pool = SlotPool(target=pool_target, prefix=slot_prefix)
+        pool = SlotPool(target=pool_target, prefix=slot_prefix, cidr=slot_cidr)
         await pool.start()
         log.info("runtime: accelerator %s (%s), QEMU %s", accel.accel, accel.reason, ver)
         rt = cls(state_dir, pool, accel, ver)
