@@ -18,7 +18,7 @@ from bus.errors import BusError
 from bus.settings import BusSettings
 from bus.subjects import Names
 
-__all__ = ["delete_all", "ensure_streams", "stream_configs"]
+__all__ = ["bucket_configs", "delete_all", "ensure_streams", "stream_configs"]
 
 
 def stream_configs(settings: BusSettings) -> list[StreamConfig]:
@@ -51,8 +51,31 @@ def stream_configs(settings: BusSettings) -> list[StreamConfig]:
     ]
 
 
+def bucket_configs(settings: BusSettings) -> list[KeyValueConfig]:
+    """The KV buckets: live facts about nodes and VMs (state, not history)."""
+    names = Names(settings.bus_prefix)
+    return [
+        KeyValueConfig(
+            bucket=names.nodes_bucket,
+            description="node heartbeats and free capacity",
+            history=1,
+            ttl=settings.node_ttl_s,
+            storage=StorageType.MEMORY,
+            replicas=settings.replicas,
+        ),
+        KeyValueConfig(
+            bucket=names.routes_bucket,
+            description="running sandbox -> node and guest address (the proxy's map)",
+            history=1,
+            # file: an API restarted while NATS stays up must still find every VM
+            storage=StorageType.FILE,
+            replicas=settings.replicas,
+        ),
+    ]
+
+
 async def ensure_streams(js: JetStreamContext, settings: BusSettings) -> None:
-    """Create the streams and the nodes KV bucket, or update them to the desired config."""
+    """Create the streams (or update them to the desired config) and the KV buckets."""
     try:
         for config in stream_configs(settings):
             try:
@@ -61,33 +84,11 @@ async def ensure_streams(js: JetStreamContext, settings: BusSettings) -> None:
                 await js.add_stream(config)
             else:
                 await js.update_stream(config)
-        names = Names(settings.bus_prefix)
-        try:
-            await js.key_value(names.nodes_bucket)
-        except BucketNotFoundError:
-            await js.create_key_value(
-                KeyValueConfig(
-                    bucket=names.nodes_bucket,
-                    description="node heartbeats and free capacity",
-                    history=1,
-                    ttl=settings.node_ttl_s,
-                    storage=StorageType.MEMORY,
-                    replicas=settings.replicas,
-                )
-            )
-        try:
-            await js.key_value(names.routes_bucket)
-        except BucketNotFoundError:
-            await js.create_key_value(
-                KeyValueConfig(
-                    bucket=names.routes_bucket,
-                    description="running sandbox -> node and guest address (the proxy's map)",
-                    history=1,
-                    # file: an API restarted while NATS stays up must still find every VM
-                    storage=StorageType.FILE,
-                    replicas=settings.replicas,
-                )
-            )
+        for bucket in bucket_configs(settings):
+            try:
+                await js.key_value(bucket.bucket)
+            except BucketNotFoundError:
+                await js.create_key_value(bucket)
     except APIError as e:
         raise BusError(f"cannot set up streams: {e}") from e
 
