@@ -15,8 +15,9 @@ from typing import Annotated, NoReturn
 import typer
 
 from aenv.commands import register as register_sandbox_commands
-from aenv.commands._stack import pid_alive as _pid_alive
-from aenv.commands._stack import stack_info as _stack_info
+from aenv.ops import register as register_operator_commands
+from aenv.ops.stack import pid_alive as _pid_alive
+from aenv.ops.stack import stack_info as _stack_info
 
 app = typer.Typer(
     help="aenv: E2B-compatible microVM sandboxes for agentic RL.",
@@ -26,7 +27,8 @@ app = typer.Typer(
 )
 projections_app = typer.Typer(help="Postgres read models.", no_args_is_help=True)
 app.add_typer(projections_app, name="projections")
-register_sandbox_commands(app)  # auth, start, …, snapshot, events, keys (issue 6)
+register_sandbox_commands(app)  # auth, start, cn, exec, …, snapshot (issue 6)
+register_operator_commands(app)  # events, keys
 
 DEFAULT_DATA = Path(os.environ.get("AENV_DATA_DIR", "/var/lib/aenv"))
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Where the stack keeps its state.")]

@@ -6,8 +6,6 @@ from __future__ import annotations
 import typer
 
 from aenv.commands import auth, exec, sandboxes
-from aenv.commands.events import events
-from aenv.commands.keys import keys_app
 from aenv.commands.snapshots import snapshot_app
 
 __all__ = ["EPILOG", "register"]
@@ -25,12 +23,10 @@ EPILOG = (
 
 def register(app: typer.Typer) -> None:
     """Add auth, start, cn, exec, upload, download, ls, pause, resume, timeout, rm, fork,
-    snapshot, events, keys, and the top-level help's epilog on configuration and exit codes."""
+    snapshot, and the top-level help's epilog on configuration and exit codes."""
     auth.register(app)
     sandboxes.register(app)
     exec.register(app)
     app.add_typer(snapshot_app, name="snapshot")
-    app.command()(events)
-    app.add_typer(keys_app, name="keys")
     if not app.info.epilog:
         app.info.epilog = EPILOG

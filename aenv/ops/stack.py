@@ -1,18 +1,21 @@
 """The local stack `aenv up` started, as the operator commands (`keys`, `events`) see it:
-they talk to its NATS and Postgres directly, so they need its `stack.json`, not an API key."""
+they talk to its NATS and Postgres directly, so they need its `stack.json`, not an API key;
+and the one place where their failures become exit codes."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from aenv.commands._common import EXIT_SERVER, die
+from aenv.commands._common import EXIT_FAILED, EXIT_SERVER, debug_requested, die
 
-__all__ = ["StackDir", "pid_alive", "running_stack", "stack_info"]
+__all__ = ["StackDir", "operator_errors", "pid_alive", "running_stack", "stack_info"]
 
 StackDir = Annotated[
     Path,
@@ -48,3 +51,21 @@ def running_stack(data_dir: Path) -> dict[str, object]:
     if info is None:
         die(f"aenv is not running under {data_dir} (aenv up)", EXIT_SERVER)
     return info
+
+
+@contextmanager
+def operator_errors(what: str) -> Iterator[None]:
+    """Domain refusals exit 1 (unknown key), NATS/Postgres failures exit 3; one line each."""
+    from aenv.domain.errors import DomainError
+
+    try:
+        yield
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        if debug_requested():
+            raise
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if isinstance(e, DomainError):  # NotFound above all: an unknown key
+            die(f"{what}: {text}", EXIT_FAILED)
+        die(f"{what}: {type(e).__name__}: {text}", EXIT_SERVER)

@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from aenv.commands._common import EXIT_FAILED, EXIT_USAGE, die
-from aenv.commands._stack import StackDir, running_stack
-from aenv.commands.keys import operator_errors
-from aenv.commands.lineage import Family, LineageNode, render, walk
 from aenv.config import DEFAULT_DATA_DIR
+from aenv.ops.lineage import Family, LineageNode, render, walk
+from aenv.ops.stack import StackDir, operator_errors, running_stack
 from aenv.output import Format, wants_json
 
 if TYPE_CHECKING:

@@ -9,16 +9,15 @@ revoked here is refused by the API within `api.auth.CACHE_S` seconds of the comm
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from aenv.commands._common import EXIT_FAILED, EXIT_SERVER, debug_requested, die
-from aenv.commands._stack import StackDir, running_stack
 from aenv.config import DEFAULT_DATA_DIR
+from aenv.ops.stack import StackDir, operator_errors, running_stack
 from aenv.output import Format, emit
 
 if TYPE_CHECKING:
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
 
     from bus import Bus
 
-__all__ = ["keys_app", "operator_errors"]
+__all__ = ["keys_app"]
 
 T = TypeVar("T")
 
@@ -37,24 +36,6 @@ PROJECTION_WAIT_S = 15.0
 keys_app = typer.Typer(
     help="API keys of the local stack (run where `aenv up` runs).", no_args_is_help=True
 )
-
-
-@contextmanager
-def operator_errors(what: str) -> Iterator[None]:
-    """Domain refusals exit 1 (unknown key), NATS/Postgres failures exit 3; one line each."""
-    from aenv.domain.errors import DomainError
-
-    try:
-        yield
-    except (typer.Exit, typer.Abort, KeyboardInterrupt):
-        raise
-    except Exception as e:
-        if debug_requested():
-            raise
-        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if isinstance(e, DomainError):  # NotFound above all: an unknown key
-            die(f"{what}: {text}", EXIT_FAILED)
-        die(f"{what}: {type(e).__name__}: {text}", EXIT_SERVER)
 
 
 @asynccontextmanager
