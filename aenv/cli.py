@@ -141,7 +141,7 @@ def projections_rebuild(data_dir: DataDir = DEFAULT_DATA) -> None:
 
     async def run() -> bool:
         settings = BusSettings(nats_url=str(info["nats_url"]))
-        bus = await Bus.connect(settings, setup=False)
+        bus = await Bus.connect(settings, setup=False, retry=False)
         engine = create_engine(str(info["database_url"]))
         ok = True
         try:
@@ -180,7 +180,10 @@ def main() -> None:
     except Exception as e:
         if debug:
             raise
-        fail(f"{type(e).__name__}: {e}")
+        # outside Typer's own handling now: a typer.Exit would surface as a traceback
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        typer.echo(f"aenv: {type(e).__name__}: {first}", err=True)
+        sys.exit(3)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from aenv.commands._common import EXIT_FAILED, EXIT_USAGE, die
+from aenv.commands._common import EXIT_FAILED, EXIT_SERVER, EXIT_USAGE, die
 from aenv.config import DEFAULT_DATA_DIR
 from aenv.ops.lineage import Family, LineageNode, render, walk
 from aenv.ops.stack import StackDir, operator_errors, running_stack
@@ -124,6 +124,8 @@ async def _follow(bus: Bus, sandbox_id: str | None, printer: _Printer) -> None:
         while not stop.is_set() and not printer.closed:
             for rec in await feed.next_batch(timeout=_IDLE_POLL_S):
                 printer.line(history_line(rec))
+            if bus.nc.is_closed:  # the stack went away and the one reconnect failed
+                die("lost the connection to the stack's NATS", EXIT_SERVER)
 
 
 def events(
@@ -155,7 +157,8 @@ def events(
     printer = _Printer(wants_json(output), with_id=sandbox_id is None)
 
     async def run() -> Family | None:
-        bus = await Bus.connect(BusSettings(nats_url=str(info["nats_url"])), setup=False)
+        settings = BusSettings(nats_url=str(info["nats_url"]))
+        bus = await Bus.connect(settings, setup=False, retry=False)
         try:
             if follow:
                 await _follow(bus, sandbox_id, printer)

@@ -43,7 +43,8 @@ async def _stack(info: dict[str, object]) -> AsyncIterator[tuple[Bus, AsyncEngin
     from bus import Bus, BusSettings
     from projections import create_engine
 
-    bus = await Bus.connect(BusSettings(nats_url=str(info["nats_url"])), setup=False)
+    settings = BusSettings(nats_url=str(info["nats_url"]))
+    bus = await Bus.connect(settings, setup=False, retry=False)
     engine = create_engine(str(info["database_url"]), pool_size=1)
     try:
         yield bus, engine

@@ -56,6 +56,8 @@ def running_stack(data_dir: Path) -> dict[str, object]:
 @contextmanager
 def operator_errors(what: str) -> Iterator[None]:
     """Domain refusals exit 1 (unknown key), NATS/Postgres failures exit 3; one line each."""
+    from nats.errors import NoServersError
+
     from aenv.domain.errors import DomainError
 
     try:
@@ -68,4 +70,6 @@ def operator_errors(what: str) -> Iterator[None]:
         text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if isinstance(e, DomainError):  # NotFound above all: an unknown key
             die(f"{what}: {text}", EXIT_FAILED)
+        if isinstance(e, NoServersError | OSError):
+            die(f"{what}: cannot reach the stack's NATS or Postgres ({text})", EXIT_SERVER)
         die(f"{what}: {type(e).__name__}: {text}", EXIT_SERVER)

@@ -103,3 +103,24 @@ def test_operator_commands_without_a_stack_exit_3(tmp_path: Path) -> None:
     for argv in (["keys", "ls"], ["events", "x"], ["events", "--follow"]):
         r = runner.invoke(app, [*argv, "--data-dir", str(tmp_path)])
         assert r.exit_code == 3 and "aenv up" in r.output, r.output
+
+
+@pytest.mark.parametrize("argv", [["events", "x"], ["events", "--follow"], ["keys", "ls"],
+                                  ["projections", "rebuild"]])  # fmt: skip
+def test_an_unreachable_stack_exits_3_in_seconds_with_one_line(
+    argv: list[str], tmp_path: Path
+) -> None:
+    """A stack.json whose services are gone (port 9 refuses): no endless NATS reconnects,
+    no traceback."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "stack.json").write_text(json.dumps({
+        "pid": os.getpid(), "nats_url": "nats://127.0.0.1:9",
+        "database_url": "postgresql+asyncpg://u:p@127.0.0.1:9/x"}))  # fmt: skip
+    r = subprocess.run([sys.executable, "-m", "aenv.cli", *argv, "--data-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=20)  # fmt: skip
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.startswith("aenv: ") and r.stderr.count("\n") == 1, r.stderr
