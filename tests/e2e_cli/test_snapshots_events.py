@@ -112,7 +112,7 @@ def test_snapshot_create_ls_rm_seen_live_by_events_follow(
         header, *rows = r.stdout.decode().splitlines()
         assert header.split() == ["SNAPSHOT", "ID", "NAMES"]
         assert any(row.split()[0] == name and row.split()[1].endswith(f"/{name}") for row in rows)
-        # still running, same sandbox: a paused one cannot be snapshotted (exit 1, one line)
+        # the sandbox ran on through the snapshot
         assert run_aenv("exec", sandbox_id, "--", "true", env=env).returncode == 0
         r = run_aenv("snapshot", "create", sandbox_id, "--name", "Bad Name!", env=env)
         assert r.returncode == 2 and r.stderr.count(b"\n") == 1, r.stderr
@@ -126,6 +126,14 @@ def test_snapshot_create_ls_rm_seen_live_by_events_follow(
     assert r.returncode == 1 and r.stderr.decode() == f"aenv: no such snapshot: {name}\n"
     r = run_aenv("snapshot", "create", "no-such-sandbox", env=env)
     assert r.returncode == 1 and r.stderr.count(b"\n") == 1 and b"Traceback" not in r.stderr
+    # a paused sandbox cannot be snapshotted: the API's 409 is exit 1, one line
+    assert run_aenv("pause", sandbox_id, env=env).returncode == 0
+    try:
+        r = run_aenv("snapshot", "create", sandbox_id, env=env)
+        assert r.returncode == 1 and r.stderr.count(b"\n") == 1, r.stderr
+        assert r.stderr.startswith(f"aenv: snapshot create {sandbox_id}: 409".encode()), r.stderr
+    finally:
+        assert run_aenv("resume", sandbox_id, env=env).returncode == 0
 
 
 def test_events_draws_the_fork_lineage(cli_stack: CliStack, sandbox_id: str) -> None:
