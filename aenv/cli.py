@@ -15,6 +15,9 @@ from typing import Annotated, NoReturn
 import typer
 
 from aenv.commands import register as register_sandbox_commands
+from aenv.ops import register as register_operator_commands
+from aenv.ops.stack import pid_alive as _pid_alive
+from aenv.ops.stack import stack_info as _stack_info
 
 app = typer.Typer(
     help="aenv: E2B-compatible microVM sandboxes for agentic RL.",
@@ -22,11 +25,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-keys_app = typer.Typer(help="API keys of the control plane.", no_args_is_help=True)
-app.add_typer(keys_app, name="keys")
 projections_app = typer.Typer(help="Postgres read models.", no_args_is_help=True)
 app.add_typer(projections_app, name="projections")
-register_sandbox_commands(app)  # auth, start, cn, exec, upload, download, ls, … (issue 6)
+register_sandbox_commands(app)  # auth, start, cn, exec, …, snapshot (issue 6)
+register_operator_commands(app)  # events, keys
 
 DEFAULT_DATA = Path(os.environ.get("AENV_DATA_DIR", "/var/lib/aenv"))
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Where the stack keeps its state.")]
@@ -35,25 +37,6 @@ DataDir = Annotated[Path, typer.Option("--data-dir", help="Where the stack keeps
 def fail(msg: str, code: int = 3) -> NoReturn:
     typer.echo(f"aenv: {msg}", err=True)
     raise typer.Exit(code)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _stack_info(data_dir: Path) -> dict[str, object] | None:
-    try:
-        info: dict[str, object] = json.loads((data_dir / "stack.json").read_text())
-    except (OSError, ValueError):
-        return None
-    pid = info.get("pid")
-    return info if isinstance(pid, int) and _pid_alive(pid) else None
 
 
 @app.command()
@@ -139,63 +122,11 @@ def status(data_dir: DataDir = DEFAULT_DATA) -> None:
     typer.echo(json.dumps({k: v for k, v in info.items() if k != "E2B_API_KEY"}, indent=2))
 
 
-@keys_app.command("create")
-def keys_create(
-    data_dir: DataDir = DEFAULT_DATA,
-    name: Annotated[str, typer.Option(help="A label shown in listings.")] = "",
-    team: Annotated[str, typer.Option(help="Team the key belongs to.")] = "default",
-) -> None:
-    """Mint an API key on the running stack; prints it once (it is stored hashed)."""
-    import asyncio
-
-    from api.admin import create_api_key
-    from bus import Bus, BusSettings
-
-    info = _stack_info(data_dir)
-    if info is None:
-        fail("aenv is not running (aenv up)")
-
-    async def run() -> str:
-        bus = await Bus.connect(BusSettings(nats_url=str(info["nats_url"])), setup=False)
-        try:
-            return (await create_api_key(bus, team_id=team, name=name))[1]
-        finally:
-            await bus.close()
-
-    typer.echo(asyncio.run(run()))
-
-
 def _running(data_dir: Path) -> dict[str, object]:
     info = _stack_info(data_dir)
     if info is None:
         fail("aenv is not running (aenv up)")
     return info
-
-
-@app.command()
-def events(
-    sandbox_id: Annotated[str, typer.Argument(help="Sandbox whose history to print.")],
-    data_dir: DataDir = DEFAULT_DATA,
-) -> None:
-    """One sandbox's full history from the event log: what, when, who, caused by what."""
-    import asyncio
-
-    from bus import Bus, BusSettings
-    from projections import format_history, history
-
-    info = _running(data_dir)
-
-    async def run() -> str:
-        bus = await Bus.connect(BusSettings(nats_url=str(info["nats_url"])), setup=False)
-        try:
-            lines = await history(bus.sandboxes, sandbox_id)
-        finally:
-            await bus.close()
-        if not lines:
-            fail(f"no events for sandbox {sandbox_id}", 1)
-        return format_history(lines)
-
-    typer.echo(asyncio.run(run()))
 
 
 @projections_app.command("rebuild")
@@ -210,7 +141,7 @@ def projections_rebuild(data_dir: DataDir = DEFAULT_DATA) -> None:
 
     async def run() -> bool:
         settings = BusSettings(nats_url=str(info["nats_url"]))
-        bus = await Bus.connect(settings, setup=False)
+        bus = await Bus.connect(settings, setup=False, retry=False)
         engine = create_engine(str(info["database_url"]))
         ok = True
         try:
@@ -249,7 +180,10 @@ def main() -> None:
     except Exception as e:
         if debug:
             raise
-        fail(f"{type(e).__name__}: {e}")
+        # outside Typer's own handling now: a typer.Exit would surface as a traceback
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        typer.echo(f"aenv: {type(e).__name__}: {first}", err=True)
+        sys.exit(3)
 
 
 if __name__ == "__main__":

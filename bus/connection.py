@@ -36,9 +36,22 @@ class Bus:
     commands: CommandBus
 
     @classmethod
-    async def connect(cls, settings: BusSettings, *, name: str = "aenv", setup: bool = True) -> Bus:
-        """Connect to NATS and (by default) make sure the streams exist as configured."""
-        nc = await nats.connect(settings.nats_url, name=name, max_reconnect_attempts=-1)
+    async def connect(
+        cls, settings: BusSettings, *, name: str = "aenv", setup: bool = True, retry: bool = True
+    ) -> Bus:
+        """Connect to NATS and (by default) make sure the streams exist as configured.
+
+        Services retry forever (NATS may come up after them). A short-lived client (the CLI)
+        passes `retry=False`: an unreachable server then raises within seconds, quietly,
+        instead of being retried (and logged) until someone presses Ctrl-C.
+        """
+        if retry:
+            nc = await nats.connect(settings.nats_url, name=name, max_reconnect_attempts=-1)
+        else:
+            # nats-py retries forever with 0 attempts; 1 means one retry after the first try
+            nc = await nats.connect(settings.nats_url, name=name, max_reconnect_attempts=1,
+                                    reconnect_time_wait=0.5, connect_timeout=3,
+                                    error_cb=_ignore)  # fmt: skip
         js = nc.jetstream(timeout=settings.request_timeout_s)
         if setup:
             await ensure_streams(js, settings)
@@ -60,3 +73,7 @@ class Bus:
         if not self.nc.is_closed:
             await self.publisher.close()
             await self.nc.drain()
+
+
+async def _ignore(_: Exception) -> None:
+    """A CLI reports the failure the call raises; nats-py would also log each attempt."""

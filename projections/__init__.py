@@ -7,7 +7,7 @@ Imports the domain and `bus`, never `api/` or `workers/`. Public API::
     all_projections(), SandboxProjection, TemplateProjection, ApiKeyProjection
     checkpoints.wait_for(engine, name, seq)            — read-your-writes from any process
     rebuild(engine, js, bus_settings, projection)      — refold from 0, compare, swap
-    history(store, id) / format_history(lines)         — `aenv events <id>`
+    history(store, id) / history_line(rec) / format_line — `aenv events [<id>] [--follow]`
     queries: get_sandbox, list_sandboxes (E2B paging), list_snapshots,
              template_by_id_or_alias, api_key_by_hash
     tables: sandboxes, snapshots, templates, api_keys, nodes (view), projection_checkpoints
@@ -18,7 +18,14 @@ from projections.base import Projection
 from projections.catalog import ApiKeyProjection, TemplateProjection, all_projections
 from projections.db import DbSettings, alembic_config, create_engine, migrate
 from projections.errors import ProjectionError, ProjectionTimeout, RebuildError
-from projections.history import HistoryLine, format_history, history
+from projections.history import (
+    HistoryLine,
+    format_history,
+    format_line,
+    history,
+    history_header,
+    history_line,
+)
 from projections.rebuild import RebuildReport, rebuild, table_rows
 from projections.runner import Projector
 from projections.sandboxes import SandboxProjection, sandbox_from_row, sandbox_row
@@ -40,7 +47,10 @@ __all__ = [
     "checkpoints",
     "create_engine",
     "format_history",
+    "format_line",
     "history",
+    "history_header",
+    "history_line",
     "migrate",
     "queries",
     "rebuild",

@@ -122,9 +122,14 @@ async def list_snapshots(
     limit: int | None = None,
     newest_first: bool = False,
 ) -> list[Row]:
-    """Ready snapshots (persistent ones: each is also a template named by its id)."""
+    """Ready snapshots (persistent ones: each is also a template named by its id) whose
+    template has not been deleted: the snapshot row stays (the sandbox's history says it
+    was taken), `DELETE /templates/{id}` marks only the template."""
     c = snapshots.c
-    q = select(snapshots).where(c.status == "ready")
+    deleted = select(templates.c.template_id).where(
+        templates.c.template_id == c.snapshot_id, templates.c.deleted.is_(True)
+    )
+    q = select(snapshots).where(c.status == "ready", ~deleted.exists())
     if team_id is not None:
         q = q.where(c.team_id == team_id)
     if sandbox_id is not None:

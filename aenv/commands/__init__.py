@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from aenv.commands import auth, exec, sandboxes
+from aenv.commands.snapshots import snapshot_app
 
 __all__ = ["EPILOG", "register"]
 
@@ -13,7 +14,8 @@ EPILOG = (
     "Sandbox commands find the server from --api-url/--api-key, else AENV_API_URL/"
     "AENV_API_KEY, else E2B_API_URL/E2B_API_KEY, else `aenv auth`'s credentials, else the "
     "local stack in --data-dir.\n\n"
-    "Exit codes: 0 ok, 1 the command failed in the sandbox (exec mirrors its code), "
+    "Exit codes: 0 ok, 1 the command failed in the sandbox (exec mirrors its code) or what "
+    "it names does not exist, "
     "2 usage, 3 server or network error. `aenv --debug COMMAND` shows tracebacks. "
     "Reference: docs/cli.md."
 )
@@ -21,9 +23,10 @@ EPILOG = (
 
 def register(app: typer.Typer) -> None:
     """Add auth, start, cn, exec, upload, download, ls, pause, resume, timeout, rm, fork,
-    and the top-level help's epilog on configuration and exit codes."""
+    snapshot, and the top-level help's epilog on configuration and exit codes."""
     auth.register(app)
     sandboxes.register(app)
     exec.register(app)
+    app.add_typer(snapshot_app, name="snapshot")
     if not app.info.epilog:
         app.info.epilog = EPILOG

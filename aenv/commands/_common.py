@@ -97,6 +97,11 @@ def sdk_errors(what: str = "") -> Iterator[None]:
         if isinstance(e, ex.AuthenticationException):
             die(f"{prefix}authentication failed ({_first_line(e)}); check the API key "
                 "(aenv auth)", EXIT_SERVER)  # fmt: skip
+        status = getattr(e, "status_code", None) if isinstance(e, ex.SandboxException) else None
+        if status == 409:  # the sandbox's state forbids it (paused, busy), a name is taken
+            die(f"{prefix}{_first_line(e)}", EXIT_FAILED)
+        if status == 400:  # the server refused the arguments (e.g. an invalid name)
+            die(f"{prefix}{_first_line(e)}", EXIT_USAGE)
         if isinstance(e, httpx.ConnectError | httpx.ConnectTimeout):
             die(f"{prefix}cannot reach the aenv API: {_first_line(e)}", EXIT_SERVER)
         # everything else (API 5xx, timeouts, dropped streams) is the server's side

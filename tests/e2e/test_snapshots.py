@@ -49,6 +49,7 @@ def test_snapshot_create_start_from_list_delete(stack: Stack) -> None:
             s.kill()
         src.kill()
     assert Sandbox.delete_snapshot(name) is True
+    assert name not in [s.snapshot_id for s in Sandbox.list_snapshots().next_items()]
     assert Sandbox.delete_snapshot(name) is False
     with pytest.raises(SandboxException):
         Sandbox.create(name)

@@ -43,3 +43,15 @@ def test_the_sdk_is_imported_lazily() -> None:
     probe = "import sys, aenv.cli; print('e2b' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_operator_commands_load_server_packages_only_when_they_run() -> None:
+    """`aenv.ops` (events, keys) may use `bus`/`projections`, but inside the commands: the
+    help of every command, and every sandbox command, start without them."""
+    ops = list((ROOT / "aenv" / "ops").glob("*.py"))
+    eager = {f"{f.relative_to(ROOT)}: {m}" for f in ops for m in _imports(f, top_level_only=True)
+             if any(m == s or m.startswith(s + ".") for s in SERVER)}  # fmt: skip
+    assert not eager, sorted(eager)
+    probe = "import sys, aenv.cli; print(sorted({'bus', 'nats', 'projections'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.stdout.strip() == "[]", out.stderr
