@@ -55,3 +55,36 @@ def test_snapshot_create_start_from_list_delete(stack: Stack) -> None:
         Sandbox.create(name)
     records = stack.data_dir / "node" / "snapshot-templates"
     eventually_sync(lambda: not any(records.glob(f"*{name}*")), timeout=10)  # node freed it
+
+
+def test_snapshot_is_uploaded_and_pulled_back_when_the_node_lost_it(stack: Stack) -> None:
+    """Issue 5: snapshots are durable in S3. Once the node says the capture is uploaded,
+    deleting it from the node's disk (state, memory, manifest and its disk layer) loses
+    nothing: the next create pulls it from SeaweedFS and the files are there."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    src = Sandbox.create(timeout=300)
+    name = f"e2e-durable-{uuid.uuid4().hex[:8]}"
+    record = stack.data_dir / "node" / "snapshot-templates" / f"{name}.json"
+    child = None
+    try:
+        src.files.write("/home/user/durable.txt", "from S3")
+        src.create_snapshot(name=name)
+        doc = eventually_sync(
+            lambda: (d := json.loads(record.read_text())).get("uploaded") and d,
+            timeout=120, interval=0.5,
+        )  # fmt: skip
+        capture = Path(doc["snapshot"])
+        layer = Path(json.loads((capture / "manifest.json").read_text())["disk_top"])
+        shutil.rmtree(capture)
+        layer.unlink()
+        child = Sandbox.create(name, timeout=120)
+        assert child.files.read("/home/user/durable.txt") == "from S3"
+        assert (capture / "manifest.json").exists()  # pulled back, so the next create is local
+    finally:
+        if child is not None:
+            child.kill()
+        src.kill()
+        Sandbox.delete_snapshot(name)

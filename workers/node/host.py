@@ -18,7 +18,7 @@ from pathlib import Path
 
 from workers.node.net import EgressPolicy
 from workers.node.runtime import Runtime, Snapshot, Vm, allocated_bytes, wait_and_init
-from workers.node.templates import TemplateCatalog
+from workers.node.templates import TemplateCatalog, TemplateNotLocal
 from workers.snapshot import SnapshotRepository
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ class SandboxHost:
         #: captures made for forks: their RAM file is mapped by the running children, so
         #: each is kept until none of its children runs any more (see `collect_garbage`)
         self._fork_captures: list[Snapshot] = []
+        self._pulls: dict[str, asyncio.Lock] = {}
 
     @property
     def free(self) -> int:
@@ -117,7 +118,7 @@ class SandboxHost:
         if self.free <= 0:
             raise HostError("node is full")
         try:
-            snap = await self.templates.get(template_id)
+            snap = await self.template(template_id)
             vm, timing = await self.runtime.restore(
                 snap,
                 vm_id=sandbox_id,
@@ -166,6 +167,45 @@ class SandboxHost:
         paused = PausedSandbox(sandbox_id, live.template_id, snap, live.guest)
         self.paused[sandbox_id] = paused
         return paused
+
+    async def template(self, name: str) -> Snapshot:
+        """A template's capture, pulled back from the repository first if this disk lost
+        it (a persistent snapshot is durable once uploaded: `upload_template`)."""
+        try:
+            return await self.templates.get(name)
+        except TemplateNotLocal as gone:
+            if self.repository is None:
+                raise HostError(f"the capture of template {name!r} is gone and no "
+                                "repository is set") from gone  # fmt: skip
+            async with self._pulls.setdefault(name, asyncio.Lock()):
+                try:
+                    return await self.templates.get(name)  # another create pulled it
+                except TemplateNotLocal:
+                    pass
+                try:
+                    local = await self.repository.download(gone.key, gone.directory,
+                                                           gone.base_image)  # fmt: skip
+                except Exception as e:
+                    log.exception("pulling template %s failed", name)
+                    raise HostError(f"template {name!r} could not be fetched: {e}") from e
+                snap = Snapshot.read(local.dir)
+                self.templates.adopt(name, snap, self.templates.guest_token(name))
+                self.templates.mark_uploaded(name, snap)
+                log.info("pulled template %s from the repository (%d blobs, %d bytes)", name,
+                         local.blobs_fetched, local.bytes_fetched)  # fmt: skip
+                return snap
+
+    async def upload_template(self, name: str, snap: Snapshot) -> bool:
+        """Make a persistent snapshot durable; False if there is no repository or `name`
+        has moved on to a newer capture (nothing left to do)."""
+        if self.repository is None:
+            return False
+        result = await self.repository.upload(
+            snap.dir, base_image_digest=snap.base_image.parent.name, snapshot_id=snap.snapshot_id
+        )
+        log.info("uploaded template %s (%s): %d blobs, %d bytes new", name, snap.snapshot_id,
+                 result.blobs_uploaded, result.bytes_uploaded)  # fmt: skip
+        return self.templates.mark_uploaded(name, snap)
 
     async def _pull(self, paused: PausedSandbox) -> PausedSandbox:
         """The local capture is gone (cache evicted, disk replaced): fetch it back from the

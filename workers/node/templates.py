@@ -28,6 +28,15 @@ class TemplateError(Exception):
     """A template is unknown or could not be built."""
 
 
+class TemplateNotLocal(TemplateError):
+    """A snapshot template whose capture is gone from this disk but was uploaded: the host
+    pulls it from the snapshot repository (`key`) and adopts it again."""
+
+    def __init__(self, name: str, key: str, directory: Path, base_image: Path) -> None:
+        super().__init__(f"template {name!r} must be pulled from the repository")
+        self.name, self.key, self.directory, self.base_image = name, key, directory, base_image
+
+
 @dataclass(frozen=True)
 class TemplateSpec:
     """Shape of a template's VMs; fixed at build time (a snapshot cannot change them)."""
@@ -73,11 +82,31 @@ class TemplateCatalog:
         self._images.pop(name, None)
         self._ready[name] = snap
         self._tokens[name] = guest_token
+        self._write_record(name, {"name": name, "snapshot": str(snap.dir),
+                                  "guest_token": guest_token,
+                                  "base_image": str(snap.base_image)})  # fmt: skip
+
+    def mark_uploaded(self, name: str, snap: Snapshot) -> bool:
+        """The repository holds `snap` as `name`'s capture: should this disk lose it, it is
+        pulled back. False if `name` moved on to another capture meanwhile."""
+        record = self._records / f"{_safe(name)}.json"
+        try:
+            doc = json.loads(record.read_text())
+        except (OSError, ValueError):
+            return False
+        if doc.get("snapshot") != str(snap.dir):
+            return False
+        self._write_record(name, {**doc, "uploaded": snap.snapshot_id})
+        return True
+
+    def _write_record(self, name: str, doc: dict[str, object]) -> None:
         record = self._records / f"{_safe(name)}.json"
         record.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds a token
+        tmp = record.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds a token
         with os.fdopen(fd, "w") as f:
-            json.dump({"name": name, "snapshot": str(snap.dir), "guest_token": guest_token}, f)
+            json.dump(doc, f)
+        tmp.replace(record)
 
     def forget(self, name: str) -> Snapshot | None:
         """Drop a snapshot template (its capture is returned for the caller to delete)."""
@@ -87,7 +116,8 @@ class TemplateCatalog:
         return self._ready.pop(name, None)
 
     def reload(self) -> int:
-        """Re-adopt snapshot templates recorded before a restart; returns how many."""
+        """Re-adopt snapshot templates recorded before a restart; returns how many. One
+        whose capture is gone stays known if it was uploaded (pulled on first use)."""
         n = 0
         for record in sorted(self._records.glob("*.json")):
             doc = json.loads(record.read_text())
@@ -99,7 +129,39 @@ class TemplateCatalog:
                 self._ready[doc["name"]] = snap
                 self._tokens[doc["name"]] = doc.get("guest_token")
                 n += 1
+            elif doc.get("uploaded"):
+                self._specs[doc["name"]] = TemplateSpec(doc["name"])
+                self._tokens[doc["name"]] = doc.get("guest_token")
+                n += 1
         return n
+
+    def not_uploaded(self) -> list[tuple[str, Snapshot]]:
+        """Snapshot templates whose capture the repository does not hold yet (an upload cut
+        short by a restart resumes from here)."""
+        out = []
+        for name, snap in self._ready.items():
+            try:
+                doc = json.loads((self._records / f"{_safe(name)}.json").read_text())
+            except (OSError, ValueError):
+                continue  # built templates have no record: they are rebuilt, not pulled
+            if not doc.get("uploaded"):
+                out.append((name, snap))
+        return out
+
+    def _missing(self, name: str) -> TemplateNotLocal | None:
+        """Why a snapshot template cannot restore from this disk (and where to pull it)."""
+        snap = self._ready.get(name)
+        if snap is not None and all(p.exists() for p in (snap.dir / "manifest.json", snap.mem,
+                                                          snap.state, snap.disk_top)):  # fmt: skip
+            return None
+        try:
+            doc = json.loads((self._records / f"{_safe(name)}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if not doc.get("uploaded") or "base_image" not in doc:
+            return None
+        return TemplateNotLocal(name, doc["uploaded"], Path(doc["snapshot"]),
+                                Path(doc["base_image"]))  # fmt: skip
 
     def captures(self) -> list[Snapshot]:
         """Template captures built so far (their layers are shared by every sandbox)."""
@@ -111,6 +173,10 @@ class TemplateCatalog:
         self._ready.pop(spec.name, None)
 
     async def get(self, name: str) -> Snapshot:
+        if name not in self._images:  # a snapshot template: its capture must be here
+            missing = self._missing(name)
+            if missing is not None:
+                raise missing
         if name in self._ready:
             return self._ready[name]
         if name not in self._specs or name not in self._images:

@@ -15,6 +15,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from opentelemetry import trace
@@ -75,6 +76,8 @@ class NodeWorker:
         restored = self.host.templates.reload()
         if restored:
             log.info("re-adopted %d snapshot templates", restored)
+        for name, snap in self.host.templates.not_uploaded():
+            self._upload_template_soon(name, snap)
         self.routes = await RouteBook.open(self.bus.js, self.bus.names.routes_bucket)
         self.host.on_gone.append(self._route_gone)
         await self.reconcile()
@@ -321,6 +324,7 @@ class NodeWorker:
         async with self.host.lock(cmd.sandbox_id):
             try:
                 snap = await self.host.snapshot(cmd.sandbox_id, cmd.snapshot_id)
+                self._upload_template_soon(cmd.snapshot_id, snap)
                 size = sum(allocated_bytes(p) for p in (snap.mem, snap.state, snap.disk_top))
                 await register_template(
                     self.bus.templates, cmd.snapshot_id, alias=None,
@@ -352,33 +356,58 @@ class NodeWorker:
         """Upload after the pause has answered (design §7); durable once recorded."""
         if self.host.repository is None:
             return
-        task = asyncio.create_task(self._upload(sandbox_id, snap), name=f"upload:{sandbox_id}")
+
+        def moot() -> bool:  # resumed or killed meanwhile: this capture no longer matters
+            paused = self.host.paused.get(sandbox_id)
+            return paused is None or paused.snapshot.snapshot_id != snap.snapshot_id
+
+        async def attempt() -> None:
+            size = await self.host.upload(sandbox_id, snap)
+            if size is not None:
+                done = sb.RecordUpload(sandbox_id=sandbox_id, snapshot_id=snap.snapshot_id,
+                                       size_bytes=size)  # fmt: skip
+                await apply(self.bus.sandboxes, done, MessageContext())
+
+        self._retry_soon(f"upload:{sandbox_id}", snap.snapshot_id, attempt, moot)
+
+    def _upload_template_soon(self, name: str, snap: Snapshot) -> None:
+        """A persistent snapshot goes to the repository too: the template outlives this
+        disk (pulled back on first use if the local capture is lost)."""
+        if self.host.repository is None:
+            return
+
+        def moot() -> bool:  # deleted, or replaced by a newer capture under the same name
+            return all(c.dir != snap.dir for c in self.host.templates.captures())
+
+        async def attempt() -> None:
+            await self.host.upload_template(name, snap)
+
+        self._retry_soon(f"upload-template:{name}", snap.snapshot_id, attempt, moot)
+
+    def _retry_soon(
+        self, label: str, what: str, attempt: Callable[[], Awaitable[None]],
+        moot: Callable[[], bool],
+    ) -> None:  # fmt: skip
+        """Run `attempt` in the background, retried with capped backoff (S3 down: the pause
+        or snapshot stands, it is just not durable yet) until it succeeds or is `moot`.
+        Blobs already up are skipped on the next try (content-addressed)."""
+
+        async def run() -> None:
+            delay = 0.0
+            while True:
+                await asyncio.sleep(delay)
+                if moot():
+                    return
+                try:
+                    await attempt()
+                    return
+                except Exception as e:
+                    delay = min(max(UPLOAD_RETRY_FIRST_S, delay * 3), UPLOAD_RETRY_MAX_S)
+                    log.warning("upload of %s failed (retry in %.0fs): %s", what, delay, e)
+
+        task = asyncio.create_task(run(), name=label)
         self._uploads.add(task)
         task.add_done_callback(self._uploads.discard)
-
-    async def _upload(self, sandbox_id: str, snap: Snapshot) -> None:
-        """Retried with backoff (S3 down: the pause stands, the sandbox is just not durable
-        yet) for as long as this capture is the sandbox's paused state; a resume or kill
-        makes it moot. Blobs already up are skipped on the next try (content-addressed)."""
-        delay = 0.0
-        while True:
-            await asyncio.sleep(delay)
-            paused = self.host.paused.get(sandbox_id)
-            if paused is None or paused.snapshot.snapshot_id != snap.snapshot_id:
-                return
-            try:
-                size = await self.host.upload(sandbox_id, snap)
-            except Exception as e:
-                delay = min(max(UPLOAD_RETRY_FIRST_S, delay * 3), UPLOAD_RETRY_MAX_S)
-                log.warning("upload of %s failed (retry in %.0fs): %s", snap.snapshot_id,
-                            delay, e)  # fmt: skip
-                continue
-            if size is None:
-                return
-            done = sb.RecordUpload(sandbox_id=sandbox_id, snapshot_id=snap.snapshot_id,
-                                   size_bytes=size)  # fmt: skip
-            await apply(self.bus.sandboxes, done, MessageContext())
-            return
 
     def _collect_soon(self) -> None:
         """Layer GC off the command path; at most one run at a time (the host's lock)."""
