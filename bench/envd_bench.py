@@ -333,6 +333,11 @@ def _spread(xs: list[float], digits: int = 3) -> dict[str, float]:
             "max": round(ys[-1], digits)}  # fmt: skip
 
 
+def _bound(floor_cpu: float, cpu: list[float]) -> float | None:
+    spent = statistics.median(cpu)
+    return round(floor_cpu / spent, 3) if spent > 0.001 else None
+
+
 def bench_throughput(
     sbx: Any, size_mib: int, rounds: int, url: str, token: str, envd_pid: int, warmup: int = 1
 ) -> dict[str, Any]:
@@ -457,6 +462,10 @@ def bench_throughput(
                 "client_cpu_ms_per_gib": round(statistics.median(own_cpu[name]) * 1000 / gib),
                 # The ratio a host with no spare core would see: floor CPU / total CPU.
                 "cpu_bound_ratio": round(floor_cpu / statistics.median(cpu), 3),
+                # The best ratio each side allows when it has a core to itself: which of
+                # envd and its client limits the transfer.
+                "envd_bound_ratio": _bound(floor_cpu, envd_cpu[name]),
+                "client_bound_ratio": _bound(floor_cpu, own_cpu[name]),
             }  # fmt: skip
 
         def p50(name: str) -> float:
