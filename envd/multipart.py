@@ -9,6 +9,7 @@ part bodies.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Union
 
 MAX_PART_HEAD = 16 * 1024
 # Bytes outside part bodies (boundaries, headers) are moved into the parser's own buffer at
@@ -43,7 +44,8 @@ class PartEnd:
     pass
 
 
-Event = PartStart | PartData | PartEnd
+# Union, not `|`: this alias is evaluated at run time, and envd runs on Python 3.9 too.
+Event = Union[PartStart, PartData, PartEnd]  # noqa: UP007
 
 
 def boundary_of(content_type: str) -> bytes | None:
