@@ -15,6 +15,7 @@ import argparse
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -199,6 +200,50 @@ def bench_round_trip(sbx: Any, n: int, user: str, home: str) -> dict[str, Any]:
     }
 
 
+# The floor copies in pieces of this size: what envd moves per syscall for a big body (it
+# recv()s into a 1 MiB buffer and os.write()s what arrived; downloads use sendfile).
+FLOOR_CHUNK = 1024 * 1024
+# The size of the pieces of the chunked upload (an iterator of bytes): httpx's own read size.
+ITER_CHUNK = 64 * 1024
+
+
+def _local_copy(src: Path, dst: Path) -> None:
+    """The floor: read a file and write another in user space, FLOOR_CHUNK at a time, no
+    fsync — the work an upload's receiver must do at least, without the network."""
+    buf = bytearray(FLOOR_CHUNK)
+    view = memoryview(buf)
+    fi = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    fo = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        while n := os.readv(fi, [buf]):
+            piece = view[:n]
+            while piece:
+                piece = piece[os.write(fo, piece) :]
+    finally:
+        os.close(fi)
+        os.close(fo)
+
+
+def _exchange(url: str, head: bytes, body: Path | None = None, tail: bytes = b"") -> bytes:
+    """One request on a bare socket (`Connection: close`): head, the file by sendfile(2),
+    tail; returns the whole response."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    with socket.create_connection((u.hostname or "127.0.0.1", u.port or 80)) as s:
+        s.sendall(head)
+        if body is not None:
+            with open(body, "rb") as f:
+                s.sendfile(f)
+        if tail:
+            s.sendall(tail)
+        reply = bytearray()
+        while chunk := s.recv(65536):
+            reply += chunk
+    return bytes(reply)
+
+
 def _raw_download(url: str, token: str, path: str) -> int:
     """GET /files on a bare socket, bytes received and dropped: what envd can serve."""
     import socket
@@ -225,31 +270,87 @@ def _raw_download(url: str, token: str, path: str) -> int:
 
 
 def _raw_upload(url: str, token: str, src: Path, path: str) -> None:
-    """POST /files with the body sent by sendfile(2) from a bare socket: envd's side alone."""
-    import socket
-    from urllib.parse import quote, urlsplit
+    """POST /files, octet-stream, the body sent by sendfile(2): envd's side alone."""
+    from urllib.parse import quote
 
-    u = urlsplit(url)
-    size = src.stat().st_size
-    with socket.create_connection((u.hostname or "127.0.0.1", u.port or 80)) as s, open(
-        src, "rb"
-    ) as f:
-        s.sendall(
-            f"POST /files?path={quote(path)} HTTP/1.1\r\nHost: x\r\nX-Access-Token: {token}\r\n"
-            f"Content-Type: application/octet-stream\r\nContent-Length: {size}\r\n"
-            "Connection: close\r\n\r\n".encode()
-        )
-        s.sendfile(f)
-        reply = b""
-        while chunk := s.recv(65536):
-            reply += chunk
+    head = (
+        f"POST /files?path={quote(path)} HTTP/1.1\r\nHost: x\r\nX-Access-Token: {token}\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {src.stat().st_size}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    reply = _exchange(url, head, src)
     if not reply.startswith(b"HTTP/1.1 200"):
         raise RuntimeError(f"upload failed: {reply[:200]!r}")
 
 
+def _raw_upload_multipart(url: str, token: str, src: Path, path: str) -> None:
+    """POST /files, multipart/form-data shaped as the SDK's (httpx's 32-hex-digit boundary,
+    the target in the part's filename), the file's bytes sent by sendfile(2)."""
+    boundary = uuid.uuid4().hex
+    part = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{path}"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    size = len(part) + src.stat().st_size + len(tail)
+    head = (
+        f"POST /files HTTP/1.1\r\nHost: x\r\nX-Access-Token: {token}\r\n"
+        f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {size}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    reply = _exchange(url, head + part, src, tail)
+    if not reply.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"upload failed: {reply[:200]!r}")
+
+
+def _envd_cpu_ns(pid: int) -> int:
+    """On-CPU time of envd (single-threaded: a test asserts it), from the scheduler, in ns."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def _own_cpu_s() -> float:
+    """CPU time of this process, all threads: the SDK client, or the floor's copy."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _conditions() -> dict[str, Any]:
+    """How busy the machine was: the ratios mean little on a saturated host."""
+    out: dict[str, Any] = {"loadavg": [round(x, 2) for x in os.getloadavg()]}
+    try:
+        with open("/proc/pressure/cpu") as f:
+            some = f.readline().split()
+        out["cpu_pressure_some_avg10"] = float(some[1].partition("=")[2])
+    except (OSError, IndexError, ValueError):
+        pass
+    return out
+
+
+def _spread(xs: list[float], digits: int = 3) -> dict[str, float]:
+    ys = sorted(xs)
+    return {"p50": round(statistics.median(ys), digits), "min": round(ys[0], digits),
+            "max": round(ys[-1], digits)}  # fmt: skip
+
+
+def _bound(floor_cpu: float, cpu: list[float]) -> float | None:
+    spent = statistics.median(cpu)
+    return round(floor_cpu / spent, 3) if spent > 0.001 else None
+
+
 def bench_throughput(
-    sbx: Any, size_mib: int, rounds: int, url: str = "", token: str = ""
+    sbx: Any, size_mib: int, rounds: int, url: str, token: str, envd_pid: int, warmup: int = 1
 ) -> dict[str, Any]:
+    """Every transfer kind next to the floor, interleaved.
+
+    Fairness: one source file (random bytes) in the page cache for every kind and the floor;
+    every destination a new file, removed after its round; no fsync anywhere (envd does not
+    fsync uploads, so neither does the floor); `sync` before every timed operation, so none
+    pays for another's writeback. Each round runs every kind once, in an order rotated per
+    round, so load from the rest of the machine falls on all kinds alike; a kind's ratio is
+    taken per round against the floor of the same round, and the median of those is
+    reported with its spread.
+    """
     tmp = Path(tempfile.mkdtemp(prefix="envd-bench-"))
     try:
         src = tmp / "src.bin"
@@ -259,90 +360,138 @@ def bench_throughput(
                 w.write(block)
         size = size_mib * 1024 * 1024
 
-        def timed(op: Any) -> list[float]:
-            """`rounds` runs of op(i), each after a sync so no run pays for another's
-            writeback; one kind at a time, so no kind pays for another's memory churn."""
-            out: list[float] = []
-            for i in range(rounds):
-                os.sync()
-                t0 = time.perf_counter()
-                op(i)
-                out.append(time.perf_counter() - t0)
-                for f in tmp.glob("out*"):
-                    f.unlink()
-            return out
-
-        def sdk_upload(i: int) -> None:
+        def sdk_upload(dst: Path) -> None:
             with open(src, "rb") as f:
-                sbx.files.write(str(tmp / f"out{i}.bin"), f)  # octet-stream, streamed
+                sbx.files.write(str(dst), f)  # octet-stream with Content-Length
 
-        def sdk_download_to_file(i: int) -> None:
-            got = 0
-            with open(tmp / f"out{i}.bin", "wb") as out, sbx.files.read(
-                str(served), format="stream"
-            ) as stream:
+        def sdk_upload_multipart(dst: Path) -> None:
+            with open(src, "rb") as f:
+                sbx.files.write(str(dst), f, use_octet_stream=False)
+
+        def sdk_upload_chunked(dst: Path) -> None:
+            def pieces() -> Any:
+                with open(src, "rb") as f:
+                    while piece := f.read(ITER_CHUNK):
+                        yield piece
+
+            sbx.files.write(str(dst), pieces())  # an iterator: Transfer-Encoding: chunked
+
+        def sdk_download_to_file(dst: Path) -> None:
+            with open(dst, "wb") as out, sbx.files.read(str(src), format="stream") as stream:
                 for chunk in stream:
                     out.write(chunk)
-                    got += len(chunk)
-            assert got == size
 
-        def sdk_download_to_memory(i: int) -> None:
-            data = sbx.files.read(str(served), format="bytes")  # what most SDK code does
-            assert len(data) == size
+        def sdk_download_to_memory(dst: Path) -> None:
+            data = sbx.files.read(str(src), format="bytes")  # what most SDK code does
+            if len(data) != size:
+                raise RuntimeError(f"got {len(data)} bytes")
 
-        served = tmp / "served.bin"
-        shutil.copyfile(src, served)
-        copy = timed(lambda i: shutil.copyfile(src, tmp / f"out{i}.bin"))
-        up = timed(sdk_upload)
-        down = timed(sdk_download_to_file)
-        up_raw: list[float] = []
-        down_raw: list[float] = []
-        if url:
-            up_raw = timed(lambda i: _raw_upload(url, token, src, str(tmp / f"out{i}.bin")))
-            down_raw = timed(lambda i: _raw_download(url, token, str(served)))
-        down_mem = timed(sdk_download_to_memory)  # last: freeing 256 MiB slows later writes
+        def envd_serve(dst: Path) -> None:
+            if (got := _raw_download(url, token, str(src))) != size:
+                raise RuntimeError(f"got {got} bytes")
 
-        def mbps(samples: list[float]) -> float:
-            """MiB/s of the median round."""
-            return round(size / (1024 * 1024) / sorted(samples)[len(samples) // 2], 1)
+        kinds: dict[str, tuple[str, Any]] = {
+            "local_copy": (
+                f"the floor: read src + write a new file in user space, {FLOOR_CHUNK >> 10} KiB "
+                "pieces (os.readv/os.write), no fsync",
+                lambda d: _local_copy(src, d),
+            ),
+            "kernel_copy": (
+                "reference: shutil.copyfile (sendfile(2) file to file, no user-space pass)",
+                lambda d: shutil.copyfile(src, d),
+            ),
+            "upload": ("SDK files.write(path, open(src,'rb')): octet-stream, Content-Length",
+                       sdk_upload),
+            "upload_multipart": ("SDK files.write(path, file, use_octet_stream=False): "
+                                 "multipart/form-data", sdk_upload_multipart),
+            "upload_chunked": (f"SDK files.write(path, iterator of {ITER_CHUNK >> 10} KiB "
+                               "pieces): octet-stream, Transfer-Encoding: chunked",
+                               sdk_upload_chunked),
+            "envd_receive": ("POST /files octet-stream from a bare socket (sendfile): envd's "
+                             "side of an upload alone", lambda d: _raw_upload(url, token, src,
+                                                                            str(d))),
+            "envd_receive_multipart": ("POST /files multipart (SDK-shaped) from a bare socket "
+                                       "(sendfile): envd's multipart parsing alone",
+                                       lambda d: _raw_upload_multipart(url, token, src,
+                                                                       str(d))),
+            "download_to_file": ("SDK files.read(format='stream') written to a new local file",
+                                 sdk_download_to_file),
+            "download_to_memory": ("SDK files.read(format='bytes')", sdk_download_to_memory),
+            "envd_serve": ("GET /files read off a bare socket and dropped: envd's side alone "
+                           "(sendfile)", envd_serve),
+        }  # fmt: skip
+        names = list(kinds)
+        wall: dict[str, list[float]] = {k: [] for k in names}
+        envd_cpu: dict[str, list[float]] = {k: [] for k in names}
+        own_cpu: dict[str, list[float]] = {k: [] for k in names}
+        before = _conditions()
+        for r in range(warmup + rounds):
+            turn = r % len(names)
+            for name in names[turn:] + names[:turn]:
+                dst = tmp / f"out-{name}-{r}.bin"
+                os.sync()
+                e0, c0, t0 = _envd_cpu_ns(envd_pid), _own_cpu_s(), time.perf_counter()
+                kinds[name][1](dst)
+                dt = time.perf_counter() - t0
+                e1, c1 = _envd_cpu_ns(envd_pid), _own_cpu_s()
+                if dst.exists():
+                    if dst.stat().st_size != size:
+                        raise RuntimeError(f"{name}: {dst.stat().st_size} bytes, not {size}")
+                    dst.unlink()
+                if r >= warmup:
+                    wall[name].append(dt)
+                    envd_cpu[name].append((e1 - e0) / 1e9)
+                    own_cpu[name].append(c1 - c0)
+        after = _conditions()
 
-        def best(samples: list[float]) -> float:
-            return round(size / (1024 * 1024) / min(samples), 1)
+        gib = size / (1024**3)
+        out: dict[str, Any] = {}
+        for name in names:
+            per_round = [wall["local_copy"][i] / t for i, t in enumerate(wall[name])]
+            cpu = [e + c for e, c in zip(envd_cpu[name], own_cpu[name], strict=True)]
+            floor_cpu = statistics.median(own_cpu["local_copy"])
+            out[name] = {
+                "what": kinds[name][0],
+                "mib_s": _spread([size_mib / t for t in wall[name]], 1),
+                "ratio": _spread(per_round),
+                "ratio_vs_kernel_copy": round(
+                    statistics.median(
+                        wall["kernel_copy"][i] / t for i, t in enumerate(wall[name])
+                    ), 3),
+                "envd_cpu_ms_per_gib": round(statistics.median(envd_cpu[name]) * 1000 / gib),
+                "client_cpu_ms_per_gib": round(statistics.median(own_cpu[name]) * 1000 / gib),
+                # The ratio a host with no spare core would see: floor CPU / total CPU.
+                "cpu_bound_ratio": round(floor_cpu / statistics.median(cpu), 3),
+                # The best ratio each side allows when it has a core to itself: which of
+                # envd and its client limits the transfer.
+                "envd_bound_ratio": _bound(floor_cpu, envd_cpu[name]),
+                "client_bound_ratio": _bound(floor_cpu, own_cpu[name]),
+            }  # fmt: skip
 
-        up_mbps, down_mbps, copy_mbps = mbps(up), mbps(down), mbps(copy)
-        mem_mbps = mbps(down_mem)
+        def p50(name: str) -> float:
+            return float(out[name]["ratio"]["p50"])
+
         return {
             "size_mib": size_mib,
             "rounds": rounds,
-            "upload_mib_s": up_mbps,
-            "upload_what": "files.write(path, open(src,'rb')): octet-stream, file to file",
-            "download_to_file_mib_s": down_mbps,
-            "download_to_file_what": "files.read(format='stream') written to a local file",
-            "download_to_memory_mib_s": mem_mbps,
-            "download_to_memory_what": "files.read(format='bytes')",
-            "floor": "shutil.copyfile of the same file on the same disk (page cache)",
-            "local_copy_mib_s": copy_mbps,
-            "upload_ratio": round(up_mbps / copy_mbps, 3),
-            "download_to_file_ratio": round(down_mbps / copy_mbps, 3),
-            "download_to_memory_ratio": round(mem_mbps / copy_mbps, 3),
-            "envd_serve_mib_s": mbps(down_raw) if down_raw else None,
-            "envd_serve_what": "GET /files read off a bare socket and dropped: envd's side "
-            "alone (sendfile), without the SDK's per-chunk cost or a client-side file write",
-            "envd_serve_ratio": round(mbps(down_raw) / copy_mbps, 3) if down_raw else None,
-            "envd_receive_mib_s": mbps(up_raw) if up_raw else None,
-            "envd_receive_what": "POST /files fed by sendfile(2) from a bare socket: envd's "
-            "side of an upload alone, without the SDK client's cost",
-            "envd_receive_ratio": round(mbps(up_raw) / copy_mbps, 3) if up_raw else None,
-            "best_of_rounds_mib_s": {
-                "upload": best(up),
-                "download_to_file": best(down),
-                "local_copy": best(copy),
-                "upload_ratio": round(best(up) / best(copy), 3),
-                "download_to_file_ratio": round(best(down) / best(copy), 3),
-            },
-            "note": "the copy floor swings 0.4-3.5 GiB/s between runs on this shared VM "
-            "(page-cache/writeback state); ratios are median/median and best/best",
+            "warmup_rounds": warmup,
+            "method": "one page-cached source file for all; a new destination file per "
+            "operation; no fsync anywhere (envd does not fsync uploads); sync before every "
+            "timed operation; all kinds once per round in a rotated order; ratio = floor "
+            "time / kind time within the same round, median (min..max) over the rounds",
+            "floor": out["local_copy"]["what"],
+            "local_copy_mib_s": out["local_copy"]["mib_s"]["p50"],
+            "upload_ratio": p50("upload"),
+            "upload_multipart_ratio": p50("upload_multipart"),
+            "upload_chunked_ratio": p50("upload_chunked"),
+            "envd_receive_ratio": p50("envd_receive"),
+            "envd_receive_multipart_ratio": p50("envd_receive_multipart"),
+            "download_to_file_ratio": p50("download_to_file"),
+            "download_to_memory_ratio": p50("download_to_memory"),
+            "envd_serve_ratio": p50("envd_serve"),
             "target": "ratio >= 0.5",
+            "kinds": out,
+            "conditions": {"before": before, "after": after},
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -353,24 +502,28 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=300, help="round trips to time")
     ap.add_argument("--starts", type=int, default=15, help="cold starts to time")
     ap.add_argument("--size-mib", type=int, default=256, help="transfer size")
-    ap.add_argument("--rounds", type=int, default=5, help="transfers to time (median)")
+    ap.add_argument("--rounds", type=int, default=7, help="rounds of transfers to time")
+    ap.add_argument("--only", choices=("cold_start", "round_trip", "throughput"),
+                    help="run one part (the JSON then goes to envd-<part>.json)")  # fmt: skip
     args = ap.parse_args()
-    cold = bench_cold_start(args.starts)
-    user, home = bench_user()
-    proc, url, token = start_envd(user)
-    try:
-        sbx = make_sandbox(url, token)
-        rt = bench_round_trip(sbx, args.iterations, user, home)
-        tp = bench_throughput(sbx, args.size_mib, args.rounds, url, token)
-    finally:
-        proc.terminate()
-        proc.wait()
-    emit("envd", {
-        "python": PYTHON,
-        "cold_start": cold,
-        "run_true_round_trip": rt,
-        "throughput": tp,
-    })  # fmt: skip
+    doc: dict[str, Any] = {"python": PYTHON}
+    if args.only in (None, "cold_start"):
+        doc["cold_start"] = bench_cold_start(args.starts)
+    if args.only != "cold_start":
+        user, home = bench_user()
+        proc, url, token = start_envd(user)
+        try:
+            sbx = make_sandbox(url, token)
+            if args.only in (None, "round_trip"):
+                doc["run_true_round_trip"] = bench_round_trip(sbx, args.iterations, user, home)
+            if args.only in (None, "throughput"):
+                doc["throughput"] = bench_throughput(
+                    sbx, args.size_mib, args.rounds, url, token, proc.pid
+                )
+        finally:
+            proc.terminate()
+            proc.wait()
+    emit("envd" if args.only is None else f"envd-{args.only}", doc)
 
 
 if __name__ == "__main__":

@@ -176,14 +176,21 @@ class Connection(asyncio.BufferedProtocol):
     async def read_view(self, n: int) -> memoryview:
         """Like read(), but a view into the receive buffer: use it (and drop it) before the
         next read on this connection. Empty at EOF."""
+        _, start, end = await self.read_span(n)
+        return self._view[start:end]
+
+    async def read_span(self, n: int) -> tuple[bytearray, int, int]:
+        """Like read_view(), as (buffer, start, end): the bytes are buffer[start:end]. For
+        parsers that search what arrived in place (`bytearray.find(sep, start, end)`; a
+        memoryview has no find). Valid until the next read; start == end at EOF."""
         while self._start == self._end:
             if self._eof:
-                return memoryview(b"")
+                return self._buf, 0, 0
             await self._wait()
-        k = min(n, self._end - self._start)
-        view = self._view[self._start : self._start + k]
+        start = self._start
+        k = min(n, self._end - start)
         self._consumed(k)
-        return view
+        return self._buf, start, start + k
 
     async def readexactly(self, n: int) -> bytes:
         parts: list[bytes] = []

@@ -175,10 +175,12 @@ async def upload(state: State, req: Request) -> None:
         sink: _Sink | None = None
         try:
             while not parser.done:
-                data = await req.read_view(UPLOAD_READ)
-                if not data:
+                buf, start, end = await req.read_span(UPLOAD_READ)
+                if start == end:
                     break
-                for ev in parser.feed(data):
+                # Part data arrives as views of the connection's buffer: written before the
+                # next read, as they must be.
+                for ev in parser.feed(buf, start, end):
                     if isinstance(ev, PartStart):
                         target = query_path or ev.filename or ""
                         if not target:

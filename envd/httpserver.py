@@ -23,6 +23,7 @@ READ_SIZE = 256 * 1024
 # A reader asking for more than this of a body at least this big gets a big receive buffer.
 BIG_BODY = 256 * 1024
 BIG_BUFFER = 1024 * 1024
+_EMPTY = bytearray()  # the span of an ended body (never written to)
 # A handler that leaves more than this unread closes the connection instead of draining it.
 MAX_DRAIN = 1024 * 1024
 
@@ -134,8 +135,15 @@ class Request:
     async def read_view(self, max_bytes: int = READ_SIZE) -> memoryview:
         """Like read(), without a copy: a view into the connection's buffer, valid until
         the next read. Uploads write it straight to the file."""
+        buf, start, end = await self.read_span(max_bytes)
+        return memoryview(buf)[start:end]
+
+    async def read_span(self, max_bytes: int = READ_SIZE) -> tuple[bytearray, int, int]:
+        """Like read_view(), as (buffer, start, end) of the connection's buffer, so a parser
+        can search the bytes where they are (the multipart parser does); valid until the
+        next read. start == end once the body has ended."""
         if self.body_done:
-            return memoryview(b"")
+            return _EMPTY, 0, 0
         conn = self.conn
         if self._expect_continue:
             self._expect_continue = False
@@ -143,13 +151,13 @@ class Request:
         if max_bytes > BIG_BODY and (self.chunked or self._remaining > BIG_BODY):
             conn.reserve(BIG_BUFFER)
         if not self.chunked:
-            view = await conn.read_view(min(self._remaining, max_bytes))
-            if not view:
+            buf, start, end = await conn.read_span(min(self._remaining, max_bytes))
+            if start == end:
                 raise ConnectionResetError("client closed the connection mid-body")
-            self._remaining -= len(view)
+            self._remaining -= end - start
             if self._remaining == 0:
                 self.body_done = True
-            return view
+            return buf, start, end
         if self._crlf_due:  # after the previous chunk's data, consumed now: see below
             if await conn.readexactly(2) != b"\r\n":
                 raise BadRequest("missing CRLF after chunk data")
@@ -165,16 +173,16 @@ class Request:
                 while (await conn.readuntil(b"\r\n", MAX_HEAD)) != b"\r\n":
                     pass  # trailers: ignored
                 self.body_done = True
-                return memoryview(b"")
+                return _EMPTY, 0, 0
             self._remaining = size
-        view = await conn.read_view(min(self._remaining, max_bytes))
-        if not view:
+        buf, start, end = await conn.read_span(min(self._remaining, max_bytes))
+        if start == end:
             raise ConnectionResetError("client closed the connection mid-body")
-        self._remaining -= len(view)
+        self._remaining -= end - start
         # The CRLF that ends the chunk is read on the next call: reading it now could wait
-        # for the socket, and the buffer may move under the view we return.
+        # for the socket, and the buffer may move under the span we return.
         self._crlf_due = self._remaining == 0
-        return view
+        return buf, start, end
 
     async def read_all(self, limit: int) -> bytes:
         """The whole body, refused with 413 beyond `limit` bytes (unary RPCs, /init)."""

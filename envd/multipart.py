@@ -1,14 +1,20 @@
 """An incremental multipart/form-data parser: bytes in as they arrive, part data out.
 
-Nothing is buffered beyond one boundary's length, so uploads of any size stream straight to
-disk. Only what /files needs: part headers (for the filename) and part bodies.
+Nothing is buffered beyond one boundary's length (or one part's headers), and part bodies
+are handed out as views of the caller's buffer, so uploads of any size stream straight to
+disk without a user-space copy. Only what /files needs: part headers (for the filename) and
+part bodies.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Union
 
 MAX_PART_HEAD = 16 * 1024
+# Bytes outside part bodies (boundaries, headers) are moved into the parser's own buffer at
+# most this many at a time: enough for a typical part head in one step, small to copy.
+SLOW_STEP = 4096
 
 
 class MultipartError(ValueError):
@@ -30,7 +36,7 @@ class PartStart:
 
 @dataclass
 class PartData:
-    data: bytes
+    data: bytes | memoryview  # a view of the fed buffer when it can be: see MultipartParser
 
 
 @dataclass
@@ -38,7 +44,8 @@ class PartEnd:
     pass
 
 
-Event = PartStart | PartData | PartEnd
+# Union, not `|`: this alias is evaluated at run time, and envd runs on Python 3.9 too.
+Event = Union[PartStart, PartData, PartEnd]  # noqa: UP007
 
 
 def boundary_of(content_type: str) -> bytes | None:
@@ -107,11 +114,20 @@ def disposition_params(value: str) -> dict[str, str]:
 
 
 class MultipartParser:
-    """Feed body bytes; get PartStart / PartData / PartEnd events in order."""
+    """Feed body bytes; get PartStart / PartData / PartEnd events in order.
+
+    Part bodies are found where they lie: `feed(buf, start, end)` searches the caller's
+    buffer for the next boundary (`bytearray.find`, which runs at memory speed) and hands
+    out memoryview slices of it, so a byte of a file is never copied in user space. Only
+    what straddles two feeds (at most one boundary's length) and the small part headers
+    are copied into the parser's own buffer. A PartData view is valid until the caller
+    reuses its buffer (for /files: the next read from the connection).
+    """
 
     def __init__(self, boundary: bytes) -> None:
         self._delim = b"\r\n--" + boundary
         # Pretend a CRLF precedes the body so the first boundary looks like all the others.
+        # Holds what is not parsed yet: in a body, never more than len(delim) - 1 bytes.
         self._buf = bytearray(b"\r\n")
         self._state = "preamble"
         self.done = False
@@ -123,9 +139,61 @@ class MultipartParser:
         del self._buf[:n]
         return out
 
-    def feed(self, data: bytes | memoryview) -> list[Event]:
-        self._buf += data
+    def feed(
+        self, data: bytes | bytearray | memoryview, start: int = 0, end: int | None = None
+    ) -> list[Event]:
+        """Parse data[start:end] (all of data by default)."""
+        if isinstance(data, memoryview):  # no find() on a memoryview: callers pass buffers
+            data = data.tobytes()
+        if end is None:
+            end = len(data)
         events: list[Event] = []
+        keep = len(self._delim) - 1
+        while start < end and not self.done:
+            if self._state == "body" and end - start > keep:
+                start = self._body(data, start, end, events)
+            else:
+                # Headers, boundaries and short pieces go through the own buffer, a bounded
+                # step at a time so that the start of a big body is not copied first.
+                step = min(end - start, SLOW_STEP)
+                self._buf += memoryview(data)[start : start + step]
+                start += step
+                self._parse_buffered(events)
+        return events
+
+    def _body(self, data: bytes | bytearray, start: int, end: int, events: list[Event]) -> int:
+        """Part data in data[start:end] (longer than a boundary), without copying it; returns
+        where parsing continues."""
+        delim = self._delim
+        keep = len(delim) - 1
+        if self._buf:
+            # A boundary may begin in the bytes held back from the last feed. It would end
+            # within the next `keep` bytes, so this small join is all that must be searched.
+            held = len(self._buf)
+            joined = bytes(self._buf) + data[start : start + keep]
+            self._buf.clear()
+            idx = joined.find(delim)
+            if idx >= 0:  # it begins in the held bytes (idx < held: see above)
+                if idx:
+                    events.append(PartData(joined[:idx]))
+                events.append(PartEnd())
+                self._state = "after_boundary"
+                return start + idx + len(delim) - held
+            events.append(PartData(joined[:held]))
+        idx = data.find(delim, start, end)
+        if idx >= 0:
+            if idx > start:
+                events.append(PartData(memoryview(data)[start:idx]))
+            events.append(PartEnd())
+            self._state = "after_boundary"
+            return idx + len(delim)
+        cut = end - keep  # a boundary may begin in the last `keep` bytes: hold them back
+        events.append(PartData(memoryview(data)[start:cut]))
+        self._buf += memoryview(data)[cut:end]
+        return end
+
+    def _parse_buffered(self, events: list[Event]) -> None:
+        """Advance over what is in the own buffer as far as it goes."""
         while True:
             if self._state == "preamble":
                 idx = self._buf.find(self._delim)
@@ -133,23 +201,23 @@ class MultipartParser:
                     keep = len(self._delim) - 1
                     if len(self._buf) > keep:
                         del self._buf[: len(self._buf) - keep]
-                    return events
+                    return
                 del self._buf[: idx + len(self._delim)]
                 self._state = "after_boundary"
             elif self._state == "after_boundary":
                 if len(self._buf) < 2:
-                    return events
+                    return
                 if self._buf[:2] == b"--":
                     self._state = "epilogue"
                     self.done = True
                     self._buf.clear()
-                    return events
+                    return
                 # optional transport padding, then CRLF
                 idx = self._buf.find(b"\r\n")
                 if idx < 0:
                     if len(self._buf) > 256:
                         raise MultipartError("garbage after boundary")
-                    return events
+                    return
                 del self._buf[: idx + 2]
                 self._state = "headers"
             elif self._state == "headers":
@@ -162,7 +230,7 @@ class MultipartParser:
                         continue
                     if len(self._buf) > MAX_PART_HEAD:
                         raise MultipartError("part headers too large")
-                    return events
+                    return
                 head = bytes(self._buf[:idx]).decode("utf-8", "replace")
                 del self._buf[: idx + 4]
                 headers: dict[str, str] = {}
@@ -177,9 +245,8 @@ class MultipartParser:
                 if idx < 0:
                     keep = len(self._delim) - 1
                     if len(self._buf) > keep:
-                        cut = len(self._buf) - keep
-                        events.append(PartData(self._take(cut)))
-                    return events
+                        events.append(PartData(self._take(len(self._buf) - keep)))
+                    return
                 if idx:
                     events.append(PartData(self._take(idx)))
                 events.append(PartEnd())
@@ -187,4 +254,4 @@ class MultipartParser:
                 self._state = "after_boundary"
             else:  # epilogue
                 self._buf.clear()
-                return events
+                return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import socket
@@ -188,6 +189,57 @@ def test_expect_100_continue_and_chunked_upload(envd: Envd, workdir: str) -> Non
         assert resp.startswith(b"HTTP/1.1 200 OK")
     with open(f"{workdir}/c.txt", "rb") as f:
         assert f.read() == b"abcde"
+
+
+def test_chunked_multipart_upload_with_boundary_lookalikes(envd: Envd, workdir: str) -> None:
+    """Multipart parsed in place across HTTP chunk edges: the parser sees the body in pieces
+    that end anywhere, including inside a boundary and inside look-alikes of one."""
+    boundary = uuid.uuid4().hex
+    delim = f"\r\n--{boundary}".encode()
+    files = {
+        f"{workdir}/mp/a.bin": os.urandom(300_000) + delim[:-1] + os.urandom(1000),
+        f"{workdir}/mp/b.bin": delim[:-3] + os.urandom(2_000_000),
+        f"{workdir}/mp/c/d.bin": os.urandom(1000) + delim[:5] + os.urandom(100_000),
+    }
+    body = b"".join(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{path}"\r\n'
+        f"Content-Type: application/octet-stream\r\n\r\n".encode() + data + b"\r\n"
+        for path, data in files.items()
+    ) + f"--{boundary}--\r\n".encode()
+    # A chunk edge inside every real boundary (1 byte in, halfway, all but 1 byte) and
+    # every look-alike, with long chunks in between.
+    edges = {0, len(body), *range(0, len(body), 700_001)}
+    depths = [1, len(delim) // 2, len(delim) - 1]
+    at = body.find(delim)
+    while at >= 0:
+        edges.add(at + depths[0])
+        depths.append(depths.pop(0))
+        at = body.find(delim, at + 1)
+    at = body.find(delim[:5])
+    while at >= 0:
+        if not body.startswith(delim, at):
+            edges.add(at + 3)
+        at = body.find(delim[:5], at + 1)
+    cuts = sorted(edges)
+    chunks = [b"%x\r\n%b\r\n" % (b - a, body[a:b]) for a, b in itertools.pairwise(cuts)]
+    with socket.create_connection(("127.0.0.1", envd.port)) as s:
+        s.sendall(
+            f"POST /files HTTP/1.1\r\nHost: x\r\nX-Access-Token: {envd.token}\r\n"
+            f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+            "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n".encode()
+        )
+        for chunk in chunks:
+            s.sendall(chunk)
+        s.sendall(b"0\r\n\r\n")
+        resp = b""
+        while piece := s.recv(65536):
+            resp += piece
+    assert resp.startswith(b"HTTP/1.1 200 OK"), resp[:200]
+    written = json.loads(resp.partition(b"\r\n\r\n")[2])
+    assert [w["path"] for w in written] == list(files)
+    for path, data in files.items():
+        with open(path, "rb") as f:
+            assert f.read() == data
 
 
 def _capture() -> list[dict[str, Any]]:

@@ -91,3 +91,26 @@ def test_envd_imports_only_stdlib() -> None:
             for n in names:
                 top = n.split(".")[0]
                 assert top == "envd" or top in sys.stdlib_module_names, f"{f.name}: {n}"
+
+
+def test_envd_modules_import_on_the_oldest_supported_python() -> None:
+    """envd supports Python 3.9: no module may evaluate 3.10+ syntax at import time (a
+    runtime `A | B` type alias once broke every upload there). Skipped without a 3.9."""
+    import glob
+    import os
+    import pathlib
+    import subprocess
+
+    # Real interpreters only: a pyenv shim on PATH may exist without the version behind it.
+    candidates = [
+        *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python3.9"))),
+        "/usr/bin/python3.9",
+        "/usr/local/bin/python3.9",
+    ]
+    py = next((c for c in candidates if os.access(c, os.X_OK)), None)
+    if py is None:
+        pytest.skip("no Python 3.9 on this host")
+    root = pathlib.Path(__file__).resolve().parents[3]
+    modules = sorted(f.stem for f in (root / "envd").glob("*.py") if not f.stem.startswith("__"))
+    code = "import importlib\n" + "".join(f"importlib.import_module('envd.{m}')\n" for m in modules)
+    subprocess.run([py, "-c", code], cwd=root, check=True, capture_output=True, timeout=60)

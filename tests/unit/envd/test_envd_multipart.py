@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 from collections.abc import Sequence
 
 import pytest
@@ -94,3 +95,56 @@ def test_garbage_after_boundary() -> None:
     p = MultipartParser(b"b")
     with pytest.raises(MultipartError):
         p.feed(b"--b" + b"x" * 300)
+
+
+def _body(boundary: bytes, parts: list[tuple[str, bytes]]) -> bytes:
+    out = b""
+    for name, data in parts:
+        out += (b"--" + boundary + b"\r\nContent-Disposition: form-data; name=\"file\"; "
+                b"filename=\"" + name.encode() + b"\"\r\n\r\n" + data + b"\r\n")
+    return out + b"--" + boundary + b"--\r\n"
+
+
+def test_random_bodies_fed_as_spans_of_a_reused_buffer() -> None:
+    """What /files does: each piece lands in one buffer the connection reuses, the parser
+    gets (buffer, start, end), and part data must be consumed before the next piece
+    overwrites it. Payloads are full of boundary prefixes, split at random points."""
+    rng = random.Random(7)
+    boundary = b"0f1e2d3c4b5a"
+    delim = b"\r\n--" + boundary
+    for _ in range(200):
+        parts = []
+        for i in range(rng.randint(1, 4)):
+            pieces = [os.urandom(rng.randint(0, 300)) for _ in range(rng.randint(0, 5))]
+            noise = [delim[: rng.randint(1, len(delim) - 1)] for _ in pieces]
+            data = b"".join(p + n for p, n in zip(pieces, noise, strict=True))
+            parts.append((f"d/{i}.bin", data.replace(delim, b"x" * len(delim))))
+        body = _body(boundary, parts)
+        p = MultipartParser(boundary)
+        buf = bytearray(4096)
+        events: list[object] = []
+        pos = 0
+        while pos < len(body):
+            n = rng.choice((1, 2, 3, 17, len(delim) - 1, len(delim), len(delim) + 1, 200, 4096))
+            piece = body[pos : pos + n]
+            start = rng.randint(0, len(buf) - len(piece))
+            buf[start : start + len(piece)] = piece
+            for ev in p.feed(buf, start, start + len(piece)):
+                # copy now: the next piece overwrites the buffer the views point into
+                events.append(PartData(bytes(ev.data)) if isinstance(ev, PartData) else ev)
+            buf[:] = b"\xee" * len(buf)
+            pos += len(piece)
+        assert p.done
+        assert _files(events) == parts
+
+
+def test_part_data_is_a_view_of_the_fed_buffer() -> None:
+    """The bytes of a big part are not copied: the parser hands out views of its input."""
+    p = MultipartParser(b"bb")
+    p.feed(b"--bb\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big\"\r\n\r\n")
+    buf = bytearray(b"y" * 65536)
+    events = p.feed(buf, 100, 60000)
+    assert len(events) == 1 and isinstance(events[0], PartData)
+    data = events[0].data
+    assert isinstance(data, memoryview) and data.obj is buf
+    assert len(data) == 60000 - 100 - len(b"\r\n--bb") + 1
