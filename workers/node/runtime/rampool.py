@@ -17,6 +17,10 @@ from workers.node.runtime.memfile import clone_or_sparse_copy
 
 log = logging.getLogger(__name__)
 
+#: A refill starts this long after a copy was taken: copying 100+ MiB right away would
+#: compete for the CPU and disk with the restore that just took one (2-core hosts).
+REFILL_DELAY_S = 0.3
+
 
 class RamPool:
     def __init__(self, root: Path, *, per_source: int = 2) -> None:
@@ -42,6 +46,8 @@ class RamPool:
 
     async def _fill(self, source: Path) -> None:
         ready = self._ready.setdefault(source, [])
+        if ready:  # not empty: the restore that took one goes first
+            await asyncio.sleep(REFILL_DELAY_S)
         while len(ready) < self.per_source and source.exists():
             dst = self.root / f"{uuid.uuid4().hex}.mem"
             try:
