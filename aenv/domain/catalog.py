@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from aenv.domain import apikey, template
+from aenv.domain import apikey, build, template
 from aenv.domain.messages import Command, CommandRejected, Event, Message
 from aenv.domain.sandbox import commands as sc
 from aenv.domain.sandbox import events as se
@@ -29,6 +29,8 @@ COMMAND_TYPES: dict[str, type[Command]] = _by_name(
     sc.CompleteFork, sc.CompleteSnapshot, sc.RecordUpload,
     template.RegisterTemplate, template.DeleteTemplate,
     apikey.CreateApiKey, apikey.RevokeApiKey,
+    build.RequestTemplateBuild, build.StartTemplateBuild, build.LogTemplateBuild,
+    build.CompleteTemplateBuild,
 )  # fmt: skip
 
 EVENT_TYPES: dict[str, type[Event]] = _by_name(
@@ -40,5 +42,7 @@ EVENT_TYPES: dict[str, type[Event]] = _by_name(
     se.SnapshotRequested, se.SnapshotTaken, se.SnapshotFailed, se.SnapshotUploaded,
     template.TemplateRegistered, template.TemplateDeleted,
     apikey.ApiKeyCreated, apikey.ApiKeyRevoked,
+    build.TemplateBuildRequested, build.TemplateBuildStarted, build.TemplateBuildLogged,
+    build.TemplateBuilt, build.TemplateBuildFailed,
     CommandRejected,
 )  # fmt: skip
