@@ -159,6 +159,18 @@ async def start_build(
     await ctx.bus.commands.to_builder(cmd)
 
 
+async def _visible(ctx: ApiContext, template_id: str) -> bool:
+    """Read-your-writes for `Sandbox.create(name)` right after a build: wait (briefly) for
+    the templates read model to show the template the build registered."""
+    for _ in range(40):
+        if await reads.template_row(ctx.engine, template_id) is not None:
+            ctx.forget(f"tpl:{template_id}")
+            ctx.forget(f"tpl-node:{template_id}")
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
 def _entry(r: Any) -> dict[str, Any]:
     out = {"timestamp": r.at.isoformat(), "level": r.level, "message": r.message}
     if r.step is not None:
@@ -175,6 +187,9 @@ async def build_status(
     """Status from the event log (always current), log lines from the read model (which
     may trail by a moment: we wait briefly for lines the build already has)."""
     state = await _build(ctx, caller, template_id, build_id)
+    status = state.status.value
+    if state.status is bd.BuildStatus.READY and not await _visible(ctx, template_id):
+        status = bd.BuildStatus.BUILDING.value  # ready once a create would find it
     want = min(limit, max(0, state.log_count - logs_offset))
     rows = await template_reads.log_entries(ctx.engine, build_id, logs_offset, limit)
     for _ in range(20):
@@ -184,7 +199,7 @@ async def build_status(
         rows = await template_reads.log_entries(ctx.engine, build_id, logs_offset, limit)
     entries = [_entry(r) for r in rows]
     body: dict[str, Any] = {
-        "templateID": template_id, "buildID": build_id, "status": state.status.value,
+        "templateID": template_id, "buildID": build_id, "status": status,
         "logEntries": entries, "logs": [f"{e['timestamp']} {e['message']}" for e in entries],
     }  # fmt: skip
     if state.status is bd.BuildStatus.ERROR:
@@ -207,8 +222,8 @@ def _template_body(row: Any, builds: list[Any]) -> dict[str, Any]:
     return {
         "templateID": tid,
         "buildID": latest.build_id if latest else "00000000-0000-0000-0000-000000000000",
-        "cpuCount": latest.cpu_count if latest else row.cpu_count,
-        "memoryMB": latest.memory_mb if latest else row.memory_mb,
+        "cpuCount": row.cpu_count if row is not None else latest.cpu_count,
+        "memoryMB": row.memory_mb if row is not None else latest.memory_mb,
         "diskSizeMB": row.disk_size_mb if row is not None else latest.disk_size_mb,
         "public": tid == "base", "aliases": [row.alias or tid] if row is not None else [tid],
         "names": [tid], "createdAt": _iso(created), "updatedAt": _iso(updated),

@@ -53,6 +53,7 @@ COMMAND_VERBS: Final[dict[str, str]] = {
     "SnapshotSandbox": "snapshot",
     "RegisterTemplate": "template-register",
     "DeleteTemplate": "template-delete",
+    "ImportTemplateImage": "template-import",
     "StartTemplateBuild": "build-start",
 }
 
