@@ -163,7 +163,7 @@ async def _visible(ctx: ApiContext, template_id: str) -> bool:
     """Read-your-writes for `Sandbox.create(name)` right after a build: wait (briefly) for
     the templates read model to show the template the build registered."""
     for _ in range(40):
-        if await reads.template_row(ctx.engine, template_id) is not None:
+        if await reads.template(ctx.engine, template_id) is not None:
             ctx.forget(f"tpl:{template_id}")
             ctx.forget(f"tpl-node:{template_id}")
             return True
@@ -267,6 +267,9 @@ async def get_template(template_id: str, ctx: ApiContext, caller: Caller) -> dic
 async def template_by_alias(alias: str, ctx: ApiContext, caller: Caller) -> dict[str, Any]:
     """`Template.exists(name)`: 200 when a template answers to the name, else 404."""
     row = await reads.template(ctx.engine, alias.split(":", 1)[0])
+    if row is not None:  # the read model may trail a delete made a moment ago
+        state, _ = await ctx.bus.templates.load(row.template_id)
+        row = None if state is None or state.deleted else row
     if row is None:
         raise ApiError(404, f"template alias '{alias}' not found")
     return {"templateID": row.template_id, "public": row.template_id == "base"}
