@@ -22,12 +22,13 @@ from litestar import Request, get, post, put
 from litestar.params import Parameter
 
 from aenv.domain import build as bd
-from api import reads, template_reads
+from api import reads
 from api.auth import Caller
 from api.context import ApiContext
 from api.errors import ApiError
 from api.wire_templates import BuildStart, NewTemplateBuild
 from envd.version import ENVD_VERSION
+from projections import queries
 
 _HASH = re.compile(r"^[A-Za-z0-9_-]{8,128}$")
 MAX_UPLOAD = 4 << 30  # a build context larger than 4 GiB is better baked into an image
@@ -152,11 +153,21 @@ async def start_build(
     if spec.from_template:
         base = await reads.template(ctx.engine, spec.from_template)
         if base is not None:
-            node = await reads.snapshot_node(ctx.engine, base.template_id)
+            node = await reads.snapshot_node(ctx.engine, base["template_id"])
     cmd = bd.StartTemplateBuild(build_id=build_id, spec=spec, node_id=node)
     if not bd.decide_build(state, cmd):  # 400/409 here, before any work is queued
         return  # a retried start of the same spec
     await ctx.bus.commands.to_builder(cmd)
+
+
+async def _log_entries(ctx: ApiContext, build_id: str, offset: int, limit: int) -> list[Any]:
+    async with ctx.engine.connect() as conn:
+        return await queries.build_log_entries(conn, build_id, offset, limit)
+
+
+async def _templates(ctx: ApiContext, team_id: str) -> list[tuple[Any, list[Any]]]:
+    async with ctx.engine.connect() as conn:
+        return await queries.team_templates(conn, team_id)
 
 
 async def _visible(ctx: ApiContext, template_id: str) -> bool:
@@ -171,10 +182,10 @@ async def _visible(ctx: ApiContext, template_id: str) -> bool:
     return False
 
 
-def _entry(r: Any) -> dict[str, Any]:
-    out = {"timestamp": r.at.isoformat(), "level": r.level, "message": r.message}
-    if r.step is not None:
-        out["step"] = r.step
+def _entry(r: dict[str, Any]) -> dict[str, Any]:
+    out = {"timestamp": r["at"].isoformat(), "level": r["level"], "message": r["message"]}
+    if r["step"] is not None:
+        out["step"] = r["step"]
     return out
 
 
@@ -191,12 +202,12 @@ async def build_status(
     if state.status is bd.BuildStatus.READY and not await _visible(ctx, template_id):
         status = bd.BuildStatus.BUILDING.value  # ready once a create would find it
     want = min(limit, max(0, state.log_count - logs_offset))
-    rows = await template_reads.log_entries(ctx.engine, build_id, logs_offset, limit)
+    rows = await _log_entries(ctx, build_id, logs_offset, limit)
     for _ in range(20):
         if len(rows) >= want:
             break
         await asyncio.sleep(0.05)
-        rows = await template_reads.log_entries(ctx.engine, build_id, logs_offset, limit)
+        rows = await _log_entries(ctx, build_id, logs_offset, limit)
     entries = [_entry(r) for r in rows]
     body: dict[str, Any] = {
         "templateID": template_id, "buildID": build_id, "status": status,
@@ -214,46 +225,43 @@ def _iso(t: datetime | None) -> str | None:
     return t.isoformat() if t is not None else None
 
 
-def _template_body(row: Any, builds: list[Any]) -> dict[str, Any]:
-    latest: Any = builds[0] if builds else None
-    tid = row.template_id if row is not None else latest.template_id
-    created = row.created_at if row is not None else latest.requested_at
-    updated = row.updated_at if row is not None else latest.requested_at
+def _template_body(row: dict[str, Any] | None, builds: list[dict[str, Any]]) -> dict[str, Any]:
+    latest = builds[0] if builds else None
+    src: dict[str, Any] = row if row is not None else builds[0]
+    tid = src["template_id"]
+    created = row["created_at"] if row is not None else src["requested_at"]
+    updated = row["updated_at"] if row is not None else src["requested_at"]
     return {
         "templateID": tid,
-        "buildID": latest.build_id if latest else "00000000-0000-0000-0000-000000000000",
-        "cpuCount": row.cpu_count if row is not None else latest.cpu_count,
-        "memoryMB": row.memory_mb if row is not None else latest.memory_mb,
-        "diskSizeMB": row.disk_size_mb if row is not None else latest.disk_size_mb,
-        "public": tid == "base", "aliases": [row.alias or tid] if row is not None else [tid],
-        "names": [tid], "createdAt": _iso(created), "updatedAt": _iso(updated),
+        "buildID": latest["build_id"] if latest else "00000000-0000-0000-0000-000000000000",
+        "cpuCount": src["cpu_count"], "memoryMB": src["memory_mb"],
+        "diskSizeMB": src["disk_size_mb"], "public": tid == "base",
+        "aliases": [(row or {}).get("alias") or tid], "names": [tid],
+        "createdAt": _iso(created), "updatedAt": _iso(updated),
         "createdBy": None, "lastSpawnedAt": None, "spawnCount": 0, "buildCount": len(builds),
-        "envdVersion": (row.envd_version if row is not None else None) or ENVD_VERSION,
-        "buildStatus": latest.status if latest is not None else "ready",
+        "envdVersion": src.get("envd_version") or ENVD_VERSION,
+        "buildStatus": latest["status"] if latest is not None else "ready",
         "isDefault": tid == "base",
     }  # fmt: skip
 
 
 @get(["/templates", "/v2/templates"])
 async def list_templates(ctx: ApiContext, caller: Caller) -> list[dict[str, Any]]:
-    return [
-        _template_body(row, builds)
-        for row, builds in await template_reads.team_templates(ctx.engine, caller.team_id)
-    ]
+    return [_template_body(row, builds) for row, builds in await _templates(ctx, caller.team_id)]
 
 
 @get("/templates/{template_id:str}")
 async def get_template(template_id: str, ctx: ApiContext, caller: Caller) -> dict[str, Any]:
-    for row, builds in await template_reads.team_templates(ctx.engine, caller.team_id):
-        if template_id in ((row.template_id, row.alias) if row is not None else ()) or (
-            builds and builds[0].template_id == template_id
-        ):
+    for row, builds in await _templates(ctx, caller.team_id):
+        names = (row["template_id"], row["alias"]) if row is not None else ()
+        if template_id in names or (builds and builds[0]["template_id"] == template_id):
             body = _template_body(row, builds)
             body["builds"] = [
-                {"buildID": b.build_id, "status": b.status, "createdAt": _iso(b.requested_at),
-                 "updatedAt": _iso(b.updated_at), "finishedAt": _iso(b.finished_at),
-                 "cpuCount": b.cpu_count, "memoryMB": b.memory_mb,
-                 "diskSizeMB": b.disk_size_mb, "envdVersion": b.envd_version or ENVD_VERSION}
+                {"buildID": b["build_id"], "status": b["status"],
+                 "createdAt": _iso(b["requested_at"]), "updatedAt": _iso(b["updated_at"]),
+                 "finishedAt": _iso(b["finished_at"]), "cpuCount": b["cpu_count"],
+                 "memoryMB": b["memory_mb"], "diskSizeMB": b["disk_size_mb"],
+                 "envdVersion": b["envd_version"] or ENVD_VERSION}
                 for b in builds
             ]  # fmt: skip
             for b in body["builds"]:
@@ -268,11 +276,11 @@ async def template_by_alias(alias: str, ctx: ApiContext, caller: Caller) -> dict
     """`Template.exists(name)`: 200 when a template answers to the name, else 404."""
     row = await reads.template(ctx.engine, alias.split(":", 1)[0])
     if row is not None:  # the read model may trail a delete made a moment ago
-        state, _ = await ctx.bus.templates.load(row.template_id)
+        state, _ = await ctx.bus.templates.load(row["template_id"])
         row = None if state is None or state.deleted else row
     if row is None:
         raise ApiError(404, f"template alias '{alias}' not found")
-    return {"templateID": row.template_id, "public": row.template_id == "base"}
+    return {"templateID": row["template_id"], "public": row["template_id"] == "base"}
 
 
 ROUTES = [request_build, file_upload_link, upload_files, start_build, build_status,
