@@ -35,6 +35,18 @@ MAX_UPLOAD = 4 << 30  # a build context larger than 4 GiB is better baked into a
 _LOG_PAGE = 100
 
 
+#: The SDK's default base image (`Template()`, `from_base_image()`): our `base` template is
+#: the equivalent (Debian + python3 + envd), so those builds need no registry.
+E2B_BASE_IMAGES = frozenset({"e2bdev/base", "e2bdev/base:latest", "docker.io/e2bdev/base"})
+
+
+def base_of(data: BuildStart) -> tuple[str | None, str | None]:
+    """(from_template, from_image) of a build start, E2B's base image mapped to `base`."""
+    if data.from_image is not None and data.from_image.strip() in E2B_BASE_IMAGES:
+        return "base", None
+    return data.from_template, data.from_image
+
+
 def _template_name(raw: str) -> str:
     """`name` or `name:tag` (tags are accepted and ignored) → a valid template id."""
     name = raw.strip().split(":", 1)[0].lower()
@@ -142,8 +154,9 @@ async def start_build(
     if data.from_image_registry:
         raise ApiError(400, "registry credentials are not supported: images come from "
                             "local OCI layouts or archives (aenv pull)")  # fmt: skip
+    from_template, from_image = base_of(data)
     spec = bd.BuildSpec(
-        from_template=data.from_template, from_image=data.from_image,
+        from_template=from_template, from_image=from_image,
         steps=tuple(bd.BuildStep(type=s.type.upper(), args=tuple(s.args),
                                  files_hash=s.files_hash, force=bool(s.force))
                     for s in data.steps),
