@@ -49,12 +49,15 @@ def test_build_with_copy_then_a_sandbox_sees_files_env_workdir(
         "USER user\n"
         "EXPOSE 8080\n"
     )
+    fetch = "python3 -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:8000/main.py\").read().decode())'"
     r = run_aenv("build", str(tmp_path / "Dockerfile"), "--name", name,
+                 "--start-cmd", "python3 -m http.server 8000", "--ready-cmd", fetch,
                  env=cli_stack.env(), timeout=600)  # fmt: skip
     err = r.stderr.decode()
     assert r.returncode == 0, err
     assert r.stdout.decode().strip() == name
     for progress in ("upload app/", "upload settings.ini", "[3/7] WORKDIR /srv/app",
+                     "start command: python3 -m http.server 8000", "waiting for: python3",
                      "capturing the template snapshot", f"template {name} ready"):  # fmt: skip
         assert progress in err, err
     assert "EXPOSE has no effect" in err
@@ -69,6 +72,8 @@ def test_build_with_copy_then_a_sandbox_sees_files_env_workdir(
             "stat -c '%U %a' /etc/myapp/settings.ini; cat /etc/myapp/settings.ini"
         )
         assert ini.stdout == "user 640\n[app]\nmode=prod\n"
+        # the start command runs in every sandbox (it was running when the snapshot was taken)
+        assert sbx.commands.run(fetch).stdout == "print('app ok')\n\n"
         # the sandbox's own env vars merge over the template's
         own = Sandbox.create(name, envs={"APP_ENV": "dev"}, api_url=cli_stack.api_url,
                              api_key=cli_stack.api_key, sandbox_url=cli_stack.api_url)  # fmt: skip
