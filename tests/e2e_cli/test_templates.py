@@ -13,6 +13,7 @@ import pytest
 from e2b import Sandbox
 
 from tests.e2e_cli.conftest import CliStack, run_aenv
+from tests.support import eventually_sync
 
 pytestmark = pytest.mark.vm
 
@@ -152,7 +153,9 @@ def test_pull_and_build_from_a_local_oci_archive(cli_stack: CliStack, tmp_path: 
         finally:
             sbx.kill()
     for t in (pulled, built):
-        run_aenv("template", "rm", t, env=cli_stack.env())
+        assert run_aenv("template", "rm", t, env=cli_stack.env()).returncode == 0
+    records = cli_stack.data_dir / "node" / "snapshot-templates"
+    eventually_sync(lambda: not any(records.glob(f"{pulled}*")), timeout=10)  # node freed it
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["build", "--help"], ["pull", "--help"],
