@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field
@@ -27,6 +29,11 @@ class ApiSettings(BaseSettings):
     sandbox_domain: str | None = None
     #: On TTL expiry: "pause" (aenv's default, nothing is lost) or "kill" (E2B's default).
     default_on_timeout: str = Field(default="pause", pattern=r"^(pause|kill)$")
+    #: Where uploaded build-context archives go (`GET|PUT /templates/{id}/files/{hash}`);
+    #: the template builder reads them from there. None: template file uploads are off.
+    build_files_dir: Path | None = None
+    #: Signs the upload links we hand out (the SDK PUTs to them without its API key).
+    upload_secret: str = Field(default_factory=lambda: secrets.token_hex(16))
 
 
 WaitFor = Callable[[int], Awaitable[None]]

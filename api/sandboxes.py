@@ -371,6 +371,10 @@ async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> 
     if template_id == "base":
         raise ApiError(409, "the default template cannot be deleted")
     node = await reads.snapshot_node(ctx.engine, template_id)
+    if node is None:  # a template imported from an image (`aenv pull`) names its node
+        history = await ctx.bus.templates.read(template_id)
+        imports = [r.event for r in history if isinstance(r.event, tp.TemplateImported)]
+        node = imports[-1].node_id if imports else None
     state, version = await ctx.bus.templates.load(template_id)
     cmd = tp.DeleteTemplate(template_id=template_id)
     events = tp.decide_template(state, cmd)

@@ -24,7 +24,7 @@ from bus.tracing import publish_span
 
 __all__ = ["CommandBus", "CommandReceipt", "aggregate_id_of", "decode_command", "verb_of"]
 
-_AGGREGATE_FIELDS = ("sandbox_id", "template_id", "key_id")
+_AGGREGATE_FIELDS = ("build_id", "sandbox_id", "template_id", "key_id")
 
 
 def aggregate_id_of(command: Command) -> str:
@@ -77,6 +77,13 @@ class CommandBus:
     ) -> CommandReceipt:
         return await self.send(
             self._names.place_command(verb_of(command)), command, context=context
+        )
+
+    async def to_builder(
+        self, command: Command, *, context: MessageContext | None = None
+    ) -> CommandReceipt:
+        return await self.send(
+            self._names.build_command(verb_of(command)), command, context=context
         )
 
     async def send(

@@ -9,6 +9,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from aenv.domain import apikey as ak
+from aenv.domain import build as bd
 from aenv.domain import sandbox as sb
 from aenv.domain import template as tp
 from bus.commands import CommandBus
@@ -33,6 +34,7 @@ class Bus:
     sandboxes: EventStore[sb.Sandbox]
     templates: EventStore[tp.Template]
     api_keys: EventStore[ak.ApiKey]
+    builds: EventStore[bd.Build]
     commands: CommandBus
 
     @classmethod
@@ -65,6 +67,7 @@ class Bus:
             sandboxes=EventStore.sandboxes(js, pub, settings),
             templates=EventStore.templates(js, pub, settings),
             api_keys=EventStore.api_keys(js, pub, settings),
+            builds=EventStore.builds(js, pub, settings),
             commands=CommandBus(pub, settings),
         )
 

@@ -60,6 +60,7 @@ async def register_template(
     cpu_count: int,
     memory_mb: int,
     disk_size_mb: int,
+    context: MessageContext | None = None,
 ) -> None:
     """Make a template creatable (idempotent upsert: no event when nothing changes)."""
     cmd = tp.RegisterTemplate(
@@ -72,7 +73,7 @@ async def register_template(
         if not events:
             return
         try:
-            await store.append(template_id, version, events)
+            await store.append(template_id, version, events, context=context)
             return
         except ConcurrencyError:
             continue

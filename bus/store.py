@@ -19,6 +19,7 @@ from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
 from aenv.domain import CommandRejected, Event
 from aenv.domain import apikey as ak
+from aenv.domain import build as bd
 from aenv.domain import sandbox as sb
 from aenv.domain import template as tp
 from bus import headers as h
@@ -84,6 +85,12 @@ class EventStore(Generic[S]):
         cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
     ) -> EventStore[ak.ApiKey]:
         return EventStore(js, publisher, settings, AggregateKind.APIKEY, ak.evolve_api_key)
+
+    @classmethod
+    def builds(
+        cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
+    ) -> EventStore[bd.Build]:
+        return EventStore(js, publisher, settings, AggregateKind.BUILD, bd.evolve_build)
 
     @property
     def kind(self) -> AggregateKind:

@@ -4,9 +4,10 @@ subject literals are written; everyone else calls these builders.
 Layout (with an empty prefix)::
 
     stream AENV_EVT   aenv.evt.<kind>.<id>         kind: sandbox | template | snapshot |
-                                                        node | apikey     (the event log)
+                                                        node | apikey | build  (the event log)
     stream AENV_CMD   aenv.cmd.node.<node>.<verb>  commands on a sandbox a node holds
                       aenv.cmd.place.<verb>        creates, pulled by any node with room
+                      aenv.cmd.build.<verb>        template builds, pulled by any builder
     KV     aenv_nodes <node id>                    heartbeats and live capacity
 
 A prefix `t1` gives stream `T1_AENV_EVT`, subjects `t1.aenv.evt.…`, bucket `t1_aenv_nodes`.
@@ -38,6 +39,7 @@ class AggregateKind(StrEnum):
     SNAPSHOT = "snapshot"
     NODE = "node"
     APIKEY = "apikey"
+    BUILD = "build"
 
 
 #: Subject verb of each command type that travels over AENV_CMD.
@@ -51,6 +53,8 @@ COMMAND_VERBS: Final[dict[str, str]] = {
     "SnapshotSandbox": "snapshot",
     "RegisterTemplate": "template-register",
     "DeleteTemplate": "template-delete",
+    "ImportTemplateImage": "template-import",
+    "StartTemplateBuild": "build-start",
 }
 
 
@@ -139,6 +143,19 @@ class Names:
     @property
     def place_commands(self) -> str:
         return self._subject("aenv", "cmd", "place", "*")
+
+    def build_command(self, verb: str) -> str:
+        """A command for the template builders (any builder may take it)."""
+        return self._subject("aenv", "cmd", "build", _token(verb, "verb"))
+
+    @property
+    def build_commands(self) -> str:
+        return self._subject("aenv", "cmd", "build", "*")
+
+    @property
+    def build_consumer(self) -> str:
+        """Durable pull consumer shared by the template builders."""
+        return self._lower("build")
 
     # -- durable consumer names (no dots allowed) ------------------------------------------
     def node_consumer(self, node_id: str) -> str:

@@ -11,6 +11,7 @@ from aenv.domain import apikey as ak
 from aenv.domain import template as tp
 from bus import AggregateKind, RecordedEvent
 from projections.base import Projection
+from projections.builds import BuildProjection
 from projections.folding import Row, fold_batch, upsert
 from projections.sandboxes import SandboxProjection
 from projections.tables import api_keys, templates
@@ -117,4 +118,4 @@ class ApiKeyProjection:
 
 def all_projections() -> list[Projection]:
     """Every read model the API needs, in the order a rebuild runs them."""
-    return [SandboxProjection(), TemplateProjection(), ApiKeyProjection()]
+    return [SandboxProjection(), TemplateProjection(), ApiKeyProjection(), BuildProjection()]

@@ -16,17 +16,19 @@ from typing import Any
 from sqlalchemy import Select, and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.tables import api_keys, sandboxes, snapshots, templates
+from projections.tables import api_keys, build_logs, builds, sandboxes, snapshots, templates
 
 __all__ = [
     "InvalidToken",
     "Page",
     "api_key_by_hash",
+    "build_log_entries",
     "due_for_expiry",
     "get_sandbox",
     "list_sandboxes",
     "list_snapshots",
     "snapshot_node",
+    "team_templates",
     "template_by_id_or_alias",
 ]
 
@@ -186,3 +188,35 @@ async def due_for_expiry(conn: AsyncConnection, now: datetime, limit: int = 500)
         .limit(limit)
     )
     return list((await conn.execute(q)).scalars())
+
+
+async def build_log_entries(
+    conn: AsyncConnection, build_id: str, offset: int, limit: int
+) -> list[Row]:
+    """A build's log lines from position `offset` (E2B's `logsOffset`), oldest first."""
+    q = (
+        select(build_logs)
+        .where(build_logs.c.build_id == build_id, build_logs.c.idx >= offset)
+        .order_by(build_logs.c.idx)
+        .limit(limit)
+    )
+    return [dict(r) for r in (await conn.execute(q)).mappings()]
+
+
+async def team_templates(conn: AsyncConnection, team_id: str) -> list[tuple[Row | None, list[Row]]]:
+    """(template row or None, the team's builds of it newest first) for `base` and every
+    template the team built; the row is None while a first build is still running.
+    Snapshot templates are listed by the snapshot routes instead."""
+    q = select(builds).where(builds.c.team_id == team_id).order_by(builds.c.requested_at.desc())
+    by_template: dict[str, list[Row]] = {}
+    for b in (await conn.execute(q)).mappings():
+        by_template.setdefault(b["template_id"], []).append(dict(b))
+    ids = sorted(set(by_template) | {"base"})
+    live = select(templates).where(templates.c.template_id.in_(ids), templates.c.deleted.is_(False))
+    rows = {r["template_id"]: dict(r) for r in (await conn.execute(live)).mappings()}
+    out: list[tuple[Row | None, list[Row]]] = []
+    for tid in ids:
+        row, bs = rows.get(tid), by_template.get(tid, [])
+        if row is not None or (bs and bs[0]["status"] in ("waiting", "building")):
+            out.append((row, bs))
+    return out

@@ -26,6 +26,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = [
     "api_keys",
+    "build_logs",
+    "builds",
     "metadata",
     "nodes",
     "projection_checkpoints",
@@ -126,6 +128,45 @@ api_keys = Table(
     *_position(),
 )
 
+#: One row per template build (`aenv.domain.build`): status, reason, spec, log length.
+builds = Table(
+    "template_builds",
+    metadata,
+    Column("build_id", Text, primary_key=True),
+    Column("template_id", Text, nullable=False),
+    Column("alias", Text),
+    Column("team_id", Text),
+    Column("status", Text, nullable=False),  # waiting | building | ready | error
+    Column("cpu_count", Integer, nullable=False),
+    Column("memory_mb", Integer, nullable=False),
+    Column("disk_size_mb", Integer, nullable=False),
+    Column("spec", JSONB),
+    Column("node_id", Text),
+    Column("reason", Text),
+    Column("failed_step", Text),
+    Column("sandbox_id", Text),
+    Column("envd_version", Text),
+    Column("log_count", Integer, nullable=False),
+    _tz("requested_at", nullable=False),
+    _tz("started_at"),
+    _tz("finished_at"),
+    _tz("updated_at", nullable=False),
+    *_position(),
+)
+
+#: A build's log, one row per entry (from `TemplateBuildLogged`; `idx` is the entry's
+#: position in the build's log, the status route's `logsOffset`).
+build_logs = Table(
+    "template_build_logs",
+    metadata,
+    Column("build_id", Text, primary_key=True),
+    Column("idx", Integer, primary_key=True),
+    _tz("at", nullable=False),
+    Column("level", Text, nullable=False),
+    Column("step", Text),
+    Column("message", Text, nullable=False),
+)
+
 projection_checkpoints = Table(
     "projection_checkpoints",
     metadata,
@@ -154,6 +195,7 @@ Index("ix_snapshots_sandbox", snapshots.c.sandbox_id)
 Index("ix_snapshots_team", snapshots.c.team_id)
 Index("ix_templates_alias", templates.c.alias)
 Index("ix_api_keys_team", api_keys.c.team_id)
+Index("ix_template_builds_template", builds.c.template_id, builds.c.requested_at)
 
 #: A view (see the migration): live capacity used per node, derived from `sandboxes`.
 nodes = Table(

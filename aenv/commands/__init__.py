@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from aenv.commands import auth, exec, sandboxes
+from aenv.commands import auth, exec, sandboxes, templates
 from aenv.commands.snapshots import snapshot_app
 
 __all__ = ["EPILOG", "register"]
@@ -23,10 +23,12 @@ EPILOG = (
 
 def register(app: typer.Typer) -> None:
     """Add auth, start, cn, exec, upload, download, ls, pause, resume, timeout, rm, fork,
-    snapshot, and the top-level help's epilog on configuration and exit codes."""
+    snapshot, build, pull, template ls|rm, and the top-level help's epilog on configuration
+    and exit codes."""
     auth.register(app)
     sandboxes.register(app)
     exec.register(app)
     app.add_typer(snapshot_app, name="snapshot")
+    templates.register(app)
     if not app.info.epilog:
         app.info.epilog = EPILOG

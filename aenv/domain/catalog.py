@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from aenv.domain import apikey, template
+from aenv.domain import apikey, build, template
 from aenv.domain.messages import Command, CommandRejected, Event, Message
 from aenv.domain.sandbox import commands as sc
 from aenv.domain.sandbox import events as se
@@ -27,8 +27,10 @@ COMMAND_TYPES: dict[str, type[Command]] = _by_name(
     sc.SetSandboxTimeout, sc.ForkSandbox, sc.SnapshotSandbox,
     sc.CompleteCreate, sc.CompletePause, sc.CompleteResume, sc.CompleteKill,
     sc.CompleteFork, sc.CompleteSnapshot, sc.RecordUpload,
-    template.RegisterTemplate, template.DeleteTemplate,
+    template.RegisterTemplate, template.DeleteTemplate, template.ImportTemplateImage,
     apikey.CreateApiKey, apikey.RevokeApiKey,
+    build.RequestTemplateBuild, build.StartTemplateBuild, build.LogTemplateBuild,
+    build.CompleteTemplateBuild,
 )  # fmt: skip
 
 EVENT_TYPES: dict[str, type[Event]] = _by_name(
@@ -38,7 +40,9 @@ EVENT_TYPES: dict[str, type[Event]] = _by_name(
     se.SandboxKillRequested, se.SandboxKilled, se.SandboxTimeoutSet,
     se.SandboxForkRequested, se.SandboxForked,
     se.SnapshotRequested, se.SnapshotTaken, se.SnapshotFailed, se.SnapshotUploaded,
-    template.TemplateRegistered, template.TemplateDeleted,
+    template.TemplateRegistered, template.TemplateDeleted, template.TemplateImported,
     apikey.ApiKeyCreated, apikey.ApiKeyRevoked,
+    build.TemplateBuildRequested, build.TemplateBuildStarted, build.TemplateBuildLogged,
+    build.TemplateBuilt, build.TemplateBuildFailed,
     CommandRejected,
 )  # fmt: skip

@@ -16,9 +16,11 @@ from aenv.domain.messages import Command, CommandRejected, Event
 
 __all__ = [
     "DeleteTemplate",
+    "ImportTemplateImage",
     "RegisterTemplate",
     "Template",
     "TemplateDeleted",
+    "TemplateImported",
     "TemplateRegistered",
     "decide_template",
     "evolve_template",
@@ -39,6 +41,27 @@ class RegisterTemplate(Command):
 
 class DeleteTemplate(Command):
     template_id: str = Field(min_length=1)
+
+
+class ImportTemplateImage(Command):
+    """Make template `template_id` from a local OCI image layout or archive: the node
+    converts it to a guest image, boots it once and captures it (a template build FROM an
+    image, or `aenv pull`). Answered by `TemplateImported` or a
+    `CommandRejected` on the template's subject (registered before it is answered)."""
+
+    template_id: str = Field(min_length=1)
+    alias: str | None = None
+    image_path: str = Field(min_length=1)
+    cpu_count: int = Field(default=1, ge=1, le=16)
+    memory_mb: int = Field(default=512, ge=128, le=65536)
+
+
+class TemplateImported(Event):
+    """A node holds a capture of the image; which image (its digest) is recorded."""
+
+    template_id: str
+    image_digest: str
+    node_id: str
 
 
 class TemplateRegistered(Event):
@@ -89,8 +112,8 @@ def evolve_template(state: Template | None, event: Event) -> Template | None:
             return Template(**event.model_dump(exclude={"at"}))
         case TemplateDeleted() if state is not None:
             return state.model_copy(update={"deleted": True})
-        case CommandRejected():
-            return state
+        case CommandRejected() | TemplateImported():
+            return state  # an import is registered by the TemplateRegistered that follows
     raise CorruptHistory(f"{type(event).__name__} cannot follow {state!r}")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 
 import uvicorn
 
@@ -19,6 +20,7 @@ from api.context import ApiContext, ApiSettings
 from api.routes import RouteTable
 from bus import Bus, BusSettings
 from projections import Projector, SandboxProjection, all_projections, create_engine
+from workers.build.builder import Builder, BuildSettings
 from workers.timer import Timer
 
 
@@ -42,7 +44,9 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         async def wait_for(seq: int) -> None:
             await sandboxes.wait_for(seq)
 
-        ctx = ApiContext(bus, engine, ApiSettings(), KeyChecker(engine), wait_for=wait_for)
+        files_dir = cfg.data_dir / "build-files"
+        api_settings = ApiSettings(build_files_dir=files_dir, upload_secret=_secret(cfg))
+        ctx = ApiContext(bus, engine, api_settings, KeyChecker(engine), wait_for=wait_for)
         routes = await RouteTable.open(bus)
         stack.push_async_callback(routes.close)
         app = create_app(ctx, routes.resolve)
@@ -58,11 +62,25 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
                 raise SystemExit(f"API could not listen on {cfg.host}:{cfg.port}")
             await asyncio.sleep(0.05)
         say(f"API listening on http://{cfg.host}:{cfg.port}")
+        # Builds drive their build sandbox through this API's envd proxy, so after it listens.
+        url = f"http://{cfg.host}:{cfg.port}"
+        builder = Builder(bus, BuildSettings(proxy_url=url, files_dir=files_dir))
+        await builder.start()
+        stack.push_async_callback(builder.stop)
         say(READY)
         await stop.wait()
         say("api: draining requests")
         server.should_exit = True
         await server_task
+
+
+def _secret(cfg: RoleSettings) -> str:
+    """The key that signs build-context upload links; kept (0600) so links survive a
+    restart and every API process of the stack agrees on it."""
+    path = cfg.data_dir / "upload-secret"
+    if not path.exists():
+        write_private(path, secrets.token_hex(32) + "\n")
+    return path.read_text().strip()
 
 
 async def _bootstrap_key(cfg: RoleSettings, bus: Bus) -> str:

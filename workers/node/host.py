@@ -23,9 +23,6 @@ from workers.snapshot import SnapshotRepository
 
 log = logging.getLogger(__name__)
 
-DEFAULT_USER = "user"
-DEFAULT_WORKDIR = "/home/user"
-
 
 class HostError(Exception):
     """A sandbox operation on this node failed; the message is safe to show a user."""
@@ -40,11 +37,13 @@ class GuestConfig:
     egress: EgressPolicy = field(default_factory=EgressPolicy)
 
     def init_body(self, sandbox_id: str) -> dict[str, object]:
+        """No `defaultUser`/`defaultWorkdir`: the restored guest keeps the ones it was
+        captured with — envd's own (`user`, its home) for `base`, a built template's USER
+        and WORKDIR for that template. `envVars` merge over the captured ones (a built
+        template's ENV), so the sandbox's own values win."""
         return {
             "envVars": self.env_vars,
             "accessToken": self.access_token,
-            "defaultUser": DEFAULT_USER,
-            "defaultWorkdir": DEFAULT_WORKDIR,
             "hostname": sandbox_id[:63],
         }
 

@@ -16,22 +16,27 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
 
-from aenv.domain import Invalid
+from aenv.domain import CommandRejected, Invalid, utcnow
 from aenv.domain import sandbox as sb
 from aenv.domain import template as tp
 from aenv.domain.sandbox import SandboxStatus as S
 from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, RetryableError
 from bus.decisions import apply, register_template
+from bus.errors import ConcurrencyError
 from bus.routes import Route, RouteBook
+from envd.version import ENVD_VERSION
 from workers.node.host import GuestConfig, HostError, SandboxHost
+from workers.node.image import build_from_oci
 from workers.node.journal import Journal
 from workers.node.net import EgressPolicy
 from workers.node.runtime import Snapshot, allocated_bytes
 from workers.node.settings import NodeSettings
+from workers.node.templates import TemplateSpec
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +196,8 @@ class NodeWorker:
                 await self._fork(cmd, d.context)
             case sb.SnapshotSandbox():
                 await self._snapshot(cmd, d.context)
+            case tp.ImportTemplateImage():
+                await self._import(cmd, d.context)
             case tp.DeleteTemplate():
                 snap = self.host.templates.forget(cmd.template_id)
                 if snap is not None:
@@ -198,6 +205,44 @@ class NodeWorker:
                     self._collect_soon()
             case _:
                 raise Invalid(f"{type(cmd).__name__} is not supported by this node yet")
+
+    async def _import(self, cmd: tp.ImportTemplateImage, ctx: MessageContext) -> None:
+        """An OCI image becomes a template on this node: converted (cached by content),
+        booted once, captured and adopted (so a restart keeps it). Failures are answered on
+        the template's subject, where the requester waits."""
+        name = cmd.template_id
+        try:
+            image = await asyncio.to_thread(
+                build_from_oci, Path(cmd.image_path), f"tpl-{name}",
+                progress=lambda m: log.info("import %s: %s", name, m),
+            )  # fmt: skip
+            self.host.templates.register(
+                TemplateSpec(name, vcpus=cmd.cpu_count, mem_mib=cmd.memory_mb), lambda: image
+            )
+            snap = await self.host.templates.get(name)
+            self.host.templates.adopt(name, snap, None)
+        except Exception as e:
+            log.exception("import of %s as %s failed", cmd.image_path, name)
+            rejection = CommandRejected(
+                aggregate_id=name, command_id=cmd.command_id, command_type=type(cmd).__name__,
+                code="permanent", reason=f"image {cmd.image_path}: {e}", at=utcnow(),
+            )  # fmt: skip
+            await self.bus.templates.append_rejection(name, rejection, context=ctx)
+            return
+        await register_template(
+            self.bus.templates, name, alias=cmd.alias, envd_version=ENVD_VERSION,
+            cpu_count=cmd.cpu_count, memory_mb=cmd.memory_mb,
+            disk_size_mb=image.rootfs.stat().st_size >> 20, context=ctx,
+        )  # fmt: skip
+        done = tp.TemplateImported(template_id=name, image_digest=image.digest,
+                                   node_id=self.node_id, at=utcnow())  # fmt: skip
+        for _ in range(8):  # the answer the requester waits for: after the registration
+            version = await self.bus.templates.version(name)
+            try:
+                await self.bus.templates.append(name, version, [done], context=ctx)
+                return
+            except ConcurrencyError:
+                continue
 
     async def _create(self, cmd: sb.CreateSandbox, ctx: MessageContext) -> None:
         if self.host.free <= 0 and cmd.sandbox_id not in self.host.sandboxes:

@@ -75,3 +75,28 @@ async def full_lifecycle(bus: Bus, sid: str) -> Version:
 async def kill(bus: Bus, sid: str, t: float = 200) -> Version:
     await step(bus, sb.KillSandbox(sandbox_id=sid, at=at(t)))
     return await step(bus, sb.CompleteKill(sandbox_id=sid, at=at(t + 1)), "node:node2")
+
+
+async def build_lifecycle(bus: Bus, build_id: str, *, fail: bool) -> Version:
+    """One template build as the API and the builder drive it: request, start, two log
+    batches, then the verdict."""
+    from aenv.domain import build as bd
+
+    spec = bd.BuildSpec(from_template="base", steps=(bd.BuildStep(type="RUN", args=("x",)),))
+    line = bd.BuildLogEntry(at=at(3), message="out", step="1")
+    commands: list[bd.BuildCommand] = [
+        bd.RequestTemplateBuild(build_id=build_id, template_id="tpl", alias="tpl",
+                                team_id="team1", at=at(0)),
+        bd.StartTemplateBuild(build_id=build_id, spec=spec, at=at(1)),
+        bd.LogTemplateBuild(build_id=build_id, entries=(line, line), at=at(3)),
+        bd.LogTemplateBuild(build_id=build_id, entries=(line,), at=at(4)),
+        bd.CompleteTemplateBuild(build_id=build_id, error="boom" if fail else None,
+                                 step="1" if fail else None, at=at(5)),
+    ]  # fmt: skip
+    version = Version(0, 0)
+    for cmd in commands:
+        state, version = await bus.builds.load(build_id)
+        ctx = MessageContext(causation_id=cmd.command_id, actor="builder")
+        version = await bus.builds.append(build_id, version, bd.decide_build(state, cmd),
+                                          context=ctx)  # fmt: skip
+    return version

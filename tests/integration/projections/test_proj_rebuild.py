@@ -3,6 +3,7 @@ and the migrations matching the tables."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 
 import pytest
@@ -25,7 +26,7 @@ from projections import (
     table_rows,
 )
 from projections.tables import metadata
-from tests.integration.projections.lifecycle import T0, full_lifecycle, kill
+from tests.integration.projections.lifecycle import T0, build_lifecycle, full_lifecycle, kill
 
 
 class Boom(Exception):
@@ -116,8 +117,10 @@ async def test_rebuild_reproduces_the_live_tables(
             ),
         ),
     )
+    builds = [await build_lifecycle(bus, str(uuid.uuid4()), fail=f) for f in (False, True)]
     last = await bus.sandboxes.version(sid)
     await projectors["sandboxes"].wait_for(last.seq)
+    await projectors["template_builds"].wait_for(max(b.seq for b in builds))
     await projectors["templates"].wait_for(t.seq)
     await projectors["api_keys"].wait_for(k.seq)
 

@@ -15,6 +15,8 @@ ALLOWED = {
     "aenv/domain": {"aenv.domain"},
     "bus": {"aenv.domain", "bus"},
     "projections": {"aenv.domain", "bus", "projections"},
+    # the builder drives sandboxes through the bus and envd (never the node's code)
+    "workers/build": {"aenv.domain", "bus", "workers.build", "envd.version"},
 }
 
 

@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-CLIENT = [*(ROOT / "aenv" / "commands").glob("*.py"), ROOT / "aenv/config.py",
-          ROOT / "aenv/output.py"]  # fmt: skip
+CLIENT = [*(ROOT / "aenv" / "commands").glob("*.py"),
+          *(ROOT / "aenv" / f for f in ("config.py", "output.py", "build_client.py",
+                                       "dockerfile.py"))]  # fmt: skip
 SERVER = {"api", "bus", "envd", "projections", "workers", "bench", "aenv.domain", "aenv.stack"}
 
 

@@ -1,0 +1,265 @@
+"""Dockerfile → template build spec (pure: no I/O, unit-tested).
+
+What a template build can do: one `FROM` (a template name, or an image), then RUN, COPY/ADD
+(from the build context), ENV, ARG, WORKDIR, USER; `CMD`/`ENTRYPOINT` become the start
+command. Docker's syntax is followed: `\\` line continuations (comment lines inside them
+are dropped), `#` comments, JSON (exec) and shell forms, `$VAR`/`${VAR}`/`${VAR:-x}`/
+`${VAR:+x}` substitution from ARG and ENV in FROM, COPY, ENV, ARG, WORKDIR and USER (RUN
+sees ARGs as environment variables, like Docker), `COPY --chown/--chmod`.
+
+Instructions that describe a container runtime (EXPOSE, LABEL, VOLUME, …) are skipped with
+a warning; unknown ones are passed on as steps so the build fails naming them; things we
+cannot do (multi-stage builds, `COPY --from`, `ADD <url>`) are errors here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+
+__all__ = ["CopySource", "Dockerfile", "DockerfileError", "Step", "parse"]
+
+IGNORED = {
+    "LABEL",
+    "EXPOSE",
+    "VOLUME",
+    "STOPSIGNAL",
+    "HEALTHCHECK",
+    "SHELL",
+    "ONBUILD",
+    "MAINTAINER",
+}
+_VAR = re.compile(
+    r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:[-+])(?P<word>[^}]*))?\}"
+    r"|(?P<plain>[A-Za-z_][A-Za-z0-9_]*))"
+)
+
+
+class DockerfileError(Exception):
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(f"Dockerfile line {line}: {message}")
+        self.line = line
+
+
+@dataclass(frozen=True)
+class Step:
+    """One build step in E2B's wire shape (`type`, `args`); COPY steps also carry where
+    their files come from (`copy`) so the client can hash and upload them."""
+
+    type: str
+    args: tuple[str, ...]
+    line: int
+    copy: CopySource | None = None
+
+
+@dataclass(frozen=True)
+class CopySource:
+    src: str
+    dest: str
+
+
+@dataclass
+class Dockerfile:
+    base: str
+    steps: list[Step] = field(default_factory=list)
+    start_cmd: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """(first physical line number, joined line) with continuations and comments resolved."""
+    out: list[tuple[int, str]] = []
+    buf: list[str] = []
+    start = 0
+    for n, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if not buf and (not stripped or stripped.startswith("#")):
+            continue
+        if buf and stripped.startswith("#"):
+            continue  # comment lines inside a continuation are removed
+        if not buf:
+            start = n
+        if stripped.endswith("\\"):
+            buf.append(stripped[:-1].strip())
+            continue
+        buf.append(stripped)
+        out.append((start, " ".join(p for p in buf if p)))
+        buf = []
+    if buf:
+        out.append((start, " ".join(p for p in buf if p)))
+    return out
+
+
+def substitute(value: str, env: dict[str, str]) -> str:
+    """Docker's variable expansion (`\\$` escapes a dollar)."""
+
+    def repl(m: re.Match[str]) -> str:
+        name = m.group("braced") or m.group("plain")
+        current = env.get(name)
+        op = m.group("op")
+        if op == ":-":
+            return current if current else m.group("word")
+        if op == ":+":
+            return m.group("word") if current else ""
+        return current or ""
+
+    parts = value.split("\\$")
+    return "$".join(_VAR.sub(repl, p) for p in parts)
+
+
+def _json_form(rest: str) -> list[str] | None:
+    if not rest.startswith("["):
+        return None
+    try:
+        value = json.loads(rest)
+    except ValueError:
+        return None
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    return None
+
+
+def _flags(rest: str) -> tuple[dict[str, str], str]:
+    flags: dict[str, str] = {}
+    while rest.startswith("--"):
+        word, _, rest = rest.partition(" ")
+        key, _, value = word[2:].partition("=")
+        flags[key] = value
+        rest = rest.lstrip()
+    return flags, rest
+
+
+def _key_values(rest: str, line: int, what: str) -> list[tuple[str, str]]:
+    """ENV/ARG/LABEL `k=v k2="v 2"`, or the legacy `ENV k value with spaces`."""
+    try:
+        words = shlex.split(rest, posix=True)
+    except ValueError as e:
+        raise DockerfileError(line, f"{what}: {e}") from e
+    if not words:
+        raise DockerfileError(line, f"{what} needs arguments")
+    if "=" not in words[0]:
+        if what == "ARG":
+            return [(w.partition("=")[0], w.partition("=")[2]) for w in words]
+        key, _, value = rest.partition(" ")
+        return [(key, value.strip())]
+    pairs = []
+    for w in words:
+        if "=" not in w:
+            raise DockerfileError(line, f"{what}: expected key=value, got {w!r}")
+        k, v = w.split("=", 1)
+        pairs.append((k, v))
+    return pairs
+
+
+def _command(rest: str) -> str:
+    exec_form = _json_form(rest)
+    return shlex.join(exec_form) if exec_form is not None else rest
+
+
+def parse(text: str, build_args: dict[str, str] | None = None) -> Dockerfile:
+    """The build spec of a Dockerfile; `build_args` override ARG defaults (`--build-arg`)."""
+    overrides = dict(build_args or {})
+    args: dict[str, str] = {}  # ARGs in scope
+    env: dict[str, str] = {}
+    base: str | None = None
+    df: Dockerfile | None = None
+    entrypoint: str | None = None
+    cmd: str | None = None
+
+    for line, text_line in _logical_lines(text):
+        keyword, _, rest = text_line.partition(" ")
+        keyword, rest = keyword.upper(), rest.strip()
+        scope = {**args, **env}
+        if keyword == "FROM":
+            if base is not None:
+                raise DockerfileError(line, "multi-stage builds (a second FROM) are not supported")
+            _, rest = _flags(rest)  # --platform: the guest's is the only one
+            words = substitute(rest, scope).split()
+            if (
+                not words
+                or (len(words) not in (1, 3))
+                or (len(words) == 3 and words[1].upper() != "AS")
+            ):
+                raise DockerfileError(line, "FROM needs an image or template (FROM x [AS name])")
+            base = words[0]
+            df = Dockerfile(base=base)
+            args = {}  # ARGs before FROM are only visible to FROM
+            continue
+        if keyword == "ARG":
+            for k, v in _key_values(rest, line, "ARG"):
+                args[k] = overrides.get(k, substitute(v, scope))
+                if df is not None:
+                    df.steps.append(Step("ARG", (f"{k}={args[k]}",), line))
+            continue
+        if df is None:
+            raise DockerfileError(line, f"{keyword} before FROM")
+        match keyword:
+            case "RUN":
+                if not rest:
+                    raise DockerfileError(line, "RUN needs a command")
+                _, rest = _flags(rest)  # --mount/--network: no meaning in a build sandbox
+                df.steps.append(Step("RUN", (_command(rest),), line))
+            case "ENV":
+                pairs = [(k, substitute(v, scope)) for k, v in _key_values(rest, line, "ENV")]
+                env.update(pairs)
+                df.steps.append(Step("ENV", tuple(x for kv in pairs for x in kv), line))
+            case "WORKDIR":
+                if not rest:
+                    raise DockerfileError(line, "WORKDIR needs a path")
+                df.steps.append(Step("WORKDIR", (substitute(rest, scope),), line))
+            case "USER":
+                if not rest:
+                    raise DockerfileError(line, "USER needs a user name")
+                df.steps.append(Step("USER", (substitute(rest, scope),), line))
+            case "COPY" | "ADD":
+                df.steps.extend(_copy(keyword, rest, line, scope))
+            case "CMD":
+                cmd = _command(rest)
+            case "ENTRYPOINT":
+                entrypoint = _command(rest)
+            case _ if keyword in IGNORED:
+                df.warnings.append(f"line {line}: {keyword} has no effect on a template; skipped")
+            case _:
+                df.steps.append(Step(keyword, (rest,), line))
+    if df is None:
+        raise DockerfileError(1, "no FROM instruction")
+    if entrypoint or cmd:
+        df.start_cmd = " ".join(p for p in (entrypoint, cmd) if p)
+    return df
+
+
+def _copy(keyword: str, rest: str, line: int, scope: dict[str, str]) -> list[Step]:
+    flags, rest = _flags(rest)
+    if "from" in flags:
+        raise DockerfileError(line, f"{keyword} --from (multi-stage builds) is not supported")
+    exec_form = _json_form(rest)
+    try:
+        words = exec_form if exec_form is not None else shlex.split(rest)
+    except ValueError as e:
+        raise DockerfileError(line, f"{keyword}: {e}") from e
+    words = [substitute(w, scope) for w in words]
+    if len(words) < 2:
+        raise DockerfileError(line, f"{keyword} needs a source and a destination")
+    *sources, dest = words
+    for src in sources:
+        if re.match(r"^[a-z]+://", src):
+            raise DockerfileError(line, f"{keyword} from a URL ({src}) is not supported")
+        if src.startswith("/") or src == ".." or src.startswith("../"):
+            raise DockerfileError(line, f"{keyword} {src}: sources must be inside the context")
+    chown = substitute(flags.get("chown", ""), scope)
+    chmod = flags.get("chmod", "")
+    if chmod and not re.fullmatch(r"[0-7]{3,4}", chmod):
+        raise DockerfileError(line, f"{keyword} --chmod={chmod}: use octal digits")
+    if len(sources) > 1 and not dest.endswith("/"):
+        dest += "/"
+    return [
+        Step(
+            "COPY",
+            (src, dest, chown, chmod.zfill(4) if chmod else ""),
+            line,
+            copy=CopySource(src, dest),
+        )
+        for src in sources
+    ]

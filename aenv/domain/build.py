@@ -1,0 +1,345 @@
+"""The template build aggregate: one build of a template, from request to ready or error.
+
+A build is an aggregate of its own (subject `aenv.evt.build.<build_id>`), not a field of the
+template: a template has many builds over its life, a build has a lifecycle of its own
+(waiting → building → ready | error) and a log that the builder appends to while it runs.
+Keeping them apart means log appends never contend with template registration, and each
+read model folds one aggregate kind into one row per aggregate.
+
+The build log lives in `TemplateBuildLogged` events, bounded (at most `MAX_LOG_BATCH`
+entries of at most `MAX_LOG_MESSAGE` characters each, and `MAX_LOG_ENTRIES` per build): the
+status route needs the log long after the build sandbox is gone, and the event log is the
+only state a rebuild of the read models may use.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from enum import StrEnum
+from functools import reduce
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from aenv.domain.errors import Conflict, CorruptHistory, Invalid, NotFound
+from aenv.domain.messages import Command, CommandRejected, Event
+
+__all__ = [
+    "MAX_LOG_BATCH",
+    "MAX_LOG_ENTRIES",
+    "MAX_LOG_MESSAGE",
+    "STEP_TYPES",
+    "Build",
+    "BuildCommand",
+    "BuildLogEntry",
+    "BuildSpec",
+    "BuildStatus",
+    "BuildStep",
+    "CompleteTemplateBuild",
+    "LogTemplateBuild",
+    "RequestTemplateBuild",
+    "StartTemplateBuild",
+    "TemplateBuildFailed",
+    "TemplateBuildLogged",
+    "TemplateBuildRequested",
+    "TemplateBuildStarted",
+    "TemplateBuilt",
+    "decide_build",
+    "evolve_build",
+    "fold_build",
+    "valid_template_name",
+]
+
+#: Instructions a build runs. Anything else is accepted into the spec (so the build, not the
+#: request, fails with the step named), as E2B reports a bad step through the build status.
+STEP_TYPES = frozenset({"RUN", "COPY", "ENV", "WORKDIR", "USER", "ARG"})
+MAX_LOG_BATCH = 200
+MAX_LOG_MESSAGE = 4096
+MAX_LOG_ENTRIES = 5000
+MAX_STEPS = 500
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+
+
+def valid_template_name(name: str) -> bool:
+    """Template names double as template ids and snapshot names (`Sandbox.create(name)`)."""
+    return bool(_NAME.match(name))
+
+
+class BuildStatus(StrEnum):
+    WAITING = "waiting"  # requested, steps not sent yet (E2B: files are being uploaded)
+    BUILDING = "building"
+    READY = "ready"
+    ERROR = "error"
+
+
+class BuildStep(BaseModel):
+    """One instruction, in E2B's wire shape (`type`, `args`, `filesHash` for COPY)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: str = Field(min_length=1, max_length=32)
+    args: tuple[str, ...] = ()
+    files_hash: str | None = None
+    force: bool = False
+
+
+class BuildSpec(BaseModel):
+    """What to build: a base (an existing template, or an image the node can convert) and
+    the steps on top; `start_cmd` runs in the background before the snapshot, `ready_cmd`
+    must then succeed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    from_template: str | None = None
+    from_image: str | None = None
+    steps: tuple[BuildStep, ...] = ()
+    start_cmd: str | None = None
+    ready_cmd: str | None = None
+
+
+class BuildLogEntry(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    at: AwareDatetime
+    level: Literal["debug", "info", "warn", "error"] = "info"
+    message: str
+    step: str | None = None
+
+
+# ---- commands ---------------------------------------------------------------------------
+class RequestTemplateBuild(Command):
+    """`POST /v3/templates`: a new build of template `template_id` (created if new)."""
+
+    build_id: str = Field(min_length=1)
+    template_id: str = Field(min_length=1)
+    alias: str | None = None
+    team_id: str | None = None
+    cpu_count: int = Field(default=2, ge=1, le=16)
+    memory_mb: int = Field(default=512, ge=128, le=65536)
+    disk_size_mb: int = Field(default=2048, ge=0)
+
+
+class StartTemplateBuild(Command):
+    """`POST /v2/templates/{id}/builds/{buildID}`: the steps; the builder runs them."""
+
+    build_id: str = Field(min_length=1)
+    spec: BuildSpec
+    #: where the base template's capture lives (None: any node, e.g. `base`)
+    node_id: str | None = None
+
+
+class LogTemplateBuild(Command):
+    build_id: str = Field(min_length=1)
+    entries: tuple[BuildLogEntry, ...]
+
+
+class CompleteTemplateBuild(Command):
+    """The builder's verdict: `error` None means the template is captured and registered."""
+
+    build_id: str = Field(min_length=1)
+    error: str | None = None
+    step: str | None = None
+    sandbox_id: str | None = None
+    envd_version: str | None = None
+
+
+BuildCommand = RequestTemplateBuild | StartTemplateBuild | LogTemplateBuild | CompleteTemplateBuild
+
+
+# ---- events -----------------------------------------------------------------------------
+class TemplateBuildRequested(Event):
+    build_id: str
+    template_id: str
+    alias: str | None
+    team_id: str | None
+    cpu_count: int
+    memory_mb: int
+    disk_size_mb: int
+
+
+class TemplateBuildStarted(Event):
+    build_id: str
+    spec: BuildSpec
+    node_id: str | None = None
+
+
+class TemplateBuildLogged(Event):
+    build_id: str
+    #: index of the first entry in the build's log (the status route's `logsOffset`)
+    first_index: int
+    entries: tuple[BuildLogEntry, ...]
+
+
+class TemplateBuilt(Event):
+    build_id: str
+    sandbox_id: str | None = None
+    envd_version: str | None = None
+
+
+class TemplateBuildFailed(Event):
+    build_id: str
+    reason: str
+    step: str | None = None
+
+
+# ---- state ------------------------------------------------------------------------------
+class Build(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    build_id: str
+    template_id: str
+    alias: str | None
+    team_id: str | None
+    cpu_count: int
+    memory_mb: int
+    disk_size_mb: int
+    status: BuildStatus = BuildStatus.WAITING
+    spec: BuildSpec | None = None
+    node_id: str | None = None
+    reason: str | None = None
+    failed_step: str | None = None
+    sandbox_id: str | None = None
+    envd_version: str | None = None
+    log_count: int = 0
+    requested_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (BuildStatus.READY, BuildStatus.ERROR)
+
+
+def _clip(entry: BuildLogEntry) -> BuildLogEntry:
+    if len(entry.message) <= MAX_LOG_MESSAGE:
+        return entry
+    return entry.model_copy(update={"message": entry.message[: MAX_LOG_MESSAGE - 1] + "…"})
+
+
+def decide_build(state: Build | None, command: BuildCommand) -> list[Event]:
+    """Pure: the events a command causes on a build (domain errors for refusals).
+
+    A build runs once: starting a started build is a conflict, finishing a finished one
+    decides nothing (a redelivered verdict), and logs after the end are dropped.
+    """
+    if isinstance(command, RequestTemplateBuild):
+        if state is not None:
+            if state.template_id != command.template_id:
+                raise Conflict(f"build {command.build_id} belongs to {state.template_id}")
+            return []  # a retried request
+        if not valid_template_name(command.template_id):
+            raise Invalid(f"invalid template name {command.template_id!r}")
+        return [
+            TemplateBuildRequested(
+                **command.model_dump(exclude={"command_id", "at"}), at=command.at
+            )
+        ]
+    if state is None:
+        raise NotFound(f"build {command.build_id} not found")
+    match command:
+        case StartTemplateBuild():
+            if state.status is not BuildStatus.WAITING:
+                if state.spec == command.spec:
+                    return []  # a retried start
+                raise Conflict(f"build {command.build_id} was already started ({state.status})")
+            _check_spec(command.spec)
+            return [
+                TemplateBuildStarted(
+                    build_id=command.build_id,
+                    spec=command.spec,
+                    node_id=command.node_id,
+                    at=command.at,
+                )
+            ]
+        case LogTemplateBuild():
+            room = MAX_LOG_ENTRIES - state.log_count
+            entries = tuple(_clip(e) for e in command.entries[: min(room, MAX_LOG_BATCH)])
+            if state.finished or not entries:
+                return []
+            return [
+                TemplateBuildLogged(
+                    build_id=command.build_id,
+                    first_index=state.log_count,
+                    entries=entries,
+                    at=command.at,
+                )
+            ]
+        case CompleteTemplateBuild():
+            if state.finished:
+                return []
+            if state.status is not BuildStatus.BUILDING:
+                raise Conflict(f"build {command.build_id} has not started")
+            if command.error is not None:
+                return [
+                    TemplateBuildFailed(
+                        build_id=command.build_id,
+                        reason=command.error,
+                        step=command.step,
+                        at=command.at,
+                    )
+                ]
+            return [
+                TemplateBuilt(
+                    build_id=command.build_id,
+                    sandbox_id=command.sandbox_id,
+                    envd_version=command.envd_version,
+                    at=command.at,
+                )
+            ]
+    raise Invalid(f"{type(command).__name__} is not a build command")  # pragma: no cover
+
+
+def _check_spec(spec: BuildSpec) -> None:
+    """Request-level checks (400); step-level problems fail the build at that step."""
+    if (spec.from_template is None) == (spec.from_image is None):
+        raise Invalid("a build needs exactly one of fromTemplate or fromImage")
+    if len(spec.steps) > MAX_STEPS:
+        raise Invalid(f"at most {MAX_STEPS} steps per build")
+
+
+def evolve_build(state: Build | None, event: Event) -> Build | None:
+    match event:
+        case TemplateBuildRequested():
+            return Build(**event.model_dump(exclude={"at"}), requested_at=event.at)
+        case CommandRejected():
+            return state
+    if state is None:
+        raise CorruptHistory(f"{type(event).__name__} before TemplateBuildRequested")
+    match event:
+        case TemplateBuildStarted():
+            return state.model_copy(
+                update={
+                    "status": BuildStatus.BUILDING,
+                    "spec": event.spec,
+                    "node_id": event.node_id,
+                    "started_at": event.at,
+                }
+            )
+        case TemplateBuildLogged():
+            return state.model_copy(update={"log_count": event.first_index + len(event.entries)})
+        case TemplateBuilt():
+            return state.model_copy(
+                update={
+                    "status": BuildStatus.READY,
+                    "finished_at": event.at,
+                    "sandbox_id": event.sandbox_id,
+                    "envd_version": event.envd_version,
+                }
+            )
+        case TemplateBuildFailed():
+            return state.model_copy(
+                update={
+                    "status": BuildStatus.ERROR,
+                    "finished_at": event.at,
+                    "reason": event.reason,
+                    "failed_step": event.step,
+                }
+            )
+    raise CorruptHistory(f"{type(event).__name__} cannot follow {state!r}")
+
+
+def fold_build(events: Iterable[Event], state: Build | None = None) -> Build | None:
+    return reduce(evolve_build, events, state)

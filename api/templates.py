@@ -1,0 +1,300 @@
+"""E2B's template routes (`Template.build()`, `Template.exists()`, template listing): a
+build is requested, its build-context files uploaded, then started; the builder service
+runs it in a build sandbox and the status route reports progress and logs.
+
+Template names are the template ids as well (`Sandbox.create("<name>")` finds either), so a
+rebuild of a name replaces its capture; E2B's tags are accepted and ignored (`default`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import os
+import re
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+from litestar import Request, get, post, put
+from litestar.params import Parameter
+
+from aenv.domain import build as bd
+from api import reads
+from api.auth import Caller
+from api.context import ApiContext
+from api.errors import ApiError
+from api.wire_templates import BuildStart, NewTemplateBuild
+from envd.version import ENVD_VERSION
+from projections import queries
+
+_HASH = re.compile(r"^[A-Za-z0-9_-]{8,128}$")
+MAX_UPLOAD = 4 << 30  # a build context larger than 4 GiB is better baked into an image
+_LOG_PAGE = 100
+
+
+#: The SDK's default base image (`Template()`, `from_base_image()`): our `base` template is
+#: the equivalent (Debian + python3 + envd), so those builds need no registry.
+E2B_BASE_IMAGES = frozenset({"e2bdev/base", "e2bdev/base:latest", "docker.io/e2bdev/base"})
+
+
+def base_of(data: BuildStart) -> tuple[str | None, str | None]:
+    """(from_template, from_image) of a build start, E2B's base image mapped to `base`."""
+    if data.from_image is not None and data.from_image.strip() in E2B_BASE_IMAGES:
+        return "base", None
+    return data.from_template, data.from_image
+
+
+def _template_name(raw: str) -> str:
+    """`name` or `name:tag` (tags are accepted and ignored) → a valid template id."""
+    name = raw.strip().split(":", 1)[0].lower()
+    if "/" in name:  # a team-namespaced name: the team is the caller's
+        name = name.rsplit("/", 1)[1]
+    if not bd.valid_template_name(name):
+        raise ApiError(400, f"invalid template name {raw!r}: use a-z, 0-9, '.', '_', '-'")
+    if name == "base":
+        raise ApiError(400, "'base' is the default template and cannot be rebuilt")
+    return name
+
+
+async def _build(ctx: ApiContext, caller: Caller, template_id: str, build_id: str) -> bd.Build:
+    state, _ = await ctx.bus.builds.load(build_id)
+    if state is None or state.template_id != template_id or state.team_id != caller.team_id:
+        raise ApiError(404, f"build {build_id} of template {template_id} not found")
+    return state
+
+
+@post("/v3/templates", status_code=202)
+async def request_build(data: NewTemplateBuild, ctx: ApiContext, caller: Caller) -> dict[str, Any]:
+    raw = data.name or data.alias
+    if not raw:
+        raise ApiError(400, "a template build needs a name")
+    name = _template_name(raw)
+    build_id = str(uuid.uuid4())
+    cmd = bd.RequestTemplateBuild(
+        build_id=build_id, template_id=name, alias=name, team_id=caller.team_id,
+        cpu_count=data.cpu_count or 2, memory_mb=data.memory_mb or 512,
+        disk_size_mb=data.min_free_disk_mb or 0,
+    )  # fmt: skip
+    events = bd.decide_build(None, cmd)
+    await ctx.bus.builds.append(build_id, ctx.bus.builds.NEW, events)
+    return {"templateID": name, "buildID": build_id, "public": False, "names": [name],
+            "tags": data.tags or ["default"], "aliases": [name]}  # fmt: skip
+
+
+def _upload_token(ctx: ApiContext, template_id: str, files_hash: str) -> str:
+    key = ctx.settings.upload_secret.encode()
+    return hmac.new(key, f"{template_id}/{files_hash}".encode(), hashlib.sha256).hexdigest()
+
+
+def files_path(root: Path, template_id: str, files_hash: str) -> Path:
+    """Where an uploaded build-context archive lives (the builder reads the same place)."""
+    return root / template_id / files_hash
+
+
+def _files_root(ctx: ApiContext) -> Path:
+    if ctx.settings.build_files_dir is None:
+        raise ApiError(501, "build-context uploads are not configured on this server")
+    return ctx.settings.build_files_dir
+
+
+def _check_files(template_id: str, files_hash: str) -> None:
+    if not bd.valid_template_name(template_id) or not _HASH.match(files_hash):
+        raise ApiError(400, "invalid template id or files hash")
+
+
+@get("/templates/{template_id:str}/files/{files_hash:str}", status_code=201)
+async def file_upload_link(
+    request: Request[Any, Any, Any], template_id: str, files_hash: str, ctx: ApiContext,
+    caller: Caller,
+) -> dict[str, Any]:  # fmt: skip
+    """Where to PUT the tar(.gz) of one COPY step's files; `present` if we have it."""
+    _check_files(template_id, files_hash)
+    path = files_path(_files_root(ctx), template_id, files_hash)
+    base = str(request.base_url).rstrip("/")
+    token = _upload_token(ctx, template_id, files_hash)
+    return {"present": path.exists(),
+            "url": f"{base}/templates/{template_id}/files/{files_hash}?token={token}"}  # fmt: skip
+
+
+@put("/templates/{template_id:str}/files/{files_hash:str}", status_code=200,
+     request_max_body_size=MAX_UPLOAD)  # fmt: skip
+async def upload_files(
+    request: Request[Any, Any, Any],
+    template_id: str,
+    files_hash: str,
+    ctx: ApiContext,
+    token: str = "",
+) -> None:
+    """The upload link's target: the signed token stands in for the API key (the SDK's
+    uploader sends none). Written beside the target and renamed: never half a file."""
+    _check_files(template_id, files_hash)
+    if not hmac.compare_digest(token, _upload_token(ctx, template_id, files_hash)):
+        raise ApiError(403, "invalid or missing upload token")
+    path = files_path(_files_root(ctx), template_id, files_hash)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.part")
+    try:
+        with tmp.open("wb") as f:
+            async for chunk in request.stream():
+                await asyncio.to_thread(f.write, chunk)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@post("/v2/templates/{template_id:str}/builds/{build_id:str}", status_code=202)
+async def start_build(
+    template_id: str, build_id: str, data: BuildStart, ctx: ApiContext, caller: Caller
+) -> None:
+    """Queue the build for a builder; 202 at once (the SDK then polls the status)."""
+    state = await _build(ctx, caller, template_id, build_id)
+    if data.from_image_registry:
+        raise ApiError(400, "registry credentials are not supported: images come from "
+                            "local OCI layouts or archives (aenv pull)")  # fmt: skip
+    from_template, from_image = base_of(data)
+    spec = bd.BuildSpec(
+        from_template=from_template, from_image=from_image,
+        steps=tuple(bd.BuildStep(type=s.type.upper(), args=tuple(s.args),
+                                 files_hash=s.files_hash, force=bool(s.force))
+                    for s in data.steps),
+        start_cmd=data.start_cmd or None, ready_cmd=data.ready_cmd or None,
+    )  # fmt: skip
+    node = None
+    if spec.from_template:
+        base = await reads.template(ctx.engine, spec.from_template)
+        if base is not None:
+            node = await reads.snapshot_node(ctx.engine, base["template_id"])
+    cmd = bd.StartTemplateBuild(build_id=build_id, spec=spec, node_id=node)
+    if not bd.decide_build(state, cmd):  # 400/409 here, before any work is queued
+        return  # a retried start of the same spec
+    await ctx.bus.commands.to_builder(cmd)
+
+
+async def _log_entries(ctx: ApiContext, build_id: str, offset: int, limit: int) -> list[Any]:
+    async with ctx.engine.connect() as conn:
+        return await queries.build_log_entries(conn, build_id, offset, limit)
+
+
+async def _templates(ctx: ApiContext, team_id: str) -> list[tuple[Any, list[Any]]]:
+    async with ctx.engine.connect() as conn:
+        return await queries.team_templates(conn, team_id)
+
+
+async def _visible(ctx: ApiContext, template_id: str) -> bool:
+    """Read-your-writes for `Sandbox.create(name)` right after a build: wait (briefly) for
+    the templates read model to show the template the build registered."""
+    for _ in range(40):
+        if await reads.template(ctx.engine, template_id) is not None:
+            ctx.forget(f"tpl:{template_id}")
+            ctx.forget(f"tpl-node:{template_id}")
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+def _entry(r: dict[str, Any]) -> dict[str, Any]:
+    out = {"timestamp": r["at"].isoformat(), "level": r["level"], "message": r["message"]}
+    if r["step"] is not None:
+        out["step"] = r["step"]
+    return out
+
+
+@get("/templates/{template_id:str}/builds/{build_id:str}/status")
+async def build_status(
+    template_id: str, build_id: str, ctx: ApiContext, caller: Caller,
+    logs_offset: Annotated[int, Parameter(query="logsOffset", ge=0)] = 0,
+    limit: Annotated[int, Parameter(ge=1, le=100)] = _LOG_PAGE,
+) -> dict[str, Any]:  # fmt: skip
+    """Status from the event log (always current), log lines from the read model (which
+    may trail by a moment: we wait briefly for lines the build already has)."""
+    state = await _build(ctx, caller, template_id, build_id)
+    status = state.status.value
+    if state.status is bd.BuildStatus.READY and not await _visible(ctx, template_id):
+        status = bd.BuildStatus.BUILDING.value  # ready once a create would find it
+    want = min(limit, max(0, state.log_count - logs_offset))
+    rows = await _log_entries(ctx, build_id, logs_offset, limit)
+    for _ in range(20):
+        if len(rows) >= want:
+            break
+        await asyncio.sleep(0.05)
+        rows = await _log_entries(ctx, build_id, logs_offset, limit)
+    entries = [_entry(r) for r in rows]
+    body: dict[str, Any] = {
+        "templateID": template_id, "buildID": build_id, "status": status,
+        "logEntries": entries, "logs": [f"{e['timestamp']} {e['message']}" for e in entries],
+    }  # fmt: skip
+    if state.status is bd.BuildStatus.ERROR:
+        reason: dict[str, Any] = {"message": state.reason or "build failed"}
+        if state.failed_step is not None:
+            reason["step"] = state.failed_step
+        body["reason"] = reason
+    return body
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.isoformat() if t is not None else None
+
+
+def _template_body(row: dict[str, Any] | None, builds: list[dict[str, Any]]) -> dict[str, Any]:
+    latest = builds[0] if builds else None
+    src: dict[str, Any] = row if row is not None else builds[0]
+    tid = src["template_id"]
+    created = row["created_at"] if row is not None else src["requested_at"]
+    updated = row["updated_at"] if row is not None else src["requested_at"]
+    return {
+        "templateID": tid,
+        "buildID": latest["build_id"] if latest else "00000000-0000-0000-0000-000000000000",
+        "cpuCount": src["cpu_count"], "memoryMB": src["memory_mb"],
+        "diskSizeMB": src["disk_size_mb"], "public": tid == "base",
+        "aliases": [(row or {}).get("alias") or tid], "names": [tid],
+        "createdAt": _iso(created), "updatedAt": _iso(updated),
+        "createdBy": None, "lastSpawnedAt": None, "spawnCount": 0, "buildCount": len(builds),
+        "envdVersion": src.get("envd_version") or ENVD_VERSION,
+        "buildStatus": latest["status"] if latest is not None else "ready",
+        "isDefault": tid == "base",
+    }  # fmt: skip
+
+
+@get(["/templates", "/v2/templates"])
+async def list_templates(ctx: ApiContext, caller: Caller) -> list[dict[str, Any]]:
+    return [_template_body(row, builds) for row, builds in await _templates(ctx, caller.team_id)]
+
+
+@get("/templates/{template_id:str}")
+async def get_template(template_id: str, ctx: ApiContext, caller: Caller) -> dict[str, Any]:
+    for row, builds in await _templates(ctx, caller.team_id):
+        names = (row["template_id"], row["alias"]) if row is not None else ()
+        if template_id in names or (builds and builds[0]["template_id"] == template_id):
+            body = _template_body(row, builds)
+            body["builds"] = [
+                {"buildID": b["build_id"], "status": b["status"],
+                 "createdAt": _iso(b["requested_at"]), "updatedAt": _iso(b["updated_at"]),
+                 "finishedAt": _iso(b["finished_at"]), "cpuCount": b["cpu_count"],
+                 "memoryMB": b["memory_mb"], "diskSizeMB": b["disk_size_mb"],
+                 "envdVersion": b["envd_version"] or ENVD_VERSION}
+                for b in builds
+            ]  # fmt: skip
+            for b in body["builds"]:
+                if b["finishedAt"] is None:
+                    del b["finishedAt"]
+            return body
+    raise ApiError(404, f"template '{template_id}' not found")
+
+
+@get("/templates/aliases/{alias:str}")
+async def template_by_alias(alias: str, ctx: ApiContext, caller: Caller) -> dict[str, Any]:
+    """`Template.exists(name)`: 200 when a template answers to the name, else 404."""
+    row = await reads.template(ctx.engine, alias.split(":", 1)[0])
+    if row is not None:  # the read model may trail a delete made a moment ago
+        state, _ = await ctx.bus.templates.load(row["template_id"])
+        row = None if state is None or state.deleted else row
+    if row is None:
+        raise ApiError(404, f"template alias '{alias}' not found")
+    return {"templateID": row["template_id"], "public": row["template_id"] == "base"}
+
+
+ROUTES = [request_build, file_upload_link, upload_files, start_build, build_status,
+          list_templates, get_template, template_by_alias]  # fmt: skip

@@ -1,0 +1,96 @@
+"""The template build aggregate: waiting → building → ready | error, with a bounded log."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from aenv.domain import Conflict, CorruptHistory, Invalid, NotFound
+from aenv.domain import build as bd
+from tests.unit.domain.builders import T0
+
+SPEC = bd.BuildSpec(
+    from_template="base",
+    steps=(bd.BuildStep(type="RUN", args=("echo hi",)), bd.BuildStep(type="ENV", args=("A", "1"))),
+)
+
+
+def _requested() -> bd.Build:
+    cmd = bd.RequestTemplateBuild(build_id="b1", template_id="my-tpl", alias="my-tpl",
+                                  team_id="t", at=T0)  # fmt: skip
+    s = bd.fold_build(bd.decide_build(None, cmd))
+    assert s is not None
+    return s
+
+
+def _started() -> bd.Build:
+    s = _requested()
+    s2 = bd.fold_build(bd.decide_build(s, bd.StartTemplateBuild(build_id="b1", spec=SPEC)), s)
+    assert s2 is not None
+    return s2
+
+
+def test_request_start_log_and_finish() -> None:
+    s = _requested()
+    assert s.status is bd.BuildStatus.WAITING and s.requested_at == T0
+    s = _started()
+    assert s.status is bd.BuildStatus.BUILDING and s.spec == SPEC
+    line = bd.BuildLogEntry(at=T0 + timedelta(seconds=1), message="step 1", step="1")
+    ev = bd.decide_build(s, bd.LogTemplateBuild(build_id="b1", entries=(line, line)))
+    assert isinstance(ev[0], bd.TemplateBuildLogged) and ev[0].first_index == 0
+    s = bd.fold_build(ev, s)
+    assert s is not None and s.log_count == 2
+    ev2 = bd.decide_build(s, bd.LogTemplateBuild(build_id="b1", entries=(line,)))
+    assert isinstance(ev2[0], bd.TemplateBuildLogged) and ev2[0].first_index == 2
+    done = bd.CompleteTemplateBuild(build_id="b1", sandbox_id="sbx", envd_version="0.6.4")
+    s = bd.fold_build(bd.decide_build(s, done), s)
+    assert s is not None and s.status is bd.BuildStatus.READY and s.finished_at is not None
+    assert bd.decide_build(s, done) == []  # a redelivered verdict
+    assert bd.decide_build(s, bd.LogTemplateBuild(build_id="b1", entries=(line,))) == []
+
+
+def test_failure_keeps_reason_and_step() -> None:
+    s = _started()
+    fail = bd.CompleteTemplateBuild(build_id="b1", error="RUN exited with 3", step="2")
+    s = bd.fold_build(bd.decide_build(s, fail), s)
+    assert s is not None and s.status is bd.BuildStatus.ERROR
+    assert (s.reason, s.failed_step) == ("RUN exited with 3", "2")
+
+
+def test_refusals() -> None:
+    with pytest.raises(NotFound):
+        bd.decide_build(None, bd.StartTemplateBuild(build_id="x", spec=SPEC))
+    with pytest.raises(Invalid):  # names double as ids and snapshot names
+        bd.decide_build(None, bd.RequestTemplateBuild(build_id="b", template_id="Bad Name"))
+    s = _requested()
+    with pytest.raises(Invalid):
+        bd.decide_build(s, bd.StartTemplateBuild(build_id="b1", spec=bd.BuildSpec()))
+    both = bd.BuildSpec(from_template="base", from_image="/x")
+    with pytest.raises(Invalid):
+        bd.decide_build(s, bd.StartTemplateBuild(build_id="b1", spec=both))
+    with pytest.raises(Conflict):  # finishing a build that never started
+        bd.decide_build(s, bd.CompleteTemplateBuild(build_id="b1"))
+    started = _started()
+    assert bd.decide_build(started, bd.StartTemplateBuild(build_id="b1", spec=SPEC)) == []
+    other = SPEC.model_copy(update={"start_cmd": "x"})
+    with pytest.raises(Conflict):
+        bd.decide_build(started, bd.StartTemplateBuild(build_id="b1", spec=other))
+    again = bd.RequestTemplateBuild(build_id="b1", template_id="my-tpl")
+    assert bd.decide_build(s, again) == []
+    with pytest.raises(Conflict):
+        bd.decide_build(s, again.model_copy(update={"template_id": "other"}))
+    with pytest.raises(CorruptHistory):
+        bd.evolve_build(None, bd.TemplateBuilt(build_id="b", at=T0))
+
+
+def test_log_is_bounded() -> None:
+    s = _started()
+    huge = bd.BuildLogEntry(at=T0, message="x" * (bd.MAX_LOG_MESSAGE * 2))
+    ev = bd.decide_build(s, bd.LogTemplateBuild(build_id="b1", entries=(huge,) * 500))
+    assert isinstance(ev[0], bd.TemplateBuildLogged)
+    assert len(ev[0].entries) == bd.MAX_LOG_BATCH
+    assert all(len(e.message) == bd.MAX_LOG_MESSAGE for e in ev[0].entries)
+    full = s.model_copy(update={"log_count": bd.MAX_LOG_ENTRIES})
+    line = bd.BuildLogEntry(at=T0, message="more")
+    assert bd.decide_build(full, bd.LogTemplateBuild(build_id="b1", entries=(line,))) == []
