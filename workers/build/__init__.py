@@ -1,0 +1,1 @@
+"""The template builder: runs template builds in build sandboxes and snapshots them."""

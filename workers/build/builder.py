@@ -1,0 +1,125 @@
+"""The builder service: takes `StartTemplateBuild` commands from `aenv.cmd.build.*` (one
+durable consumer shared by every builder), records the build's progress on its aggregate
+and runs it (`run.BuildRun`).
+
+A build runs at most once: a redelivered start whose build is already `building` means the
+builder that ran it died mid-way; the build is failed with that reason (its sandbox killed)
+rather than run twice over a half-built guest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+
+from aenv.domain import Event, Invalid
+from aenv.domain import build as bd
+from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, RetryableError
+from bus.errors import ConcurrencyError
+from envd.version import ENVD_VERSION
+from workers.build.run import BuildRun, BuildSettings, build_sandbox_id
+
+__all__ = ["BuildSettings", "Builder"]
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS = 8
+
+
+async def apply_build(
+    bus: Bus, cmd: bd.BuildCommand, ctx: MessageContext | None = None
+) -> tuple[bd.Build | None, list[Event]]:
+    """Load → decide → append on one build, retried on concurrent appends."""
+    for _ in range(ATTEMPTS):
+        state, version = await bus.builds.load(cmd.build_id)
+        events = bd.decide_build(state, cmd)
+        if not events:
+            return state, []
+        try:
+            await bus.builds.append(cmd.build_id, version, events, context=ctx)
+        except ConcurrencyError:
+            continue
+        return bd.fold_build(events, state), events
+    raise RetryableError(f"build {cmd.build_id}: too many concurrent writers")
+
+
+class Builder:
+    def __init__(self, bus: Bus, settings: BuildSettings, *, parallel: int = 1) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.parallel = parallel
+        self._consumer: CommandConsumer | None = None
+
+    async def start(self) -> None:
+        spec = ConsumerSpec(
+            durable=self.bus.names.build_consumer,
+            filter_subject=self.bus.names.build_commands,
+            max_ack_pending=self.parallel,
+            max_deliver=3,
+            backoff=(30.0, 60.0),
+        )
+        self._consumer = CommandConsumer(
+            self.bus.js, self.bus.settings, spec, self.handle, self.bus.builds
+        )
+        await self._consumer.start()
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    async def handle(self, d: Delivery) -> None:
+        cmd = d.command
+        if not isinstance(cmd, bd.StartTemplateBuild):
+            raise Invalid(f"{type(cmd).__name__} is not a builder command")
+        ctx = d.context
+        state, _ = await self.bus.builds.load(cmd.build_id)
+        if state is not None and state.status is bd.BuildStatus.BUILDING:
+            await self._verdict(
+                state, ctx, "the builder stopped during this build; start a new build", None
+            )
+            return
+        state, events = await apply_build(self.bus, cmd, ctx)
+        if state is None or not events:
+            return  # already finished (a duplicate start)
+        await self._run(state, ctx)
+
+    async def _run(self, build: bd.Build, ctx: MessageContext) -> None:
+        log_lock = asyncio.Lock()
+
+        async def emit(message: str, step: str | None, level: str) -> None:
+            entry = bd.BuildLogEntry(
+                at=datetime.now(UTC),
+                level=level,
+                message=message,
+                step=step,
+            )
+            async with log_lock:
+                try:
+                    await apply_build(
+                        self.bus,
+                        bd.LogTemplateBuild(build_id=build.build_id, entries=(entry,)),
+                        ctx,
+                    )
+                except Exception as e:  # a lost log line must not fail the build
+                    log.warning("build %s: log append failed: %s", build.build_id, e)
+
+        run = BuildRun(self.bus, self.settings, build, emit)
+        try:
+            error, step = await run.execute()
+        except Exception as e:
+            log.exception("build %s crashed", build.build_id)
+            error, step = f"internal builder error: {e}", None
+        await self._verdict(build, ctx, error, step)
+
+    async def _verdict(
+        self, build: bd.Build, ctx: MessageContext, error: str | None, step: str | None
+    ) -> None:
+        done = bd.CompleteTemplateBuild(
+            build_id=build.build_id,
+            error=error,
+            step=step,
+            sandbox_id=build_sandbox_id(build.build_id),
+            envd_version=ENVD_VERSION,
+        )
+        await apply_build(self.bus, done, ctx)

@@ -1,0 +1,459 @@
+"""One template build, start to verdict: a build sandbox from the base template (a normal
+`CreateSandbox` through the bus), the steps through its envd, the start/ready commands, a
+persistent snapshot under the template's name (a normal `SnapshotSandbox`), then the build
+sandbox is killed. Every step writes log lines; any failure ends the build with a reason
+naming the step.
+
+Steps run as root unless a USER step (or a RUN's own user) says otherwise, like Docker;
+the template's default user is the last USER, else `user` (E2B's sandbox user).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import posixpath
+import secrets
+import shlex
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aenv.domain import CommandRejected, Event
+from aenv.domain import build as bd
+from aenv.domain import sandbox as sb
+from aenv.domain import template as tp
+from bus import Bus, MessageContext
+from bus.decisions import register_template
+from workers.build.copy import CopyError, repack
+from workers.build.guest import BuildGuest, CommandFailed
+
+log = logging.getLogger(__name__)
+
+Log = Callable[[str, str | None, str], Awaitable[None]]  # (message, step, level)
+
+#: E2B's sandbox user: the default of a template that sets no USER.
+SANDBOX_USER = "user"
+BUILDER_TEAM = "aenv-build"  # build sandboxes (and their snapshots) stay out of user listings
+
+
+class StepFailed(Exception):
+    def __init__(self, step: str, reason: str) -> None:
+        super().__init__(reason)
+        self.step = step
+        self.reason = reason
+
+
+@dataclass
+class BuildSettings:
+    proxy_url: str
+    files_dir: Path
+    step_timeout_s: float = 1800.0
+    ready_timeout_s: float = 120.0
+    create_timeout_s: float = 300.0
+    import_timeout_s: float = 900.0
+    sandbox_ttl_s: int = 3 * 3600
+
+
+@dataclass
+class Context:
+    """What the steps so far have set: applies to later steps and becomes the template's
+    defaults (ENV, WORKDIR, USER); ARGs apply to RUN steps only, as in Docker."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    args: dict[str, str] = field(default_factory=dict)
+    user: str | None = None
+    workdir: str | None = None
+
+    @property
+    def step_user(self) -> str:
+        return self.user or "root"
+
+
+def build_sandbox_id(build_id: str) -> str:
+    """Derived from the build: a redelivered build finds (and kills) its predecessor's VM."""
+    return sb.values._b32_id(hashlib.sha256(f"build|{build_id}".encode()).digest())
+
+
+async def _send(
+    bus: Bus,
+    cmd: sb.SandboxCommand,
+    node_id: str | None,
+    until: tuple[type[Event], ...],
+    timeout: float,
+) -> Event:
+    """Publish a sandbox command and wait for its outcome event (or a rejection)."""
+    version = await bus.sandboxes.version(cmd.sandbox_id)
+    waiter = asyncio.create_task(
+        bus.sandboxes.wait_for_outcome(
+            cmd.sandbox_id, cmd.command_id, version.seq, (*until, sb.SandboxFailed), timeout
+        )
+    )
+    await asyncio.sleep(0)  # let the watch subscribe first (it reads from `version` anyway)
+    ctx = MessageContext(correlation_id=cmd.command_id, actor="builder")
+    if node_id is None:
+        await bus.commands.to_placement(cmd, context=ctx)
+    else:
+        await bus.commands.to_node(node_id, cmd, context=ctx)
+    rec = await waiter
+    if rec is None:
+        raise TimeoutError(f"{type(cmd).__name__} got no answer within {timeout:.0f}s")
+    return rec.event
+
+
+class BuildRun:
+    def __init__(self, bus: Bus, settings: BuildSettings, build: bd.Build, emit: Log) -> None:
+        self.bus, self.settings, self.build, self.emit = bus, settings, build, emit
+        assert build.spec is not None
+        self.spec: bd.BuildSpec = build.spec
+        self.sandbox_id = build_sandbox_id(build.build_id)
+        self.node_id: str | None = None
+        self.guest: BuildGuest | None = None
+        self.ctx = Context()
+        self.imported = False
+
+    async def execute(self) -> tuple[str | None, str | None]:
+        """Run the build; (error, failed step) — (None, None) when the template is ready."""
+        try:
+            await self._base()
+            if self.imported:
+                return None, None
+            for i, step in enumerate(self.spec.steps, 1):
+                await self._step(str(i), step)
+            await self._finalize()
+            return None, None
+        except StepFailed as e:
+            await self.emit(f"build failed: {e.reason}", e.step, "error")
+            return e.reason, e.step
+        finally:
+            await self._cleanup()
+
+    # ---- base ---------------------------------------------------------------------------
+    async def _base(self) -> None:
+        bad = [
+            (str(i), st.type)
+            for i, st in enumerate(self.spec.steps, 1)
+            if st.type not in bd.STEP_TYPES
+        ]
+        if bad:  # fail before starting anything
+            step, kind = bad[0]
+            raise StepFailed(
+                step,
+                f"unsupported instruction {kind!r} (supported: {', '.join(sorted(bd.STEP_TYPES))})",
+            )
+        if self.spec.from_image is not None:
+            name = await self._import(self.spec.from_image)
+            if name == self.build.template_id:
+                self.imported = True  # `aenv pull`: the image is the template
+                return
+        else:
+            name = self.spec.from_template or "base"
+        tpl, _ = await self.bus.templates.load(name)
+        if tpl is None or tpl.deleted:
+            raise StepFailed("base", f"base template {name!r} not found")
+        await self.emit(f"FROM {name}: starting the build sandbox", "base", "info")
+        token = secrets.token_urlsafe(24)
+        create = sb.CreateSandbox(
+            sandbox_id=self.sandbox_id,
+            template_id=tpl.template_id,
+            alias=tpl.alias,
+            team_id=BUILDER_TEAM,
+            cpu_count=tpl.cpu_count,
+            memory_mb=tpl.memory_mb,
+            disk_size_mb=tpl.disk_size_mb,
+            envd_version=tpl.envd_version,
+            envd_access_token=token,
+            timeout_s=self.settings.sandbox_ttl_s,
+            metadata={"aenv.build": self.build.build_id, "aenv.template": self.build.template_id},
+            lifecycle=sb.Lifecycle(on_timeout="kill"),
+            command_id=sb.derived_command_id("build-create", self.build.build_id),
+        )
+        try:
+            event = await _send(
+                self.bus,
+                create,
+                self.spec_node(),
+                (sb.SandboxCreated,),
+                self.settings.create_timeout_s,
+            )
+        except TimeoutError as e:
+            raise StepFailed("base", f"the build sandbox did not start: {e}") from e
+        if isinstance(event, sb.SandboxFailed | CommandRejected):
+            reason = event.reason
+            raise StepFailed("base", f"the build sandbox did not start: {reason}")
+        assert isinstance(event, sb.SandboxCreated)
+        self.node_id = event.node_id
+        self.guest = BuildGuest(self.settings.proxy_url, self.sandbox_id, tpl.envd_version, token)
+
+    async def _import(self, image: str) -> str:
+        """The template an image becomes: the build's own (nothing else to do) or an
+        intermediate one named by the image file (reused while the file is unchanged)."""
+        path = Path(image)
+        if not path.is_absolute():
+            raise StepFailed(
+                "base",
+                f"FROM {image}: registry images cannot be pulled (this "
+                "host reaches no registry); use a local OCI image "
+                "layout or archive path, or a template",
+            )
+        if not path.exists():
+            raise StepFailed("base", f"FROM {image}: no such OCI layout or archive")
+        plain = not self.spec.steps and not self.spec.start_cmd and not self.spec.ready_cmd
+        st = path.stat()
+        key = hashlib.sha256(f"{path}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
+        name = self.build.template_id if plain else f"img-{key[:16]}"
+        if not plain:
+            existing, _ = await self.bus.templates.load(name)
+            if existing is not None and not existing.deleted:
+                await self.emit(f"FROM {image}: already imported as {name}", "base", "info")
+                return name
+        await self.emit(
+            f"FROM {image}: converting the OCI image and booting it once (a minute or two)",
+            "base",
+            "info",
+        )
+        cmd = tp.ImportTemplateImage(
+            template_id=name,
+            alias=self.build.alias if plain else None,
+            image_path=str(path),
+            cpu_count=self.build.cpu_count,
+            memory_mb=self.build.memory_mb,
+            command_id=sb.derived_command_id("build-import", self.build.build_id),
+        )
+        version = await self.bus.templates.version(name)
+        waiter = asyncio.create_task(
+            self.bus.templates.wait_for_outcome(
+                name,
+                cmd.command_id,
+                version.seq,
+                (tp.TemplateImported,),
+                self.settings.import_timeout_s,
+            )
+        )
+        await asyncio.sleep(0)
+        await self.bus.commands.to_placement(cmd, context=MessageContext(actor="builder"))
+        rec = await waiter
+        if rec is None:
+            raise StepFailed(
+                "base",
+                f"FROM {image}: no node imported it within {self.settings.import_timeout_s:.0f}s",
+            )
+        if isinstance(rec.event, CommandRejected):
+            raise StepFailed("base", f"FROM {image}: {rec.event.reason}")
+        await self.emit(f"FROM {image}: imported as template {name}", "base", "info")
+        return name
+
+    def spec_node(self) -> str | None:
+        return self.build.node_id
+
+    # ---- steps --------------------------------------------------------------------------
+    async def _step(self, name: str, step: bd.BuildStep) -> None:
+        shown = " ".join(step.args) if step.type != "COPY" else " ".join(step.args[:2])
+        await self.emit(
+            f"[{name}/{len(self.spec.steps)}] {step.type} {shown}".rstrip(), name, "info"
+        )
+        match step.type:
+            case "RUN":
+                await self._run(name, step)
+            case "COPY":
+                await self._copy(name, step)
+            case "ENV":
+                if len(step.args) % 2:
+                    raise StepFailed(name, "ENV needs key/value pairs")
+                self.ctx.env.update(zip(step.args[::2], step.args[1::2], strict=True))
+            case "ARG":
+                for a in step.args:
+                    key, eq, value = a.partition("=")
+                    if eq or key not in self.ctx.args:
+                        self.ctx.args[key] = value
+            case "WORKDIR":
+                if len(step.args) != 1 or not step.args[0]:
+                    raise StepFailed(name, "WORKDIR needs one path")
+                path = posixpath.normpath(posixpath.join(self.ctx.workdir or "/", step.args[0]))
+                await self._exec(name, f"mkdir -p {shlex.quote(path)}", user="root", cwd="/")
+                self.ctx.workdir = path
+            case "USER":
+                if len(step.args) != 1 or not step.args[0]:
+                    raise StepFailed(name, "USER needs one user name")
+                user = step.args[0].split(":", 1)[0]
+                await self._exec(
+                    name,
+                    f"id -u {shlex.quote(user)} >/dev/null",
+                    user="root",
+                    cwd="/",
+                    what=f"USER {user}: no such user",
+                )
+                self.ctx.user = user
+            case other:
+                raise StepFailed(
+                    name,
+                    f"unsupported instruction {other!r} (supported: RUN, "
+                    "COPY, ENV, ARG, WORKDIR, USER)",
+                )
+
+    async def _exec(
+        self,
+        name: str,
+        cmd: str,
+        *,
+        user: str,
+        cwd: str | None,
+        env: dict[str, str] | None = None,
+        what: str | None = None,
+    ) -> None:
+        assert self.guest is not None
+        pending: list[tuple[str, str]] = []
+        partial = {"stdout": "", "stderr": ""}  # output arrives in chunks, not lines
+
+        def out(stream: str, text: str) -> None:
+            *lines, partial[stream] = (partial[stream] + text).split("\n")
+            pending.extend((stream, line) for line in lines)
+
+        flusher = asyncio.create_task(self._flush_output(name, pending))
+        try:
+            await self.guest.run(
+                cmd,
+                user=user,
+                cwd=cwd,
+                envs=env or {},
+                output=out,
+                timeout=self.settings.step_timeout_s,
+            )
+        except CommandFailed as e:
+            raise StepFailed(name, what or f"step {name} ({cmd[:80]}) failed with {e}") from e
+        except Exception as e:  # envd or proxy trouble: still this step's failure
+            raise StepFailed(name, f"step {name} could not run: {e}") from e
+        finally:
+            flusher.cancel()
+            pending.extend((k, v) for k, v in partial.items() if v)
+            await self._drain(name, pending)
+
+    async def _flush_output(self, name: str, pending: list[tuple[str, str]]) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            await self._drain(name, pending)
+
+    async def _drain(self, name: str, pending: list[tuple[str, str]]) -> None:
+        lines, pending[:] = list(pending), []
+        for stream, line in lines:
+            await self.emit(line, name, "warn" if stream == "stderr" else "info")
+
+    async def _run(self, name: str, step: bd.BuildStep) -> None:
+        if not step.args or not step.args[0].strip():
+            raise StepFailed(name, "RUN needs a command")
+        user = step.args[1] if len(step.args) > 1 and step.args[1] else self.ctx.step_user
+        env = {**self.ctx.args, **self.ctx.env}
+        await self._exec(name, step.args[0], user=user, cwd=self.ctx.workdir or "/", env=env)
+
+    async def _copy(self, name: str, step: bd.BuildStep) -> None:
+        assert self.guest is not None
+        if len(step.args) < 2 or not step.files_hash:
+            raise StepFailed(name, "COPY needs a source, a destination and uploaded files")
+        src, dest = step.args[0], step.args[1]
+        owner = step.args[2] if len(step.args) > 2 else ""
+        mode = int(step.args[3], 8) if len(step.args) > 3 and step.args[3] else None
+        archive = self.settings.files_dir / self.build.template_id / step.files_hash
+        if not archive.exists():
+            raise StepFailed(
+                name, f"COPY {src}: its files were not uploaded (hash {step.files_hash})"
+            )
+        try:
+            data, count = await asyncio.to_thread(
+                repack, archive, src, dest, self.ctx.workdir or "/", owner=owner, mode=mode
+            )
+        except CopyError as e:
+            raise StepFailed(name, str(e)) from e
+        tmp = f"/tmp/.aenv-copy-{self.build.build_id[:8]}-{name}.tar"
+        await self.guest.write(tmp, data)
+        await self._exec(name, f"tar -xpf {tmp} -C / && rm -f {tmp}", user="root", cwd="/")
+        await self.emit(f"copied {count} entries", name, "info")
+
+    # ---- finalize -----------------------------------------------------------------------
+    async def _finalize(self) -> None:
+        assert self.guest is not None
+        step = "finalize"
+        user = self.ctx.user or SANDBOX_USER
+        try:
+            await self.guest.set_defaults(self.ctx.env, user, self.ctx.workdir)
+        except Exception as e:
+            raise StepFailed(step, f"could not set the template's defaults: {e}") from e
+        if self.spec.start_cmd:
+            await self.emit(f"start command: {self.spec.start_cmd}", step, "info")
+            try:
+                await self.guest.start(
+                    self.spec.start_cmd, user=user, cwd=self.ctx.workdir, envs=self.ctx.env
+                )
+            except Exception as e:
+                raise StepFailed(step, f"start command failed to start: {e}") from e
+        if self.spec.ready_cmd:
+            await self._wait_ready(step, user)
+        await self.emit("capturing the template snapshot", step, "info")
+        snap = sb.SnapshotSandbox(
+            sandbox_id=self.sandbox_id,
+            snapshot_id=self.build.template_id,
+            command_id=sb.derived_command_id("build-snapshot", self.build.build_id),
+        )
+        try:
+            event = await _send(
+                self.bus,
+                snap,
+                self.node_id,
+                (sb.SnapshotTaken, sb.SnapshotFailed),
+                self.settings.create_timeout_s,
+            )
+        except TimeoutError as e:
+            raise StepFailed(step, f"snapshot: {e}") from e
+        if isinstance(event, sb.SnapshotFailed | sb.SandboxFailed | CommandRejected):
+            raise StepFailed(step, f"snapshot failed: {event.reason}")
+        state, _ = await self.bus.sandboxes.load(self.sandbox_id)
+        assert state is not None
+        await register_template(
+            self.bus.templates,
+            self.build.template_id,
+            alias=self.build.alias,
+            envd_version=state.envd_version,
+            cpu_count=state.cpu_count,
+            memory_mb=state.memory_mb,
+            disk_size_mb=state.disk_size_mb,
+        )
+        await self.emit(f"template {self.build.template_id} is ready", step, "info")
+
+    async def _wait_ready(self, step: str, user: str) -> None:
+        assert self.guest is not None and self.spec.ready_cmd is not None
+        await self.emit(f"waiting for: {self.spec.ready_cmd}", step, "info")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.ready_timeout_s
+        last = ""
+        while loop.time() < deadline:
+            try:
+                await self.guest.run(
+                    self.spec.ready_cmd,
+                    user=user,
+                    cwd=self.ctx.workdir,
+                    envs=self.ctx.env,
+                    timeout=30,
+                    output=lambda _s, _l: None,
+                )
+                return
+            except CommandFailed as e:
+                last = str(e)
+            await asyncio.sleep(1.0)
+        raise StepFailed(
+            step,
+            f"ready command did not succeed within {self.settings.ready_timeout_s:.0f}s ({last})",
+        )
+
+    async def _cleanup(self) -> None:
+        """Kill the build sandbox whatever happened (its capture, if any, is the template)."""
+        state, _ = await self.bus.sandboxes.load(self.sandbox_id)
+        if state is None or state.status in (sb.SandboxStatus.KILLED, sb.SandboxStatus.FAILED):
+            return
+        kill = sb.KillSandbox(
+            sandbox_id=self.sandbox_id,
+            command_id=sb.derived_command_id("build-kill", self.build.build_id),
+        )
+        try:
+            await _send(self.bus, kill, state.node_id, (sb.SandboxKilled,), 60)
+        except Exception as e:  # the TTL kills it later anyway
+            log.warning("build %s: could not kill %s: %s", self.build.build_id, self.sandbox_id, e)
