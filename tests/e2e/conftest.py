@@ -78,3 +78,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         assert down.returncode == 0, down.stderr
         leftovers = subprocess.run(["pgrep", "-af", str(data)], capture_output=True, text=True)
         assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
+        # network slots too, including those of a node the resilience tests SIGKILLed
+        from workers.node.net import list_leftovers
+
+        assert list_leftovers("aenve") == [], "network namespaces left behind"

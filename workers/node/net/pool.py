@@ -21,6 +21,7 @@ from workers.node.net.slot import (
     destroy_slot,
     host_addresses,
     routed_overlap,
+    sweep_stale,
     try_lock,
     update_policy,
 )
@@ -54,6 +55,9 @@ class SlotPool:
             raise NetworkError(
                 f"slot range {self._cidr} overlaps host routes {overlap}; set AENV_SLOT_CIDR"
             )
+        stale = await asyncio.to_thread(sweep_stale, self._prefix, self._cidr)
+        if stale:
+            log.info("slot pool: removed %d slots a dead process left behind", stale)
         # Guests never reach the node's own addresses nor any slot's veth (each host end is
         # the node too), whatever CIDRs a policy allows.
         self._host_addrs = (*await asyncio.to_thread(host_addresses), self._cidr)

@@ -18,7 +18,13 @@ from pathlib import Path
 from pyroute2 import IPRoute, NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
-from workers.node.net.addressing import DEFAULT_SLOT_CIDR, GUEST, GuestAddressing, SlotAddress
+from workers.node.net.addressing import (
+    DEFAULT_SLOT_CIDR,
+    GUEST,
+    GuestAddressing,
+    SlotAddress,
+    slot_address,
+)
 from workers.node.net.errors import NetworkError
 from workers.node.net.firewall import EgressPolicy, render_rules
 from workers.node.net.forksafe import install as _install_forksafe
@@ -120,6 +126,27 @@ def destroy_slot(slot: NetworkSlot) -> None:
 def list_leftovers(prefix: str = "aenv") -> list[str]:
     """Namespaces named like ours that exist right now (for leak checks and reconciliation)."""
     return sorted(n for n in netns.listnetns() if n.startswith(f"{prefix}-"))
+
+
+def sweep_stale(prefix: str, cidr: str) -> int:
+    """Remove this prefix's slots whose owner is dead (its flock died with it): a node that
+    was SIGKILLed leaves its warm slots behind, and nobody else would claim those indices.
+    Returns how many were removed."""
+    removed = 0
+    for name in list_leftovers(prefix):
+        suffix = name.removeprefix(f"{prefix}-")
+        if not suffix.isdigit():
+            continue
+        fd = try_lock(int(suffix))
+        if fd is None:
+            continue  # a live process owns it
+        try:
+            destroy_slot(NetworkSlot(address=slot_address(int(suffix), cidr, prefix),
+                                     lock_fd=fd))  # fmt: skip
+            removed += 1
+        except (ValueError, OSError):
+            os.close(fd)
+    return removed
 
 
 def host_addresses() -> tuple[str, ...]:
