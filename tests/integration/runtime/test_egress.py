@@ -81,8 +81,11 @@ async def test_allowed_egress_is_forwarded_and_natted_the_rest_stays_in(
     guest_image: GuestImage, template: Snapshot, tmp_path: Path, decoy: None
 ) -> None:
     forward_before = IP_FORWARD.read_text()
+    # its own slot range: guest addresses of this runtime never reappear as another
+    # runtime's (the SDK's process-wide connection pool would reuse a dead keep-alive)
     rt = await Runtime.open(tmp_path / "egress", kernel_for_probe=guest_image.kernel,
-                            pool_target=0, slot_prefix="aenvu", egress=True)  # fmt: skip
+                            pool_target=0, slot_prefix="aenvu", slot_cidr="10.214.0.0/24",
+                            egress=True)  # fmt: skip
     try:
         allowed = EgressPolicy(internet=False, allow=("198.51.100.0/24",))
         (out, _), (closed, _) = await asyncio.gather(
