@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 
 from workers.node.net.addressing import DEFAULT_SLOT_CIDR, slot_address, slot_capacity
 from workers.node.net.errors import NetworkError
@@ -29,6 +30,10 @@ from workers.node.net.slot import (
 log = logging.getLogger(__name__)
 
 FILL_PARALLEL = 4  # slot builds in flight at once (netlink + one iptables-restore exec each)
+#: Refills wait for this much quiet after the last acquire (at most REFILL_MAX_WAIT_S): a
+#: burst (a 16-way fork) should not share the CPU with rebuilding the slots it just took.
+REFILL_QUIET_S = 0.3
+REFILL_MAX_WAIT_S = 1.5
 
 
 class SlotPool:
@@ -44,6 +49,7 @@ class SlotPool:
         self._wake = asyncio.Event()
         self._host_addrs: tuple[str, ...] = ()
         self._next = 0
+        self._last_acquire = 0.0
 
     @property
     def cidr(self) -> str:
@@ -70,6 +76,7 @@ class SlotPool:
         except asyncio.QueueEmpty:
             slot = await self._create_one()
         self._in_use.add(slot.address.index)
+        self._last_acquire = time.monotonic()
         self._wake.set()
         if policy is not None and policy != slot.policy:
             await asyncio.to_thread(update_policy, slot, policy, self._host_addrs)
@@ -106,6 +113,12 @@ class SlotPool:
                     await asyncio.sleep(1.0)
             self._wake.clear()
             await self._wake.wait()
+            waited = 0.0
+            while waited < REFILL_MAX_WAIT_S and (
+                (quiet := time.monotonic() - self._last_acquire) < REFILL_QUIET_S
+            ):
+                await asyncio.sleep(REFILL_QUIET_S - quiet)
+                waited += REFILL_QUIET_S - quiet
 
     async def _create_one(self) -> NetworkSlot:
         cap = slot_capacity(self._cidr)

@@ -290,8 +290,12 @@ class Runtime:
         init: dict[str, object] | None = None,
         init_token: str | None = None,
         adopt_memory: bool = False,
+        run: bool = True,
     ) -> tuple[Vm, Timing]:
         """Start a VM from `snap`.
+
+        run=False leaves it loaded but stopped (no `cont`, no envd wait): a fork loads all
+        its children before any of them runs, so guests do not compete with the launches.
 
         private_memory=True maps the snapshot's RAM copy-on-write (no copy: cheap, and many
         VMs share the page cache) — the fork path. False gives the VM its own shared RAM
@@ -342,14 +346,15 @@ class Runtime:
             )
             qemu = await QemuVm.launch(spec)
             stack.push_async_callback(qemu.kill)
-            await qemu.cont()
+            if run:
+                await qemu.cont()
             t_running = time.monotonic() - t0
             vm = Vm(
                 vm_id, qemu, slot, workdir, snap.machine, mem, not private_memory, top,
                 snap.base_image, [top],
             )  # fmt: skip
             t_envd = t_running
-            if wait:
+            if wait and run:
                 try:
                     await self._race_exit(
                         vm,
@@ -382,9 +387,11 @@ class Runtime:
         """
         ids = vm_ids or [None] * count  # type: ignore[list-item]
         snap = await self.capture(vm, resume=True)
+        # Load every child first, then let them all run: on few cores, a guest already
+        # running (TCG: a busy vCPU thread) slows the launches of its later siblings.
         results = await asyncio.gather(
             *(
-                self.restore(snap, vm_id=i, private_memory=True, wait=wait, policy=policy)
+                self.restore(snap, vm_id=i, private_memory=True, run=False, policy=policy)
                 for i in ids
             ),
             return_exceptions=True,
@@ -392,7 +399,24 @@ class Runtime:
         children: list[Vm | BaseException] = [
             r if isinstance(r, BaseException) else r[0] for r in results
         ]
-        return snap, children
+
+        async def start(child: Vm) -> Vm:
+            try:
+                await child.qemu.cont()
+                if wait:
+                    await self._race_exit(
+                        child, wait_and_init(child.host, None, timeout=RESTORE_ENVD_TIMEOUT)
+                    )
+            except BaseException:
+                await self.destroy(child)
+                raise
+            return child
+
+        started = await asyncio.gather(
+            *(start(c) for c in children if isinstance(c, Vm)), return_exceptions=True
+        )
+        it = iter(started)
+        return snap, [c if isinstance(c, BaseException) else next(it) for c in children]
 
     # ---- teardown ----------------------------------------------------------------------
     async def destroy(self, vm: Vm) -> None:
