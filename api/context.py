@@ -25,6 +25,9 @@ class ApiSettings(BaseSettings):
     create_timeout_s: float = Field(default=120.0, gt=0)
     #: Upper bound on waiting for other lifecycle outcomes (kill, pause, resume).
     command_timeout_s: float = Field(default=60.0, gt=0)
+    #: Send sandbox traffic through the node's proxy instead of straight to the guest: what
+    #: an API on another host than its nodes needs (a guest's address is node-local).
+    proxy_via_node: bool = False
     #: `{port}-{id}.{domain}` host routing for the proxy; also returned as `domain`.
     sandbox_domain: str | None = None
     #: On TTL expiry: "pause" (aenv's default, nothing is lost) or "kill" (E2B's default).

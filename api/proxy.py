@@ -44,8 +44,12 @@ READ_CHUNK = 256 * 1024
 
 @dataclass(frozen=True)
 class Upstream:
+    """Where to send a sandbox's request: its guest port, or a node proxy in front of it
+    (`headers` then tell that proxy which sandbox and port: it resolves them itself)."""
+
     host: str
     port: int
+    headers: tuple[tuple[bytes, bytes], ...] = ()
 
 
 class SandboxUnavailable(Exception):
@@ -115,7 +119,8 @@ class SandboxProxy:
         try:
             if kind == "websocket":
                 host = f"{upstream.host}:{upstream.port}"
-                await forward_websocket(scope, receive, send, reader, writer, host)
+                await forward_websocket(scope, receive, send, reader, writer, host,
+                                        upstream.headers)  # fmt: skip
             else:
                 await _forward(scope, receive, send, reader, writer, upstream)
         finally:
@@ -134,7 +139,9 @@ async def _forward(
     upstream: Upstream,
 ) -> None:
     conn = h11.Connection(h11.CLIENT)
-    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP]
+    ours = {k for k, _ in upstream.headers}
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP | ours]
+    headers += upstream.headers
     has_length = any(k == b"content-length" for k, _ in headers)
     if not has_length and scope["method"] not in ("GET", "HEAD", "DELETE", "OPTIONS"):
         headers.append((b"transfer-encoding", b"chunked"))

@@ -31,9 +31,15 @@ __all__ = ["RouteTable"]
 
 
 class RouteTable:
-    def __init__(self, bus: Bus, book: RouteBook, *, resume_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, bus: Bus, book: RouteBook, *, resume_timeout_s: float = 60.0,
+        via_node: bool = False,
+    ) -> None:  # fmt: skip
         self.bus = bus
         self.book = book
+        #: through the node's proxy (any host) rather than straight to the guest address
+        #: (reachable only from the node's own host)
+        self.via_node = via_node
         self.resume_timeout_s = resume_timeout_s
         self.routes: dict[str, Route] = {}
         #: called with a sandbox id when its route disappears (the proxy cuts its streams)
@@ -42,8 +48,9 @@ class RouteTable:
         self._resuming: dict[str, asyncio.Task[None]] = {}
 
     @classmethod
-    async def open(cls, bus: Bus) -> RouteTable:
-        table = cls(bus, await RouteBook.open(bus.js, bus.names.routes_bucket))
+    async def open(cls, bus: Bus, *, via_node: bool = False) -> RouteTable:
+        book = await RouteBook.open(bus.js, bus.names.routes_bucket)
+        table = cls(bus, book, via_node=via_node)
         table._task = asyncio.create_task(table._follow(), name="route-table")
         return table
 
@@ -58,6 +65,13 @@ class RouteTable:
         route = self.routes.get(sandbox_id) or await self.book.get(sandbox_id)
         if route is None:
             route = await self._auto_resume(sandbox_id)
+        if self.via_node:
+            if route.node_proxy is None:
+                raise SandboxUnavailable(sandbox_id)  # a node without a proxy: unreachable
+            host, _, node_port = route.node_proxy.rpartition(":")
+            routing = ((b"e2b-sandbox-id", sandbox_id.encode()),
+                       (b"e2b-sandbox-port", str(port).encode()))  # fmt: skip
+            return Upstream(host, int(node_port), routing)
         return Upstream(route.address, port)
 
     async def _auto_resume(self, sandbox_id: str) -> Route:

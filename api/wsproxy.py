@@ -50,12 +50,14 @@ async def forward_websocket(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     host: str,
+    extra: tuple[tuple[bytes, bytes], ...] = (),
 ) -> None:
     ws = WSConnection(ConnectionType.CLIENT)
     target = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
     if scope.get("query_string"):
         target += "?" + scope["query_string"].decode("latin-1")
     headers = [(k, v) for k, v in scope.get("headers", ()) if k.lower() not in _OWN]
+    headers += extra  # a node proxy's routing headers
     writer.write(ws.send(Request(host=host, target=target, extra_headers=headers,
                                  subprotocols=list(scope.get("subprotocols", ())))))  # fmt: skip
     await writer.drain()

@@ -20,12 +20,14 @@ __all__ = ["Route", "RouteBook"]
 
 
 class Route(BaseModel):
-    """The node that runs a sandbox and the host-side address of its guest."""
+    """The node that runs a sandbox, the host-side address of its guest (reachable from
+    that node's host), and the node's proxy (`host:port`, reachable from any API)."""
 
     model_config = ConfigDict(frozen=True)
 
     node_id: str
     address: str
+    node_proxy: str | None = None
 
 
 class RouteBook:

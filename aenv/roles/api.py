@@ -47,7 +47,7 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         files_dir = cfg.data_dir / "build-files"
         api_settings = ApiSettings(build_files_dir=files_dir, upload_secret=_secret(cfg))
         ctx = ApiContext(bus, engine, api_settings, KeyChecker(engine), wait_for=wait_for)
-        routes = await RouteTable.open(bus)
+        routes = await RouteTable.open(bus, via_node=ctx.settings.proxy_via_node)
         stack.push_async_callback(routes.close)
         app = create_app(ctx, routes.resolve)
         routes.on_gone.append(app.close_sandbox)

@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import uvicorn
+
 from aenv.roles.common import READY, RoleSettings, say
 from bus import Bus, BusSettings
 from bus.decisions import register_template
 from envd.version import ENVD_VERSION
 from workers.node.host import SandboxHost
 from workers.node.image import build_base
+from workers.node.proxy import listen, node_proxy
 from workers.node.runtime import Runtime
 from workers.node.settings import NodeSettings
 from workers.node.templates import TemplateCatalog, TemplateSpec
@@ -46,13 +49,26 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         repository = await _repository(cfg, node_cfg, stack)
         host = SandboxHost(runtime, catalog, capacity=node_cfg.capacity, repository=repository)
         stack.push_async_callback(host.close)
-        worker = NodeWorker(bus, host, node_cfg)
+        sock = listen(node_cfg.proxy_host, node_cfg.proxy_port)
+        proxy = uvicorn.Server(uvicorn.Config(
+            node_proxy(host), log_level="warning", lifespan="off", access_log=False,
+            timeout_keep_alive=75,
+        ))  # fmt: skip
+        proxy_task = asyncio.create_task(proxy.serve(sockets=[sock]))
+        stack.push_async_callback(_stop_server, proxy, proxy_task)
+        bound = f"{node_cfg.proxy_host}:{sock.getsockname()[1]}"
+        worker = NodeWorker(bus, host, node_cfg, node_proxy=node_cfg.proxy_advertise or bound)
         await worker.start()
         stack.push_async_callback(worker.stop)
-        say(f"node {node_cfg.node_id} serving")
+        say(f"node {node_cfg.node_id} serving (sandbox proxy on {bound})")
         say(READY)
         await stop.wait()
         say("node: draining in-flight work")
+
+
+async def _stop_server(server: uvicorn.Server, task: asyncio.Task[None]) -> None:
+    server.should_exit = True
+    await task
 
 
 async def _repository(

@@ -47,6 +47,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     data = tmp_path_factory.mktemp("aenv-e2e")
     env = {**os.environ, "AENV_SLOT_PREFIX": "aenve", "AENV_NODE_ID": "e2e",
            "AENV_TRACE_FILE": str(data / "traces.jsonl"),
+           # sandbox traffic takes the multi-host path: API proxy -> node proxy -> guest
+           "AENV_PROXY_VIA_NODE": "1",
            # small, so the pause/resume cycles of the e2e suite exercise chain compaction
            "AENV_MAX_LAYER_DEPTH": "3"}  # fmt: skip
     up = subprocess.run(

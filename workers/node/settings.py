@@ -23,6 +23,12 @@ class NodeSettings(BaseSettings):
     capacity: int = Field(default=32, ge=1)
     #: Network namespace/interface prefix; distinct per stack sharing a host.
     slot_prefix: str = Field(default="aenv", pattern=r"^[a-z]{1,8}$")
+    #: The node's sandbox proxy (for APIs on other hosts: `AENV_PROXY_VIA_NODE` there).
+    #: Port 0 picks a free one; `proxy_advertise` is the host:port others dial (default:
+    #: proxy_host and the bound port).
+    proxy_host: str = "127.0.0.1"
+    proxy_port: int = Field(default=0, ge=0, le=65535)
+    proxy_advertise: str | None = None
     #: Range the slots' host-side /30s come from (one per running sandbox); change it on
     #: hosts whose own networks overlap the default (the pool refuses to start over a route).
     slot_cidr: str = "10.213.0.0/16"

@@ -63,8 +63,13 @@ def completion_id(request: sb.SandboxCommand, what: str) -> Any:
 
 
 class NodeWorker:
-    def __init__(self, bus: Bus, host: SandboxHost, settings: NodeSettings) -> None:
+    def __init__(
+        self, bus: Bus, host: SandboxHost, settings: NodeSettings, *,
+        node_proxy: str | None = None,
+    ) -> None:  # fmt: skip
         self.bus = bus
+        #: host:port of this node's sandbox proxy, published in every route
+        self.node_proxy = node_proxy
         self.host = host
         self.settings = settings
         self.node_id = settings.node_id
@@ -155,7 +160,8 @@ class NodeWorker:
         request after the API's answer finds it."""
         address = self.host.upstream(sandbox_id)
         if self.routes is not None and address is not None:
-            await self.routes.put(sandbox_id, Route(node_id=self.node_id, address=address))
+            route = Route(node_id=self.node_id, address=address, node_proxy=self.node_proxy)
+            await self.routes.put(sandbox_id, route)
 
     def _route_gone(self, sandbox_id: str) -> None:
         """Host hook (kill, pause, close): the route goes; handlers await it before they
