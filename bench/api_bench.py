@@ -42,10 +42,10 @@ def api_creates(n: int, data: Path) -> dict[str, Any]:
     os.environ.update({k: info[k] for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")})
     from e2b import Sandbox
 
-    create, first_cmd, kill = [], [], []
+    create, first_cmd, kill, pause, resume, snapshot = [], [], [], [], [], []
     try:
         Sandbox.create().kill()  # warm-up: connections, template page cache
-        for _ in range(n):
+        for i in range(n):
             t0 = time.monotonic()
             sbx = Sandbox.create()
             create.append(time.monotonic() - t0)
@@ -53,15 +53,27 @@ def api_creates(n: int, data: Path) -> dict[str, Any]:
             sbx.commands.run("true")
             first_cmd.append(time.monotonic() - t0)
             t0 = time.monotonic()
+            sbx.pause()
+            pause.append(time.monotonic() - t0)
+            t0 = time.monotonic()
+            sbx = Sandbox.connect(sbx.sandbox_id)  # resume: answers once envd is ready
+            resume.append(time.monotonic() - t0)
+            if i < max(3, n // 4):  # persistent snapshots: fewer (each keeps a template)
+                t0 = time.monotonic()
+                sbx.create_snapshot(name=f"bench-{i}")
+                snapshot.append(time.monotonic() - t0)
+                Sandbox.delete_snapshot(f"bench-{i}")
+            t0 = time.monotonic()
             sbx.kill()
             kill.append(time.monotonic() - t0)
     finally:
         subprocess.run([sys.executable, "-m", "aenv.cli", "down", "--data-dir", str(data)],
                        capture_output=True, timeout=120)  # fmt: skip
-    return {"create": create, "first_command": first_cmd, "kill": kill}
+    return {"create": create, "first_command": first_cmd, "kill": kill, "pause": pause,
+            "resume": resume, "snapshot": snapshot}  # fmt: skip
 
 
-async def raw_restores(n: int, state: Path) -> tuple[list[float], list[float], str]:
+async def raw_restores(n: int, state: Path) -> dict[str, Any]:
     from workers.node.image import build_base, kernel_cmdline
     from workers.node.runtime import Runtime, init_envd
 
@@ -69,6 +81,8 @@ async def raw_restores(n: int, state: Path) -> tuple[list[float], list[float], s
     rt = await Runtime.open(state, kernel_for_probe=image.kernel, slot_prefix="aenvr")
     same: list[float] = []
     bare: list[float] = []
+    pause: list[float] = []
+    resume: list[float] = []
     try:
         vm = await rt.boot(kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
                            cmdline=kernel_cmdline(image))  # fmt: skip
@@ -82,13 +96,21 @@ async def raw_restores(n: int, state: Path) -> tuple[list[float], list[float], s
             # made off the create path, renamed into place), device state, run, envd /init.
             vm, timing = await rt.restore(snap, private_memory=False)
             same.append(timing.envd)
+            # pause and resume as the node does them: capture + release, then adopt the RAM
+            t0 = time.monotonic()
+            paused = await rt.capture(vm, resume=False, detach=True)
+            pause.append(time.monotonic() - t0)
+            vm, timing = await rt.restore(paused, private_memory=False, adopt_memory=True)
+            resume.append(timing.envd)
             await rt.destroy(vm)
+            rt.delete_snapshot(paused)
             # The bare primitive: RAM mapped copy-on-write from the capture (no file at all).
             vm, timing = await rt.restore(snap, private_memory=True)
             bare.append(timing.envd)
             await rt.destroy(vm)
             await asyncio.sleep(0.5)  # what a create's neighbours in the API run leave
-        return same[1:], bare[1:], rt.accel.accel
+        return {"same": same[1:], "bare": bare[1:], "pause": pause[1:], "resume": resume[1:],
+                "accel": rt.accel.accel}  # fmt: skip
     finally:
         await rt.close()
 
@@ -100,18 +122,25 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="aenv-apibench-", dir="/var/tmp"))
     try:
         api = api_creates(args.n, tmp / "stack")
-        raw, bare, accel = asyncio.run(raw_restores(args.n, tmp / "raw"))
+        raw = asyncio.run(raw_restores(args.n, tmp / "raw"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    create, restore = summary(api["create"]), summary(raw)
+    create, restore = summary(api["create"]), summary(raw["same"])
+    resume, raw_resume = summary(api["resume"]), summary(raw["resume"])
     emit("api", {
-        "accelerator": accel,
+        "accelerator": raw["accel"],
         "create_to_envd_ready": create,
         "raw_restore_to_envd_ready": restore,
         "control_plane_overhead_ms_p50": round(create["p50"] - restore["p50"], 3),
-        "bare_cow_restore_to_envd_ready": summary(bare),
+        "bare_cow_restore_to_envd_ready": summary(raw["bare"]),
         "first_command_through_proxy": summary(api["first_command"]),
         "kill": summary(api["kill"]),
+        "pause_via_sdk": summary(api["pause"]),
+        "raw_pause_capture_and_release": summary(raw["pause"]),
+        "resume_via_sdk_to_envd_ready": resume,
+        "raw_resume_to_envd_ready": raw_resume,
+        "resume_overhead_ms_p50": round(resume["p50"] - raw_resume["p50"], 3),
+        "persistent_snapshot_via_sdk": summary(api["snapshot"]),
     })  # fmt: skip
 
 
