@@ -110,9 +110,10 @@ class RouteTable:
             return  # someone else is resuming it; the route appears when they are done
         event, _ = await send_and_wait(
             self.bus, sb.ResumeSandbox(sandbox_id=state.sandbox_id), node_id=state.node_id,
-            until=(sb.SandboxResumed,), timeout=self.resume_timeout_s, actor="auto-resume",
+            until=(sb.SandboxResumed, sb.SandboxResumeFailed), timeout=self.resume_timeout_s,
+            actor="auto-resume",
         )  # fmt: skip
-        if isinstance(event, sb.SandboxFailed):
+        if isinstance(event, sb.SandboxFailed | sb.SandboxResumeFailed):
             raise ApiError(502, f"sandbox {state.sandbox_id} could not resume: {event.reason}")
 
     async def _follow(self) -> None:

@@ -264,9 +264,12 @@ async def _resume(
         return state
     event, _ = await send_and_wait(
         ctx.bus, sb.ResumeSandbox(sandbox_id=state.sandbox_id, timeout_s=timeout),
-        node_id=state.node_id, until=(sb.SandboxResumed,),
+        node_id=state.node_id, until=(sb.SandboxResumed, sb.SandboxResumeFailed),
         timeout=ctx.settings.command_timeout_s, actor=caller.key_id,
     )  # fmt: skip
+    if isinstance(event, sb.SandboxResumeFailed):
+        raise ApiError(500, f"sandbox {state.sandbox_id} could not be resumed and stays "
+                            f"paused (try again later): {event.reason}")  # fmt: skip
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"sandbox {state.sandbox_id} failed to resume: {event.reason}")
     await _settle(ctx, state.sandbox_id)

@@ -8,6 +8,7 @@ as the writer saw it, so two writers deciding on the same version cannot both su
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 from uuid import UUID
@@ -45,6 +46,8 @@ _WRONG_LAST_SEQUENCE = (10071, 10164)  # JSStreamWrongLastSequence(Constant)Err
 #: Publish attempts before giving up on acks that time out. Retrying is safe: the message id
 #: is the same, so if an earlier attempt was stored, the next ack says `duplicate`.
 _PUBLISH_ATTEMPTS = 3
+#: Aggregates whose folded state a process keeps (LRU).
+STATE_CACHE_SIZE = 4096
 
 
 class EventStore(Generic[S]):
@@ -67,6 +70,9 @@ class EventStore(Generic[S]):
         self._stream = self._names.event_stream
         self._kind = kind
         self._evolve = evolve
+        #: folded states by aggregate (states are frozen: sharing them is safe); a load
+        #: then costs one round trip when nothing changed, plus one per newer event
+        self._states: OrderedDict[str, tuple[S | None, Version]] = OrderedDict()
 
     @classmethod
     def sandboxes(
@@ -229,10 +235,27 @@ class EventStore(Generic[S]):
         return None
 
     async def load(self, aggregate_id: str) -> tuple[S | None, Version]:
-        """The aggregate's state (None if it never existed) and its version, for `decide`."""
+        """The aggregate's state (None if it never existed) and its version, for `decide`.
+
+        Folded incrementally from this process's last fold of it: events are immutable, so
+        only those after the cached version are read (the last-message check also notices
+        a stream that was recreated, and then folds from scratch)."""
+        cached = self._states.get(aggregate_id)
         state: S | None = None
         version = NEW
-        for rec in await self.read(aggregate_id):
+        if cached is not None:
+            last = await self.version(aggregate_id)
+            if last == cached[1]:
+                self._states.move_to_end(aggregate_id)
+                return cached
+            if last.seq > cached[1].seq and last.revision > cached[1].revision:
+                state, version = cached
+        for rec in await self.read(aggregate_id, after_seq=version.seq):
             state = self._evolve(state, rec.event)
             version = Version(rec.envelope.aggregate_version, rec.seq)
+        if version != NEW:
+            self._states[aggregate_id] = (state, version)
+            self._states.move_to_end(aggregate_id)
+            while len(self._states) > STATE_CACHE_SIZE:
+                self._states.popitem(last=False)
         return state, version

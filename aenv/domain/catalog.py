@@ -36,7 +36,7 @@ COMMAND_TYPES: dict[str, type[Command]] = _by_name(
 EVENT_TYPES: dict[str, type[Event]] = _by_name(
     se.SandboxRequested, se.SandboxCreated, se.SandboxFailed,
     se.SandboxPauseRequested, se.SandboxPaused,
-    se.SandboxResumeRequested, se.SandboxResumed,
+    se.SandboxResumeRequested, se.SandboxResumed, se.SandboxResumeFailed,
     se.SandboxKillRequested, se.SandboxKilled, se.SandboxTimeoutSet,
     se.SandboxForkRequested, se.SandboxForked,
     se.SnapshotRequested, se.SnapshotTaken, se.SnapshotFailed, se.SnapshotUploaded,

@@ -159,6 +159,7 @@ def test_s3_outage_pause_succeeds_and_upload_retries(stack: Stack) -> None:
         assert back.files.read("/home/user/outage.txt") == "paused while S3 was down"
         back.files.write("/home/user/outage2.txt", "second pause")
         assert back.pause()
+        _resume_without_capture_fails_cleanly(stack)
         subprocess.run(["iptables", "-D", *rule], check=True)
         blocked = False
         snap = eventually_sync(lambda: _uploaded(stack, sbx.sandbox_id), timeout=90, interval=1)
@@ -167,3 +168,26 @@ def test_s3_outage_pause_succeeds_and_upload_retries(stack: Stack) -> None:
         if blocked:
             subprocess.run(["iptables", "-D", *rule], check=False)
         Sandbox.kill(sbx.sandbox_id)
+
+
+def _resume_without_capture_fails_cleanly(stack: Stack) -> None:
+    """(S3 is down.) A paused sandbox whose local capture is gone cannot be fetched either:
+    its resume fails with a clear error, no VM is half-restored, and it stays paused."""
+    import json
+    import shutil
+
+    from e2b.exceptions import SandboxException
+
+    lost = Sandbox.create(timeout=300)
+    try:
+        assert lost.pause()
+        snaps = stack.data_dir / "node" / "snapshots"
+        (capture,) = [d for d in snaps.iterdir() if d.name.startswith(f"{lost.sandbox_id}-p")]
+        layer = json.loads((capture / "manifest.json").read_text())["disk_top"]
+        shutil.rmtree(capture)
+        Path(layer).unlink()
+        with pytest.raises(SandboxException, match="stays paused"):
+            Sandbox.connect(lost.sandbox_id, timeout=300)
+        assert Sandbox.get_info(lost.sandbox_id).state == SandboxState.PAUSED
+    finally:
+        Sandbox.kill(lost.sandbox_id)

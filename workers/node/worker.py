@@ -44,6 +44,9 @@ HEARTBEAT_S = 5.0
 #: Upload retries: 2 s, 6 s, 18 s, ... capped at 5 min, until the capture is durable or moot.
 UPLOAD_RETRY_FIRST_S = 2.0
 UPLOAD_RETRY_MAX_S = 300.0
+#: A pause's upload starts this long after it answered: an agent that resumes within it (a
+#: short wait on the model) costs the node no upload at all.
+PAUSE_UPLOAD_DELAY_S = 2.0
 
 
 def egress_of(net: sb.NetworkPolicy, enabled: bool) -> EgressPolicy:
@@ -311,6 +314,7 @@ class NodeWorker:
         state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
         if state is None or state.status is not S.RESUMING:
             return
+        self._cancel_upload(f"upload:{cmd.sandbox_id}")
         error = None
         async with self.host.lock(cmd.sandbox_id):
             try:
@@ -393,6 +397,7 @@ class NodeWorker:
         self, cmd: sb.KillSandbox, ctx: MessageContext, *, error: str | None = None
     ) -> None:
         await apply(self.bus.sandboxes, cmd, ctx)
+        self._cancel_upload(f"upload:{cmd.sandbox_id}")
         async with self.host.lock(cmd.sandbox_id):
             await self.host.kill(cmd.sandbox_id)
             self.journal.remove(cmd.sandbox_id)
@@ -419,7 +424,8 @@ class NodeWorker:
                                        size_bytes=size)  # fmt: skip
                 await apply(self.bus.sandboxes, done, MessageContext())
 
-        self._retry_soon(f"upload:{sandbox_id}", snap.snapshot_id, attempt, moot)
+        self._retry_soon(f"upload:{sandbox_id}", snap.snapshot_id, attempt, moot,
+                         first_delay=PAUSE_UPLOAD_DELAY_S)  # fmt: skip
 
     def _upload_template_soon(self, name: str, snap: Snapshot) -> None:
         """A persistent snapshot goes to the repository too: the template outlives this
@@ -437,14 +443,14 @@ class NodeWorker:
 
     def _retry_soon(
         self, label: str, what: str, attempt: Callable[[], Awaitable[None]],
-        moot: Callable[[], bool],
+        moot: Callable[[], bool], *, first_delay: float = 0.0,
     ) -> None:  # fmt: skip
         """Run `attempt` in the background, retried with capped backoff (S3 down: the pause
         or snapshot stands, it is just not durable yet) until it succeeds or is `moot`.
         Blobs already up are skipped on the next try (content-addressed)."""
 
         async def run() -> None:
-            delay = 0.0
+            delay = first_delay
             while True:
                 await asyncio.sleep(delay)
                 if moot():
@@ -456,9 +462,17 @@ class NodeWorker:
                     delay = min(max(UPLOAD_RETRY_FIRST_S, delay * 3), UPLOAD_RETRY_MAX_S)
                     log.warning("upload of %s failed (retry in %.0fs): %s", what, delay, e)
 
+        self._cancel_upload(label)  # a newer capture of the same thing supersedes it
         task = asyncio.create_task(run(), name=label)
         self._uploads.add(task)
         task.add_done_callback(self._uploads.discard)
+
+    def _cancel_upload(self, label: str) -> None:
+        """Stop an upload that became moot mid-way (its sandbox resumed or was killed): it
+        would only spend CPU a restore needs, reading a RAM file the VM now writes to."""
+        for task in self._uploads:
+            if task.get_name() == label and not task.done():
+                task.cancel()
 
     def _collect_soon(self) -> None:
         """Layer GC off the command path; at most one run at a time (the host's lock)."""

@@ -40,6 +40,7 @@ from aenv.domain.sandbox.events import (
     SandboxPauseRequested,
     SandboxRequested,
     SandboxResumed,
+    SandboxResumeFailed,
     SandboxResumeRequested,
     SandboxTimeoutSet,
     SnapshotFailed,
@@ -306,8 +307,8 @@ def _complete_resume(state: State, c: CompleteResume) -> list[SandboxEvent]:
     s = _awaiting(state, S.RESUMING)
     if s is None:
         return []
-    if c.error is not None:
-        return _failed(s, c, "resume", c.error)
+    if c.error is not None:  # the capture is untouched: still paused, resumable later
+        return [SandboxResumeFailed(sandbox_id=s.sandbox_id, at=c.at, reason=c.error)]
     # A sandbox paused by its own expiry has nothing left: it gets its last full timeout.
     ttl = s.remaining_s if s.remaining_s else float(s.timeout_s)
     return [

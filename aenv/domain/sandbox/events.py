@@ -27,6 +27,7 @@ __all__ = [
     "SandboxPauseRequested",
     "SandboxPaused",
     "SandboxRequested",
+    "SandboxResumeFailed",
     "SandboxResumeRequested",
     "SandboxResumed",
     "SandboxTimeoutSet",
@@ -101,6 +102,13 @@ class SandboxResumeRequested(SandboxEvent):
 class SandboxResumed(SandboxEvent):
     node_id: str
     end_at: AwareDatetime
+
+
+class SandboxResumeFailed(SandboxEvent):
+    """A resume did not happen (e.g. its capture could not be fetched while S3 was down):
+    nothing was half-restored, the sandbox stays paused and may be resumed again."""
+
+    reason: str
 
 
 class SandboxKillRequested(SandboxEvent):

@@ -21,6 +21,7 @@ from aenv.domain.sandbox.events import (
     SandboxPauseRequested,
     SandboxRequested,
     SandboxResumed,
+    SandboxResumeFailed,
     SandboxResumeRequested,
     SandboxTimeoutSet,
     SnapshotFailed,
@@ -75,6 +76,8 @@ def evolve(state: State, event: Event) -> State:
             u = {"status": S.RESUMING}
             if event.timeout_s is not None:
                 u |= {"remaining_s": float(event.timeout_s), "timeout_s": event.timeout_s}
+        case SandboxResumeFailed():
+            u = {"status": S.PAUSED}
         case SandboxResumed():
             u = {
                 "status": S.RUNNING,

@@ -129,3 +129,28 @@ async def test_load_is_fast_enough(bus: Bus) -> None:
     elapsed = loop.time() - t
     assert loaded == state and lv == v
     assert elapsed < 0.5, elapsed
+
+
+async def test_load_folds_on_from_its_cache_and_sees_other_writers(bus: Bus) -> None:
+    """A process's second load reads only what is new since its last fold — including what
+    another process (here: another store on its own connection) appended meanwhile."""
+    from bus import BusSettings
+
+    sid = new_sandbox_id()
+    store = bus.sandboxes
+    state, v = await store.load(sid)
+    v = await store.append(sid, v, sb.decide(state, create(sid)))
+    cached, _ = await store.load(sid)
+    assert cached is not None and cached.status is sb.SandboxStatus.CREATING
+    other = await Bus.connect(BusSettings(nats_url=bus.settings.nats_url,
+                                          bus_prefix=bus.settings.bus_prefix))  # fmt: skip
+    try:
+        s2, v2 = await other.sandboxes.load(sid)
+        done = sb.CompleteCreate(sandbox_id=sid, node_id="n9", at=T0 + timedelta(seconds=1))
+        await other.sandboxes.append(sid, v2, sb.decide(s2, done))
+    finally:
+        await other.close()
+    state, v3 = await store.load(sid)
+    assert state is not None and state.status is sb.SandboxStatus.RUNNING
+    assert state.node_id == "n9" and v3.revision == 2
+    assert (await store.load(sid)) == (state, v3)  # unchanged: the cached fold, as is
