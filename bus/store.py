@@ -140,6 +140,13 @@ class EventStore(Generic[S]):
             with publish_span(subject, str(event_id), hdrs):
                 ack = await self._publish(subject, data, hdrs, version.seq)
             version = Version(version.revision + 1, ack.seq)
+        cached = self._states.get(aggregate_id)
+        if expected == NEW or (cached is not None and cached[1] == expected):
+            # what we just wrote extends what we knew: the next load needs no reads
+            state = None if expected == NEW else cached[0]  # type: ignore[index]
+            for event in new_events:
+                state = self._evolve(state, event)
+            self._remember(aggregate_id, state, version)
         return version
 
     async def _publish(self, subject: str, data: bytes, hdrs: dict[str, str], seq: int) -> PubAck:
@@ -254,8 +261,11 @@ class EventStore(Generic[S]):
             state = self._evolve(state, rec.event)
             version = Version(rec.envelope.aggregate_version, rec.seq)
         if version != NEW:
-            self._states[aggregate_id] = (state, version)
-            self._states.move_to_end(aggregate_id)
-            while len(self._states) > STATE_CACHE_SIZE:
-                self._states.popitem(last=False)
+            self._remember(aggregate_id, state, version)
         return state, version
+
+    def _remember(self, aggregate_id: str, state: S | None, version: Version) -> None:
+        self._states[aggregate_id] = (state, version)
+        self._states.move_to_end(aggregate_id)
+        while len(self._states) > STATE_CACHE_SIZE:
+            self._states.popitem(last=False)
