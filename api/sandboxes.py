@@ -273,9 +273,10 @@ async def _resume(
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"sandbox {state.sandbox_id} failed to resume: {event.reason}")
     await _settle(ctx, state.sandbox_id)
-    resumed, _ = await ctx.bus.sandboxes.load(state.sandbox_id)
-    assert resumed is not None
-    return resumed
+    assert isinstance(event, sb.SandboxResumed)
+    # what the answer needs changed only by this event: no reload on the response path
+    return state.model_copy(update={"status": sb.SandboxStatus.RUNNING,
+                                    "node_id": event.node_id, "end_at": event.end_at})
 
 
 @post("/sandboxes/{sandbox_id:str}/resume", status_code=201)

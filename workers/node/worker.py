@@ -47,6 +47,8 @@ UPLOAD_RETRY_MAX_S = 300.0
 #: A pause's upload starts this long after it answered: an agent that resumes within it (a
 #: short wait on the model) costs the node no upload at all.
 PAUSE_UPLOAD_DELAY_S = 2.0
+#: Layer GC runs this long after the kill/resume/delete that asked for it.
+GC_DELAY_S = 3.0
 
 
 def egress_of(net: sb.NetworkPolicy, enabled: bool) -> EgressPolicy:
@@ -475,11 +477,14 @@ class NodeWorker:
                 task.cancel()
 
     def _collect_soon(self) -> None:
-        """Layer GC off the command path; at most one run at a time (the host's lock)."""
+        """Layer GC off the command path, a few seconds later (it reads every chain with
+        qemu-img: CPU the next create or resume should not share); many kills and resumes
+        in a row coalesce into one run."""
         if self._gc is None or self._gc.done():
             self._gc = asyncio.create_task(self._collect())
 
     async def _collect(self) -> None:
+        await asyncio.sleep(GC_DELAY_S)
         try:
             freed = await self.host.collect_garbage()
             if freed:

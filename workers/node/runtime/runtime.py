@@ -96,6 +96,7 @@ class Runtime:
         self.vms: dict[str, Vm] = {}
         self.ram_pool = RamPool(state_dir / "ram-pool")
         self._releasing: dict[str, asyncio.Task[None]] = {}
+        self._teardowns: set[asyncio.Task[None]] = set()
         self.uplink: Uplink | None = None
 
     @classmethod
@@ -128,6 +129,8 @@ class Runtime:
         """Destroy every VM this runtime started and every pooled slot."""
         if self._releasing:
             await asyncio.wait(set(self._releasing.values()))
+        if self._teardowns:
+            await asyncio.wait(set(self._teardowns))
         await asyncio.gather(*(self.destroy(vm) for vm in list(self.vms.values())))
         await self.ram_pool.close()
         await self.pool.close()
@@ -276,11 +279,22 @@ class Runtime:
         """End a captured VM's QEMU. SIGKILL, not `quit`: the migration to the state file
         completed, which stopped the guest and flushed and released its disks, and its RAM
         is a shared file mapping (the kernel keeps every written page). A graceful quit
-        only adds tens of milliseconds that a quick resume would wait for."""
+        only adds tens of milliseconds that a quick resume would wait for — as would the
+        network slot's teardown, which therefore goes on after this returns."""
         try:
             await vm.qemu.kill()
         finally:
-            await self.destroy(vm)
+            # The sandbox's resume reuses its id (and so its directory): make both ours
+            # before returning, then tear down the rest in the background.
+            if self.vms.get(vm.vm_id) is vm:
+                del self.vms[vm.vm_id]
+            with contextlib.suppress(OSError):
+                gone = vm.dir.with_name(f"{vm.dir.name}.gone-{uuid.uuid4().hex[:8]}")
+                vm.dir.rename(gone)
+                vm.dir = gone
+            task = asyncio.create_task(self.destroy(vm), name=f"teardown:{vm.vm_id}")
+            self._teardowns.add(task)
+            task.add_done_callback(self._teardowns.discard)
 
     # ---- restore -----------------------------------------------------------------------
     async def restore(
@@ -425,7 +439,8 @@ class Runtime:
     # ---- teardown ----------------------------------------------------------------------
     async def destroy(self, vm: Vm) -> None:
         """Kill the VM and free its slot, directory and unfrozen layers. Idempotent."""
-        self.vms.pop(vm.vm_id, None)
+        if self.vms.get(vm.vm_id) is vm:  # not a newer VM that reuses the id (a resume)
+            del self.vms[vm.vm_id]
         await vm.qemu.kill()
         if vm.slot.lock_fd is not None:
             await self.pool.release(vm.slot)
