@@ -1,6 +1,7 @@
 """Control-plane benchmark: E2B `Sandbox.create()` → envd ready, through a real `aenv up`
 stack, next to the raw runtime restore (QEMU restore + envd /init, no API, no bus) measured
-in the same run on the same host. The difference is what the control plane adds.
+in the same run on the same host, while the stack is up and idle. The difference is what
+the control plane adds.
 
 Run as root: `python -m bench.api_bench [--n 20]`.
 """
@@ -29,7 +30,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def api_creates(n: int, data: Path) -> dict[str, Any]:
+def api_creates(n: int, data: Path, raw_state: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The API loop, and the raw restores measured while the same stack is up and idle (so
+    both see the same host: its NATS, Postgres and role processes included)."""
     port = _free_port()
     env = {**os.environ, "AENV_SLOT_PREFIX": "aenva", "AENV_NODE_ID": "bench"}
     up = subprocess.run(
@@ -40,12 +43,29 @@ def api_creates(n: int, data: Path) -> dict[str, Any]:
         raise SystemExit(f"aenv up failed: {up.stderr[-2000:]}")
     info = json.loads((data / "stack.json").read_text())
     os.environ.update({k: info[k] for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")})
+    try:
+        raw = asyncio.run(raw_restores(n, raw_state))
+    except BaseException:
+        subprocess.run([sys.executable, "-m", "aenv.cli", "down", "--data-dir", str(data)],
+                       capture_output=True, timeout=120)  # fmt: skip
+        raise
+    import httpx
     from e2b import Sandbox
 
     create, first_cmd, kill, pause, resume, snapshot = [], [], [], [], [], []
+    http_create: list[float] = []
+    http = httpx.Client(base_url=info["E2B_API_URL"], headers={"X-API-KEY": info["E2B_API_KEY"]},
+                        timeout=120)  # fmt: skip
     try:
         Sandbox.create().kill()  # warm-up: connections, template page cache
         for i in range(n):
+            # the control plane alone: one keep-alive HTTP client, no SDK objects to build
+            t0 = time.monotonic()
+            r = http.post("/sandboxes", json={"templateID": "base"})
+            http_create.append(time.monotonic() - t0)
+            r.raise_for_status()
+            http.delete(f"/sandboxes/{r.json()['sandboxID']}")
+            time.sleep(0.3)
             t0 = time.monotonic()
             sbx = Sandbox.create()
             create.append(time.monotonic() - t0)
@@ -67,10 +87,12 @@ def api_creates(n: int, data: Path) -> dict[str, Any]:
             sbx.kill()
             kill.append(time.monotonic() - t0)
     finally:
+        http.close()
         subprocess.run([sys.executable, "-m", "aenv.cli", "down", "--data-dir", str(data)],
                        capture_output=True, timeout=120)  # fmt: skip
-    return {"create": create, "first_command": first_cmd, "kill": kill, "pause": pause,
-            "resume": resume, "snapshot": snapshot}  # fmt: skip
+    api = {"create": create, "first_command": first_cmd, "kill": kill, "pause": pause,
+           "resume": resume, "snapshot": snapshot, "http_create": http_create}  # fmt: skip
+    return api, raw
 
 
 async def raw_restores(n: int, state: Path) -> dict[str, Any]:
@@ -121,8 +143,7 @@ def main() -> None:
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="aenv-apibench-", dir="/var/tmp"))
     try:
-        api = api_creates(args.n, tmp / "stack")
-        raw = asyncio.run(raw_restores(args.n, tmp / "raw"))
+        api, raw = api_creates(args.n, tmp / "stack", tmp / "raw")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     create, restore = summary(api["create"]), summary(raw["same"])
@@ -132,6 +153,9 @@ def main() -> None:
         "create_to_envd_ready": create,
         "raw_restore_to_envd_ready": restore,
         "control_plane_overhead_ms_p50": round(create["p50"] - restore["p50"], 3),
+        "create_via_http_to_envd_ready": summary(api["http_create"]),
+        "control_plane_overhead_http_ms_p50": round(
+            summary(api["http_create"])["p50"] - restore["p50"], 3),
         "bare_cow_restore_to_envd_ready": summary(raw["bare"]),
         "first_command_through_proxy": summary(api["first_command"]),
         "kill": summary(api["kill"]),
