@@ -55,6 +55,9 @@ class ApiContext:
     metrics: Metrics = field(default_factory=lambda: Metrics())
     #: Read-your-writes: returns once the sandboxes projection has folded stream seq `n`.
     wait_for: WaitFor = _no_wait
+    #: The same for the templates projection (a deleted template or snapshot must be gone
+    #: from listings once the DELETE answered).
+    wait_for_templates: WaitFor = _no_wait
     #: Highest event sequence this process wrote or waited for: reads wait for the read
     #: model to reach it, so a GET after our own write sees it (and writes do not wait).
     fence: int = 0

@@ -383,7 +383,8 @@ async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> 
     cmd = tp.DeleteTemplate(template_id=template_id)
     events = tp.decide_template(state, cmd)
     if events:
-        await ctx.bus.templates.append(template_id, version, events)
+        version = await ctx.bus.templates.append(template_id, version, events)
+        await ctx.wait_for_templates(version.seq)  # read-your-writes for the listings
     ctx.forget(f"tpl:{template_id}")
     ctx.forget(f"tpl-node:{template_id}")
     if node is not None:  # the node frees the capture (no sandbox restores from it again)

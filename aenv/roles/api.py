@@ -44,9 +44,13 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         async def wait_for(seq: int) -> None:
             await sandboxes.wait_for(seq)
 
+        async def wait_for_templates(seq: int) -> None:
+            await projectors["templates"].wait_for(seq)
+
         files_dir = cfg.data_dir / "build-files"
         api_settings = ApiSettings(build_files_dir=files_dir, upload_secret=_secret(cfg))
-        ctx = ApiContext(bus, engine, api_settings, KeyChecker(engine), wait_for=wait_for)
+        ctx = ApiContext(bus, engine, api_settings, KeyChecker(engine), wait_for=wait_for,
+                         wait_for_templates=wait_for_templates)  # fmt: skip
         routes = await RouteTable.open(bus, via_node=ctx.settings.proxy_via_node)
         stack.push_async_callback(routes.close)
         app = create_app(ctx, routes.resolve)
