@@ -50,6 +50,7 @@ class SlotPool:
         self._host_addrs: tuple[str, ...] = ()
         self._next = 0
         self._last_acquire = 0.0
+        self._batch: asyncio.Future[list[NetworkSlot | BaseException]] | None = None
 
     @property
     def cidr(self) -> str:
@@ -93,6 +94,11 @@ class SlotPool:
             self._filler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._filler
+        if self._batch is not None:
+            for slot in await self._batch:
+                if isinstance(slot, NetworkSlot):
+                    self._ready.put_nowait(slot)
+            self._batch = None
         while not self._ready.empty():
             await asyncio.to_thread(destroy_slot, self._ready.get_nowait())
 
@@ -100,10 +106,15 @@ class SlotPool:
         while True:
             while (missing := self._target - self._ready.qsize()) > 0:
                 # a few at a time: after a 16-way fork the pool must be whole again soon
-                batch = await asyncio.gather(
+                # shielded: a close() that cancels the filler mid-batch still gets (and
+                # destroys) the slots whose creation threads were already running
+                pending = asyncio.gather(
                     *(self._create_one() for _ in range(min(missing, FILL_PARALLEL))),
                     return_exceptions=True,
                 )
+                self._batch = pending
+                batch = await asyncio.shield(pending)
+                self._batch = None
                 for slot in batch:
                     if isinstance(slot, NetworkSlot):
                         self._ready.put_nowait(slot)
