@@ -172,13 +172,20 @@ class EventStore(Generic[S]):
     ) -> Version:
         """Append a `CommandRejected` at whatever version the aggregate is (it changes no
         state, so it never conflicts with a decision; only the position is raced)."""
+        return await self.append_at_end(aggregate_id, [rejection], context=context)
+
+    async def append_at_end(
+        self, aggregate_id: str, events: Sequence[Event], *, context: MessageContext
+    ) -> Version:
+        """Append events that decide nothing on the state (a rejection, a fact reported by a
+        worker) after whatever the aggregate holds now, retrying only the position race."""
         for _ in range(10):
             version = await self.version(aggregate_id)
             try:
-                return await self.append(aggregate_id, version, [rejection], context=context)
+                return await self.append(aggregate_id, version, events, context=context)
             except ConcurrencyError:
                 continue
-        raise PublishError(f"cannot append a rejection to {aggregate_id}: too much contention")
+        raise PublishError(f"cannot append to {aggregate_id}: too much contention")
 
     # -- read (no spans: reading history is not a hop of a request) -----------------------
     async def version(self, aggregate_id: str) -> Version:

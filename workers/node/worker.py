@@ -27,7 +27,6 @@ from aenv.domain import template as tp
 from aenv.domain.sandbox import SandboxStatus as S
 from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, RetryableError
 from bus.decisions import apply, register_template
-from bus.errors import ConcurrencyError
 from bus.routes import Route, RouteBook
 from envd.version import ENVD_VERSION
 from workers.node.host import GuestConfig, HostError, SandboxHost
@@ -247,13 +246,8 @@ class NodeWorker:
         )  # fmt: skip
         done = tp.TemplateImported(template_id=name, image_digest=image.digest,
                                    node_id=self.node_id, at=utcnow())  # fmt: skip
-        for _ in range(8):  # the answer the requester waits for: after the registration
-            version = await self.bus.templates.version(name)
-            try:
-                await self.bus.templates.append(name, version, [done], context=ctx)
-                return
-            except ConcurrencyError:
-                continue
+        # the answer the requester waits for: after the registration
+        await self.bus.templates.append_at_end(name, [done], context=ctx)
 
     async def _create(self, cmd: sb.CreateSandbox, ctx: MessageContext) -> None:
         if self.host.free <= 0 and cmd.sandbox_id not in self.host.sandboxes:
