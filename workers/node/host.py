@@ -181,17 +181,10 @@ class SandboxHost:
                     return await self.templates.get(name)  # another create pulled it
                 except TemplateNotLocal:
                     pass
-                try:
-                    local = await self.repository.download(gone.key, gone.directory,
-                                                           gone.base_image)  # fmt: skip
-                except Exception as e:
-                    log.exception("pulling template %s failed", name)
-                    raise HostError(f"template {name!r} could not be fetched: {e}") from e
-                snap = Snapshot.read(local.dir)
+                snap = await self._fetch(gone.key, gone.directory, gone.base_image,
+                                         f"template {name!r}")  # fmt: skip
                 self.templates.adopt(name, snap, self.templates.guest_token(name))
                 self.templates.mark_uploaded(name, snap)
-                log.info("pulled template %s from the repository (%d blobs, %d bytes)", name,
-                         local.blobs_fetched, local.bytes_fetched)  # fmt: skip
                 return snap
 
     async def upload_template(self, name: str, snap: Snapshot) -> bool:
@@ -199,11 +192,7 @@ class SandboxHost:
         has moved on to a newer capture (nothing left to do)."""
         if self.repository is None:
             return False
-        result = await self.repository.upload(
-            snap.dir, base_image_digest=snap.base_image.parent.name, snapshot_id=snap.snapshot_id
-        )
-        log.info("uploaded template %s (%s): %d blobs, %d bytes new", name, snap.snapshot_id,
-                 result.blobs_uploaded, result.bytes_uploaded)  # fmt: skip
+        await self._store(snap)
         return self.templates.mark_uploaded(name, snap)
 
     async def _pull(self, paused: PausedSandbox) -> PausedSandbox:
@@ -212,14 +201,9 @@ class SandboxHost:
         snap = paused.snapshot
         if self.repository is None:
             raise HostError(f"the capture of {paused.sandbox_id} is gone and no repository is set")
-        try:
-            local = await self.repository.download(snap.snapshot_id, snap.dir, snap.base_image)
-        except Exception as e:
-            log.exception("pulling %s failed", snap.snapshot_id)
-            raise HostError(f"the capture of {paused.sandbox_id} could not be fetched: {e}") from e
-        log.info("pulled %s from the repository (%d blobs, %d bytes)", snap.snapshot_id,
-                 local.blobs_fetched, local.bytes_fetched)  # fmt: skip
-        pulled = dataclasses.replace(paused, snapshot=Snapshot.read(local.dir))
+        fetched = await self._fetch(snap.snapshot_id, snap.dir, snap.base_image,
+                                    f"the capture of {paused.sandbox_id}")  # fmt: skip
+        pulled = dataclasses.replace(paused, snapshot=fetched)
         self.paused[paused.sandbox_id] = pulled
         return pulled
 
@@ -228,12 +212,31 @@ class SandboxHost:
         if self.repository is None:
             return None
         await self.runtime.settled(snap.snapshot_id)
+        await self._store(snap)
+        return sum(allocated_bytes(p) for p in (snap.mem, snap.state, snap.disk_top))
+
+    async def _store(self, snap: Snapshot) -> None:
+        """One capture into the repository, under its own snapshot id (content-addressed:
+        blobs already there are not sent again)."""
+        assert self.repository is not None
         result = await self.repository.upload(
             snap.dir, base_image_digest=snap.base_image.parent.name, snapshot_id=snap.snapshot_id
         )
         log.info("uploaded %s: %d blobs, %d bytes new", snap.snapshot_id,
                  result.blobs_uploaded, result.bytes_uploaded)  # fmt: skip
-        return sum(allocated_bytes(p) for p in (snap.mem, snap.state, snap.disk_top))
+
+    async def _fetch(self, key: str, directory: Path, base_image: Path, what: str) -> Snapshot:
+        """Rebuild a capture from the repository in `directory`; the download completes
+        before anything restores from it (never a half-restored VM)."""
+        assert self.repository is not None
+        try:
+            local = await self.repository.download(key, directory, base_image)
+        except Exception as e:
+            log.exception("pulling %s failed", key)
+            raise HostError(f"{what} could not be fetched: {e}") from e
+        log.info("pulled %s from the repository (%d blobs, %d bytes)", key,
+                 local.blobs_fetched, local.bytes_fetched)  # fmt: skip
+        return Snapshot.read(local.dir)
 
     def adopt_paused(
         self, sandbox_id: str, template_id: str, snapshot_dir: Path, guest: GuestConfig

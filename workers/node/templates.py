@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from workers.node.image import GuestImage, build_base, kernel_cmdline
 from workers.node.runtime import Runtime, Snapshot, init_envd
@@ -89,15 +90,19 @@ class TemplateCatalog:
     def mark_uploaded(self, name: str, snap: Snapshot) -> bool:
         """The repository holds `snap` as `name`'s capture: should this disk lose it, it is
         pulled back. False if `name` moved on to another capture meanwhile."""
-        record = self._records / f"{_safe(name)}.json"
-        try:
-            doc = json.loads(record.read_text())
-        except (OSError, ValueError):
-            return False
-        if doc.get("snapshot") != str(snap.dir):
+        doc = self._read_record(name)
+        if doc is None or doc.get("snapshot") != str(snap.dir):
             return False
         self._write_record(name, {**doc, "uploaded": snap.snapshot_id})
         return True
+
+    def _read_record(self, name: str) -> dict[str, Any] | None:
+        """The on-disk record of snapshot template `name`, or None (none, or unreadable)."""
+        try:
+            doc: dict[str, Any] = json.loads((self._records / f"{_safe(name)}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return doc
 
     def _write_record(self, name: str, doc: dict[str, object]) -> None:
         record = self._records / f"{_safe(name)}.json"
@@ -140,11 +145,8 @@ class TemplateCatalog:
         short by a restart resumes from here)."""
         out = []
         for name, snap in self._ready.items():
-            try:
-                doc = json.loads((self._records / f"{_safe(name)}.json").read_text())
-            except (OSError, ValueError):
-                continue  # built templates have no record: they are rebuilt, not pulled
-            if not doc.get("uploaded"):
+            doc = self._read_record(name)  # built templates have none: rebuilt, not pulled
+            if doc is not None and not doc.get("uploaded"):
                 out.append((name, snap))
         return out
 
@@ -154,11 +156,8 @@ class TemplateCatalog:
         if snap is not None and all(p.exists() for p in (snap.dir / "manifest.json", snap.mem,
                                                           snap.state, snap.disk_top)):  # fmt: skip
             return None
-        try:
-            doc = json.loads((self._records / f"{_safe(name)}.json").read_text())
-        except (OSError, ValueError):
-            return None
-        if not doc.get("uploaded") or "base_image" not in doc:
+        doc = self._read_record(name)
+        if doc is None or not doc.get("uploaded") or "base_image" not in doc:
             return None
         return TemplateNotLocal(name, doc["uploaded"], Path(doc["snapshot"]),
                                 Path(doc["base_image"]))  # fmt: skip
