@@ -265,6 +265,9 @@ class Runtime:
             if detach:
                 task = asyncio.create_task(self._release(vm), name=f"release:{vm.vm_id}")
                 self._releasing[snapshot_id] = task
+                # once QEMU is gone nobody needs to wait: a snapshot never restored (its
+                # sandbox killed while paused) must not keep an entry for the node's life
+                task.add_done_callback(lambda _: self._releasing.pop(snapshot_id, None))
             else:
                 await self.destroy(vm)
         return snap
@@ -373,16 +376,7 @@ class Runtime:
             )  # fmt: skip
             t_envd = t_running
             if wait and run:
-                try:
-                    await self._race_exit(
-                        vm,
-                        wait_and_init(
-                            vm.host, init, token=init_token, timeout=RESTORE_ENVD_TIMEOUT
-                        ),
-                    )
-                except VmTimeout as e:
-                    tail = qemu.console_tail(1500).strip() or "(no console output)"
-                    raise VmTimeout(f"{e}; guest console: ...{tail[-1500:]}") from e
+                await self._init_envd(vm, init, init_token)
                 t_envd = time.monotonic() - t0
             stack.pop_all()
         self.vms[vm_id] = vm
@@ -422,9 +416,7 @@ class Runtime:
             try:
                 await child.qemu.cont()
                 if wait:
-                    await self._race_exit(
-                        child, wait_and_init(child.host, None, timeout=RESTORE_ENVD_TIMEOUT)
-                    )
+                    await self._init_envd(child, None, None)
             except BaseException:
                 await self.destroy(child)
                 raise
@@ -435,6 +427,18 @@ class Runtime:
         )
         it = iter(started)
         return snap, [c if isinstance(c, BaseException) else next(it) for c in children]
+
+    async def _init_envd(
+        self, vm: Vm, init: dict[str, object] | None, token: str | None
+    ) -> None:
+        """envd's /init as soon as it answers; a timeout says what the guest console said."""
+        try:
+            await self._race_exit(
+                vm, wait_and_init(vm.host, init, token=token, timeout=RESTORE_ENVD_TIMEOUT)
+            )
+        except VmTimeout as e:
+            tail = vm.qemu.console_tail(1500).strip() or "(no console output)"
+            raise VmTimeout(f"{e}; guest console: ...{tail[-1500:]}") from e
 
     # ---- teardown ----------------------------------------------------------------------
     async def destroy(self, vm: Vm) -> None:
