@@ -133,6 +133,9 @@ class RouteTable:
                 raise
             except Exception as e:
                 log.warning("route watch interrupted (%s); re-watching", e)
+                # the new watch replays what exists, not what was deleted meanwhile: start
+                # from empty (a lookup misses to the bucket until the replay arrives)
+                self.routes.clear()
                 await asyncio.sleep(0.5)
 
     def _gone(self, sandbox_id: str) -> None:
