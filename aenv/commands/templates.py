@@ -29,7 +29,7 @@ from aenv.commands._common import (
 from aenv.output import Format, emit
 
 if TYPE_CHECKING:
-    from aenv.build_client import BuildClient
+    from aenv.build_client import BuildClient, BuildResult
 
 __all__ = ["register"]
 
@@ -147,21 +147,17 @@ def build(
         if image is None and re.search(r"[:/@]", df.base):
             image = df.base  # a registry reference: the server says why it cannot pull it
         _progress(f"building {name} FROM {df.base} ({len(df.steps)} steps)")
-        result = client.build(
-            df,
-            name,
-            ctx_dir,
-            from_image=image,
-            cpu=cpu,
-            memory_mb=memory,
-            disk_mb=disk,
-            start_cmd=start_cmd,
-            ready_cmd=ready_cmd,
-            progress=_progress,
-        )
-        _progress(f"template {result.template_id} ready in {result.seconds:.1f}s")
-        print(result.template_id)
+        _ready(client.build(
+            df, name, ctx_dir, progress=_progress, from_image=image, cpu=cpu,
+            memory_mb=memory, disk_mb=disk, start_cmd=start_cmd, ready_cmd=ready_cmd,
+        ))  # fmt: skip
     client.close()
+
+
+def _ready(result: BuildResult) -> None:
+    """A finished build: its time on stderr, the template id alone on stdout (scripts)."""
+    _progress(f"template {result.template_id} ready in {result.seconds:.1f}s")
+    print(result.template_id)
 
 
 def pull(
@@ -190,20 +186,9 @@ def pull(
     client = _client(api_url, api_key, data_dir)
     with _Errors(f"pull {raw}"):
         _progress(f"importing {image.resolve()} as template {name}")
-        result = client.build(
-            Dockerfile(base=str(image.resolve())),
-            name,
-            Path.cwd(),
-            from_image=str(image.resolve()),
-            cpu=None,
-            memory_mb=None,
-            disk_mb=None,
-            start_cmd=None,
-            ready_cmd=None,
-            progress=_progress,
-        )
-        _progress(f"template {result.template_id} ready in {result.seconds:.1f}s")
-        print(result.template_id)
+        source = str(image.resolve())
+        _ready(client.build(Dockerfile(base=source), name, Path.cwd(), progress=_progress,
+                            from_image=source))  # fmt: skip
     client.close()
 
 
