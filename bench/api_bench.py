@@ -43,12 +43,6 @@ def api_creates(n: int, data: Path, raw_state: Path) -> tuple[dict[str, Any], di
         raise SystemExit(f"aenv up failed: {up.stderr[-2000:]}")
     info = json.loads((data / "stack.json").read_text())
     os.environ.update({k: info[k] for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")})
-    try:
-        raw = asyncio.run(raw_restores(n, raw_state))
-    except BaseException:
-        subprocess.run([sys.executable, "-m", "aenv.cli", "down", "--data-dir", str(data)],
-                       capture_output=True, timeout=120)  # fmt: skip
-        raise
     import httpx
     from e2b import Sandbox
 
@@ -57,6 +51,7 @@ def api_creates(n: int, data: Path, raw_state: Path) -> tuple[dict[str, Any], di
     http = httpx.Client(base_url=info["E2B_API_URL"], headers={"X-API-KEY": info["E2B_API_KEY"]},
                         timeout=120)  # fmt: skip
     try:
+        raw = asyncio.run(raw_restores(n, raw_state))
         Sandbox.create().kill()  # warm-up: connections, template page cache
         for i in range(n):
             # the control plane alone: one keep-alive HTTP client, no SDK objects to build
