@@ -173,5 +173,6 @@ async def handle_init(state: State, req: Request) -> None:
         state.set_default_user(body["defaultUser"])
     if isinstance(body.get("defaultWorkdir"), str) and body["defaultWorkdir"]:
         state.default_workdir = body["defaultWorkdir"]
+    await state.preload.wait()
     log.info("init", clock=clock, rng=rng, env_vars=len(env_vars or {}), token=token is not None)
     await req.respond(204, headers=[("Cache-Control", "no-store")])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from envd.preload import Preload
 from envd.users import User, lookup_or_current
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -18,6 +19,8 @@ class State:
     default_workdir: str | None = None
     access_token: str | None = None
     env_vars: dict[str, str] = field(default_factory=dict)
+    #: `/init` waits for it, so a template captured after its warm-up `/init` has them all.
+    preload: Preload = field(default_factory=Preload)
     _default_user: User | None = None
 
     @property

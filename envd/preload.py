@@ -1,0 +1,59 @@
+"""Import, after start-up, what envd imports lazily.
+
+envd starts lean (template builds wait on its first answer), so the token check (hmac, which
+drags in OpenSSL), signed URLs, uploads, PTYs and watchers import their modules on first use.
+But every sandbox is a restore of a template captured right after envd's warm-up `/init`: a
+module not imported by then is imported again in *every* sandbox, on its first request, under
+TCG — the first token check alone cost a resumed sandbox ~280 ms. So envd imports them in the
+background once it listens, and `/init` waits for that: the template capture then holds them.
+
+One module per event-loop turn, never a thread: envd stays single-threaded (PTY children are
+forked with a preexec hook).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+
+from envd import log
+
+MODULES = (
+    "hmac",
+    "hashlib",
+    "zlib",
+    "datetime",
+    "fcntl",
+    "struct",
+    "termios",
+    "pwd",
+    "grp",
+    "shutil",
+    "uuid",
+    "urllib.parse",
+    "envd.multipart",
+    "envd.inotify",
+)
+
+
+class Preload:
+    def __init__(self) -> None:
+        self._done = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="envd-preload")
+
+    async def _run(self) -> None:
+        for name in MODULES:
+            try:
+                importlib.import_module(name)
+            except ImportError as e:  # a guest without one of them: imported (and failing) on use
+                log.warn("preload failed", module=name, error=str(e))
+            await asyncio.sleep(0)
+        self._done.set()
+
+    async def wait(self) -> None:
+        """Returns once the modules are in; at once when preloading was never started."""
+        if self._task is not None:
+            await self._done.wait()
