@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.auth import KeyChecker
+from api.cache import LookupCache
 from api.metrics import Metrics
 from bus import Bus
 
@@ -62,22 +62,14 @@ class ApiContext:
     #: model to reach it, so a GET after our own write sees it (and writes do not wait).
     fence: int = 0
 
-    #: Short-lived cache of slowly changing lookups (templates, where a snapshot lives):
-    #: a create should not pay two database round trips for what changes once a day.
-    _cache: dict[str, tuple[float, Any]] = field(default_factory=dict)
+    #: Slowly changing lookups (templates, where a snapshot lives), off the create path.
+    lookups: LookupCache = field(default_factory=LookupCache)
 
-    async def cached(self, key: str, load: Callable[[], Awaitable[Any]], ttl: float = 5.0) -> Any:
-        hit = self._cache.get(key)
-        now = time.monotonic()
-        if hit is not None and now - hit[0] < ttl:
-            return hit[1]
-        value = await load()
-        self._cache[key] = (now, value)
-        return value
+    async def cached(self, key: str, load: Callable[[], Awaitable[Any]]) -> Any:
+        return await self.lookups.get(key, load)
 
     def forget(self, prefix: str) -> None:
-        for k in [k for k in self._cache if k.startswith(prefix)]:
-            del self._cache[k]
+        self.lookups.forget(prefix)
 
     #: Sandboxes written since the last read; their sequences are looked up lazily.
     unfenced: set[str] = field(default_factory=set)
