@@ -68,8 +68,12 @@ class ConsumerSpec:
     ack_wait_s: float = 30.0
     #: In-flight messages per consumer across all its workers: the node's parallelism cap.
     max_ack_pending: int = 32
-    #: Messages one fetch asks for.
-    batch: int = 8
+    #: Messages one fetch asks for. One: nats-py's fetch of n > 1 returns only once n came
+    #: or a status closed the pull, and with a long-poll request of an earlier fetch still
+    #: open on the server, the command it handed us was held until that request expired
+    #: (seen: a resume waiting 0.8 s in the node). Commands are few and slow to handle;
+    #: the loop fetches again at once, so one per round trip costs nothing that shows.
+    batch: int = 1
     #: How long one fetch waits for messages; bounds how fast `stop()` takes effect.
     fetch_timeout_s: float = 1.0
     #: How long to wait for the server to confirm an ack.
