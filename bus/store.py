@@ -190,19 +190,28 @@ class EventStore(Generic[S]):
     # -- read (no spans: reading history is not a hop of a request) -----------------------
     async def version(self, aggregate_id: str) -> Version:
         """The aggregate's current version, from its last message only."""
-        try:
-            raw = await self._js.get_last_msg(self._stream, self.subject(aggregate_id), direct=True)
-        except NotFoundError:
-            return NEW
-        env, _ = decode_event(raw.data or b"")
-        return Version(env.aggregate_version, raw.seq or 0)
+        return (await self._last(aggregate_id))[0]
 
-    async def read(self, aggregate_id: str, after_seq: int = 0) -> list[RecordedEvent]:
-        """Every event of the aggregate stored after stream sequence `after_seq`, in order."""
+    async def _last(self, aggregate_id: str) -> tuple[Version, RecordedEvent | None]:
+        """The aggregate's version and its last event (one direct get)."""
+        subject = self.subject(aggregate_id)
+        try:
+            raw = await self._js.get_last_msg(self._stream, subject, direct=True)
+        except NotFoundError:
+            return NEW, None
+        env, event = decode_event(raw.data or b"")
+        rec = RecordedEvent(seq=raw.seq or 0, subject=subject, envelope=env, event=event)
+        return Version(env.aggregate_version, rec.seq), rec
+
+    async def read(
+        self, aggregate_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[RecordedEvent]:
+        """Every event of the aggregate stored after stream sequence `after_seq`, in order
+        (at most `limit`: a caller that knows how many there are skips the final probe)."""
         subject = self.subject(aggregate_id)
         out: list[RecordedEvent] = []
         seq = after_seq + 1
-        while True:
+        while limit is None or len(out) < limit:
             try:
                 # Direct get of the next message on this subject at or after `seq`: one round
                 # trip per event and no consumer to create/delete, which is the cheaper way for
@@ -215,6 +224,7 @@ class EventStore(Generic[S]):
             env, event = decode_event(raw.data or b"")
             out.append(RecordedEvent(seq=raw.seq or 0, subject=subject, envelope=env, event=event))
             seq = (raw.seq or 0) + 1
+        return out
 
     def watch(self, aggregate_id: str, after_seq: int = 0) -> EventFeed:
         """The aggregate's events stored after `after_seq`, as they arrive (an `EventFeed`
@@ -252,18 +262,28 @@ class EventStore(Generic[S]):
         """The aggregate's state (None if it never existed) and its version, for `decide`.
 
         Folded incrementally from this process's last fold of it: events are immutable, so
-        only those after the cached version are read (the last-message check also notices
-        a stream that was recreated, and then folds from scratch)."""
+        only those after the cached version are read, and the last of them comes with the
+        version check itself (a pause since our last look costs 2 round trips, not 4). The
+        check also notices a stream that was recreated, and then folds from scratch."""
         cached = self._states.get(aggregate_id)
         state: S | None = None
         version = NEW
         if cached is not None:
-            last = await self.version(aggregate_id)
+            last, last_rec = await self._last(aggregate_id)
             if last == cached[1]:
                 self._states.move_to_end(aggregate_id)
                 return cached
-            if last.seq > cached[1].seq and last.revision > cached[1].revision:
+            newer = last.seq > cached[1].seq and last.revision > cached[1].revision
+            if last_rec is not None and newer:
                 state, version = cached
+                between = last.revision - version.revision - 1
+                recs = await self.read(aggregate_id, after_seq=version.seq, limit=between)
+                if len(recs) == between and all(r.seq < last.seq for r in recs):
+                    for rec in [*recs, last_rec]:
+                        state = self._evolve(state, rec.event)
+                    self._remember(aggregate_id, state, last)
+                    return state, last
+                state, version = None, NEW  # not the history we expected: fold it all
         for rec in await self.read(aggregate_id, after_seq=version.seq):
             state = self._evolve(state, rec.event)
             version = Version(rec.envelope.aggregate_version, rec.seq)

@@ -154,3 +154,37 @@ async def test_load_folds_on_from_its_cache_and_sees_other_writers(bus: Bus) -> 
     assert state is not None and state.status is sb.SandboxStatus.RUNNING
     assert state.node_id == "n9" and v3.revision == 2
     assert (await store.load(sid)) == (state, v3)  # unchanged: the cached fold, as is
+
+
+async def test_load_after_several_foreign_appends_equals_a_fresh_fold(bus: Bus) -> None:
+    """The incremental load takes the newest event from its version check and reads only
+    those between: with 1, 2 and 3 events appended elsewhere it must fold exactly the same
+    state and version as a process that never saw the aggregate."""
+    from bus import BusSettings
+
+    sid = new_sandbox_id()
+    store = bus.sandboxes
+    await store.append(sid, Version(0, 0), sb.decide(None, create(sid)))
+    await store.load(sid)
+    other = await Bus.connect(BusSettings(nats_url=bus.settings.nats_url,
+                                          bus_prefix=bus.settings.bus_prefix))  # fmt: skip
+    try:
+        s, v = await other.sandboxes.load(sid)
+        done = sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0)
+        v = await other.sandboxes.append(sid, v, sb.decide(s, done))
+        s = sb.fold(sb.decide(s, done), s)
+        for gap in (1, 2, 3):
+            for i in range(gap):
+                cmd = sb.SetSandboxTimeout(sandbox_id=sid, at=T0, timeout_s=100 * gap + i)
+                events = sb.decide(s, cmd)
+                v = await other.sandboxes.append(sid, v, events)
+                s = sb.fold(events, s)
+            fresh = await Bus.connect(BusSettings(nats_url=bus.settings.nats_url,
+                                                  bus_prefix=bus.settings.bus_prefix))  # fmt: skip
+            try:
+                expected = await fresh.sandboxes.load(sid)
+            finally:
+                await fresh.close()
+            assert await store.load(sid) == expected == (s, v)
+    finally:
+        await other.close()
