@@ -84,6 +84,7 @@ async def _settle(ctx: ApiContext, sandbox_id: str) -> None:
     """Raise the read fence to our own write: later reads wait for the read model to show
     it (read-your-writes) without making this write wait for the projector."""
     ctx.unfenced.add(sandbox_id)
+    ctx.warm(sandbox_id)
 
 
 @post(["/sandboxes", "/v2/sandboxes"], status_code=201)
