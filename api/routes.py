@@ -6,8 +6,11 @@ a sandbox went away from the route's deletion (its open streams are then cut at 
 guest gone with its network namespace never sends a FIN). A route not seen yet (a create
 that answered a moment before the watch delivered it) is read from the bucket directly.
 
-A paused sandbox with `autoResume` is resumed by the first request that reaches it, as E2B
-does; any other miss is E2B's 502 "sandbox was not found".
+A node announces a sandbox running while its route is still on the way (the two are
+written side by side, not one after the other): a request for a sandbox that is running,
+or being created or resumed, waits a moment for its route. A paused sandbox with
+`autoResume` is resumed by the first request that reaches it, as E2B does; any other miss
+is E2B's 502 "sandbox was not found".
 """
 
 from __future__ import annotations
@@ -29,6 +32,13 @@ log = logging.getLogger(__name__)
 
 __all__ = ["RouteTable"]
 
+#: How long a request waits for the route of a sandbox whose state says it runs: the node
+#: put it beside the event that announced it, microseconds apart.
+ROUTE_GRACE_S = 2.0
+RUNNING = (SandboxStatus.RUNNING, SandboxStatus.SNAPSHOTTING, SandboxStatus.FORKING)
+#: States whose route comes once the VM is up: a request waits as long as a resume may take.
+STARTING = (SandboxStatus.CREATING, SandboxStatus.RESUMING)
+
 
 class RouteTable:
     def __init__(
@@ -46,6 +56,8 @@ class RouteTable:
         self.on_gone: list[Callable[[str], None]] = []
         self._task: asyncio.Task[None] | None = None
         self._resuming: dict[str, asyncio.Task[None]] = {}
+        #: requests waiting for a route to arrive, by sandbox
+        self._awaited: dict[str, list[asyncio.Future[Route]]] = {}
 
     @classmethod
     async def open(cls, bus: Bus, *, via_node: bool = False) -> RouteTable:
@@ -64,7 +76,7 @@ class RouteTable:
     async def resolve(self, sandbox_id: str, port: int) -> Upstream:
         route = self.routes.get(sandbox_id) or await self.book.get(sandbox_id)
         if route is None:
-            route = await self._auto_resume(sandbox_id)
+            route = await self._missing(sandbox_id)
         if self.via_node:
             if route.node_proxy is None:
                 raise SandboxUnavailable(sandbox_id)  # a node without a proxy: unreachable
@@ -74,8 +86,46 @@ class RouteTable:
             return Upstream(host, int(node_port), routing)
         return Upstream(route.address, port)
 
-    async def _auto_resume(self, sandbox_id: str) -> Route:
+    async def _missing(self, sandbox_id: str) -> Route:
         state, _ = await self.bus.sandboxes.load(sandbox_id)
+        if state is not None and state.status in (*RUNNING, *STARTING):
+            return await self._arrival(state)
+        return await self._auto_resume(sandbox_id, state)
+
+    async def _arrival(self, state: sb.Sandbox) -> Route:
+        """The route of a sandbox that runs (or is being created or resumed), once the watch
+        delivers it: within `ROUTE_GRACE_S` of the state saying it runs, or 502."""
+        sandbox_id = state.sandbox_id
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[Route] = loop.create_future()
+        self._awaited.setdefault(sandbox_id, []).append(waiter)
+        wait = ROUTE_GRACE_S if state.status in RUNNING else self.resume_timeout_s
+        give_up = loop.time() + wait
+        try:
+            # it may have arrived between the lookups before and the registration
+            route = self.routes.get(sandbox_id) or await self.book.get(sandbox_id)
+            while route is None:
+                left = give_up - loop.time()
+                if left <= 0:
+                    raise SandboxUnavailable(sandbox_id)
+                try:
+                    route = await asyncio.wait_for(asyncio.shield(waiter), min(left, 0.5))
+                except TimeoutError:  # still starting? (a failed resume never sends a route)
+                    fresh, _ = await self.bus.sandboxes.load(sandbox_id)
+                    if fresh is None or fresh.status not in (*RUNNING, *STARTING):
+                        raise SandboxUnavailable(sandbox_id) from None
+                    if fresh.status in RUNNING and state.status not in RUNNING:
+                        give_up = min(give_up, loop.time() + ROUTE_GRACE_S)
+                    state = fresh
+            return route
+        finally:
+            waiters = self._awaited.get(sandbox_id, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
+            if not waiters:
+                self._awaited.pop(sandbox_id, None)
+
+    async def _auto_resume(self, sandbox_id: str, state: sb.Sandbox | None) -> Route:
         if state is None or not state.lifecycle.auto_resume or state.status not in (
             SandboxStatus.PAUSED, SandboxStatus.PAUSING, SandboxStatus.RESUMING,
         ):  # fmt: skip
@@ -127,6 +177,9 @@ class RouteTable:
                     else:
                         old = self.routes.get(sid)
                         self.routes[sid] = route
+                        for waiter in self._awaited.get(sid, []):
+                            if not waiter.done():
+                                waiter.set_result(route)
                         if old is not None and old != route:
                             self._gone(sid)  # resumed elsewhere: old streams are dead
             except asyncio.CancelledError:

@@ -160,12 +160,17 @@ class NodeWorker:
 
     # ---- routes: where the proxy finds a guest ---------------------------------------
     async def _route(self, sandbox_id: str) -> None:
-        """Published before the sandbox is announced running, so the first proxied
-        request after the API's answer finds it."""
+        """Where the proxy finds this sandbox's guest (the node's proxy and the guest address)."""
         address = self.host.upstream(sandbox_id)
         if self.routes is not None and address is not None:
             route = Route(node_id=self.node_id, address=address, node_proxy=self.node_proxy)
             await self.routes.put(sandbox_id, route)
+
+    def _route_beside(self, sandbox_id: str) -> asyncio.Task[None]:
+        """The route, written while the caller appends the event that announces the sandbox
+        running (not before it: a round trip off every create and resume). The API's proxy
+        waits for the route of a sandbox it knows running (`api.routes`)."""
+        return asyncio.create_task(self._route(sandbox_id), name=f"route:{sandbox_id}")
 
     def _route_gone(self, sandbox_id: str) -> None:
         """Host hook (kill, pause, close): the route goes; handlers await it before they
@@ -254,16 +259,20 @@ class NodeWorker:
             raise RetryableError("node is full", delay_s=1.0)  # another node may take it
         state, version, _ = await apply(self.bus.sandboxes, cmd, ctx)
         if state is None or state.status is not S.CREATING:
-            return  # redelivery of a create that already finished
+            # redelivery of a create that already finished: its route may not have made it
+            if state is not None and state.status is S.RUNNING:
+                await self._route(cmd.sandbox_id)
+            return
         guest = self._guest(state)
         error = None
+        route: asyncio.Task[None] | None = None
         async with self.host.lock(cmd.sandbox_id):
             self.journal.add(cmd.sandbox_id, state.template_id)
             try:
                 with _tracer().start_as_current_span("restore sandbox VM") as span:
                     span.set_attribute("aenv.sandbox_id", cmd.sandbox_id)
                     await self.host.create(cmd.sandbox_id, state.template_id, guest)
-                await self._route(cmd.sandbox_id)
+                route = self._route_beside(cmd.sandbox_id)
             except HostError as e:
                 error = str(e)
                 self.journal.remove(cmd.sandbox_id)
@@ -273,7 +282,11 @@ class NodeWorker:
             error=error,
             command_id=completion_id(cmd, "created"),
         )
-        state, _, events = await apply(self.bus.sandboxes, done, ctx, known=(state, version))
+        try:
+            state, _, events = await apply(self.bus.sandboxes, done, ctx, known=(state, version))
+        finally:
+            if route is not None:
+                await route
         if (
             error is None
             and not events
@@ -309,20 +322,27 @@ class NodeWorker:
     async def _resume(self, cmd: sb.ResumeSandbox, ctx: MessageContext) -> None:
         state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
         if state is None or state.status is not S.RESUMING:
+            if state is not None and state.status is S.RUNNING:  # a redelivery: see _create
+                await self._route(cmd.sandbox_id)
             return
         self._cancel_upload(f"upload:{cmd.sandbox_id}")
         error = None
+        route: asyncio.Task[None] | None = None
         async with self.host.lock(cmd.sandbox_id):
             try:
                 live = await self.host.resume(cmd.sandbox_id)
                 self.journal.add(cmd.sandbox_id, live.template_id)
-                await self._route(cmd.sandbox_id)
+                route = self._route_beside(cmd.sandbox_id)
                 self._collect_soon()
             except HostError as e:
                 error = str(e)
         done = sb.CompleteResume(sandbox_id=cmd.sandbox_id, node_id=self.node_id, error=error,
                                  command_id=completion_id(cmd, "resumed"))  # fmt: skip
-        await apply(self.bus.sandboxes, done, ctx)
+        try:
+            await apply(self.bus.sandboxes, done, ctx)
+        finally:
+            if route is not None:
+                await route
 
     async def _fork(self, cmd: sb.ForkSandbox, ctx: MessageContext) -> None:
         """One capture of the parent, `count` copy-on-write children on this node. Each
