@@ -1,7 +1,12 @@
 """Control-plane benchmark: E2B `Sandbox.create()` → envd ready, through a real `aenv up`
 stack, next to the raw runtime restore (QEMU restore + envd /init, no API, no bus) measured
-in the same run on the same host, while the stack is up and idle. The difference is what
-the control plane adds.
+in the same run on the same host. The difference is what the control plane adds.
+
+Raw and API samples are interleaved (raw restore, API create, raw, API, ...): on 2 shared
+cores a minute of drift (page cache, a neighbour's burst) would otherwise land on one side
+only. Besides the difference of the two medians, the bench pairs each API create and
+resume with the restore the node logged for that very sandbox (`paired_overhead`): what
+the control plane added to it, free of the restore's own variance.
 
 Run as root: `python -m bench.api_bench [--n 20]`.
 """
@@ -12,16 +17,25 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.stats import emit, summary
+
+T = TypeVar("T")
+#: the node's log line for a restore: "sandbox <id> up|resumed: running <ms> ms, envd <ms> ms"
+NODE_RESTORE = re.compile(r"sandbox (\w+) (up|resumed): running [\d.]+ ms, envd ([\d.]+) ms")
+#: Between a pause and its resume in the "after wait" loop: an agent waiting on its model.
+THINK_S = 0.5
 
 
 def _free_port() -> int:
@@ -30,9 +44,75 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def api_creates(n: int, data: Path, raw_state: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The API loop, and the raw restores measured while the same stack is up and idle (so
-    both see the same host: its NATS, Postgres and role processes included)."""
+class RawRig:
+    """The node's restore path without the control plane: the same runtime calls, on an
+    event loop of its own thread (the SDK loop of the bench is synchronous)."""
+
+    def __init__(self, state: Path) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.state = state
+        self.call(self._open())
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    async def _open(self) -> None:
+        from workers.node.image import build_base, kernel_cmdline
+        from workers.node.runtime import Runtime, init_envd
+
+        image = build_base(progress=lambda m: None)
+        self.rt = await Runtime.open(self.state, kernel_for_probe=image.kernel,
+                                     slot_prefix="aenvr")  # fmt: skip
+        vm = await self.rt.boot(kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
+                                cmdline=kernel_cmdline(image))  # fmt: skip
+        await self.rt.wait_envd(vm)
+        await init_envd(vm.host, None)  # the same warm-up as TemplateCatalog's captures
+        self.snap = await self.rt.capture(vm, resume=False)
+        self.rt.ram_pool.take(self.snap.mem)  # start the pool of RAM copies, as the node's does
+        await asyncio.sleep(2.0)
+
+    async def cycle(self) -> dict[str, float]:
+        """One create-like restore, a pause and resume of it, and the bare primitive."""
+        rt = self.rt
+        # The same restore a create does: the sandbox's own RAM file (a copy the pool made
+        # off the create path, renamed into place), device state, run, envd /init.
+        vm, timing = await rt.restore(self.snap, private_memory=False)
+        out = {"same": timing.envd}
+        await asyncio.sleep(0.3)
+        # pause and resume as the node does them: capture + release, then adopt the RAM
+        t0 = time.monotonic()
+        paused = await rt.capture(vm, resume=False, detach=True)
+        out["pause"] = time.monotonic() - t0
+        vm, timing = await rt.restore(paused, private_memory=False, adopt_memory=True)
+        out["resume"] = timing.envd
+        await rt.destroy(vm)
+        rt.delete_snapshot(paused)
+        # The bare primitive: RAM mapped copy-on-write from the capture (no file at all).
+        vm, timing = await rt.restore(self.snap, private_memory=True)
+        out["bare"] = timing.envd
+        await rt.destroy(vm)
+        return out
+
+    def close(self) -> None:
+        self.call(self.rt.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+
+
+def node_restores(log: Path) -> dict[tuple[str, str], list[float]]:
+    """(sandbox id, "up"|"resumed") → the restore times the node logged for it, seconds,
+    in order (a sandbox of the loop is resumed twice)."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        m = NODE_RESTORE.search(line)
+        if m:
+            out.setdefault((m.group(1), m.group(2)), []).append(float(m.group(3)) / 1000)
+    return out
+
+
+def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
     port = _free_port()
     env = {**os.environ, "AENV_SLOT_PREFIX": "aenva", "AENV_NODE_ID": "bench"}
     up = subprocess.run(
@@ -46,90 +126,92 @@ def api_creates(n: int, data: Path, raw_state: Path) -> tuple[dict[str, Any], di
     import httpx
     from e2b import Sandbox
 
-    create, first_cmd, kill, pause, resume, snapshot = [], [], [], [], [], []
-    http_create: list[float] = []
+    s: dict[str, list[float]] = {k: [] for k in (
+        "create", "first_command", "kill", "pause", "resume", "resume_after_wait", "snapshot",
+        "http_create",
+        "raw_same", "raw_pause", "raw_resume", "raw_bare",
+    )}  # fmt: skip
+    created: list[tuple[str, float]] = []
+    http_created: list[tuple[str, float]] = []
+    resumed: list[tuple[str, float]] = []
+    resumed_after_wait: list[tuple[str, float]] = []
     http = httpx.Client(base_url=info["E2B_API_URL"], headers={"X-API-KEY": info["E2B_API_KEY"]},
                         timeout=120)  # fmt: skip
+    rig: RawRig | None = None
     try:
-        raw = asyncio.run(raw_restores(n, raw_state))
-        Sandbox.create().kill()  # warm-up: connections, template page cache
+        rig = RawRig(raw_state)
+        rig.call(rig.cycle())  # warm-up of both sides: page cache, connections
+        Sandbox.create().kill()
         for i in range(n):
+            for k, v in rig.call(rig.cycle()).items():
+                s[f"raw_{k}"].append(v)
+            time.sleep(0.3)
             # the control plane alone: one keep-alive HTTP client, no SDK objects to build
             t0 = time.monotonic()
             r = http.post("/sandboxes", json={"templateID": "base"})
-            http_create.append(time.monotonic() - t0)
+            elapsed = time.monotonic() - t0
             r.raise_for_status()
+            s["http_create"].append(elapsed)
+            http_created.append((r.json()["sandboxID"], elapsed))
             http.delete(f"/sandboxes/{r.json()['sandboxID']}")
             time.sleep(0.3)
             t0 = time.monotonic()
             sbx = Sandbox.create()
-            create.append(time.monotonic() - t0)
+            s["create"].append(time.monotonic() - t0)
+            created.append((sbx.sandbox_id, s["create"][-1]))
             t0 = time.monotonic()
             sbx.commands.run("true")
-            first_cmd.append(time.monotonic() - t0)
+            s["first_command"].append(time.monotonic() - t0)
             t0 = time.monotonic()
             sbx.pause()
-            pause.append(time.monotonic() - t0)
+            s["pause"].append(time.monotonic() - t0)
             t0 = time.monotonic()
             sbx = Sandbox.connect(sbx.sandbox_id)  # resume: answers once envd is ready
-            resume.append(time.monotonic() - t0)
+            s["resume"].append(time.monotonic() - t0)
+            resumed.append((sbx.sandbox_id, s["resume"][-1]))
+            # The RL pattern: pause while the agent waits for its model, resume after. Back
+            # to back (above) the resume shares the host with the pause's own aftermath
+            # (projections, the released VM's teardown); here it does not.
+            sbx.pause()
+            time.sleep(THINK_S)
+            t0 = time.monotonic()
+            sbx = Sandbox.connect(sbx.sandbox_id)
+            s["resume_after_wait"].append(time.monotonic() - t0)
+            resumed_after_wait.append((sbx.sandbox_id, s["resume_after_wait"][-1]))
             if i < max(3, n // 4):  # persistent snapshots: fewer (each keeps a template)
                 t0 = time.monotonic()
                 sbx.create_snapshot(name=f"bench-{i}")
-                snapshot.append(time.monotonic() - t0)
+                s["snapshot"].append(time.monotonic() - t0)
                 Sandbox.delete_snapshot(f"bench-{i}")
             t0 = time.monotonic()
             sbx.kill()
-            kill.append(time.monotonic() - t0)
+            s["kill"].append(time.monotonic() - t0)
+            time.sleep(0.3)
+        restores = node_restores(data / "aenv.log")
     finally:
         http.close()
+        if rig is not None:
+            rig.close()
         subprocess.run([sys.executable, "-m", "aenv.cli", "down", "--data-dir", str(data)],
                        capture_output=True, timeout=120)  # fmt: skip
-    api = {"create": create, "first_command": first_cmd, "kill": kill, "pause": pause,
-           "resume": resume, "snapshot": snapshot, "http_create": http_create}  # fmt: skip
-    return api, raw
 
+    def paired(samples: list[tuple[str, float]], kind: str, nth: int = 0) -> list[float]:
+        """Each API latency minus the node's own restore of that sandbox (its nth)."""
+        out = []
+        for sid, t in samples:
+            times = restores.get((sid, kind), [])
+            if len(times) > nth:
+                out.append(t - times[nth])
+        return out
 
-async def raw_restores(n: int, state: Path) -> dict[str, Any]:
-    from workers.node.image import build_base, kernel_cmdline
-    from workers.node.runtime import Runtime, init_envd
-
-    image = build_base(progress=lambda m: None)
-    rt = await Runtime.open(state, kernel_for_probe=image.kernel, slot_prefix="aenvr")
-    same: list[float] = []
-    bare: list[float] = []
-    pause: list[float] = []
-    resume: list[float] = []
-    try:
-        vm = await rt.boot(kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
-                           cmdline=kernel_cmdline(image))  # fmt: skip
-        await rt.wait_envd(vm)
-        await init_envd(vm.host, None)  # the same warm-up as TemplateCatalog's captures
-        snap = await rt.capture(vm, resume=False)
-        rt.ram_pool.take(snap.mem)  # start the pool of RAM copies, as the node's does
-        await asyncio.sleep(2.0)
-        for _ in range(n + 1):
-            # The same restore a create does: the sandbox's own RAM file (a copy the pool
-            # made off the create path, renamed into place), device state, run, envd /init.
-            vm, timing = await rt.restore(snap, private_memory=False)
-            same.append(timing.envd)
-            # pause and resume as the node does them: capture + release, then adopt the RAM
-            t0 = time.monotonic()
-            paused = await rt.capture(vm, resume=False, detach=True)
-            pause.append(time.monotonic() - t0)
-            vm, timing = await rt.restore(paused, private_memory=False, adopt_memory=True)
-            resume.append(timing.envd)
-            await rt.destroy(vm)
-            rt.delete_snapshot(paused)
-            # The bare primitive: RAM mapped copy-on-write from the capture (no file at all).
-            vm, timing = await rt.restore(snap, private_memory=True)
-            bare.append(timing.envd)
-            await rt.destroy(vm)
-            await asyncio.sleep(0.5)  # what a create's neighbours in the API run leave
-        return {"same": same[1:], "bare": bare[1:], "pause": pause[1:], "resume": resume[1:],
-                "accel": rt.accel.accel}  # fmt: skip
-    finally:
-        await rt.close()
+    return {
+        **s,
+        "paired_create": paired(created, "up"),
+        "paired_http_create": paired(http_created, "up"),
+        "paired_resume": paired(resumed, "resumed"),
+        "paired_resume_after_wait": paired(resumed_after_wait, "resumed", nth=1),
+        "accel": rig.rt.accel.accel if rig is not None else None,
+    }
 
 
 def main() -> None:
@@ -138,28 +220,35 @@ def main() -> None:
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="aenv-apibench-", dir="/var/tmp"))
     try:
-        api, raw = api_creates(args.n, tmp / "stack", tmp / "raw")
+        r = run(args.n, tmp / "stack", tmp / "raw")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    create, restore = summary(api["create"]), summary(raw["same"])
-    resume, raw_resume = summary(api["resume"]), summary(raw["resume"])
+    create, restore = summary(r["create"]), summary(r["raw_same"])
+    http_create = summary(r["http_create"])
+    resume, raw_resume = summary(r["resume"]), summary(r["raw_resume"])
     emit("api", {
-        "accelerator": raw["accel"],
+        "accelerator": r["accel"],
         "create_to_envd_ready": create,
         "raw_restore_to_envd_ready": restore,
         "control_plane_overhead_ms_p50": round(create["p50"] - restore["p50"], 3),
-        "create_via_http_to_envd_ready": summary(api["http_create"]),
-        "control_plane_overhead_http_ms_p50": round(
-            summary(api["http_create"])["p50"] - restore["p50"], 3),
-        "bare_cow_restore_to_envd_ready": summary(raw["bare"]),
-        "first_command_through_proxy": summary(api["first_command"]),
-        "kill": summary(api["kill"]),
-        "pause_via_sdk": summary(api["pause"]),
-        "raw_pause_capture_and_release": summary(raw["pause"]),
+        "create_via_http_to_envd_ready": http_create,
+        "control_plane_overhead_http_ms_p50": round(http_create["p50"] - restore["p50"], 3),
+        "paired_overhead_create": summary(r["paired_create"]),
+        "paired_overhead_create_http": summary(r["paired_http_create"]),
+        "bare_cow_restore_to_envd_ready": summary(r["raw_bare"]),
+        "first_command_through_proxy": summary(r["first_command"]),
+        "kill": summary(r["kill"]),
+        "pause_via_sdk": summary(r["pause"]),
+        "raw_pause_capture_and_release": summary(r["raw_pause"]),
         "resume_via_sdk_to_envd_ready": resume,
         "raw_resume_to_envd_ready": raw_resume,
         "resume_overhead_ms_p50": round(resume["p50"] - raw_resume["p50"], 3),
-        "persistent_snapshot_via_sdk": summary(api["snapshot"]),
+        "paired_overhead_resume": summary(r["paired_resume"]),
+        "resume_after_wait_to_envd_ready": summary(r["resume_after_wait"]),
+        "resume_after_wait_overhead_ms_p50": round(
+            summary(r["resume_after_wait"])["p50"] - raw_resume["p50"], 3),
+        "paired_overhead_resume_after_wait": summary(r["paired_resume_after_wait"]),
+        "persistent_snapshot_via_sdk": summary(r["snapshot"]),
     })  # fmt: skip
 
 

@@ -132,7 +132,7 @@ class SandboxHost:
             log.exception("create %s failed", sandbox_id)
             raise HostError(f"sandbox {sandbox_id} failed to start: {e}") from e
         log.info(
-            "sandbox %s up: running %.0f ms, envd %.0f ms",
+            "sandbox %s up: running %.1f ms, envd %.1f ms",
             sandbox_id,
             timing.running * 1000,
             timing.envd * 1000,
@@ -267,7 +267,7 @@ class SandboxHost:
         except Exception as e:
             log.exception("resume %s failed", sandbox_id)
             raise HostError(f"sandbox {sandbox_id} could not be resumed: {e}") from e
-        log.info("sandbox %s resumed: running %.0f ms, envd %.0f ms", sandbox_id,
+        log.info("sandbox %s resumed: running %.1f ms, envd %.1f ms", sandbox_id,
                  timing.running * 1000, timing.envd * 1000)  # fmt: skip
         del self.paused[sandbox_id]
         self.runtime.delete_snapshot(paused.snapshot)
