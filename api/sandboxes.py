@@ -29,6 +29,7 @@ from api.context import ApiContext
 from api.errors import ApiError
 from api.outcomes import send_and_wait
 from bus.decisions import apply
+from bus.nodes import NodeBook
 from envd.version import ENVD_VERSION
 
 DEFAULT_TIMEOUT_V2 = 300
@@ -255,6 +256,22 @@ async def _settled_pause(ctx: ApiContext, state: sb.Sandbox) -> sb.Sandbox:
     return state
 
 
+async def _resume_node(ctx: ApiContext, state: sb.Sandbox) -> str | None:
+    """Where a resume goes: the node that holds the capture — or, when that node is gone
+    and the capture is durable in the snapshot repository, placement (any live node pulls
+    it). Gone with the capture only on its disk: a clear 503, not a wait on a dead queue."""
+    node = state.node_id
+    if node is None or not await NodeBook(ctx.bus.js, ctx.bus.names.nodes_bucket).gone(node):
+        return node
+    if state.resumable_anywhere:
+        return None
+    raise ApiError(
+        503,
+        f"sandbox {state.sandbox_id} is paused on node {node}, which is not running, and its "
+        "capture has not reached the snapshot repository: it resumes once that node is back",
+    )
+
+
 async def _resume(
     ctx: ApiContext, caller: Caller, state: sb.Sandbox, timeout: int | None
 ) -> sb.Sandbox:
@@ -265,7 +282,8 @@ async def _resume(
         return state
     event, _ = await send_and_wait(
         ctx.bus, sb.ResumeSandbox(sandbox_id=state.sandbox_id, timeout_s=timeout),
-        node_id=state.node_id, until=(sb.SandboxResumed, sb.SandboxResumeFailed),
+        node_id=await _resume_node(ctx, state),
+        until=(sb.SandboxResumed, sb.SandboxResumeFailed),
         timeout=ctx.settings.command_timeout_s, actor=caller.key_id,
     )  # fmt: skip
     if isinstance(event, sb.SandboxResumeFailed):

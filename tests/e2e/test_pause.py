@@ -118,6 +118,12 @@ def test_resume_pulls_from_s3_when_the_local_capture_is_gone(stack: Stack) -> No
         assert back.files.read("/home/user/durable.txt") == "from-s3"
         before = _count(back)
         eventually_sync(lambda: _count(back) > before, timeout=20)  # the process runs on
+        # and it pauses and resumes again: the pulled layers outlive the pulled directory
+        back.files.write("/home/user/after.txt", "second life")
+        assert back.pause()
+        again = Sandbox.connect(sbx.sandbox_id, timeout=600)
+        assert again.files.read("/home/user/durable.txt") == "from-s3"
+        assert again.files.read("/home/user/after.txt") == "second life"
     finally:
         Sandbox.kill(sbx.sandbox_id)
 

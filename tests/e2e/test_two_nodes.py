@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,26 +33,33 @@ def _node_env(stack: Stack, data: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def second_node(stack: Stack, tmp_path: Path) -> Iterator[str]:
+def _start_node(stack: Stack, data: Path, **extra: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "aenv.serve", "node"], env=_node_env(stack, tmp_path / "n2"),
+        [sys.executable, "-m", "aenv.serve", "node"], env={**_node_env(stack, data), **extra},
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.strip() == "ROLE-READY":
-                break
-        else:
-            pytest.fail(f"second node exited during start-up ({proc.wait()})")
-        yield "e2e-two"
-    finally:
-        proc.terminate()
-        proc.wait(60)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip() == "ROLE-READY":
+            return proc
+    pytest.fail(f"second node exited during start-up ({proc.wait()})")
+
+
+def _stop_node(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    proc.wait(60)
     from workers.node.net import list_leftovers
 
     assert list_leftovers("aenvf") == [], "the second node left namespaces behind"
+
+
+@pytest.fixture
+def second_node(stack: Stack, tmp_path: Path) -> Iterator[str]:
+    proc = _start_node(stack, tmp_path / "n2")
+    try:
+        yield "e2e-two"
+    finally:
+        _stop_node(proc)
 
 
 def _node_of(stack: Stack, sandbox_id: str) -> str:
@@ -86,3 +94,82 @@ def test_creates_spread_over_two_nodes_and_each_is_reachable(
     finally:
         for sbx in sandboxes:
             sbx.kill()
+
+
+def _on_second_node(stack: Stack, sandboxes: list[Sandbox]) -> Sandbox:
+    for _ in range(12):  # placement is whoever pulls first: the second node gets one, soon
+        sbx = Sandbox.create(timeout=600)
+        sandboxes.append(sbx)
+        if _node_of(stack, sbx.sandbox_id) == "e2e-two":
+            return sbx
+    pytest.fail("no create was placed on the second node")
+
+
+def test_a_paused_sandbox_resumes_on_another_node_when_its_node_is_gone(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Nothing is lost with a node: a sandbox paused there (its capture uploaded) resumes on
+    the remaining node from S3, processes and files intact; when the dead node comes back,
+    its start-up leaves the moved sandbox alone (it only drops its stale local copy)."""
+    from tests.e2e.test_pause import COUNTER, _count, _uploaded
+    from tests.support import eventually_sync
+
+    data = tmp_path / "n2"
+    beat = {"AENV_HEARTBEAT_S": "0.5"}  # gone after 3 missed beats: 1.5 s
+    proc = _start_node(stack, data, **beat)
+    sandboxes: list[Sandbox] = []
+    try:
+        sbx = _on_second_node(stack, sandboxes)
+        sbx.files.write("/home/user/moved.txt", "survives its node")
+        sbx.commands.run(COUNTER)
+        eventually_sync(lambda: _count(sbx) > 2, timeout=20)
+        assert sbx.pause()
+        eventually_sync(lambda: _uploaded(stack, sbx.sandbox_id), timeout=120, interval=1)
+        proc.kill()  # no goodbye: the node is simply gone (its VMs die with it)
+        proc.wait(30)
+        time.sleep(2.0)
+        back = Sandbox.connect(sbx.sandbox_id, timeout=600)
+        home = _node_of(stack, sbx.sandbox_id)
+        assert home != "e2e-two"
+        assert back.files.read("/home/user/moved.txt") == "survives its node"
+        before = _count(back)
+        eventually_sync(lambda: _count(back) > before, timeout=20)  # the process runs on
+        assert back.pause()  # its new home pauses and resumes it like its own
+        back = Sandbox.connect(sbx.sandbox_id, timeout=600)
+        assert back.files.read("/home/user/moved.txt") == "survives its node"
+        proc = _start_node(stack, data, **beat)  # reconciles its journal against the log
+        assert back.commands.run("echo still here").stdout == "still here\n"
+        assert _node_of(stack, sbx.sandbox_id) == home
+        assert not (data / "node" / "snapshots").exists() or not any(
+            (data / "node" / "snapshots").glob(f"{sbx.sandbox_id}-p*")
+        ), "the returning node kept its stale copy"
+    finally:
+        if proc.poll() is not None:
+            proc = _start_node(stack, data, **beat)
+        for s in sandboxes:
+            Sandbox.kill(s.sandbox_id)
+        _stop_node(proc)
+
+
+def test_a_paused_sandbox_whose_node_is_gone_before_its_upload_is_a_clear_503(
+    stack: Stack, tmp_path: Path
+) -> None:
+    no_s3 = {"AENV_HEARTBEAT_S": "0.5", "AENV_S3_ENDPOINT": ""}  # its pauses stay local
+    proc = _start_node(stack, tmp_path / "n2", **no_s3)
+    sandboxes: list[Sandbox] = []
+    try:
+        sbx = _on_second_node(stack, sandboxes)
+        assert sbx.pause()
+        proc.kill()
+        proc.wait(30)
+        time.sleep(2.0)
+        r = httpx.post(f"{stack.api_url}/sandboxes/{sbx.sandbox_id}/connect", json={"timeout": 60},
+                       headers={"X-API-KEY": stack.api_key}, timeout=30)  # fmt: skip
+        assert r.status_code == 503, r.text
+        assert "not running" in r.json()["message"]
+    finally:
+        if proc.poll() is not None:  # back, so that the kill of its paused sandbox is done
+            proc = _start_node(stack, tmp_path / "n2", **no_s3)
+        for s in sandboxes:
+            Sandbox.kill(s.sandbox_id)
+        _stop_node(proc)

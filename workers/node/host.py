@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workers.node.image.cache import cache_root
 from workers.node.net import EgressPolicy
 from workers.node.runtime import Runtime, Snapshot, Vm, allocated_bytes, wait_and_init
 from workers.node.templates import TemplateCatalog, TemplateNotLocal
@@ -207,6 +208,35 @@ class SandboxHost:
         self.paused[paused.sandbox_id] = pulled
         return pulled
 
+    async def pull_paused(
+        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
+    ) -> None:
+        """Take over a paused sandbox whose node is gone: its capture comes from the
+        repository (then `resume` it as any other). The disk chain is rebuilt over this
+        node's copy of the same base image."""
+        if self.repository is None:
+            raise HostError(f"sandbox {sandbox_id} is paused on another node and no "
+                            "repository is set")  # fmt: skip
+        try:
+            manifest = await self.repository.get_manifest(snapshot_id)
+        except Exception as e:
+            raise HostError(f"the capture of {sandbox_id} is not in the repository: {e}") from e
+        base = self._base_image(manifest.base_image.digest)
+        directory = self.runtime.state_dir / "snapshots" / snapshot_id
+        snap = await self._fetch(snapshot_id, directory, base, f"the capture of {sandbox_id}")
+        self.paused[sandbox_id] = PausedSandbox(sandbox_id, template_id, snap, guest)
+
+    def _base_image(self, digest: str) -> Path:
+        """This node's copy of a base image, by the digest a capture names (its directory in
+        the image cache, as the uploading node had it)."""
+        candidates = [c.base_image for c in self.templates.captures()]
+        candidates.append(cache_root() / digest / "root.ext4")
+        for path in candidates:
+            if path.parent.name == digest and path.is_file():
+                return path
+        raise HostError(f"base image {digest[:12]} is not on this node (build the same image "
+                        "here: `python -m workers.node.image build-base`)")  # fmt: skip
+
     async def upload(self, sandbox_id: str, snap: Snapshot) -> int | None:
         """Make a capture durable in the repository; its size in bytes, None without one."""
         if self.repository is None:
@@ -230,7 +260,10 @@ class SandboxHost:
         before anything restores from it (never a half-restored VM)."""
         assert self.repository is not None
         try:
-            local = await self.repository.download(key, directory, base_image)
+            # layers into the node's layer store: the restored VM runs on them after this
+            # directory is deleted, and a later pause freezes a chain that still needs them
+            local = await self.repository.download(key, directory, base_image,
+                                                   layers_dir=self.runtime.layers.root)  # fmt: skip
         except Exception as e:
             log.exception("pulling %s failed", key)
             raise HostError(f"{what} could not be fetched: {e}") from e

@@ -40,6 +40,9 @@ class NodeSettings(BaseSettings):
     egress_enabled: bool = False
     #: Node-local cache of snapshot blobs pulled from the repository (LRU beyond this).
     blob_cache_bytes: int = Field(default=10 << 30, ge=0)
+    #: Heartbeat period in the nodes bucket; missing 3 of them marks the node gone, and its
+    #: paused sandboxes resume elsewhere from the snapshot repository (`bus.nodes`).
+    heartbeat_s: float = Field(default=5.0, gt=0)
     #: vCPUs and RAM of the default `base` template.
     base_vcpus: int = Field(default=1, ge=1)
     base_mem_mib: int = Field(default=512, ge=128)

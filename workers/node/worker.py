@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import secrets
+import shutil
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -39,7 +40,6 @@ from workers.node.templates import TemplateSpec
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 5.0
 #: Upload retries: 2 s, 6 s, 18 s, ... capped at 5 min, until the capture is durable or moot.
 UPLOAD_RETRY_FIRST_S = 2.0
 UPLOAD_RETRY_MAX_S = 300.0
@@ -138,6 +138,17 @@ class NodeWorker:
             state, _ = await self.bus.sandboxes.load(sid)
             if state is None or state.status in (S.KILLED, S.FAILED):
                 self.journal.remove(sid)
+                continue
+            if state.node_id not in (None, self.node_id):
+                # resumed on another node from the repository while this one was away: what
+                # is left here is a stale copy (its layers go with the next GC)
+                log.info("sandbox %s moved to node %s; dropping the local copy", sid,
+                         state.node_id)  # fmt: skip
+                if entry.paused_snapshot:
+                    shutil.rmtree(self.host.runtime.state_dir / "snapshots"
+                                  / entry.paused_snapshot, ignore_errors=True)  # fmt: skip
+                self.journal.remove(sid)
+                self._collect_soon()
                 continue
             snap_dir = self.host.runtime.state_dir / "snapshots" / (entry.paused_snapshot or "-")
             if state.status is S.PAUSED and (snap_dir / "manifest.json").exists():
@@ -320,6 +331,8 @@ class NodeWorker:
         await apply(self.bus.sandboxes, done, ctx)
 
     async def _resume(self, cmd: sb.ResumeSandbox, ctx: MessageContext) -> None:
+        if cmd.sandbox_id not in self.host.paused and self.host.free <= 0:
+            raise RetryableError("node is full", delay_s=1.0)  # placed: another node may take it
         state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
         if state is None or state.status is not S.RESUMING:
             if state is not None and state.status is S.RUNNING:  # a redelivery: see _create
@@ -330,6 +343,15 @@ class NodeWorker:
         route: asyncio.Task[None] | None = None
         async with self.host.lock(cmd.sandbox_id):
             try:
+                sid = cmd.sandbox_id
+                if sid not in self.host.paused and sid not in self.host.sandboxes:
+                    # placed here because its own node is gone (the API checked): take it over
+                    # from the repository
+                    if not state.resumable_anywhere or state.paused_snapshot_id is None:
+                        raise HostError(f"sandbox {sid} is not paused on this node and its "
+                                        "capture is not in the repository")  # fmt: skip
+                    await self.host.pull_paused(sid, state.template_id, state.paused_snapshot_id,
+                                                self._guest(state))  # fmt: skip
                 live = await self.host.resume(cmd.sandbox_id)
                 self.journal.add(cmd.sandbox_id, live.template_id)
                 route = self._route_beside(cmd.sandbox_id)
@@ -519,9 +541,10 @@ class NodeWorker:
                 "accelerator_reason": self.host.runtime.accel.reason,
                 "qemu": self.host.runtime.qemu_version,
                 "at": time.time(),
+                "every_s": self.settings.heartbeat_s,
             }
             try:
                 await kv.put(self.node_id, json.dumps(doc).encode())
             except Exception as e:  # a missed heartbeat is retried on the next beat
                 log.warning("node heartbeat failed: %s", e)
-            await asyncio.sleep(HEARTBEAT_S)
+            await asyncio.sleep(self.settings.heartbeat_s)

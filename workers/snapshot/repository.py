@@ -9,6 +9,7 @@ names, sparing young ones that may belong to an upload whose manifest is not wri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -211,13 +212,19 @@ class SnapshotRepository:
         return await self._call(self.store.list_manifests)
 
     async def download(
-        self, snapshot_id: str, dest_dir: Path, base_image_path: Path
-    ) -> LocalSnapshot:
+        self, snapshot_id: str, dest_dir: Path, base_image_path: Path,
+        *, layers_dir: Path | None = None,
+    ) -> LocalSnapshot:  # fmt: skip
         """Rebuild snapshot `snapshot_id` in `dest_dir` over the local `base_image_path`.
 
         Layout: `state`, `mem` (sparse), `layers/<digest>.qcow2` re-pointed bottom->top at
         each other and the base, and `manifest.json` written last (its presence means the
         directory is complete). Blobs already in the node cache are not fetched again.
+
+        `layers_dir` puts the layers elsewhere: a node passes its layer store, because the
+        chain must outlive this directory (a VM resumed from it runs on those layers and may
+        be paused again after the snapshot directory is gone). A layer already there under
+        its digest is reused as it is: a frozen layer always sits on the same chain.
         """
         manifest = await self.get_manifest(snapshot_id)
         base_size = os.stat(base_image_path).st_size
@@ -226,7 +233,8 @@ class SnapshotRepository:
                 f"snapshot {snapshot_id} needs base image {manifest.base_image.digest[:12]} "
                 f"of {manifest.base_image.size} bytes; {base_image_path} has {base_size}"
             )
-        layers_dir = dest_dir / LAYERS
+        layers_dir = layers_dir or dest_dir / LAYERS
+        dest_dir.mkdir(parents=True, exist_ok=True)
         layers_dir.mkdir(parents=True, exist_ok=True)
         (dest_dir / NODE_MANIFEST).unlink(missing_ok=True)  # incomplete until rewritten
         fetched = [0, 0]
@@ -247,13 +255,27 @@ class SnapshotRepository:
             await asyncio.to_thread(_copy, await load(digest), dest)
 
         async def disk() -> None:
-            # Layers download side by side; re-pointing is metadata-only, bottom to top.
-            pairs = zip(manifest.layers, layers, strict=True)
-            await _gather(*(place(ref.digest, local) for ref, local in pairs))
-            below = base_image_path.resolve()
-            for ref, local in zip(manifest.layers, layers, strict=True):
-                await diskchain.rebase_unsafe(local, below, ref.backing_format)
-                below = local.resolve()  # qemu reads a relative backing name per image dir
+            # Missing layers download side by side (to a private name: a layer in a shared
+            # directory may be under a running VM); re-pointing is metadata-only, bottom to
+            # top, and each takes its final name only once it points at the layer below.
+            todo = [(ref, local) for ref, local in zip(manifest.layers, layers, strict=True)
+                    if not local.exists()]  # fmt: skip
+            parts = {local: local.with_name(f"{local.name}.{os.getpid()}-{id(local)}.part")
+                     for _, local in todo}  # fmt: skip
+            try:
+                await _gather(*(place(ref.digest, parts[local]) for ref, local in todo))
+                below = base_image_path.resolve()
+                for ref, local in zip(manifest.layers, layers, strict=True):
+                    if local in parts:
+                        await diskchain.rebase_unsafe(parts[local], below, ref.backing_format)
+                        with contextlib.suppress(FileExistsError):  # placed meanwhile: same
+                            os.link(parts[local], local)
+                    else:
+                        os.utime(local)  # just used: not garbage (GC spares young layers)
+                    below = local.resolve()  # qemu reads a relative backing name per image dir
+            finally:
+                for part in parts.values():
+                    part.unlink(missing_ok=True)
 
         with self.cache.hold(manifest.blob_digests()):
             await _gather(

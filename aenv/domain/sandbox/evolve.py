@@ -71,7 +71,8 @@ def evolve(state: State, event: Event) -> State:
         case SandboxPauseRequested():
             u = {"status": S.PAUSING}
         case SandboxPaused():
-            u = {"status": S.PAUSED, "remaining_s": event.remaining_s}
+            u = {"status": S.PAUSED, "remaining_s": event.remaining_s,
+                 "paused_snapshot_id": event.snapshot_id}  # fmt: skip
         case SandboxResumeRequested():
             u = {"status": S.RESUMING}
             if event.timeout_s is not None:
@@ -84,6 +85,7 @@ def evolve(state: State, event: Event) -> State:
                 "node_id": event.node_id,
                 "end_at": event.end_at,
                 "remaining_s": None,
+                "paused_snapshot_id": None,
             }
         case SandboxKillRequested():
             u = {"status": S.KILLING}

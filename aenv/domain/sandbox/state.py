@@ -49,7 +49,16 @@ class Sandbox(BaseModel):
     pending_snapshot_id: str | None = None
     #: the latest capture of this sandbox that is in the snapshot repository (durable)
     durable_snapshot_id: str | None = None
+    #: the capture a paused sandbox resumes from (None while it runs)
+    paused_snapshot_id: str | None = None
     recent_commands: tuple[UUID, ...] = ()
+
+    @property
+    def resumable_anywhere(self) -> bool:
+        """Paused, and its capture is in the repository: any node can resume it."""
+        return self.paused_snapshot_id is not None and (
+            self.durable_snapshot_id == self.paused_snapshot_id
+        )
 
     def seen(self, command_id: UUID) -> bool:
         """Whether this command was already accepted (a redelivery must decide nothing)."""

@@ -119,6 +119,36 @@ async def test_round_trip_rebuilds_an_identical_restorable_snapshot(
     assert node_view.disk_top == local.disk_top and node_view.base_image == base_b
 
 
+async def test_layers_into_a_shared_store_outlive_the_snapshot_and_are_reused(
+    store: SnapshotStore, tmp_path: Path
+) -> None:
+    """A node downloads layers into its layer store: the snapshot directory is deleted after
+    the resume, and the VM's chain (paused again later) must still be whole; a second
+    download of a snapshot sharing those layers reuses them instead of rewriting files that
+    may be under a running VM."""
+    snap = build_snapshot(tmp_path / "node-a")
+    repo = repo_for(store, tmp_path)
+    await repo.upload(snap.dir, base_image_digest=BASE_DIGEST)
+    node_b = tmp_path / "node-b"
+    layers = node_b / "layers"
+    node_b.mkdir()
+    base_b = node_b / "base.raw"
+    shutil.copyfile(snap.base, base_b)
+    local = await repo.download("snap-1", node_b / "snap-1", base_b, layers_dir=layers)
+    assert all(p.parent == layers for p in local.layers)
+    assert not list(layers.glob("*.part"))
+    shutil.rmtree(local.dir)  # the resume deleted the snapshot's own files
+    run("qemu-img", "check", "-q", str(local.disk_top))
+    chain = run("qemu-img", "info", "--backing-chain", "-U", str(local.disk_top))
+    assert str(base_b) in chain and str(node_b / "snap-1") not in chain
+    run("qemu-img", "compare", "-q", str(snap.layers[-1]), str(local.disk_top))
+    inodes = {p.name: p.stat().st_ino for p in layers.glob("*.qcow2")}
+    again = await repo.download("snap-1", node_b / "again", base_b, layers_dir=layers)
+    assert again.layers == local.layers
+    assert {p.name: p.stat().st_ino for p in layers.glob("*.qcow2")} == inodes  # not rewritten
+    run("qemu-img", "compare", "-q", str(snap.layers[-1]), str(again.disk_top))
+
+
 async def test_layers_can_be_passed_explicitly_and_are_checked(
     store: SnapshotStore, tmp_path: Path
 ) -> None:
