@@ -5,9 +5,11 @@ route arrived — it must wait for it, and give up soon when none is coming."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
+import pytest_asyncio
 
 from aenv.domain import sandbox as sb
 from aenv.domain.sandbox.values import new_sandbox_id
@@ -21,6 +23,15 @@ from bus.routes import Route
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+@pytest_asyncio.fixture
+async def table(bus: Bus) -> AsyncIterator[RouteTable]:
+    t = await RouteTable.open(bus)
+    try:
+        yield t
+    finally:
+        await t.close()
+
+
 async def _sandbox(bus: Bus, *, running: bool) -> str:
     sid = new_sandbox_id()
     await apply(bus.sandboxes, sb.CreateSandbox(sandbox_id=sid, template_id="base", at=T0,
@@ -30,65 +41,45 @@ async def _sandbox(bus: Bus, *, running: bool) -> str:
     return sid
 
 
-async def test_a_running_sandbox_waits_for_its_late_route(bus: Bus) -> None:
-    table = await RouteTable.open(bus)
-    try:
-        sid = await _sandbox(bus, running=True)
-        lookup = asyncio.create_task(table.resolve(sid, 49983))
-        await asyncio.sleep(0.2)
-        assert not lookup.done()  # no 502 for a sandbox that runs
-        await table.book.put(sid, Route(node_id="n1", address="10.9.0.2"))
-        upstream = await asyncio.wait_for(lookup, 2.0)
-        assert (upstream.host, upstream.port) == ("10.9.0.2", 49983)
-    finally:
-        await table.close()
+async def test_a_running_sandbox_waits_for_its_late_route(bus: Bus, table: RouteTable) -> None:
+    sid = await _sandbox(bus, running=True)
+    lookup = asyncio.create_task(table.resolve(sid, 49983))
+    await asyncio.sleep(0.2)
+    assert not lookup.done()  # no 502 for a sandbox that runs
+    await table.book.put(sid, Route(node_id="n1", address="10.9.0.2"))
+    upstream = await asyncio.wait_for(lookup, 2.0)
+    assert (upstream.host, upstream.port) == ("10.9.0.2", 49983)
 
 
-async def test_a_creating_sandbox_waits_until_it_runs(bus: Bus) -> None:
-    table = await RouteTable.open(bus)
-    try:
-        sid = await _sandbox(bus, running=False)
-        lookup = asyncio.create_task(table.resolve(sid, 8080))
-        await asyncio.sleep(0.7)  # past a poll of the state: still creating, keep waiting
-        assert not lookup.done()
-        await apply(bus.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0))
-        await table.book.put(sid, Route(node_id="n1", address="10.9.0.3"))
-        assert (await asyncio.wait_for(lookup, 2.0)).host == "10.9.0.3"
-    finally:
-        await table.close()
+async def test_a_creating_sandbox_waits_until_it_runs(bus: Bus, table: RouteTable) -> None:
+    sid = await _sandbox(bus, running=False)
+    lookup = asyncio.create_task(table.resolve(sid, 8080))
+    await asyncio.sleep(0.7)  # past a poll of the state: still creating, keep waiting
+    assert not lookup.done()
+    await apply(bus.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0))
+    await table.book.put(sid, Route(node_id="n1", address="10.9.0.3"))
+    assert (await asyncio.wait_for(lookup, 2.0)).host == "10.9.0.3"
 
 
 async def test_no_route_for_a_running_sandbox_is_a_502_after_the_grace(
-    bus: Bus, monkeypatch: pytest.MonkeyPatch
+    bus: Bus, table: RouteTable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(routes_mod, "ROUTE_GRACE_S", 0.3)
-    table = await RouteTable.open(bus)
-    try:
-        sid = await _sandbox(bus, running=True)
-        with pytest.raises(SandboxUnavailable):
-            await asyncio.wait_for(table.resolve(sid, 49983), 2.0)
-    finally:
-        await table.close()
+    sid = await _sandbox(bus, running=True)
+    with pytest.raises(SandboxUnavailable):
+        await asyncio.wait_for(table.resolve(sid, 49983), 2.0)
 
 
-async def test_a_create_that_fails_ends_the_wait(bus: Bus) -> None:
-    table = await RouteTable.open(bus)
-    try:
-        sid = await _sandbox(bus, running=False)
-        lookup = asyncio.create_task(table.resolve(sid, 49983))
-        await asyncio.sleep(0.1)
-        await apply(bus.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0,
-                                                     error="boom"))  # fmt: skip
-        with pytest.raises(SandboxUnavailable):
-            await asyncio.wait_for(lookup, 2.0)  # not the 60 s a resume may take
-    finally:
-        await table.close()
+async def test_a_create_that_fails_ends_the_wait(bus: Bus, table: RouteTable) -> None:
+    sid = await _sandbox(bus, running=False)
+    lookup = asyncio.create_task(table.resolve(sid, 49983))
+    await asyncio.sleep(0.1)
+    await apply(bus.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0,
+                                                 error="boom"))  # fmt: skip
+    with pytest.raises(SandboxUnavailable):
+        await asyncio.wait_for(lookup, 2.0)  # not the 60 s a resume may take
 
 
-async def test_an_unknown_sandbox_is_a_502_at_once(bus: Bus) -> None:
-    table = await RouteTable.open(bus)
-    try:
-        with pytest.raises(SandboxUnavailable):
-            await asyncio.wait_for(table.resolve(new_sandbox_id(), 49983), 0.5)
-    finally:
-        await table.close()
+async def test_an_unknown_sandbox_is_a_502_at_once(bus: Bus, table: RouteTable) -> None:
+    with pytest.raises(SandboxUnavailable):
+        await asyncio.wait_for(table.resolve(new_sandbox_id(), 49983), 0.5)
