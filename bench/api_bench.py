@@ -36,6 +36,11 @@ T = TypeVar("T")
 NODE_RESTORE = re.compile(r"sandbox (\w+) (up|resumed): running [\d.]+ ms, envd ([\d.]+) ms")
 #: Between a pause and its resume in the "after wait" loop: an agent waiting on its model.
 THINK_S = 0.5
+#: Between the measured operations: each restore makes its RAM pool refill (a sparse copy
+#: of the template's RAM, 0.3 s after the restore, some 100 ms of I/O and CPU), the rig's
+#: and the node's alike; the next measurement, on either side, should not share the host
+#: with it.
+QUIET_S = 1.0
 
 
 def _free_port() -> int:
@@ -145,7 +150,7 @@ def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
         for i in range(n):
             for k, v in rig.call(rig.cycle()).items():
                 s[f"raw_{k}"].append(v)
-            time.sleep(0.3)
+            time.sleep(QUIET_S)
             # the control plane alone: one keep-alive HTTP client, no SDK objects to build
             t0 = time.monotonic()
             r = http.post("/sandboxes", json={"templateID": "base"})
@@ -154,7 +159,7 @@ def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
             s["http_create"].append(elapsed)
             http_created.append((r.json()["sandboxID"], elapsed))
             http.delete(f"/sandboxes/{r.json()['sandboxID']}")
-            time.sleep(0.3)
+            time.sleep(QUIET_S)
             t0 = time.monotonic()
             sbx = Sandbox.create()
             s["create"].append(time.monotonic() - t0)
@@ -186,7 +191,7 @@ def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
             t0 = time.monotonic()
             sbx.kill()
             s["kill"].append(time.monotonic() - t0)
-            time.sleep(0.3)
+            time.sleep(QUIET_S)
         restores = node_restores(data / "aenv.log")
     finally:
         http.close()
