@@ -222,8 +222,8 @@ class SandboxHost:
         except Exception as e:
             raise HostError(f"the capture of {sandbox_id} is not in the repository: {e}") from e
         base = self._base_image(manifest.base_image.digest)
-        directory = self.runtime.state_dir / "snapshots" / snapshot_id
-        snap = await self._fetch(snapshot_id, directory, base, f"the capture of {sandbox_id}")
+        snap = await self._fetch(snapshot_id, self.runtime.snapshot_dir(snapshot_id), base,
+                                 f"the capture of {sandbox_id}")  # fmt: skip
         self.paused[sandbox_id] = PausedSandbox(sandbox_id, template_id, snap, guest)
 
     def _base_image(self, digest: str) -> Path:

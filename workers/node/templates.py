@@ -189,7 +189,7 @@ class TemplateCatalog:
         image = await asyncio.to_thread(self._images[spec.name])
         machine = self.runtime.machine(vcpus=spec.vcpus, mem_mib=spec.mem_mib)
         snap_id = f"tpl-{spec.name}-{image.digest[:16]}-{machine.fingerprint()}"
-        sdir = self.runtime.state_dir / "snapshots" / snap_id
+        sdir = self.runtime.snapshot_dir(snap_id)
         if (sdir / "manifest.json").exists():
             snap = Snapshot.read(sdir)
             if snap.disk_top.exists():

@@ -139,18 +139,17 @@ class NodeWorker:
             if state is None or state.status in (S.KILLED, S.FAILED):
                 self.journal.remove(sid)
                 continue
+            snap_dir = self.host.runtime.snapshot_dir(entry.paused_snapshot or "-")
             if state.node_id not in (None, self.node_id):
                 # resumed on another node from the repository while this one was away: what
                 # is left here is a stale copy (its layers go with the next GC)
                 log.info("sandbox %s moved to node %s; dropping the local copy", sid,
                          state.node_id)  # fmt: skip
                 if entry.paused_snapshot:
-                    shutil.rmtree(self.host.runtime.state_dir / "snapshots"
-                                  / entry.paused_snapshot, ignore_errors=True)  # fmt: skip
+                    shutil.rmtree(snap_dir, ignore_errors=True)
                 self.journal.remove(sid)
                 self._collect_soon()
                 continue
-            snap_dir = self.host.runtime.state_dir / "snapshots" / (entry.paused_snapshot or "-")
             if state.status is S.PAUSED and (snap_dir / "manifest.json").exists():
                 self.host.adopt_paused(sid, entry.template_id, snap_dir, self._guest(state))
                 if state.durable_snapshot_id != entry.paused_snapshot:  # upload cut short

@@ -219,7 +219,7 @@ class Runtime:
         holds the frozen layer's write lock until then).
         """
         snapshot_id = snapshot_id or _new_id()
-        sdir = self.state_dir / "snapshots" / snapshot_id
+        sdir = self.snapshot_dir(snapshot_id)
         sdir.mkdir(parents=True)
         try:
             await vm.qemu.stop()
@@ -481,6 +481,10 @@ class Runtime:
         """
         roots = {vm.disk_top for vm in self.vms.values()} | {s.disk_top for s in snapshots}
         return len(await self.layers.collect(roots, min_age_s=min_age_s))
+
+    def snapshot_dir(self, snapshot_id: str) -> Path:
+        """Where a snapshot of this node lives (captured here, or pulled from a repository)."""
+        return self.state_dir / "snapshots" / snapshot_id
 
     # ---- helpers -----------------------------------------------------------------------
     def _vm_dir(self, vm_id: str) -> Path:
