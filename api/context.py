@@ -17,6 +17,7 @@ from api.auth import KeyChecker
 from api.cache import LookupCache
 from api.metrics import Metrics
 from bus import Bus
+from bus.nodes import NodeBook
 
 
 class ApiSettings(BaseSettings):
@@ -71,6 +72,14 @@ class ApiContext:
 
     def forget(self, prefix: str) -> None:
         self.lookups.forget(prefix)
+
+    _nodes: NodeBook | None = None
+
+    async def node_gone(self, node_id: str) -> bool:
+        """Whether a node stopped beating (its bucket opened on first use, then kept)."""
+        if self._nodes is None:
+            self._nodes = await NodeBook.open(self.bus.js, self.bus.names.nodes_bucket)
+        return await self._nodes.gone(node_id)
 
     #: Sandboxes written since the last read; their sequences are looked up lazily.
     unfenced: set[str] = field(default_factory=set)

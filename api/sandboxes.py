@@ -29,7 +29,6 @@ from api.context import ApiContext
 from api.errors import ApiError
 from api.outcomes import send_and_wait
 from bus.decisions import apply
-from bus.nodes import NodeBook
 from envd.version import ENVD_VERSION
 
 DEFAULT_TIMEOUT_V2 = 300
@@ -261,7 +260,7 @@ async def _resume_node(ctx: ApiContext, state: sb.Sandbox) -> str | None:
     and the capture is durable in the snapshot repository, placement (any live node pulls
     it). Gone with the capture only on its disk: a clear 503, not a wait on a dead queue."""
     node = state.node_id
-    if node is None or not await NodeBook(ctx.bus.js, ctx.bus.names.nodes_bucket).gone(node):
+    if node is None or not await ctx.node_gone(node):
         return node
     if state.resumable_anywhere:
         return None

@@ -7,11 +7,11 @@ it: the API needs to tell "gone" from "busy", and a heartbeat that stopped is ho
 
 from __future__ import annotations
 
-import json
 import time
 
 from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
+from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 __all__ = ["MISSED_BEATS", "Heartbeat", "NodeBook", "is_gone"]
@@ -21,7 +21,8 @@ MISSED_BEATS = 3
 
 
 class Heartbeat(BaseModel):
-    """What a node writes under its id every `every_s` seconds."""
+    """What a node writes under its id every `every_s` seconds (and what readers get back:
+    one schema for both sides)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -30,6 +31,10 @@ class Heartbeat(BaseModel):
     every_s: float = 5.0
     capacity: int = 0
     free: int = 0
+    running: int = 0
+    accelerator: str | None = None
+    accelerator_reason: str | None = None
+    qemu: str | None = None
 
 
 def is_gone(beat: Heartbeat | None, now: float) -> bool:
@@ -38,19 +43,26 @@ def is_gone(beat: Heartbeat | None, now: float) -> bool:
 
 
 class NodeBook:
-    def __init__(self, js: JetStreamContext, bucket: str) -> None:
-        self._js = js
-        self._bucket = bucket
+    """Typed access to the nodes bucket, opened once (opening it is a round trip)."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self.kv = kv
+
+    @classmethod
+    async def open(cls, js: JetStreamContext, bucket: str) -> NodeBook:
+        return cls(await js.key_value(bucket))
+
+    async def beat(self, heartbeat: Heartbeat) -> None:
+        await self.kv.put(heartbeat.node_id, heartbeat.model_dump_json().encode())
 
     async def heartbeat(self, node_id: str) -> Heartbeat | None:
         try:
-            kv = await self._js.key_value(self._bucket)
-            entry = await kv.get(node_id)
-        except (KeyNotFoundError, BucketNotFoundError):
+            entry = await self.kv.get(node_id)
+        except KeyNotFoundError:
             return None
         try:
-            return Heartbeat.model_validate(json.loads(entry.value or b"{}"))
-        except (ValueError, ValidationError):
+            return Heartbeat.model_validate_json(entry.value or b"{}")
+        except ValidationError:
             return None
 
     async def gone(self, node_id: str) -> bool:

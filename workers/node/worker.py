@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import secrets
 import shutil
@@ -28,6 +27,7 @@ from aenv.domain import template as tp
 from aenv.domain.sandbox import SandboxStatus as S
 from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, RetryableError
 from bus.decisions import apply, register_template
+from bus.nodes import Heartbeat, NodeBook
 from bus.routes import Route, RouteBook
 from envd.version import ENVD_VERSION
 from workers.node.host import GuestConfig, HostError, SandboxHost
@@ -529,21 +529,21 @@ class NodeWorker:
 
     # ---- capacity --------------------------------------------------------------------
     async def _beat(self) -> None:
-        kv = await self.bus.js.key_value(self.bus.names.nodes_bucket)
+        book = await NodeBook.open(self.bus.js, self.bus.names.nodes_bucket)
         while True:
-            doc = {
-                "node_id": self.node_id,
-                "capacity": self.host.capacity,
-                "free": self.host.free,
-                "running": len(self.host.sandboxes),
-                "accelerator": self.host.runtime.accel.accel,
-                "accelerator_reason": self.host.runtime.accel.reason,
-                "qemu": self.host.runtime.qemu_version,
-                "at": time.time(),
-                "every_s": self.settings.heartbeat_s,
-            }
+            beat = Heartbeat(
+                node_id=self.node_id,
+                at=time.time(),
+                every_s=self.settings.heartbeat_s,
+                capacity=self.host.capacity,
+                free=self.host.free,
+                running=len(self.host.sandboxes),
+                accelerator=self.host.runtime.accel.accel,
+                accelerator_reason=self.host.runtime.accel.reason,
+                qemu=self.host.runtime.qemu_version,
+            )
             try:
-                await kv.put(self.node_id, json.dumps(doc).encode())
+                await book.beat(beat)
             except Exception as e:  # a missed heartbeat is retried on the next beat
                 log.warning("node heartbeat failed: %s", e)
             await asyncio.sleep(self.settings.heartbeat_s)
