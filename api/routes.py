@@ -74,7 +74,7 @@ class RouteTable:
                     await task
 
     async def resolve(self, sandbox_id: str, port: int) -> Upstream:
-        route = self.routes.get(sandbox_id) or await self.book.get(sandbox_id)
+        route = await self._lookup(sandbox_id)
         if route is None:
             route = await self._missing(sandbox_id)
         if self.via_node:
@@ -85,6 +85,10 @@ class RouteTable:
                        (b"e2b-sandbox-port", str(port).encode()))  # fmt: skip
             return Upstream(host, int(node_port), routing)
         return Upstream(route.address, port)
+
+    async def _lookup(self, sandbox_id: str) -> Route | None:
+        """The mirror, else the bucket (a route the watch has not delivered yet)."""
+        return self.routes.get(sandbox_id) or await self.book.get(sandbox_id)
 
     async def _missing(self, sandbox_id: str) -> Route:
         state, _ = await self.bus.sandboxes.load(sandbox_id)
@@ -103,7 +107,7 @@ class RouteTable:
         give_up = loop.time() + wait
         try:
             # it may have arrived between the lookups before and the registration
-            route = self.routes.get(sandbox_id) or await self.book.get(sandbox_id)
+            route = await self._lookup(sandbox_id)
             while route is None:
                 left = give_up - loop.time()
                 if left <= 0:
@@ -141,7 +145,7 @@ class RouteTable:
         except (ApiError, TimeoutError) as e:
             log.warning("auto-resume of %s failed: %s", sandbox_id, e)
             raise SandboxUnavailable(sandbox_id) from e
-        route = self.routes.get(sandbox_id) or await self.book.get(sandbox_id)
+        route = await self._lookup(sandbox_id)
         if route is None:
             raise SandboxUnavailable(sandbox_id)
         return route
