@@ -38,7 +38,6 @@ MODULES = (
 
 class Preload:
     def __init__(self) -> None:
-        self._done = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -51,9 +50,8 @@ class Preload:
             except ImportError as e:  # a guest without one of them: imported (and failing) on use
                 log.warn("preload failed", module=name, error=str(e))
             await asyncio.sleep(0)
-        self._done.set()
 
     async def wait(self) -> None:
         """Returns once the modules are in; at once when preloading was never started."""
         if self._task is not None:
-            await self._done.wait()
+            await asyncio.shield(self._task)  # a cancelled /init must not cancel the preload
