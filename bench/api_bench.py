@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+from aenv.stack.process import free_port
 from bench.stats import emit, summary
 
 T = TypeVar("T")
@@ -41,12 +41,6 @@ THINK_S = 0.5
 #: and the node's alike; the next measurement, on either side, should not share the host
 #: with it.
 QUIET_S = 1.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RawRig:
@@ -118,7 +112,7 @@ def node_restores(log: Path) -> dict[tuple[str, str], list[float]]:
 
 
 def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "AENV_SLOT_PREFIX": "aenva", "AENV_NODE_ID": "bench"}
     up = subprocess.run(
         [sys.executable, "-m", "aenv.cli", "up", "--data-dir", str(data), "--port", str(port)],

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -26,11 +27,47 @@ class StackError(Exception):
     """An embedded service failed to start or stop."""
 
 
+#: Ports this process handed out: two servers of one stack never get the same one.
+_GIVEN: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_ports_outside(ephemeral: tuple[int, int]) -> range:
+    """Where to look for a listening port: below the kernel's ephemeral range (or above
+    it when it starts too low)."""
+    lo, hi = ephemeral
+    return range(max(1024, lo - 12000), lo) if lo - 1024 >= 2000 else range(hi + 1, 65536)
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on 127.0.0.1 right now, outside the ephemeral range.
+
+    Not "bind port 0": that port comes from the ephemeral range, which every outgoing
+    connection draws from too. SeaweedFS's master, volume and filer dial each other while
+    its S3 gateway still starts, and one of those dials took the gRPC port picked for the
+    gateway (`bind: address already in use`, `aenv up` failed). Ports below the range are
+    never handed out implicitly, so a port found free here stays free for its server.
+    """
+    candidates = free_ports_outside(_ephemeral_range())
+    for _ in range(200):
+        port = random.choice(candidates)
+        if port in _GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    raise StackError(f"no free TCP port in {candidates.start}-{candidates.stop - 1}")
 
 
 async def tcp_open(port: int) -> bool:

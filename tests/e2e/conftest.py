@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from aenv.stack.process import free_port
 
 pytestmark = pytest.mark.vm
 
@@ -34,12 +35,6 @@ class Stack:
         }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="package")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if os.geteuid() != 0:
@@ -52,7 +47,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
            # small, so the pause/resume cycles of the e2e suite exercise chain compaction
            "AENV_MAX_LAYER_DEPTH": "3"}  # fmt: skip
     up = subprocess.run(
-        [*AENV, "up", "--data-dir", str(data), "--port", str(_free_port())],
+        [*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
         capture_output=True, text=True, timeout=900, env=env,
     )  # fmt: skip
     if up.returncode != 0:

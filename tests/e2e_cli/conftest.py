@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import AENV, _free_port
+from aenv.stack.process import free_port
+from tests.e2e.conftest import AENV
 
 pytestmark = pytest.mark.vm
 
@@ -56,7 +57,7 @@ def cli_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliStack]:
     home = tmp_path_factory.mktemp("home")
     env = {**os.environ, "AENV_SLOT_PREFIX": "aenvc", "AENV_NODE_ID": "cli"}
     up = subprocess.run(
-        [*AENV, "up", "--data-dir", str(data), "--port", str(_free_port())],
+        [*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
         capture_output=True, text=True, timeout=900, env=env,
     )  # fmt: skip
     if up.returncode != 0:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from aenv.stack.process import free_port
 from workers.node.image import GuestImage, base_rootfs_tree, build_base, build_from_oci, cache_root
 from workers.node.image.build import default_envd_src
 from workers.node.image.oci_write import write_archive, write_layout_from_dir
@@ -38,16 +38,10 @@ def test_base_image_boots_to_init_and_envd(base_image: GuestImage) -> None:
     assert proc.poll() is not None  # killed on exit
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_network_knobs_configure_eth0_and_envd_answers(base_image: GuestImage) -> None:
     if not (default_envd_src() / "__main__.py").exists():
         pytest.skip("envd has no entry point yet")
-    port = _free_port()
+    port = free_port()
     with boot(base_image, forward_port=port) as vm:
         vm.wait_for(r"ENVD-READY 49983", timeout=120)
         assert "net-up" in vm.console()
