@@ -73,13 +73,15 @@ class ApiContext:
     def forget(self, prefix: str) -> None:
         self.lookups.forget(prefix)
 
-    _nodes: NodeBook | None = None
+    #: Node heartbeats (the role passes one that follows the bucket; else opened on first
+    #: use and read per call).
+    nodes: NodeBook | None = None
 
     async def node_gone(self, node_id: str) -> bool:
-        """Whether a node stopped beating (its bucket opened on first use, then kept)."""
-        if self._nodes is None:
-            self._nodes = await NodeBook.open(self.bus.js, self.bus.names.nodes_bucket)
-        return await self._nodes.gone(node_id)
+        """Whether a node stopped beating."""
+        if self.nodes is None:
+            self.nodes = await NodeBook.open(self.bus.js, self.bus.names.nodes_bucket)
+        return await self.nodes.gone(node_id)
 
     #: Sandboxes written since the last read; their sequences are looked up lazily.
     unfenced: set[str] = field(default_factory=set)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from aenv.domain import sandbox as sb
 from aenv.domain import template as tp
+from aenv.domain.errors import DomainError
 from aenv.domain.messages import Event
 from bus.envelope import MessageContext
 from bus.errors import ConcurrencyError, RetryableError
@@ -29,17 +30,32 @@ async def apply(
     """Decide `command` on the latest state and append the result: (new state, version,
     appended events). Domain errors propagate to the caller.
 
-    `known` is a state the caller already holds (from its previous `apply`): the first
-    attempt decides on it without re-reading the stream; if someone appended since, the
-    append fails on the expected sequence and we fall back to a fresh load.
+    The first attempt decides on a state we already hold, without reading the stream:
+    `known` (the caller's previous `apply`), else this process's last fold of the
+    aggregate, else — for a create — the empty aggregate. That costs nothing when it is
+    still current (the usual case: the node appended the pause it now resumes from) and
+    is safe when it is not: an append on a stale version fails on the expected sequence,
+    and a stale state that decides nothing or rejects the command is checked against a
+    fresh load before anyone is told so.
     """
+    guess = known or store.cached(command.sandbox_id)
+    if guess is None and isinstance(command, sb.CreateSandbox):
+        guess = (None, EventStore.NEW)
     for attempt in range(ATTEMPTS):
-        if attempt == 0 and known is not None:
-            state, version = known
+        optimistic = attempt == 0 and guess is not None
+        if optimistic:
+            state, version = guess  # type: ignore[misc]
         else:
             state, version = await store.load(command.sandbox_id)
-        events: list[Event] = list(sb.decide(state, command))
+        try:
+            events: list[Event] = list(sb.decide(state, command))
+        except DomainError:
+            if optimistic:
+                continue
+            raise
         if not events:
+            if optimistic:
+                continue
             return state, version, []
         try:
             version = await store.append(command.sandbox_id, version, events, context=context)

@@ -7,12 +7,17 @@ it: the API needs to tell "gone" from "busy", and a heartbeat that stopped is ho
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
-from nats.js.kv import KeyValue
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["MISSED_BEATS", "Heartbeat", "NodeBook", "is_gone"]
 
@@ -43,27 +48,76 @@ def is_gone(beat: Heartbeat | None, now: float) -> bool:
 
 
 class NodeBook:
-    """Typed access to the nodes bucket, opened once (opening it is a round trip)."""
+    """Typed access to the nodes bucket, opened once (opening it is a round trip).
+
+    `follow()` keeps a mirror of every node's latest beat from a watch of the bucket: the
+    API asks "is this node gone?" on every resume, and the mirror answers without a round
+    trip. A node the mirror has not heard of yet (or before the watch delivered the bucket's
+    current values) is read from the bucket."""
 
     def __init__(self, kv: KeyValue) -> None:
         self.kv = kv
+        self.beats: dict[str, Heartbeat] = {}
+        self._synced = False
+        self._task: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, js: JetStreamContext, bucket: str) -> NodeBook:
         return cls(await js.key_value(bucket))
 
+    def follow(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._follow(), name="node-book")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+            self._task = None
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                watcher = await self.kv.watchall()
+                try:
+                    async for entry in watcher:
+                        if entry is None:  # the bucket's current values are all in
+                            self._synced = True
+                            continue
+                        beat = _decode(entry.value)
+                        if entry.operation in (KV_DEL, KV_PURGE) or beat is None:
+                            self.beats.pop(entry.key, None)
+                        else:
+                            self.beats[entry.key] = beat
+                finally:
+                    with contextlib.suppress(Exception):
+                        await watcher.stop()  # type: ignore[no-untyped-call]
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # NATS restarting: read the bucket meanwhile, then rewatch
+                self._synced = False
+                log.warning("nodes watch lost (%s); watching again", e)
+                await asyncio.sleep(1.0)
+
     async def beat(self, heartbeat: Heartbeat) -> None:
         await self.kv.put(heartbeat.node_id, heartbeat.model_dump_json().encode())
 
     async def heartbeat(self, node_id: str) -> Heartbeat | None:
+        if self._synced and node_id in self.beats:
+            return self.beats[node_id]
         try:
             entry = await self.kv.get(node_id)
         except KeyNotFoundError:
             return None
-        try:
-            return Heartbeat.model_validate_json(entry.value or b"{}")
-        except ValidationError:
-            return None
+        return _decode(entry.value)
 
     async def gone(self, node_id: str) -> bool:
         return is_gone(await self.heartbeat(node_id), time.time())
+
+
+def _decode(raw: bytes | None) -> Heartbeat | None:
+    try:
+        return Heartbeat.model_validate_json(raw or b"{}")
+    except ValidationError:
+        return None

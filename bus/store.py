@@ -291,6 +291,11 @@ class EventStore(Generic[S]):
             self._remember(aggregate_id, state, version)
         return state, version
 
+    def cached(self, aggregate_id: str) -> tuple[S | None, Version] | None:
+        """This process's last fold of the aggregate, unchecked: a guess to decide on
+        optimistically (an append on it fails if it is stale), never an answer to show."""
+        return self._states.get(aggregate_id)
+
     def _remember(self, aggregate_id: str, state: S | None, version: Version) -> None:
         self._states[aggregate_id] = (state, version)
         self._states.move_to_end(aggregate_id)

@@ -19,6 +19,7 @@ from api.auth import KeyChecker
 from api.context import ApiContext, ApiSettings
 from api.routes import RouteTable
 from bus import Bus, BusSettings
+from bus.nodes import NodeBook
 from projections import Projector, SandboxProjection, all_projections, create_engine
 from workers.build.builder import Builder, BuildSettings
 from workers.timer import Timer
@@ -49,8 +50,11 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
 
         files_dir = cfg.data_dir / "build-files"
         api_settings = ApiSettings(build_files_dir=files_dir, upload_secret=_secret(cfg))
+        nodes = await NodeBook.open(bus.js, bus.names.nodes_bucket)
+        nodes.follow()
+        stack.push_async_callback(nodes.close)
         ctx = ApiContext(bus, engine, api_settings, KeyChecker(engine), wait_for=wait_for,
-                         wait_for_templates=wait_for_templates)  # fmt: skip
+                         wait_for_templates=wait_for_templates, nodes=nodes)  # fmt: skip
         routes = await RouteTable.open(bus, via_node=ctx.settings.proxy_via_node)
         stack.push_async_callback(routes.close)
         app = create_app(ctx, routes.resolve)

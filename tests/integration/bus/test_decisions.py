@@ -1,0 +1,80 @@
+"""`apply` decides on a state it already holds before reading the stream: these tests give
+it a stale one — another writer (a second process, a second store here) appended since —
+and check that the decision is the one the real history calls for."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from aenv.domain import sandbox as sb
+from aenv.domain.errors import Conflict
+from aenv.domain.sandbox.values import new_sandbox_id
+from bus import Bus
+from bus.decisions import apply
+from bus.store import EventStore
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+S = sb.SandboxStatus
+
+
+def _other_process(bus: Bus) -> EventStore[sb.Sandbox]:
+    return EventStore.sandboxes(bus.js, bus.publisher, bus.settings)
+
+
+async def _running(store: EventStore[sb.Sandbox]) -> str:
+    sid = new_sandbox_id()
+    await apply(store, sb.CreateSandbox(sandbox_id=sid, template_id="base", at=T0, timeout_s=60))
+    await apply(store, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0))
+    return sid
+
+
+async def test_a_stale_guess_that_decides_events_is_decided_again(bus: Bus) -> None:
+    mine, theirs = bus.sandboxes, _other_process(bus)
+    sid = await _running(mine)
+    await apply(theirs, sb.PauseSandbox(sandbox_id=sid, at=T0))  # `mine` did not see it
+    assert mine.cached(sid)[0].status is S.RUNNING  # type: ignore[index,union-attr]
+    state, _, events = await apply(mine, sb.KillSandbox(sandbox_id=sid, at=T0))
+    assert [type(e) for e in events] == [sb.SandboxKillRequested]
+    assert state is not None and state.status is S.KILLING
+    history = [type(r.event).__name__ for r in await mine.read(sid)]
+    assert history[-2:] == ["SandboxPauseRequested", "SandboxKillRequested"]
+
+
+async def test_a_stale_guess_that_decides_nothing_is_checked_against_the_log(bus: Bus) -> None:
+    mine, theirs = bus.sandboxes, _other_process(bus)
+    sid = await _running(mine)
+    await apply(theirs, sb.PauseSandbox(sandbox_id=sid, at=T0))
+    await apply(theirs, sb.CompletePause(sandbox_id=sid, snapshot_id="s1", at=T0))
+    # on the stale RUNNING state a resume is a no-op; the log says paused: it must resume
+    state, _, events = await apply(mine, sb.ResumeSandbox(sandbox_id=sid, at=T0))
+    assert [type(e) for e in events] == [sb.SandboxResumeRequested]
+    assert state is not None and state.status is S.RESUMING
+
+
+async def test_a_stale_guess_that_rejects_is_checked_against_the_log(bus: Bus) -> None:
+    mine, theirs = bus.sandboxes, _other_process(bus)
+    sid = await _running(mine)
+    await apply(mine, sb.PauseSandbox(sandbox_id=sid, at=T0))  # mine: PAUSING → fork refused
+    await apply(theirs, sb.CompletePause(sandbox_id=sid, snapshot_id="s1", at=T0))
+    await apply(theirs, sb.ResumeSandbox(sandbox_id=sid, at=T0))
+    await apply(theirs, sb.CompleteResume(sandbox_id=sid, node_id="n1", at=T0))
+    state, _, events = await apply(mine, sb.ForkSandbox(sandbox_id=sid, at=T0, count=2))
+    assert state is not None and state.status is S.FORKING and events
+
+
+async def test_a_real_rejection_still_raises(bus: Bus) -> None:
+    sid = await _running(bus.sandboxes)
+    await apply(bus.sandboxes, sb.PauseSandbox(sandbox_id=sid, at=T0))
+    with pytest.raises(Conflict):
+        await apply(bus.sandboxes, sb.ForkSandbox(sandbox_id=sid, at=T0, count=2))
+
+
+async def test_a_redelivered_create_guessed_new_appends_nothing(bus: Bus) -> None:
+    sid = new_sandbox_id()
+    create = sb.CreateSandbox(sandbox_id=sid, template_id="base", at=T0, timeout_s=60)
+    await apply(bus.sandboxes, create)
+    state, _, events = await apply(_other_process(bus), create)  # nothing cached: guesses NEW
+    assert events == [] and state is not None and state.status is S.CREATING
+    assert len(await bus.sandboxes.read(sid)) == 1
