@@ -1,7 +1,9 @@
 """A pool of ready network slots, kept filled in the background.
 
 Creating a slot costs ~50 ms here; a create or restore must not pay it, so the pool keeps
-`target` slots warm and hands one out in O(1). Slot indices are claimed with flocks, so
+`target` slots warm and hands one out in O(1). Refills and the teardown of released slots
+are housekeeping: they wait for `settled` (the runtime's: no restore in flight) and run at
+the lowest priority. Slot indices are claimed with flocks, so
 several node processes on one host (or a test next to a dev stack) never collide.
 """
 
@@ -12,7 +14,9 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 
+from workers.node.foreground import in_background
 from workers.node.net.addressing import DEFAULT_SLOT_CIDR, slot_address, slot_capacity
 from workers.node.net.errors import NetworkError
 from workers.node.net.firewall import EgressPolicy
@@ -39,8 +43,12 @@ REFILL_MAX_WAIT_S = 1.5
 class SlotPool:
     """Hands out network slots; call `start()` once and `close()` at shutdown."""
 
-    def __init__(self, *, target: int = 4, cidr: str = DEFAULT_SLOT_CIDR, prefix: str = "aenv"):
+    def __init__(
+        self, *, target: int = 4, cidr: str = DEFAULT_SLOT_CIDR, prefix: str = "aenv",
+        settled: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:  # fmt: skip
         self._target = target
+        self._settled = settled or self._quiet_after_acquire
         self._cidr = cidr
         self._prefix = prefix
         self._ready: asyncio.Queue[NetworkSlot] = asyncio.Queue()
@@ -83,10 +91,15 @@ class SlotPool:
             await asyncio.to_thread(update_policy, slot, policy, self._host_addrs)
         return slot
 
-    async def release(self, slot: NetworkSlot) -> None:
-        """Destroy a used slot (conntrack and ARP state must not leak to the next guest)."""
+    async def release(self, slot: NetworkSlot, *, background: bool = False) -> None:
+        """Destroy a used slot (conntrack and ARP state must not leak to the next guest);
+        `background`: nobody waits for it, so after `settled` and at the lowest priority."""
+        if background:
+            await self._settled()
+            await in_background(destroy_slot, slot)
+        else:
+            await asyncio.to_thread(destroy_slot, slot)
         self._in_use.discard(slot.address.index)
-        await asyncio.to_thread(destroy_slot, slot)
         self._wake.set()
 
     async def close(self) -> None:
@@ -105,11 +118,13 @@ class SlotPool:
     async def _fill(self) -> None:
         while True:
             while (missing := self._target - self._ready.qsize()) > 0:
+                await self._settled()
                 # a few at a time: after a 16-way fork the pool must be whole again soon
                 # shielded: a close() that cancels the filler mid-batch still gets (and
                 # destroys) the slots whose creation threads were already running
                 pending = asyncio.gather(
-                    *(self._create_one() for _ in range(min(missing, FILL_PARALLEL))),
+                    *(self._create_one(background=True)
+                      for _ in range(min(missing, FILL_PARALLEL))),
                     return_exceptions=True,
                 )
                 self._batch = pending
@@ -124,14 +139,17 @@ class SlotPool:
                     await asyncio.sleep(1.0)
             self._wake.clear()
             await self._wake.wait()
-            waited = 0.0
-            while waited < REFILL_MAX_WAIT_S and (
-                (quiet := time.monotonic() - self._last_acquire) < REFILL_QUIET_S
-            ):
-                await asyncio.sleep(REFILL_QUIET_S - quiet)
-                waited += REFILL_QUIET_S - quiet
 
-    async def _create_one(self) -> NetworkSlot:
+    async def _quiet_after_acquire(self) -> None:
+        """Without a runtime to ask: wait for a moment without acquires."""
+        waited = 0.0
+        while waited < REFILL_MAX_WAIT_S and (
+            (quiet := time.monotonic() - self._last_acquire) < REFILL_QUIET_S
+        ):
+            await asyncio.sleep(REFILL_QUIET_S - quiet)
+            waited += REFILL_QUIET_S - quiet
+
+    async def _create_one(self, *, background: bool = False) -> NetworkSlot:
         cap = slot_capacity(self._cidr)
         for _ in range(cap):
             index = self._next
@@ -142,10 +160,9 @@ class SlotPool:
             if fd is None:
                 continue
             addr = slot_address(index, self._cidr, self._prefix)
+            run = in_background if background else asyncio.to_thread
             try:
-                return await asyncio.to_thread(
-                    create_slot, addr, lock_fd=fd, host_addresses=self._host_addrs
-                )
+                return await run(create_slot, addr, lock_fd=fd, host_addresses=self._host_addrs)
             except NetworkError:
                 os.close(fd)
                 raise

@@ -2,7 +2,9 @@
 
 A sandbox that may later pause needs its own RAM file (share=on), i.e. a copy of its
 template's: ~100-150 MiB of allocated pages for a 512 MiB guest, 50-100 ms of copying. Kept
-ready ahead of time, a create only renames one into place.
+ready ahead of time, a create only renames one into place. The copies are made once the
+restores in flight are over (`settled`), at the lowest priority: copying 100+ MiB competes
+for the CPU and disk with the restore that just took one, and with its answer.
 """
 
 from __future__ import annotations
@@ -11,21 +13,27 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from workers.node.foreground import in_background
 from workers.node.runtime.memfile import clone_or_sparse_copy
 
 log = logging.getLogger(__name__)
 
-#: A refill starts this long after a copy was taken: copying 100+ MiB right away would
-#: compete for the CPU and disk with the restore that just took one (2-core hosts).
-REFILL_DELAY_S = 0.3
+
+async def _at_once() -> None:
+    return None
 
 
 class RamPool:
-    def __init__(self, root: Path, *, per_source: int = 2) -> None:
+    def __init__(
+        self, root: Path, *, per_source: int = 2,
+        settled: Callable[[], Awaitable[None]] = _at_once,
+    ) -> None:  # fmt: skip
         self.root = root
         self.per_source = per_source
+        self._settled = settled
         self._ready: dict[Path, list[Path]] = {}
         self._filling: dict[Path, asyncio.Task[None]] = {}
         root.mkdir(parents=True, exist_ok=True)
@@ -46,12 +54,11 @@ class RamPool:
 
     async def _fill(self, source: Path) -> None:
         ready = self._ready.setdefault(source, [])
-        if ready:  # not empty: the restore that took one goes first
-            await asyncio.sleep(REFILL_DELAY_S)
         while len(ready) < self.per_source and source.exists():
+            await self._settled()
             dst = self.root / f"{uuid.uuid4().hex}.mem"
             try:
-                await asyncio.to_thread(clone_or_sparse_copy, source, dst)
+                await in_background(clone_or_sparse_copy, source, dst)
             except OSError as e:
                 log.warning("RAM pool: copying %s failed: %s", source, e)
                 dst.unlink(missing_ok=True)

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from workers.node.foreground import Foreground, in_background
 from workers.node.net import GUEST, EgressPolicy, NetworkSlot, SlotPool, uplink
 from workers.node.net.addressing import DEFAULT_SLOT_CIDR
 from workers.node.net.uplink import Uplink
@@ -87,14 +88,19 @@ class Timing:
 class Runtime:
     """Owns the VMs of one node. Create with `await Runtime.open(...)`, end with `close()`."""
 
-    def __init__(self, state_dir: Path, pool: SlotPool, accel: AccelChoice, qemu_ver: str) -> None:
+    def __init__(
+        self, state_dir: Path, pool: SlotPool, accel: AccelChoice, qemu_ver: str,
+        foreground: Foreground | None = None,
+    ) -> None:  # fmt: skip
         self.state_dir = state_dir
         self.pool = pool
+        #: restores and forks in flight: the pools' refills and teardowns wait for them
+        self.foreground = foreground or Foreground()
         self.accel = accel
         self.qemu_version = qemu_ver
         self.layers = LayerStore(state_dir / "layers")
         self.vms: dict[str, Vm] = {}
-        self.ram_pool = RamPool(state_dir / "ram-pool")
+        self.ram_pool = RamPool(state_dir / "ram-pool", settled=self.foreground.settled)
         self._releasing: dict[str, asyncio.Task[None]] = {}
         self._teardowns: set[asyncio.Task[None]] = set()
         self.uplink: Uplink | None = None
@@ -115,10 +121,12 @@ class Runtime:
         state_dir.mkdir(parents=True, exist_ok=True)
         accel = await asyncio.to_thread(choose_accel, kernel_for_probe)
         ver = await asyncio.to_thread(qemu_version)
-        pool = SlotPool(target=pool_target, prefix=slot_prefix, cidr=slot_cidr)
+        foreground = Foreground()
+        pool = SlotPool(target=pool_target, prefix=slot_prefix, cidr=slot_cidr,
+                        settled=foreground.settled)  # fmt: skip
         await pool.start()
         log.info("runtime: accelerator %s (%s), QEMU %s", accel.accel, accel.reason, ver)
-        rt = cls(state_dir, pool, accel, ver)
+        rt = cls(state_dir, pool, accel, ver, foreground)
         if egress:
             rt.uplink = Uplink(slot_prefix, pool.cidr)
             await asyncio.to_thread(uplink.enable, rt.uplink)
@@ -127,6 +135,7 @@ class Runtime:
 
     async def close(self) -> None:
         """Destroy every VM this runtime started and every pooled slot."""
+        self.foreground.closing()  # teardowns waiting for quiet: go now
         if self._releasing:
             await asyncio.wait(set(self._releasing.values()))
         if self._teardowns:
@@ -295,7 +304,8 @@ class Runtime:
                 gone = vm.dir.with_name(f"{vm.dir.name}.gone-{uuid.uuid4().hex[:8]}")
                 vm.dir.rename(gone)
                 vm.dir = gone
-            task = asyncio.create_task(self.destroy(vm), name=f"teardown:{vm.vm_id}")
+            task = asyncio.create_task(self.destroy(vm, background=True),
+                                       name=f"teardown:{vm.vm_id}")  # fmt: skip
             self._teardowns.add(task)
             task.add_done_callback(self._teardowns.discard)
 
@@ -331,6 +341,7 @@ class Runtime:
         vm_id = vm_id or _new_id()
         t0 = time.monotonic()
         async with contextlib.AsyncExitStack() as stack:
+            stack.enter_context(self.foreground.busy())
             slot = await self.pool.acquire(policy)
             stack.push_async_callback(self.pool.release, slot)
             workdir = self._vm_dir(vm_id)
@@ -397,6 +408,13 @@ class Runtime:
         child does not cost the others. With wait=False the children are returned running
         but before their envd was initialised (callers init each with its own token).
         """
+        with self.foreground.busy():
+            return await self._fork(vm, count, wait=wait, vm_ids=vm_ids, policy=policy)
+
+    async def _fork(
+        self, vm: Vm, count: int, *, wait: bool, vm_ids: list[str] | None,
+        policy: EgressPolicy | None,
+    ) -> tuple[Snapshot, list[Vm | BaseException]]:  # fmt: skip
         ids = vm_ids or [None] * count  # type: ignore[list-item]
         snap = await self.capture(vm, resume=True)
         # Load every child first, then let them all run: on few cores, a guest already
@@ -441,17 +459,22 @@ class Runtime:
             raise VmTimeout(f"{e}; guest console: ...{tail[-1500:]}") from e
 
     # ---- teardown ----------------------------------------------------------------------
-    async def destroy(self, vm: Vm) -> None:
-        """Kill the VM and free its slot, directory and unfrozen layers. Idempotent."""
+    async def destroy(self, vm: Vm, *, background: bool = False) -> None:
+        """Kill the VM and free its slot, directory and unfrozen layers. Idempotent.
+        `background`: nobody waits for the rest once QEMU is gone (a paused VM's release),
+        so it is housekeeping: after the restores in flight, at the lowest priority."""
         if self.vms.get(vm.vm_id) is vm:  # not a newer VM that reuses the id (a resume)
             del self.vms[vm.vm_id]
         await vm.qemu.kill()
         if vm.slot.lock_fd is not None:
-            await self.pool.release(vm.slot)
+            await self.pool.release(vm.slot, background=background)
         for layer in vm.owned_layers:
             layer.unlink(missing_ok=True)
         vm.owned_layers = []
-        shutil.rmtree(vm.dir, ignore_errors=True)
+        if background:
+            await in_background(shutil.rmtree, vm.dir, True)
+        else:
+            shutil.rmtree(vm.dir, ignore_errors=True)
 
     async def compact_if_deep(self, snap: Snapshot) -> Snapshot:
         """A snapshot whose disk chain grew past the limit (many pause/resume cycles) gets one
