@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import uuid
 from datetime import UTC, datetime
 
@@ -71,3 +72,46 @@ async def test_create_published_to_nats_shows_up_in_the_api(stack: Stack) -> Non
         return out
 
     assert (await asyncio.to_thread(use)).strip() == "from-pipeline"
+
+
+async def test_a_create_the_log_refuses_leaves_no_vm_behind(stack: Stack) -> None:
+    """The node starts a create's VM while it appends the decision; when the log refuses
+    the create (here: the sandbox id exists, written by another process the node never
+    heard from), that early VM must go."""
+    from aenv.domain import CommandRejected
+    from aenv.domain import sandbox as sb
+    from bus import Bus, BusSettings
+    from bus.decisions import apply
+
+    sandbox_id = "dup" + uuid.uuid4().hex[:12]
+    log = stack.data_dir / "aenv.log"
+    bus = await Bus.connect(BusSettings(nats_url=stack.nats_url), setup=False)
+    try:
+        await apply(bus.sandboxes, sb.CreateSandbox(sandbox_id=sandbox_id, template_id="base",
+                                                    team_id="default", timeout_s=60))  # fmt: skip
+        await apply(bus.sandboxes, sb.KillSandbox(sandbox_id=sandbox_id))
+        await apply(bus.sandboxes, sb.CompleteKill(sandbox_id=sandbox_id))
+        command_id, body = create_command(sandbox_id, team_id="default")
+        await bus.js.publish("aenv.cmd.place.create", body, headers={"Nats-Msg-Id": command_id})
+
+        async def refused() -> bool:
+            return any(isinstance(r.event, CommandRejected) and "already exists" in r.event.reason
+                       for r in await bus.sandboxes.read(sandbox_id))  # fmt: skip
+
+        await eventually(refused, timeout=60, interval=0.2)
+    finally:
+        await bus.close()
+
+    async def logged(line: str) -> bool:
+        return line in log.read_text(errors="replace")
+
+    # the early VM really started (so this tested its removal), and is gone
+    await eventually(lambda: logged(f"sandbox {sandbox_id} up:"), timeout=30, interval=0.2)
+
+    async def no_vm() -> bool:
+        ps = subprocess.run(["pgrep", "-f", f"qemu-system.*-name {sandbox_id}"],
+                            capture_output=True, text=True)  # fmt: skip
+        return ps.stdout.strip() == ""
+
+    await eventually(no_vm, timeout=30, interval=0.2)
+    assert not (stack.data_dir / "node" / "journal" / f"{sandbox_id}.json").exists()

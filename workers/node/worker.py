@@ -15,13 +15,13 @@ import logging
 import secrets
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
 
-from aenv.domain import CommandRejected, Invalid, utcnow
+from aenv.domain import CommandRejected, DomainError, Invalid, utcnow
 from aenv.domain import sandbox as sb
 from aenv.domain import template as tp
 from aenv.domain.sandbox import SandboxStatus as S
@@ -82,6 +82,8 @@ class NodeWorker:
         self._heartbeat: asyncio.Task[None] | None = None
         self._gc: asyncio.Task[None] | None = None
         self._uploads: set[asyncio.Task[None]] = set()
+        #: sandboxes whose VM starts while their create or resume is being appended
+        self._early_starts: set[str] = set()
         self.routes: RouteBook | None = None
         self._route_drops: set[asyncio.Task[None]] = set()
 
@@ -265,33 +267,37 @@ class NodeWorker:
         await self.bus.templates.append_at_end(name, [done], context=ctx)
 
     async def _create(self, cmd: sb.CreateSandbox, ctx: MessageContext) -> None:
-        if self.host.free <= 0 and cmd.sandbox_id not in self.host.sandboxes:
+        sid = cmd.sandbox_id
+        if self.host.free <= 0 and sid not in self.host.sandboxes:
             raise RetryableError("node is full", delay_s=1.0)  # another node may take it
-        state, version, _ = await apply(self.bus.sandboxes, cmd, ctx)
+        # The VM starts while the decision is appended (see `_early`): the round trip to
+        # the log is off the create's path. The decision is still made first in the log's
+        # order; a create the log refuses gets its VM removed.
+        early = None
+        if self.bus.sandboxes.cached(sid) is None:  # a sandbox this node knows: a duplicate
+            early = self._early(sid, lambda: self._start(sid, cmd.template_id, self._guest(cmd)))
+        try:
+            state, version, _ = await apply(self.bus.sandboxes, cmd, ctx)
+        except BaseException:
+            if early is not None:
+                await self._undo_start(sid, early)
+            raise
         if state is None or state.status is not S.CREATING:
+            if early is not None:
+                await self._undo_start(sid, early)
             # redelivery of a create that already finished: its route may not have made it
             if state is not None and state.status is S.RUNNING:
-                await self._route(cmd.sandbox_id)
+                await self._route(sid)
             return
-        guest = self._guest(state)
-        error = None
-        route: asyncio.Task[None] | None = None
-        async with self.host.lock(cmd.sandbox_id):
-            self.journal.add(cmd.sandbox_id, state.template_id)
-            try:
-                with _tracer().start_as_current_span("restore sandbox VM") as span:
-                    span.set_attribute("aenv.sandbox_id", cmd.sandbox_id)
-                    await self.host.create(cmd.sandbox_id, state.template_id, guest)
-                route = self._route_beside(cmd.sandbox_id)
-            except HostError as e:
-                error = str(e)
-                self.journal.remove(cmd.sandbox_id)
+        if early is None:
+            error, _ = await self._start(sid, state.template_id, self._guest(state))
+        else:
+            error, _ = await early
+        route = self._route_beside(sid) if error is None else None
         done = sb.CompleteCreate(
-            sandbox_id=cmd.sandbox_id,
-            node_id=self.node_id,
-            error=error,
+            sandbox_id=sid, node_id=self.node_id, error=error,
             command_id=completion_id(cmd, "created"),
-        )
+        )  # fmt: skip
         try:
             state, _, events = await apply(self.bus.sandboxes, done, ctx, known=(state, version))
         finally:
@@ -305,11 +311,49 @@ class NodeWorker:
         ):
             # killed while we were creating it: the VM must not outlive its sandbox
             await self._kill(
-                sb.KillSandbox(
-                    sandbox_id=cmd.sandbox_id, command_id=completion_id(cmd, "kill-late")
-                ),
-                ctx,
+                sb.KillSandbox(sandbox_id=sid, command_id=completion_id(cmd, "kill-late")), ctx
             )
+
+    def _early(
+        self, sandbox_id: str, start: Callable[[], Coroutine[Any, Any, tuple[str | None, bool]]]
+    ) -> asyncio.Task[tuple[str | None, bool]] | None:
+        """Start a create's or resume's VM before its decision is in the log — but only for
+        a sandbox this node is doing nothing with (a redelivery of a command under way or
+        done here takes the plain path), so undoing it never touches another's VM."""
+        sid = sandbox_id
+        if sid in self.host.sandboxes or sid in self._early_starts or self.host.lock(sid).locked():
+            return None
+        self._early_starts.add(sid)
+        task = asyncio.create_task(start(), name=f"early:{sid}")
+        task.add_done_callback(lambda _: self._early_starts.discard(sid))
+        return task
+
+    async def _start(
+        self, sandbox_id: str, template_id: str, guest: GuestConfig
+    ) -> tuple[str | None, bool]:
+        """Restore a new sandbox's VM: (error or None, whether this call started it)."""
+        async with self.host.lock(sandbox_id):
+            started = sandbox_id not in self.host.sandboxes
+            self.journal.add(sandbox_id, template_id)
+            try:
+                with _tracer().start_as_current_span("restore sandbox VM") as span:
+                    span.set_attribute("aenv.sandbox_id", sandbox_id)
+                    await self.host.create(sandbox_id, template_id, guest)
+            except HostError as e:
+                self.journal.remove(sandbox_id)
+                return str(e), False
+            return None, started
+
+    async def _undo_start(
+        self, sandbox_id: str, early: asyncio.Task[tuple[str | None, bool]]
+    ) -> None:
+        """The log refused the create or resume (or could not be written, for a create):
+        the VM started early goes."""
+        error, started = await early
+        if error is None and started:
+            async with self.host.lock(sandbox_id):
+                await self.host.kill(sandbox_id)
+                self.journal.remove(sandbox_id)
 
     async def _pause(self, cmd: sb.PauseSandbox, ctx: MessageContext) -> None:
         state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
@@ -330,40 +374,77 @@ class NodeWorker:
         await apply(self.bus.sandboxes, done, ctx)
 
     async def _resume(self, cmd: sb.ResumeSandbox, ctx: MessageContext) -> None:
-        if cmd.sandbox_id not in self.host.paused and self.host.free <= 0:
+        sid = cmd.sandbox_id
+        if sid not in self.host.paused and self.host.free <= 0:
             raise RetryableError("node is full", delay_s=1.0)  # placed: another node may take it
-        state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
+        early = None
+        if sid in self.host.paused and self._resumes(cmd):
+            # As for a create, the VM comes back while the decision is appended. Not undone
+            # if the append fails: the capture is spent, and the command's redelivery finds
+            # the sandbox running here.
+            self._cancel_upload(f"upload:{sid}")
+            early = self._early(sid, lambda: self._bring_back(sid, None))
+        try:
+            state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
+        except DomainError:  # the log refuses the resume (killed meanwhile): so is its VM
+            if early is not None:
+                await self._undo_start(sid, early)
+            raise
         if state is None or state.status is not S.RESUMING:
-            if state is not None and state.status is S.RUNNING:  # a redelivery: see _create
-                await self._route(cmd.sandbox_id)
+            running_here = state is not None and state.status is S.RUNNING and (
+                state.node_id == self.node_id
+            )
+            if early is not None and not running_here:
+                await self._undo_start(sid, early)
+            if running_here:  # a redelivery: see _create
+                await self._route(sid)
             return
-        self._cancel_upload(f"upload:{cmd.sandbox_id}")
-        error = None
-        route: asyncio.Task[None] | None = None
-        async with self.host.lock(cmd.sandbox_id):
-            try:
-                sid = cmd.sandbox_id
-                if sid not in self.host.paused and sid not in self.host.sandboxes:
-                    # placed here because its own node is gone (the API checked): take it over
-                    # from the repository
-                    if not state.resumable_anywhere or state.paused_snapshot_id is None:
-                        raise HostError(f"sandbox {sid} is not paused on this node and its "
-                                        "capture is not in the repository")  # fmt: skip
-                    await self.host.pull_paused(sid, state.template_id, state.paused_snapshot_id,
-                                                self._guest(state))  # fmt: skip
-                live = await self.host.resume(cmd.sandbox_id)
-                self.journal.add(cmd.sandbox_id, live.template_id)
-                route = self._route_beside(cmd.sandbox_id)
-                self._collect_soon()
-            except HostError as e:
-                error = str(e)
-        done = sb.CompleteResume(sandbox_id=cmd.sandbox_id, node_id=self.node_id, error=error,
+        self._cancel_upload(f"upload:{sid}")
+        error, _ = await (early if early is not None else self._bring_back(sid, state))
+        route = self._route_beside(sid) if error is None else None
+        done = sb.CompleteResume(sandbox_id=sid, node_id=self.node_id, error=error,
                                  command_id=completion_id(cmd, "resumed"))  # fmt: skip
         try:
             await apply(self.bus.sandboxes, done, ctx)
         finally:
             if route is not None:
                 await route
+
+    def _resumes(self, cmd: sb.ResumeSandbox) -> bool:
+        """Whether the log, as this node last saw it, would resume the sandbox (the guess an
+        early start rests on; a wrong one costs a VM that is killed or kept, never state)."""
+        known = self.bus.sandboxes.cached(cmd.sandbox_id)
+        if known is None or known[0] is None or known[0].status is not S.PAUSED:
+            return False
+        try:
+            return any(isinstance(e, sb.SandboxResumeRequested) for e in sb.decide(known[0], cmd))
+        except DomainError:
+            return False
+
+    async def _bring_back(
+        self, sandbox_id: str, state: sb.Sandbox | None
+    ) -> tuple[str | None, bool]:
+        """Restore a paused sandbox here: (error or None, whether this call restored it)."""
+        sid = sandbox_id
+        async with self.host.lock(sid):
+            started = sid not in self.host.sandboxes
+            try:
+                if sid not in self.host.paused and sid not in self.host.sandboxes:
+                    # placed here because its own node is gone (the API checked): take it over
+                    # from the repository
+                    if state is None or not state.resumable_anywhere or (
+                        state.paused_snapshot_id is None
+                    ):
+                        raise HostError(f"sandbox {sid} is not paused on this node and its "
+                                        "capture is not in the repository")  # fmt: skip
+                    await self.host.pull_paused(sid, state.template_id, state.paused_snapshot_id,
+                                                self._guest(state))  # fmt: skip
+                live = await self.host.resume(sid)
+                self.journal.add(sid, live.template_id)
+                self._collect_soon()
+            except HostError as e:
+                return str(e), False
+            return None, started
 
     async def _fork(self, cmd: sb.ForkSandbox, ctx: MessageContext) -> None:
         """One capture of the parent, `count` copy-on-write children on this node. Each
