@@ -90,6 +90,16 @@ class Foreground:
                 await asyncio.sleep(min(wait, left))
 
 
+    def pause_point(self) -> None:
+        """For a housekeeping thread between two chunks of its work: block while anything
+        is in the foreground (at most `max_wait_s`). A copy that began in a quiet moment
+        thus stops for a restore or pause that starts meanwhile, instead of sharing the
+        disk and the page cache with it."""
+        deadline = time.monotonic() + self.max_wait_s
+        while self._active and not self._closing and time.monotonic() < deadline:
+            time.sleep(0.002)
+
+
 @contextlib.contextmanager
 def lowest_priority() -> Iterator[None]:
     """Run the calling thread (and any process it starts) at nice 19 and idle I/O class;

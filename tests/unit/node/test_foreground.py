@@ -6,10 +6,12 @@ import asyncio
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from workers.node.foreground import Foreground, in_background
+from workers.node.runtime.memfile import CHUNK, clone_or_sparse_copy
 
 
 async def _settle_time(fg: Foreground) -> float:
@@ -62,3 +64,28 @@ async def test_background_threads_run_at_nice_19_and_give_it_back() -> None:
     tid, during = await in_background(nice)
     assert during == 19
     assert os.getpriority(os.PRIO_PROCESS, tid) == 0  # the pool thread is normal again
+
+
+async def test_a_background_copy_stops_at_its_next_chunk_while_a_restore_runs(
+    tmp_path: Path,
+) -> None:
+    src, dst = tmp_path / "mem", tmp_path / "copy"
+    with open(src, "wb") as f:  # three chunks of data with a hole between two of them
+        f.write(os.urandom(CHUNK))
+        f.seek(4 * CHUNK)
+        f.write(os.urandom(2 * CHUNK))
+    fg = Foreground(quiet_s=0.0, max_wait_s=5.0)
+    copied: list[float] = []
+
+    def pause_point() -> None:
+        fg.pause_point()
+        copied.append(time.monotonic())
+
+    with fg.busy():
+        copy = asyncio.create_task(in_background(clone_or_sparse_copy, src, dst, pause_point))
+        await asyncio.sleep(0.3)
+        assert len(copied) == 0  # the first chunk is done, but the copy waits
+        t_end = time.monotonic()
+    assert await copy == "sparse"
+    assert len(copied) == 3 and copied[0] >= t_end
+    assert dst.read_bytes() == src.read_bytes()

@@ -11,12 +11,18 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 FICLONE = 0x40049409
+#: Bytes copied between two calls of `pause_point` (a background copy stops there for a
+#: restore or pause that started meanwhile).
+CHUNK = 8 << 20
 
 
-def clone_or_sparse_copy(src: Path, dst: Path) -> str:
+def clone_or_sparse_copy(
+    src: Path, dst: Path, pause_point: Callable[[], None] | None = None
+) -> str:
     """Copy `src` to `dst` preserving holes; returns "reflink" or "sparse"."""
     with open(src, "rb") as fi, open(dst, "wb") as fo:
         try:
@@ -39,10 +45,12 @@ def clone_or_sparse_copy(src: Path, dst: Path) -> str:
             hole = os.lseek(fdi, data, os.SEEK_HOLE)
             off = data
             while off < hole:
-                n = os.copy_file_range(fdi, fdo, hole - off, off, off)
+                n = os.copy_file_range(fdi, fdo, min(hole - off, CHUNK), off, off)
                 if n == 0:
                     break
                 off += n
+                if pause_point is not None:
+                    pause_point()
             pos = hole
         return "sparse"
 

@@ -30,10 +30,12 @@ class RamPool:
     def __init__(
         self, root: Path, *, per_source: int = 2,
         settled: Callable[[], Awaitable[None]] = _at_once,
+        pause_point: Callable[[], None] | None = None,
     ) -> None:  # fmt: skip
         self.root = root
         self.per_source = per_source
         self._settled = settled
+        self._pause_point = pause_point
         self._ready: dict[Path, list[Path]] = {}
         self._filling: dict[Path, asyncio.Task[None]] = {}
         root.mkdir(parents=True, exist_ok=True)
@@ -58,7 +60,7 @@ class RamPool:
             await self._settled()
             dst = self.root / f"{uuid.uuid4().hex}.mem"
             try:
-                await in_background(clone_or_sparse_copy, source, dst)
+                await in_background(clone_or_sparse_copy, source, dst, self._pause_point)
             except OSError as e:
                 log.warning("RAM pool: copying %s failed: %s", source, e)
                 dst.unlink(missing_ok=True)

@@ -100,7 +100,8 @@ class Runtime:
         self.qemu_version = qemu_ver
         self.layers = LayerStore(state_dir / "layers")
         self.vms: dict[str, Vm] = {}
-        self.ram_pool = RamPool(state_dir / "ram-pool", settled=self.foreground.settled)
+        self.ram_pool = RamPool(state_dir / "ram-pool", settled=self.foreground.settled,
+                                pause_point=self.foreground.pause_point)  # fmt: skip
         self._releasing: dict[str, asyncio.Task[None]] = {}
         self._teardowns: set[asyncio.Task[None]] = set()
         self.uplink: Uplink | None = None
@@ -227,6 +228,13 @@ class Runtime:
         than the capture); a restore of that snapshot waits for the exit first (QEMU still
         holds the frozen layer's write lock until then).
         """
+        with self.foreground.busy():  # a pause or fork is waited on: housekeeping yields
+            return await self._capture(vm, resume=resume, snapshot_id=snapshot_id,
+                                       detach=detach)  # fmt: skip
+
+    async def _capture(
+        self, vm: Vm, *, resume: bool, snapshot_id: str | None, detach: bool
+    ) -> Snapshot:
         snapshot_id = snapshot_id or _new_id()
         sdir = self.snapshot_dir(snapshot_id)
         sdir.mkdir(parents=True)
