@@ -29,6 +29,7 @@ from api.context import ApiContext
 from api.errors import ApiError
 from api.outcomes import send_and_wait
 from bus.decisions import apply
+from bus.envelope import MessageContext
 from envd.version import ENVD_VERSION
 
 DEFAULT_TIMEOUT_V2 = 300
@@ -179,11 +180,37 @@ async def get_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> dict[
 @delete("/sandboxes/{sandbox_id:str}", status_code=204)
 async def kill_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> None:
     state = await _visible(ctx, caller, sandbox_id)
-    await send_and_wait(
-        ctx.bus, sb.KillSandbox(sandbox_id=sandbox_id), node_id=state.node_id,
-        until=(sb.SandboxKilled,), timeout=ctx.settings.command_timeout_s, actor=caller.key_id,
-    )  # fmt: skip
+    if state.node_id is not None and await ctx.node_gone(state.node_id):
+        await _kill_in_log(ctx, caller, state)
+    else:
+        await send_and_wait(
+            ctx.bus, sb.KillSandbox(sandbox_id=sandbox_id), node_id=state.node_id,
+            until=(sb.SandboxKilled,), timeout=ctx.settings.command_timeout_s,
+            actor=caller.key_id,
+        )  # fmt: skip
     await _settle(ctx, sandbox_id)
+
+
+async def _kill_in_log(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> None:
+    """Kill a sandbox whose node stopped beating: no one would take the command off that
+    node's queue, and the caller wants it gone whatever is left of it. Its VM died with
+    the node process; if the node comes back, its reconcile drops what it still holds
+    (a paused capture, the journal entry) for a sandbox the log says is killed."""
+    msg = MessageContext(actor=caller.key_id)
+    kill = sb.KillSandbox(sandbox_id=state.sandbox_id)
+    await apply(ctx.bus.sandboxes, kill, msg)
+    done = sb.CompleteKill(sandbox_id=state.sandbox_id,
+                           command_id=sb.derived_command_id(str(kill.command_id), "killed"),
+                           error=f"node {state.node_id} is gone; killed in the log by the API")
+    await apply(ctx.bus.sandboxes, done, msg)  # fmt: skip
+
+
+async def _node_answers(ctx: ApiContext, state: sb.Sandbox, what: str) -> None:
+    """A command for a running sandbox goes to its node's queue: a node that stopped
+    beating would leave the caller waiting for the command timeout. Say so at once."""
+    if state.node_id is not None and await ctx.node_gone(state.node_id):
+        raise ApiError(503, f"cannot {what} sandbox {state.sandbox_id}: its node "
+                            f"{state.node_id} is not running (its VM went with it)")  # fmt: skip
 
 
 async def _set_timeout(
@@ -234,6 +261,7 @@ async def pause_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> Non
     state = await _visible(ctx, caller, sandbox_id)
     if state.status in (SandboxStatus.PAUSED, SandboxStatus.PAUSING):
         return
+    await _node_answers(ctx, state, "pause")
     event, _ = await send_and_wait(
         ctx.bus, sb.PauseSandbox(sandbox_id=sandbox_id), node_id=state.node_id,
         until=(sb.SandboxPaused,), timeout=ctx.settings.command_timeout_s, actor=caller.key_id,
@@ -319,6 +347,7 @@ async def fork_sandbox(
     state = await _visible(ctx, caller, sandbox_id)
     cmd = sb.ForkSandbox(sandbox_id=sandbox_id, count=count, timeout_s=timeout)
     sb.decide(state, cmd)  # bad count/timeout or a paused parent: 400/409 before any work
+    await _node_answers(ctx, state, "fork")
     event, _ = await send_and_wait(
         ctx.bus, cmd, node_id=state.node_id, until=(sb.SandboxForked,),
         timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
@@ -363,6 +392,7 @@ async def create_snapshot(
         raise ApiError(409, f"{name!r} is the name of a template, not of a snapshot")
     cmd = sb.SnapshotSandbox(sandbox_id=sandbox_id, snapshot_id=name)
     sb.decide(state, cmd)  # a paused or busy sandbox: 409 before any work
+    await _node_answers(ctx, state, "snapshot")
     event, _ = await send_and_wait(
         ctx.bus, cmd, node_id=state.node_id, until=(sb.SnapshotTaken, sb.SnapshotFailed),
         timeout=ctx.settings.create_timeout_s, actor=caller.key_id,

@@ -173,3 +173,41 @@ def test_a_paused_sandbox_whose_node_is_gone_before_its_upload_is_a_clear_503(
         for s in sandboxes:
             Sandbox.kill(s.sandbox_id)
         _stop_node(proc)
+
+
+def test_commands_for_sandboxes_on_a_gone_node_answer_at_once(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """A command put on a dead node's queue would wait there for the command timeout:
+    a pause answers 503 at once, a kill kills in the log; the node, back, drops the
+    capture of the sandbox killed while it was away."""
+    data = tmp_path / "n2"
+    local = {"AENV_HEARTBEAT_S": "0.5", "AENV_S3_ENDPOINT": ""}
+    proc = _start_node(stack, data, **local)
+    sandboxes: list[Sandbox] = []
+    headers = {"X-API-KEY": stack.api_key}
+    try:
+        running = _on_second_node(stack, sandboxes)
+        paused = _on_second_node(stack, sandboxes)
+        assert paused.pause()
+        assert any((data / "node" / "snapshots").glob(f"{paused.sandbox_id}-p*"))
+        proc.kill()
+        proc.wait(30)
+        time.sleep(2.0)
+        with httpx.Client(base_url=stack.api_url, headers=headers, timeout=30) as c:
+            t0 = time.monotonic()
+            r = c.post(f"/sandboxes/{running.sandbox_id}/pause")
+            assert r.status_code == 503 and "not running" in r.json()["message"], r.text
+            for sbx in (running, paused):
+                assert c.delete(f"/sandboxes/{sbx.sandbox_id}").status_code == 204
+                assert c.get(f"/sandboxes/{sbx.sandbox_id}").status_code == 404
+            assert time.monotonic() - t0 < 10  # not a command timeout
+        proc = _start_node(stack, data, **local)  # reconciles: both are killed in the log
+        assert not any((data / "node" / "snapshots").glob(f"{paused.sandbox_id}-p*"))
+        assert not list((data / "node" / "journal").glob("*.json"))
+    finally:
+        if proc.poll() is not None:
+            proc = _start_node(stack, data, **local)
+        for s in sandboxes:
+            Sandbox.kill(s.sandbox_id)
+        _stop_node(proc)

@@ -138,10 +138,15 @@ class NodeWorker:
             if sid in self.host.sandboxes or sid in self.host.paused:
                 continue
             state, _ = await self.bus.sandboxes.load(sid)
+            snap_dir = self.host.runtime.snapshot_dir(entry.paused_snapshot or "-")
             if state is None or state.status in (S.KILLED, S.FAILED):
+                # killed while this node was away (the API kills in the log then): its
+                # capture here goes too
+                if entry.paused_snapshot:
+                    shutil.rmtree(snap_dir, ignore_errors=True)
+                    self._collect_soon()
                 self.journal.remove(sid)
                 continue
-            snap_dir = self.host.runtime.snapshot_dir(entry.paused_snapshot or "-")
             if state.node_id not in (None, self.node_id):
                 # resumed on another node from the repository while this one was away: what
                 # is left here is a stale copy (its layers go with the next GC)
