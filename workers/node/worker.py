@@ -279,7 +279,7 @@ class NodeWorker:
         # the log is off the create's path. The decision is still made first in the log's
         # order; a create the log refuses gets its VM removed.
         early = None
-        if self.bus.sandboxes.cached(sid) is None:  # a sandbox this node knows: a duplicate
+        if self._creates(cmd):
             early = self._early(sid, lambda: self._start(sid, cmd.template_id, self._guest(cmd)))
         try:
             state, version, _ = await apply(self.bus.sandboxes, cmd, ctx)
@@ -318,6 +318,16 @@ class NodeWorker:
             await self._kill(
                 sb.KillSandbox(sandbox_id=sid, command_id=completion_id(cmd, "kill-late")), ctx
             )
+
+    def _creates(self, cmd: sb.CreateSandbox) -> bool:
+        """Whether the create will most likely be decided as new: the node has never seen
+        the sandbox (one it knows is a duplicate) and the command itself is valid."""
+        if self.bus.sandboxes.cached(cmd.sandbox_id) is not None:
+            return False
+        try:
+            return bool(sb.decide(None, cmd))
+        except DomainError:
+            return False
 
     def _early(
         self, sandbox_id: str, start: Callable[[], Coroutine[Any, Any, tuple[str | None, bool]]]

@@ -58,11 +58,14 @@ class RamPool:
         ready = self._ready.setdefault(source, [])
         while len(ready) < self.per_source and source.exists():
             await self._settled()
+            if not source.exists():  # its snapshot was deleted while we waited
+                return
             dst = self.root / f"{uuid.uuid4().hex}.mem"
             try:
                 await in_background(clone_or_sparse_copy, source, dst, self._pause_point)
             except OSError as e:
-                log.warning("RAM pool: copying %s failed: %s", source, e)
+                if source.exists():
+                    log.warning("RAM pool: copying %s failed: %s", source, e)
                 dst.unlink(missing_ok=True)
                 return
             ready.append(dst)
