@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, or_, select
+from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.tables import api_keys, build_logs, builds, sandboxes, snapshots, templates
@@ -145,11 +145,12 @@ async def list_snapshots(
 
 
 async def snapshot_node(conn: AsyncConnection, snapshot_id: str) -> str | None:
-    """The node holding a snapshot template's capture: the one its source sandbox ran on.
-    None also tells a snapshot template apart from a built one."""
+    """The node holding a snapshot template's capture: the one that took it (for snapshots
+    from before that was recorded, the node its source sandbox is on). None also tells a
+    snapshot template apart from a built one."""
     s = sandboxes.c
     q = (
-        select(s.node_id)
+        select(func.coalesce(snapshots.c.node_id, s.node_id))
         .join(snapshots, snapshots.c.sandbox_id == s.sandbox_id)
         .where(snapshots.c.snapshot_id == snapshot_id, snapshots.c.status == "ready")
     )

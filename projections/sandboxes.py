@@ -140,6 +140,7 @@ class SandboxProjection:
                         "status": "requested",
                         "size_bytes": None,
                         "failure_reason": None,
+                        "node_id": None,
                         "requested_at": e.at,
                         "taken_at": None,
                     }
@@ -148,6 +149,7 @@ class SandboxProjection:
                         **rows[e.snapshot_id],
                         "status": "ready",
                         "size_bytes": e.size_bytes,
+                        "node_id": e.node_id,
                         "taken_at": e.at,
                     }
                 case sb.SnapshotFailed():

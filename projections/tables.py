@@ -95,6 +95,7 @@ snapshots = Table(
     Column("status", Text, nullable=False),  # requested | ready | failed
     Column("size_bytes", BigInteger),
     Column("failure_reason", Text),
+    Column("node_id", Text),  # where the capture lives (0004)
     _tz("requested_at", nullable=False),
     _tz("taken_at"),
     *_position(),

@@ -522,7 +522,7 @@ class NodeWorker:
             except HostError as e:
                 error = str(e)
         done = sb.CompleteSnapshot(sandbox_id=cmd.sandbox_id, snapshot_id=cmd.snapshot_id,
-                                   size_bytes=size, error=error,
+                                   size_bytes=size, error=error, node_id=self.node_id,
                                    command_id=completion_id(cmd, "snapshot"))  # fmt: skip
         await apply(self.bus.sandboxes, done, ctx)
 

@@ -149,6 +149,7 @@ class CompleteSnapshot(SandboxCommand):
     snapshot_id: str
     size_bytes: int | None = None
     error: str | None = None
+    node_id: str | None = None
 
 
 class RecordUpload(SandboxCommand):

@@ -370,6 +370,10 @@ def _complete_snapshot(state: State, c: CompleteSnapshot) -> list[SandboxEvent]:
         ]
     return [
         SnapshotTaken(
-            sandbox_id=s.sandbox_id, at=c.at, snapshot_id=c.snapshot_id, size_bytes=c.size_bytes
+            sandbox_id=s.sandbox_id,
+            at=c.at,
+            snapshot_id=c.snapshot_id,
+            size_bytes=c.size_bytes,
+            node_id=c.node_id,
         )
     ]

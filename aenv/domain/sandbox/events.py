@@ -159,6 +159,8 @@ class SnapshotRequested(SandboxEvent):
 class SnapshotTaken(SandboxEvent):
     snapshot_id: str
     size_bytes: int | None = None
+    #: where the capture lives (None in events from before it was recorded)
+    node_id: str | None = None
 
 
 class SnapshotFailed(SandboxEvent):

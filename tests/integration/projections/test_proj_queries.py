@@ -123,3 +123,27 @@ async def test_due_for_expiry(
         assert sid in await queries.due_for_expiry(conn, at(5))
     state, _ = await bus.sandboxes.load(sid)
     assert isinstance(sb.expiry_command(state, at(5)), sb.KillSandbox)
+
+
+async def test_a_snapshot_stays_on_the_node_that_took_it(
+    bus: Bus, engine: AsyncEngine, projectors: dict[str, Projector]
+) -> None:
+    """Creates from a snapshot go where its capture is: the node that took it, not the node
+    its source sandbox moved to later (a resume elsewhere after its own node was gone)."""
+    sid = new_sandbox_id()
+    await step(bus, sb.CreateSandbox(sandbox_id=sid, template_id="base", team_id="t", at=at(0)))
+    await step(bus, sb.CompleteCreate(sandbox_id=sid, node_id="taker", at=at(1)))
+    await step(bus, sb.SnapshotSandbox(sandbox_id=sid, snapshot_id=f"{sid}-s", at=at(2)))
+    await step(bus, sb.CompleteSnapshot(sandbox_id=sid, snapshot_id=f"{sid}-s", at=at(3),
+                                        node_id="taker"))  # fmt: skip
+    # an event from before the node was recorded: answered by the sandbox's node
+    await step(bus, sb.SnapshotSandbox(sandbox_id=sid, snapshot_id=f"{sid}-old", at=at(4)))
+    await step(bus, sb.CompleteSnapshot(sandbox_id=sid, snapshot_id=f"{sid}-old", at=at(5)))
+    await step(bus, sb.PauseSandbox(sandbox_id=sid, at=at(6)))
+    await step(bus, sb.CompletePause(sandbox_id=sid, at=at(7), snapshot_id="p"))
+    await step(bus, sb.ResumeSandbox(sandbox_id=sid, at=at(8)))
+    v = await step(bus, sb.CompleteResume(sandbox_id=sid, node_id="elsewhere", at=at(9)))
+    await projectors["sandboxes"].wait_for(v.seq)
+    async with engine.connect() as conn:
+        assert await queries.snapshot_node(conn, f"{sid}-s") == "taker"
+        assert await queries.snapshot_node(conn, f"{sid}-old") == "elsewhere"
