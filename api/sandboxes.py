@@ -147,9 +147,7 @@ async def create_sandbox(
             deny_out=tuple(net.deny_out),
         ),
     )
-    # A snapshot template lives on the node that took it (until layers move through S3).
-    tpl_id = tpl["template_id"]
-    node = await ctx.cached(f"tpl-node:{tpl_id}", lambda: reads.snapshot_node(ctx.engine, tpl_id))
+    node = await _template_node(ctx, tpl)
     event, _ = await send_and_wait(
         ctx.bus, cmd, node_id=node, until=(sb.SandboxCreated,),
         timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
@@ -163,6 +161,22 @@ async def create_sandbox(
         envd_access_token=cmd.envd_access_token, domain=ctx.settings.sandbox_domain,
     )  # fmt: skip
     return Response(wire.dump(body), status_code=201)
+
+
+async def _template_node(ctx: ApiContext, tpl: dict[str, Any]) -> str | None:
+    """Where a create from `tpl` goes: a snapshot template to the node holding its capture
+    — or, when that node is gone and the capture is durable in the snapshot repository, to
+    placement (the node that takes it pulls the capture). Built templates: placement."""
+    tpl_id = tpl["template_id"]
+    node: str | None = await ctx.cached(
+        f"tpl-node:{tpl_id}", lambda: reads.snapshot_node(ctx.engine, tpl_id)
+    )
+    if node is None or not await ctx.node_gone(node):
+        return node
+    if tpl.get("capture_key"):
+        return None
+    raise ApiError(503, f"snapshot {tpl_id!r} is on node {node}, which is not running, and "
+                        "its capture has not reached the snapshot repository")  # fmt: skip
 
 
 @get("/sandboxes/{sandbox_id:str}")
@@ -435,8 +449,11 @@ async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> 
         await ctx.wait_for_templates(version.seq)  # read-your-writes for the listings
     ctx.forget(f"tpl:{template_id}")
     ctx.forget(f"tpl-node:{template_id}")
-    if node is not None:  # the node frees the capture (no sandbox restores from it again)
-        await ctx.bus.commands.to_node(node, cmd)
+    # the node that took it frees the capture — and so does any node that took it over
+    # from the repository (`NodeBook` mirror: every node that beats)
+    known = set(ctx.nodes.beats) if ctx.nodes is not None else set()
+    for target in sorted(known | ({node} if node is not None else set())):
+        await ctx.bus.commands.to_node(target, cmd)
 
 
 def _states(raw: str | None) -> list[str]:

@@ -15,7 +15,7 @@ from bus.envelope import MessageContext
 from bus.errors import ConcurrencyError, RetryableError
 from bus.store import EventStore, Version
 
-__all__ = ["apply", "register_template"]
+__all__ = ["apply", "record_template_upload", "register_template"]
 
 ATTEMPTS = 8
 
@@ -94,3 +94,23 @@ async def register_template(
         except ConcurrencyError:
             continue
     raise RetryableError(f"template {template_id}: too many concurrent writers")
+
+
+async def record_template_upload(
+    store: EventStore[tp.Template], template_id: str, *, key: str, source_sandbox_id: str
+) -> None:
+    """A snapshot template's capture is durable under `key` (once per capture)."""
+    cmd = tp.RecordTemplateUpload(template_id=template_id, key=key,
+                                  source_sandbox_id=source_sandbox_id)  # fmt: skip
+    for _ in range(ATTEMPTS):
+        state, version = await store.load(template_id)
+        events = tp.decide_template(state, cmd)
+        if not events:
+            return
+        try:
+            await store.append(template_id, version, events)
+            return
+        except ConcurrencyError:
+            continue
+    raise RetryableError(f"template {template_id}: too many concurrent writers")
+

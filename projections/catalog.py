@@ -28,6 +28,8 @@ def _template_row(t: tp.Template, rec: RecordedEvent, prior: Row | None) -> Row:
         "memory_mb": t.memory_mb,
         "disk_size_mb": t.disk_size_mb,
         "deleted": t.deleted,
+        "capture_key": t.capture_key,
+        "capture_of": t.capture_of,
         "created_at": prior["created_at"] if prior else rec.time,
         "updated_at": rec.time,
     }
@@ -45,6 +47,8 @@ def _template_from_row(r: Row) -> tp.Template:
                 "memory_mb",
                 "disk_size_mb",
                 "deleted",
+                "capture_key",
+                "capture_of",
             )
         }
     )

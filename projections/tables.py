@@ -111,6 +111,8 @@ templates = Table(
     Column("memory_mb", Integer, nullable=False),
     Column("disk_size_mb", Integer, nullable=False),
     Column("deleted", Boolean, nullable=False),
+    Column("capture_key", Text),  # a snapshot template's capture in the repository (0005)
+    Column("capture_of", Text),  # the sandbox it was taken of (0005)
     _tz("created_at", nullable=False),
     _tz("updated_at", nullable=False),
     *_position(),

@@ -1,7 +1,9 @@
 """The template aggregate: a named, bootable image sandboxes are created from.
 
 Kept minimal here (register, delete); builds belong to the node worker's issue. The read
-model's `templates` table and the API's template lookup need only this much.
+model's `templates` table and the API's template lookup need only this much — plus, for a
+persistent snapshot, where its capture is durable (`TemplateUploaded`): creates from it may
+then go to any node when the one that took it is gone.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from aenv.domain.messages import Command, CommandRejected, Event
 __all__ = [
     "DeleteTemplate",
     "ImportTemplateImage",
+    "RecordTemplateUpload",
     "RegisterTemplate",
     "Template",
     "TemplateDeleted",
     "TemplateImported",
     "TemplateRegistered",
+    "TemplateUploaded",
     "decide_template",
     "evolve_template",
     "fold_template",
@@ -41,6 +45,16 @@ class RegisterTemplate(Command):
 
 class DeleteTemplate(Command):
     template_id: str = Field(min_length=1)
+
+
+class RecordTemplateUpload(Command):
+    """Node: a snapshot template's capture is in the snapshot repository under `key`;
+    `source_sandbox_id` is the sandbox it was taken of (its guest holds that sandbox's
+    envd token, which a node restoring the capture elsewhere must present)."""
+
+    template_id: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+    source_sandbox_id: str = Field(min_length=1)
 
 
 class ImportTemplateImage(Command):
@@ -77,6 +91,12 @@ class TemplateDeleted(Event):
     template_id: str
 
 
+class TemplateUploaded(Event):
+    template_id: str
+    key: str
+    source_sandbox_id: str
+
+
 class Template(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -87,19 +107,34 @@ class Template(BaseModel):
     memory_mb: int
     disk_size_mb: int
     deleted: bool = False
+    #: a snapshot template's capture in the snapshot repository (None: only on its node)
+    capture_key: str | None = None
+    capture_of: str | None = None
 
 
 def decide_template(
-    state: Template | None, command: RegisterTemplate | DeleteTemplate
+    state: Template | None, command: RegisterTemplate | DeleteTemplate | RecordTemplateUpload
 ) -> list[Event]:
-    """Register is an upsert (no event if nothing changes); delete of a missing one is 404."""
+    """Register is an upsert (no event if nothing changes); delete of a missing one is 404;
+    an upload is recorded once per capture, and is moot for a template that is gone."""
     if isinstance(command, DeleteTemplate):
         if state is None or state.deleted:
             raise NotFound(f"template {command.template_id} not found")
         return [TemplateDeleted(template_id=command.template_id, at=command.at)]
+    if isinstance(command, RecordTemplateUpload):
+        if state is None or state.deleted or state.capture_key == command.key:
+            return []
+        return [
+            TemplateUploaded(
+                template_id=command.template_id,
+                key=command.key,
+                source_sandbox_id=command.source_sandbox_id,
+                at=command.at,
+            )
+        ]
     fields = command.model_dump(exclude={"command_id", "at"})
     if state is not None and not state.deleted:
-        if state.model_dump(exclude={"deleted"}) == fields:
+        if state.model_dump(exclude={"deleted", "capture_key", "capture_of"}) == fields:
             return []
         if state.alias is not None and command.alias is not None and state.alias != command.alias:
             raise Conflict(f"template {command.template_id} already has alias {state.alias}")
@@ -112,6 +147,10 @@ def evolve_template(state: Template | None, event: Event) -> Template | None:
             return Template(**event.model_dump(exclude={"at"}))
         case TemplateDeleted() if state is not None:
             return state.model_copy(update={"deleted": True})
+        case TemplateUploaded() if state is not None:
+            return state.model_copy(
+                update={"capture_key": event.key, "capture_of": event.source_sandbox_id}
+            )
         case CommandRejected() | TemplateImported():
             return state  # an import is registered by the TemplateRegistered that follows
     raise CorruptHistory(f"{type(event).__name__} cannot follow {state!r}")

@@ -211,3 +211,64 @@ def test_commands_for_sandboxes_on_a_gone_node_answer_at_once(
         for s in sandboxes:
             Sandbox.kill(s.sandbox_id)
         _stop_node(proc)
+
+
+def _template_durable(stack: Stack, name: str) -> str | None:
+    """The repository key the log records for a snapshot template's capture."""
+    import asyncio
+
+    from bus import Bus, BusSettings
+
+    async def read() -> str | None:
+        bus = await Bus.connect(BusSettings(nats_url=stack.nats_url), setup=False)
+        try:
+            tpl, _ = await bus.templates.load(name)
+            return tpl.capture_key if tpl is not None else None
+        finally:
+            await bus.close()
+
+    return asyncio.run(read())
+
+
+def test_a_snapshot_whose_node_is_gone_starts_on_another_node(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """A persistent snapshot outlives the node that took it: once its capture is in S3 (the
+    log says so), creates from it go to a live node, which pulls it — files and the token
+    its guest holds included."""
+    from tests.support import eventually_sync
+
+    data = tmp_path / "n2"
+    beat = {"AENV_HEARTBEAT_S": "0.5"}
+    proc = _start_node(stack, data, **beat)
+    sandboxes: list[Sandbox] = []
+    name = f"moving-{time.time_ns() % 10**8}"
+    try:
+        src = _on_second_node(stack, sandboxes)
+        src.files.write("/home/user/snap.txt", "taken on the second node")
+        src.create_snapshot(name=name)
+        eventually_sync(lambda: _template_durable(stack, name), timeout=120, interval=1)
+        proc.kill()
+        proc.wait(30)
+        time.sleep(2.0)
+        child = Sandbox.create(name, timeout=300)
+        sandboxes.append(child)
+        assert _node_of(stack, child.sandbox_id) != "e2e-two"
+        assert child.files.read("/home/user/snap.txt") == "taken on the second node"
+        assert child.commands.run("echo pulled").stdout == "pulled\n"
+        again = Sandbox.create(name, timeout=300)  # the second one finds it local
+        sandboxes.append(again)
+        assert again.files.read("/home/user/snap.txt") == "taken on the second node"
+        record = stack.data_dir / "node" / "snapshot-templates" / f"{name}.json"
+        assert record.exists()  # the first node keeps it as its own now
+        for s in sandboxes:
+            Sandbox.kill(s.sandbox_id)
+        assert Sandbox.delete_snapshot(name)
+        eventually_sync(lambda: not record.exists(), timeout=30)  # ... until it is deleted
+    finally:
+        if proc.poll() is not None:
+            proc = _start_node(stack, data, **beat)
+        for s in sandboxes:
+            Sandbox.kill(s.sandbox_id)
+        Sandbox.delete_snapshot(name)
+        _stop_node(proc)

@@ -12,17 +12,20 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from workers.node.image.cache import cache_root
 from workers.node.net import EgressPolicy
 from workers.node.runtime import Runtime, Snapshot, Vm, allocated_bytes, wait_and_init
-from workers.node.templates import TemplateCatalog, TemplateNotLocal
+from workers.node.templates import TemplateCatalog, TemplateError, TemplateNotLocal
 from workers.snapshot import SnapshotRepository
 
 log = logging.getLogger(__name__)
+
+#: A snapshot template's capture in the repository: (key, guest token, source sandbox id).
+TemplateLocation = tuple[str, str | None, str]
 
 
 class HostError(Exception):
@@ -94,6 +97,10 @@ class SandboxHost:
         #: each is kept until none of its children runs any more (see `collect_garbage`)
         self._fork_captures: list[Snapshot] = []
         self._pulls: dict[str, asyncio.Lock] = {}
+        #: where a template this node never had is durable: (repository key, the token its
+        #: captured guest holds, the sandbox it was taken of), or None — the log knows (set
+        #: by the node worker)
+        self.locate_template: Callable[[str], Awaitable[TemplateLocation | None]] | None = None
 
     @property
     def free(self) -> int:
@@ -170,23 +177,58 @@ class SandboxHost:
 
     async def template(self, name: str) -> Snapshot:
         """A template's capture, pulled back from the repository first if this disk lost
-        it (a persistent snapshot is durable once uploaded: `upload_template`)."""
+        it (a persistent snapshot is durable once uploaded: `upload_template`), or taken
+        over from there if it was taken on another node."""
         try:
             return await self.templates.get(name)
         except TemplateNotLocal as gone:
-            if self.repository is None:
-                raise HostError(f"the capture of template {name!r} is gone and no "
-                                "repository is set") from gone  # fmt: skip
-            async with self._pulls.setdefault(name, asyncio.Lock()):
-                try:
-                    return await self.templates.get(name)  # another create pulled it
-                except TemplateNotLocal:
-                    pass
-                snap = await self._fetch(gone.key, gone.directory, gone.base_image,
-                                         f"template {name!r}")  # fmt: skip
-                self.templates.adopt(name, snap, self.templates.guest_token(name))
-                self.templates.mark_uploaded(name, snap)
-                return snap
+            return await self._pull_template(name, gone)
+        except TemplateError:
+            if self.templates.knows(name):  # ours, and it failed: say why
+                raise
+            return await self._take_over_template(name)
+
+    async def _pull_template(self, name: str, gone: TemplateNotLocal) -> Snapshot:
+        if self.repository is None:
+            raise HostError(f"the capture of template {name!r} is gone and no "
+                            "repository is set") from gone  # fmt: skip
+        async with self._pulls.setdefault(name, asyncio.Lock()):
+            try:
+                return await self.templates.get(name)  # another create pulled it
+            except TemplateNotLocal:
+                pass
+            snap = await self._fetch(gone.key, gone.directory, gone.base_image,
+                                     f"template {name!r}")  # fmt: skip
+            self.templates.adopt(name, snap, self.templates.guest_token(name),
+                                 self.templates.source_of(name))  # fmt: skip
+            self.templates.mark_uploaded(name, snap)
+            return snap
+
+    async def _take_over_template(self, name: str) -> Snapshot:
+        """A snapshot template taken on another node (gone now): pull its durable capture
+        from the repository over this node's copy of the base image, and keep it as a
+        template of this node from then on."""
+        where = await self.locate_template(name) if self.locate_template else None
+        if where is None or self.repository is None:
+            raise HostError(f"template {name!r} is not on this node and its capture is not in "
+                            "the snapshot repository")  # fmt: skip
+        key, token, source = where
+        async with self._pulls.setdefault(name, asyncio.Lock()):
+            try:
+                return await self.templates.get(name)  # another create pulled it meanwhile
+            except TemplateError:
+                pass
+            try:
+                manifest = await self.repository.get_manifest(key)
+            except Exception as e:
+                raise HostError(f"the capture of template {name!r} is not in the repository: "
+                                f"{e}") from e  # fmt: skip
+            base = self._base_image(manifest.base_image.digest)
+            snap = await self._fetch(key, self.runtime.snapshot_dir(key), base,
+                                     f"template {name!r}")  # fmt: skip
+            self.templates.adopt(name, snap, token, source)
+            self.templates.mark_uploaded(name, snap)
+            return snap
 
     async def upload_template(self, name: str, snap: Snapshot) -> bool:
         """Make a persistent snapshot durable; False if there is no repository or `name`
@@ -358,7 +400,7 @@ class SandboxHost:
             log.exception("snapshot of %s failed", sandbox_id)
             raise HostError(f"sandbox {sandbox_id} could not be snapshotted: {e}") from e
         old = self.templates.forget(name)
-        self.templates.adopt(name, snap, live.guest.access_token)
+        self.templates.adopt(name, snap, live.guest.access_token, sandbox_id)
         if old is not None:  # a new build of an existing name replaces the old capture
             self.runtime.delete_snapshot(old)
         return snap

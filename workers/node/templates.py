@@ -76,16 +76,30 @@ class TemplateCatalog:
         a restore must present it to re-initialise envd with the new sandbox's own."""
         return self._tokens.get(name)
 
-    def adopt(self, name: str, snap: Snapshot, guest_token: str | None = None) -> None:
-        """A capture of a running sandbox becomes a template (E2B's persistent snapshots):
-        new sandboxes of `name` restore it. Recorded on disk so a node restart keeps it."""
+    def adopt(
+        self, name: str, snap: Snapshot, guest_token: str | None = None,
+        source: str | None = None,
+    ) -> None:  # fmt: skip
+        """A capture of a running sandbox (`source`) becomes a template (E2B's persistent
+        snapshots): new sandboxes of `name` restore it. Recorded on disk so a node restart
+        keeps it."""
         self._specs[name] = TemplateSpec(name, snap.machine.vcpus, snap.machine.mem_mib)
         self._images.pop(name, None)
         self._ready[name] = snap
         self._tokens[name] = guest_token
         self._write_record(name, {"name": name, "snapshot": str(snap.dir),
-                                  "guest_token": guest_token,
+                                  "guest_token": guest_token, "source": source,
                                   "base_image": str(snap.base_image)})  # fmt: skip
+
+    def knows(self, name: str) -> bool:
+        """A template this node builds or took (its capture may still have to be pulled)."""
+        return name in self._specs or self._read_record(name) is not None
+
+    def source_of(self, name: str) -> str | None:
+        """The sandbox a snapshot template was taken of, if recorded."""
+        doc = self._read_record(name)
+        source = doc.get("source") if doc else None
+        return source if isinstance(source, str) else None
 
     def mark_uploaded(self, name: str, snap: Snapshot) -> bool:
         """The repository holds `snap` as `name`'s capture: should this disk lose it, it is

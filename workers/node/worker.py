@@ -26,11 +26,11 @@ from aenv.domain import sandbox as sb
 from aenv.domain import template as tp
 from aenv.domain.sandbox import SandboxStatus as S
 from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, RetryableError
-from bus.decisions import apply, register_template
+from bus.decisions import apply, record_template_upload, register_template
 from bus.nodes import Heartbeat, NodeBook
 from bus.routes import Route, RouteBook
 from envd.version import ENVD_VERSION
-from workers.node.host import GuestConfig, HostError, SandboxHost
+from workers.node.host import GuestConfig, HostError, SandboxHost, TemplateLocation
 from workers.node.image import build_from_oci
 from workers.node.journal import Journal
 from workers.node.net import EgressPolicy
@@ -75,6 +75,7 @@ class NodeWorker:
         #: host:port of this node's sandbox proxy, published in every route
         self.node_proxy = node_proxy
         self.host = host
+        host.locate_template = self._locate_template
         self.settings = settings
         self.node_id = settings.node_id
         self.journal = Journal(settings.state_dir / "journal")
@@ -560,9 +561,20 @@ class NodeWorker:
         self._retry_soon(f"upload:{sandbox_id}", snap.snapshot_id, attempt, moot,
                          first_delay=PAUSE_UPLOAD_DELAY_S)  # fmt: skip
 
+    async def _locate_template(self, name: str) -> TemplateLocation | None:
+        """Where the log says a snapshot template taken elsewhere is durable, with the
+        envd token its captured guest holds (its source sandbox's)."""
+        tpl, _ = await self.bus.templates.load(name)
+        if tpl is None or tpl.deleted or tpl.capture_key is None or tpl.capture_of is None:
+            return None
+        source, _ = await self.bus.sandboxes.load(tpl.capture_of)
+        token = source.envd_access_token if source is not None else None
+        return tpl.capture_key, token, tpl.capture_of
+
     def _upload_template_soon(self, name: str, snap: Snapshot) -> None:
         """A persistent snapshot goes to the repository too: the template outlives this
-        disk (pulled back on first use if the local capture is lost)."""
+        disk (pulled back on first use if the local capture is lost) and this node (the log
+        records where it is, `TemplateUploaded`: another node takes it over from there)."""
         if self.host.repository is None:
             return
 
@@ -570,7 +582,12 @@ class NodeWorker:
             return all(c.dir != snap.dir for c in self.host.templates.captures())
 
         async def attempt() -> None:
-            await self.host.upload_template(name, snap)
+            if not await self.host.upload_template(name, snap):
+                return
+            source = self.host.templates.source_of(name)
+            if source is not None:
+                await record_template_upload(self.bus.templates, name, key=snap.snapshot_id,
+                                             source_sandbox_id=source)  # fmt: skip
 
         self._retry_soon(f"upload-template:{name}", snap.snapshot_id, attempt, moot)
 

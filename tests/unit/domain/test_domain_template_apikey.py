@@ -30,6 +30,24 @@ def test_register_update_delete_template() -> None:
         tp.evolve_template(None, tp.TemplateDeleted(template_id="x", at=T0))
 
 
+def test_a_snapshot_templates_upload_is_recorded_once_per_capture() -> None:
+    reg = tp.RegisterTemplate(template_id="snap", at=T0)
+    s = tp.fold_template(tp.decide_template(None, reg))
+    up = tp.RecordTemplateUpload(template_id="snap", key="cap-1", source_sandbox_id="sbx1")
+    s = tp.fold_template(tp.decide_template(s, up), s)
+    assert s is not None and (s.capture_key, s.capture_of) == ("cap-1", "sbx1")
+    assert tp.decide_template(s, up) == []  # the same capture again: nothing new
+    assert tp.decide_template(s, reg) == []  # its durability is no change of defaults
+    newer = up.model_copy(update={"key": "cap-2"})
+    s = tp.fold_template(tp.decide_template(s, newer), s)
+    assert s is not None and s.capture_key == "cap-2"
+    # registered again with new defaults: a new capture, not durable until its upload
+    s = tp.fold_template(tp.decide_template(s, reg.model_copy(update={"memory_mb": 1024})), s)
+    assert s is not None and s.capture_key is None
+    gone = tp.fold_template(tp.decide_template(s, tp.DeleteTemplate(template_id="snap")), s)
+    assert tp.decide_template(gone, up) == [] and tp.decide_template(None, up) == []
+
+
 def test_api_key_lifecycle() -> None:
     raw = ak.new_api_key()
     assert raw.startswith(ak.KEY_PREFIX)
