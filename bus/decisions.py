@@ -83,6 +83,22 @@ async def register_template(
         template_id=template_id, alias=alias, envd_version=envd_version,
         cpu_count=cpu_count, memory_mb=memory_mb, disk_size_mb=disk_size_mb,
     )  # fmt: skip
+    await _apply_template(store, template_id, cmd, context)
+
+
+async def record_template_upload(
+    store: EventStore[tp.Template], template_id: str, *, key: str, source_sandbox_id: str
+) -> None:
+    """A snapshot template's capture is durable under `key` (once per capture)."""
+    cmd = tp.RecordTemplateUpload(template_id=template_id, key=key,
+                                  source_sandbox_id=source_sandbox_id)  # fmt: skip
+    await _apply_template(store, template_id, cmd, None)
+
+
+async def _apply_template(
+    store: EventStore[tp.Template], template_id: str,
+    cmd: tp.RegisterTemplate | tp.RecordTemplateUpload, context: MessageContext | None,
+) -> None:  # fmt: skip
     for _ in range(ATTEMPTS):
         state, version = await store.load(template_id)
         events = tp.decide_template(state, cmd)
@@ -94,23 +110,3 @@ async def register_template(
         except ConcurrencyError:
             continue
     raise RetryableError(f"template {template_id}: too many concurrent writers")
-
-
-async def record_template_upload(
-    store: EventStore[tp.Template], template_id: str, *, key: str, source_sandbox_id: str
-) -> None:
-    """A snapshot template's capture is durable under `key` (once per capture)."""
-    cmd = tp.RecordTemplateUpload(template_id=template_id, key=key,
-                                  source_sandbox_id=source_sandbox_id)  # fmt: skip
-    for _ in range(ATTEMPTS):
-        state, version = await store.load(template_id)
-        events = tp.decide_template(state, cmd)
-        if not events:
-            return
-        try:
-            await store.append(template_id, version, events)
-            return
-        except ConcurrencyError:
-            continue
-    raise RetryableError(f"template {template_id}: too many concurrent writers")
-
