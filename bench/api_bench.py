@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aenv.stack.process import free_port
-from bench.stats import emit, summary
+from bench.stats import emit, shift, summary
 
 T = TypeVar("T")
 #: the node's log line for a restore: "sandbox <id> up|resumed: running <ms> ms, envd <ms> ms"
@@ -230,8 +230,10 @@ def main() -> None:
         "create_to_envd_ready": create,
         "raw_restore_to_envd_ready": restore,
         "control_plane_overhead_ms_p50": round(create["p50"] - restore["p50"], 3),
+        "control_plane_overhead_ms_hodges_lehmann": shift(r["create"], r["raw_same"]),
         "create_via_http_to_envd_ready": http_create,
         "control_plane_overhead_http_ms_p50": round(http_create["p50"] - restore["p50"], 3),
+        "control_plane_overhead_http_ms_hodges_lehmann": shift(r["http_create"], r["raw_same"]),
         "paired_overhead_create": summary(r["paired_create"]),
         "paired_overhead_create_http": summary(r["paired_http_create"]),
         "bare_cow_restore_to_envd_ready": summary(r["raw_bare"]),
@@ -242,10 +244,13 @@ def main() -> None:
         "resume_via_sdk_to_envd_ready": resume,
         "raw_resume_to_envd_ready": raw_resume,
         "resume_overhead_ms_p50": round(resume["p50"] - raw_resume["p50"], 3),
+        "resume_overhead_ms_hodges_lehmann": shift(r["resume"], r["raw_resume"]),
         "paired_overhead_resume": summary(r["paired_resume"]),
         "resume_after_wait_to_envd_ready": summary(r["resume_after_wait"]),
         "resume_after_wait_overhead_ms_p50": round(
             summary(r["resume_after_wait"])["p50"] - raw_resume["p50"], 3),
+        "resume_after_wait_overhead_ms_hodges_lehmann": shift(r["resume_after_wait"],
+                                                              r["raw_resume"]),
         "paired_overhead_resume_after_wait": summary(r["paired_resume_after_wait"]),
         "persistent_snapshot_via_sdk": summary(r["snapshot"]),
     })  # fmt: skip

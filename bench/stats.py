@@ -35,6 +35,16 @@ def summary(samples: list[float], unit: str = "ms", scale: float = 1000.0) -> di
     }
 
 
+def shift(a: list[float], b: list[float], scale: float = 1000.0) -> float | None:
+    """How much larger `a` is than `b` (seconds in, `scale`d out): the median of all the
+    pairwise differences (Hodges-Lehmann). Under TCG a restore takes one of a few times
+    ~30-100 ms apart, at random; the difference of two medians of 30 then jumps by that
+    much depending on which mode each median falls in, while this estimate stays put."""
+    if not a or not b:
+        return None
+    return round(statistics.median(x - y for x in a for y in b) * scale, 3)
+
+
 def ratio(a: dict[str, Any], b: dict[str, Any], key: str = "p50") -> float | None:
     if not a.get(key) or not b.get(key):
         return None
