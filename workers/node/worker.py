@@ -633,6 +633,7 @@ class NodeWorker:
 
     async def _collect(self) -> None:
         await asyncio.sleep(GC_DELAY_S)
+        await self.host.runtime.foreground.settled()  # housekeeping: after the restores
         try:
             freed = await self.host.collect_garbage()
             if freed:

@@ -8,6 +8,7 @@ last one, and any number of children can share every frozen layer below their ow
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -51,9 +52,11 @@ class LayerStore:
             out.append(self.backing[out[-1]])
         return out
 
-    async def chain(self, top: Path) -> list[Path]:
-        """The backing chain from `top` down to the base, as QEMU resolves it."""
-        out = await _qemu_img("info", "--backing-chain", "--output=json", "-U", str(top))
+    async def chain(self, top: Path, *, background: bool = False) -> list[Path]:
+        """The backing chain from `top` down to the base, as QEMU resolves it (`background`:
+        the qemu-img process runs at the lowest CPU priority)."""
+        out = await _qemu_img("info", "--backing-chain", "--output=json", "-U", str(top),
+                              background=background)  # fmt: skip
         return [Path(layer["filename"]) for layer in json.loads(out)]
 
     async def collect(self, roots: set[Path], *, min_age_s: float = 60) -> list[Path]:
@@ -63,7 +66,7 @@ class LayerStore:
         live: set[Path] = set()
         for r in roots:
             if r.exists():
-                live.update(await self.chain(r))
+                live.update(await self.chain(r, background=True))
         now = time.time()
         dead = [
             p for p in self.root.glob("*.qcow2")
@@ -93,10 +96,13 @@ class LayerStore:
         return len(await self.chain(top)) - 1
 
 
-async def _qemu_img(*args: str) -> str:
+async def _qemu_img(*args: str, background: bool = False) -> str:
     proc = await asyncio.create_subprocess_exec(
         "qemu-img", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
+    if background:  # housekeeping (GC): a restore that starts meanwhile goes first
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, proc.pid, 19)
     out, err = await proc.communicate()
     if proc.returncode != 0:
         raise VmmError(f"qemu-img {args[0]} failed: {err.decode(errors='replace').strip()}")
