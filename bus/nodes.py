@@ -14,8 +14,10 @@ import time
 
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
-from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bus.kvwatch import kv_entries
 
 log = logging.getLogger(__name__)
 
@@ -79,20 +81,16 @@ class NodeBook:
     async def _follow(self) -> None:
         while True:
             try:
-                watcher = await self.kv.watchall()
-                try:
-                    async for entry in watcher:
-                        if entry is None:  # the bucket's current values are all in
+                async with contextlib.aclosing(kv_entries(self.kv, _decode)) as entries:
+                    async for item in entries:
+                        if item is None:  # the bucket's current values are all in
                             self._synced = True
                             continue
-                        beat = _decode(entry.value)
-                        if entry.operation in (KV_DEL, KV_PURGE) or beat is None:
-                            self.beats.pop(entry.key, None)
+                        node_id, beat = item
+                        if beat is None:
+                            self.beats.pop(node_id, None)
                         else:
-                            self.beats[entry.key] = beat
-                finally:
-                    with contextlib.suppress(Exception):
-                        await watcher.stop()  # type: ignore[no-untyped-call]
+                            self.beats[node_id] = beat
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # NATS restarting: read the bucket meanwhile, then rewatch

@@ -13,8 +13,10 @@ from collections.abc import AsyncIterator
 
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
-from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bus.kvwatch import kv_entries
 
 __all__ = ["Route", "RouteBook"]
 
@@ -68,18 +70,13 @@ class RouteBook:
             yield item
 
     async def _entries(self, *, initial_only: bool) -> AsyncIterator[tuple[str, Route | None]]:
-        watcher = await self.kv.watchall()
-        try:
-            async for entry in watcher:
-                if entry is None:  # end of the initial values
+        async with contextlib.aclosing(kv_entries(self.kv, _decode)) as entries:
+            async for item in entries:
+                if item is None:  # end of the initial values
                     if initial_only:
                         return
                     continue
-                gone = entry.operation in (KV_DEL, KV_PURGE) or not entry.value
-                yield entry.key, None if gone else _decode(entry.value)
-        finally:
-            with contextlib.suppress(Exception):
-                await watcher.stop()  # type: ignore[no-untyped-call]
+                yield item
 
 
 def _decode(raw: bytes | None) -> Route | None:
