@@ -164,19 +164,31 @@ async def create_sandbox(
 
 
 async def _template_node(ctx: ApiContext, tpl: dict[str, Any]) -> str | None:
-    """Where a create from `tpl` goes: a snapshot template to the node holding its capture
-    — or, when that node is gone and the capture is durable in the snapshot repository, to
-    placement (the node that takes it pulls the capture). Built templates: placement."""
+    """Where a create from `tpl` goes: a snapshot template to the node that took it (see
+    `_node_or_placement`); a built template to placement."""
     tpl_id = tpl["template_id"]
     node: str | None = await ctx.cached(
         f"tpl-node:{tpl_id}", lambda: reads.snapshot_node(ctx.engine, tpl_id)
     )
+    return await _node_or_placement(
+        ctx, node, durable=bool(tpl.get("capture_key")),
+        stranded=f"snapshot {tpl_id!r} is on node {node}, which is not running, and its "
+                 "capture has not reached the snapshot repository",
+    )  # fmt: skip
+
+
+async def _node_or_placement(
+    ctx: ApiContext, node: str | None, *, durable: bool, stranded: str
+) -> str | None:
+    """Where a command needing a capture goes: the node holding it — or, when that node
+    stopped beating and the capture is durable in the snapshot repository, placement (the
+    node that takes it pulls the capture). Gone with the capture only on its disk: 503
+    `stranded`, not a wait on a dead queue."""
     if node is None or not await ctx.node_gone(node):
         return node
-    if tpl.get("capture_key"):
+    if durable:
         return None
-    raise ApiError(503, f"snapshot {tpl_id!r} is on node {node}, which is not running, and "
-                        "its capture has not reached the snapshot repository")  # fmt: skip
+    raise ApiError(503, stranded)
 
 
 @get("/sandboxes/{sandbox_id:str}")
@@ -297,22 +309,6 @@ async def _settled_pause(ctx: ApiContext, state: sb.Sandbox) -> sb.Sandbox:
     return state
 
 
-async def _resume_node(ctx: ApiContext, state: sb.Sandbox) -> str | None:
-    """Where a resume goes: the node that holds the capture — or, when that node is gone
-    and the capture is durable in the snapshot repository, placement (any live node pulls
-    it). Gone with the capture only on its disk: a clear 503, not a wait on a dead queue."""
-    node = state.node_id
-    if node is None or not await ctx.node_gone(node):
-        return node
-    if state.resumable_anywhere:
-        return None
-    raise ApiError(
-        503,
-        f"sandbox {state.sandbox_id} is paused on node {node}, which is not running, and its "
-        "capture has not reached the snapshot repository: it resumes once that node is back",
-    )
-
-
 async def _resume(
     ctx: ApiContext, caller: Caller, state: sb.Sandbox, timeout: int | None
 ) -> sb.Sandbox:
@@ -323,7 +319,12 @@ async def _resume(
         return state
     event, _ = await send_and_wait(
         ctx.bus, sb.ResumeSandbox(sandbox_id=state.sandbox_id, timeout_s=timeout),
-        node_id=await _resume_node(ctx, state),
+        node_id=await _node_or_placement(
+            ctx, state.node_id, durable=state.resumable_anywhere,
+            stranded=f"sandbox {state.sandbox_id} is paused on node {state.node_id}, which is "
+                     "not running, and its capture has not reached the snapshot repository: "
+                     "it resumes once that node is back",
+        ),
         until=(sb.SandboxResumed, sb.SandboxResumeFailed),
         timeout=ctx.settings.command_timeout_s, actor=caller.key_id,
     )  # fmt: skip
