@@ -140,19 +140,14 @@ class NodeWorker:
                 continue
             state, _ = await self.bus.sandboxes.load(sid)
             snap_dir = self.host.runtime.snapshot_dir(entry.paused_snapshot or "-")
-            if state is None or state.status in (S.KILLED, S.FAILED):
-                # killed while this node was away (the API kills in the log then): its
-                # capture here goes too
-                if entry.paused_snapshot:
-                    shutil.rmtree(snap_dir, ignore_errors=True)
-                    self._collect_soon()
-                self.journal.remove(sid)
-                continue
-            if state.node_id not in (None, self.node_id):
-                # resumed on another node from the repository while this one was away: what
-                # is left here is a stale copy (its layers go with the next GC)
-                log.info("sandbox %s moved to node %s; dropping the local copy", sid,
-                         state.node_id)  # fmt: skip
+            # Killed while this node was away (the API kills in the log then), or resumed on
+            # another node from the repository: what is left here is a stale copy (its
+            # layers go with the next GC).
+            home = state.node_id if state is not None else None
+            moved = home not in (None, self.node_id)
+            if state is None or state.status in (S.KILLED, S.FAILED) or moved:
+                if moved:
+                    log.info("sandbox %s moved to node %s; dropping the local copy", sid, home)
                 if entry.paused_snapshot:
                     shutil.rmtree(snap_dir, ignore_errors=True)
                 self.journal.remove(sid)
@@ -398,7 +393,6 @@ class NodeWorker:
             # As for a create, the VM comes back while the decision is appended. Not undone
             # if the append fails: the capture is spent, and the command's redelivery finds
             # the sandbox running here.
-            self._cancel_upload(f"upload:{sid}")
             early = self._early(sid, lambda: self._bring_back(sid, None))
         try:
             state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
@@ -415,7 +409,6 @@ class NodeWorker:
             if running_here:  # a redelivery: see _create
                 await self._route(sid)
             return
-        self._cancel_upload(f"upload:{sid}")
         error, _ = await (early if early is not None else self._bring_back(sid, state))
         route = self._route_beside(sid) if error is None else None
         done = sb.CompleteResume(sandbox_id=sid, node_id=self.node_id, error=error,
@@ -442,6 +435,7 @@ class NodeWorker:
     ) -> tuple[str | None, bool]:
         """Restore a paused sandbox here: (error or None, whether this call restored it)."""
         sid = sandbox_id
+        self._cancel_upload(f"upload:{sid}")  # the VM is about to write the RAM file it reads
         async with self.host.lock(sid):
             started = sid not in self.host.sandboxes
             try:
