@@ -218,14 +218,7 @@ class SandboxHost:
                 return await self.templates.get(name)  # another create pulled it meanwhile
             except TemplateError:
                 pass
-            try:
-                manifest = await self.repository.get_manifest(key)
-            except Exception as e:
-                raise HostError(f"the capture of template {name!r} is not in the repository: "
-                                f"{e}") from e  # fmt: skip
-            base = self._base_image(manifest.base_image.digest)
-            snap = await self._fetch(key, self.runtime.snapshot_dir(key), base,
-                                     f"template {name!r}")  # fmt: skip
+            snap = await self._fetch_foreign(key, f"the capture of template {name!r}")
             self.templates.adopt(name, snap, token, source)
             self.templates.mark_uploaded(name, snap)
             return snap
@@ -259,14 +252,19 @@ class SandboxHost:
         if self.repository is None:
             raise HostError(f"sandbox {sandbox_id} is paused on another node and no "
                             "repository is set")  # fmt: skip
-        try:
-            manifest = await self.repository.get_manifest(snapshot_id)
-        except Exception as e:
-            raise HostError(f"the capture of {sandbox_id} is not in the repository: {e}") from e
-        base = self._base_image(manifest.base_image.digest)
-        snap = await self._fetch(snapshot_id, self.runtime.snapshot_dir(snapshot_id), base,
-                                 f"the capture of {sandbox_id}")  # fmt: skip
+        snap = await self._fetch_foreign(snapshot_id, f"the capture of {sandbox_id}")
         self.paused[sandbox_id] = PausedSandbox(sandbox_id, template_id, snap, guest)
+
+    async def _fetch_foreign(self, key: str, what: str) -> Snapshot:
+        """A capture another node took, from the repository into this node's snapshot
+        directory, its disk chain rebuilt over this node's copy of the same base image."""
+        assert self.repository is not None
+        try:
+            manifest = await self.repository.get_manifest(key)
+        except Exception as e:
+            raise HostError(f"{what} is not in the repository: {e}") from e
+        base = self._base_image(manifest.base_image.digest)
+        return await self._fetch(key, self.runtime.snapshot_dir(key), base, what)
 
     def _base_image(self, digest: str) -> Path:
         """This node's copy of a base image, by the digest a capture names (its directory in

@@ -22,15 +22,10 @@ from workers.node.runtime.memfile import clone_or_sparse_copy
 log = logging.getLogger(__name__)
 
 
-async def _at_once() -> None:
-    return None
-
-
 class RamPool:
     def __init__(
-        self, root: Path, *, per_source: int = 2,
-        settled: Callable[[], Awaitable[None]] = _at_once,
-        pause_point: Callable[[], None] | None = None,
+        self, root: Path, *, settled: Callable[[], Awaitable[None]],
+        pause_point: Callable[[], None], per_source: int = 2,
     ) -> None:  # fmt: skip
         self.root = root
         self.per_source = per_source

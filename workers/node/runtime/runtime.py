@@ -90,12 +90,12 @@ class Runtime:
 
     def __init__(
         self, state_dir: Path, pool: SlotPool, accel: AccelChoice, qemu_ver: str,
-        foreground: Foreground | None = None,
+        foreground: Foreground,
     ) -> None:  # fmt: skip
         self.state_dir = state_dir
         self.pool = pool
         #: restores and forks in flight: the pools' refills and teardowns wait for them
-        self.foreground = foreground or Foreground()
+        self.foreground = foreground
         self.accel = accel
         self.qemu_version = qemu_ver
         self.layers = LayerStore(state_dir / "layers")
