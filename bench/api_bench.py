@@ -37,9 +37,9 @@ NODE_RESTORE = re.compile(r"sandbox (\w+) (up|resumed): running [\d.]+ ms, envd 
 #: Between a pause and its resume in the "after wait" loop: an agent waiting on its model.
 THINK_S = 0.5
 #: Between the measured operations: each restore makes its RAM pool refill (a sparse copy
-#: of the template's RAM, 0.3 s after the restore, some 100 ms of I/O and CPU), the rig's
-#: and the node's alike; the next measurement, on either side, should not share the host
-#: with it.
+#: of the template's RAM, some 100 ms of I/O and CPU, at the lowest priority once the node
+#: has been quiet for 0.3 s), the rig's and the node's alike; the next measurement, on
+#: either side, should not share the host with it.
 QUIET_S = 1.0
 
 
