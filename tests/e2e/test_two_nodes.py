@@ -5,6 +5,7 @@ node are driven through the one API — its proxy reaches them through each node
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -105,6 +106,42 @@ def _on_second_node(stack: Stack, sandboxes: list[Sandbox]) -> Sandbox:
     pytest.fail("no create was placed on the second node")
 
 
+class SecondNode:
+    """A second node process the test may kill and start again; the sandboxes it created
+    through `place()` are killed at the end."""
+
+    def __init__(self, stack: Stack, data: Path, env: dict[str, str]) -> None:
+        self.stack, self.data, self.env = stack, data, env
+        self.sandboxes: list[Sandbox] = []
+        self.proc = _start_node(stack, data, **env)
+
+    def place(self) -> Sandbox:
+        return _on_second_node(self.stack, self.sandboxes)
+
+    def die(self) -> None:
+        """No goodbye: the node is simply gone (its VMs die with it), and after 2 s (its
+        heartbeat is every 0.5 s in these tests) the API counts it gone."""
+        self.proc.kill()
+        self.proc.wait(30)
+        time.sleep(2.0)
+
+    def start(self) -> None:
+        self.proc = _start_node(self.stack, self.data, **self.env)
+
+
+@contextlib.contextmanager
+def _second_node(stack: Stack, data: Path, **env: str) -> Iterator[SecondNode]:
+    node = SecondNode(stack, data, env)
+    try:
+        yield node
+    finally:
+        if node.proc.poll() is not None:  # back, so that the kills of its sandboxes are done
+            node.start()
+        for s in node.sandboxes:
+            Sandbox.kill(s.sandbox_id)
+        _stop_node(node.proc)
+
+
 def test_a_paused_sandbox_resumes_on_another_node_when_its_node_is_gone(
     stack: Stack, tmp_path: Path
 ) -> None:
@@ -115,19 +152,15 @@ def test_a_paused_sandbox_resumes_on_another_node_when_its_node_is_gone(
     from tests.support import eventually_sync
 
     data = tmp_path / "n2"
-    beat = {"AENV_HEARTBEAT_S": "0.5"}  # gone after 3 missed beats: 1.5 s
-    proc = _start_node(stack, data, **beat)
-    sandboxes: list[Sandbox] = []
-    try:
-        sbx = _on_second_node(stack, sandboxes)
+    # gone after 3 missed beats: 1.5 s
+    with _second_node(stack, data, AENV_HEARTBEAT_S="0.5") as node:
+        sbx = node.place()
         sbx.files.write("/home/user/moved.txt", "survives its node")
         sbx.commands.run(COUNTER)
         eventually_sync(lambda: _count(sbx) > 2, timeout=20)
         assert sbx.pause()
         eventually_sync(lambda: _uploaded(stack, sbx.sandbox_id), timeout=120, interval=1)
-        proc.kill()  # no goodbye: the node is simply gone (its VMs die with it)
-        proc.wait(30)
-        time.sleep(2.0)
+        node.die()
         back = Sandbox.connect(sbx.sandbox_id, timeout=600)
         home = _node_of(stack, sbx.sandbox_id)
         assert home != "e2e-two"
@@ -137,42 +170,26 @@ def test_a_paused_sandbox_resumes_on_another_node_when_its_node_is_gone(
         assert back.pause()  # its new home pauses and resumes it like its own
         back = Sandbox.connect(sbx.sandbox_id, timeout=600)
         assert back.files.read("/home/user/moved.txt") == "survives its node"
-        proc = _start_node(stack, data, **beat)  # reconciles its journal against the log
+        node.start()  # reconciles its journal against the log
         assert back.commands.run("echo still here").stdout == "still here\n"
         assert _node_of(stack, sbx.sandbox_id) == home
         assert not (data / "node" / "snapshots").exists() or not any(
             (data / "node" / "snapshots").glob(f"{sbx.sandbox_id}-p*")
         ), "the returning node kept its stale copy"
-    finally:
-        if proc.poll() is not None:
-            proc = _start_node(stack, data, **beat)
-        for s in sandboxes:
-            Sandbox.kill(s.sandbox_id)
-        _stop_node(proc)
 
 
 def test_a_paused_sandbox_whose_node_is_gone_before_its_upload_is_a_clear_503(
     stack: Stack, tmp_path: Path
 ) -> None:
-    no_s3 = {"AENV_HEARTBEAT_S": "0.5", "AENV_S3_ENDPOINT": ""}  # its pauses stay local
-    proc = _start_node(stack, tmp_path / "n2", **no_s3)
-    sandboxes: list[Sandbox] = []
-    try:
-        sbx = _on_second_node(stack, sandboxes)
+    # its pauses stay local
+    with _second_node(stack, tmp_path / "n2", AENV_HEARTBEAT_S="0.5", AENV_S3_ENDPOINT="") as node:
+        sbx = node.place()
         assert sbx.pause()
-        proc.kill()
-        proc.wait(30)
-        time.sleep(2.0)
+        node.die()
         r = httpx.post(f"{stack.api_url}/sandboxes/{sbx.sandbox_id}/connect", json={"timeout": 60},
                        headers={"X-API-KEY": stack.api_key}, timeout=30)  # fmt: skip
         assert r.status_code == 503, r.text
         assert "not running" in r.json()["message"]
-    finally:
-        if proc.poll() is not None:  # back, so that the kill of its paused sandbox is done
-            proc = _start_node(stack, tmp_path / "n2", **no_s3)
-        for s in sandboxes:
-            Sandbox.kill(s.sandbox_id)
-        _stop_node(proc)
 
 
 def test_commands_for_sandboxes_on_a_gone_node_answer_at_once(
@@ -182,18 +199,13 @@ def test_commands_for_sandboxes_on_a_gone_node_answer_at_once(
     a pause answers 503 at once, a kill kills in the log; the node, back, drops the
     capture of the sandbox killed while it was away."""
     data = tmp_path / "n2"
-    local = {"AENV_HEARTBEAT_S": "0.5", "AENV_S3_ENDPOINT": ""}
-    proc = _start_node(stack, data, **local)
-    sandboxes: list[Sandbox] = []
     headers = {"X-API-KEY": stack.api_key}
-    try:
-        running = _on_second_node(stack, sandboxes)
-        paused = _on_second_node(stack, sandboxes)
+    with _second_node(stack, data, AENV_HEARTBEAT_S="0.5", AENV_S3_ENDPOINT="") as node:
+        running = node.place()
+        paused = node.place()
         assert paused.pause()
         assert any((data / "node" / "snapshots").glob(f"{paused.sandbox_id}-p*"))
-        proc.kill()
-        proc.wait(30)
-        time.sleep(2.0)
+        node.die()
         with httpx.Client(base_url=stack.api_url, headers=headers, timeout=30) as c:
             t0 = time.monotonic()
             r = c.post(f"/sandboxes/{running.sandbox_id}/pause")
@@ -202,15 +214,9 @@ def test_commands_for_sandboxes_on_a_gone_node_answer_at_once(
                 assert c.delete(f"/sandboxes/{sbx.sandbox_id}").status_code == 204
                 assert c.get(f"/sandboxes/{sbx.sandbox_id}").status_code == 404
             assert time.monotonic() - t0 < 10  # not a command timeout
-        proc = _start_node(stack, data, **local)  # reconciles: both are killed in the log
+        node.start()  # reconciles: both are killed in the log
         assert not any((data / "node" / "snapshots").glob(f"{paused.sandbox_id}-p*"))
         assert not list((data / "node" / "journal").glob("*.json"))
-    finally:
-        if proc.poll() is not None:
-            proc = _start_node(stack, data, **local)
-        for s in sandboxes:
-            Sandbox.kill(s.sandbox_id)
-        _stop_node(proc)
 
 
 def _template_durable(stack: Stack, name: str) -> str | None:
@@ -238,37 +244,27 @@ def test_a_snapshot_whose_node_is_gone_starts_on_another_node(
     its guest holds included."""
     from tests.support import eventually_sync
 
-    data = tmp_path / "n2"
-    beat = {"AENV_HEARTBEAT_S": "0.5"}
-    proc = _start_node(stack, data, **beat)
-    sandboxes: list[Sandbox] = []
     name = f"moving-{time.time_ns() % 10**8}"
-    try:
-        src = _on_second_node(stack, sandboxes)
-        src.files.write("/home/user/snap.txt", "taken on the second node")
-        src.create_snapshot(name=name)
-        eventually_sync(lambda: _template_durable(stack, name), timeout=120, interval=1)
-        proc.kill()
-        proc.wait(30)
-        time.sleep(2.0)
-        child = Sandbox.create(name, timeout=300)
-        sandboxes.append(child)
-        assert _node_of(stack, child.sandbox_id) != "e2e-two"
-        assert child.files.read("/home/user/snap.txt") == "taken on the second node"
-        assert child.commands.run("echo pulled").stdout == "pulled\n"
-        again = Sandbox.create(name, timeout=300)  # the second one finds it local
-        sandboxes.append(again)
-        assert again.files.read("/home/user/snap.txt") == "taken on the second node"
-        record = stack.data_dir / "node" / "snapshot-templates" / f"{name}.json"
-        assert record.exists()  # the first node keeps it as its own now
-        for s in sandboxes:
-            Sandbox.kill(s.sandbox_id)
-        assert Sandbox.delete_snapshot(name)
-        eventually_sync(lambda: not record.exists(), timeout=30)  # ... until it is deleted
-    finally:
-        if proc.poll() is not None:
-            proc = _start_node(stack, data, **beat)
-        for s in sandboxes:
-            Sandbox.kill(s.sandbox_id)
-        Sandbox.delete_snapshot(name)
-        _stop_node(proc)
+    with _second_node(stack, tmp_path / "n2", AENV_HEARTBEAT_S="0.5") as node:
+        try:
+            src = node.place()
+            src.files.write("/home/user/snap.txt", "taken on the second node")
+            src.create_snapshot(name=name)
+            eventually_sync(lambda: _template_durable(stack, name), timeout=120, interval=1)
+            node.die()
+            child = Sandbox.create(name, timeout=300)
+            node.sandboxes.append(child)
+            assert _node_of(stack, child.sandbox_id) != "e2e-two"
+            assert child.files.read("/home/user/snap.txt") == "taken on the second node"
+            assert child.commands.run("echo pulled").stdout == "pulled\n"
+            again = Sandbox.create(name, timeout=300)  # the second one finds it local
+            node.sandboxes.append(again)
+            assert again.files.read("/home/user/snap.txt") == "taken on the second node"
+            record = stack.data_dir / "node" / "snapshot-templates" / f"{name}.json"
+            assert record.exists()  # the first node keeps it as its own now
+            for s in node.sandboxes:
+                Sandbox.kill(s.sandbox_id)
+            assert Sandbox.delete_snapshot(name)
+            eventually_sync(lambda: not record.exists(), timeout=30)  # ... until it is deleted
+        finally:
+            Sandbox.delete_snapshot(name)
