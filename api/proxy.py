@@ -39,6 +39,8 @@ HOP_BY_HOP = frozenset(
 )  # fmt: skip
 _HOST_RE = re.compile(r"^(\d{1,5})-([a-z0-9]{1,63})\.")
 CONNECT_TIMEOUT = 5.0
+#: A guest that takes longer than this to start answering is logged (slow, or stuck)
+SLOW_ANSWER_S = 5.0
 READ_CHUNK = 256 * 1024
 
 
@@ -122,7 +124,7 @@ class SandboxProxy:
                 await forward_websocket(scope, receive, send, reader, writer, host,
                                         upstream.headers)  # fmt: skip
             else:
-                await _forward(scope, receive, send, reader, writer, upstream)
+                await _forward(scope, receive, send, reader, writer, upstream, sid)
         finally:
             self._open.get(sid, set()).discard(writer)
             writer.close()
@@ -137,6 +139,7 @@ async def _forward(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     upstream: Upstream,
+    sandbox_id: str,
 ) -> None:
     conn = h11.Connection(h11.CLIENT)
     ours = {k for k, _ in upstream.headers}
@@ -172,18 +175,30 @@ async def _forward(
 
     pump = asyncio.create_task(pump_request())
     started = False
+    loop = asyncio.get_running_loop()
+    sent = loop.time()
+
+    def waited(what: str) -> None:
+        if (took := loop.time() - sent) > SLOW_ANSWER_S:
+            where = f"{scope['method']} {scope['path']} to sandbox {sandbox_id}"
+            log.warning("%s (%s:%s): %s after %.1f s", where, upstream.host, upstream.port,
+                        what, took)  # fmt: skip
+
     try:
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
                 data = await reader.read(READ_CHUNK)
                 if not data and pump.done():
+                    if not started:
+                        waited("the client left without an answer")
                     return  # the client left and we closed upstream
                 conn.receive_data(data)
                 continue
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, h11.Response):
+                waited(f"answered {event.status_code}")
                 await send(
                     {
                         "type": "http.response.start",

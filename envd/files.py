@@ -13,6 +13,8 @@ from envd.httpserver import HttpError, Request
 from envd.state import State
 from envd.users import User, chown_to, makedirs_for, resolve_path
 
+#: Files up to this size are read into memory and sent with the length read (see download)
+READ_WHOLE = 1024 * 1024
 GZIP_LEVEL = 1  # speed over ratio: the link is local, gzip is only there because it was asked
 # Uploads take everything buffered at once: the connection buffer then empties (no compaction)
 # and each os.write is as large as possible.
@@ -64,6 +66,11 @@ async def download(state: State, req: Request) -> None:
             ("Content-Disposition", f'inline; filename="{name}"'),
         ]
         gzip = wants_gzip(req.headers.get("accept-encoding", ""))
+        if not gzip and stat.S_ISREG(st.st_mode) and 0 < st.st_size <= READ_WHOLE:
+            # one read, then the length of what was read: a small file that a process keeps
+            # rewriting (a counter, a status file) is answered whole, whatever it is now
+            await req.respond(200, f.read(READ_WHOLE), headers=headers)
+            return
         if not gzip and stat.S_ISREG(st.st_mode) and st.st_size > 0:
             await req.respond_file(200, f, st.st_size, headers)
             return

@@ -254,14 +254,21 @@ class Request:
     async def respond_file(
         self, status: int, f: BinaryIO, size: int, headers: list[tuple[str, str]]
     ) -> None:
-        """Send a whole file with sendfile(2) when the transport allows it."""
+        """Send a whole file with sendfile(2) when the transport allows it.
+
+        A file truncated after its size was read ends early: the connection is then closed,
+        so the client sees a short body at once instead of waiting for bytes that will
+        never come (it would hang until its read timeout)."""
         hdrs = [*headers, ("Content-Length", str(size))]
         self.conn.write(self._head(status, hdrs))
         await self.conn.drain()
         if size:
             loop = asyncio.get_running_loop()
             assert self.conn.transport is not None
-            await loop.sendfile(self.conn.transport, f, 0, size, fallback=True)
+            sent = await loop.sendfile(self.conn.transport, f, 0, size, fallback=True)
+            if sent < size:
+                log.warn("file shrank while it was sent", announced=size, sent=sent)
+                self.close_after = True
 
 
 class ChunkedWriter:

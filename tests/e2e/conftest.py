@@ -18,6 +18,8 @@ from aenv.stack.process import free_port
 pytestmark = pytest.mark.vm
 
 AENV = [sys.executable, "-m", "aenv.cli"]
+#: lines of the stack's log a failing test's report carries (QMP chatter left out)
+LOG_TAIL = 200
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,21 @@ class Stack:
             "E2B_SANDBOX_URL": self.api_url,
             "E2B_API_KEY": self.api_key,
         }
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failing e2e test's report ends with the stack's log around the failure: the stack
+    is shared and its data directory is gone with the run, so an intermittent failure in CI
+    is otherwise a bare SDK timeout with nothing to go on."""
+    outcome = yield
+    report = outcome.get_result()
+    st = getattr(item, "funcargs", {}).get("stack")
+    if report.failed and isinstance(st, Stack):
+        log = st.data_dir / "aenv.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        lines = [ln for ln in lines if '"qemu.qmp.' not in ln][-LOG_TAIL:]
+        report.sections.append(("aenv.log (tail)", "\n".join(lines)))
 
 
 @pytest.fixture(scope="package")

@@ -6,7 +6,10 @@ import hashlib
 import io
 import os
 import pwd
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,6 +17,7 @@ from e2b import AsyncSandbox, FileNotFoundException, InvalidArgumentException, S
 from e2b.sandbox.filesystem.filesystem import FileType
 
 from tests.integration.envd.conftest import Envd
+from tests.support import eventually_sync
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -213,3 +217,34 @@ async def test_async_files(async_sandbox: AsyncSandbox, workdir: str) -> None:
     entries = await async_sandbox.files.list(workdir)
     assert sorted(e.name for e in entries) == ["a.bin", "b.txt"]
     assert await async_sandbox.files.read(f"{workdir}/b.txt", gzip=True) == "plain"
+
+
+def test_reading_a_file_that_is_being_rewritten_never_hangs(
+    sandbox: Sandbox, workdir: str
+) -> None:
+    """A file truncated and rewritten all the time (a counter a guest process keeps
+    writing): every read answers at once with one whole version or nothing. envd used to
+    announce the size it saw, then send what was left after a truncation: the client waited
+    for the missing bytes until its read timeout (seen in the pause e2e test)."""
+    path = f"{workdir}/rewritten.txt"
+    versions = [str(n).encode() * 20_000 for n in range(10)]
+    rewrite = (
+        "import sys\n"
+        "vs = [str(n).encode() * 20_000 for n in range(10)]\n"
+        "n = 0\n"
+        "while True:\n"
+        "    with open(sys.argv[1], 'wb') as f:\n"
+        "        f.write(vs[n % 10])\n"
+        "    n += 1\n"
+    )
+    with open(path, "wb") as f:
+        f.write(versions[0])
+    writer = subprocess.Popen([sys.executable, "-c", rewrite, path])
+    try:
+        eventually_sync(lambda: Path(path).read_bytes()[:1] not in (b"", b"0"), timeout=10)
+        for _ in range(500):
+            got = bytes(sandbox.files.read(path, format="bytes", request_timeout=3))
+            assert any(v.startswith(got) for v in versions)  # a version, or part of one
+    finally:
+        writer.kill()
+        writer.wait()
