@@ -76,12 +76,14 @@ async def register_template(
     cpu_count: int,
     memory_mb: int,
     disk_size_mb: int,
+    capture_id: str | None = None,
     context: MessageContext | None = None,
 ) -> None:
     """Make a template creatable (idempotent upsert: no event when nothing changes)."""
     cmd = tp.RegisterTemplate(
         template_id=template_id, alias=alias, envd_version=envd_version,
         cpu_count=cpu_count, memory_mb=memory_mb, disk_size_mb=disk_size_mb,
+        capture_id=capture_id,
     )  # fmt: skip
     await _apply_template(store, template_id, cmd, context)
 

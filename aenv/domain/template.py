@@ -33,7 +33,9 @@ __all__ = [
 
 
 class RegisterTemplate(Command):
-    """Make a template available (or update its defaults)."""
+    """Make a template available (or update its defaults). `capture_id`: a snapshot
+    template's capture on its node — a new capture under the same name is a new template
+    as far as durability goes (the repository holds the old one until its upload)."""
 
     template_id: str = Field(min_length=1)
     alias: str | None = None
@@ -41,6 +43,7 @@ class RegisterTemplate(Command):
     cpu_count: int = 2
     memory_mb: int = 512
     disk_size_mb: int = 2048
+    capture_id: str | None = None
 
 
 class DeleteTemplate(Command):
@@ -85,6 +88,7 @@ class TemplateRegistered(Event):
     cpu_count: int
     memory_mb: int
     disk_size_mb: int
+    capture_id: str | None = None  # absent from events written before it existed
 
 
 class TemplateDeleted(Event):
@@ -107,7 +111,9 @@ class Template(BaseModel):
     memory_mb: int
     disk_size_mb: int
     deleted: bool = False
-    #: a snapshot template's capture in the snapshot repository (None: only on its node)
+    #: a snapshot template's current capture (on the node that took it)
+    capture_id: str | None = None
+    #: that capture in the snapshot repository (None: only on its node so far)
     capture_key: str | None = None
     capture_of: str | None = None
 
@@ -116,13 +122,17 @@ def decide_template(
     state: Template | None, command: RegisterTemplate | DeleteTemplate | RecordTemplateUpload
 ) -> list[Event]:
     """Register is an upsert (no event if nothing changes); delete of a missing one is 404;
-    an upload is recorded once per capture, and is moot for a template that is gone."""
+    an upload is recorded once per capture, and is moot for a template that is gone or
+    whose capture has been replaced since (a late upload must not make the old state the
+    one another node would start the name from)."""
     if isinstance(command, DeleteTemplate):
         if state is None or state.deleted:
             raise NotFound(f"template {command.template_id} not found")
         return [TemplateDeleted(template_id=command.template_id, at=command.at)]
     if isinstance(command, RecordTemplateUpload):
         if state is None or state.deleted or state.capture_key == command.key:
+            return []
+        if state.capture_id is not None and state.capture_id != command.key:
             return []
         return [
             TemplateUploaded(

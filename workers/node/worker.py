@@ -507,13 +507,15 @@ class NodeWorker:
         async with self.host.lock(cmd.sandbox_id):
             try:
                 snap = await self.host.snapshot(cmd.sandbox_id, cmd.snapshot_id)
-                self._upload_template_soon(cmd.snapshot_id, snap)
                 size = sum(allocated_bytes(p) for p in (snap.mem, snap.state, snap.disk_top))
+                # registered with this capture first: its upload is recorded only against it
                 await register_template(
                     self.bus.templates, cmd.snapshot_id, alias=None,
                     envd_version=state.envd_version, cpu_count=state.cpu_count,
                     memory_mb=state.memory_mb, disk_size_mb=state.disk_size_mb,
+                    capture_id=snap.snapshot_id,
                 )  # fmt: skip
+                self._upload_template_soon(cmd.snapshot_id, snap)
             except HostError as e:
                 error = str(e)
         done = sb.CompleteSnapshot(sandbox_id=cmd.sandbox_id, snapshot_id=cmd.snapshot_id,

@@ -48,6 +48,26 @@ def test_a_snapshot_templates_upload_is_recorded_once_per_capture() -> None:
     assert tp.decide_template(gone, up) == [] and tp.decide_template(None, up) == []
 
 
+def test_a_snapshot_taken_again_under_its_name_is_not_durable_until_its_own_upload() -> None:
+    """Same name, same resources, new capture: the repository still holds the old capture,
+    so the name must not count as durable (another node would start it from the old
+    state), and the old capture's upload finishing late must not make it so either."""
+    first = tp.RegisterTemplate(template_id="snap", capture_id="cap-1", at=T0)
+    s = tp.fold_template(tp.decide_template(None, first))
+    up1 = tp.RecordTemplateUpload(template_id="snap", key="cap-1", source_sandbox_id="sbx1")
+    s = tp.fold_template(tp.decide_template(s, up1), s)
+    assert s is not None and s.capture_key == "cap-1"
+    assert tp.decide_template(s, first) == []  # the same capture registered again
+    again = first.model_copy(update={"capture_id": "cap-2"})
+    s = tp.fold_template(tp.decide_template(s, again), s)
+    assert s is not None and (s.capture_id, s.capture_key, s.capture_of) == ("cap-2", None, None)
+    late = up1.model_copy(update={"source_sandbox_id": "sbx9"})  # cap-1's upload, retried
+    assert tp.decide_template(s, late) == []
+    up2 = tp.RecordTemplateUpload(template_id="snap", key="cap-2", source_sandbox_id="sbx2")
+    s = tp.fold_template(tp.decide_template(s, up2), s)
+    assert s is not None and (s.capture_key, s.capture_of) == ("cap-2", "sbx2")
+
+
 def test_api_key_lifecycle() -> None:
     raw = ak.new_api_key()
     assert raw.startswith(ak.KEY_PREFIX)
