@@ -276,7 +276,9 @@ class NodeWorker:
         # order; a create the log refuses gets its VM removed.
         early = None
         if self._creates(cmd):
-            early = self._early(sid, lambda: self._start(sid, cmd.template_id, self._guest(cmd)))
+            early = await self._early(
+                sid, lambda: self._start(sid, cmd.template_id, self._guest(cmd))
+            )
         try:
             state, version, _ = await apply(self.bus.sandboxes, cmd, ctx)
         except BaseException:
@@ -325,18 +327,22 @@ class NodeWorker:
         except DomainError:
             return False
 
-    def _early(
+    async def _early(
         self, sandbox_id: str, start: Callable[[], Coroutine[Any, Any, tuple[str | None, bool]]]
     ) -> asyncio.Task[tuple[str | None, bool]] | None:
         """Start a create's or resume's VM before its decision is in the log — but only for
         a sandbox this node is doing nothing with (a redelivery of a command under way or
-        done here takes the plain path), so undoing it never touches another's VM."""
+        done here takes the plain path), so undoing it never touches another's VM.
+
+        The VM's start runs first, up to its first wait; the decision's CPU work (decide,
+        encode, publish) then overlaps the restore instead of delaying its beginning."""
         sid = sandbox_id
         if sid in self.host.sandboxes or sid in self._early_starts or self.host.lock(sid).locked():
             return None
         self._early_starts.add(sid)
         task = asyncio.create_task(start(), name=f"early:{sid}")
         task.add_done_callback(lambda _: self._early_starts.discard(sid))
+        await asyncio.sleep(0)
         return task
 
     async def _start(
@@ -393,7 +399,7 @@ class NodeWorker:
             # As for a create, the VM comes back while the decision is appended. Not undone
             # if the append fails: the capture is spent, and the command's redelivery finds
             # the sandbox running here.
-            early = self._early(sid, lambda: self._bring_back(sid, None))
+            early = await self._early(sid, lambda: self._bring_back(sid, None))
         try:
             state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
         except DomainError:  # the log refuses the resume (killed meanwhile): so is its VM
