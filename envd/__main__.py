@@ -107,7 +107,7 @@ async def serve(opts: Options) -> None:
         loop.add_signal_handler(sig, stop.set)
     sys.stdout.write(f"ENVD-READY {port}\n")
     sys.stdout.flush()
-    state.preload.start()
+    state.preload.start(then=app.process.warm)
     log.info("envd listening", host=opts.host, port=port, version=ENVD_VERSION,
              default_user=state.default_user.name)
     try:

@@ -27,6 +27,7 @@ class App:
         self.state = state
         self.table = ProcessTable(loop)
         p = ProcessService(state, self.table)
+        self.process = p
         self.fs = FilesystemService(state, loop)
         fs = self.fs
         self.unary: dict[str, UnaryHandler] = {

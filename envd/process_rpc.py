@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from envd import auth, wire
@@ -14,6 +14,10 @@ from envd.state import State
 from envd.users import resolve_path
 
 KEEPALIVE = b'{"event":{"keepalive":{}}}'
+#: What the SDK's `commands.run(cmd)` starts (`/bin/bash -l -c cmd`), run once at start-up:
+#: see `ProcessService.warm`.
+WARM_ARGV = ("/bin/bash", "-l", "-c", "true")
+WARM_TIMEOUT_S = 10.0
 
 
 def _strings(value: object, what: str) -> list[str]:
@@ -40,6 +44,31 @@ class ProcessService:
     def __init__(self, state: State, table: ProcessTable) -> None:
         self.state = state
         self.table = table
+
+    async def warm(self, argv: Sequence[str] = WARM_ARGV) -> None:
+        """Start what a sandbox's first command starts, the way it starts it, and wait for
+        its end. Every sandbox is a restore of a template captured after envd's warm-up
+        `/init`, which waits for this: the capture then holds bash, its libraries and the
+        login scripts in the guest's page cache, and this code path run once. Without it
+        every sandbox read them from its disk on its first command — under TCG, 371 ms
+        against 161 ms for the second one."""
+        user = self.state.default_user
+        cwd = resolve_path("", user, self.state.default_workdir)
+        spec = SpawnSpec(
+            argv=list(argv),
+            env=self.state.process_env(user, {}),
+            cwd=cwd if os.path.isdir(cwd) else "/",
+            user=user,
+            stdin=False,
+            pty_size=None,
+            timeout_s=WARM_TIMEOUT_S,
+            config_json={},
+            tag=None,
+        )
+        sub = Subscriber()
+        self.table.spawn(spec, first=sub)
+        while not (await sub.queue.get())[0]:
+            pass
 
     # --- helpers ------------------------------------------------------------------------
 

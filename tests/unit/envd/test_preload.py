@@ -42,3 +42,48 @@ def test_waiting_without_a_preload_returns_at_once() -> None:
     from envd.preload import Preload
 
     asyncio.run(asyncio.wait_for(Preload().wait(), 1.0))
+
+
+WARM = """
+import asyncio, json, sys
+from envd.app import App
+from envd.state import State
+
+async def main(marker):
+    state = State(default_user_name="root")
+    app = App(state, asyncio.get_running_loop())
+    argv = ("/bin/sh", "-c", f"sleep 0.2; echo warmed > {marker}")
+    state.preload.start(then=lambda: app.process.warm(argv))
+    await state.preload.wait()
+    print(json.dumps({"seen": open(marker).read().strip(), "left": len(app.table.procs)}))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_the_preload_runs_a_first_command_and_init_waits_for_its_end(tmp_path: Path) -> None:
+    """What a sandbox's first command starts is run once through the process table before
+    `/init` may answer (the template is captured after it): its files are then in the
+    captured guest's page cache."""
+    marker = tmp_path / "warmed"
+    out = subprocess.run(
+        [sys.executable, "-c", WARM, str(marker)], cwd=ROOT, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    assert json.loads(out.stdout) == {"seen": "warmed", "left": 0}
+
+
+def test_a_warm_up_that_fails_does_not_keep_init_waiting() -> None:
+    import asyncio
+
+    from envd.preload import Preload
+
+    async def broken() -> None:
+        raise FileNotFoundError("/bin/bash")
+
+    async def main() -> None:
+        p = Preload()
+        p.start(then=broken)
+        await asyncio.wait_for(p.wait(), 5.0)
+
+    asyncio.run(main())
