@@ -16,7 +16,6 @@ is E2B's 502 "sandbox was not found".
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -27,6 +26,7 @@ from api.outcomes import send_and_wait
 from api.proxy import SandboxUnavailable, Upstream
 from bus import Bus
 from bus.routes import Route, RouteBook
+from bus.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,7 @@ class RouteTable:
 
     async def close(self) -> None:
         for task in [self._task, *self._resuming.values()]:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+            await cancel_and_wait(task)
 
     async def resolve(self, sandbox_id: str, port: int) -> Upstream:
         route = await self._lookup(sandbox_id)

@@ -18,6 +18,7 @@ from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bus.kvwatch import kv_entries
+from bus.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +73,8 @@ class NodeBook:
             self._task = asyncio.create_task(self._follow(), name="node-book")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _follow(self) -> None:
         while True:

@@ -9,7 +9,6 @@ rebuild swapping tables in, never interleave.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -18,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bus import BusSettings, EventFeed, Names, RecordedEvent
+from bus.tasks import cancel_and_wait
 from bus.tracing import project_spans
 from projections import checkpoints
 from projections.base import Projection
@@ -133,11 +133,8 @@ class Projector:
 
     async def stop(self) -> None:
         """Stop after the batch in progress (its transaction commits or rolls back whole)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def wait_for(self, seq: int, timeout: float = 5.0) -> int:
         """Wait until this projector has committed stream sequence `seq`.

@@ -9,7 +9,6 @@ dedup lets one copy through however many timers saw the expiry.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import logging
 from datetime import datetime
@@ -17,6 +16,7 @@ from datetime import datetime
 from aenv.domain import CommandRejected, CorruptHistory, utcnow
 from aenv.domain import sandbox as sb
 from bus import AggregateKind, Bus, EventFeed, PublishError
+from bus.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +37,8 @@ class Timer:
 
     async def stop(self) -> None:
         self._stopping.set()
-        if self._task:
-            # Python 3.11's wait_for can swallow a cancel that races its timeout: the loop
-            # also checks `_stopping`, and we re-cancel until the task is really done.
-            while not self._task.done():
-                self._task.cancel()
-                await asyncio.wait({self._task}, timeout=0.5)
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        # the loop also checks `_stopping` (a swallowed cancel: see bus.tasks)
+        await cancel_and_wait(self._task)
 
     def fold(self, sandbox_id: str, event: sb.SandboxEvent | CommandRejected) -> None:
         if isinstance(event, CommandRejected):

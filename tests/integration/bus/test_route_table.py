@@ -83,3 +83,15 @@ async def test_a_create_that_fails_ends_the_wait(bus: Bus, table: RouteTable) ->
 async def test_an_unknown_sandbox_is_a_502_at_once(bus: Bus, table: RouteTable) -> None:
     with pytest.raises(SandboxUnavailable):
         await asyncio.wait_for(table.resolve(new_sandbox_id(), 49983), 0.5)
+
+
+async def test_a_table_closed_right_after_it_opened_closes(bus: Bus) -> None:
+    """Closing cancels the watch while it may still be setting up, inside a nats-py request
+    whose Python 3.11 `wait_for` can swallow the cancel: close must still return (it used
+    to wait forever, one open/close in ten or so)."""
+    for i in range(60):
+        table = await RouteTable.open(bus)
+        await asyncio.sleep(i % 12 * 0.001)  # sweeps the watch's set-up requests
+        closing = asyncio.create_task(table.close())
+        done, _ = await asyncio.wait({closing}, timeout=5.0)
+        assert closing in done, "RouteTable.close() hung"
