@@ -66,13 +66,13 @@ async def download(state: State, req: Request) -> None:
             ("Content-Disposition", f'inline; filename="{name}"'),
         ]
         gzip = wants_gzip(req.headers.get("accept-encoding", ""))
-        if not gzip and stat.S_ISREG(st.st_mode) and 0 < st.st_size <= READ_WHOLE:
-            # one read, then the length of what was read: a small file that a process keeps
-            # rewriting (a counter, a status file) is answered whole, whatever it is now
-            await req.respond(200, f.read(READ_WHOLE), headers=headers)
-            return
         if not gzip and stat.S_ISREG(st.st_mode) and st.st_size > 0:
-            await req.respond_file(200, f, st.st_size, headers)
+            if st.st_size <= READ_WHOLE:
+                # one read, then the length of what was read: a small file that a process
+                # keeps rewriting (a counter, a status file) is answered whole, as it is now
+                await req.respond(200, f.read(READ_WHOLE), headers=headers)
+            else:
+                await req.respond_file(200, f, st.st_size, headers)
             return
         # gzip, or a file whose size says nothing (procfs, pipes, devices): stream it.
         comp = None

@@ -223,7 +223,8 @@ def test_reading_a_file_that_is_being_rewritten_never_hangs(
     sandbox: Sandbox, workdir: str
 ) -> None:
     """A file truncated and rewritten all the time (a counter a guest process keeps
-    writing): every read answers at once with one whole version or nothing. envd used to
+    writing): every read answers at once, with a version or the part of one a racing write
+    had put there (never a length it no longer has). envd used to
     announce the size it saw, then send what was left after a truncation: the client waited
     for the missing bytes until its read timeout (seen in the pause e2e test)."""
     path = f"{workdir}/rewritten.txt"
