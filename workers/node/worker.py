@@ -10,7 +10,6 @@ completes once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import shutil
@@ -29,6 +28,7 @@ from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, Re
 from bus.decisions import apply, record_template_upload, register_template
 from bus.nodes import Heartbeat, NodeBook
 from bus.routes import Route, RouteBook
+from bus.tasks import cancel_and_wait
 from envd.version import ENVD_VERSION
 from workers.node.host import GuestConfig, HostError, SandboxHost, TemplateLocation
 from workers.node.image import build_from_oci
@@ -126,10 +126,8 @@ class NodeWorker:
             await c.stop()
         for task in list(self._uploads):
             task.cancel()
-        if self._heartbeat:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
+        # its KV put is a nats-py request, whose wait_for can swallow one cancel
+        await cancel_and_wait(self._heartbeat)
 
     async def reconcile(self) -> None:
         """After a restart: running sandboxes lost their VMs (say so in the log); paused
