@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from aenv import eventloop
 from aenv.roles.api import run_api
 from aenv.roles.common import RoleSettings, say, write_private
 from aenv.roles.node import run_node
@@ -174,6 +175,7 @@ def main() -> None:
     if role not in ("all", "node", "api"):
         raise SystemExit(f"usage: python -m aenv.serve [all|node|api] (got {role!r})")
     setup_tracing("aenv" if role == "all" else f"aenv-{role}")
+    log.info("event loop: %s", eventloop.loop_name())
 
     async def run() -> None:
         stop = asyncio.Event()
@@ -193,7 +195,7 @@ def main() -> None:
         else:
             await serve(StackSettings(), stop)
 
-    asyncio.run(run())
+    eventloop.run(run())
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ Run as root: `python -m bench.api_bench [--n 20]`.
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
 import json
 import os
 import re
@@ -22,16 +22,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from aenv.stack.process import free_port
 from bench.stats import emit, shift, summary
 
-T = TypeVar("T")
 #: the node's log line for a restore: "sandbox <id> up|resumed: running <ms> ms, envd <ms> ms"
 NODE_RESTORE = re.compile(r"sandbox (\w+) (up|resumed): running [\d.]+ ms, envd ([\d.]+) ms")
 #: Between a pause and its resume in the "after wait" loop: an agent waiting on its model.
@@ -43,61 +40,41 @@ THINK_S = 0.5
 QUIET_S = 1.0
 
 
-class RawRig:
-    """The node's restore path without the control plane: the same runtime calls, on an
-    event loop of its own thread (the SDK loop of the bench is synchronous)."""
+class RigProcess:
+    """The raw side (bench/raw_rig.py) in its own process: see that module for why."""
 
     def __init__(self, state: Path) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-        self.state = state
-        self.call(self._open())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.raw_rig", str(state)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.accel = self._read()["accel"]
 
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    async def _open(self) -> None:
-        from workers.node.image import build_base, kernel_cmdline
-        from workers.node.runtime import Runtime, init_envd
-
-        image = build_base(progress=lambda m: None)
-        self.rt = await Runtime.open(self.state, kernel_for_probe=image.kernel,
-                                     slot_prefix="aenvr")  # fmt: skip
-        vm = await self.rt.boot(kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
-                                cmdline=kernel_cmdline(image))  # fmt: skip
-        await self.rt.wait_envd(vm)
-        await init_envd(vm.host, None)  # the same warm-up as TemplateCatalog's captures
-        self.snap = await self.rt.capture(vm, resume=False)
-        self.rt.ram_pool.take(self.snap.mem)  # start the pool of RAM copies, as the node's does
-        await asyncio.sleep(2.0)
-
-    async def cycle(self) -> dict[str, float]:
-        """One create-like restore, a pause and resume of it, and the bare primitive."""
-        rt = self.rt
-        # The same restore a create does: the sandbox's own RAM file (a copy the pool made
-        # off the create path, renamed into place), device state, run, envd /init.
-        vm, timing = await rt.restore(self.snap, private_memory=False)
-        out = {"same": timing.envd}
-        await asyncio.sleep(0.3)
-        # pause and resume as the node does them: capture + release, then adopt the RAM
-        t0 = time.monotonic()
-        paused = await rt.capture(vm, resume=False, detach=True)
-        out["pause"] = time.monotonic() - t0
-        vm, timing = await rt.restore(paused, private_memory=False, adopt_memory=True)
-        out["resume"] = timing.envd
-        await rt.destroy(vm)
-        rt.delete_snapshot(paused)
-        # The bare primitive: RAM mapped copy-on-write from the capture (no file at all).
-        vm, timing = await rt.restore(self.snap, private_memory=True)
-        out["bare"] = timing.envd
-        await rt.destroy(vm)
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"the raw rig exited (code {self.proc.wait()}); see its stderr")
+        out: dict[str, Any] = json.loads(line)
         return out
 
+    def cycle(self) -> dict[str, float]:
+        """One create-like restore, a pause and resume of it, and the bare primitive."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("cycle\n")
+        self.proc.stdin.flush()
+        return self._read()
+
     def close(self) -> None:
-        self.call(self.rt.close())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
+        if self.proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                self.proc.stdin.write("close\n")
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def node_restores(log: Path) -> dict[tuple[str, str], list[float]]:
@@ -136,13 +113,13 @@ def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
     resumed_after_wait: list[tuple[str, float]] = []
     http = httpx.Client(base_url=info["E2B_API_URL"], headers={"X-API-KEY": info["E2B_API_KEY"]},
                         timeout=120)  # fmt: skip
-    rig: RawRig | None = None
+    rig: RigProcess | None = None
     try:
-        rig = RawRig(raw_state)
-        rig.call(rig.cycle())  # warm-up of both sides: page cache, connections
+        rig = RigProcess(raw_state)
+        rig.cycle()  # warm-up of both sides: page cache, connections
         Sandbox.create().kill()
         for i in range(n):
-            for k, v in rig.call(rig.cycle()).items():
+            for k, v in rig.cycle().items():
                 s[f"raw_{k}"].append(v)
             time.sleep(QUIET_S)
             # the control plane alone: one keep-alive HTTP client, no SDK objects to build
@@ -209,7 +186,7 @@ def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
         "paired_http_create": paired(http_created, "up"),
         "paired_resume": paired(resumed, "resumed"),
         "paired_resume_after_wait": paired(resumed_after_wait, "resumed", nth=1),
-        "accel": rig.rt.accel.accel if rig is not None else None,
+        "accel": rig.accel if rig is not None else None,
     }
 
 

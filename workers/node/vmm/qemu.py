@@ -12,6 +12,7 @@ import ctypes
 import logging
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections import deque
@@ -138,10 +139,23 @@ class QemuVm:
         32 of them on the critical path)."""
         fd = os.open(path, flags, 0o600)
         try:
-            self.qmp.send_fd_scm(fd)
+            self._send_fd(fd)
             await self.execute("getfd", {"fdname": name})
         finally:
             os.close(fd)
+
+    def _send_fd(self, fd: int) -> None:
+        """One space byte with `fd` attached, on the QMP socket; QEMU keeps the fd for the
+        next command (`getfd`) and its JSON parser skips the space. Not `qmp.send_fd_scm`:
+        that reaches into the stdlib loop's socket wrapper, which uvloop (the node's loop,
+        aenv/eventloop.py) does not have; a duplicate of the socket's descriptor works on
+        both. Nothing else is being written meanwhile: QMP commands are awaited one by one."""
+        writer = self.qmp._writer  # qemu.qmp exposes no transport otherwise
+        if writer is None:
+            raise VmmError(f"VM {self.spec.vm_id}: QMP is not connected")
+        sock = writer.transport.get_extra_info("socket")
+        with socket.fromfd(sock.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as dup:
+            socket.send_fds(dup, [b" "], [fd])
 
     @property
     def pid(self) -> int | None:
