@@ -31,6 +31,8 @@ from bench.stats import emit, shift, summary
 
 #: the node's log line for a restore: "sandbox <id> up|resumed: running <ms> ms, envd <ms> ms"
 NODE_RESTORE = re.compile(r"sandbox (\w+) (up|resumed): running [\d.]+ ms, envd ([\d.]+) ms")
+#: the node's log line for a persistent snapshot: how long the sandbox itself stood still
+NODE_SNAPSHOT = re.compile(r"sandbox \w+ snapshot \S+: paused ([\d.]+) ms")
 #: Between a pause and its resume in the "after wait" loop: an agent waiting on its model.
 THINK_S = 0.5
 #: Between the measured operations: each restore makes its RAM pool refill (a sparse copy
@@ -86,6 +88,12 @@ def node_restores(log: Path) -> dict[tuple[str, str], list[float]]:
         if m:
             out.setdefault((m.group(1), m.group(2)), []).append(float(m.group(3)) / 1000)
     return out
+
+
+def snapshot_pauses(log: Path) -> list[float]:
+    """How long each persistent snapshot kept its sandbox paused, seconds (node log)."""
+    text = log.read_text(errors="replace")
+    return [float(m.group(1)) / 1000 for m in NODE_SNAPSHOT.finditer(text)]
 
 
 def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
@@ -164,6 +172,7 @@ def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
             s["kill"].append(time.monotonic() - t0)
             time.sleep(QUIET_S)
         restores = node_restores(data / "aenv.log")
+        s["snapshot_paused"] = snapshot_pauses(data / "aenv.log")
     finally:
         http.close()
         if rig is not None:
@@ -230,6 +239,7 @@ def main() -> None:
                                                               r["raw_resume"]),
         "paired_overhead_resume_after_wait": summary(r["paired_resume_after_wait"]),
         "persistent_snapshot_via_sdk": summary(r["snapshot"]),
+        "persistent_snapshot_sandbox_paused": summary(r["snapshot_paused"]),
     })  # fmt: skip
 
 

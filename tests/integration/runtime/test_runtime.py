@@ -83,6 +83,39 @@ async def test_fork_children_inherit_files_and_processes(
             await asyncio.gather(
                 *(runtime.destroy(c) for c in children if not isinstance(c, BaseException))
             )
+            staged = runtime.ram_stage.staged(snap.mem)  # a fork's capture stays in memory
+            runtime.delete_snapshot(snap)
+            assert staged is None or not staged.exists()
+    finally:
+        await runtime.destroy(parent)
+
+
+async def test_a_live_capture_is_staged_in_memory_then_persisted(
+    runtime: Runtime, template: Snapshot
+) -> None:
+    parent, _ = await runtime.restore(template, private_memory=False)
+    try:
+        sp = sdk(parent)
+        await asyncio.to_thread(sp.files.write, "/home/user/before.txt", "captured")
+        snap = await runtime.capture(parent, resume=True)
+        try:
+            staged = runtime.ram_stage.staged(snap.mem)
+            if staged is None:  # a reflink (XFS, btrfs) or no /dev/shm: a file on disk
+                assert not snap.mem.is_symlink()
+            await asyncio.to_thread(sp.files.write, "/home/user/after.txt", "not captured")
+            await runtime.persist(snap)
+            assert not snap.mem.is_symlink()
+            assert staged is None or not staged.exists()
+            child, _ = await runtime.restore(snap)  # from the RAM file now on disk
+            try:
+                sc = sdk(child)
+                assert await asyncio.to_thread(sc.files.read, "/home/user/before.txt") == (
+                    "captured"
+                )
+                assert not await asyncio.to_thread(sc.files.exists, "/home/user/after.txt")
+            finally:
+                await runtime.destroy(child)
+        finally:
             runtime.delete_snapshot(snap)
     finally:
         await runtime.destroy(parent)

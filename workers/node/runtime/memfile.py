@@ -24,16 +24,35 @@ def clone_or_sparse_copy(
     src: Path, dst: Path, pause_point: Callable[[], None] | None = None
 ) -> str:
     """Copy `src` to `dst` preserving holes; returns "reflink" or "sparse"."""
+    if reflink(src, dst):
+        return "reflink"
+    sparse_copy(src, dst, pause_point)
+    return "sparse"
+
+
+def reflink(src: Path, dst: Path) -> bool:
+    """Make `dst` a reflink of `src` (O(1), shares blocks); False where the filesystem (or
+    the pair of filesystems) cannot, and then `dst` is left absent."""
     with open(src, "rb") as fi, open(dst, "wb") as fo:
         try:
             fcntl.ioctl(fo.fileno(), FICLONE, fi.fileno())
-            return "reflink"
+            return True
         except OSError as e:
             if e.errno not in (errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL, errno.ENOTTY):
                 raise
-        size = os.fstat(fi.fileno()).st_size
-        os.ftruncate(fo.fileno(), size)
+    dst.unlink()
+    return False
+
+
+def sparse_copy(src: Path, dst: Path, pause_point: Callable[[], None] | None = None) -> None:
+    """Copy only the data extents of `src` into a new `dst` of the same size. Within one
+    filesystem `copy_file_range`; across two (a RAM copy staged in tmpfs) `sendfile`,
+    since `copy_file_range` refuses most cross-filesystem pairs."""
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
         fdi, fdo = fi.fileno(), fo.fileno()
+        size = os.fstat(fdi).st_size
+        os.ftruncate(fdo, size)
+        same_fs = os.fstat(fdi).st_dev == os.fstat(fdo).st_dev
         pos = 0
         while pos < size:
             try:
@@ -44,15 +63,20 @@ def clone_or_sparse_copy(
                 raise
             hole = os.lseek(fdi, data, os.SEEK_HOLE)
             off = data
+            if not same_fs:
+                os.lseek(fdo, off, os.SEEK_SET)  # sendfile writes at the file position
             while off < hole:
-                n = os.copy_file_range(fdi, fdo, min(hole - off, CHUNK), off, off)
+                count = min(hole - off, CHUNK)
+                if same_fs:
+                    n = os.copy_file_range(fdi, fdo, count, off, off)
+                else:
+                    n = os.sendfile(fdo, fdi, off, count)
                 if n == 0:
                     break
                 off += n
                 if pause_point is not None:
                     pause_point()
             pos = hole
-        return "sparse"
 
 
 def allocated_bytes(path: Path) -> int:

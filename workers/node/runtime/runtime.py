@@ -30,6 +30,7 @@ from workers.node.runtime.guest import wait_and_init, wait_envd
 from workers.node.runtime.layers import MAX_CHAIN_DEPTH, LayerStore
 from workers.node.runtime.memfile import clone_or_sparse_copy
 from workers.node.runtime.rampool import RamPool
+from workers.node.runtime.ramstage import RamStage
 from workers.node.runtime.snapshot import Snapshot
 from workers.node.vmm import (
     AccelChoice,
@@ -102,6 +103,8 @@ class Runtime:
         self.vms: dict[str, Vm] = {}
         self.ram_pool = RamPool(state_dir / "ram-pool", settled=self.foreground.settled,
                                 pause_point=self.foreground.pause_point)  # fmt: skip
+        #: RAM copies of running VMs (persistent snapshots, forks) go through memory first
+        self.ram_stage = RamStage.for_state(state_dir)
         self._releasing: dict[str, asyncio.Task[None]] = {}
         self._teardowns: set[asyncio.Task[None]] = set()
         self.uplink: Uplink | None = None
@@ -128,6 +131,7 @@ class Runtime:
         await pool.start()
         log.info("runtime: accelerator %s (%s), QEMU %s", accel.accel, accel.reason, ver)
         rt = cls(state_dir, pool, accel, ver, foreground)
+        await asyncio.to_thread(rt.ram_stage.reset)
         if egress:
             rt.uplink = Uplink(slot_prefix, pool.cidr)
             await asyncio.to_thread(uplink.enable, rt.uplink)
@@ -144,6 +148,7 @@ class Runtime:
         await asyncio.gather(*(self.destroy(vm) for vm in list(self.vms.values())))
         await self.ram_pool.close()
         await self.pool.close()
+        await asyncio.to_thread(self.ram_stage.close)
         if self.uplink is not None:
             await asyncio.to_thread(uplink.disable, self.uplink)
 
@@ -222,11 +227,11 @@ class Runtime:
 
         resume=True: the VM continues afterwards on a fresh disk layer and keeps its RAM
         file, so the snapshot gets a copy of the RAM (children must never see the parent's
-        later writes). resume=False: the VM is consumed; its RAM file and top layer become
-        the snapshot without copying, and the VM is destroyed — with detach=True in the
-        background, so a pause returns once the state is on disk (QEMU's exit costs more
-        than the capture); a restore of that snapshot waits for the exit first (QEMU still
-        holds the frozen layer's write lock until then).
+        later writes; staged in memory until `persist`). resume=False: the VM is consumed;
+        its RAM file and top layer become the snapshot without copying, and the VM is
+        destroyed — with detach=True in the background, so a pause returns once the state
+        is on disk (QEMU's exit costs more than the capture); a restore of that snapshot
+        waits for the exit first (QEMU still holds the frozen layer's write lock until then).
         """
         with self.foreground.busy():  # a pause or fork is waited on: housekeeping yields
             return await self._capture(vm, resume=resume, snapshot_id=snapshot_id,
@@ -254,8 +259,8 @@ class Runtime:
                 # the state stream; the snapshot's `mem` is a placeholder of the right size.
                 _sparse_like(vm.mem_file, sdir / "mem")
             if resume:
-                if vm.mem_shared:
-                    await asyncio.to_thread(clone_or_sparse_copy, vm.mem_file, sdir / "mem")
+                if vm.mem_shared:  # staged in memory: `persist` puts it on disk later
+                    await asyncio.to_thread(self.ram_stage.copy, vm.mem_file, sdir / "mem")
                 await vm.qemu.cont()
             else:
                 if not (detach and vm.mem_shared):
@@ -498,9 +503,16 @@ class Runtime:
         log.info("snapshot %s: disk chain compacted into %s", snap.snapshot_id, flat.name)
         return compacted
 
+    async def persist(self, snap: Snapshot) -> None:
+        """Put all of a capture's files on the node's disk: a capture of a VM that ran on
+        (`capture(resume=True)`) may hold its RAM in memory (`RamStage`). A snapshot that
+        must outlive the node process is persisted before anyone is told it exists."""
+        await asyncio.to_thread(self.ram_stage.settle, snap.mem, self.foreground.pause_point)
+
     def delete_snapshot(self, snap: Snapshot) -> None:
         """Remove a snapshot's own files. Its disk layers may still be under a running VM
         or another snapshot: `collect_layers` frees them once nothing needs them."""
+        self.ram_stage.discard(snap.mem)
         shutil.rmtree(snap.dir, ignore_errors=True)
 
     async def collect_layers(self, snapshots: list[Snapshot], *, min_age_s: float = 60) -> int:
