@@ -98,7 +98,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
         # snapshot of a running VM: stop -> state written (raw) and the full live capture
         parent, _ = await rt.restore(template, private_memory=False)
-        raw_snap, live = [], []
+        raw_snap, live, live_stopped = [], [], []
         for i in range(args.restores):
             t0 = time.monotonic()
             await parent.qemu.stop()
@@ -108,19 +108,22 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.monotonic()
             snap = await rt.capture(parent, resume=True)
             live.append(time.monotonic() - t0)
+            live_stopped.append(snap.stopped_ms / 1000)
             rt.delete_snapshot(snap)
         out["snapshot_stop_to_state_written"] = summary(raw_snap)
         out["snapshot_live_capture"] = summary(live)
+        out["snapshot_live_capture_vm_stopped"] = summary(live_stopped)
 
         curve: dict[str, Any] = {}
         per_child: list[float] = []
         for n in args.fork_sizes:
-            running_s, envd_s, failed = [], [], 0
+            running_s, envd_s, stopped_s, failed = [], [], [], 0
             for rep in range(args.fork_repeats):
                 t0 = time.monotonic()
                 snap, kids = await rt.fork(parent, n, wait=False)
                 vms = [k for k in kids if isinstance(k, Vm)]
                 running_s.append(time.monotonic() - t0)
+                stopped_s.append(snap.stopped_ms / 1000)
                 await asyncio.gather(*(rt.wait_envd(k, 120) for k in vms))
                 envd_s.append(time.monotonic() - t0)
                 failed += n - len(vms)
@@ -132,6 +135,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             curve[str(n)] = {
                 "all_running": summary(running_s, "s", 1.0),
                 "all_envd": summary(envd_s, "s", 1.0),
+                "parent_stopped": summary(stopped_s),
                 "failed": failed,
             }
         out["fork_curve"] = curve

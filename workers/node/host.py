@@ -368,6 +368,7 @@ class SandboxHost:
         # The capture stays on disk while children map its RAM file copy-on-write (a child's
         # pause copies what it needs); `collect_garbage` deletes it after the last child.
         self._fork_captures.append(capture)
+        log.info("sandbox %s fork into %d: paused %.1f ms", parent_id, len(ids), capture.stopped_ms)
 
         async def init(cid: str, vm: Vm | BaseException) -> str | None:
             if isinstance(vm, BaseException):
@@ -393,14 +394,13 @@ class SandboxHost:
             raise HostError(f"sandbox {sandbox_id} is not running on this node")
         snap_id = f"snap-{uuid.uuid4().hex[:12]}"
         try:
-            t0 = time.monotonic()
             snap = await self.runtime.capture(live.vm, resume=True, snapshot_id=snap_id)
-            t1 = time.monotonic()
+            t0 = time.monotonic()
             # the sandbox runs again; its RAM copy goes to disk before the template exists
             await self.runtime.persist(snap)
             snap = await self.runtime.compact_if_deep(snap)
             log.info("sandbox %s snapshot %s: paused %.1f ms, on disk %.1f ms later", sandbox_id,
-                     name, (t1 - t0) * 1000, (time.monotonic() - t1) * 1000)  # fmt: skip
+                     name, snap.stopped_ms, (time.monotonic() - t0) * 1000)  # fmt: skip
         except Exception as e:
             log.exception("snapshot of %s failed", sandbox_id)
             raise HostError(f"sandbox {sandbox_id} could not be snapshotted: {e}") from e

@@ -31,6 +31,7 @@ def ram(tmp_path: Path) -> Path:
 def stage(tmp_path: Path) -> RamStage:
     shm = SHM if SHM.is_dir() else tmp_path / "shm"
     shm.mkdir(exist_ok=True)
+    (tmp_path / "state").mkdir()
     s = RamStage.for_state(tmp_path / "state", shm=shm)
     s.reset()
     yield s
@@ -119,3 +120,44 @@ def test_a_link_that_is_not_ours_is_left_alone(stage: RamStage, tmp_path: Path) 
     stage.discard(link)
     assert not stage.settle(link)
     assert other.exists()
+
+
+def test_a_prepared_copy_has_the_extents_allocated_and_is_filled_in_place(
+    ram: Path, stage: RamStage, tmp_path: Path
+) -> None:
+    prepared = stage.prepare(ram)
+    if prepared is None:
+        pytest.skip("nothing staged here")
+    assert prepared.stat().st_size == ram.stat().st_size
+    assert 3 * MIB <= allocated_bytes(prepared) <= 4 * MIB  # the data extents, not the holes
+    assert prepared.read_bytes() == bytes(64 * MIB)  # allocated, not yet filled
+    # the guest wrote a new page after the preparation: the copy still carries it
+    with open(ram, "r+b") as f:
+        f.seek(40 * MIB)
+        f.write(b"late")
+    dst = tmp_path / "mem"
+    assert stage.copy(ram, dst, prepared) == "staged"
+    assert stage.staged(dst) == prepared
+    assert dst.read_bytes() == ram.read_bytes()
+
+
+def test_a_prepared_copy_left_unused_is_released(ram: Path, stage: RamStage) -> None:
+    prepared = stage.prepare(ram)
+    if prepared is None:
+        pytest.skip("nothing staged here")
+    stage.release(prepared)
+    assert not prepared.exists()
+    stage.release(None)  # nothing prepared: nothing to do
+
+
+def test_where_the_disk_makes_reflinks_nothing_is_staged(
+    monkeypatch: pytest.MonkeyPatch, ram: Path, tmp_path: Path
+) -> None:
+    import workers.node.runtime.ramstage as ramstage
+
+    monkeypatch.setattr(ramstage, "_makes_reflinks", lambda directory: True)
+    (tmp_path / "state").mkdir()
+    stage = RamStage.for_state(tmp_path / "state", shm=tmp_path)
+    stage.reset()
+    assert stage.root is None and stage.prepare(ram) is None
+    assert stage.copy(ram, tmp_path / "mem") in ("sparse", "reflink")

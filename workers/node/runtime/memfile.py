@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 FICLONE = 0x40049409
@@ -44,24 +44,34 @@ def reflink(src: Path, dst: Path) -> bool:
     return False
 
 
-def sparse_copy(src: Path, dst: Path, pause_point: Callable[[], None] | None = None) -> None:
-    """Copy only the data extents of `src` into a new `dst` of the same size. Within one
-    filesystem `copy_file_range`; across two (a RAM copy staged in tmpfs) `sendfile`,
-    since `copy_file_range` refuses most cross-filesystem pairs."""
-    with open(src, "rb") as fi, open(dst, "wb") as fo:
+def data_extents(fd: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of each data extent of the open file `fd`, in order."""
+    size = os.fstat(fd).st_size
+    pos = 0
+    while pos < size:
+        try:
+            data = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # only a hole remains
+                return
+            raise
+        pos = os.lseek(fd, data, os.SEEK_HOLE)
+        yield data, pos
+
+
+def sparse_copy(
+    src: Path, dst: Path, pause_point: Callable[[], None] | None = None, *, into: bool = False
+) -> None:
+    """Copy only the data extents of `src` into `dst`, made the same size: a new file, or
+    with `into` the existing one (a prepared file whose blocks are already allocated).
+    Within one filesystem `copy_file_range`; across two (a RAM copy staged in tmpfs)
+    `sendfile`, since `copy_file_range` refuses most cross-filesystem pairs."""
+    flags = os.O_WRONLY | (os.O_CREAT | os.O_TRUNC if not into else 0)
+    with open(src, "rb") as fi, os.fdopen(os.open(dst, flags, 0o644), "wb") as fo:
         fdi, fdo = fi.fileno(), fo.fileno()
-        size = os.fstat(fdi).st_size
-        os.ftruncate(fdo, size)
+        os.ftruncate(fdo, os.fstat(fdi).st_size)
         same_fs = os.fstat(fdi).st_dev == os.fstat(fdo).st_dev
-        pos = 0
-        while pos < size:
-            try:
-                data = os.lseek(fdi, pos, os.SEEK_DATA)
-            except OSError as e:
-                if e.errno == errno.ENXIO:  # only a hole remains
-                    break
-                raise
-            hole = os.lseek(fdi, data, os.SEEK_HOLE)
+        for data, hole in data_extents(fdi):
             off = data
             if not same_fs:
                 os.lseek(fdo, off, os.SEEK_SET)  # sendfile writes at the file position
@@ -76,7 +86,6 @@ def sparse_copy(src: Path, dst: Path, pause_point: Callable[[], None] | None = N
                 off += n
                 if pause_point is not None:
                     pause_point()
-            pos = hole
 
 
 def allocated_bytes(path: Path) -> int:

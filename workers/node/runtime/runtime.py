@@ -243,8 +243,21 @@ class Runtime:
         snapshot_id = snapshot_id or _new_id()
         sdir = self.snapshot_dir(snapshot_id)
         sdir.mkdir(parents=True)
+        copies_ram = resume and vm.mem_shared
+        # the copy's pages are allocated while the guest still runs (`RamStage.prepare`)
+        prepared = None
+        if copies_ram:
+            prepared = await asyncio.to_thread(self.ram_stage.prepare, vm.mem_file)
+        copying: asyncio.Future[str] | None = None
         try:
             await vm.qemu.stop()
+            stopped_at = time.monotonic()
+            if copies_ram:
+                # RAM is copied in a thread while QEMU switches disks and writes the device
+                # state (neither touches guest RAM): the guest stands still for the longer
+                # of the two, not their sum. Staged in memory; `persist` puts it on disk.
+                copying = asyncio.ensure_future(asyncio.to_thread(
+                    self.ram_stage.copy, vm.mem_file, sdir / "mem", prepared))  # fmt: skip
             frozen = vm.disk_top
             if resume:
                 new_top = self.layers.new_path()
@@ -259,8 +272,8 @@ class Runtime:
                 # the state stream; the snapshot's `mem` is a placeholder of the right size.
                 _sparse_like(vm.mem_file, sdir / "mem")
             if resume:
-                if vm.mem_shared:  # staged in memory: `persist` puts it on disk later
-                    await asyncio.to_thread(self.ram_stage.copy, vm.mem_file, sdir / "mem")
+                if copying is not None:
+                    await copying
                 await vm.qemu.cont()
             else:
                 if not (detach and vm.mem_shared):
@@ -268,7 +281,14 @@ class Runtime:
                 if vm.mem_shared:
                     vm.mem_file.rename(sdir / "mem")  # the VM's own RAM file: no copy
                 vm.owned_layers = []  # the frozen top now belongs to the snapshot
+            stopped_ms = (time.monotonic() - stopped_at) * 1000
         except BaseException:
+            if copying is not None:  # a thread: let it finish before removing its files
+                await asyncio.wait({copying})
+                if not copying.cancelled():
+                    copying.exception()  # retrieved: the error that matters is being raised
+            self.ram_stage.discard(sdir / "mem")
+            self.ram_stage.release(prepared)
             shutil.rmtree(sdir, ignore_errors=True)
             raise
         snap = Snapshot(
@@ -281,6 +301,7 @@ class Runtime:
             created_at=datetime.now(UTC).isoformat(),
             state_bytes=state_bytes,
             ram_in_state=not vm.mem_shared,
+            stopped_ms=round(stopped_ms, 3),
         )
         snap.write()
         if not resume:

@@ -30,6 +30,8 @@ class Snapshot:
     #: the state stream carries the guest RAM (saved from a private-RAM VM: a fork child);
     #: the `mem` file is then only a sparse placeholder of the right size
     ram_in_state: bool = False
+    #: how long the captured VM stood still for it (vCPUs stopped until resumed or gone)
+    stopped_ms: float = 0.0
 
     @property
     def state(self) -> Path:
@@ -51,6 +53,7 @@ class Snapshot:
             "created_at": self.created_at or datetime.now(UTC).isoformat(),
             "state_bytes": self.state_bytes,
             "ram_in_state": self.ram_in_state,
+            "stopped_ms": self.stopped_ms,
         }
         tmp = self.dir / (MANIFEST + ".tmp")
         tmp.write_text(json.dumps(doc, indent=2))
@@ -73,4 +76,5 @@ class Snapshot:
             created_at=doc.get("created_at", ""),
             state_bytes=int(doc.get("state_bytes", 0)),
             ram_in_state=bool(doc.get("ram_in_state", False)),
+            stopped_ms=float(doc.get("stopped_ms", 0.0)),
         )
