@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -85,21 +84,6 @@ class ApiContext:
 
     #: Sandboxes written since the last read; their sequences are looked up lazily.
     unfenced: set[str] = field(default_factory=set)
-    _warming: set[asyncio.Task[object]] = field(default_factory=set)
-
-    def warm(self, sandbox_id: str) -> None:
-        """Fold a sandbox's newest events into this process's store cache in the
-        background, after an answer: the client's next call on it (a resume after a pause,
-        a pause after a create) then loads it in one round trip instead of one per event."""
-        task = asyncio.create_task(self.bus.sandboxes.load(sandbox_id), name=f"warm:{sandbox_id}")
-        self._warming.add(task)
-        task.add_done_callback(self._warmed)
-
-    def _warmed(self, task: asyncio.Task[object]) -> None:
-        self._warming.discard(task)
-        if not task.cancelled():
-            task.exception()  # best effort: the next load reads what this one missed
-
     async def fenced(self) -> None:
         """Before a read: wait until the read model shows this process's own writes."""
         while self.unfenced:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 
 import nats
 from nats.aio.client import Client as NATS
@@ -12,12 +13,13 @@ from aenv.domain import apikey as ak
 from aenv.domain import build as bd
 from aenv.domain import sandbox as sb
 from aenv.domain import template as tp
+from bus.answers import Answers
 from bus.commands import CommandBus
 from bus.publisher import JetStreamPublisher
 from bus.settings import BusSettings
 from bus.setup import ensure_streams
 from bus.store import EventStore
-from bus.subjects import Names
+from bus.subjects import AggregateKind, Names
 
 __all__ = ["Bus"]
 
@@ -36,6 +38,8 @@ class Bus:
     api_keys: EventStore[ak.ApiKey]
     builds: EventStore[bd.Build]
     commands: CommandBus
+    _answers: Answers | None = field(default=None, init=False, repr=False)
+    _answers_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     @classmethod
     async def connect(
@@ -71,8 +75,27 @@ class Bus:
             commands=CommandBus(pub, settings),
         )
 
+    async def answers(self) -> Answers:
+        """This process's answers to sandbox commands (`bus.answers`), started on first use:
+        only a process that waits on commands (the API) follows the log for them. Stored
+        sandbox events it sees also keep `sandboxes`' cache current."""
+        async with self._answers_lock:
+            if self._answers is None:
+                board = Answers(
+                    self.js,
+                    self.names.event_stream,
+                    self.names.events_of_kind(AggregateKind.SANDBOX),
+                    on_event=self.sandboxes.observe,
+                )
+                await board.start()
+                self._answers = board
+        return self._answers
+
     async def close(self) -> None:
         """Flush pending publishes and close (drain lets subscriptions finish their messages)."""
+        if self._answers is not None:
+            await self._answers.close()
+            self._answers = None
         if not self.nc.is_closed:
             await self.publisher.close()
             await self.nc.drain()

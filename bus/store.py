@@ -296,6 +296,20 @@ class EventStore(Generic[S]):
         optimistically (an append on it fails if it is stale), never an answer to show."""
         return self._states.get(aggregate_id)
 
+    def observe(self, rec: RecordedEvent) -> None:
+        """An event this process saw the log store (`bus.answers`): folded into the cached
+        state when it is the very next one (or an aggregate's first), so the next `load` is
+        one version check. Any other case leaves the cache alone — `load` catches up from
+        what it has."""
+        aggregate_id = rec.envelope.aggregate_id
+        state, version = self._states.get(aggregate_id) or (None, NEW)
+        if rec.envelope.aggregate_version == version.revision + 1 and rec.seq > version.seq:
+            self._remember(
+                aggregate_id,
+                self._evolve(state, rec.event),
+                Version(rec.envelope.aggregate_version, rec.seq),
+            )
+
     def _remember(self, aggregate_id: str, state: S | None, version: Version) -> None:
         self._states[aggregate_id] = (state, version)
         self._states.move_to_end(aggregate_id)

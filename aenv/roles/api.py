@@ -30,6 +30,7 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         bus_settings = BusSettings(nats_url=cfg.nats_url)
         bus = await Bus.connect(bus_settings, name="aenv-api")
         stack.push_async_callback(bus.close)
+        await bus.answers()  # following the log before the first command, not on it
         engine = create_engine(cfg.database_url)
         stack.push_async_callback(engine.dispose)
         projectors = {p.name: Projector(engine, bus.js, bus_settings, p) for p in all_projections()}

@@ -1,0 +1,96 @@
+"""Answers to commands, read from the event log itself: one ordered consumer per process
+over every sandbox event stored from its start on, handing each event to whoever waits on
+the command that caused it.
+
+From the log, not from a plain subscription to the aggregate's subject: NATS delivers a
+message to the subject's subscribers whether or not the stream then stores it, so an
+append JetStream refused (a concurrent writer won the expected-sequence check) looked
+like an answer — an API could report "resumed" from an event that never became history.
+A stored event also comes with its stream sequence, so each one the process sees can be
+folded into its `EventStore` cache (`on_event`): the next load of that sandbox is one
+version check, however recently a node appended to it — no per-command subscription, no
+reading back of events the process has just watched go by.
+
+An ordered consumer is recreated by the client from the last sequence it saw after a gap
+or a reconnect, so a waiter never misses its answer for those; a waiter still bounds its
+own wait (the API answers 504).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from bus.envelope import decode_event
+from bus.records import RecordedEvent
+
+__all__ = ["Answers"]
+
+log = logging.getLogger(__name__)
+
+Match = Callable[[RecordedEvent], bool]
+
+
+class Answers:
+    """Futures for command outcomes, settled by events as the log stores them."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        stream: str,
+        filter_subject: str,
+        on_event: Callable[[RecordedEvent], None] | None = None,
+    ) -> None:
+        self._js = js
+        self._stream = stream
+        self._filter = filter_subject
+        self._on_event = on_event
+        self._waiting: dict[str, tuple[Match, asyncio.Future[RecordedEvent]]] = {}
+        self._sub: JetStreamContext.PushSubscription | None = None
+
+    async def start(self) -> None:
+        """Follow the log from now on; commands published afterwards get their answers."""
+        self._sub = await self._js.subscribe(
+            self._filter,
+            stream=self._stream,
+            cb=self._on_msg,
+            ordered_consumer=True,
+            config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
+        )
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
+        for _, future in self._waiting.values():
+            future.cancel()
+        self._waiting.clear()
+
+    def expect(self, command_id: str, match: Match) -> asyncio.Future[RecordedEvent]:
+        """The first stored event caused by `command_id` that `match`es. Register before
+        publishing the command; `forget` it when done waiting (answered or not)."""
+        future: asyncio.Future[RecordedEvent] = asyncio.get_running_loop().create_future()
+        self._waiting[command_id] = (match, future)
+        return future
+
+    def forget(self, command_id: str) -> None:
+        self._waiting.pop(command_id, None)
+
+    async def _on_msg(self, msg: Msg) -> None:
+        try:
+            env, event = decode_event(msg.data)
+        except Exception:  # not ours to judge here: a reader of this aggregate will say why
+            log.warning("undecodable event at %s on %s", msg.metadata.sequence.stream, msg.subject)
+            return
+        rec = RecordedEvent(seq=msg.metadata.sequence.stream, subject=msg.subject,
+                            envelope=env, event=event, headers=msg.headers)  # fmt: skip
+        if self._on_event is not None:
+            self._on_event(rec)
+        waiter = self._waiting.get(str(env.causation_id)) if env.causation_id else None
+        if waiter is not None and not waiter[1].done() and waiter[0](rec):
+            waiter[1].set_result(rec)
