@@ -61,14 +61,25 @@ def test_pause_resume_keeps_files_processes_and_memory(stack: Stack) -> None:
 
 
 def test_ttl_expiry_pauses_by_default_and_connect_resumes(stack: Stack) -> None:
-    sbx = Sandbox.create(timeout=3)
-    sbx.files.write("/home/user/kept.txt", "still here")
+    """The TTL's auto-pause keeps what a pause keeps: files, processes, memory."""
+    sbx = Sandbox.create(timeout=8)  # long enough to set up before the TTL fires
+    blob = os.urandom(256 * 1024)
+    sbx.files.write("/home/user/kept.bin", blob)
+    sbx.commands.run(COUNTER)
+    pid = sbx.commands.run("pgrep -f 'n \\+= 1' | head -1").stdout.strip()
+    assert pid.isdigit()
+    before = eventually_sync(lambda: _count(sbx) > 3 and _count(sbx), timeout=5)
     eventually_sync(
         lambda: Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED, timeout=30
     )
     back = Sandbox.connect(sbx.sandbox_id, timeout=60)
     try:
-        assert back.files.read("/home/user/kept.txt") == "still here"
+        got = back.files.read("/home/user/kept.bin", format="bytes")
+        assert hashlib.sha256(got).hexdigest() == hashlib.sha256(blob).hexdigest()
+        assert back.commands.run(f"kill -0 {pid} && echo alive").stdout.strip() == "alive"
+        # it counts on from where the pause froze it (a lost memory would have ended it)
+        after = eventually_sync(lambda: _count(back) > before + 3 and _count(back), timeout=20)
+        assert after > before
     finally:
         back.kill()
 
