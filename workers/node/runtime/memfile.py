@@ -11,8 +11,10 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+
+from workers.snapshot.chunks import data_extents
 
 FICLONE = 0x40049409
 #: Bytes copied between two calls of `pause_point` (a background copy stops there for a
@@ -44,21 +46,6 @@ def reflink(src: Path, dst: Path) -> bool:
     return False
 
 
-def data_extents(fd: int) -> Iterator[tuple[int, int]]:
-    """(start, end) of each data extent of the open file `fd`, in order."""
-    size = os.fstat(fd).st_size
-    pos = 0
-    while pos < size:
-        try:
-            data = os.lseek(fd, pos, os.SEEK_DATA)
-        except OSError as e:
-            if e.errno == errno.ENXIO:  # only a hole remains
-                return
-            raise
-        pos = os.lseek(fd, data, os.SEEK_HOLE)
-        yield data, pos
-
-
 def sparse_copy(
     src: Path, dst: Path, pause_point: Callable[[], None] | None = None, *, into: bool = False
 ) -> None:
@@ -71,7 +58,7 @@ def sparse_copy(
         fdi, fdo = fi.fileno(), fo.fileno()
         os.ftruncate(fdo, os.fstat(fdi).st_size)
         same_fs = os.fstat(fdi).st_dev == os.fstat(fdo).st_dev
-        for data, hole in data_extents(fdi):
+        for data, hole in data_extents(fdi, os.fstat(fdi).st_size):
             off = data
             if not same_fs:
                 os.lseek(fdo, off, os.SEEK_SET)  # sendfile writes at the file position

@@ -33,12 +33,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from workers.node.runtime.memfile import (
-    clone_or_sparse_copy,
-    data_extents,
-    reflink,
-    sparse_copy,
-)
+from workers.node.runtime.memfile import clone_or_sparse_copy, reflink, sparse_copy
+from workers.snapshot.chunks import data_extents
 
 __all__ = ["RamStage"]
 
@@ -95,7 +91,7 @@ class RamStage:
         try:
             with open(src, "rb") as fi, open(staged, "wb") as fo:
                 os.ftruncate(fo.fileno(), os.fstat(fi.fileno()).st_size)
-                for start, end in data_extents(fi.fileno()):
+                for start, end in data_extents(fi.fileno(), os.fstat(fi.fileno()).st_size):
                     os.posix_fallocate(fo.fileno(), start, end - start)
             return staged
         except OSError as e:
