@@ -244,12 +244,11 @@ class Runtime:
         sdir = self.snapshot_dir(snapshot_id)
         sdir.mkdir(parents=True)
         copies_ram = resume and vm.mem_shared
-        # the copy's pages are allocated while the guest still runs (`RamStage.prepare`)
-        prepared = None
-        if copies_ram:
-            prepared = await asyncio.to_thread(self.ram_stage.prepare, vm.mem_file)
+        prepared: Path | None = None
         copying: asyncio.Future[str] | None = None
         try:
+            if copies_ram:  # the copy's pages are allocated while the guest still runs
+                prepared = await asyncio.to_thread(self.ram_stage.prepare, vm.mem_file)
             await vm.qemu.stop()
             stopped_at = time.monotonic()
             if copies_ram:
