@@ -13,7 +13,8 @@ reading back of events the process has just watched go by.
 
 An ordered consumer is recreated by the client from the last sequence it saw after a gap
 or a reconnect, so a waiter never misses its answer for those; a waiter still bounds its
-own wait (the API answers 504).
+own wait (the API answers 504). nats-py recreates one that has seen nothing yet from
+sequence 1: the events before our start are then skipped by their sequence, undecoded.
 """
 
 from __future__ import annotations
@@ -52,15 +53,21 @@ class Answers:
         self._on_event = on_event
         self._waiting: dict[str, tuple[Match, asyncio.Future[RecordedEvent]]] = {}
         self._sub: JetStreamContext.PushSubscription | None = None
+        #: the last stream sequence handed out (or stored before `start`): older ones are
+        #: redeliveries of a recreated consumer
+        self._seen = 0
 
     async def start(self) -> None:
         """Follow the log from now on; commands published afterwards get their answers."""
+        self._seen = (await self._js.stream_info(self._stream)).state.last_seq
         self._sub = await self._js.subscribe(
             self._filter,
             stream=self._stream,
             cb=self._on_msg,
             ordered_consumer=True,
-            config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
+            config=ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=self._seen + 1
+            ),
         )
 
     async def close(self) -> None:
@@ -82,12 +89,16 @@ class Answers:
         self._waiting.pop(command_id, None)
 
     async def _on_msg(self, msg: Msg) -> None:
+        seq = msg.metadata.sequence.stream
+        if seq <= self._seen:
+            return
+        self._seen = seq
         try:
             env, event = decode_event(msg.data)
         except Exception:  # not ours to judge here: a reader of this aggregate will say why
-            log.warning("undecodable event at %s on %s", msg.metadata.sequence.stream, msg.subject)
+            log.warning("undecodable event at %s on %s", seq, msg.subject)
             return
-        rec = RecordedEvent(seq=msg.metadata.sequence.stream, subject=msg.subject,
+        rec = RecordedEvent(seq=seq, subject=msg.subject,
                             envelope=env, event=event, headers=msg.headers)  # fmt: skip
         if self._on_event is not None:
             self._on_event(rec)
