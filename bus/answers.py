@@ -27,7 +27,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from bus.envelope import decode_event
+from bus.feed import recorded
 from bus.records import RecordedEvent
 
 __all__ = ["Answers"]
@@ -94,14 +94,13 @@ class Answers:
             return
         self._seen = seq
         try:
-            env, event = decode_event(msg.data)
+            rec = recorded(msg)
         except Exception:  # not ours to judge here: a reader of this aggregate will say why
             log.warning("undecodable event at %s on %s", seq, msg.subject)
             return
-        rec = RecordedEvent(seq=seq, subject=msg.subject,
-                            envelope=env, event=event, headers=msg.headers)  # fmt: skip
         if self._on_event is not None:
             self._on_event(rec)
-        waiter = self._waiting.get(str(env.causation_id)) if env.causation_id else None
+        cause = rec.envelope.causation_id
+        waiter = self._waiting.get(str(cause)) if cause else None
         if waiter is not None and not waiter[1].done() and waiter[0](rec):
             waiter[1].set_result(rec)

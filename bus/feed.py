@@ -19,7 +19,7 @@ from bus.records import RecordedEvent
 from bus.settings import BusSettings
 from bus.subjects import Names
 
-__all__ = ["EventFeed", "stream_last_seq"]
+__all__ = ["EventFeed", "recorded", "stream_last_seq"]
 
 
 async def stream_last_seq(js: JetStreamContext, settings: BusSettings) -> int:
@@ -117,10 +117,11 @@ class EventFeed:
                 await asyncio.sleep(min(left, 0.002))
                 continue
             msgs.append(self._queue.get_nowait())
-        return [_record(m) for m in msgs]
+        return [recorded(m) for m in msgs]
 
 
-def _record(msg: Msg) -> RecordedEvent:
+def recorded(msg: Msg) -> RecordedEvent:
+    """A stream delivery, decoded, with its stream sequence and headers."""
     env, event = decode_event(msg.data)
     return RecordedEvent(
         seq=msg.metadata.sequence.stream, subject=msg.subject, envelope=env, event=event,
