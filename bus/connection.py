@@ -9,13 +9,16 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
+from aenv.domain import CommandRejected, Event
 from aenv.domain import apikey as ak
 from aenv.domain import build as bd
 from aenv.domain import sandbox as sb
 from aenv.domain import template as tp
 from bus.answers import Answers
 from bus.commands import CommandBus
+from bus.envelope import MessageContext
 from bus.publisher import JetStreamPublisher
+from bus.records import RecordedEvent
 from bus.settings import BusSettings
 from bus.setup import ensure_streams
 from bus.store import EventStore
@@ -90,6 +93,36 @@ class Bus:
                 await board.start()
                 self._answers = board
         return self._answers
+
+    async def send_and_wait(
+        self,
+        command: sb.SandboxCommand,
+        *,
+        node_id: str | None,
+        until: tuple[type[Event], ...],
+        timeout: float,
+        actor: str | None = None,
+    ) -> RecordedEvent | None:
+        """Publish a sandbox command (to its node, or to placement when `node_id` is None)
+        and return the first stored event it caused that is one of `until`, a
+        `SandboxFailed` or a `CommandRejected`; None if none came within `timeout` (the
+        command still runs)."""
+        kinds: tuple[type[Event], ...] = (CommandRejected, *until, sb.SandboxFailed)
+        answers = await self.answers()
+        key = str(command.command_id)
+        answer = answers.expect(key, lambda rec: isinstance(rec.event, kinds))
+        try:
+            ctx = MessageContext(correlation_id=command.command_id, actor=actor)
+            if node_id is None:
+                await self.commands.to_placement(command, context=ctx)
+            else:
+                await self.commands.to_node(node_id, command, context=ctx)
+            try:
+                return await asyncio.wait_for(answer, timeout)
+            except TimeoutError:
+                return None
+        finally:
+            answers.forget(key)
 
     async def close(self) -> None:
         """Flush pending publishes and close (drain lets subscriptions finish their messages)."""

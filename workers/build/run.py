@@ -84,19 +84,8 @@ async def _send(
     timeout: float,
 ) -> Event:
     """Publish a sandbox command and wait for its outcome event (or a rejection)."""
-    version = await bus.sandboxes.version(cmd.sandbox_id)
-    waiter = asyncio.create_task(
-        bus.sandboxes.wait_for_outcome(
-            cmd.sandbox_id, cmd.command_id, version.seq, (*until, sb.SandboxFailed), timeout
-        )
-    )
-    await asyncio.sleep(0)  # let the watch subscribe first (it reads from `version` anyway)
-    ctx = MessageContext(correlation_id=cmd.command_id, actor="builder")
-    if node_id is None:
-        await bus.commands.to_placement(cmd, context=ctx)
-    else:
-        await bus.commands.to_node(node_id, cmd, context=ctx)
-    rec = await waiter
+    rec = await bus.send_and_wait(cmd, node_id=node_id, until=until, timeout=timeout,
+                                  actor="builder")  # fmt: skip
     if rec is None:
         raise TimeoutError(f"{type(cmd).__name__} got no answer within {timeout:.0f}s")
     return rec.event
