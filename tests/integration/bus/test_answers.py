@@ -114,3 +114,30 @@ async def test_an_event_that_does_not_follow_the_cache_leaves_it_alone(
     rec = (await other.sandboxes.read(sid))[0]
     watcher.sandboxes.observe(rec)  # seen again (a redelivery): not the next one
     assert watcher.sandboxes.cached(sid) == (state, v)
+
+
+async def test_send_and_wait_returns_the_stored_answer_or_none_on_silence(
+    watcher: Bus, other: Bus
+) -> None:
+    sid = new_sandbox_id()
+    v = await other.sandboxes.append(sid, Version(0, 0), sb.decide(None, _create(sid)))
+    kill = sb.KillSandbox(sandbox_id=sid, at=T0)
+    # nobody handles the command: silence within the bound is None, not an error
+    assert await watcher.send_and_wait(
+        kill, node_id="nobody", until=(sb.SandboxKilled,), timeout=0.3
+    ) is None
+
+    async def node_answers() -> None:  # a "node" answering the next kill from the log
+        await asyncio.sleep(0.2)
+        state, _ = await other.sandboxes.load(sid)
+        await other.sandboxes.append(sid, v, sb.decide(state, kill2),
+                                     context=MessageContext(causation_id=kill2.command_id))
+
+    kill2 = sb.KillSandbox(sandbox_id=sid, at=T0)
+    task = asyncio.create_task(node_answers())
+    rec = await watcher.send_and_wait(
+        kill2, node_id="nobody", until=(sb.SandboxKillRequested,), timeout=5
+    )
+    await task
+    assert rec is not None and isinstance(rec.event, sb.SandboxKillRequested)
+    assert rec.envelope.causation_id == kill2.command_id
