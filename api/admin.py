@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import uuid
 
-from aenv.domain import apikey as ak
 from bus import Bus
+from domain import apikey as ak
 
 
 async def create_api_key(bus: Bus, *, team_id: str = "default", name: str = "") -> tuple[str, str]:

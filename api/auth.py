@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aenv.domain.apikey import hash_api_key
 from api.cache import LookupCache
 from api.errors import ApiError
+from domain.apikey import hash_api_key
 from projections import tables
 
 CACHE_S = 5.0

@@ -13,7 +13,7 @@ from typing import Any
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
-from aenv.domain import Conflict, DomainError, Invalid, NotFound
+from domain import Conflict, DomainError, Invalid, NotFound
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ subscription, which also delivers appends the stream refused. Here a refusal
 """
 from __future__ import annotations
 
-from aenv.domain import CommandRejected, Event
-from aenv.domain import sandbox as sb
 from api.errors import ApiError
 from bus import Bus
+from domain import CommandRejected, Event
+from domain import sandbox as sb
 
 REJECTION_STATUS = {"not_found": 404, "conflict": 409, "invalid": 400, "permanent": 400}
 

@@ -19,14 +19,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from aenv.domain import sandbox as sb
-from aenv.domain.sandbox import SandboxStatus
 from api.errors import ApiError
 from api.outcomes import send_and_wait
 from api.proxy import SandboxUnavailable, Upstream
 from bus import Bus
 from bus.routes import Route, RouteBook
 from bus.tasks import cancel_and_wait
+from domain import sandbox as sb
+from domain.sandbox import SandboxStatus
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,6 @@ from typing import Annotated, Any
 from litestar import Request, Response, delete, get, post
 from litestar.params import Parameter
 
-from aenv.domain import sandbox as sb
-from aenv.domain import template as tp
-from aenv.domain.sandbox import SandboxStatus
 from api import reads, wire
 from api.auth import Caller
 from api.context import ApiContext
@@ -30,6 +27,9 @@ from api.errors import ApiError
 from api.outcomes import send_and_wait
 from bus.decisions import apply
 from bus.envelope import MessageContext
+from domain import sandbox as sb
+from domain import template as tp
+from domain.sandbox import SandboxStatus
 from envd.version import ENVD_VERSION
 
 DEFAULT_TIMEOUT_V2 = 300

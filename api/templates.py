@@ -21,12 +21,12 @@ from typing import Annotated, Any
 from litestar import Request, get, post, put
 from litestar.params import Parameter
 
-from aenv.domain import build as bd
 from api import reads
 from api.auth import Caller
 from api.context import ApiContext
 from api.errors import ApiError
 from api.wire_templates import BuildStart, NewTemplateBuild
+from domain import build as bd
 from envd.version import ENVD_VERSION
 from projections import queries
 

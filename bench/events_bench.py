@@ -30,9 +30,9 @@ from typing import Any
 
 import asyncpg
 
-from aenv.domain import sandbox as sb
 from bench.stats import emit, summary
 from bus import Bus, BusSettings, EventFeed, MessageContext, delete_all, stream_last_seq
+from domain import sandbox as sb
 from projections import (
     Projector,
     SandboxProjection,

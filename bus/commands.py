@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import APIError, NoStreamResponseError
 
-from aenv.domain import Command
 from bus import headers as h
 from bus.envelope import (
     CommandEnvelope,
@@ -21,6 +20,7 @@ from bus.publisher import JetStreamPublisher
 from bus.settings import BusSettings
 from bus.subjects import COMMAND_VERBS, Names
 from bus.tracing import publish_span
+from domain import Command
 
 __all__ = ["CommandBus", "CommandReceipt", "aggregate_id_of", "decode_command", "verb_of"]
 

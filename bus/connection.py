@@ -9,11 +9,6 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from aenv.domain import CommandRejected, Event
-from aenv.domain import apikey as ak
-from aenv.domain import build as bd
-from aenv.domain import sandbox as sb
-from aenv.domain import template as tp
 from bus.answers import Answers
 from bus.commands import CommandBus
 from bus.envelope import MessageContext
@@ -23,6 +18,11 @@ from bus.settings import BusSettings
 from bus.setup import ensure_streams
 from bus.store import EventStore
 from bus.subjects import AggregateKind, Names
+from domain import CommandRejected, Event
+from domain import apikey as ak
+from domain import build as bd
+from domain import sandbox as sb
+from domain import template as tp
 
 __all__ = ["Bus"]
 

@@ -29,7 +29,6 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
-from aenv.domain import Command, CommandRejected, CorruptHistory, DomainError, RejectionCode, utcnow
 from bus.commands import decode_command
 from bus.envelope import CommandEnvelope, MessageContext, decode_command_envelope
 from bus.errors import (
@@ -42,6 +41,7 @@ from bus.errors import (
 from bus.settings import BusSettings
 from bus.subjects import Names
 from bus.tracing import consume_span
+from domain import Command, CommandRejected, CorruptHistory, DomainError, RejectionCode, utcnow
 
 __all__ = ["CommandConsumer", "ConsumerSpec", "Delivery", "Handler", "RejectionSink"]
 

@@ -7,13 +7,13 @@ overwrite it.
 
 from __future__ import annotations
 
-from aenv.domain import sandbox as sb
-from aenv.domain import template as tp
-from aenv.domain.errors import DomainError
-from aenv.domain.messages import Event
 from bus.envelope import MessageContext
 from bus.errors import ConcurrencyError, RetryableError
 from bus.store import EventStore, Version
+from domain import sandbox as sb
+from domain import template as tp
+from domain.errors import DomainError
+from domain.messages import Event
 
 __all__ = ["apply", "record_template_upload", "register_template"]
 

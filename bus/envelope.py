@@ -19,8 +19,8 @@ from uuid import UUID, uuid4, uuid5
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 
-from aenv.domain import COMMAND_TYPES, EVENT_TYPES, Command, Event, Message
 from bus.errors import DecodeError
+from domain import COMMAND_TYPES, EVENT_TYPES, Command, Event, Message
 
 __all__ = [
     "CommandEnvelope",

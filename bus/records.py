@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from aenv.domain import Event
 from bus.envelope import EventEnvelope
+from domain import Event
 
 __all__ = ["NEW", "RecordedEvent", "Version"]
 

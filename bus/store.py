@@ -18,11 +18,6 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
-from aenv.domain import CommandRejected, Event
-from aenv.domain import apikey as ak
-from aenv.domain import build as bd
-from aenv.domain import sandbox as sb
-from aenv.domain import template as tp
 from bus import headers as h
 from bus.envelope import (
     MessageContext,
@@ -37,6 +32,11 @@ from bus.records import NEW, RecordedEvent, Version
 from bus.settings import BusSettings
 from bus.subjects import AggregateKind, Names
 from bus.tracing import publish_span
+from domain import CommandRejected, Event
+from domain import apikey as ak
+from domain import build as bd
+from domain import sandbox as sb
+from domain import template as tp
 
 __all__ = ["EventStore", "RecordedEvent", "Version"]  # the latter two re-exported
 

@@ -14,8 +14,8 @@ from sqlalchemy import Table
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from aenv.domain import build as bd
 from bus import AggregateKind, RecordedEvent
+from domain import build as bd
 from projections.folding import Row, fold_batch, upsert
 from projections.tables import build_logs, builds
 

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from aenv.domain import apikey as ak
-from aenv.domain import template as tp
 from bus import AggregateKind, RecordedEvent
+from domain import apikey as ak
+from domain import template as tp
 from projections.base import Projection
 from projections.builds import BuildProjection
 from projections.folding import Row, fold_batch, upsert

@@ -14,8 +14,8 @@ from sqlalchemy import Table, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from aenv.domain import Event
 from bus import RecordedEvent
+from domain import Event
 
 __all__ = ["Row", "fold_batch", "load_rows", "upsert"]
 

@@ -81,7 +81,7 @@ async def history(store: EventStore[Any], aggregate_id: str) -> list[HistoryLine
 
 
 #: Width of the aggregate column when several aggregates share one listing.
-_ID_WIDTH = 20  # sandbox ids (aenv.domain.sandbox.values)
+_ID_WIDTH = 20  # sandbox ids (domain.sandbox.values)
 
 
 def history_header(with_id: bool = False) -> str:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from aenv.domain import sandbox as sb
 from bus import AggregateKind, RecordedEvent
+from domain import sandbox as sb
 from projections.folding import Row, fold_batch, load_rows, upsert
 from projections.tables import sandboxes, snapshots
 

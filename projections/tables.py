@@ -131,7 +131,7 @@ api_keys = Table(
     *_position(),
 )
 
-#: One row per template build (`aenv.domain.build`): status, reason, spec, log length.
+#: One row per template build (`domain.build`): status, reason, spec, log length.
 builds = Table(
     "template_builds",
     metadata,

@@ -23,8 +23,8 @@ from aenv.ops.stack import StackDir, operator_errors, running_stack
 from aenv.output import Format, wants_json
 
 if TYPE_CHECKING:
-    from aenv.domain import sandbox as sb
     from bus import Bus, EventStore
+    from domain import sandbox as sb
     from projections import HistoryLine
 
 __all__ = ["events"]
@@ -65,7 +65,7 @@ class _Printer:
 
 
 async def _lineage_node(store: EventStore[sb.Sandbox], sandbox_id: str) -> LineageNode | None:
-    from aenv.domain import sandbox as sb
+    from domain import sandbox as sb
 
     recs = await store.read(sandbox_id)
     if not recs:

@@ -58,7 +58,7 @@ def operator_errors(what: str) -> Iterator[None]:
     """Domain refusals exit 1 (unknown key), NATS/Postgres failures exit 3; one line each."""
     from nats.errors import NoServersError
 
-    from aenv.domain.errors import DomainError
+    from domain.errors import DomainError
 
     try:
         yield

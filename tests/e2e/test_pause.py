@@ -88,8 +88,8 @@ def _uploaded(stack: Stack, sandbox_id: str) -> str | None:
     """The snapshot id of the sandbox's latest SnapshotUploaded event (the log, not the API)."""
     import asyncio
 
-    from aenv.domain import sandbox as sb
     from bus import Bus, BusSettings
+    from domain import sandbox as sb
 
     async def read() -> str | None:
         bus = await Bus.connect(BusSettings(nats_url=stack.nats_url), setup=False)

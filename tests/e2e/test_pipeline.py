@@ -78,10 +78,10 @@ async def test_a_create_the_log_refuses_leaves_no_vm_behind(stack: Stack) -> Non
     """The node starts a create's VM while it appends the decision; when the log refuses
     the create (here: the sandbox id exists, written by another process the node never
     heard from), that early VM must go."""
-    from aenv.domain import CommandRejected
-    from aenv.domain import sandbox as sb
     from bus import Bus, BusSettings
     from bus.decisions import apply
+    from domain import CommandRejected
+    from domain import sandbox as sb
 
     sandbox_id = "dup" + uuid.uuid4().hex[:12]
     log = stack.data_dir / "aenv.log"

@@ -18,8 +18,8 @@ import nats
 import pytest
 from e2b import Sandbox, SandboxState
 
-from aenv.domain import sandbox as sb
 from bus.envelope import decode_event
+from domain import sandbox as sb
 from tests.e2e.conftest import Stack
 from tests.support import eventually_sync
 

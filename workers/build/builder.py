@@ -13,10 +13,10 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
-from aenv.domain import Event, Invalid
-from aenv.domain import build as bd
 from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, RetryableError
 from bus.errors import ConcurrencyError
+from domain import Event, Invalid
+from domain import build as bd
 from envd.version import ENVD_VERSION
 from workers.build.run import BuildRun, BuildSettings, build_sandbox_id
 

@@ -20,12 +20,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aenv.domain import CommandRejected, Event
-from aenv.domain import build as bd
-from aenv.domain import sandbox as sb
-from aenv.domain import template as tp
 from bus import Bus, MessageContext
 from bus.decisions import register_template
+from domain import CommandRejected, Event
+from domain import build as bd
+from domain import sandbox as sb
+from domain import template as tp
 from workers.build.copy import CopyError, repack
 from workers.build.guest import BuildGuest, CommandFailed
 

@@ -20,15 +20,15 @@ from typing import Any
 
 from opentelemetry import trace
 
-from aenv.domain import CommandRejected, DomainError, Invalid, utcnow
-from aenv.domain import sandbox as sb
-from aenv.domain import template as tp
-from aenv.domain.sandbox import SandboxStatus as S
 from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, RetryableError
 from bus.decisions import apply, record_template_upload, register_template
 from bus.nodes import Heartbeat, NodeBook
 from bus.routes import Route, RouteBook
 from bus.tasks import cancel_and_wait
+from domain import CommandRejected, DomainError, Invalid, utcnow
+from domain import sandbox as sb
+from domain import template as tp
+from domain.sandbox import SandboxStatus as S
 from envd.version import ENVD_VERSION
 from workers.node.host import GuestConfig, HostError, SandboxHost, TemplateLocation
 from workers.node.image import build_from_oci

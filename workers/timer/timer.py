@@ -13,10 +13,10 @@ import heapq
 import logging
 from datetime import datetime
 
-from aenv.domain import CommandRejected, CorruptHistory, utcnow
-from aenv.domain import sandbox as sb
 from bus import AggregateKind, Bus, EventFeed, PublishError
 from bus.tasks import cancel_and_wait
+from domain import CommandRejected, CorruptHistory, utcnow
+from domain import sandbox as sb
 
 log = logging.getLogger(__name__)
 

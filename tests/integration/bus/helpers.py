@@ -7,8 +7,8 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from aenv.domain import CommandRejected
 from bus import Bus, CommandConsumer, ConsumerSpec, Delivery
+from domain import CommandRejected
 
 Behaviour = Callable[[Delivery], Awaitable[None]]
 

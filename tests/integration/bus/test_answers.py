@@ -12,11 +12,11 @@ import pytest
 import pytest_asyncio
 from nats.aio.msg import Msg
 
-from aenv.domain import sandbox as sb
-from aenv.domain.sandbox.values import new_sandbox_id
 from bus import Bus, BusSettings, MessageContext, Version
 from bus import headers as h
 from bus.envelope import encode_event
+from domain import sandbox as sb
+from domain.sandbox.values import new_sandbox_id
 from tests.support import eventually
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -6,9 +6,6 @@ import asyncio
 from collections.abc import Awaitable
 from datetime import UTC, datetime
 
-from aenv.domain import Conflict
-from aenv.domain import sandbox as sb
-from aenv.domain.sandbox.values import new_sandbox_id
 from bus import (
     Bus,
     ConcurrencyError,
@@ -18,6 +15,9 @@ from bus import (
 )
 from bus import headers as h
 from bus.envelope import CommandEnvelope
+from domain import Conflict
+from domain import sandbox as sb
+from domain.sandbox.values import new_sandbox_id
 from tests.integration.bus.helpers import consumer, pending_in_queue, rejections
 from tests.support import eventually
 

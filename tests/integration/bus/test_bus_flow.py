@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-from aenv.domain import CommandRejected
-from aenv.domain import sandbox as sb
-from aenv.domain.sandbox.values import new_sandbox_id
 from bus import Bus, Delivery
+from domain import CommandRejected
+from domain import sandbox as sb
+from domain.sandbox.values import new_sandbox_id
 from tests.integration.bus.helpers import consumer
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

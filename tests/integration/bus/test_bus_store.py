@@ -8,11 +8,11 @@ from uuid import uuid4
 
 import pytest
 
-from aenv.domain import sandbox as sb
-from aenv.domain.sandbox.values import new_sandbox_id
 from bus import Bus, ConcurrencyError, MessageContext, Version
 from bus import headers as h
 from bus.envelope import encode_event
+from domain import sandbox as sb
+from domain.sandbox.values import new_sandbox_id
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -8,9 +8,9 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from aenv.domain import sandbox as sb
-from aenv.domain.sandbox.values import new_sandbox_id
 from bus import Bus, Delivery
+from domain import sandbox as sb
+from domain.sandbox.values import new_sandbox_id
 from tests.integration.bus.helpers import consumer
 from tests.support import eventually
 

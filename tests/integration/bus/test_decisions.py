@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from aenv.domain import sandbox as sb
-from aenv.domain.errors import Conflict
-from aenv.domain.sandbox.values import new_sandbox_id
 from bus import Bus
 from bus.decisions import apply
 from bus.store import EventStore
+from domain import sandbox as sb
+from domain.errors import Conflict
+from domain.sandbox.values import new_sandbox_id
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 S = sb.SandboxStatus

@@ -11,14 +11,14 @@ from datetime import UTC, datetime
 import pytest
 import pytest_asyncio
 
-from aenv.domain import sandbox as sb
-from aenv.domain.sandbox.values import new_sandbox_id
 from api import routes as routes_mod
 from api.proxy import SandboxUnavailable
 from api.routes import RouteTable
 from bus import Bus
 from bus.decisions import apply
 from bus.routes import Route
+from domain import sandbox as sb
+from domain.sandbox.values import new_sandbox_id
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

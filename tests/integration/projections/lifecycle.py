@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from aenv.domain import sandbox as sb
 from bus import Bus, MessageContext, Version
+from domain import sandbox as sb
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -80,7 +80,7 @@ async def kill(bus: Bus, sid: str, t: float = 200) -> Version:
 async def build_lifecycle(bus: Bus, build_id: str, *, fail: bool) -> Version:
     """One template build as the API and the builder drive it: request, start, two log
     batches, then the verdict."""
-    from aenv.domain import build as bd
+    from domain import build as bd
 
     spec = bd.BuildSpec(from_template="base", steps=(bd.BuildStep(type="RUN", args=("x",)),))
     line = bd.BuildLogEntry(at=at(3), message="out", step="1")

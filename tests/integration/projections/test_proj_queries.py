@@ -6,11 +6,11 @@ import secrets
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aenv.domain import apikey as ak
-from aenv.domain import sandbox as sb
-from aenv.domain import template as tp
-from aenv.domain.sandbox.values import new_sandbox_id
 from bus import Bus, MessageContext
+from domain import apikey as ak
+from domain import sandbox as sb
+from domain import template as tp
+from domain.sandbox.values import new_sandbox_id
 from projections import Projector, queries
 from tests.integration.projections.lifecycle import at, full_lifecycle, kill, step
 

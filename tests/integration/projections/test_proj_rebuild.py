@@ -13,10 +13,10 @@ from sqlalchemy import Table, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from aenv.domain import apikey as ak
-from aenv.domain import template as tp
-from aenv.domain.sandbox.values import new_sandbox_id
 from bus import AggregateKind, Bus, MessageContext, RecordedEvent
+from domain import apikey as ak
+from domain import template as tp
+from domain.sandbox.values import new_sandbox_id
 from projections import (
     Projector,
     all_projections,

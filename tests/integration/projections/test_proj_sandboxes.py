@@ -5,10 +5,10 @@ from __future__ import annotations
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aenv.domain import CommandRejected
-from aenv.domain import sandbox as sb
-from aenv.domain.sandbox.values import new_sandbox_id
 from bus import Bus, MessageContext
+from domain import CommandRejected
+from domain import sandbox as sb
+from domain.sandbox.values import new_sandbox_id
 from projections import Projector, SandboxProjection, checkpoints, format_history, history
 from projections.tables import sandboxes, snapshots
 from tests.integration.projections.lifecycle import T0, at, full_lifecycle, kill, step

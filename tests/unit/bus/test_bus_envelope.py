@@ -9,11 +9,11 @@ from uuid import uuid4
 
 import pytest
 
-from aenv.domain import COMMAND_TYPES, EVENT_TYPES, Event
-from aenv.domain import sandbox as sb
 from bus import DecodeError, MessageContext, Registry, export_json_schema
 from bus.commands import decode_command
 from bus.envelope import decode_event, derive_event_id, encode_command, encode_event
+from domain import COMMAND_TYPES, EVENT_TYPES, Event
+from domain import sandbox as sb
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-OURS = {"aenv", "api", "bus", "envd", "projections", "workers", "bench"}
+OURS = {"aenv", "api", "bus", "domain", "envd", "projections", "workers", "bench"}
 
 ALLOWED = {
-    "aenv/domain": {"aenv.domain"},
-    "bus": {"aenv.domain", "bus"},
-    "projections": {"aenv.domain", "bus", "projections"},
+    "domain": {"domain"},
+    "bus": {"domain", "bus"},
+    "projections": {"domain", "bus", "projections"},
     # the builder drives sandboxes through the bus and envd (never the node's code)
-    "workers/build": {"aenv.domain", "bus", "workers.build", "envd.version"},
+    "workers/build": {"domain", "bus", "workers.build", "envd.version"},
 }
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from aenv.domain import COMMAND_TYPES
-from aenv.domain import sandbox as sb
 from bus import COMMAND_VERBS, AggregateKind, BusSettings, DecodeError, InvalidName, Names
 from bus.commands import aggregate_id_of, verb_of
+from domain import COMMAND_TYPES
+from domain import sandbox as sb
 
 
 def test_unprefixed_names_match_the_design() -> None:

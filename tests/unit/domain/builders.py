@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from aenv.domain import sandbox as sb
+from domain import sandbox as sb
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 SID = "sbx1"

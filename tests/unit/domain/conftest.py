@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aenv.domain import sandbox as sb
+from domain import sandbox as sb
 from tests.unit.domain.builders import STATES
 
 

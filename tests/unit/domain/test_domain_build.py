@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from aenv.domain import Conflict, CorruptHistory, Invalid, NotFound
-from aenv.domain import build as bd
+from domain import Conflict, CorruptHistory, Invalid, NotFound
+from domain import build as bd
 from tests.unit.domain.builders import T0
 
 SPEC = bd.BuildSpec(

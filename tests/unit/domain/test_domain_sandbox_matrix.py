@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from aenv.domain import Conflict, NotFound
-from aenv.domain import sandbox as sb
+from domain import Conflict, NotFound
+from domain import sandbox as sb
 from tests.unit.domain.builders import SID, STATES, at, create
 
 NF, C, NONE = NotFound, Conflict, "no events"

@@ -8,8 +8,8 @@ from uuid import uuid4
 import pytest
 from pydantic import ValidationError
 
-from aenv.domain import Conflict, CorruptHistory, Invalid, NotFound
-from aenv.domain import sandbox as sb
+from domain import Conflict, CorruptHistory, Invalid, NotFound
+from domain import sandbox as sb
 from tests.unit.domain.builders import (
     SID,
     T0,
@@ -328,7 +328,7 @@ class TestOutcomesAndIdempotency:
             sb.decide(running(), sb.PauseSandbox(sandbox_id="other"))
 
     def test_rejection_changes_nothing(self) -> None:
-        from aenv.domain import CommandRejected
+        from domain import CommandRejected
 
         s = running()
         r = CommandRejected(
@@ -354,7 +354,7 @@ class TestEvolve:
             sb.fold([e, e])
 
     def test_foreign_event_is_corrupt(self) -> None:
-        from aenv.domain.template import TemplateDeleted
+        from domain.template import TemplateDeleted
 
         with pytest.raises(CorruptHistory):
             sb.evolve(running(), TemplateDeleted(template_id="t", at=T0))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from aenv.domain import Conflict, CorruptHistory, NotFound
-from aenv.domain import apikey as ak
-from aenv.domain import template as tp
+from domain import Conflict, CorruptHistory, NotFound
+from domain import apikey as ak
+from domain import template as tp
 from tests.unit.domain.builders import T0
 
 

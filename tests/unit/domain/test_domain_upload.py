@@ -1,6 +1,6 @@
 from datetime import UTC, datetime
 
-from aenv.domain import sandbox as sb
+from domain import sandbox as sb
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,7 +1,7 @@
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from aenv.domain import sandbox as sb
+from domain import sandbox as sb
 from workers.timer import Timer
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

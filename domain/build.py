@@ -23,8 +23,8 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from aenv.domain.errors import Conflict, CorruptHistory, Invalid, NotFound
-from aenv.domain.messages import Command, CommandRejected, Event
+from domain.errors import Conflict, CorruptHistory, Invalid, NotFound
+from domain.messages import Command, CommandRejected, Event
 
 __all__ = [
     "MAX_LOG_BATCH",

@@ -1,7 +1,7 @@
 """The sandbox aggregate's behaviour: `decide` (command → events); the fold is in `evolve`.
 
 Both are pure: no clock (times come from the command's `at`), no randomness (ids derive from
-the command id), no I/O. `decide` raises only `aenv.domain.errors` exceptions. Benign repeats
+the command id), no I/O. `decide` raises only `domain.errors` exceptions. Benign repeats
 (pausing a paused sandbox, a redelivered command) decide no events rather than failing.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from aenv.domain.errors import Conflict, Invalid, NotFound
-from aenv.domain.sandbox.commands import (
+from domain.errors import Conflict, Invalid, NotFound
+from domain.sandbox.commands import (
     CompleteCreate,
     CompleteFork,
     CompleteKill,
@@ -27,7 +27,7 @@ from aenv.domain.sandbox.commands import (
     SetSandboxTimeout,
     SnapshotSandbox,
 )
-from aenv.domain.sandbox.events import (
+from domain.sandbox.events import (
     ForkOutcome,
     SandboxCreated,
     SandboxEvent,
@@ -48,9 +48,9 @@ from aenv.domain.sandbox.events import (
     SnapshotTaken,
     SnapshotUploaded,
 )
-from aenv.domain.sandbox.evolve import State
-from aenv.domain.sandbox.state import Sandbox
-from aenv.domain.sandbox.values import Policy, SandboxStatus, fork_child_ids
+from domain.sandbox.evolve import State
+from domain.sandbox.state import Sandbox
+from domain.sandbox.values import Policy, SandboxStatus, fork_child_ids
 
 __all__ = ["DEFAULT_POLICY", "State", "decide"]
 

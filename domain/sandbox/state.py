@@ -7,7 +7,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
-from aenv.domain.sandbox.values import Lifecycle, NetworkPolicy, SandboxStatus
+from domain.sandbox.values import Lifecycle, NetworkPolicy, SandboxStatus
 
 __all__ = ["RECENT_COMMANDS", "Sandbox"]
 

@@ -13,8 +13,8 @@ from functools import reduce
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aenv.domain.errors import Conflict, CorruptHistory, NotFound
-from aenv.domain.messages import Command, CommandRejected, Event
+from domain.errors import Conflict, CorruptHistory, NotFound
+from domain.messages import Command, CommandRejected, Event
 
 __all__ = [
     "KEY_PREFIX",

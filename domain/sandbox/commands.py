@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aenv.domain.messages import Command
-from aenv.domain.sandbox.values import Lifecycle, NetworkPolicy, SandboxId
+from domain.messages import Command
+from domain.sandbox.values import Lifecycle, NetworkPolicy, SandboxId
 
 __all__ = [
     "CompleteCreate",

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from aenv.domain import apikey, build, template
-from aenv.domain.messages import Command, CommandRejected, Event, Message
-from aenv.domain.sandbox import commands as sc
-from aenv.domain.sandbox import events as se
+from domain import apikey, build, template
+from domain.messages import Command, CommandRejected, Event, Message
+from domain.sandbox import commands as sc
+from domain.sandbox import events as se
 
 __all__ = ["COMMAND_TYPES", "EVENT_TYPES"]
 

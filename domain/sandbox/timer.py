@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from aenv.domain.errors import Invalid
-from aenv.domain.sandbox.commands import CreateSandbox, KillSandbox, PauseSandbox
-from aenv.domain.sandbox.events import SandboxForkRequested
-from aenv.domain.sandbox.state import Sandbox
-from aenv.domain.sandbox.values import SandboxStatus, derived_command_id
+from domain.errors import Invalid
+from domain.sandbox.commands import CreateSandbox, KillSandbox, PauseSandbox
+from domain.sandbox.events import SandboxForkRequested
+from domain.sandbox.state import Sandbox
+from domain.sandbox.values import SandboxStatus, derived_command_id
 
 __all__ = ["expiry_command", "fork_child_command"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import reduce
 
-from aenv.domain.errors import CorruptHistory
-from aenv.domain.messages import CommandRejected, Event
-from aenv.domain.sandbox.events import (
+from domain.errors import CorruptHistory
+from domain.messages import CommandRejected, Event
+from domain.sandbox.events import (
     SandboxCreated,
     SandboxFailed,
     SandboxForked,
@@ -29,8 +29,8 @@ from aenv.domain.sandbox.events import (
     SnapshotTaken,
     SnapshotUploaded,
 )
-from aenv.domain.sandbox.state import RECENT_COMMANDS, Sandbox
-from aenv.domain.sandbox.values import SandboxStatus
+from domain.sandbox.state import RECENT_COMMANDS, Sandbox
+from domain.sandbox.values import SandboxStatus
 
 __all__ = ["State", "evolve", "fold"]
 

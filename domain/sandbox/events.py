@@ -12,8 +12,8 @@ from uuid import UUID
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
-from aenv.domain.messages import Event
-from aenv.domain.sandbox.values import Lifecycle, NetworkPolicy
+from domain.messages import Event
+from domain.sandbox.values import Lifecycle, NetworkPolicy
 
 __all__ = [
     "ForkOutcome",

@@ -1,8 +1,8 @@
 """aenv's domain: aggregates as pure functions over frozen messages. Imports nothing of ours."""
 
-from aenv.domain.catalog import COMMAND_TYPES, EVENT_TYPES
-from aenv.domain.errors import Conflict, CorruptHistory, DomainError, Invalid, NotFound
-from aenv.domain.messages import Command, CommandRejected, Event, Message, RejectionCode, utcnow
+from domain.catalog import COMMAND_TYPES, EVENT_TYPES
+from domain.errors import Conflict, CorruptHistory, DomainError, Invalid, NotFound
+from domain.messages import Command, CommandRejected, Event, Message, RejectionCode, utcnow
 
 __all__ = [
     "COMMAND_TYPES",

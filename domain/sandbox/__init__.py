@@ -1,0 +1,27 @@
+"""The sandbox aggregate: commands, events, state and the pure decide/evolve over them."""
+
+from domain.sandbox.commands import *  # noqa: F403
+from domain.sandbox.commands import __all__ as _commands
+from domain.sandbox.decide import DEFAULT_POLICY, decide
+from domain.sandbox.events import *  # noqa: F403
+from domain.sandbox.events import __all__ as _events
+from domain.sandbox.evolve import State, evolve, fold
+from domain.sandbox.state import RECENT_COMMANDS, Sandbox
+from domain.sandbox.timer import expiry_command, fork_child_command
+from domain.sandbox.values import *  # noqa: F403
+from domain.sandbox.values import __all__ as _values
+
+__all__ = [
+    *_commands,
+    *_events,
+    *_values,
+    "DEFAULT_POLICY",
+    "RECENT_COMMANDS",
+    "Sandbox",
+    "State",
+    "decide",
+    "evolve",
+    "expiry_command",
+    "fold",
+    "fork_child_command",
+]
