@@ -20,7 +20,7 @@ from api import sandboxes, system, templates
 from api.auth import HEADER, Caller
 from api.context import ApiContext
 from api.errors import HANDLERS
-from api.proxy import ASGIApp, Receive, Resolver, SandboxProxy, Scope, Send
+from shared.proxy import ASGIApp, Receive, Resolver, SandboxProxy, Scope, Send
 
 _ID = re.compile(r"/[a-z0-9]{12,63}(?=/|$)")
 

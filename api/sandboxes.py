@@ -8,11 +8,9 @@ changes of state alone (the TTL) are decided and appended here, through the same
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
 import secrets
-import time
 import uuid
 from datetime import datetime
 from typing import Annotated, Any
@@ -25,6 +23,7 @@ from api.auth import Caller
 from api.context import ApiContext
 from api.errors import ApiError
 from api.outcomes import send_and_wait
+from api.resume import LIVE, node_or_placement, resume
 from bus.decisions import apply
 from bus.envelope import MessageContext
 from domain import sandbox as sb
@@ -34,7 +33,6 @@ from envd.version import ENVD_VERSION
 
 DEFAULT_TIMEOUT_V2 = 300
 DEFAULT_TIMEOUT_V1 = 15
-LIVE = {SandboxStatus.RUNNING, SandboxStatus.SNAPSHOTTING, SandboxStatus.FORKING}
 
 
 def _not_found(sandbox_id: str) -> ApiError:
@@ -165,30 +163,16 @@ async def create_sandbox(
 
 async def _template_node(ctx: ApiContext, tpl: dict[str, Any]) -> str | None:
     """Where a create from `tpl` goes: a snapshot template to the node that took it (see
-    `_node_or_placement`); a built template to placement."""
+    `api.resume.node_or_placement`); a built template to placement."""
     tpl_id = tpl["template_id"]
     node: str | None = await ctx.cached(
         f"tpl-node:{tpl_id}", lambda: reads.snapshot_node(ctx.engine, tpl_id)
     )
-    return await _node_or_placement(
+    return await node_or_placement(
         ctx, node, durable=bool(tpl.get("capture_key")),
         stranded=f"snapshot {tpl_id!r} is on node {node}, which is not running, and its "
                  "capture has not reached the snapshot repository",
     )  # fmt: skip
-
-
-async def _node_or_placement(
-    ctx: ApiContext, node: str | None, *, durable: bool, stranded: str
-) -> str | None:
-    """Where a command needing a capture goes: the node holding it — or, when that node
-    stopped beating and the capture is durable in the snapshot repository, placement (the
-    node that takes it pulls the capture). Gone with the capture only on its disk: 503
-    `stranded`, not a wait on a dead queue."""
-    if node is None or not await ctx.node_gone(node):
-        return node
-    if durable:
-        return None
-    raise ApiError(503, stranded)
 
 
 @get("/sandboxes/{sandbox_id:str}")
@@ -297,47 +281,12 @@ async def pause_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> Non
     await _settle(ctx, sandbox_id)
 
 
-async def _settled_pause(ctx: ApiContext, state: sb.Sandbox) -> sb.Sandbox:
-    """A pause under way (e.g. the TTL just fired) finishes before we resume from it."""
-    deadline = time.monotonic() + ctx.settings.command_timeout_s
-    while state.status is SandboxStatus.PAUSING and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-        fresh, _ = await ctx.bus.sandboxes.load(state.sandbox_id)
-        if fresh is None:
-            raise _not_found(state.sandbox_id)
-        state = fresh
-    return state
-
-
 async def _resume(
     ctx: ApiContext, caller: Caller, state: sb.Sandbox, timeout: int | None
 ) -> sb.Sandbox:
     if timeout is not None:
         _check_timeout(timeout)
-    state = await _settled_pause(ctx, state)
-    if state.status in LIVE:
-        return state
-    event, _ = await send_and_wait(
-        ctx.bus, sb.ResumeSandbox(sandbox_id=state.sandbox_id, timeout_s=timeout),
-        node_id=await _node_or_placement(
-            ctx, state.node_id, durable=state.resumable_anywhere,
-            stranded=f"sandbox {state.sandbox_id} is paused on node {state.node_id}, which is "
-                     "not running, and its capture has not reached the snapshot repository: "
-                     "it resumes once that node is back",
-        ),
-        until=(sb.SandboxResumed, sb.SandboxResumeFailed),
-        timeout=ctx.settings.command_timeout_s, actor=caller.key_id,
-    )  # fmt: skip
-    if isinstance(event, sb.SandboxResumeFailed):
-        raise ApiError(500, f"sandbox {state.sandbox_id} could not be resumed and stays "
-                            f"paused (try again later): {event.reason}")  # fmt: skip
-    if isinstance(event, sb.SandboxFailed):
-        raise ApiError(500, f"sandbox {state.sandbox_id} failed to resume: {event.reason}")
-    await _settle(ctx, state.sandbox_id)
-    assert isinstance(event, sb.SandboxResumed)
-    # what the answer needs changed only by this event: no reload on the response path
-    return state.model_copy(update={"status": sb.SandboxStatus.RUNNING,
-                                    "node_id": event.node_id, "end_at": event.end_at})
+    return await resume(ctx, state, timeout_s=timeout, actor=caller.key_id)
 
 
 @post("/sandboxes/{sandbox_id:str}/resume", status_code=201)

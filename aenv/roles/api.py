@@ -17,10 +17,11 @@ from api.admin import create_api_key
 from api.app import create_app
 from api.auth import KeyChecker
 from api.context import ApiContext, ApiSettings
-from api.routes import RouteTable
+from api.resume import auto_resume
 from bus import Bus, BusSettings
 from bus.nodes import NodeBook
 from projections import Projector, SandboxProjection, all_projections, create_engine
+from shared.proxy import RouteTable
 from workers.build.builder import Builder, BuildSettings
 from workers.timer import Timer
 
@@ -56,7 +57,9 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         stack.push_async_callback(nodes.close)
         ctx = ApiContext(bus, engine, api_settings, KeyChecker(engine), wait_for=wait_for,
                          wait_for_templates=wait_for_templates, nodes=nodes)  # fmt: skip
-        routes = await RouteTable.open(bus, via_node=ctx.settings.proxy_via_node)
+        routes = await RouteTable.open(bus, via_node=ctx.settings.proxy_via_node,
+                                     resume=auto_resume(ctx),
+                                     resume_timeout_s=ctx.settings.command_timeout_s)  # fmt: skip
         stack.push_async_callback(routes.close)
         app = create_app(ctx, routes.resolve)
         routes.on_gone.append(app.close_sandbox)

@@ -2,8 +2,8 @@
 
 A guest's address (the netns end of its veth) is reachable only from its node's host, so
 an API on another host sends sandbox traffic here, with `E2b-Sandbox-Id`/`-Port` saying
-where it goes (`api.routes.RouteTable` with `via_node`); this proxy resolves them against
-the VMs this node runs. It reuses the API's streaming proxy (HTTP and WebSocket) as is.
+where it goes (`shared.proxy.RouteTable` with `via_node`); this proxy resolves them against
+the VMs this node runs. It serves the same streaming proxy (HTTP and WebSocket) as the API.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import socket
 
-from api.proxy import Receive, SandboxProxy, SandboxUnavailable, Scope, Send, Upstream
+from shared.proxy import Receive, SandboxProxy, SandboxUnavailable, Scope, Send, Upstream
 from workers.node.host import SandboxHost
 
 

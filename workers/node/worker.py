@@ -180,7 +180,7 @@ class NodeWorker:
     def _route_beside(self, sandbox_id: str) -> asyncio.Task[None]:
         """The route, written while the caller appends the event that announces the sandbox
         running (not before it: a round trip off every create and resume). The API's proxy
-        waits for the route of a sandbox it knows running (`api.routes`)."""
+        waits for the route of a sandbox it knows running (`shared.proxy.routes`)."""
         return asyncio.create_task(self._route(sandbox_id), name=f"route:{sandbox_id}")
 
     def _route_gone(self, sandbox_id: str) -> None:

@@ -20,27 +20,6 @@ PAGE = 4096  # zero-skipping granularity on rebuild: the guest's page size
 _ZEROS = bytes(CHUNK_SIZE)
 
 
-def data_extents(fd: int, size: int) -> list[tuple[int, int]]:
-    """[start, end) ranges of `fd` that hold data; everything else is a hole.
-
-    On filesystems without hole reporting the whole file is one extent (still correct,
-    just slower: every chunk is read and zero chunks are detected by content).
-    """
-    out: list[tuple[int, int]] = []
-    pos = 0
-    while pos < size:
-        try:
-            start = os.lseek(fd, pos, os.SEEK_DATA)
-        except OSError as e:
-            if e.errno == errno.ENXIO:  # only a hole remains
-                break
-            raise
-        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
-        out.append((start, end))
-        pos = end
-    return out
-
-
 def chunks_touching(extents: list[tuple[int, int]], chunk_size: int) -> list[int]:
     """Indices of the chunks any extent overlaps, ascending and unique."""
     out: set[int] = set()

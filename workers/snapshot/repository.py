@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from shared.sparse import data_extents
 from workers.snapshot import chunks, diskchain
 from workers.snapshot.cache import BlobCache
 from workers.snapshot.digest import file_digest
@@ -176,7 +177,7 @@ class SnapshotRepository:
         size = os.fstat(fd).st_size
         cs = self.chunk_size
         digests: list[str | None] = [None] * chunks.chunk_count(size, cs)
-        extents = await asyncio.to_thread(chunks.data_extents, fd, size)
+        extents = await asyncio.to_thread(data_extents, fd, size)
         todo = iter(chunks.chunks_touching(extents, cs))
 
         def reread(i: int) -> Callable[[], Awaitable[BlobSource]]:

@@ -10,9 +10,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.sparse import data_extents
 from workers.node.runtime.snapshot import Snapshot
 from workers.node.vmm.spec import Machine
-from workers.snapshot.chunks import data_extents
 
 MIB = 1 << 20
 MEM_SIZE = 512 * MIB

@@ -11,14 +11,13 @@ from datetime import UTC, datetime
 import pytest
 import pytest_asyncio
 
-from api import routes as routes_mod
-from api.proxy import SandboxUnavailable
-from api.routes import RouteTable
 from bus import Bus
 from bus.decisions import apply
 from bus.routes import Route
 from domain import sandbox as sb
 from domain.sandbox.values import new_sandbox_id
+from shared.proxy import RouteTable, SandboxUnavailable
+from shared.proxy import routes as routes_mod
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -95,3 +94,55 @@ async def test_a_table_closed_right_after_it_opened_closes(bus: Bus) -> None:
         closing = asyncio.create_task(table.close())
         done, _ = await asyncio.wait({closing}, timeout=5.0)
         assert closing in done, "RouteTable.close() hung"
+
+
+async def _paused(bus: Bus, *, auto_resume: bool) -> str:
+    sid = new_sandbox_id()
+    life = sb.Lifecycle(on_timeout="pause", auto_resume=auto_resume)
+    for cmd in (
+        sb.CreateSandbox(sandbox_id=sid, template_id="base", at=T0, timeout_s=60, lifecycle=life),
+        sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0),
+        sb.PauseSandbox(sandbox_id=sid, at=T0),
+        sb.CompletePause(sandbox_id=sid, snapshot_id=f"{sid}-p1", at=T0),
+    ):
+        await apply(bus.sandboxes, cmd)
+    return sid
+
+
+async def test_auto_resume_goes_through_the_policy_then_waits_for_the_route(bus: Bus) -> None:
+    """The table does not decide where a resume goes: it calls the policy it was handed
+    (the API's, the same as its resume route's) and then waits for the node's route."""
+    asked: list[str] = []
+
+    async def policy(state: sb.Sandbox) -> None:
+        asked.append(state.sandbox_id)
+        await apply(bus.sandboxes, sb.ResumeSandbox(sandbox_id=state.sandbox_id, at=T0))
+        await apply(bus.sandboxes, sb.CompleteResume(sandbox_id=state.sandbox_id,
+                                                     node_id="n2", at=T0))  # fmt: skip
+        await table.book.put(state.sandbox_id, Route(node_id="n2", address="10.9.0.7"))
+
+    table = await RouteTable.open(bus, resume=policy)
+    try:
+        sid = await _paused(bus, auto_resume=True)
+        first, second = await asyncio.wait_for(
+            asyncio.gather(table.resolve(sid, 49983), table.resolve(sid, 8080)), 5.0
+        )
+        assert (first.host, second.host) == ("10.9.0.7", "10.9.0.7")
+        assert asked == [sid]  # concurrent requests share one resume
+    finally:
+        await table.close()
+
+
+async def test_a_paused_sandbox_is_a_502_without_auto_resume_or_when_the_policy_fails(
+    bus: Bus,
+) -> None:
+    async def failing(state: sb.Sandbox) -> None:
+        raise RuntimeError("node gone and capture not durable")
+
+    table = await RouteTable.open(bus, resume=failing)
+    try:
+        for sid in (await _paused(bus, auto_resume=False), await _paused(bus, auto_resume=True)):
+            with pytest.raises(SandboxUnavailable):
+                await asyncio.wait_for(table.resolve(sid, 49983), 2.0)
+    finally:
+        await table.close()

@@ -4,8 +4,8 @@ import pytest
 
 from api.errors import ApiError
 from api.metrics import Metrics
-from api.proxy import sandbox_target
 from api.reads import parse_metadata_filter
+from shared.proxy import sandbox_target
 
 
 def scope(headers: dict[str, str]) -> dict[str, object]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-OURS = {"aenv", "api", "bus", "domain", "envd", "projections", "workers", "bench"}
+OURS = {"aenv", "api", "bus", "domain", "envd", "projections", "shared", "workers", "bench"}
 
 ALLOWED = {
     "domain": {"domain"},

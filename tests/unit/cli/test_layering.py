@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[3]
 CLIENT = [*(ROOT / "aenv" / "commands").glob("*.py"),
           *(ROOT / "aenv" / f for f in ("config.py", "output.py", "build_client.py",
                                        "dockerfile.py"))]  # fmt: skip
-SERVER = {"api", "bus", "envd", "projections", "workers", "bench", "domain", "aenv.stack"}
+SERVER = {"api", "bus", "envd", "projections", "shared", "workers", "bench", "domain", "aenv.stack"}
 
 
 def _imports(path: Path, *, top_level_only: bool = False) -> set[str]:

@@ -1,6 +1,7 @@
 import os
 from pathlib import Path
 
+from shared.sparse import data_extents
 from workers.snapshot import chunks
 
 MIB = 1 << 20
@@ -49,7 +50,7 @@ def test_holes_are_not_data_and_zero_chunks_are_dropped(tmp_path: Path) -> None:
         f.write(bytes(MIB))  # allocated zeros
     fd = os.open(path, os.O_RDONLY)
     try:
-        extents = chunks.data_extents(fd, 16 * MIB)
+        extents = data_extents(fd, 16 * MIB)
         touched = chunks.chunks_touching(extents, cs)
         assert 3 in touched and 9 in touched and 0 not in touched
         assert chunks.read_chunk(fd, 9, cs, 16 * MIB) is None

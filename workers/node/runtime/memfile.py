@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from workers.snapshot.chunks import data_extents
+from shared.sparse import data_extents
 
 FICLONE = 0x40049409
 #: Bytes copied between two calls of `pause_point` (a background copy stops there for a

@@ -33,8 +33,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from shared.sparse import data_extents
 from workers.node.runtime.memfile import clone_or_sparse_copy, reflink, sparse_copy
-from workers.snapshot.chunks import data_extents
 
 __all__ = ["RamStage"]
 

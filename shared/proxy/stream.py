@@ -5,7 +5,7 @@ E2B SDKs send sandbox traffic to `E2B_SANDBOX_URL` (often the API's own URL) wit
 never reach Litestar: they are streamed both ways to the guest, chunk by chunk, with no
 buffering — a `commands.run(background=True)` returns only when the first streamed event
 arrives, and a 1 GiB upload must not sit in this process's memory. WebSocket upgrades are
-relayed message by message (`api.wsproxy`).
+relayed message by message (`shared.proxy.websocket`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import h11
 
-from api.wsproxy import forward_websocket
+from shared.proxy.websocket import forward_websocket
 
 log = logging.getLogger(__name__)
 

@@ -9,28 +9,33 @@ that answered a moment before the watch delivered it) is read from the bucket di
 A node announces a sandbox running while its route is still on the way (the two are
 written side by side, not one after the other): a request for a sandbox that is running,
 or being created or resumed, waits a moment for its route. A paused sandbox with
-`autoResume` is resumed by the first request that reaches it, as E2B does; any other miss
-is E2B's 502 "sandbox was not found".
+`autoResume` is resumed by the first request that reaches it, as E2B does — through the
+resume policy the API hands in (`AutoResume`: the same one its resume route uses, so a
+sandbox paused on a node that is gone resumes elsewhere here too); any other miss is E2B's
+502 "sandbox was not found".
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
-from api.errors import ApiError
-from api.outcomes import send_and_wait
-from api.proxy import SandboxUnavailable, Upstream
 from bus import Bus
 from bus.routes import Route, RouteBook
 from bus.tasks import cancel_and_wait
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus
+from shared.proxy.stream import SandboxUnavailable, Upstream
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RouteTable"]
+__all__ = ["AutoResume", "RouteTable"]
+
+#: Brings a paused sandbox back (returns once it runs; raises if it cannot). The API's
+#: resume policy: where the resume goes (its node, or placement when that node is gone and
+#: the capture is durable) is its business, not the proxy's.
+AutoResume = Callable[[sb.Sandbox], Awaitable[None]]
 
 #: How long a request waits for the route of a sandbox whose state says it runs: the node
 #: put it beside the event that announced it, microseconds apart.
@@ -43,10 +48,12 @@ STARTING = (SandboxStatus.CREATING, SandboxStatus.RESUMING)
 class RouteTable:
     def __init__(
         self, bus: Bus, book: RouteBook, *, resume_timeout_s: float = 60.0,
-        via_node: bool = False,
+        via_node: bool = False, resume: AutoResume | None = None,
     ) -> None:  # fmt: skip
         self.bus = bus
         self.book = book
+        #: how a paused sandbox with `autoResume` is brought back; None: it is not
+        self.resume = resume
         #: through the node's proxy (any host) rather than straight to the guest address
         #: (reachable only from the node's own host)
         self.via_node = via_node
@@ -60,9 +67,13 @@ class RouteTable:
         self._awaited: dict[str, list[asyncio.Future[Route]]] = {}
 
     @classmethod
-    async def open(cls, bus: Bus, *, via_node: bool = False) -> RouteTable:
+    async def open(
+        cls, bus: Bus, *, via_node: bool = False, resume: AutoResume | None = None,
+        resume_timeout_s: float = 60.0,
+    ) -> RouteTable:  # fmt: skip
         book = await RouteBook.open(bus.js, bus.names.routes_bucket)
-        table = cls(bus, book, via_node=via_node)
+        table = cls(bus, book, via_node=via_node, resume=resume,
+                    resume_timeout_s=resume_timeout_s)  # fmt: skip
         table._task = asyncio.create_task(table._follow(), name="route-table")
         return table
 
@@ -127,45 +138,30 @@ class RouteTable:
                 self._awaited.pop(sandbox_id, None)
 
     async def _auto_resume(self, sandbox_id: str, state: sb.Sandbox | None) -> Route:
-        if state is None or not state.lifecycle.auto_resume or state.status not in (
-            SandboxStatus.PAUSED, SandboxStatus.PAUSING, SandboxStatus.RESUMING,
+        if self.resume is None or state is None or not state.lifecycle.auto_resume or (
+            state.status not in (SandboxStatus.PAUSED, SandboxStatus.PAUSING)
         ):  # fmt: skip
             raise SandboxUnavailable(sandbox_id)
         # Concurrent requests to one paused sandbox share a single resume.
         task = self._resuming.get(sandbox_id)
         if task is None:
-            task = asyncio.create_task(self._resume(state))
+            task = asyncio.create_task(self._resume_within(state))
             self._resuming[sandbox_id] = task
             task.add_done_callback(lambda _: self._resuming.pop(sandbox_id, None))
         try:
             await asyncio.shield(task)
-        except (ApiError, TimeoutError) as e:
+        except Exception as e:  # whatever the policy's reason, the client sees E2B's 502
             log.warning("auto-resume of %s failed: %s", sandbox_id, e)
             raise SandboxUnavailable(sandbox_id) from e
-        route = await self._lookup(sandbox_id)
-        if route is None:
+        # the node puts the route beside the event that says it runs: wait for it
+        fresh, _ = await self.bus.sandboxes.load(sandbox_id)
+        if fresh is None or fresh.status not in RUNNING:
             raise SandboxUnavailable(sandbox_id)
-        return route
+        return await self._arrival(fresh)
 
-    async def _resume(self, state: sb.Sandbox) -> None:
-        deadline = asyncio.get_running_loop().time() + self.resume_timeout_s
-        while state.status is SandboxStatus.PAUSING:  # the TTL's pause is finishing
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"sandbox {state.sandbox_id} is still pausing")
-            await asyncio.sleep(0.05)
-            fresh, _ = await self.bus.sandboxes.load(state.sandbox_id)
-            if fresh is None:
-                return
-            state = fresh
-        if state.status is not SandboxStatus.PAUSED:
-            return  # someone else is resuming it; the route appears when they are done
-        event, _ = await send_and_wait(
-            self.bus, sb.ResumeSandbox(sandbox_id=state.sandbox_id), node_id=state.node_id,
-            until=(sb.SandboxResumed, sb.SandboxResumeFailed), timeout=self.resume_timeout_s,
-            actor="auto-resume",
-        )  # fmt: skip
-        if isinstance(event, sb.SandboxFailed | sb.SandboxResumeFailed):
-            raise ApiError(502, f"sandbox {state.sandbox_id} could not resume: {event.reason}")
+    async def _resume_within(self, state: sb.Sandbox) -> None:
+        assert self.resume is not None
+        await asyncio.wait_for(self.resume(state), self.resume_timeout_s)
 
     async def _follow(self) -> None:
         """Mirror the bucket for the life of the process (re-watching after a NATS hiccup)."""

@@ -1,4 +1,4 @@
-"""WebSocket traffic to a guest port: the proxy's other half (HTTP lives in `api.proxy`).
+"""WebSocket traffic to a guest port: the proxy's other half (HTTP lives in `shared.proxy.stream`).
 
 The ASGI server has already done the client-side handshake's parsing; we open the same
 upgrade to the guest, accept the client only once the guest accepted (with the guest's

@@ -1,0 +1,93 @@
+"""The one resume policy: how a paused sandbox comes back, for the `resume` and `connect`
+routes and for the proxy's auto-resume alike (`shared.proxy.RouteTable` is handed
+`auto_resume`), so a request that wakes a sandbox behaves exactly like an explicit resume.
+
+Where the command goes is `node_or_placement`: the node holding the capture, or — when
+that node stopped beating and the capture is durable in the snapshot repository — any
+node (placement), which pulls it. A capture stranded on a dead node's disk is a clear 503,
+never a wait on a queue nobody reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from api.context import ApiContext
+from api.errors import ApiError
+from api.outcomes import send_and_wait
+from domain import sandbox as sb
+from domain.sandbox import SandboxStatus
+from shared.proxy import AutoResume
+
+__all__ = ["LIVE", "auto_resume", "node_or_placement", "resume"]
+
+#: States in which a sandbox runs (E2B's "running").
+LIVE = frozenset({SandboxStatus.RUNNING, SandboxStatus.SNAPSHOTTING, SandboxStatus.FORKING})
+#: A transition someone else started, which a resume waits out before it decides.
+_IN_FLIGHT = (SandboxStatus.PAUSING, SandboxStatus.RESUMING)
+
+
+async def node_or_placement(
+    ctx: ApiContext, node: str | None, *, durable: bool, stranded: str
+) -> str | None:
+    """Where a command needing a capture goes: the node holding it, else (that node gone,
+    the capture durable) placement. Gone with the capture only on its disk: 503 `stranded`."""
+    if node is None or not await ctx.node_gone(node):
+        return node
+    if durable:
+        return None
+    raise ApiError(503, stranded)
+
+
+async def _settled(ctx: ApiContext, state: sb.Sandbox) -> sb.Sandbox:
+    """The state once a pause or resume under way has finished (e.g. the TTL's pause just
+    fired, or a concurrent request is resuming it): a resume decides on where it ended."""
+    deadline = time.monotonic() + ctx.settings.command_timeout_s
+    while state.status in _IN_FLIGHT and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        fresh, _ = await ctx.bus.sandboxes.load(state.sandbox_id)
+        if fresh is None:
+            raise ApiError(404, f'sandbox "{state.sandbox_id}" not found')
+        state = fresh
+    return state
+
+
+async def resume(
+    ctx: ApiContext, state: sb.Sandbox, *, timeout_s: int | None, actor: str | None
+) -> sb.Sandbox:
+    """Bring `state`'s sandbox back and return its state as it runs. `timeout_s` None keeps
+    the TTL it had left when paused."""
+    state = await _settled(ctx, state)
+    if state.status in LIVE:
+        return state
+    node = await node_or_placement(
+        ctx, state.node_id, durable=state.resumable_anywhere,
+        stranded=f"sandbox {state.sandbox_id} is paused on node {state.node_id}, which is "
+                 "not running, and its capture has not reached the snapshot repository: "
+                 "it resumes once that node is back",
+    )  # fmt: skip
+    event, _ = await send_and_wait(
+        ctx.bus, sb.ResumeSandbox(sandbox_id=state.sandbox_id, timeout_s=timeout_s),
+        node_id=node, until=(sb.SandboxResumed, sb.SandboxResumeFailed),
+        timeout=ctx.settings.command_timeout_s, actor=actor,
+    )  # fmt: skip
+    if isinstance(event, sb.SandboxResumeFailed):
+        raise ApiError(500, f"sandbox {state.sandbox_id} could not be resumed and stays "
+                            f"paused (try again later): {event.reason}")  # fmt: skip
+    if isinstance(event, sb.SandboxFailed):
+        raise ApiError(500, f"sandbox {state.sandbox_id} failed to resume: {event.reason}")
+    assert isinstance(event, sb.SandboxResumed)
+    ctx.unfenced.add(state.sandbox_id)  # read-your-writes (see `sandboxes._settle`)
+    # what the answer needs changed only by this event: no reload on the response path
+    return state.model_copy(update={"status": SandboxStatus.RUNNING,
+                                    "node_id": event.node_id, "end_at": event.end_at})
+
+
+def auto_resume(ctx: ApiContext) -> AutoResume:
+    """The policy as the proxy's route table calls it, for a request to a paused sandbox."""
+
+    async def run(state: sb.Sandbox) -> None:
+        await resume(ctx, state, timeout_s=None, actor="auto-resume")
+
+    return run

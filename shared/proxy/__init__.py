@@ -1,0 +1,31 @@
+"""The sandbox proxy: E2B's envd and guest-port traffic streamed to a guest, HTTP and
+WebSocket (`stream`, `websocket`), and the route table that finds a sandbox's guest from
+the nodes' routes bucket (`routes`). The API serves it in front of its control plane; each
+node serves it for the VMs it runs (an API on another host reaches guests through it)."""
+
+from shared.proxy.routes import AutoResume, RouteTable
+from shared.proxy.stream import (
+    ASGIApp,
+    Receive,
+    Resolver,
+    SandboxProxy,
+    SandboxUnavailable,
+    Scope,
+    Send,
+    Upstream,
+    sandbox_target,
+)
+
+__all__ = [
+    "ASGIApp",
+    "AutoResume",
+    "Receive",
+    "Resolver",
+    "RouteTable",
+    "SandboxProxy",
+    "SandboxUnavailable",
+    "Scope",
+    "Send",
+    "Upstream",
+    "sandbox_target",
+]
