@@ -23,6 +23,7 @@ unit: setup       ## pure tests only: no services, no VMs
 lint:
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 image: setup      ## build (or find in cache) the default `base` guest image
 	$(BIN)/python -m workers.node.image build-base

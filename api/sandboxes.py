@@ -8,7 +8,6 @@ changes of state alone (the TTL) are decided and appended here, through the same
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 import uuid
@@ -53,7 +52,7 @@ def _ids(caller: Caller, idempotency_key: str | None) -> tuple[str, uuid.UUID]:
     if not idempotency_key:
         return sb.new_sandbox_id(), uuid.uuid4()
     seed = f"{caller.key_id}|{idempotency_key}"
-    sid = sb.values._b32_id(hashlib.sha256(seed.encode()).digest())
+    sid = sb.derived_sandbox_id(seed)
     return sid, sb.derived_command_id("create", seed)
 
 

@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 BIN=${VENV:-.venv}/bin
 echo "== ruff"; "$BIN/ruff" check .
 echo "== mypy"; "$BIN/mypy"
+echo "== import rules"; "$BIN/lint-imports" --no-cache
 echo "== pytest"
 exec "$BIN/pytest" tests "$@"

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from aenv.commands._common import EXIT_USAGE, die, sdk_errors
+from aenv.commands.common import EXIT_USAGE, die, sdk_errors
 from aenv.config import credentials_path, write_credentials
 
 __all__ = ["register"]

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from aenv.commands._common import (
+from aenv.commands.common import (
     DEFAULT_DATA,
     EXIT_FAILED,
     ApiKey,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from aenv.commands._common import (
+from aenv.commands.common import (
     DEFAULT_DATA,
     EXIT_FAILED,
     EXIT_SERVER,
@@ -62,7 +62,7 @@ class _Errors:
         import httpx
 
         from aenv.build_client import BuildError
-        from aenv.commands._common import debug_requested
+        from aenv.commands.common import debug_requested
         from aenv.dockerfile import DockerfileError
 
         if e is None or isinstance(e, typer.Exit | KeyboardInterrupt) or debug_requested():

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from aenv.commands._common import EXIT_FAILED, EXIT_SERVER, EXIT_USAGE, die
+from aenv.commands.common import EXIT_FAILED, EXIT_SERVER, EXIT_USAGE, die
 from aenv.config import DEFAULT_DATA_DIR
 from aenv.ops.lineage import Family, LineageNode, render, walk
 from aenv.ops.stack import StackDir, operator_errors, running_stack

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from aenv.commands._common import EXIT_FAILED, EXIT_SERVER, debug_requested, die
+from aenv.commands.common import EXIT_FAILED, EXIT_SERVER, debug_requested, die
 
 __all__ = ["StackDir", "operator_errors", "pid_alive", "running_stack", "stack_info"]
 

@@ -20,6 +20,7 @@ __all__ = [
     "SandboxId",
     "SandboxStatus",
     "derived_command_id",
+    "derived_sandbox_id",
     "fork_child_ids",
     "new_sandbox_id",
     "public_state",
@@ -104,6 +105,12 @@ def _b32_id(digest: bytes) -> str:
 def new_sandbox_id() -> str:
     """A fresh random sandbox id, for edges that mint them (the API)."""
     return _b32_id(secrets.token_bytes(16))
+
+
+def derived_sandbox_id(seed: str) -> str:
+    """A sandbox id that follows from `seed` (a client's idempotency key, a build id): the
+    same seed names the same sandbox on every retry and every replica."""
+    return _b32_id(hashlib.sha256(seed.encode()).digest())
 
 
 def fork_child_ids(command_id: UUID, count: int) -> tuple[str, ...]:

@@ -73,7 +73,7 @@ class Context:
 
 def build_sandbox_id(build_id: str) -> str:
     """Derived from the build: a redelivered build finds (and kills) its predecessor's VM."""
-    return sb.values._b32_id(hashlib.sha256(f"build|{build_id}".encode()).digest())
+    return sb.derived_sandbox_id(f"build|{build_id}")
 
 
 async def _send(

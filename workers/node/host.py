@@ -19,9 +19,9 @@ from pathlib import Path
 
 from workers.node.image.cache import cache_root
 from workers.node.net import EgressPolicy
+from workers.node.ports import CaptureRepository
 from workers.node.runtime import Runtime, Snapshot, Vm, allocated_bytes, wait_and_init
 from workers.node.templates import TemplateCatalog, TemplateError, TemplateNotLocal
-from workers.snapshot import SnapshotRepository
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class SandboxHost:
         templates: TemplateCatalog,
         *,
         capacity: int,
-        repository: SnapshotRepository | None = None,
+        repository: CaptureRepository | None = None,
     ) -> None:
         self.runtime = runtime
         #: where captures become durable (S3 or a shared filesystem); None: node-local only

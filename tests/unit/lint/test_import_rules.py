@@ -1,0 +1,71 @@
+"""The import contracts (pyproject `[tool.importlinter]`) hold, and they bite: a copy of the
+tree with one forbidden import added fails `lint-imports` naming that import."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.lint.private_names import private_uses
+
+ROOT = Path(__file__).resolve().parents[3]
+PACKAGES = ["aenv", "api", "bench", "bus", "domain", "envd", "projections", "shared", "workers"]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(LINT), "--no-cache"], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+
+
+def _copy(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    ignore = shutil.ignore_patterns("__pycache__")
+    for pkg in [*PACKAGES, "tests/lint"]:
+        shutil.copytree(ROOT / pkg, tree / pkg, ignore=ignore)
+    (tree / "tests" / "__init__.py").touch()
+    shutil.copy(ROOT / "pyproject.toml", tree)
+    return tree
+
+
+def test_the_contracts_hold() -> None:
+    out = _lint(ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "names"),
+    [
+        ("workers/node/journal.py", "import api.errors", "workers.node.journal -> api.errors"),
+        ("workers/timer/timer.py", "import workers.node.journal", "workers.timer"),
+        ("domain/errors.py", "import bus.errors", "domain.errors -> bus.errors"),
+        ("envd/log.py", "import domain", "envd.log -> domain"),
+        ("api/errors.py", "import envd.procs", "api.errors -> envd.procs"),
+    ],
+)
+def test_a_forbidden_import_fails_the_lint(
+    tmp_path: Path, module: str, line: str, names: str
+) -> None:
+    tree = _copy(tmp_path)
+    with (tree / module).open("a") as f:
+        f.write(f"\n{line}  # noqa\n")
+    out = _lint(tree)
+    assert out.returncode != 0, out.stdout
+    assert names in out.stdout, out.stdout
+
+
+def test_private_names_of_another_package_are_reported() -> None:
+    source = (
+        "from domain.sandbox import values as v\n"
+        "from domain.sandbox.values import _b32_id\n"
+        "import bus._hidden\n"
+        "from api import _mine\n"  # api's own private names are its business
+        "x = v._b32_id(b'')\n"
+        "y = v.__all__\n"
+    )
+    uses = private_uses("api.sandboxes", source, {"api", "bus", "domain"})
+    assert [u.line for u in uses] == [2, 3, 5], uses
