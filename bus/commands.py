@@ -24,16 +24,12 @@ from domain import Command
 
 __all__ = ["CommandBus", "CommandReceipt", "aggregate_id_of", "decode_command", "verb_of"]
 
-_AGGREGATE_FIELDS = ("build_id", "sandbox_id", "template_id", "key_id")
-
-
 def aggregate_id_of(command: Command) -> str:
     """The id of the aggregate a command addresses (its subject's last token)."""
-    for field in _AGGREGATE_FIELDS:
-        value = getattr(command, field, None)
-        if isinstance(value, str):
-            return value
-    raise DecodeError(f"{type(command).__name__} names no aggregate")
+    try:
+        return command.aggregate_id
+    except TypeError as e:
+        raise DecodeError(str(e)) from None
 
 
 def verb_of(command: Command) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
@@ -77,6 +78,17 @@ class Bus:
             builds=EventStore.builds(js, pub, settings),
             commands=CommandBus(pub, settings),
         )
+
+    @property
+    def rejection_sinks(self) -> dict[str, EventStore[Any]]:
+        """Each aggregate kind's store, where a consumer appends a refused command's
+        `CommandRejected` (`CommandConsumer`)."""
+        return {
+            AggregateKind.SANDBOX: self.sandboxes,
+            AggregateKind.TEMPLATE: self.templates,
+            AggregateKind.APIKEY: self.api_keys,
+            AggregateKind.BUILD: self.builds,
+        }
 
     async def answers(self) -> Answers:
         """This process's answers to sandbox commands (`bus.answers`), started on first use:

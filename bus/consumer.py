@@ -5,7 +5,8 @@ the ack.
     RetryableError                   → nak(delay)   (delay: the error's, else the backoff)
     ConcurrencyError                 → nak(0.1 s)   (decide again on the fresh state)
     DomainError / PermanentError /
-    undecodable or invalid message   → term + CommandRejected on the aggregate's subject
+    undecodable or invalid message   → term + CommandRejected on the subject of the aggregate
+                                       the command addresses (its envelope's kind)
     any other exception              → retried like RetryableError; on the last allowed
                                        delivery → term + CommandRejected("internal")
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -131,7 +132,7 @@ Handler = Callable[[Delivery], Awaitable[None]]
 
 
 class RejectionSink(Protocol):
-    """Where rejections go: the aggregate's own subject (an `EventStore`)."""
+    """Where rejections of one aggregate kind go: its own subjects (an `EventStore`)."""
 
     async def append_rejection(
         self, aggregate_id: str, rejection: CommandRejected, *, context: MessageContext
@@ -147,13 +148,14 @@ class CommandConsumer:
         settings: BusSettings,
         spec: ConsumerSpec,
         handler: Handler,
-        rejections: RejectionSink,
+        rejections: Mapping[str, RejectionSink],
     ) -> None:
         self._js = js
         self._stream = Names(settings.bus_prefix).command_stream
         self._spec = spec
         self._handler = handler
-        self._rejections = rejections
+        #: by aggregate kind: a template command's rejection lands on the template's subject
+        self._rejections = dict(rejections)
         self._sub: JetStreamContext.PullSubscription | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
@@ -272,26 +274,18 @@ class CommandConsumer:
         await d._msg.nak(delay=self._spec.delay(d.attempt) if delay is None else delay)
 
     async def _reject(self, d: Delivery, code: RejectionCode, reason: str) -> None:
-        rejection = CommandRejected(
-            aggregate_id=d.envelope.aggregate_id,
-            command_id=d.envelope.command_id,
-            command_type=d.envelope.type,
-            code=code,
-            reason=reason,
-            at=utcnow(),
-        )
-        await self._rejections.append_rejection(
-            d.envelope.aggregate_id, rejection, context=d.context
-        )
+        await self._record_rejection(d.envelope, code, reason, d.context)
         await d._msg.term()
 
-    async def _reject_raw(self, msg: Msg, code: RejectionCode, reason: str) -> None:
-        """A message we cannot fully decode: reject on its aggregate if the envelope says which."""
-        try:
-            env = decode_command_envelope(msg.data)
-        except DecodeError:
-            log.error("terminating an undecodable command on %s: %s", msg.subject, reason)
-            await msg.term()
+    async def _record_rejection(
+        self, env: CommandEnvelope, code: RejectionCode, reason: str, context: MessageContext
+    ) -> None:
+        """A `CommandRejected` on the addressed aggregate's subject; logged instead when the
+        envelope names a kind this process keeps no store for (nobody could wait there)."""
+        sink = self._rejections.get(env.kind or "")
+        if sink is None:
+            log.error("rejected %s %s (%s: %s); no store for aggregate kind %r", env.type,
+                      env.command_id, code, reason, env.kind)  # fmt: skip
             return
         rejection = CommandRejected(
             aggregate_id=env.aggregate_id,
@@ -301,9 +295,17 @@ class CommandConsumer:
             reason=reason,
             at=utcnow(),
         )
-        await self._rejections.append_rejection(
-            env.aggregate_id, rejection, context=MessageContext.caused_by(env)
-        )
+        await sink.append_rejection(env.aggregate_id, rejection, context=context)
+
+    async def _reject_raw(self, msg: Msg, code: RejectionCode, reason: str) -> None:
+        """A message we cannot fully decode: reject on its aggregate if the envelope says which."""
+        try:
+            env = decode_command_envelope(msg.data)
+        except DecodeError:
+            log.error("terminating an undecodable command on %s: %s", msg.subject, reason)
+            await msg.term()
+            return
+        await self._record_rejection(env, code, reason, MessageContext.caused_by(env))
         await msg.term()
 
 

@@ -64,10 +64,21 @@ class EventEnvelope(_Envelope):
 
 
 class CommandEnvelope(_Envelope):
-    """A command as queued in AENV_CMD."""
+    """A command as queued in AENV_CMD. `aggregate_kind` names the aggregate the command
+    addresses (`sandbox`, `template`, ...): a rejection is appended there, where whoever
+    sent it waits. Absent (a pipeline's hand-written envelope): the type's own kind."""
 
     command_id: UUID
     issued_at: AwareDatetime
+    aggregate_kind: str | None = None
+
+    @property
+    def kind(self) -> str | None:
+        """The addressed aggregate's kind: the envelope's word, else the command type's."""
+        if self.aggregate_kind:
+            return self.aggregate_kind
+        cls = commands.types.get(self.type)
+        return cls.aggregate if cls is not None and cls.aggregate else None
 
 
 @dataclass(frozen=True)
@@ -204,6 +215,7 @@ def encode_command(
         schema_version=commands.version_of(name),
         aggregate_id=aggregate_id,
         issued_at=command.at,
+        aggregate_kind=command.aggregate,
         causation_id=context.causation_id,
         correlation_id=context.correlation_id,
         actor=context.actor,

@@ -10,6 +10,7 @@ import hashlib
 import secrets
 from collections.abc import Iterable
 from functools import reduce
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,6 +20,7 @@ from domain.messages import Command, CommandRejected, Event
 __all__ = [
     "KEY_PREFIX",
     "ApiKey",
+    "ApiKeyCommand",
     "ApiKeyCreated",
     "ApiKeyRevoked",
     "CreateApiKey",
@@ -52,16 +54,24 @@ def new_api_key() -> str:
     return KEY_PREFIX + secrets.token_hex(20)
 
 
-class CreateApiKey(Command):
+class ApiKeyCommand(Command):
+    """A command addressed to one API key aggregate."""
+
+    aggregate: ClassVar[str] = "apikey"
+    aggregate_field: ClassVar[str] = "key_id"
+
     key_id: str = Field(min_length=1)
+
+
+class CreateApiKey(ApiKeyCommand):
     team_id: str = Field(min_length=1)
     name: str = ""
     prefix: str
     key_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
-class RevokeApiKey(Command):
-    key_id: str = Field(min_length=1)
+class RevokeApiKey(ApiKeyCommand):
+    """Revoke a key: it stops authenticating within the API's cache period."""
 
 
 class ApiKeyCreated(Event):

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 from functools import reduce
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
@@ -41,6 +41,7 @@ __all__ = [
     "LogTemplateBuild",
     "RequestTemplateBuild",
     "StartTemplateBuild",
+    "TemplateBuildCommand",
     "TemplateBuildFailed",
     "TemplateBuildLogged",
     "TemplateBuildRequested",
@@ -110,10 +111,18 @@ class BuildLogEntry(BaseModel):
 
 
 # ---- commands ---------------------------------------------------------------------------
-class RequestTemplateBuild(Command):
-    """`POST /v3/templates`: a new build of template `template_id` (created if new)."""
+class TemplateBuildCommand(Command):
+    """A command addressed to one template build aggregate."""
+
+    aggregate: ClassVar[str] = "build"
+    aggregate_field: ClassVar[str] = "build_id"
 
     build_id: str = Field(min_length=1)
+
+
+class RequestTemplateBuild(TemplateBuildCommand):
+    """`POST /v3/templates`: a new build of template `template_id` (created if new)."""
+
     template_id: str = Field(min_length=1)
     alias: str | None = None
     team_id: str | None = None
@@ -122,24 +131,21 @@ class RequestTemplateBuild(Command):
     disk_size_mb: int = Field(default=2048, ge=0)
 
 
-class StartTemplateBuild(Command):
+class StartTemplateBuild(TemplateBuildCommand):
     """`POST /v2/templates/{id}/builds/{buildID}`: the steps; the builder runs them."""
 
-    build_id: str = Field(min_length=1)
     spec: BuildSpec
     #: where the base template's capture lives (None: any node, e.g. `base`)
     node_id: str | None = None
 
 
-class LogTemplateBuild(Command):
-    build_id: str = Field(min_length=1)
+class LogTemplateBuild(TemplateBuildCommand):
     entries: tuple[BuildLogEntry, ...]
 
 
-class CompleteTemplateBuild(Command):
+class CompleteTemplateBuild(TemplateBuildCommand):
     """The builder's verdict: `error` None means the template is captured and registered."""
 
-    build_id: str = Field(min_length=1)
     error: str | None = None
     step: str | None = None
     sandbox_id: str | None = None

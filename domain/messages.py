@@ -28,14 +28,29 @@ class Message(BaseModel):
 
 
 class Command(Message):
-    """Something a client asks for. May be refused; `command_id` makes retries idempotent."""
+    """Something a client asks for. May be refused; `command_id` makes retries idempotent.
+
+    Every command addresses one aggregate: `aggregate` is its kind (its events — and its
+    rejection, if it is refused — go to that aggregate's subject), `aggregate_field` the
+    field holding its id. Each aggregate's commands share a base that sets both."""
 
     # Commands arrive from pipelines that publish JSON straight to NATS: a typo'd field must
     # be a validation error (→ CommandRejected), not silently dropped.
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    aggregate: ClassVar[str] = ""
+    aggregate_field: ClassVar[str] = ""
+
     command_id: UUID = Field(default_factory=uuid4)
     at: AwareDatetime = Field(default_factory=utcnow, description="issuer's clock, tz-aware")
+
+    @property
+    def aggregate_id(self) -> str:
+        """The id of the aggregate this command addresses."""
+        value = getattr(self, self.aggregate_field, None) if self.aggregate_field else None
+        if not isinstance(value, str):
+            raise TypeError(f"{type(self).__name__} names no aggregate")
+        return value
 
 
 class Event(Message):

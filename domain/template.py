@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import reduce
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +23,7 @@ __all__ = [
     "RecordTemplateUpload",
     "RegisterTemplate",
     "Template",
+    "TemplateCommand",
     "TemplateDeleted",
     "TemplateImported",
     "TemplateRegistered",
@@ -32,12 +34,20 @@ __all__ = [
 ]
 
 
-class RegisterTemplate(Command):
+class TemplateCommand(Command):
+    """A command addressed to one template aggregate."""
+
+    aggregate: ClassVar[str] = "template"
+    aggregate_field: ClassVar[str] = "template_id"
+
+    template_id: str = Field(min_length=1)
+
+
+class RegisterTemplate(TemplateCommand):
     """Make a template available (or update its defaults). `capture_id`: a snapshot
     template's capture on its node — a new capture under the same name is a new template
     as far as durability goes (the repository holds the old one until its upload)."""
 
-    template_id: str = Field(min_length=1)
     alias: str | None = None
     envd_version: str = "0.6.13"
     cpu_count: int = 2
@@ -46,27 +56,25 @@ class RegisterTemplate(Command):
     capture_id: str | None = None
 
 
-class DeleteTemplate(Command):
-    template_id: str = Field(min_length=1)
+class DeleteTemplate(TemplateCommand):
+    """Drop a template (a snapshot's, or one imported from an image): 404 when there is none."""
 
 
-class RecordTemplateUpload(Command):
+class RecordTemplateUpload(TemplateCommand):
     """Node: a snapshot template's capture is in the snapshot repository under `key`;
     `source_sandbox_id` is the sandbox it was taken of (its guest holds that sandbox's
     envd token, which a node restoring the capture elsewhere must present)."""
 
-    template_id: str = Field(min_length=1)
     key: str = Field(min_length=1)
     source_sandbox_id: str = Field(min_length=1)
 
 
-class ImportTemplateImage(Command):
+class ImportTemplateImage(TemplateCommand):
     """Make template `template_id` from a local OCI image layout or archive: the node
     converts it to a guest image, boots it once and captures it (a template build FROM an
     image, or `aenv pull`). Answered by `TemplateImported` or a
     `CommandRejected` on the template's subject (registered before it is answered)."""
 
-    template_id: str = Field(min_length=1)
     alias: str | None = None
     image_path: str = Field(min_length=1)
     cpu_count: int = Field(default=1, ge=1, le=16)

@@ -7,7 +7,7 @@ a `*Requested` event asked for; `decide` turns them into the outcome events.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,6 +38,9 @@ Reason = Literal["request", "timeout"]
 
 class SandboxCommand(Command):
     """A command addressed to one sandbox aggregate."""
+
+    aggregate: ClassVar[str] = "sandbox"
+    aggregate_field: ClassVar[str] = "sandbox_id"
 
     sandbox_id: SandboxId
 

@@ -60,7 +60,7 @@ class Builder:
             backoff=(30.0, 60.0),
         )
         self._consumer = CommandConsumer(
-            self.bus.js, self.bus.settings, spec, self.handle, self.bus.builds
+            self.bus.js, self.bus.settings, spec, self.handle, self.bus.rejection_sinks
         )
         await self._consumer.start()
 

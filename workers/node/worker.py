@@ -20,12 +20,20 @@ from typing import Any
 
 from opentelemetry import trace
 
-from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, RetryableError
+from bus import (
+    Bus,
+    CommandConsumer,
+    ConsumerSpec,
+    Delivery,
+    MessageContext,
+    PermanentError,
+    RetryableError,
+)
 from bus.decisions import apply, record_template_upload, register_template
 from bus.nodes import Heartbeat, NodeBook
 from bus.routes import Route, RouteBook
 from bus.tasks import cancel_and_wait
-from domain import CommandRejected, DomainError, Invalid, utcnow
+from domain import DomainError, Invalid, utcnow
 from domain import sandbox as sb
 from domain import template as tp
 from domain.sandbox import SandboxStatus as S
@@ -113,7 +121,7 @@ class NodeWorker:
         ]
         for spec in specs:
             c = CommandConsumer(
-                self.bus.js, self.bus.settings, spec, self.handle, self.bus.sandboxes
+                self.bus.js, self.bus.settings, spec, self.handle, self.bus.rejection_sinks
             )
             await c.start()
             self._consumers.append(c)
@@ -234,8 +242,7 @@ class NodeWorker:
 
     async def _import(self, cmd: tp.ImportTemplateImage, ctx: MessageContext) -> None:
         """An OCI image becomes a template on this node: converted (cached by content),
-        booted once, captured and adopted (so a restart keeps it). Failures are answered on
-        the template's subject, where the requester waits."""
+        booted once, captured and adopted (so a restart keeps it)."""
         name = cmd.template_id
         try:
             image = await asyncio.to_thread(
@@ -248,13 +255,9 @@ class NodeWorker:
             snap = await self.host.templates.get(name)
             self.host.templates.adopt(name, snap, None)
         except Exception as e:
+            # the consumer answers it on the template's subject, where the requester waits
             log.exception("import of %s as %s failed", cmd.image_path, name)
-            rejection = CommandRejected(
-                aggregate_id=name, command_id=cmd.command_id, command_type=type(cmd).__name__,
-                code="permanent", reason=f"image {cmd.image_path}: {e}", at=utcnow(),
-            )  # fmt: skip
-            await self.bus.templates.append_rejection(name, rejection, context=ctx)
-            return
+            raise PermanentError(f"image {cmd.image_path}: {e}") from e
         await register_template(
             self.bus.templates, name, alias=cmd.alias, envd_version=ENVD_VERSION,
             cpu_count=cmd.cpu_count, memory_mb=cmd.memory_mb,

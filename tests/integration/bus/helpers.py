@@ -48,7 +48,7 @@ async def consumer(
         bus.settings,
         ConsumerSpec(**fields),  # type: ignore[arg-type]
         rec,
-        bus.sandboxes,
+        bus.rejection_sinks,
     )
     await c.start()
     try:

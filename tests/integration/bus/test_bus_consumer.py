@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable
 from datetime import UTC, datetime
 
@@ -15,8 +16,9 @@ from bus import (
 )
 from bus import headers as h
 from bus.envelope import CommandEnvelope
-from domain import Conflict
+from domain import CommandRejected, Conflict
 from domain import sandbox as sb
+from domain import template as tp
 from domain.sandbox.values import new_sandbox_id
 from tests.integration.bus.helpers import consumer, pending_in_queue, rejections
 from tests.support import eventually
@@ -180,3 +182,50 @@ async def test_concurrency_error_is_retried_at_once(bus: Bus) -> None:
         # well before the 5 s backoff: the conflict retry does not wait for it
         await eventually(lambda: _true(rec.done == [str(cmd.command_id)]), timeout=3)
         assert rec.attempts[str(cmd.command_id)] == [1, 2]
+
+
+async def test_a_template_command_is_rejected_on_the_templates_subject(bus: Bus) -> None:
+    """A node refusing a template import: whoever waits on the template's subject hears why
+    at once (it used to land on `aenv.evt.sandbox.<template>`, and the waiter timed out)."""
+
+    async def refuse(_: Delivery) -> None:
+        raise PermanentError("image /nowhere: no such OCI layout")
+
+    async with consumer(bus, refuse) as (_, node):
+        name = f"tpl-{new_sandbox_id()}"
+        cmd = tp.ImportTemplateImage(template_id=name, image_path="/nowhere", at=T0)
+        version = await bus.templates.version(name)
+        waiting = asyncio.create_task(bus.templates.wait_for_outcome(
+            name, cmd.command_id, version.seq, (tp.TemplateImported,), timeout=10.0))  # fmt: skip
+        await bus.commands.to_node(node, cmd)
+        rec = await asyncio.wait_for(waiting, 10.0)
+        assert rec is not None and isinstance(rec.event, CommandRejected)
+        assert rec.event.code == "permanent" and "no such OCI layout" in rec.event.reason
+        assert rec.subject == bus.templates.subject(name)
+        assert await bus.sandboxes.read(name) == []  # nothing on a sandbox subject
+
+
+async def test_an_undecodable_command_is_rejected_on_its_kind_even_without_the_field(
+    bus: Bus,
+) -> None:
+    """A pipeline's hand-written envelope without `aggregate_kind`: the type says which."""
+    async with consumer(bus, ok) as (rec, node):
+        name = f"tpl-{new_sandbox_id()}"
+        cmd = tp.DeleteTemplate(template_id=name, at=T0)
+        env = CommandEnvelope(
+            command_id=cmd.command_id, type="DeleteTemplate", schema_version=1,
+            aggregate_id=name, issued_at=T0,
+            payload={"template_id": name, "at": T0.isoformat(), "bogus": 1},
+        )  # fmt: skip
+        raw = env.model_dump(mode="json")
+        del raw["aggregate_kind"]
+        await bus.js.publish(bus.names.node_command(node, "template-delete"),
+                             json.dumps(raw).encode(),
+                             headers={h.MSG_ID: str(cmd.command_id)})  # fmt: skip
+        [r] = await eventually(lambda: _template_rejections(bus, name))
+        assert r.code == "invalid" and "bogus" in r.reason
+        assert rec.attempts == {}
+
+
+async def _template_rejections(bus: Bus, name: str) -> list[CommandRejected]:
+    return [r.event for r in await bus.templates.read(name) if isinstance(r.event, CommandRejected)]
