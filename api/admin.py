@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 
 from bus import Bus
+from bus.decisions import execute
 from domain import apikey as ak
 
 
@@ -21,13 +22,9 @@ async def create_api_key(bus: Bus, *, team_id: str = "default", name: str = "") 
         prefix=ak.display_prefix(raw),
         key_sha256=ak.hash_api_key(raw),
     )
-    state, version = await bus.api_keys.load(key_id)
-    await bus.api_keys.append(key_id, version, ak.decide_api_key(state, cmd))
+    await execute(bus.api_keys, cmd)
     return key_id, raw
 
 
 async def revoke_api_key(bus: Bus, key_id: str) -> None:
-    state, version = await bus.api_keys.load(key_id)
-    events = ak.decide_api_key(state, ak.RevokeApiKey(key_id=key_id))
-    if events:
-        await bus.api_keys.append(key_id, version, events)
+    await execute(bus.api_keys, ak.RevokeApiKey(key_id=key_id))

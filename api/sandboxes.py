@@ -23,7 +23,7 @@ from api.context import ApiContext
 from api.errors import ApiError
 from api.outcomes import send_and_wait
 from api.resume import LIVE, node_or_placement, resume
-from bus.decisions import apply
+from bus.decisions import execute
 from bus.envelope import MessageContext
 from domain import sandbox as sb
 from domain import template as tp
@@ -207,11 +207,11 @@ async def _kill_in_log(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> No
     (a paused capture, the journal entry) for a sandbox the log says is killed."""
     msg = MessageContext(actor=caller.key_id)
     kill = sb.KillSandbox(sandbox_id=state.sandbox_id)
-    await apply(ctx.bus.sandboxes, kill, msg)
+    await execute(ctx.bus.sandboxes, kill, msg)
     done = sb.CompleteKill(sandbox_id=state.sandbox_id,
                            command_id=sb.derived_command_id(str(kill.command_id), "killed"),
                            error=f"node {state.node_id} is gone; killed in the log by the API")
-    await apply(ctx.bus.sandboxes, done, msg)  # fmt: skip
+    await execute(ctx.bus.sandboxes, done, msg)  # fmt: skip
 
 
 async def _node_answers(ctx: ApiContext, state: sb.Sandbox, what: str) -> None:
@@ -228,7 +228,7 @@ async def _set_timeout(
     _check_timeout(timeout)
     await _visible(ctx, caller, sandbox_id)
     cmd = sb.SetSandboxTimeout(sandbox_id=sandbox_id, timeout_s=timeout, extend_only=extend_only)
-    state, _, events = await apply(ctx.bus.sandboxes, cmd)
+    state, _, events = await execute(ctx.bus.sandboxes, cmd)
     if events:
         await _settle(ctx, sandbox_id)
     assert state is not None
@@ -390,19 +390,16 @@ async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> 
         history = await ctx.bus.templates.read(template_id)
         imports = [r.event for r in history if isinstance(r.event, tp.TemplateImported)]
         node = imports[-1].node_id if imports else None
-    state, version = await ctx.bus.templates.load(template_id)
     cmd = tp.DeleteTemplate(template_id=template_id)
-    events = tp.decide_template(state, cmd)
+    _, version, events = await execute(ctx.bus.templates, cmd)
     if events:
-        version = await ctx.bus.templates.append(template_id, version, events)
         await ctx.wait_for_templates(version.seq)  # read-your-writes for the listings
     ctx.forget(f"tpl:{template_id}")
     ctx.forget(f"tpl-node:{template_id}")
     # the node that took it frees the capture — and so does any node that took it over
     # from the repository (`NodeBook` mirror: every node that beats)
     known = set(ctx.nodes.beats) if ctx.nodes is not None else set()
-    for target in sorted(known | ({node} if node is not None else set())):
-        await ctx.bus.commands.to_node(target, cmd)
+    await ctx.bus.commands.to_each_node(known | ({node} if node is not None else set()), cmd)
 
 
 def _states(raw: str | None) -> list[str]:

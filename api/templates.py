@@ -26,6 +26,7 @@ from api.auth import Caller
 from api.context import ApiContext
 from api.errors import ApiError
 from api.wire_templates import BuildStart, NewTemplateBuild
+from bus.decisions import execute
 from domain import build as bd
 from envd.version import ENVD_VERSION
 from projections import queries
@@ -78,8 +79,7 @@ async def request_build(data: NewTemplateBuild, ctx: ApiContext, caller: Caller)
         cpu_count=data.cpu_count or 2, memory_mb=data.memory_mb or 512,
         disk_size_mb=data.min_free_disk_mb or 0,
     )  # fmt: skip
-    events = bd.decide_build(None, cmd)
-    await ctx.bus.builds.append(build_id, ctx.bus.builds.NEW, events)
+    await execute(ctx.bus.builds, cmd)
     return {"templateID": name, "buildID": build_id, "public": False, "names": [name],
             "tags": data.tags or ["default"], "aliases": [name]}  # fmt: skip
 

@@ -47,9 +47,9 @@ NATS_URL = os.environ.get("AENV_NATS_URL", "nats://127.0.0.1:4222")
 PG = os.environ.get("AENV_BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 
 
-def commands(sid: str, n: int) -> list[sb.SandboxCommand]:
+def commands(sid: str, n: int) -> list[sb.AnySandboxCommand]:
     """n commands for one sandbox: create, complete, then TTL changes (one event each)."""
-    out: list[sb.SandboxCommand] = [
+    out: list[sb.AnySandboxCommand] = [
         sb.CreateSandbox(sandbox_id=sid, template_id="base", at=T0, metadata={"b": "1"}),
         sb.CompleteCreate(sandbox_id=sid, node_id="bench", at=T0),
     ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from uuid import uuid5
 
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import APIError, NoStreamResponseError
@@ -67,6 +69,20 @@ class CommandBus:
         return await self.send(
             self._names.node_command(node_id, verb_of(command)), command, context=context
         )
+
+    async def to_each_node(
+        self, nodes: Iterable[str], command: Command, *, context: MessageContext | None = None
+    ) -> list[CommandReceipt]:
+        """The command to every node in `nodes` (e.g. a template delete: each node that holds
+        a copy drops it), each copy with a command id of its own derived from the command's
+        and the node's — JetStream de-duplicates by message id across the whole stream, so
+        one id sent to several nodes' queues would reach only the first. Redelivering the
+        same command derives the same ids: still once per node."""
+        receipts = []
+        for node in sorted(set(nodes)):
+            copy = command.model_copy(update={"command_id": uuid5(command.command_id, node)})
+            receipts.append(await self.to_node(node, copy, context=context))
+        return receipts
 
     async def to_placement(
         self, command: Command, *, context: MessageContext | None = None

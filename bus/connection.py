@@ -17,13 +17,10 @@ from bus.publisher import JetStreamPublisher
 from bus.records import RecordedEvent
 from bus.settings import BusSettings
 from bus.setup import ensure_streams
-from bus.store import EventStore
+from bus.store import ApiKeyStore, BuildStore, EventStore, SandboxStore, TemplateStore
 from bus.subjects import AggregateKind, Names
 from domain import CommandRejected, Event
-from domain import apikey as ak
-from domain import build as bd
 from domain import sandbox as sb
-from domain import template as tp
 
 __all__ = ["Bus"]
 
@@ -37,10 +34,10 @@ class Bus:
     settings: BusSettings
     names: Names
     publisher: JetStreamPublisher
-    sandboxes: EventStore[sb.Sandbox]
-    templates: EventStore[tp.Template]
-    api_keys: EventStore[ak.ApiKey]
-    builds: EventStore[bd.Build]
+    sandboxes: SandboxStore
+    templates: TemplateStore
+    api_keys: ApiKeyStore
+    builds: BuildStore
     commands: CommandBus
     _answers: Answers | None = field(default=None, init=False, repr=False)
     _answers_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
@@ -80,7 +77,7 @@ class Bus:
         )
 
     @property
-    def rejection_sinks(self) -> dict[str, EventStore[Any]]:
+    def rejection_sinks(self) -> dict[str, EventStore[Any, Any]]:
         """Each aggregate kind's store, where a consumer appends a refused command's
         `CommandRejected` (`CommandConsumer`)."""
         return {

@@ -14,6 +14,7 @@ __all__ = [
     "PermanentError",
     "PublishError",
     "RetryableError",
+    "StaleDuplicate",
 ]
 
 
@@ -28,6 +29,18 @@ class ConcurrencyError(BusError):
         super().__init__(f"{subject}: expected last sequence {expected_seq} ({detail})")
         self.subject = subject
         self.expected_seq = expected_seq
+
+
+class StaleDuplicate(ConcurrencyError):
+    """The event was in the log already — the same command decided at the same revision,
+    an earlier delivery's — so JetStream de-duplicated it without checking the expected
+    sequence, and the aggregate may have moved on since: reload before believing anything
+    about its state (a redelivered create must not start a second VM for a sandbox that
+    ran long ago). Not raised for a retry of our own publish whose ack was lost."""
+
+    def __init__(self, subject: str, expected_seq: int, stored_seq: int) -> None:
+        super().__init__(subject, expected_seq, f"already stored at {stored_seq}")
+        self.stored_seq = stored_seq
 
 
 class InvalidName(BusError, ValueError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, TypeAlias, TypeVar
 from uuid import UUID
 
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -25,22 +25,31 @@ from bus.envelope import (
     derive_event_id,
     encode_event,
 )
-from bus.errors import ConcurrencyError, PublishError
+from bus.errors import ConcurrencyError, PublishError, StaleDuplicate
 from bus.feed import EventFeed
 from bus.publisher import JetStreamPublisher
 from bus.records import NEW, RecordedEvent, Version
 from bus.settings import BusSettings
 from bus.subjects import AggregateKind, Names
 from bus.tracing import publish_span
-from domain import CommandRejected, Event
+from domain import Command, CommandRejected, Event
 from domain import apikey as ak
 from domain import build as bd
 from domain import sandbox as sb
 from domain import template as tp
 
-__all__ = ["EventStore", "RecordedEvent", "Version"]  # the latter two re-exported
+__all__ = [
+    "ApiKeyStore",
+    "BuildStore",
+    "EventStore",
+    "RecordedEvent",  # re-exported
+    "SandboxStore",
+    "TemplateStore",
+    "Version",  # re-exported
+]
 
 S = TypeVar("S")
+C = TypeVar("C", bound=Command)
 
 _WRONG_LAST_SEQUENCE = (10071, 10164)  # JSStreamWrongLastSequence(Constant)Err
 #: Publish attempts before giving up on acks that time out. Retrying is safe: the message id
@@ -50,8 +59,10 @@ _PUBLISH_ATTEMPTS = 3
 STATE_CACHE_SIZE = 4096
 
 
-class EventStore(Generic[S]):
-    """The event log of one aggregate kind, with the fold that rebuilds its state."""
+class EventStore(Generic[S, C]):
+    """The event log of one aggregate kind, with the domain's functions over it: `evolve`
+    (the fold that rebuilds a state) and `decide` (what a command `C` appends), which
+    `bus.decisions.execute` runs."""
 
     NEW = NEW
 
@@ -62,6 +73,7 @@ class EventStore(Generic[S]):
         settings: BusSettings,
         kind: AggregateKind,
         evolve: Callable[[S | None, Event], S | None],
+        decide: Callable[[S | None, C], Sequence[Event]],
     ) -> None:
         self._js = js
         self._settings = settings
@@ -69,7 +81,8 @@ class EventStore(Generic[S]):
         self._names = Names(settings.bus_prefix)
         self._stream = self._names.event_stream
         self._kind = kind
-        self._evolve = evolve
+        self.evolve = evolve
+        self.decide = decide
         #: folded states by aggregate (states are frozen: sharing them is safe); a load
         #: then costs one round trip when nothing changed, plus one per newer event
         self._states: OrderedDict[str, tuple[S | None, Version]] = OrderedDict()
@@ -77,26 +90,29 @@ class EventStore(Generic[S]):
     @classmethod
     def sandboxes(
         cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
-    ) -> EventStore[sb.Sandbox]:
-        return EventStore(js, publisher, settings, AggregateKind.SANDBOX, sb.evolve)
+    ) -> SandboxStore:
+        return EventStore(js, publisher, settings, AggregateKind.SANDBOX, sb.evolve, sb.decide)
 
     @classmethod
     def templates(
         cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
-    ) -> EventStore[tp.Template]:
-        return EventStore(js, publisher, settings, AggregateKind.TEMPLATE, tp.evolve_template)
+    ) -> TemplateStore:
+        return EventStore(js, publisher, settings, AggregateKind.TEMPLATE, tp.evolve_template,
+                          tp.decide_template)  # fmt: skip
 
     @classmethod
     def api_keys(
         cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
-    ) -> EventStore[ak.ApiKey]:
-        return EventStore(js, publisher, settings, AggregateKind.APIKEY, ak.evolve_api_key)
+    ) -> ApiKeyStore:
+        return EventStore(js, publisher, settings, AggregateKind.APIKEY, ak.evolve_api_key,
+                          ak.decide_api_key)  # fmt: skip
 
     @classmethod
     def builds(
         cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
-    ) -> EventStore[bd.Build]:
-        return EventStore(js, publisher, settings, AggregateKind.BUILD, bd.evolve_build)
+    ) -> BuildStore:
+        return EventStore(js, publisher, settings, AggregateKind.BUILD, bd.evolve_build,
+                          bd.decide_build)  # fmt: skip
 
     @property
     def kind(self) -> AggregateKind:
@@ -116,8 +132,10 @@ class EventStore(Generic[S]):
     ) -> Version:
         """Append `new_events` after `expected`; the aggregate's new version.
 
-        Raises `ConcurrencyError` if another writer appended since `expected` was loaded.
-        Events are stored one by one, each guarded by its predecessor's sequence: JetStream
+        Raises `ConcurrencyError` if another writer appended since `expected` was loaded,
+        and its `StaleDuplicate` when the event was stored before this call (same id: an
+        earlier run of the same command). Events are stored one by one, each guarded by its
+        predecessor's sequence: JetStream
         (before 2.12) has no atomic multi-message publish, and `decide` yields at most one
         event per command, which keeps every append atomic in practice.
         """
@@ -138,23 +156,27 @@ class EventStore(Generic[S]):
                 h.EXPECTED_LAST_SUBJECT_SEQUENCE: str(version.seq),
             }
             with publish_span(subject, str(event_id), hdrs):
-                ack = await self._publish(subject, data, hdrs, version.seq)
+                ack, ours = await self._publish(subject, data, hdrs, version.seq)
+            if ack.duplicate and not ours:
+                raise StaleDuplicate(subject, version.seq, ack.seq)
             version = Version(version.revision + 1, ack.seq)
         cached = self._states.get(aggregate_id)
         if expected == NEW or (cached is not None and cached[1] == expected):
             # what we just wrote extends what we knew: the next load needs no reads
             state = None if expected == NEW else cached[0]  # type: ignore[index]
             for event in new_events:
-                state = self._evolve(state, event)
+                state = self.evolve(state, event)
             self._remember(aggregate_id, state, version)
         return version
 
-    async def _publish(self, subject: str, data: bytes, hdrs: dict[str, str], seq: int) -> PubAck:
+    async def _publish(
+        self, subject: str, data: bytes, hdrs: dict[str, str], seq: int
+    ) -> tuple[PubAck, bool]:
+        """The ack, and whether a duplicate in it may be our own earlier attempt (an ack
+        lost to a timeout): it carries the sequence the event was first stored at."""
         for attempt in range(_PUBLISH_ATTEMPTS):
             try:
-                # A duplicate ack (same event id already stored) is success: it carries the
-                # sequence the event was stored at the first time.
-                return await self._publisher.publish(subject, data, hdrs)
+                return await self._publisher.publish(subject, data, hdrs), attempt > 0
             except APIError as e:
                 if e.err_code in _WRONG_LAST_SEQUENCE:
                     raise ConcurrencyError(subject, seq, e.description or "") from e
@@ -183,6 +205,8 @@ class EventStore(Generic[S]):
             version = await self.version(aggregate_id)
             try:
                 return await self.append(aggregate_id, version, events, context=context)
+            except StaleDuplicate as e:  # recorded already (a redelivery): once is enough
+                return Version(version.revision + 1, e.stored_seq)
             except ConcurrencyError:
                 continue
         raise PublishError(f"cannot append to {aggregate_id}: too much contention")
@@ -280,12 +304,12 @@ class EventStore(Generic[S]):
                 recs = await self.read(aggregate_id, after_seq=version.seq, limit=between)
                 if len(recs) == between and all(r.seq < last.seq for r in recs):
                     for rec in [*recs, last_rec]:
-                        state = self._evolve(state, rec.event)
+                        state = self.evolve(state, rec.event)
                     self._remember(aggregate_id, state, last)
                     return state, last
                 state, version = None, NEW  # not the history we expected: fold it all
         for rec in await self.read(aggregate_id, after_seq=version.seq):
-            state = self._evolve(state, rec.event)
+            state = self.evolve(state, rec.event)
             version = Version(rec.envelope.aggregate_version, rec.seq)
         if version != NEW:
             self._remember(aggregate_id, state, version)
@@ -306,7 +330,7 @@ class EventStore(Generic[S]):
         if rec.envelope.aggregate_version == version.revision + 1 and rec.seq > version.seq:
             self._remember(
                 aggregate_id,
-                self._evolve(state, rec.event),
+                self.evolve(state, rec.event),
                 Version(rec.envelope.aggregate_version, rec.seq),
             )
 
@@ -315,3 +339,9 @@ class EventStore(Generic[S]):
         self._states.move_to_end(aggregate_id)
         while len(self._states) > STATE_CACHE_SIZE:
             self._states.popitem(last=False)
+
+
+SandboxStore: TypeAlias = EventStore[sb.Sandbox, sb.AnySandboxCommand]
+TemplateStore: TypeAlias = EventStore[tp.Template, tp.AnyTemplateCommand]
+ApiKeyStore: TypeAlias = EventStore[ak.ApiKey, ak.AnyApiKeyCommand]
+BuildStore: TypeAlias = EventStore[bd.Build, bd.AnyBuildCommand]

@@ -10,7 +10,7 @@ import hashlib
 import secrets
 from collections.abc import Iterable
 from functools import reduce
-from typing import ClassVar
+from typing import ClassVar, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,6 +19,7 @@ from domain.messages import Command, CommandRejected, Event
 
 __all__ = [
     "KEY_PREFIX",
+    "AnyApiKeyCommand",
     "ApiKey",
     "ApiKeyCommand",
     "ApiKeyCreated",
@@ -64,6 +65,7 @@ class ApiKeyCommand(Command):
 
 
 class CreateApiKey(ApiKeyCommand):
+    creates: ClassVar[bool] = True
     team_id: str = Field(min_length=1)
     name: str = ""
     prefix: str
@@ -97,16 +99,25 @@ class ApiKey(BaseModel):
     revoked: bool = False
 
 
-def decide_api_key(state: ApiKey | None, command: CreateApiKey | RevokeApiKey) -> list[Event]:
-    if isinstance(command, CreateApiKey):
-        if state is not None:
-            raise Conflict(f"api key {command.key_id} already exists")
-        return [ApiKeyCreated(**command.model_dump(exclude={"command_id", "at"}), at=command.at)]
-    if state is None:
-        raise NotFound(f"api key {command.key_id} not found")
-    if state.revoked:
-        return []
-    return [ApiKeyRevoked(key_id=command.key_id, at=command.at)]
+#: The closed set of API key commands (`decide_api_key` matches it exhaustively).
+AnyApiKeyCommand = CreateApiKey | RevokeApiKey
+
+
+def decide_api_key(state: ApiKey | None, command: AnyApiKeyCommand) -> list[Event]:
+    match command:
+        case CreateApiKey():
+            if state is not None:
+                raise Conflict(f"api key {command.key_id} already exists")
+            fields = command.model_dump(exclude={"command_id", "at"})
+            return [ApiKeyCreated(**fields, at=command.at)]
+        case RevokeApiKey():
+            if state is None:
+                raise NotFound(f"api key {command.key_id} not found")
+            if state.revoked:
+                return []
+            return [ApiKeyRevoked(key_id=command.key_id, at=command.at)]
+        case _:
+            assert_never(command)
 
 
 def evolve_api_key(state: ApiKey | None, event: Event) -> ApiKey | None:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 from functools import reduce
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, assert_never
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
@@ -31,8 +31,8 @@ __all__ = [
     "MAX_LOG_ENTRIES",
     "MAX_LOG_MESSAGE",
     "STEP_TYPES",
+    "AnyBuildCommand",
     "Build",
-    "BuildCommand",
     "BuildLogEntry",
     "BuildSpec",
     "BuildStatus",
@@ -123,6 +123,8 @@ class TemplateBuildCommand(Command):
 class RequestTemplateBuild(TemplateBuildCommand):
     """`POST /v3/templates`: a new build of template `template_id` (created if new)."""
 
+    creates: ClassVar[bool] = True
+
     template_id: str = Field(min_length=1)
     alias: str | None = None
     team_id: str | None = None
@@ -152,7 +154,10 @@ class CompleteTemplateBuild(TemplateBuildCommand):
     envd_version: str | None = None
 
 
-BuildCommand = RequestTemplateBuild | StartTemplateBuild | LogTemplateBuild | CompleteTemplateBuild
+#: The closed set of build commands (`decide_build` matches it exhaustively).
+AnyBuildCommand = (
+    RequestTemplateBuild | StartTemplateBuild | LogTemplateBuild | CompleteTemplateBuild
+)
 
 
 # ---- events -----------------------------------------------------------------------------
@@ -225,28 +230,24 @@ def _clip(entry: BuildLogEntry) -> BuildLogEntry:
     return entry.model_copy(update={"message": entry.message[: MAX_LOG_MESSAGE - 1] + "…"})
 
 
-def decide_build(state: Build | None, command: BuildCommand) -> list[Event]:
+def decide_build(state: Build | None, command: AnyBuildCommand) -> list[Event]:
     """Pure: the events a command causes on a build (domain errors for refusals).
 
     A build runs once: starting a started build is a conflict, finishing a finished one
     decides nothing (a redelivered verdict), and logs after the end are dropped.
     """
-    if isinstance(command, RequestTemplateBuild):
-        if state is not None:
-            if state.template_id != command.template_id:
-                raise Conflict(f"build {command.build_id} belongs to {state.template_id}")
-            return []  # a retried request
-        if not valid_template_name(command.template_id):
-            raise Invalid(f"invalid template name {command.template_id!r}")
-        return [
-            TemplateBuildRequested(
-                **command.model_dump(exclude={"command_id", "at"}), at=command.at
-            )
-        ]
-    if state is None:
-        raise NotFound(f"build {command.build_id} not found")
     match command:
+        case RequestTemplateBuild():
+            if state is not None:
+                if state.template_id != command.template_id:
+                    raise Conflict(f"build {command.build_id} belongs to {state.template_id}")
+                return []  # a retried request
+            if not valid_template_name(command.template_id):
+                raise Invalid(f"invalid template name {command.template_id!r}")
+            fields = command.model_dump(exclude={"command_id", "at"})
+            return [TemplateBuildRequested(**fields, at=command.at)]
         case StartTemplateBuild():
+            state = _requested(state, command.build_id)
             if state.status is not BuildStatus.WAITING:
                 if state.spec == command.spec:
                     return []  # a retried start
@@ -261,6 +262,7 @@ def decide_build(state: Build | None, command: BuildCommand) -> list[Event]:
                 )
             ]
         case LogTemplateBuild():
+            state = _requested(state, command.build_id)
             room = MAX_LOG_ENTRIES - state.log_count
             entries = tuple(_clip(e) for e in command.entries[: min(room, MAX_LOG_BATCH)])
             if state.finished or not entries:
@@ -274,6 +276,7 @@ def decide_build(state: Build | None, command: BuildCommand) -> list[Event]:
                 )
             ]
         case CompleteTemplateBuild():
+            state = _requested(state, command.build_id)
             if state.finished:
                 return []
             if state.status is not BuildStatus.BUILDING:
@@ -295,7 +298,14 @@ def decide_build(state: Build | None, command: BuildCommand) -> list[Event]:
                     at=command.at,
                 )
             ]
-    raise Invalid(f"{type(command).__name__} is not a build command")  # pragma: no cover
+        case _:
+            assert_never(command)
+
+
+def _requested(state: Build | None, build_id: str) -> Build:
+    if state is None:
+        raise NotFound(f"build {build_id} not found")
+    return state
 
 
 def _check_spec(spec: BuildSpec) -> None:

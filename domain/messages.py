@@ -40,6 +40,9 @@ class Command(Message):
 
     aggregate: ClassVar[str] = ""
     aggregate_field: ClassVar[str] = ""
+    #: Starts a new aggregate: a writer may decide it on the empty state without reading
+    #: the log first (an append then fails if the aggregate exists after all).
+    creates: ClassVar[bool] = False
 
     command_id: UUID = Field(default_factory=uuid4)
     at: AwareDatetime = Field(default_factory=utcnow, description="issuer's clock, tz-aware")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import reduce
-from typing import ClassVar
+from typing import ClassVar, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +18,8 @@ from domain.errors import Conflict, CorruptHistory, NotFound
 from domain.messages import Command, CommandRejected, Event
 
 __all__ = [
+    "AnyTemplateCommand",
+    "CompleteTemplateImport",
     "DeleteTemplate",
     "ImportTemplateImage",
     "RecordTemplateUpload",
@@ -81,6 +83,21 @@ class ImportTemplateImage(TemplateCommand):
     memory_mb: int = Field(default=512, ge=128, le=65536)
 
 
+class CompleteTemplateImport(TemplateCommand):
+    """Node: the image of an `ImportTemplateImage` is a template on this node now (after its
+    `RegisterTemplate`): the answer the requester waits for."""
+
+    image_digest: str = Field(min_length=1)
+    node_id: str = Field(min_length=1)
+
+
+#: The template commands `decide_template` decides (closed; matched exhaustively). An
+#: `ImportTemplateImage` is work for a node, answered by its `CompleteTemplateImport`.
+AnyTemplateCommand = (
+    RegisterTemplate | DeleteTemplate | RecordTemplateUpload | CompleteTemplateImport
+)
+
+
 class TemplateImported(Event):
     """A node holds a capture of the image; which image (its digest) is recorded."""
 
@@ -126,37 +143,48 @@ class Template(BaseModel):
     capture_of: str | None = None
 
 
-def decide_template(
-    state: Template | None, command: RegisterTemplate | DeleteTemplate | RecordTemplateUpload
-) -> list[Event]:
+def decide_template(state: Template | None, command: AnyTemplateCommand) -> list[Event]:
     """Register is an upsert (no event if nothing changes); delete of a missing one is 404;
     an upload is recorded once per capture, and is moot for a template that is gone or
     whose capture has been replaced since (a late upload must not make the old state the
-    one another node would start the name from)."""
-    if isinstance(command, DeleteTemplate):
-        if state is None or state.deleted:
-            raise NotFound(f"template {command.template_id} not found")
-        return [TemplateDeleted(template_id=command.template_id, at=command.at)]
-    if isinstance(command, RecordTemplateUpload):
-        if state is None or state.deleted or state.capture_key == command.key:
-            return []
-        if state.capture_id is not None and state.capture_id != command.key:
-            return []
-        return [
-            TemplateUploaded(
-                template_id=command.template_id,
-                key=command.key,
-                source_sandbox_id=command.source_sandbox_id,
-                at=command.at,
-            )
-        ]
-    fields = command.model_dump(exclude={"command_id", "at"})
-    if state is not None and not state.deleted:
-        if state.model_dump(exclude={"deleted", "capture_key", "capture_of"}) == fields:
-            return []
-        if state.alias is not None and command.alias is not None and state.alias != command.alias:
-            raise Conflict(f"template {command.template_id} already has alias {state.alias}")
-    return [TemplateRegistered(**fields, at=command.at)]
+    one another node would start the name from); an import is reported once registered."""
+    match command:
+        case DeleteTemplate():
+            if state is None or state.deleted:
+                raise NotFound(f"template {command.template_id} not found")
+            return [TemplateDeleted(template_id=command.template_id, at=command.at)]
+        case RecordTemplateUpload():
+            if state is None or state.deleted or state.capture_key == command.key:
+                return []
+            if state.capture_id is not None and state.capture_id != command.key:
+                return []
+            return [
+                TemplateUploaded(
+                    template_id=command.template_id,
+                    key=command.key,
+                    source_sandbox_id=command.source_sandbox_id,
+                    at=command.at,
+                )
+            ]
+        case CompleteTemplateImport():
+            if state is None or state.deleted:
+                raise NotFound(f"template {command.template_id} was not registered")
+            return [TemplateImported(template_id=command.template_id, node_id=command.node_id,
+                                     image_digest=command.image_digest, at=command.at)]  # fmt: skip
+        case RegisterTemplate():
+            fields = command.model_dump(exclude={"command_id", "at"})
+            if state is not None and not state.deleted:
+                if state.model_dump(exclude={"deleted", "capture_key", "capture_of"}) == fields:
+                    return []
+                if state.alias is not None and command.alias is not None and (
+                    state.alias != command.alias
+                ):
+                    raise Conflict(
+                        f"template {command.template_id} already has alias {state.alias}"
+                    )
+            return [TemplateRegistered(**fields, at=command.at)]
+        case _:
+            assert_never(command)
 
 
 def evolve_template(state: Template | None, event: Event) -> Template | None:

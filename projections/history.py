@@ -75,7 +75,7 @@ def history_line(rec: RecordedEvent) -> HistoryLine:
     )
 
 
-async def history(store: EventStore[Any], aggregate_id: str) -> list[HistoryLine]:
+async def history(store: EventStore[Any, Any], aggregate_id: str) -> list[HistoryLine]:
     """Every event of one aggregate, oldest first, with who/what/when/causation."""
     return [history_line(rec) for rec in await store.read(aggregate_id)]
 

@@ -23,8 +23,8 @@ from aenv.ops.stack import StackDir, operator_errors, running_stack
 from aenv.output import Format, wants_json
 
 if TYPE_CHECKING:
-    from bus import Bus, EventStore
-    from domain import sandbox as sb
+    from bus import Bus
+    from bus.store import SandboxStore
     from projections import HistoryLine
 
 __all__ = ["events"]
@@ -64,7 +64,7 @@ class _Printer:
             sys.stdout = open("/dev/null", "w")  # noqa: SIM115
 
 
-async def _lineage_node(store: EventStore[sb.Sandbox], sandbox_id: str) -> LineageNode | None:
+async def _lineage_node(store: SandboxStore, sandbox_id: str) -> LineageNode | None:
     from domain import sandbox as sb
 
     recs = await store.read(sandbox_id)

@@ -13,7 +13,8 @@ import uvicorn
 
 from aenv.roles.common import READY, RoleSettings, say
 from bus import Bus, BusSettings
-from bus.decisions import register_template
+from bus.decisions import execute
+from domain import template as tp
 from envd.version import ENVD_VERSION
 from workers.node.host import SandboxHost
 from workers.node.image import build_base
@@ -42,10 +43,11 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         base = TemplateSpec("base", vcpus=node_cfg.base_vcpus, mem_mib=node_cfg.base_mem_mib)
         catalog = TemplateCatalog(runtime, progress=lambda m: say(f"  template: {m}"), base=base)
         await catalog.get("base")
-        await register_template(
-            bus.templates, "base", alias="base", envd_version=ENVD_VERSION, cpu_count=base.vcpus,
+        register = tp.RegisterTemplate(
+            template_id="base", alias="base", envd_version=ENVD_VERSION, cpu_count=base.vcpus,
             memory_mb=base.mem_mib, disk_size_mb=image.rootfs.stat().st_size >> 20,
         )  # fmt: skip
+        await execute(bus.templates, register)
         repository = await _repository(cfg, node_cfg, stack)
         host = SandboxHost(runtime, catalog, capacity=node_cfg.capacity, repository=repository)
         stack.push_async_callback(host.close)

@@ -15,6 +15,7 @@ from domain.messages import Command
 from domain.sandbox.values import Lifecycle, NetworkPolicy, SandboxId
 
 __all__ = [
+    "AnySandboxCommand",
     "CompleteCreate",
     "CompleteFork",
     "CompleteKill",
@@ -47,6 +48,8 @@ class SandboxCommand(Command):
 
 class CreateSandbox(SandboxCommand):
     """Start a sandbox from a template (or as a fork child, then `forked_from` is set)."""
+
+    creates: ClassVar[bool] = True
 
     template_id: str = Field(min_length=1)
     alias: str | None = None
@@ -160,3 +163,12 @@ class RecordUpload(SandboxCommand):
 
     snapshot_id: str
     size_bytes: int
+
+
+#: The closed set of sandbox commands: `decide` matches it exhaustively (the type checker
+#: fails the build when a new command is added here and not decided).
+AnySandboxCommand = (
+    CreateSandbox | PauseSandbox | ResumeSandbox | KillSandbox | SetSandboxTimeout
+    | ForkSandbox | SnapshotSandbox | CompleteCreate | CompletePause | CompleteResume
+    | CompleteKill | CompleteFork | CompleteSnapshot | RecordUpload
+)  # fmt: skip

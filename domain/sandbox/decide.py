@@ -8,9 +8,11 @@ the command id), no I/O. `decide` raises only `domain.errors` exceptions. Benign
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import assert_never
 
 from domain.errors import Conflict, Invalid, NotFound
 from domain.sandbox.commands import (
+    AnySandboxCommand,
     CompleteCreate,
     CompleteFork,
     CompleteKill,
@@ -68,7 +70,7 @@ _MEMORY_MB = (128, 256 * 1024)
 
 
 def decide(
-    state: State, command: SandboxCommand, policy: Policy = DEFAULT_POLICY
+    state: State, command: AnySandboxCommand, policy: Policy = DEFAULT_POLICY
 ) -> list[SandboxEvent]:
     """Events that carrying out `command` on `state` produces (possibly none)."""
     if state is not None and state.sandbox_id != command.sandbox_id:
@@ -102,7 +104,8 @@ def decide(
             return _complete_snapshot(state, command)
         case RecordUpload():
             return _record_upload(state, command)
-    raise Invalid(f"unknown command {type(command).__name__}")
+        case _:
+            assert_never(command)
 
 
 def _existing(state: State) -> Sandbox:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from domain.errors import Invalid
-from domain.sandbox.commands import CreateSandbox, KillSandbox, PauseSandbox
-from domain.sandbox.events import SandboxForkRequested
+from domain.sandbox.commands import CreateSandbox, ForkSandbox, KillSandbox, PauseSandbox
 from domain.sandbox.state import Sandbox
 from domain.sandbox.values import SandboxStatus, derived_command_id
 
@@ -38,14 +37,15 @@ def expiry_command(state: Sandbox | None, now: datetime) -> PauseSandbox | KillS
 
 
 def fork_child_command(
-    parent: Sandbox, child_id: str, fork: SandboxForkRequested, at: datetime | None = None
+    parent: Sandbox, child_id: str, fork: ForkSandbox, at: datetime | None = None
 ) -> CreateSandbox:
     """The create of one fork child: the parent's configuration, the fork's timeout.
+    `parent` is the state the fork was decided into (its `pending_children`).
 
     Its command id derives from the fork's, so a node that redoes a fork after a crash
     re-issues the same creates (and the children's streams dedup them).
     """
-    if child_id not in fork.child_ids:
+    if child_id not in parent.pending_children:
         raise Invalid(f"{child_id} is not a child of this fork")
     return CreateSandbox(
         sandbox_id=child_id,

@@ -79,7 +79,7 @@ async def test_a_create_the_log_refuses_leaves_no_vm_behind(stack: Stack) -> Non
     the create (here: the sandbox id exists, written by another process the node never
     heard from), that early VM must go."""
     from bus import Bus, BusSettings
-    from bus.decisions import apply
+    from bus.decisions import execute
     from domain import CommandRejected
     from domain import sandbox as sb
 
@@ -87,10 +87,10 @@ async def test_a_create_the_log_refuses_leaves_no_vm_behind(stack: Stack) -> Non
     log = stack.data_dir / "aenv.log"
     bus = await Bus.connect(BusSettings(nats_url=stack.nats_url), setup=False)
     try:
-        await apply(bus.sandboxes, sb.CreateSandbox(sandbox_id=sandbox_id, template_id="base",
+        await execute(bus.sandboxes, sb.CreateSandbox(sandbox_id=sandbox_id, template_id="base",
                                                     team_id="default", timeout_s=60))  # fmt: skip
-        await apply(bus.sandboxes, sb.KillSandbox(sandbox_id=sandbox_id))
-        await apply(bus.sandboxes, sb.CompleteKill(sandbox_id=sandbox_id))
+        await execute(bus.sandboxes, sb.KillSandbox(sandbox_id=sandbox_id))
+        await execute(bus.sandboxes, sb.CompleteKill(sandbox_id=sandbox_id))
         command_id, body = create_command(sandbox_id, team_id="default")
         await bus.js.publish("aenv.cmd.place.create", body, headers={"Nats-Msg-Id": command_id})
 

@@ -264,7 +264,32 @@ def test_a_snapshot_whose_node_is_gone_starts_on_another_node(
             assert record.exists()  # the first node keeps it as its own now
             for s in node.sandboxes:
                 Sandbox.kill(s.sandbox_id)
+            # the node that took it comes back with its own copy: a delete must reach both
+            # (one command id sent to two queues is one message to JetStream)
+            theirs = tmp_path / "n2" / "node" / "snapshot-templates" / f"{name}.json"
+            node.start()
+            assert theirs.exists()
+            eventually_sync(lambda: _beats(stack, "e2e-two"), timeout=10)
             assert Sandbox.delete_snapshot(name)
-            eventually_sync(lambda: not record.exists(), timeout=30)  # ... until it is deleted
+            eventually_sync(lambda: not record.exists() and not theirs.exists(), timeout=30)
         finally:
             Sandbox.delete_snapshot(name)
+
+
+def _beats(stack: Stack, node_id: str) -> bool:
+    """Whether the node's heartbeat is in the nodes bucket (the API sends deletes to every
+    node it finds there)."""
+    import asyncio
+
+    from bus import Bus, BusSettings
+    from bus.nodes import NodeBook
+
+    async def read() -> bool:
+        bus = await Bus.connect(BusSettings(nats_url=stack.nats_url), setup=False)
+        try:
+            book = await NodeBook.open(bus.js, bus.names.nodes_bucket)
+            return not await book.gone(node_id)
+        finally:
+            await bus.close()
+
+    return asyncio.run(read())

@@ -13,9 +13,9 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
-from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext, RetryableError
-from bus.errors import ConcurrencyError
-from domain import Event, Invalid
+from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext
+from bus.decisions import execute
+from domain import Invalid
 from domain import build as bd
 from envd.version import ENVD_VERSION
 from workers.build.run import BuildRun, BuildSettings, build_sandbox_id
@@ -23,26 +23,6 @@ from workers.build.run import BuildRun, BuildSettings, build_sandbox_id
 __all__ = ["BuildSettings", "Builder"]
 
 log = logging.getLogger(__name__)
-
-ATTEMPTS = 8
-
-
-async def apply_build(
-    bus: Bus, cmd: bd.BuildCommand, ctx: MessageContext | None = None
-) -> tuple[bd.Build | None, list[Event]]:
-    """Load → decide → append on one build, retried on concurrent appends."""
-    for _ in range(ATTEMPTS):
-        state, version = await bus.builds.load(cmd.build_id)
-        events = bd.decide_build(state, cmd)
-        if not events:
-            return state, []
-        try:
-            await bus.builds.append(cmd.build_id, version, events, context=ctx)
-        except ConcurrencyError:
-            continue
-        return bd.fold_build(events, state), events
-    raise RetryableError(f"build {cmd.build_id}: too many concurrent writers")
-
 
 class Builder:
     def __init__(self, bus: Bus, settings: BuildSettings, *, parallel: int = 1) -> None:
@@ -79,7 +59,7 @@ class Builder:
                 state, ctx, "the builder stopped during this build; start a new build", None
             )
             return
-        state, events = await apply_build(self.bus, cmd, ctx)
+        state, _, events = await execute(self.bus.builds, cmd, ctx)
         if state is None or not events:
             return  # already finished (a duplicate start)
         await self._run(state, ctx)
@@ -96,11 +76,8 @@ class Builder:
             )
             async with log_lock:
                 try:
-                    await apply_build(
-                        self.bus,
-                        bd.LogTemplateBuild(build_id=build.build_id, entries=(entry,)),
-                        ctx,
-                    )
+                    line = bd.LogTemplateBuild(build_id=build.build_id, entries=(entry,))
+                    await execute(self.bus.builds, line, ctx)
                 except Exception as e:  # a lost log line must not fail the build
                     log.warning("build %s: log append failed: %s", build.build_id, e)
 
@@ -122,4 +99,4 @@ class Builder:
             sandbox_id=build_sandbox_id(build.build_id),
             envd_version=ENVD_VERSION,
         )
-        await apply_build(self.bus, done, ctx)
+        await execute(self.bus.builds, done, ctx)

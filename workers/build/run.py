@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bus import Bus, MessageContext
-from bus.decisions import register_template
+from bus.decisions import execute
 from domain import CommandRejected, Event
 from domain import build as bd
 from domain import sandbox as sb
@@ -397,15 +397,15 @@ class BuildRun:
             raise StepFailed(step, f"snapshot failed: {event.reason}")
         state, _ = await self.bus.sandboxes.load(self.sandbox_id)
         assert state is not None
-        await register_template(
-            self.bus.templates,
-            self.build.template_id,
+        register = tp.RegisterTemplate(
+            template_id=self.build.template_id,
             alias=self.build.alias,
             envd_version=state.envd_version,
             cpu_count=state.cpu_count,
             memory_mb=state.memory_mb,
             disk_size_mb=state.disk_size_mb,
         )
+        await execute(self.bus.templates, register)
         await self.emit(f"template {self.build.template_id} is ready", step, "info")
 
     async def _wait_ready(self, step: str, user: str) -> None:

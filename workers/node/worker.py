@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from opentelemetry import trace
 
@@ -29,11 +30,11 @@ from bus import (
     PermanentError,
     RetryableError,
 )
-from bus.decisions import apply, record_template_upload, register_template
+from bus.decisions import execute
 from bus.nodes import Heartbeat, NodeBook
 from bus.routes import Route, RouteBook
 from bus.tasks import cancel_and_wait
-from domain import DomainError, Invalid, utcnow
+from domain import Command, DomainError, Invalid
 from domain import sandbox as sb
 from domain import template as tp
 from domain.sandbox import SandboxStatus as S
@@ -70,7 +71,9 @@ def _tracer() -> trace.Tracer:
     return trace.get_tracer("aenv.node")
 
 
-def completion_id(request: sb.SandboxCommand, what: str) -> Any:
+def completion_id(request: Command, what: str) -> UUID:
+    """The id of the command that completes `request`: derived, so a redelivered request
+    completes once."""
     return sb.derived_command_id(str(request.command_id), what)
 
 
@@ -221,7 +224,7 @@ class NodeWorker:
             case sb.KillSandbox():
                 await self._kill(cmd, d.context)
             case sb.SetSandboxTimeout():
-                await apply(self.bus.sandboxes, cmd, d.context)
+                await execute(self.bus.sandboxes, cmd, d.context)
             case sb.PauseSandbox():
                 await self._pause(cmd, d.context)
             case sb.ResumeSandbox():
@@ -258,15 +261,18 @@ class NodeWorker:
             # the consumer answers it on the template's subject, where the requester waits
             log.exception("import of %s as %s failed", cmd.image_path, name)
             raise PermanentError(f"image {cmd.image_path}: {e}") from e
-        await register_template(
-            self.bus.templates, name, alias=cmd.alias, envd_version=ENVD_VERSION,
+        register = tp.RegisterTemplate(
+            template_id=name, alias=cmd.alias, envd_version=ENVD_VERSION,
             cpu_count=cmd.cpu_count, memory_mb=cmd.memory_mb,
-            disk_size_mb=image.rootfs.stat().st_size >> 20, context=ctx,
+            disk_size_mb=image.rootfs.stat().st_size >> 20,
+            command_id=completion_id(cmd, "registered"),
         )  # fmt: skip
-        done = tp.TemplateImported(template_id=name, image_digest=image.digest,
-                                   node_id=self.node_id, at=utcnow())  # fmt: skip
+        await execute(self.bus.templates, register, ctx)
         # the answer the requester waits for: after the registration
-        await self.bus.templates.append_at_end(name, [done], context=ctx)
+        done = tp.CompleteTemplateImport(template_id=name, image_digest=image.digest,
+                                         node_id=self.node_id,
+                                         command_id=completion_id(cmd, "imported"))  # fmt: skip
+        await execute(self.bus.templates, done, ctx)
 
     async def _create(self, cmd: sb.CreateSandbox, ctx: MessageContext) -> None:
         sid = cmd.sandbox_id
@@ -281,7 +287,7 @@ class NodeWorker:
                 sid, lambda: self._start(sid, cmd.template_id, self._guest(cmd))
             )
         try:
-            state, version, _ = await apply(self.bus.sandboxes, cmd, ctx)
+            state, version, _ = await execute(self.bus.sandboxes, cmd, ctx)
         except BaseException:
             if early is not None:
                 await self._undo_start(sid, early)
@@ -303,7 +309,7 @@ class NodeWorker:
             command_id=completion_id(cmd, "created"),
         )  # fmt: skip
         try:
-            state, _, events = await apply(self.bus.sandboxes, done, ctx, known=(state, version))
+            state, _, events = await execute(self.bus.sandboxes, done, ctx, known=(state, version))
         finally:
             if route is not None:
                 await route
@@ -374,7 +380,7 @@ class NodeWorker:
                 self.journal.remove(sandbox_id)
 
     async def _pause(self, cmd: sb.PauseSandbox, ctx: MessageContext) -> None:
-        state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
+        state, _, _ = await execute(self.bus.sandboxes, cmd, ctx)
         if state is None or state.status is not S.PAUSING:
             return
         error, snap_id = None, None
@@ -389,7 +395,7 @@ class NodeWorker:
         await self._routes_dropped()
         done = sb.CompletePause(sandbox_id=cmd.sandbox_id, snapshot_id=snap_id, error=error,
                                 command_id=completion_id(cmd, "paused"))  # fmt: skip
-        await apply(self.bus.sandboxes, done, ctx)
+        await execute(self.bus.sandboxes, done, ctx)
 
     async def _resume(self, cmd: sb.ResumeSandbox, ctx: MessageContext) -> None:
         sid = cmd.sandbox_id
@@ -402,7 +408,7 @@ class NodeWorker:
             # the sandbox running here.
             early = await self._early(sid, lambda: self._bring_back(sid, None))
         try:
-            state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
+            state, _, _ = await execute(self.bus.sandboxes, cmd, ctx)
         except DomainError:  # the log refuses the resume (killed meanwhile): so is its VM
             if early is not None:
                 await self._undo_start(sid, early)
@@ -421,7 +427,7 @@ class NodeWorker:
         done = sb.CompleteResume(sandbox_id=sid, node_id=self.node_id, error=error,
                                  command_id=completion_id(cmd, "resumed"))  # fmt: skip
         try:
-            await apply(self.bus.sandboxes, done, ctx)
+            await execute(self.bus.sandboxes, done, ctx)
         finally:
             if route is not None:
                 await route
@@ -467,19 +473,15 @@ class NodeWorker:
         """One capture of the parent, `count` copy-on-write children on this node. Each
         child is a sandbox of its own (its create decided on its own stream, with a fresh
         access token and `forked_from` lineage); the parent's stream records the outcome."""
-        state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
+        state, _, _ = await execute(self.bus.sandboxes, cmd, ctx)
         if state is None or state.status is not S.FORKING:
             return
-        request = sb.SandboxForkRequested(
-            sandbox_id=cmd.sandbox_id, at=cmd.at, command_id=cmd.command_id,
-            child_ids=state.pending_children, timeout_s=cmd.timeout_s,
-        )  # fmt: skip
         creates: dict[str, sb.CreateSandbox] = {}
         for cid in state.pending_children:
-            create = sb.fork_child_command(state, cid, request)
+            create = sb.fork_child_command(state, cid, cmd)
             if state.envd_access_token is not None:
                 create = create.model_copy(update={"envd_access_token": secrets.token_urlsafe(24)})
-            child, _, _ = await apply(self.bus.sandboxes, create.model_copy(
+            child, _, _ = await execute(self.bus.sandboxes, create.model_copy(
                 update={"node_id": self.node_id}), ctx)  # fmt: skip
             if child is not None and child.status is S.CREATING:
                 creates[cid] = create
@@ -496,7 +498,7 @@ class NodeWorker:
                 self.journal.add(cid, state.template_id)
             done = sb.CompleteCreate(sandbox_id=cid, node_id=self.node_id, error=errors.get(cid),
                                      command_id=completion_id(create, "created"))  # fmt: skip
-            await apply(self.bus.sandboxes, done, ctx)
+            await execute(self.bus.sandboxes, done, ctx)
         results = tuple(
             sb.ForkChildResult(sandbox_id=cid, error=errors.get(cid, "child already existed"))
             if cid in creates else sb.ForkChildResult(sandbox_id=cid, error=None)
@@ -504,10 +506,10 @@ class NodeWorker:
         )  # fmt: skip
         finished = sb.CompleteFork(sandbox_id=cmd.sandbox_id, children=results,
                                    command_id=completion_id(cmd, "forked"))  # fmt: skip
-        await apply(self.bus.sandboxes, finished, ctx)
+        await execute(self.bus.sandboxes, finished, ctx)
 
     async def _snapshot(self, cmd: sb.SnapshotSandbox, ctx: MessageContext) -> None:
-        state, _, _ = await apply(self.bus.sandboxes, cmd, ctx)
+        state, _, _ = await execute(self.bus.sandboxes, cmd, ctx)
         if state is None or state.status is not S.SNAPSHOTTING:
             return
         error, size = None, None
@@ -516,24 +518,25 @@ class NodeWorker:
                 snap = await self.host.snapshot(cmd.sandbox_id, cmd.snapshot_id)
                 size = sum(allocated_bytes(p) for p in (snap.mem, snap.state, snap.disk_top))
                 # registered with this capture first: its upload is recorded only against it
-                await register_template(
-                    self.bus.templates, cmd.snapshot_id, alias=None,
+                register = tp.RegisterTemplate(
+                    template_id=cmd.snapshot_id, alias=None,
                     envd_version=state.envd_version, cpu_count=state.cpu_count,
                     memory_mb=state.memory_mb, disk_size_mb=state.disk_size_mb,
-                    capture_id=snap.snapshot_id,
+                    capture_id=snap.snapshot_id, command_id=completion_id(cmd, "template"),
                 )  # fmt: skip
+                await execute(self.bus.templates, register, ctx)
                 self._upload_template_soon(cmd.snapshot_id, snap)
             except HostError as e:
                 error = str(e)
         done = sb.CompleteSnapshot(sandbox_id=cmd.sandbox_id, snapshot_id=cmd.snapshot_id,
                                    size_bytes=size, error=error, node_id=self.node_id,
                                    command_id=completion_id(cmd, "snapshot"))  # fmt: skip
-        await apply(self.bus.sandboxes, done, ctx)
+        await execute(self.bus.sandboxes, done, ctx)
 
     async def _kill(
         self, cmd: sb.KillSandbox, ctx: MessageContext, *, error: str | None = None
     ) -> None:
-        await apply(self.bus.sandboxes, cmd, ctx)
+        await execute(self.bus.sandboxes, cmd, ctx)
         self._cancel_upload(f"upload:{cmd.sandbox_id}")
         async with self.host.lock(cmd.sandbox_id):
             await self.host.kill(cmd.sandbox_id)
@@ -543,7 +546,7 @@ class NodeWorker:
         done = sb.CompleteKill(
             sandbox_id=cmd.sandbox_id, error=error, command_id=completion_id(cmd, "killed")
         )
-        await apply(self.bus.sandboxes, done, ctx)
+        await execute(self.bus.sandboxes, done, ctx)
 
     def _upload_soon(self, sandbox_id: str, snap: Snapshot) -> None:
         """Upload after the pause has answered (design §7); durable once recorded."""
@@ -559,7 +562,7 @@ class NodeWorker:
             if size is not None:
                 done = sb.RecordUpload(sandbox_id=sandbox_id, snapshot_id=snap.snapshot_id,
                                        size_bytes=size)  # fmt: skip
-                await apply(self.bus.sandboxes, done, MessageContext())
+                await execute(self.bus.sandboxes, done, MessageContext())
 
         self._retry_soon(f"upload:{sandbox_id}", snap.snapshot_id, attempt, moot,
                          first_delay=PAUSE_UPLOAD_DELAY_S)  # fmt: skip
@@ -589,8 +592,9 @@ class NodeWorker:
                 return
             source = self.host.templates.source_of(name)
             if source is not None:
-                await record_template_upload(self.bus.templates, name, key=snap.snapshot_id,
-                                             source_sandbox_id=source)  # fmt: skip
+                uploaded = tp.RecordTemplateUpload(template_id=name, key=snap.snapshot_id,
+                                                   source_sandbox_id=source)  # fmt: skip
+                await execute(self.bus.templates, uploaded)
 
         self._retry_soon(f"upload-template:{name}", snap.snapshot_id, attempt, moot)
 

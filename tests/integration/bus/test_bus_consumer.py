@@ -229,3 +229,17 @@ async def test_an_undecodable_command_is_rejected_on_its_kind_even_without_the_f
 
 async def _template_rejections(bus: Bus, name: str) -> list[CommandRejected]:
     return [r.event for r in await bus.templates.read(name) if isinstance(r.event, CommandRejected)]
+
+
+async def test_a_command_to_each_node_reaches_every_node(bus: Bus) -> None:
+    """A template delete goes to every node that may hold a copy. One command id sent to two
+    queues is one message to JetStream (de-duplication is stream-wide): only the first node
+    would act. Each copy has an id of its own; sending again still acts once per node."""
+    async with consumer(bus, ok) as (first, a), consumer(bus, ok) as (second, b):
+        cmd = tp.DeleteTemplate(template_id=f"tpl-{new_sandbox_id()}", at=T0)
+        receipts = await bus.commands.to_each_node([a, b, a], cmd)
+        assert len({r.command_id for r in receipts}) == 2 and not any(r.duplicate for r in receipts)
+        again = await bus.commands.to_each_node([b, a], cmd)
+        assert all(r.duplicate for r in again)
+        await eventually(lambda: _true(len(first.done) == 1 and len(second.done) == 1))
+        assert first.done != second.done

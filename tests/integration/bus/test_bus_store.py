@@ -11,6 +11,7 @@ import pytest
 from bus import Bus, ConcurrencyError, MessageContext, Version
 from bus import headers as h
 from bus.envelope import encode_event
+from bus.errors import StaleDuplicate
 from domain import sandbox as sb
 from domain.sandbox.values import new_sandbox_id
 
@@ -77,9 +78,11 @@ async def test_same_event_id_is_stored_once(bus: Bus) -> None:
     ctx = MessageContext(causation_id=uuid4())
     events = sb.decide(None, create(sid))
     v1 = await bus.sandboxes.append(sid, Version(0, 0), events, context=ctx)
-    # a retry of the same decision (same causation → same event id), e.g. after a lost ack
-    v2 = await bus.sandboxes.append(sid, Version(0, 0), events, context=ctx)
-    assert v1 == v2
+    # the same decision again (same causation → same event id): a redelivered command.
+    # JetStream keeps the first and skips the sequence check, so the caller must reload.
+    with pytest.raises(StaleDuplicate) as raised:
+        await bus.sandboxes.append(sid, Version(0, 0), events, context=ctx)
+    assert raised.value.stored_seq == v1.seq
     assert len(await bus.sandboxes.read(sid)) == 1
 
 

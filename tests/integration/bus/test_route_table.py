@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from bus import Bus
-from bus.decisions import apply
+from bus.decisions import execute
 from bus.routes import Route
 from domain import sandbox as sb
 from domain.sandbox.values import new_sandbox_id
@@ -33,10 +33,10 @@ async def table(bus: Bus) -> AsyncIterator[RouteTable]:
 
 async def _sandbox(bus: Bus, *, running: bool) -> str:
     sid = new_sandbox_id()
-    await apply(bus.sandboxes, sb.CreateSandbox(sandbox_id=sid, template_id="base", at=T0,
+    await execute(bus.sandboxes, sb.CreateSandbox(sandbox_id=sid, template_id="base", at=T0,
                                                 timeout_s=60))  # fmt: skip
     if running:
-        await apply(bus.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0))
+        await execute(bus.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0))
     return sid
 
 
@@ -55,7 +55,7 @@ async def test_a_creating_sandbox_waits_until_it_runs(bus: Bus, table: RouteTabl
     lookup = asyncio.create_task(table.resolve(sid, 8080))
     await asyncio.sleep(0.7)  # past a poll of the state: still creating, keep waiting
     assert not lookup.done()
-    await apply(bus.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0))
+    await execute(bus.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0))
     await table.book.put(sid, Route(node_id="n1", address="10.9.0.3"))
     assert (await asyncio.wait_for(lookup, 2.0)).host == "10.9.0.3"
 
@@ -73,7 +73,7 @@ async def test_a_create_that_fails_ends_the_wait(bus: Bus, table: RouteTable) ->
     sid = await _sandbox(bus, running=False)
     lookup = asyncio.create_task(table.resolve(sid, 49983))
     await asyncio.sleep(0.1)
-    await apply(bus.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0,
+    await execute(bus.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0,
                                                  error="boom"))  # fmt: skip
     with pytest.raises(SandboxUnavailable):
         await asyncio.wait_for(lookup, 2.0)  # not the 60 s a resume may take
@@ -105,7 +105,7 @@ async def _paused(bus: Bus, *, auto_resume: bool) -> str:
         sb.PauseSandbox(sandbox_id=sid, at=T0),
         sb.CompletePause(sandbox_id=sid, snapshot_id=f"{sid}-p1", at=T0),
     ):
-        await apply(bus.sandboxes, cmd)
+        await execute(bus.sandboxes, cmd)
     return sid
 
 
@@ -116,8 +116,8 @@ async def test_auto_resume_goes_through_the_policy_then_waits_for_the_route(bus:
 
     async def policy(state: sb.Sandbox) -> None:
         asked.append(state.sandbox_id)
-        await apply(bus.sandboxes, sb.ResumeSandbox(sandbox_id=state.sandbox_id, at=T0))
-        await apply(bus.sandboxes, sb.CompleteResume(sandbox_id=state.sandbox_id,
+        await execute(bus.sandboxes, sb.ResumeSandbox(sandbox_id=state.sandbox_id, at=T0))
+        await execute(bus.sandboxes, sb.CompleteResume(sandbox_id=state.sandbox_id,
                                                      node_id="n2", at=T0))  # fmt: skip
         await table.book.put(state.sandbox_id, Route(node_id="n2", address="10.9.0.7"))
 

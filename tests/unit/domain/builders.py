@@ -15,7 +15,7 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def step(state: sb.State, command: sb.SandboxCommand) -> sb.State:
+def step(state: sb.State, command: sb.AnySandboxCommand) -> sb.State:
     """decide then fold: one turn of the worker loop."""
     return sb.fold(sb.decide(state, command), state)
 

@@ -227,15 +227,16 @@ class TestFork:
             )
 
     def test_child_command_inherits_parent(self) -> None:
-        parent = running(metadata={"k": "v"}, alias="py")
-        [fork] = sb.decide(parent, sb.ForkSandbox(sandbox_id=SID, count=2, timeout_s=30))
-        assert isinstance(fork, sb.SandboxForkRequested)
-        child = sb.fork_child_command(parent, fork.child_ids[0], fork)
-        again = sb.fork_child_command(parent, fork.child_ids[0], fork)
+        cmd = sb.ForkSandbox(sandbox_id=SID, count=2, timeout_s=30)
+        parent = step(running(metadata={"k": "v"}, alias="py"), cmd)
+        assert parent is not None and len(parent.pending_children) == 2
+        child = sb.fork_child_command(parent, parent.pending_children[0], cmd)
+        again = sb.fork_child_command(parent, parent.pending_children[0], cmd)
         assert child == again and child.forked_from == SID and child.timeout_s == 30
         assert child.metadata == {"k": "v"} and child.alias == "py"
+        assert child.command_id == sb.derived_command_id(str(cmd.command_id), child.sandbox_id)
         with pytest.raises(Invalid):
-            sb.fork_child_command(parent, "other", fork)
+            sb.fork_child_command(parent, "other", cmd)
 
 
 class TestSnapshot:
