@@ -15,7 +15,7 @@ Imports only the domain, nats-py and OpenTelemetry. Public API::
 
 from bus.commands import CommandBus, CommandReceipt, aggregate_id_of, decode_command, verb_of
 from bus.connection import Bus
-from bus.consumer import CommandConsumer, ConsumerSpec, Delivery, Handler, RejectionSink
+from bus.consumer import CommandConsumer, Delivery, Handler, RejectionSink
 from bus.envelope import (
     CommandEnvelope,
     EventEnvelope,
@@ -33,6 +33,7 @@ from bus.errors import (
     RetryableError,
 )
 from bus.feed import EventFeed, stream_last_seq
+from bus.pull import ConsumerSpec
 from bus.settings import BusSettings
 from bus.setup import delete_all, ensure_streams
 from bus.store import EventStore, RecordedEvent, Version

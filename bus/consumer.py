@@ -12,98 +12,41 @@ the ack.
 
 Long handlers get `in_progress` heartbeats automatically (a third of the ack deadline), so
 the deadline can stay short enough to redeliver quickly when a worker dies. `stop()` stops
-fetching, lets the in-flight handlers finish (bounded), then unsubscribes.
+fetching, lets the in-flight handlers finish (bounded), then unsubscribes (`bus.pull`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
 from bus.commands import decode_command
 from bus.envelope import CommandEnvelope, MessageContext, decode_command_envelope
 from bus.errors import (
-    BusError,
     ConcurrencyError,
     DecodeError,
     PermanentError,
     RetryableError,
 )
+from bus.pull import ConsumerSpec, PullLoop, confirm_ack, kept_alive
 from bus.settings import BusSettings
 from bus.subjects import Names
 from bus.tracing import consume_span
 from domain import Command, CommandRejected, CorruptHistory, DomainError, RejectionCode, utcnow
 
-__all__ = ["CommandConsumer", "ConsumerSpec", "Delivery", "Handler", "RejectionSink"]
+__all__ = ["CommandConsumer", "Delivery", "Handler", "RejectionSink"]
 
 log = logging.getLogger(__name__)
 
 #: Nak delay after a `ConcurrencyError` escaped the handler: long enough not to spin against
 #: the competing writer, short next to any backoff step.
 _CONFLICT_RETRY_S = 0.1
-
-
-@dataclass(frozen=True)
-class ConsumerSpec:
-    """The durable consumer's shape. Values are explicit, never the server's defaults."""
-
-    durable: str
-    filter_subject: str
-    #: Deliveries before JetStream gives up on a message (we reject it on the last one).
-    max_deliver: int = 5
-    #: Server-side redelivery schedule: delivery n that is neither acked nor heartbeaten
-    #: within backoff[n-1] is redelivered (JetStream lets backoff override ack_wait). Also
-    #: the nak delay after a `RetryableError` without its own delay.
-    backoff: tuple[float, ...] = (5.0, 15.0, 30.0, 60.0)
-    #: Ack deadline when `backoff` is empty.
-    ack_wait_s: float = 30.0
-    #: In-flight messages per consumer across all its workers: the node's parallelism cap.
-    max_ack_pending: int = 32
-    #: Messages one fetch asks for. One: nats-py's fetch of n > 1 returns only once n came
-    #: or a status closed the pull, and with a long-poll request of an earlier fetch still
-    #: open on the server, the command it handed us was held until that request expired
-    #: (seen: a resume waiting 0.8 s in the node). Commands are few and slow to handle;
-    #: the loop fetches again at once, so one per round trip costs nothing that shows.
-    batch: int = 1
-    #: How long one fetch waits for messages; bounds how fast `stop()` takes effect.
-    fetch_timeout_s: float = 1.0
-    #: How long to wait for the server to confirm an ack.
-    ack_confirm_timeout_s: float = 2.0
-    #: Grace period for in-flight handlers on `stop()`.
-    drain_timeout_s: float = 30.0
-
-    def consumer_config(self) -> ConsumerConfig:
-        if self.max_deliver <= len(self.backoff):
-            raise BusError("max_deliver must exceed the number of backoff steps")
-        return ConsumerConfig(
-            durable_name=self.durable,
-            filter_subject=self.filter_subject,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=self.ack_wait_s,
-            max_deliver=self.max_deliver,
-            backoff=list(self.backoff),
-            max_ack_pending=self.max_ack_pending,
-        )
-
-    @property
-    def heartbeat_s(self) -> float:
-        """`in_progress` period: a third of the shortest ack deadline, so two may be lost."""
-        return min((self.ack_wait_s, *self.backoff)) / 3
-
-    def delay(self, attempt: int) -> float:
-        """Nak delay after delivery number `attempt` (1-based)."""
-        return self.backoff[min(attempt, len(self.backoff)) - 1] if self.backoff else 0.0
 
 
 @dataclass
@@ -150,65 +93,19 @@ class CommandConsumer:
         handler: Handler,
         rejections: Mapping[str, RejectionSink],
     ) -> None:
-        self._js = js
-        self._stream = Names(settings.bus_prefix).command_stream
         self._spec = spec
         self._handler = handler
         #: by aggregate kind: a template command's rejection lands on the template's subject
         self._rejections = dict(rejections)
-        self._sub: JetStreamContext.PullSubscription | None = None
-        self._loop_task: asyncio.Task[None] | None = None
-        self._inflight: set[asyncio.Task[None]] = set()
-        self._stopping = asyncio.Event()
+        self._loop = PullLoop(js, Names(settings.bus_prefix).command_stream, spec, self._handle)
 
     async def start(self) -> None:
         """Create or update the durable consumer and start pulling."""
-        await self._js.add_consumer(self._stream, self._spec.consumer_config())
-        self._sub = await self._js.pull_subscribe_bind(self._spec.durable, stream=self._stream)
-        self._loop_task = asyncio.create_task(self._run(), name=f"consumer:{self._spec.durable}")
+        await self._loop.start()
 
     async def stop(self) -> None:
         """Stop fetching, let in-flight handlers settle their messages, unsubscribe."""
-        self._stopping.set()
-        if self._loop_task is not None:
-            await self._loop_task
-        if self._inflight:
-            _, late = await asyncio.wait(self._inflight, timeout=self._spec.drain_timeout_s)
-            for task in late:  # their messages are redelivered after ack_wait
-                task.cancel()
-        if self._sub is not None:
-            await self._sub.unsubscribe()
-            self._sub = None
-
-    async def _run(self) -> None:
-        assert self._sub is not None
-        while not self._stopping.is_set():
-            free = min(self._spec.batch, self._spec.max_ack_pending - len(self._inflight))
-            if free <= 0:
-                await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
-                continue
-            try:
-                msgs = await self._sub.fetch(free, timeout=self._spec.fetch_timeout_s)
-            except (NatsTimeoutError, TimeoutError):
-                continue
-            except Exception as e:  # reconnecting, or the server is restarting
-                if self._stopping.is_set():
-                    break
-                log.warning("fetch on %s failed (%r); retrying", self._spec.durable, e)
-                await asyncio.sleep(self._spec.fetch_timeout_s)
-                continue
-            for msg in msgs:
-                task = asyncio.create_task(self._settle(msg))
-                self._inflight.add(task)
-                task.add_done_callback(self._inflight.discard)
-
-    async def _settle(self, msg: Msg) -> None:
-        try:
-            await self._handle(msg)
-        except Exception:
-            # Settling itself failed (connection lost, the rejection could not be appended):
-            # the message stays unacked and JetStream redelivers it after the ack deadline.
-            log.exception("could not settle %s; it will be redelivered", msg.subject)
+        await self._loop.stop()
 
     async def _handle(self, msg: Msg) -> None:
         meta = msg.metadata
@@ -221,9 +118,9 @@ class CommandConsumer:
             return
         delivery = Delivery(env, command, msg.subject, meta.sequence.stream, attempt, last, msg)
         with consume_span(msg.subject, str(env.command_id), msg.headers, self._spec.durable):
-            beat = asyncio.create_task(self._heartbeat(msg))
             try:
-                await self._handler(delivery)
+                async with kept_alive(msg, self._spec.heartbeat_s):
+                    await self._handler(delivery)
             except RetryableError as e:
                 await self._retry(delivery, e.delay_s, str(e))
             except ConcurrencyError as e:
@@ -242,30 +139,7 @@ class CommandConsumer:
                 log.exception("handler failed on %s (attempt %d)", msg.subject, attempt)
                 await self._retry(delivery, None, f"{type(e).__name__}: {e}")
             else:
-                await self._ack(msg)
-            finally:
-                beat.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await beat
-
-    async def _ack(self, msg: Msg) -> None:
-        # Acks are confirmed by the server (one more round trip, small next to the work a
-        # command does): when `stop()` returns, every finished command is known settled.
-        try:
-            await msg.ack_sync(timeout=self._spec.ack_confirm_timeout_s)
-        except (NatsTimeoutError, TimeoutError):
-            log.warning(
-                "ack of %s unconfirmed; it may be redelivered (handlers are idempotent)",
-                msg.subject,
-            )
-
-    async def _heartbeat(self, msg: Msg) -> None:
-        while True:
-            await asyncio.sleep(self._spec.heartbeat_s)
-            try:
-                await msg.in_progress()
-            except Exception as e:  # the handler's outcome matters more than a lost beat
-                log.warning("heartbeat for %s failed: %r", msg.subject, e)
+                await confirm_ack(msg, self._spec.ack_confirm_timeout_s)
 
     async def _retry(self, d: Delivery, delay: float | None, reason: str) -> None:
         if d.last_attempt:

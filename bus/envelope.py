@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID, uuid4, uuid5
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
@@ -81,6 +81,13 @@ class CommandEnvelope(_Envelope):
         return cls.aggregate if cls is not None and cls.aggregate else None
 
 
+class HasEnvelope(Protocol):
+    """A recorded event (`bus.records.RecordedEvent`)."""
+
+    @property
+    def envelope(self) -> EventEnvelope: ...
+
+
 @dataclass(frozen=True)
 class MessageContext:
     """Who asked and why: copied from a command onto the events it causes.
@@ -100,6 +107,17 @@ class MessageContext:
             correlation_id=command.correlation_id or command.command_id,
             causation_id=command.command_id,
             actor=command.actor,
+        )
+
+    @classmethod
+    def caused_by_event(cls, event: EventEnvelope | HasEnvelope) -> MessageContext:
+        """Context for what a worker appends in reaction to an event (the snapshot worker's
+        upload record): caused by that event, so its own event id is deterministic."""
+        env = event if isinstance(event, EventEnvelope) else event.envelope
+        return cls(
+            correlation_id=env.correlation_id or env.event_id,
+            causation_id=env.event_id,
+            actor=env.actor,
         )
 
 

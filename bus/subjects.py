@@ -162,6 +162,11 @@ class Names:
         """Durable pull consumer of one node's own commands."""
         return self._lower(f"node-{_token(node_id, 'node id')}")
 
+    def snapshot_consumer(self, node_id: str) -> str:
+        """Durable consumer of the sandbox events for one node's snapshot worker (its
+        captures are on that node's disk: nobody else can upload them)."""
+        return self._lower(f"snapshot-{_token(node_id, 'node id')}")
+
     @property
     def place_consumer(self) -> str:
         """Durable pull consumer shared by every node: whoever pulls first places."""

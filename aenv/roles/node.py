@@ -1,4 +1,4 @@
-"""The node role: this host's microVMs — runtime, templates, snapshot uploads, node worker.
+"""The node role: this host's microVMs — runtime, templates, node worker, snapshot worker.
 
 Alone in its process so a restore never waits behind HTTP parsing or a projection's SQL on
 the same event loop: the control plane's share of a create is then only the bus hops.
@@ -18,12 +18,15 @@ from domain import template as tp
 from envd.version import ENVD_VERSION
 from workers.node.host import SandboxHost
 from workers.node.image import build_base
+from workers.node.memory import MemoryHost
+from workers.node.ports import Host
 from workers.node.proxy import listen, node_proxy
 from workers.node.runtime import Runtime
 from workers.node.settings import NodeSettings
 from workers.node.templates import TemplateCatalog, TemplateSpec
 from workers.node.worker import NodeWorker
 from workers.snapshot import BlobCache, S3Config, S3Store, SnapshotRepository
+from workers.snapshot.worker import SnapshotWorker
 
 
 async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
@@ -31,26 +34,19 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         bus = await Bus.connect(BusSettings(nats_url=cfg.nats_url), name="aenv-node")
         stack.push_async_callback(bus.close)
         node_cfg = NodeSettings(state_dir=cfg.data_dir / "node")
-        say("preparing the default template `base` (first run: debootstrap, ~2 min)")
-        image = await asyncio.to_thread(build_base, progress=lambda m: say(f"  image: {m}"))
-        runtime = await Runtime.open(
-            node_cfg.state_dir, kernel_for_probe=image.kernel,
-            pool_target=node_cfg.slot_pool, slot_prefix=node_cfg.slot_prefix,
-            slot_cidr=node_cfg.slot_cidr, egress=node_cfg.egress_enabled,
-        )  # fmt: skip
-        stack.push_async_callback(runtime.close)
-        say(f"accelerator: {runtime.accel.accel} ({runtime.accel.reason})")
-        base = TemplateSpec("base", vcpus=node_cfg.base_vcpus, mem_mib=node_cfg.base_mem_mib)
-        catalog = TemplateCatalog(runtime, progress=lambda m: say(f"  template: {m}"), base=base)
-        await catalog.get("base")
+        host: Host
+        if node_cfg.node_host == "memory":
+            say("node host: in memory (no VMs: AENV_NODE_HOST=memory)")
+            host, uploads, disk_mb = MemoryHost(capacity=node_cfg.capacity), None, 2048
+        else:
+            host, uploads, disk_mb = await _qemu_host(cfg, node_cfg, bus, stack)
+        stack.push_async_callback(host.close)
         register = tp.RegisterTemplate(
-            template_id="base", alias="base", envd_version=ENVD_VERSION, cpu_count=base.vcpus,
-            memory_mb=base.mem_mib, disk_size_mb=image.rootfs.stat().st_size >> 20,
+            template_id="base", alias="base", envd_version=ENVD_VERSION,
+            cpu_count=node_cfg.base_vcpus, memory_mb=node_cfg.base_mem_mib,
+            disk_size_mb=disk_mb,
         )  # fmt: skip
         await execute(bus.templates, register)
-        repository = await _repository(cfg, node_cfg, stack)
-        host = SandboxHost(runtime, catalog, capacity=node_cfg.capacity, repository=repository)
-        stack.push_async_callback(host.close)
         sock = listen(node_cfg.proxy_host, node_cfg.proxy_port)
         proxy = uvicorn.Server(uvicorn.Config(
             node_proxy(host), log_level="warning", lifespan="off", access_log=False,
@@ -59,13 +55,41 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         proxy_task = asyncio.create_task(proxy.serve(sockets=[sock]))
         stack.push_async_callback(_stop_server, proxy, proxy_task)
         bound = f"{node_cfg.proxy_host}:{sock.getsockname()[1]}"
-        worker = NodeWorker(bus, host, node_cfg, node_proxy=node_cfg.proxy_advertise or bound)
+        worker = NodeWorker(bus, host, node_cfg, node_proxy=node_cfg.proxy_advertise or bound,
+                            on_moot=uploads.cancel if uploads else None)  # fmt: skip
         await worker.start()
         stack.push_async_callback(worker.stop)
+        if uploads is not None:  # after the worker took back this node's paused sandboxes
+            await uploads.start()
+            stack.push_async_callback(uploads.stop)
         say(f"node {node_cfg.node_id} serving (sandbox proxy on {bound})")
         say(READY)
         await stop.wait()
         say("node: draining in-flight work")
+
+
+async def _qemu_host(
+    cfg: RoleSettings, node_cfg: NodeSettings, bus: Bus, stack: contextlib.AsyncExitStack
+) -> tuple[SandboxHost, SnapshotWorker | None, int]:
+    """QEMU microVMs: the `base` image and template ready, the runtime open, and the
+    snapshot worker when there is a repository; with the base image's size in MiB."""
+    say("preparing the default template `base` (first run: debootstrap, ~2 min)")
+    image = await asyncio.to_thread(build_base, progress=lambda m: say(f"  image: {m}"))
+    runtime = await Runtime.open(
+        node_cfg.state_dir, kernel_for_probe=image.kernel,
+        pool_target=node_cfg.slot_pool, slot_prefix=node_cfg.slot_prefix,
+        slot_cidr=node_cfg.slot_cidr, egress=node_cfg.egress_enabled,
+    )  # fmt: skip
+    stack.push_async_callback(runtime.close)
+    say(f"accelerator: {runtime.accel.accel} ({runtime.accel.reason})")
+    base = TemplateSpec("base", vcpus=node_cfg.base_vcpus, mem_mib=node_cfg.base_mem_mib)
+    catalog = TemplateCatalog(runtime, progress=lambda m: say(f"  template: {m}"), base=base)
+    await catalog.get("base")
+    repository = await _repository(cfg, node_cfg, stack)
+    host = SandboxHost(runtime, catalog, capacity=node_cfg.capacity, repository=repository)
+    # captures become durable through the node's snapshot worker
+    uploads = SnapshotWorker(bus, node_cfg.node_id, host, repository) if repository else None
+    return host, uploads, image.rootfs.stat().st_size >> 20
 
 
 async def _stop_server(server: uvicorn.Server, task: asyncio.Task[None]) -> None:

@@ -1,9 +1,11 @@
-"""The sandboxes living on this node: each a microVM restored from its template.
+"""The sandboxes living on this node: each a QEMU microVM restored from its template — the
+production side of the `Host` port (`workers/node/ports.py`).
 
 No bus in here: `SandboxHost` is what the node worker's handlers call after the domain has
-decided, and what the API's proxy asks "where does this sandbox answer?". It keeps the
-sandbox → VM map and the little per-sandbox state the guest needs again after a restore
-(env vars, access token).
+decided, what the node's proxy asks "where does this sandbox answer?", and what the
+snapshot worker asks for the captures it uploads (`LocalCaptures`). It keeps the sandbox →
+VM map and the little per-sandbox state the guest needs again after a restore (env vars,
+access token).
 """
 
 from __future__ import annotations
@@ -11,46 +13,33 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import shutil
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from workers.node.image.cache import cache_root
-from workers.node.net import EgressPolicy
-from workers.node.ports import CaptureRepository
+from workers.node.image import build_from_oci
+from workers.node.ports import (
+    Accelerator,
+    Capture,
+    CaptureRepository,
+    GuestConfig,
+    HostError,
+    ImportedImage,
+    TemplateLocator,
+)
 from workers.node.runtime import Runtime, Snapshot, Vm, allocated_bytes, wait_and_init
-from workers.node.templates import TemplateCatalog, TemplateError, TemplateNotLocal
+from workers.node.templates import TemplateCatalog, TemplateSpec
+from workers.node.transfer import Transfers
+
+__all__ = ["GuestConfig", "HostError", "LocalCapture", "SandboxHost"]
 
 log = logging.getLogger(__name__)
 
-#: A snapshot template's capture in the repository: (key, guest token, source sandbox id).
-TemplateLocation = tuple[str, str | None, str]
-
-
-class HostError(Exception):
-    """A sandbox operation on this node failed; the message is safe to show a user."""
-
-
-@dataclass(frozen=True)
-class GuestConfig:
-    """What envd in a sandbox is told at every (re)start via /init."""
-
-    env_vars: dict[str, str] = field(default_factory=dict)
-    access_token: str | None = None
-    egress: EgressPolicy = field(default_factory=EgressPolicy)
-
-    def init_body(self, sandbox_id: str) -> dict[str, object]:
-        """No `defaultUser`/`defaultWorkdir`: the restored guest keeps the ones it was
-        captured with — envd's own (`user`, its home) for `base`, a built template's USER
-        and WORKDIR for that template. `envVars` merge over the captured ones (a built
-        template's ENV), so the sandbox's own values win."""
-        return {
-            "envVars": self.env_vars,
-            "accessToken": self.access_token,
-            "hostname": sandbox_id[:63],
-        }
+#: Layer GC runs this long after the kill/resume/delete that asked for it.
+GC_DELAY_S = 3.0
 
 
 @dataclass
@@ -71,86 +60,108 @@ class PausedSandbox:
     guest: GuestConfig
 
 
+@dataclass(frozen=True)
+class LocalCapture:
+    """A capture for the snapshot worker to upload."""
+
+    snapshot_id: str
+    dir: Path
+    base_image_digest: str
+    size_bytes: int
+
+    @classmethod
+    def of(cls, snap: Snapshot) -> LocalCapture:
+        return cls(snap.snapshot_id, snap.dir, snap.base_image.parent.name, _size(snap))
+
+
+def _size(snap: Snapshot) -> int:
+    return sum(allocated_bytes(p) for p in (snap.mem, snap.state, snap.disk_top))
+
+
 class SandboxHost:
     """Creates, kills and locates this node's sandboxes."""
 
     def __init__(
-        self,
-        runtime: Runtime,
-        templates: TemplateCatalog,
-        *,
-        capacity: int,
+        self, runtime: Runtime, templates: TemplateCatalog, *, capacity: int,
         repository: CaptureRepository | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.runtime = runtime
-        #: where captures become durable (S3 or a shared filesystem); None: node-local only
-        self.repository = repository
         self.templates = templates
-        self.capacity = capacity
+        self._capacity = capacity
+        self.transfers = Transfers(runtime, templates, repository)
         self.sandboxes: dict[str, LiveSandbox] = {}
         self.paused: dict[str, PausedSandbox] = {}
-        #: called with a sandbox id when its VM goes away (kill, pause): e.g. the proxy
-        #: ends streams into it
-        self.on_gone: list[Callable[[str], None]] = []
+        self._gone_hooks: list[Callable[[str], None]] = []
         self._gc_lock = asyncio.Lock()
+        self._gc: asyncio.Task[None] | None = None
         self._busy: dict[str, asyncio.Lock] = {}
         #: captures made for forks: their RAM file is mapped by the running children, so
         #: each is kept until none of its children runs any more (see `collect_garbage`)
         self._fork_captures: list[Snapshot] = []
-        self._pulls: dict[str, asyncio.Lock] = {}
-        #: where a template this node never had is durable: (repository key, the token its
-        #: captured guest holds, the sandbox it was taken of), or None — the log knows (set
-        #: by the node worker)
-        self.locate_template: Callable[[str], Awaitable[TemplateLocation | None]] | None = None
+
+    # ---- what the node is -------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self._capacity
 
     @property
     def free(self) -> int:
-        return max(0, self.capacity - len(self.sandboxes))
+        return max(0, self._capacity - len(self.sandboxes))
+
+    @property
+    def running(self) -> int:
+        return len(self.sandboxes)
+
+    @property
+    def accelerator(self) -> Accelerator:
+        accel = self.runtime.accel
+        return Accelerator(accel.accel, accel.reason, self.runtime.qemu_version)
+
+    def runs(self, sandbox_id: str) -> bool:
+        return sandbox_id in self.sandboxes
+
+    def holds_paused(self, sandbox_id: str) -> bool:
+        return sandbox_id in self.paused
 
     def lock(self, sandbox_id: str) -> asyncio.Lock:
-        """Serialises operations on one sandbox (a kill waits for a create to finish)."""
         return self._busy.setdefault(sandbox_id, asyncio.Lock())
 
     def upstream(self, sandbox_id: str) -> str | None:
-        """The address that reaches this sandbox's guest ports, if it runs here."""
         live = self.sandboxes.get(sandbox_id)
         return live.vm.host if live and live.vm.qemu.alive else None
 
-    async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> LiveSandbox:
-        """Restore the template into a new VM; returns once envd in it has been initialised.
+    def on_gone(self, hook: Callable[[str], None]) -> None:
+        self._gone_hooks.append(hook)
 
-        Idempotent: a redelivered create for a sandbox already running here returns it.
-        """
+    def set_template_locator(self, locate: TemplateLocator) -> None:
+        self.transfers.locate = locate
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None:
+        """Restore the template into a new VM; returns once envd in it has been initialised.
+        Idempotent: a redelivered create for a sandbox already running here returns."""
         if sandbox_id in self.sandboxes:
-            return self.sandboxes[sandbox_id]
+            return
         if self.free <= 0:
             raise HostError("node is full")
         try:
-            snap = await self.template(template_id)
+            snap = await self.transfers.template(template_id)
             vm, timing = await self.runtime.restore(
-                snap,
-                vm_id=sandbox_id,
+                snap, vm_id=sandbox_id,
                 private_memory=False,  # a sandbox can be paused: its RAM must be its own file
-                policy=guest.egress,
-                init=guest.init_body(sandbox_id),
+                policy=guest.egress, init=guest.init_body(sandbox_id),
                 init_token=self.templates.guest_token(template_id),
-            )
+            )  # fmt: skip
         except HostError:
             raise
         except Exception as e:
             log.exception("create %s failed", sandbox_id)
             raise HostError(f"sandbox {sandbox_id} failed to start: {e}") from e
-        log.info(
-            "sandbox %s up: running %.1f ms, envd %.1f ms",
-            sandbox_id,
-            timing.running * 1000,
-            timing.envd * 1000,
-        )
-        live = LiveSandbox(sandbox_id, template_id, vm, guest)
-        self.sandboxes[sandbox_id] = live
-        return live
+        log.info("sandbox %s up: running %.1f ms, envd %.1f ms", sandbox_id,
+                 timing.running * 1000, timing.envd * 1000)  # fmt: skip
+        self.sandboxes[sandbox_id] = LiveSandbox(sandbox_id, template_id, vm, guest)
 
-    async def pause(self, sandbox_id: str) -> PausedSandbox:
+    async def pause(self, sandbox_id: str) -> Capture:
         """Capture the VM and release it: no process, no slot, no host RAM while paused.
 
         The cost is stop + device state (~10 ms) whatever the guest's RAM size: the RAM
@@ -159,7 +170,7 @@ class SandboxHost:
         live = self.sandboxes.get(sandbox_id)
         if live is None:
             if sandbox_id in self.paused:
-                return self.paused[sandbox_id]
+                return self._capture(self.paused[sandbox_id])
             raise HostError(f"sandbox {sandbox_id} is not running on this node")
         snap_id = f"{sandbox_id}-p{uuid.uuid4().hex[:8]}"
         try:
@@ -174,170 +185,58 @@ class SandboxHost:
         self._gone(sandbox_id)
         paused = PausedSandbox(sandbox_id, live.template_id, snap, live.guest)
         self.paused[sandbox_id] = paused
-        return paused
+        return self._capture(paused)
 
-    async def template(self, name: str) -> Snapshot:
-        """A template's capture, pulled back from the repository first if this disk lost
-        it (a persistent snapshot is durable once uploaded: `upload_template`), or taken
-        over from there if it was taken on another node."""
-        try:
-            return await self.templates.get(name)
-        except TemplateNotLocal as gone:
-            return await self._pull_template(name, gone)
-        except TemplateError:
-            if self.templates.knows(name):  # ours, and it failed: say why
-                raise
-            return await self._take_over_template(name)
-
-    async def _pull_template(self, name: str, gone: TemplateNotLocal) -> Snapshot:
-        if self.repository is None:
-            raise HostError(f"the capture of template {name!r} is gone and no "
-                            "repository is set") from gone  # fmt: skip
-        async with self._pulls.setdefault(name, asyncio.Lock()):
-            try:
-                return await self.templates.get(name)  # another create pulled it
-            except TemplateNotLocal:
-                pass
-            snap = await self._fetch(gone.key, gone.directory, gone.base_image,
-                                     f"template {name!r}")  # fmt: skip
-            self.templates.adopt(name, snap, self.templates.guest_token(name),
-                                 self.templates.source_of(name))  # fmt: skip
-            self.templates.mark_uploaded(name, snap)
-            return snap
-
-    async def _take_over_template(self, name: str) -> Snapshot:
-        """A snapshot template taken on another node (gone now): pull its durable capture
-        from the repository over this node's copy of the base image, and keep it as a
-        template of this node from then on."""
-        where = await self.locate_template(name) if self.locate_template else None
-        if where is None or self.repository is None:
-            raise HostError(f"template {name!r} is not on this node and its capture is not in "
-                            "the snapshot repository")  # fmt: skip
-        key, token, source = where
-        async with self._pulls.setdefault(name, asyncio.Lock()):
-            try:
-                return await self.templates.get(name)  # another create pulled it meanwhile
-            except TemplateError:
-                pass
-            snap = await self._fetch_foreign(key, f"the capture of template {name!r}")
-            self.templates.adopt(name, snap, token, source)
-            self.templates.mark_uploaded(name, snap)
-            return snap
-
-    async def upload_template(self, name: str, snap: Snapshot) -> bool:
-        """Make a persistent snapshot durable; False if there is no repository or `name`
-        has moved on to a newer capture (nothing left to do)."""
-        if self.repository is None:
-            return False
-        await self._store(snap)
-        return self.templates.mark_uploaded(name, snap)
-
-    async def _pull(self, paused: PausedSandbox) -> PausedSandbox:
-        """The local capture is gone (cache evicted, disk replaced): fetch it back from the
-        snapshot repository. Never a half-restored VM: the download completes first."""
+    @staticmethod
+    def _capture(paused: PausedSandbox) -> Capture:
         snap = paused.snapshot
-        if self.repository is None:
-            raise HostError(f"the capture of {paused.sandbox_id} is gone and no repository is set")
-        fetched = await self._fetch(snap.snapshot_id, snap.dir, snap.base_image,
-                                    f"the capture of {paused.sandbox_id}")  # fmt: skip
-        pulled = dataclasses.replace(paused, snapshot=fetched)
-        self.paused[paused.sandbox_id] = pulled
-        return pulled
+        return Capture(snap.snapshot_id, paused.template_id, 0, snap.stopped_ms)
 
-    async def pull_paused(
+    async def take_over_paused(
         self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
     ) -> None:
-        """Take over a paused sandbox whose node is gone: its capture comes from the
-        repository (then `resume` it as any other). The disk chain is rebuilt over this
-        node's copy of the same base image."""
-        if self.repository is None:
-            raise HostError(f"sandbox {sandbox_id} is paused on another node and no "
-                            "repository is set")  # fmt: skip
-        snap = await self._fetch_foreign(snapshot_id, f"the capture of {sandbox_id}")
+        """A paused sandbox whose node is gone: its capture comes from the repository (then
+        `resume` it as any other), the disk chain rebuilt over this node's base image."""
+        snap = await self.transfers.fetch_foreign(snapshot_id, f"the capture of {sandbox_id}")
         self.paused[sandbox_id] = PausedSandbox(sandbox_id, template_id, snap, guest)
-
-    async def _fetch_foreign(self, key: str, what: str) -> Snapshot:
-        """A capture another node took, from the repository into this node's snapshot
-        directory, its disk chain rebuilt over this node's copy of the same base image."""
-        assert self.repository is not None
-        try:
-            manifest = await self.repository.get_manifest(key)
-        except Exception as e:
-            raise HostError(f"{what} is not in the repository: {e}") from e
-        base = self._base_image(manifest.base_image.digest)
-        return await self._fetch(key, self.runtime.snapshot_dir(key), base, what)
-
-    def _base_image(self, digest: str) -> Path:
-        """This node's copy of a base image, by the digest a capture names (its directory in
-        the image cache, as the uploading node had it)."""
-        candidates = [c.base_image for c in self.templates.captures()]
-        candidates.append(cache_root() / digest / "root.ext4")
-        for path in candidates:
-            if path.parent.name == digest and path.is_file():
-                return path
-        raise HostError(f"base image {digest[:12]} is not on this node (build the same image "
-                        "here: `python -m workers.node.image build-base`)")  # fmt: skip
-
-    async def upload(self, sandbox_id: str, snap: Snapshot) -> int | None:
-        """Make a capture durable in the repository; its size in bytes, None without one."""
-        if self.repository is None:
-            return None
-        await self.runtime.settled(snap.snapshot_id)
-        await self._store(snap)
-        return sum(allocated_bytes(p) for p in (snap.mem, snap.state, snap.disk_top))
-
-    async def _store(self, snap: Snapshot) -> None:
-        """One capture into the repository, under its own snapshot id (content-addressed:
-        blobs already there are not sent again)."""
-        assert self.repository is not None
-        result = await self.repository.upload(
-            snap.dir, base_image_digest=snap.base_image.parent.name, snapshot_id=snap.snapshot_id
-        )
-        log.info("uploaded %s: %d blobs, %d bytes new", snap.snapshot_id,
-                 result.blobs_uploaded, result.bytes_uploaded)  # fmt: skip
-
-    async def _fetch(self, key: str, directory: Path, base_image: Path, what: str) -> Snapshot:
-        """Rebuild a capture from the repository in `directory`; the download completes
-        before anything restores from it (never a half-restored VM)."""
-        assert self.repository is not None
-        try:
-            # layers into the node's layer store: the restored VM runs on them after this
-            # directory is deleted, and a later pause freezes a chain that still needs them
-            local = await self.repository.download(key, directory, base_image,
-                                                   layers_dir=self.runtime.layers.root)  # fmt: skip
-        except Exception as e:
-            log.exception("pulling %s failed", key)
-            raise HostError(f"{what} could not be fetched: {e}") from e
-        log.info("pulled %s from the repository (%d blobs, %d bytes)", key,
-                 local.blobs_fetched, local.bytes_fetched)  # fmt: skip
-        return Snapshot.read(local.dir)
 
     def adopt_paused(
-        self, sandbox_id: str, template_id: str, snapshot_dir: Path, guest: GuestConfig
-    ) -> None:
+        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
+    ) -> bool:
         """Take back a paused sandbox whose capture survived a node restart."""
+        snapshot_dir = self.runtime.snapshot_dir(snapshot_id)
+        if not (snapshot_dir / "manifest.json").exists():
+            return False
         snap = Snapshot.read(snapshot_dir)
         self.paused[sandbox_id] = PausedSandbox(sandbox_id, template_id, snap, guest)
+        return True
 
-    async def resume(self, sandbox_id: str) -> LiveSandbox:
+    def drop_capture(self, snapshot_id: str) -> None:
+        """A stale local copy (its sandbox was killed or moved); its layers go with GC."""
+        shutil.rmtree(self.runtime.snapshot_dir(snapshot_id), ignore_errors=True)
+        self.collect_soon()
+
+    async def resume(self, sandbox_id: str) -> str:
         """Restore a paused sandbox from its own capture; processes and memory intact."""
         if sandbox_id in self.sandboxes:
-            return self.sandboxes[sandbox_id]
+            return self.sandboxes[sandbox_id].template_id
         paused = self.paused.get(sandbox_id)
         if paused is None:
             raise HostError(f"sandbox {sandbox_id} has no paused state on this node")
         if not (paused.snapshot.dir / "manifest.json").exists():
-            paused = await self._pull(paused)
+            # the local capture is gone (disk replaced): fetch it back; never a half-restored
+            # VM, the download completes first
+            snap = paused.snapshot
+            fetched = await self.transfers.fetch(snap.snapshot_id, snap.dir, snap.base_image,
+                                                 f"the capture of {sandbox_id}")  # fmt: skip
+            paused = dataclasses.replace(paused, snapshot=fetched)
+            self.paused[sandbox_id] = paused
         try:
             vm, timing = await self.runtime.restore(
-                paused.snapshot,
-                vm_id=sandbox_id,
-                private_memory=False,
-                adopt_memory=True,
-                policy=paused.guest.egress,
-                init=paused.guest.init_body(sandbox_id),
+                paused.snapshot, vm_id=sandbox_id, private_memory=False, adopt_memory=True,
+                policy=paused.guest.egress, init=paused.guest.init_body(sandbox_id),
                 init_token=paused.guest.access_token,
-            )
+            )  # fmt: skip
         except Exception as e:
             log.exception("resume %s failed", sandbox_id)
             raise HostError(f"sandbox {sandbox_id} could not be resumed: {e}") from e
@@ -345,9 +244,9 @@ class SandboxHost:
                  timing.running * 1000, timing.envd * 1000)  # fmt: skip
         del self.paused[sandbox_id]
         self.runtime.delete_snapshot(paused.snapshot)
-        live = LiveSandbox(sandbox_id, paused.template_id, vm, paused.guest)
-        self.sandboxes[sandbox_id] = live
-        return live
+        self.sandboxes[sandbox_id] = LiveSandbox(sandbox_id, paused.template_id, vm, paused.guest)
+        self.collect_soon()
+        return paused.template_id
 
     async def fork(self, parent_id: str, children: dict[str, GuestConfig]) -> dict[str, str | None]:
         """Children of a running sandbox, each with its own id and guest config (token);
@@ -386,7 +285,7 @@ class SandboxHost:
         errors = await asyncio.gather(*(init(c, v) for c, v in zip(ids, vms, strict=True)))
         return dict(zip(ids, errors, strict=True))
 
-    async def snapshot(self, sandbox_id: str, name: str) -> Snapshot:
+    async def snapshot(self, sandbox_id: str, name: str) -> Capture:
         """A persistent snapshot of a running sandbox, which keeps running (brief pause);
         it becomes template `name` on this node."""
         live = self.sandboxes.get(sandbox_id)
@@ -408,7 +307,7 @@ class SandboxHost:
         self.templates.adopt(name, snap, live.guest.access_token, sandbox_id)
         if old is not None:  # a new build of an existing name replaces the old capture
             self.runtime.delete_snapshot(old)
-        return snap
+        return Capture(snap.snapshot_id, live.template_id, _size(snap), snap.stopped_ms)
 
     async def kill(self, sandbox_id: str) -> bool:
         """Destroy the sandbox's VM or paused capture; False if neither was here."""
@@ -416,6 +315,7 @@ class SandboxHost:
         if paused is not None:
             self.runtime.delete_snapshot(paused.snapshot)
         live = self.sandboxes.pop(sandbox_id, None)
+        self.collect_soon()
         if live is None:
             return paused is not None
         await self.runtime.destroy(live.vm)
@@ -423,11 +323,73 @@ class SandboxHost:
         return True
 
     def _gone(self, sandbox_id: str) -> None:
-        for hook in self.on_gone:
+        for hook in self._gone_hooks:
             try:
                 hook(sandbox_id)
             except Exception:  # a listener's failure must not fail the kill
                 log.exception("on_gone hook failed for %s", sandbox_id)
+
+    # ---- templates --------------------------------------------------------------------
+    def reload_templates(self) -> int:
+        return self.templates.reload()
+
+    async def import_image(
+        self, name: str, image_path: str, *, vcpus: int, mem_mib: int
+    ) -> ImportedImage:
+        """An OCI image becomes a template on this node: converted (cached by content),
+        booted once, captured and adopted (so a restart keeps it)."""
+        image = await asyncio.to_thread(
+            build_from_oci, Path(image_path), f"tpl-{name}",
+            progress=lambda m: log.info("import %s: %s", name, m),
+        )  # fmt: skip
+        self.templates.register(TemplateSpec(name, vcpus=vcpus, mem_mib=mem_mib), lambda: image)
+        snap = await self.templates.get(name)
+        self.templates.adopt(name, snap, None)
+        return ImportedImage(image.digest, image.rootfs.stat().st_size >> 20)
+
+    def forget_template(self, name: str) -> None:
+        snap = self.templates.forget(name)
+        if snap is not None:
+            self.runtime.delete_snapshot(snap)
+            self.collect_soon()
+
+    # ---- what the snapshot worker uploads (`workers.snapshot.worker.LocalCaptures`) ------
+    async def paused_capture(self, sandbox_id: str, snapshot_id: str) -> LocalCapture | None:
+        paused = self.paused.get(sandbox_id)
+        if paused is None or paused.snapshot.snapshot_id != snapshot_id:
+            return None
+        await self.runtime.settled(snapshot_id)  # the paused QEMU is gone: nothing writes
+        return LocalCapture.of(paused.snapshot)
+
+    def template_capture(self, name: str) -> LocalCapture | None:
+        snap = self.templates.capture_of(name)
+        return LocalCapture.of(snap) if snap is not None else None
+
+    def template_uploaded(self, name: str, snapshot_id: str) -> str | None:
+        snap = self.templates.capture_of(name)
+        if snap is None or snap.snapshot_id != snapshot_id:
+            return None
+        if not self.templates.mark_uploaded(name, snap):
+            return None
+        return self.templates.source_of(name)
+
+    # ---- housekeeping -------------------------------------------------------------------
+    def collect_soon(self) -> None:
+        """Layer GC off the command path, a few seconds later (it reads every chain with
+        qemu-img: CPU the next create or resume should not share); many kills and resumes
+        in a row coalesce into one run."""
+        if self._gc is None or self._gc.done():
+            self._gc = asyncio.create_task(self._collect())
+
+    async def _collect(self) -> None:
+        await asyncio.sleep(GC_DELAY_S)
+        await self.runtime.foreground.settled()  # housekeeping: after the restores
+        try:
+            freed = await self.collect_garbage()
+            if freed:
+                log.info("freed %d unused disk layers", freed)
+        except Exception as e:  # GC is best effort; the next kill retries
+            log.warning("layer GC failed: %s", e)
 
     async def collect_garbage(self) -> int:
         """Free disk layers nothing needs any more (killed sandboxes, compacted chains).
@@ -450,3 +412,5 @@ class SandboxHost:
     async def close(self) -> None:
         for sid in list(self.sandboxes):
             await self.kill(sid)
+        if self._gc is not None:
+            self._gc.cancel()

@@ -1,17 +1,176 @@
-"""The node's ports: the narrow interfaces it is handed by its composition root instead of
-importing another service (rule 4: workers never import each other).
+"""The node's ports.
 
-`CaptureRepository` is what the node needs of the snapshot repository
-(`workers.snapshot.SnapshotRepository` satisfies it): uploading a capture and pulling one
-back. The contract suite runs the real repository against S3 and a filesystem.
+`Host` is the line between the node worker (commands in, events out) and the machines that
+run sandboxes: `SandboxHost` (QEMU microVMs, `workers/node/host.py`) in production,
+`MemoryHost` (`workers/node/memory.py`) in the VM-less test tier and the fleet simulator.
+The worker decides on the log and calls these methods after the domain has decided; it
+never reaches into VMs, disks or templates itself.
+
+`CaptureRepository` is what the host needs of the snapshot repository (pulling captures
+back; `workers.snapshot.SnapshotRepository` satisfies it) — handed in by the composition
+root instead of imported (rule 4: workers never import each other).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["CaptureRepository", "Fetched", "Manifest", "Uploaded"]
+from workers.node.net.firewall import EgressPolicy
+
+__all__ = [
+    "Accelerator",
+    "Capture",
+    "CaptureRepository",
+    "Fetched",
+    "GuestConfig",
+    "Host",
+    "HostError",
+    "ImportedImage",
+    "Manifest",
+    "TemplateLocation",
+    "TemplateLocator",
+    "Uploaded",
+]
+
+#: A snapshot template's capture in the repository: (key, guest token, source sandbox id).
+TemplateLocation = tuple[str, str | None, str]
+#: Asks the log where a snapshot template taken elsewhere is durable (None: nowhere).
+TemplateLocator = Callable[[str], Awaitable[TemplateLocation | None]]
+
+
+class HostError(Exception):
+    """A sandbox operation on this node failed; the message is safe to show a user."""
+
+
+@dataclass(frozen=True)
+class GuestConfig:
+    """What envd in a sandbox is told at every (re)start via /init."""
+
+    env_vars: dict[str, str] = field(default_factory=dict)
+    access_token: str | None = None
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
+
+    def init_body(self, sandbox_id: str) -> dict[str, object]:
+        """No `defaultUser`/`defaultWorkdir`: the restored guest keeps the ones it was
+        captured with — envd's own (`user`, its home) for `base`, a built template's USER
+        and WORKDIR for that template. `envVars` merge over the captured ones (a built
+        template's ENV), so the sandbox's own values win."""
+        return {
+            "envVars": self.env_vars,
+            "accessToken": self.access_token,
+            "hostname": sandbox_id[:63],
+        }
+
+
+@dataclass(frozen=True)
+class Capture:
+    """A capture the host took: a pause's (its sandbox's paused state) or a snapshot's."""
+
+    snapshot_id: str
+    template_id: str
+    size_bytes: int
+    #: how long the sandbox stood still for it
+    stopped_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class ImportedImage:
+    digest: str
+    disk_size_mb: int
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """How this host runs guests, for heartbeats and benchmarks."""
+
+    accel: str
+    reason: str
+    vmm: str
+
+
+class Host(Protocol):
+    """The sandboxes of one node. Every method is idempotent where a redelivered command
+    could call it twice (a create of a sandbox that runs returns; a kill of one that is
+    gone says False)."""
+
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def free(self) -> int: ...
+
+    @property
+    def running(self) -> int: ...
+
+    @property
+    def accelerator(self) -> Accelerator: ...
+
+    def runs(self, sandbox_id: str) -> bool: ...
+
+    def holds_paused(self, sandbox_id: str) -> bool: ...
+
+    def lock(self, sandbox_id: str) -> asyncio.Lock:
+        """Serialises operations on one sandbox (a kill waits for a create to finish)."""
+
+    def upstream(self, sandbox_id: str) -> str | None:
+        """The address that reaches this sandbox's guest ports, if it runs here."""
+
+    def on_gone(self, hook: Callable[[str], None]) -> None:
+        """Call `hook(sandbox_id)` when a sandbox's VM goes away (pause, kill, close)."""
+
+    def set_template_locator(self, locate: TemplateLocator) -> None: ...
+
+    async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None: ...
+
+    async def pause(self, sandbox_id: str) -> Capture: ...
+
+    async def resume(self, sandbox_id: str) -> str:
+        """Restore a sandbox paused here, processes and memory intact; its template."""
+
+    async def take_over_paused(
+        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
+    ) -> None:
+        """A sandbox paused on a node that is gone: its capture comes from the repository
+        (then `resume` it as any other)."""
+
+    async def fork(
+        self, parent_id: str, children: dict[str, GuestConfig]
+    ) -> dict[str, str | None]:
+        """Children of a running sandbox: child id → error (None when it runs)."""
+
+    async def snapshot(self, sandbox_id: str, name: str) -> Capture:
+        """A persistent snapshot of a running sandbox (which keeps running): template
+        `name` on this node."""
+
+    async def kill(self, sandbox_id: str) -> bool: ...
+
+    def adopt_paused(
+        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
+    ) -> bool:
+        """After a restart: take back a paused sandbox whose capture survived (False: it
+        did not)."""
+
+    def drop_capture(self, snapshot_id: str) -> None:
+        """A stale local copy of a capture (its sandbox was killed or moved away)."""
+
+    def reload_templates(self) -> int:
+        """Snapshot templates this node took in an earlier life; how many."""
+
+    async def import_image(
+        self, name: str, image_path: str, *, vcpus: int, mem_mib: int
+    ) -> ImportedImage:
+        """An OCI image becomes template `name` on this node (booted once, captured)."""
+
+    def forget_template(self, name: str) -> None: ...
+
+    def collect_soon(self) -> None:
+        """Free what killed sandboxes left behind, off the command path."""
+
+    async def close(self) -> None: ...
 
 
 class _BaseImage(Protocol):

@@ -12,7 +12,7 @@ import json
 import socket
 
 from shared.proxy import Receive, SandboxProxy, SandboxUnavailable, Scope, Send, Upstream
-from workers.node.host import SandboxHost
+from workers.node.ports import Host
 
 
 async def _not_sandbox_traffic(scope: Scope, receive: Receive, send: Send) -> None:
@@ -26,7 +26,7 @@ async def _not_sandbox_traffic(scope: Scope, receive: Receive, send: Send) -> No
     await send({"type": "http.response.body", "body": body})
 
 
-def node_proxy(host: SandboxHost) -> SandboxProxy:
+def node_proxy(host: Host) -> SandboxProxy:
     async def resolve(sandbox_id: str, port: int) -> Upstream:
         address = host.upstream(sandbox_id)
         if address is None:
@@ -34,7 +34,7 @@ def node_proxy(host: SandboxHost) -> SandboxProxy:
         return Upstream(address, port)
 
     proxy = SandboxProxy(_not_sandbox_traffic, resolve)
-    host.on_gone.append(proxy.close_sandbox)
+    host.on_gone(proxy.close_sandbox)
     return proxy
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -18,6 +19,9 @@ class NodeSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AENV_", frozen=True, extra="ignore")
 
     node_id: str = Field(default_factory=_default_node_id, pattern=r"^[a-z0-9-]{1,32}$")
+    #: What runs the sandboxes: QEMU microVMs, or records in memory (no VMs, no root: the
+    #: VM-less test tier and fleet simulations; `workers/node/memory.py`).
+    node_host: Literal["qemu", "memory"] = "qemu"
     state_dir: Path = Path("/var/lib/aenv/node")
     #: Sandboxes this node runs at once; placement skips a full node.
     capacity: int = Field(default=32, ge=1)

@@ -176,6 +176,13 @@ class TemplateCatalog:
         return TemplateNotLocal(name, doc["uploaded"], Path(doc["snapshot"]),
                                 Path(doc["base_image"]))  # fmt: skip
 
+    def capture_of(self, name: str) -> Snapshot | None:
+        """The local capture of snapshot template `name` (None: not a snapshot template of
+        this node, or not on this disk)."""
+        if self._read_record(name) is None:
+            return None
+        return self._ready.get(name)
+
     def captures(self) -> list[Snapshot]:
         """Template captures built so far (their layers are shared by every sandbox)."""
         return list(self._ready.values())

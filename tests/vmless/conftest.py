@@ -1,0 +1,93 @@
+"""The VM-less tier: the real stack — `aenv up`'s supervisor, API, projections, timer,
+builder and node worker processes, talking over the machine's real NATS JetStream and
+Postgres — with the node's `Host` port served in memory (`AENV_NODE_HOST=memory`, no QEMU,
+no root). It checks the control plane end to end in seconds; the VM tiers check the VMs.
+
+Each session gets a bus namespace (`t<hex>`, swept like the other tiers' when a killed
+session leaves it) and a database of its own, both removed at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from aenv.stack.process import free_port
+from bus import Bus, BusSettings, delete_all
+
+AENV = [sys.executable, "-m", "aenv.cli"]
+NATS_URL = "nats://127.0.0.1:4222"
+PG = "postgresql://postgres@127.0.0.1:5432"
+
+
+@dataclass(frozen=True)
+class VmlessStack:
+    data_dir: Path
+    api_url: str
+    api_key: str
+    env: dict[str, str]
+    bus_settings: BusSettings
+
+    def aenv(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """The CLI against this stack."""
+        return subprocess.run([*AENV, *args], capture_output=True, text=True, timeout=timeout,
+                              env={**self.env, "E2B_API_URL": self.api_url,
+                                   "E2B_API_KEY": self.api_key})  # fmt: skip
+
+
+async def _database(sql: str) -> None:
+    admin = await asyncpg.connect(f"{PG}/postgres")
+    try:
+        await admin.execute(sql)
+    finally:
+        await admin.close()
+
+
+async def _delete_namespace(settings: BusSettings) -> None:
+    bus = await Bus.connect(settings, setup=False)
+    try:
+        await delete_all(bus.js, settings)
+    finally:
+        await bus.close()
+
+
+@pytest.fixture(scope="package")
+def vmless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
+    data = tmp_path_factory.mktemp("aenv-vmless")
+    token = secrets.token_hex(4)
+    db = f"aenv_test_{token}"  # swept by the projections tier if a killed session leaves it
+    prefix = f"t{token}"
+    asyncio.run(_database(f'CREATE DATABASE "{db}"'))
+    env = {**os.environ, "AENV_NODE_HOST": "memory", "AENV_NODE_ID": "vmless",
+           "AENV_NATS_URL": NATS_URL, "AENV_BUS_PREFIX": prefix,
+           "AENV_DATABASE_URL": f"{PG}/{db}", "AENV_EMBEDDED_S3": "0",
+           "AENV_HEARTBEAT_S": "0.5"}  # fmt: skip
+    for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY"):
+        env.pop(k, None)
+    settings = BusSettings(nats_url=NATS_URL, bus_prefix=prefix)
+    try:
+        up = subprocess.run([*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
+                            capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+        if up.returncode != 0:
+            log = (data / "aenv.log").read_text(errors="replace")[-4000:]
+            pytest.fail(f"aenv up failed ({up.returncode}): {up.stderr[-2000:]}\n{log}")
+        exports = dict(line.removeprefix("export ").split("=", 1)
+                       for line in up.stdout.splitlines() if line.startswith("export "))
+        try:
+            yield VmlessStack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], env,
+                              settings)  # fmt: skip
+        finally:
+            down = subprocess.run([*AENV, "down", "--data-dir", str(data)], capture_output=True,
+                                  text=True, timeout=60, env=env)  # fmt: skip
+            assert down.returncode == 0, down.stderr
+    finally:
+        asyncio.run(_database(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
+        asyncio.run(_delete_namespace(settings))

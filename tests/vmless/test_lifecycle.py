@@ -1,0 +1,163 @@
+"""The control plane end to end without VMs: the E2B SDK and HTTP against the real API,
+commands over NATS to the real node worker (its host in memory), events folded by the real
+projections. create → pause → resume → fork → kill, what each step leaves in the read
+models and in the log, and the answers a client gets when a node refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from e2b import Sandbox
+
+from bus import Bus
+from tests.vmless.conftest import VmlessStack
+
+
+def _client(stack: VmlessStack) -> httpx.Client:
+    return httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key}, timeout=30)
+
+
+def _history(stack: VmlessStack, sandbox_id: str) -> list[str]:
+    async def read() -> list[str]:
+        bus = await Bus.connect(stack.bus_settings, setup=False)
+        try:
+            return [type(r.event).__name__ for r in await bus.sandboxes.read(sandbox_id)]
+        finally:
+            await bus.close()
+
+    return asyncio.run(read())
+
+
+@pytest.fixture(autouse=True)
+def _sdk_env(vmless: VmlessStack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unchanged E2B SDK, pointed at this stack."""
+    monkeypatch.setenv("E2B_API_URL", vmless.api_url)
+    monkeypatch.setenv("E2B_SANDBOX_URL", vmless.api_url)
+    monkeypatch.setenv("E2B_API_KEY", vmless.api_key)
+
+
+def test_create_pause_resume_fork_kill(vmless: VmlessStack) -> None:
+    t0 = time.monotonic()
+    sbx = Sandbox.create(timeout=120, metadata={"run": "vmless"})
+    sid = sbx.sandbox_id
+    with _client(vmless) as c:
+        assert c.get(f"/sandboxes/{sid}").json()["state"] == "running"
+        sbx.pause()
+        assert c.get(f"/sandboxes/{sid}").json()["state"] == "paused"
+        back = Sandbox.connect(sid, timeout=120)
+        assert back.get_info().state == "running"
+        r = c.post(f"/sandboxes/{sid}/fork", json={"count": 3})
+        assert r.status_code == 201, r.text
+        children = [item["sandbox"]["sandboxID"] for item in r.json()]
+        assert len(set(children)) == 3
+        listed = c.get("/v2/sandboxes", params={"metadata": "run=vmless"}).json()
+        assert {s["sandboxID"] for s in listed} == {sid, *children}
+        for child in children:  # each child is a sandbox of its own, with its lineage
+            assert c.get(f"/sandboxes/{child}").json()["state"] == "running"
+            assert _history(vmless, child)[:2] == ["SandboxRequested", "SandboxCreated"]
+        for s in (sid, *children):
+            assert c.delete(f"/sandboxes/{s}").status_code == 204
+            assert c.get(f"/sandboxes/{s}").status_code == 404
+    assert _history(vmless, sid) == [
+        "SandboxRequested", "SandboxCreated",
+        "SandboxPauseRequested", "SandboxPaused",
+        "SandboxResumeRequested", "SandboxResumed",
+        "SandboxForkRequested", "SandboxForked",
+        "SandboxKillRequested", "SandboxKilled",
+    ]  # fmt: skip
+    assert time.monotonic() - t0 < 60
+
+
+def test_refusals_are_answered_not_timed_out(vmless: VmlessStack) -> None:
+    """The node decides again on the log, so what the API checks early still ends in a
+    clear 4xx: fork of a paused sandbox 409, a bad count 400, an unknown sandbox 404."""
+    sbx = Sandbox.create(timeout=120)
+    with _client(vmless) as c:
+        assert c.post(f"/sandboxes/{sbx.sandbox_id}/fork", json={"count": 17}).status_code == 400
+        sbx.pause()
+        r = c.post(f"/sandboxes/{sbx.sandbox_id}/fork", json={"count": 2})
+        assert r.status_code == 409 and r.json()["code"] == 409, r.text
+        assert c.post("/sandboxes/nosuchsandbox0000000/pause").status_code == 404
+        assert c.delete(f"/sandboxes/{sbx.sandbox_id}").status_code == 204
+
+
+def test_the_timer_pauses_a_sandbox_whose_ttl_ran_out(vmless: VmlessStack) -> None:
+    sbx = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"})
+    deadline = time.monotonic() + 20
+    while Sandbox.get_info(sbx.sandbox_id).state != "paused":
+        assert time.monotonic() < deadline, "the TTL did not pause the sandbox"
+        time.sleep(0.2)
+    assert _history(vmless, sbx.sandbox_id)[-1] == "SandboxPaused"
+    assert Sandbox.connect(sbx.sandbox_id, timeout=60).get_info().state == "running"
+    sbx.kill()
+
+
+def test_a_template_import_a_node_refuses_is_answered_with_its_reason(
+    vmless: VmlessStack, tmp_path: Path
+) -> None:
+    """`aenv pull` of something that is not an OCI image: the node refuses the import and
+    the refusal lands on the template's subject, where the builder waits — the user hears
+    why at once (before, it landed on a sandbox subject and the build waited out its
+    import timeout)."""
+    bogus = tmp_path / "not-an-image"
+    bogus.mkdir()
+    (bogus / "README").write_text("no oci-layout here")
+    t0 = time.monotonic()
+    out = vmless.aenv("pull", str(bogus), "-n", "bogus-image", timeout=60)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "not an OCI image layout" in out.stdout + out.stderr
+    assert time.monotonic() - t0 < 30
+
+
+def _second_node(stack: VmlessStack, data: Path) -> subprocess.Popen[str]:
+    env = {**stack.env, "AENV_NODE_ID": "vmless-two", "AENV_DATA_DIR": str(data)}
+    proc = subprocess.Popen([sys.executable, "-m", "aenv.serve", "node"], env=env,
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip() == "ROLE-READY":
+            return proc
+    pytest.fail(f"second node exited during start-up ({proc.wait()})")
+
+
+def test_a_paused_sandbox_stranded_on_a_gone_node_is_refused_at_once(
+    vmless: VmlessStack, tmp_path: Path
+) -> None:
+    """No repository in this stack: a capture on a node that stopped beating cannot move.
+    The resume route and the proxy's auto-resume share one resume policy, so both answer
+    at once (503; E2B's 502 through the proxy) instead of waiting on a dead node's queue."""
+    node = _second_node(vmless, tmp_path / "two")
+    placed: list[Sandbox] = []
+    try:
+        with _client(vmless) as c:
+            for _ in range(40):  # placement is whoever pulls first: node two gets one soon
+                sbx = Sandbox.create(timeout=120, lifecycle={"on_timeout": "pause",
+                                                             "auto_resume": True})  # fmt: skip
+                placed.append(sbx)
+                if c.get(f"/sandboxes/{sbx.sandbox_id}").json()["nodeID"] == "vmless-two":
+                    break
+            else:
+                pytest.fail("no create was placed on the second node")
+            sbx.pause()
+            node.kill()  # no goodbye; gone after 3 missed beats (0.5 s each)
+            node.wait(10)
+            time.sleep(2.0)
+            t0 = time.monotonic()
+            r = c.post(f"/sandboxes/{sbx.sandbox_id}/connect", json={"timeout": 60})
+            assert r.status_code == 503 and "not running" in r.json()["message"], r.text
+            proxied = c.get("/health", headers={"E2b-Sandbox-Id": sbx.sandbox_id,
+                                                "E2b-Sandbox-Port": "49983"})  # fmt: skip
+            assert proxied.status_code == 502, proxied.text
+            assert time.monotonic() - t0 < 10  # not a command timeout
+            for s in placed:  # a kill of a sandbox on a gone node completes in the log
+                assert c.delete(f"/sandboxes/{s.sandbox_id}").status_code == 204
+    finally:
+        if node.poll() is None:
+            node.kill()
+            node.wait(10)

@@ -1,0 +1,197 @@
+"""A `Host` with no VMs: sandboxes are records in memory. The other side of the VM port
+(`workers/node/ports.py`) from `SandboxHost`, so the whole control plane — API → NATS → node
+worker → events → projections — runs in a tier without QEMU or root (`AENV_NODE_HOST=memory`,
+`tests/vmless/`), and a fleet simulator can run many nodes on one machine.
+
+It keeps the host's contract, not its cost: capacity is enforced, a pause takes a capture
+with an id of its own, a resume needs one, forks need room, a snapshot becomes a template
+of this host, unknown templates fail the create. Nothing survives the process (as VMs do
+not survive a node's), and a guest has no address (`upstream` is None: no route is put).
+`delay_s` makes each operation take that long, for simulations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from workers.node.ports import (
+    Accelerator,
+    Capture,
+    GuestConfig,
+    HostError,
+    ImportedImage,
+    TemplateLocator,
+)
+
+__all__ = ["MemoryHost"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Sandbox:
+    template_id: str
+    guest: GuestConfig
+    capture: str | None = None  # paused: its capture's id
+
+
+class MemoryHost:
+    def __init__(
+        self, *, capacity: int, templates: Iterable[str] = ("base",), delay_s: float = 0.0
+    ) -> None:
+        self._capacity = capacity
+        self.templates = set(templates)
+        self.delay_s = delay_s
+        self.live: dict[str, _Sandbox] = {}
+        self.paused: dict[str, _Sandbox] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._hooks: list[Callable[[str], None]] = []
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def free(self) -> int:
+        return max(0, self._capacity - len(self.live))
+
+    @property
+    def running(self) -> int:
+        return len(self.live)
+
+    @property
+    def accelerator(self) -> Accelerator:
+        return Accelerator("none", "in-memory host: sandboxes without VMs", "memory")
+
+    def runs(self, sandbox_id: str) -> bool:
+        return sandbox_id in self.live
+
+    def holds_paused(self, sandbox_id: str) -> bool:
+        return sandbox_id in self.paused
+
+    def lock(self, sandbox_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(sandbox_id, asyncio.Lock())
+
+    def upstream(self, sandbox_id: str) -> str | None:
+        return None
+
+    def on_gone(self, hook: Callable[[str], None]) -> None:
+        self._hooks.append(hook)
+
+    def set_template_locator(self, locate: TemplateLocator) -> None:
+        return None  # templates are this process's own: nothing to take over
+
+    async def _work(self) -> None:
+        await asyncio.sleep(self.delay_s)
+
+    async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None:
+        if sandbox_id in self.live:
+            return
+        if self.free <= 0:
+            raise HostError("node is full")
+        if template_id not in self.templates:
+            raise HostError(f"template {template_id!r} not found on this node")
+        await self._work()
+        self.live[sandbox_id] = _Sandbox(template_id, guest)
+
+    async def pause(self, sandbox_id: str) -> Capture:
+        box = self.live.pop(sandbox_id, None)
+        if box is None:
+            if sandbox_id in self.paused:
+                held = self.paused[sandbox_id]
+                return Capture(held.capture or "", held.template_id, 0)
+            raise HostError(f"sandbox {sandbox_id} is not running on this node")
+        await self._work()
+        box.capture = f"{sandbox_id}-p{uuid.uuid4().hex[:8]}"
+        self.paused[sandbox_id] = box
+        self._gone(sandbox_id)
+        return Capture(box.capture, box.template_id, 0)
+
+    async def resume(self, sandbox_id: str) -> str:
+        if sandbox_id in self.live:
+            return self.live[sandbox_id].template_id
+        box = self.paused.pop(sandbox_id, None)
+        if box is None:
+            raise HostError(f"sandbox {sandbox_id} has no paused state on this node")
+        await self._work()
+        box.capture = None
+        self.live[sandbox_id] = box
+        return box.template_id
+
+    async def take_over_paused(
+        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
+    ) -> None:
+        raise HostError(f"the capture of {sandbox_id} is on another node: an in-memory host "
+                        "has no snapshot repository")  # fmt: skip
+
+    async def fork(self, parent_id: str, children: dict[str, GuestConfig]) -> dict[str, str | None]:
+        parent = self.live.get(parent_id)
+        if parent is None:
+            raise HostError(f"sandbox {parent_id} is not running on this node")
+        if self.free < len(children):
+            raise HostError(f"node has room for {self.free} more sandboxes, not {len(children)}")
+        await self._work()
+        for cid, guest in children.items():
+            self.live[cid] = _Sandbox(parent.template_id, guest)
+        return dict.fromkeys(children)
+
+    async def snapshot(self, sandbox_id: str, name: str) -> Capture:
+        box = self.live.get(sandbox_id)
+        if box is None:
+            raise HostError(f"sandbox {sandbox_id} is not running on this node")
+        await self._work()
+        self.templates.add(name)
+        return Capture(f"snap-{uuid.uuid4().hex[:12]}", box.template_id, 0)
+
+    async def kill(self, sandbox_id: str) -> bool:
+        paused = self.paused.pop(sandbox_id, None)
+        live = self.live.pop(sandbox_id, None)
+        if live is not None:
+            self._gone(sandbox_id)
+        return live is not None or paused is not None
+
+    def _gone(self, sandbox_id: str) -> None:
+        for hook in self._hooks:
+            try:
+                hook(sandbox_id)
+            except Exception:
+                log.exception("on_gone hook failed for %s", sandbox_id)
+
+    def adopt_paused(
+        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
+    ) -> bool:
+        return False  # nothing of a paused sandbox survives this host's process
+
+    def drop_capture(self, snapshot_id: str) -> None:
+        return None
+
+    def reload_templates(self) -> int:
+        return 0
+
+    async def import_image(
+        self, name: str, image_path: str, *, vcpus: int, mem_mib: int
+    ) -> ImportedImage:
+        path = Path(image_path)
+        if not (path / "oci-layout").is_file() and not (path.is_file() and path.suffix == ".tar"):
+            raise HostError(f"{image_path}: not an OCI image layout (no oci-layout file) "
+                            "or archive")  # fmt: skip
+        await self._work()
+        self.templates.add(name)
+        return ImportedImage(hashlib.sha256(str(path.resolve()).encode()).hexdigest(), 0)
+
+    def forget_template(self, name: str) -> None:
+        if name != "base":
+            self.templates.discard(name)
+
+    def collect_soon(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        for sid in list(self.live):
+            await self.kill(sid)

@@ -1,0 +1,121 @@
+"""Captures between this node's disk and the snapshot repository, for the host: a
+template's capture (built here, pulled back when this disk lost it, or taken over from the
+node that took it), and paused captures of other nodes (their disk chain rebuilt over this
+node's copy of the same base image). Uploads are the snapshot worker's
+(`workers/snapshot/worker.py`); this is the other direction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from workers.node.image.cache import cache_root
+from workers.node.ports import CaptureRepository, HostError, TemplateLocator
+from workers.node.runtime import Runtime, Snapshot
+from workers.node.templates import TemplateCatalog, TemplateError, TemplateNotLocal
+
+__all__ = ["Transfers"]
+
+log = logging.getLogger(__name__)
+
+
+class Transfers:
+    def __init__(
+        self, runtime: Runtime, templates: TemplateCatalog, repository: CaptureRepository | None
+    ) -> None:
+        self.runtime = runtime
+        self.templates = templates
+        #: where captures become durable (S3 or a shared filesystem); None: node-local only
+        self.repository = repository
+        #: where a template this node never had is durable (the log knows; set by the worker)
+        self.locate: TemplateLocator | None = None
+        self._pulls: dict[str, asyncio.Lock] = {}
+
+    async def template(self, name: str) -> Snapshot:
+        """A template's capture, pulled back from the repository first if this disk lost
+        it (a persistent snapshot is durable once uploaded), or taken over from there if it
+        was taken on another node."""
+        try:
+            return await self.templates.get(name)
+        except TemplateNotLocal as gone:
+            return await self._pull_template(name, gone)
+        except TemplateError:
+            if self.templates.knows(name):  # ours, and it failed: say why
+                raise
+            return await self._take_over_template(name)
+
+    async def _pull_template(self, name: str, gone: TemplateNotLocal) -> Snapshot:
+        async with self._pulls.setdefault(name, asyncio.Lock()):
+            try:
+                return await self.templates.get(name)  # another create pulled it
+            except TemplateNotLocal:
+                pass
+            snap = await self.fetch(gone.key, gone.directory, gone.base_image,
+                                              f"the capture of template {name!r}")  # fmt: skip
+            self.templates.adopt(name, snap, self.templates.guest_token(name),
+                                 self.templates.source_of(name))  # fmt: skip
+            self.templates.mark_uploaded(name, snap)
+            return snap
+
+    async def _take_over_template(self, name: str) -> Snapshot:
+        """A snapshot template taken on another node (gone now): pull its durable capture
+        over this node's copy of the base image, and keep it as this node's from then on."""
+        where = await self.locate(name) if self.locate else None
+        if where is None or self.repository is None:
+            raise HostError(f"template {name!r} is not on this node and its capture is not in "
+                            "the snapshot repository")  # fmt: skip
+        key, token, source = where
+        async with self._pulls.setdefault(name, asyncio.Lock()):
+            try:
+                return await self.templates.get(name)  # another create pulled it meanwhile
+            except TemplateError:
+                pass
+            snap = await self.fetch_foreign(key, f"the capture of template {name!r}")
+            self.templates.adopt(name, snap, token, source)
+            self.templates.mark_uploaded(name, snap)
+            return snap
+
+    def require(self, what: str) -> CaptureRepository:
+        if self.repository is None:
+            raise HostError(f"{what} and no snapshot repository is set")
+        return self.repository
+
+    async def fetch(self, key: str, directory: Path, base_image: Path, what: str) -> Snapshot:
+        """Rebuild a capture from the repository in `directory`; the download completes
+        before anything restores from it (never a half-restored VM)."""
+        repository = self.require(f"{what} is not on this disk")
+        try:
+            # layers into the node's layer store: the restored VM runs on them after this
+            # directory is deleted, and a later pause freezes a chain that still needs them
+            local = await repository.download(key, directory, base_image,
+                                              layers_dir=self.runtime.layers.root)  # fmt: skip
+        except Exception as e:
+            log.exception("pulling %s failed", key)
+            raise HostError(f"{what} could not be fetched: {e}") from e
+        log.info("pulled %s from the repository (%d blobs, %d bytes)", key,
+                 local.blobs_fetched, local.bytes_fetched)  # fmt: skip
+        return Snapshot.read(local.dir)
+
+    async def fetch_foreign(self, key: str, what: str) -> Snapshot:
+        """A capture another node took, from the repository into this node's snapshot
+        directory, its disk chain rebuilt over this node's copy of the same base image."""
+        repository = self.require(f"{what} is on another node")
+        try:
+            manifest = await repository.get_manifest(key)
+        except Exception as e:
+            raise HostError(f"{what} is not in the repository: {e}") from e
+        base = self._base_image(manifest.base_image.digest)
+        return await self.fetch(key, self.runtime.snapshot_dir(key), base, what)
+
+    def _base_image(self, digest: str) -> Path:
+        """This node's copy of a base image, by the digest a capture names (its directory in
+        the image cache, as the uploading node had it)."""
+        candidates = [c.base_image for c in self.templates.captures()]
+        candidates.append(cache_root() / digest / "root.ext4")
+        for path in candidates:
+            if path.parent.name == digest and path.is_file():
+                return path
+        raise HostError(f"base image {digest[:12]} is not on this node (build the same image "
+                        "here: `python -m workers.node.image build-base`)")  # fmt: skip

@@ -1,0 +1,189 @@
+"""The snapshot worker: makes a node's captures durable in the snapshot repository.
+
+A per-node durable JetStream consumer of the sandbox events (`EventConsumer`): a
+`SandboxPaused` whose capture is on this node is uploaded, then `SnapshotUploaded` is
+appended (`RecordUpload`); a `SnapshotTaken` on this node uploads the persistent snapshot's
+capture and records where it is durable (`RecordTemplateUpload` → `TemplateUploaded`).
+JetStream does the bookkeeping the node once did by hand: the event is acked only once the
+capture is durable or moot, so an upload cut short by a crash or a dead S3 is delivered
+again (backoff up to 5 minutes, for ever) — after a restart too.
+
+The worker never touches VMs or the node's disk layout: what it needs of the node is the
+`LocalCaptures` port (where a capture lies, whether it still matters), which the node role
+hands it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Protocol
+
+from bus import Bus, ConsumerSpec, MessageContext, RetryableError
+from bus.decisions import execute
+from bus.event_consumer import EventConsumer, EventDelivery
+from bus.subjects import AggregateKind
+from domain import sandbox as sb
+from domain import template as tp
+
+__all__ = ["PAUSE_UPLOAD_DELAY_S", "CaptureStore", "LocalCapture", "LocalCaptures",
+           "SnapshotWorker"]  # fmt: skip
+
+log = logging.getLogger(__name__)
+
+#: A pause's upload starts this long after the pause: an agent that resumes within it (a
+#: short wait on the model) costs the node no upload at all.
+PAUSE_UPLOAD_DELAY_S = 2.0
+#: Redelivery after a failed upload (S3 down): 2 s, 6 s, 18 s, ... capped at 5 minutes.
+UPLOAD_BACKOFF = (2.0, 6.0, 18.0, 54.0, 162.0, 300.0)
+#: A consumer created now starts this far back in the log: a node upgraded or restarted
+#: with captures whose upload never finished finds their events again.
+START_BACK = timedelta(hours=1)
+
+
+class LocalCapture(Protocol):
+    """A capture on this node's disk, ready to read."""
+
+    @property
+    def snapshot_id(self) -> str: ...
+
+    @property
+    def dir(self) -> Path: ...
+
+    @property
+    def base_image_digest(self) -> str: ...
+
+    @property
+    def size_bytes(self) -> int: ...
+
+
+class LocalCaptures(Protocol):
+    """The node's side of the port."""
+
+    async def paused_capture(self, sandbox_id: str, snapshot_id: str) -> LocalCapture | None:
+        """The paused sandbox's capture if it is on this node and still its paused state
+        (None: resumed, killed, never here), once nothing writes to it any more."""
+
+    def template_capture(self, name: str) -> LocalCapture | None:
+        """The current capture of snapshot template `name` on this node (None: not here,
+        deleted)."""
+
+    def template_uploaded(self, name: str, snapshot_id: str) -> str | None:
+        """Record that template `name`'s capture `snapshot_id` is durable; the sandbox it was
+        taken of, or None if the name has moved on to a newer capture meanwhile."""
+
+
+class CaptureStore(Protocol):
+    """What the worker needs of the snapshot repository (`SnapshotRepository`)."""
+
+    async def upload(
+        self, snapshot_dir: Path, *, base_image_digest: str, snapshot_id: str
+    ) -> object: ...
+
+
+class SnapshotWorker:
+    """Uploads this node's captures as their events arrive; `cancel` stops one that became
+    moot mid-way (the node resumes or kills its sandbox)."""
+
+    def __init__(
+        self, bus: Bus, node_id: str, captures: LocalCaptures, repository: CaptureStore,
+        *, pause_delay_s: float = PAUSE_UPLOAD_DELAY_S,
+    ) -> None:  # fmt: skip
+        self.bus = bus
+        self.node_id = node_id
+        self.captures = captures
+        self.repository = repository
+        self.pause_delay_s = pause_delay_s
+        self._uploads: dict[str, asyncio.Task[None]] = {}
+        self._consumer: EventConsumer | None = None
+
+    def spec(self) -> ConsumerSpec:
+        names = self.bus.names
+        return ConsumerSpec(
+            durable=names.snapshot_consumer(self.node_id),
+            filter_subject=names.events_of_kind(AggregateKind.SANDBOX),
+            max_deliver=-1,
+            backoff=UPLOAD_BACKOFF,
+            max_ack_pending=8,
+            start_time=datetime.now(UTC) - START_BACK,
+        )
+
+    async def start(self) -> None:
+        self._consumer = EventConsumer(self.bus.js, self.bus.settings, self.spec(), self.handle)
+        await self._consumer.start()
+
+    async def stop(self) -> None:
+        """Uploads in flight are abandoned: their events are delivered again later."""
+        for task in list(self._uploads.values()):
+            task.cancel()
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    def cancel(self, sandbox_id: str) -> None:
+        """The sandbox is being resumed or killed: its capture is moot (and the VM is about
+        to write the RAM file the upload reads)."""
+        task = self._uploads.get(sandbox_id)
+        if task is not None:
+            task.cancel()
+
+    async def handle(self, d: EventDelivery) -> None:
+        match d.record.event:
+            case sb.SandboxPaused(snapshot_id=str(snapshot_id)) as paused:
+                await self._paused(d, paused.sandbox_id, snapshot_id)
+            case sb.SnapshotTaken(node_id=node) as taken if node == self.node_id:
+                await self._template(d, taken)
+            case _:
+                return  # not ours to upload: ack
+
+    async def _paused(self, d: EventDelivery, sandbox_id: str, snapshot_id: str) -> None:
+        if (wait := self.pause_delay_s - d.age_s) > 0:
+            raise RetryableError("pause too recent to upload", delay_s=wait)
+        capture = await self.captures.paused_capture(sandbox_id, snapshot_id)
+        if capture is None:
+            return  # not on this node, or moot: resumed or killed meanwhile
+        if not await self._upload(sandbox_id, capture):
+            return
+        done = sb.RecordUpload(sandbox_id=sandbox_id, snapshot_id=capture.snapshot_id,
+                               size_bytes=capture.size_bytes)  # fmt: skip
+        await execute(self.bus.sandboxes, done, MessageContext.caused_by_event(d.record))
+
+    async def _template(self, d: EventDelivery, taken: sb.SnapshotTaken) -> None:
+        name = taken.snapshot_id
+        capture = self.captures.template_capture(name)
+        if capture is None:
+            return  # deleted meanwhile
+        if not await self._upload(f"template:{name}", capture):
+            return
+        source = self.captures.template_uploaded(name, capture.snapshot_id)
+        if source is None:
+            return  # a newer capture took the name while this one was uploading
+        uploaded = tp.RecordTemplateUpload(template_id=name, key=capture.snapshot_id,
+                                           source_sandbox_id=source)  # fmt: skip
+        await execute(self.bus.templates, uploaded, MessageContext.caused_by_event(d.record))
+
+    async def _upload(self, key: str, capture: LocalCapture) -> bool:
+        """Upload under the capture's own id (content-addressed: blobs already stored are
+        not sent again); False when `cancel` made it moot."""
+        task = asyncio.create_task(self._store(capture), name=f"upload:{key}")
+        self._uploads[key] = task
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and (current is None or not current.cancelling()):
+                log.info("upload of %s cancelled: %s resumed or went", capture.snapshot_id, key)
+                return False
+            raise
+        finally:
+            if self._uploads.get(key) is task:
+                del self._uploads[key]
+        return True
+
+    async def _store(self, capture: LocalCapture) -> None:
+        result = await self.repository.upload(
+            capture.dir, base_image_digest=capture.base_image_digest,
+            snapshot_id=capture.snapshot_id,
+        )  # fmt: skip
+        log.info("uploaded %s: %s", capture.snapshot_id, result)
