@@ -15,6 +15,7 @@ import time
 
 from api.context import ApiContext
 from api.errors import ApiError
+from api.guards import settle
 from api.outcomes import send_and_wait
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus
@@ -78,7 +79,7 @@ async def resume(
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"sandbox {state.sandbox_id} failed to resume: {event.reason}")
     assert isinstance(event, sb.SandboxResumed)
-    ctx.unfenced.add(state.sandbox_id)  # read-your-writes (see `sandboxes._settle`)
+    await settle(ctx, state.sandbox_id)  # read-your-writes
     # what the answer needs changed only by this event: no reload on the response path
     return state.model_copy(update={"status": SandboxStatus.RUNNING,
                                     "node_id": event.node_id, "end_at": event.end_at})

@@ -8,7 +8,6 @@ changes of state alone (the TTL) are decided and appended here, through the same
 
 from __future__ import annotations
 
-import re
 import secrets
 import uuid
 from datetime import datetime
@@ -21,21 +20,17 @@ from api import reads, wire
 from api.auth import Caller
 from api.context import ApiContext
 from api.errors import ApiError
+from api.guards import node_answers, not_found, settle, visible
 from api.outcomes import send_and_wait
 from api.resume import LIVE, node_or_placement, resume
 from bus.decisions import execute
 from bus.envelope import MessageContext
 from domain import sandbox as sb
-from domain import template as tp
 from domain.sandbox import SandboxStatus
 from envd.version import ENVD_VERSION
 
 DEFAULT_TIMEOUT_V2 = 300
 DEFAULT_TIMEOUT_V1 = 15
-
-
-def _not_found(sandbox_id: str) -> ApiError:
-    return ApiError(404, f'sandbox "{sandbox_id}" not found')
 
 
 def _check_timeout(timeout: int) -> None:
@@ -68,21 +63,6 @@ def sandbox_body(ctx: ApiContext, s: sb.Sandbox) -> dict[str, Any]:
             domain=ctx.settings.sandbox_domain,
         )
     )
-
-
-async def _visible(ctx: ApiContext, caller: Caller, sandbox_id: str) -> sb.Sandbox:
-    """The write-side state of a sandbox this caller owns and E2B would show."""
-    state, _ = await ctx.bus.sandboxes.load(sandbox_id)
-    if state is None or state.team_id != caller.team_id or sb.public_state(state.status) is None:
-        raise _not_found(sandbox_id)
-    return state
-
-
-async def _settle(ctx: ApiContext, sandbox_id: str) -> None:
-    """Raise the read fence to our own write: later reads wait for the read model to show
-    it (read-your-writes) without making this write wait for the projector. (The store's
-    cache already holds it: `bus.answers` folds every stored sandbox event into it.)"""
-    ctx.unfenced.add(sandbox_id)
 
 
 @post(["/sandboxes", "/v2/sandboxes"], status_code=201)
@@ -151,7 +131,7 @@ async def create_sandbox(
     )  # fmt: skip
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"sandbox {sandbox_id} failed to start: {event.reason}")
-    await _settle(ctx, sandbox_id)
+    await settle(ctx, sandbox_id)
     body = wire.Sandbox(
         template_id=cmd.template_id, sandbox_id=sandbox_id, client_id=reads.CLIENT_ID,
         envd_version=cmd.envd_version, alias=cmd.alias,
@@ -179,7 +159,7 @@ async def get_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> dict[
     await ctx.fenced()
     row = await reads.sandbox(ctx.engine, sandbox_id, caller.team_id)
     if row is None:
-        raise _not_found(sandbox_id)
+        raise not_found(sandbox_id)
     body = wire.dump(reads.detail(row))
     if ctx.settings.sandbox_domain:
         body["domain"] = ctx.settings.sandbox_domain
@@ -188,7 +168,7 @@ async def get_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> dict[
 
 @delete("/sandboxes/{sandbox_id:str}", status_code=204)
 async def kill_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> None:
-    state = await _visible(ctx, caller, sandbox_id)
+    state = await visible(ctx, caller, sandbox_id)
     if state.node_id is not None and await ctx.node_gone(state.node_id):
         await _kill_in_log(ctx, caller, state)
     else:
@@ -197,7 +177,7 @@ async def kill_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> None
             until=(sb.SandboxKilled,), timeout=ctx.settings.command_timeout_s,
             actor=caller.key_id,
         )  # fmt: skip
-    await _settle(ctx, sandbox_id)
+    await settle(ctx, sandbox_id)
 
 
 async def _kill_in_log(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> None:
@@ -214,23 +194,15 @@ async def _kill_in_log(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> No
     await execute(ctx.bus.sandboxes, done, msg)  # fmt: skip
 
 
-async def _node_answers(ctx: ApiContext, state: sb.Sandbox, what: str) -> None:
-    """A command for a running sandbox goes to its node's queue: a node that stopped
-    beating would leave the caller waiting for the command timeout. Say so at once."""
-    if state.node_id is not None and await ctx.node_gone(state.node_id):
-        raise ApiError(503, f"cannot {what} sandbox {state.sandbox_id}: its node "
-                            f"{state.node_id} is not running (its VM went with it)")  # fmt: skip
-
-
 async def _set_timeout(
     ctx: ApiContext, caller: Caller, sandbox_id: str, timeout: int, *, extend_only: bool
 ) -> sb.Sandbox:
     _check_timeout(timeout)
-    await _visible(ctx, caller, sandbox_id)
+    await visible(ctx, caller, sandbox_id)
     cmd = sb.SetSandboxTimeout(sandbox_id=sandbox_id, timeout_s=timeout, extend_only=extend_only)
     state, _, events = await execute(ctx.bus.sandboxes, cmd)
     if events:
-        await _settle(ctx, sandbox_id)
+        await settle(ctx, sandbox_id)
     assert state is not None
     return state
 
@@ -256,7 +228,7 @@ async def connect(
 ) -> Response[dict[str, Any]]:
     """Running: extend the TTL (never shorten it) and answer 200. Paused: resume, 201."""
     timeout = data.timeout if data and data.timeout is not None else DEFAULT_TIMEOUT_V2
-    state = await _visible(ctx, caller, sandbox_id)
+    state = await visible(ctx, caller, sandbox_id)
     if state.status in LIVE:
         state = await _set_timeout(ctx, caller, sandbox_id, timeout, extend_only=True)
         return Response(sandbox_body(ctx, state), status_code=200)
@@ -267,17 +239,17 @@ async def connect(
 @post("/sandboxes/{sandbox_id:str}/pause", status_code=204)
 async def pause_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> None:
     """Freeze a running sandbox; pausing a paused one is a no-op (204)."""
-    state = await _visible(ctx, caller, sandbox_id)
+    state = await visible(ctx, caller, sandbox_id)
     if state.status in (SandboxStatus.PAUSED, SandboxStatus.PAUSING):
         return
-    await _node_answers(ctx, state, "pause")
+    await node_answers(ctx, state, "pause")
     event, _ = await send_and_wait(
         ctx.bus, sb.PauseSandbox(sandbox_id=sandbox_id), node_id=state.node_id,
         until=(sb.SandboxPaused,), timeout=ctx.settings.command_timeout_s, actor=caller.key_id,
     )  # fmt: skip
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"sandbox {sandbox_id} failed to pause: {event.reason}")
-    await _settle(ctx, sandbox_id)
+    await settle(ctx, sandbox_id)
 
 
 async def _resume(
@@ -293,7 +265,7 @@ async def resume_sandbox(
     sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.ConnectBody | None = None
 ) -> dict[str, Any]:
     """The resume route of SDKs before `connect` (409 when it already runs)."""
-    state = await _visible(ctx, caller, sandbox_id)
+    state = await visible(ctx, caller, sandbox_id)
     if state.status in LIVE:
         raise ApiError(409, f"sandbox {sandbox_id} is already running")
     resumed = await _resume(ctx, caller, state, data.timeout if data else None)
@@ -307,10 +279,10 @@ async def fork_sandbox(
     """`count` children from one capture of a running sandbox; one result per child."""
     count = data.count if data and data.count is not None else 1
     timeout = data.timeout if data and data.timeout is not None else DEFAULT_TIMEOUT_V1
-    state = await _visible(ctx, caller, sandbox_id)
+    state = await visible(ctx, caller, sandbox_id)
     cmd = sb.ForkSandbox(sandbox_id=sandbox_id, count=count, timeout_s=timeout)
     sb.decide(state, cmd)  # bad count/timeout or a paused parent: 400/409 before any work
-    await _node_answers(ctx, state, "fork")
+    await node_answers(ctx, state, "fork")
     event, _ = await send_and_wait(
         ctx.bus, cmd, node_id=state.node_id, until=(sb.SandboxForked,),
         timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
@@ -318,7 +290,7 @@ async def fork_sandbox(
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"fork of {sandbox_id} failed: {event.reason}")
     assert isinstance(event, sb.SandboxForked)
-    await _settle(ctx, sandbox_id)
+    await settle(ctx, sandbox_id)
     out: list[dict[str, Any]] = []
     for child in event.children:
         if child.error is not None:
@@ -327,79 +299,8 @@ async def fork_sandbox(
         cstate, _ = await ctx.bus.sandboxes.load(child.sandbox_id)
         assert cstate is not None
         out.append({"sandbox": sandbox_body(ctx, cstate)})
-        await _settle(ctx, child.sandbox_id)
+        await settle(ctx, child.sandbox_id)
     return out
-
-
-_SNAPSHOT_NAME = re.compile(r"^[a-z0-9][a-z0-9._:-]{0,127}$")
-
-
-def snapshot_info(team_id: str, snapshot_id: str) -> dict[str, Any]:
-    return {"snapshotID": snapshot_id, "names": [f"{team_id}/{snapshot_id}"]}
-
-
-@post("/sandboxes/{sandbox_id:str}/snapshots", status_code=201)
-async def create_snapshot(
-    sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.SnapshotBody | None = None
-) -> dict[str, Any]:
-    """A persistent snapshot (memory + disk) that new sandboxes start from; the sandbox
-    is captured in place and keeps its id and TTL. Taking a name again replaces it."""
-    if data is not None and data.memory is False:
-        raise ApiError(400, "filesystem-only snapshots are not supported; omit memory=false")
-    name = (data.name if data and data.name else f"snap-{secrets.token_hex(6)}").lower()
-    if not _SNAPSHOT_NAME.match(name):
-        raise ApiError(400, f"invalid snapshot name {name!r}: use a-z, 0-9, '.', '_', ':', '-'")
-    state = await _visible(ctx, caller, sandbox_id)
-    tpl = await reads.template(ctx.engine, name)
-    if tpl is not None and await reads.snapshot_node(ctx.engine, name) is None:
-        raise ApiError(409, f"{name!r} is the name of a template, not of a snapshot")
-    cmd = sb.SnapshotSandbox(sandbox_id=sandbox_id, snapshot_id=name)
-    sb.decide(state, cmd)  # a paused or busy sandbox: 409 before any work
-    await _node_answers(ctx, state, "snapshot")
-    event, _ = await send_and_wait(
-        ctx.bus, cmd, node_id=state.node_id, until=(sb.SnapshotTaken, sb.SnapshotFailed),
-        timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
-    )  # fmt: skip
-    if isinstance(event, sb.SnapshotFailed | sb.SandboxFailed):
-        raise ApiError(500, f"snapshot of {sandbox_id} failed: {event.reason}")
-    await _settle(ctx, sandbox_id)
-    return snapshot_info(caller.team_id, name)
-
-
-@get("/snapshots")
-async def list_snapshots(
-    ctx: ApiContext,
-    caller: Caller,
-    sandbox_id: Annotated[str | None, Parameter(query="sandboxID")] = None,
-    name: str | None = None,
-    limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
-) -> list[dict[str, Any]]:
-    await ctx.fenced()
-    rows = await reads.snapshots(ctx.engine, caller.team_id, sandbox_id, name, limit)
-    return [snapshot_info(caller.team_id, r["snapshot_id"]) for r in rows]
-
-
-@delete("/templates/{template_id:str}", status_code=204)
-async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> None:
-    """Delete a snapshot template (`Sandbox.delete_snapshot`); 404 when there is none.
-    Running sandboxes started from it keep their own copies of what they need."""
-    if template_id == "base":
-        raise ApiError(409, "the default template cannot be deleted")
-    node = await reads.snapshot_node(ctx.engine, template_id)
-    if node is None:  # a template imported from an image (`aenv pull`) names its node
-        history = await ctx.bus.templates.read(template_id)
-        imports = [r.event for r in history if isinstance(r.event, tp.TemplateImported)]
-        node = imports[-1].node_id if imports else None
-    cmd = tp.DeleteTemplate(template_id=template_id)
-    _, version, events = await execute(ctx.bus.templates, cmd)
-    if events:
-        await ctx.wait_for_templates(version.seq)  # read-your-writes for the listings
-    ctx.forget(f"tpl:{template_id}")
-    ctx.forget(f"tpl-node:{template_id}")
-    # the node that took it frees the capture — and so does any node that took it over
-    # from the repository (`NodeBook` mirror: every node that beats)
-    known = set(ctx.nodes.beats) if ctx.nodes is not None else set()
-    await ctx.bus.commands.to_each_node(known | ({node} if node is not None else set()), cmd)
 
 
 def _states(raw: str | None) -> list[str]:
@@ -457,9 +358,6 @@ ROUTES = [
     pause_sandbox,
     resume_sandbox,
     fork_sandbox,
-    create_snapshot,
-    list_snapshots,
-    delete_template,
     list_v2,
     list_v1,
 ]

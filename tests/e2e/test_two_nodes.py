@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -97,9 +98,9 @@ def test_creates_spread_over_two_nodes_and_each_is_reachable(
             sbx.kill()
 
 
-def _on_second_node(stack: Stack, sandboxes: list[Sandbox]) -> Sandbox:
+def _on_second_node(stack: Stack, sandboxes: list[Sandbox], **create: Any) -> Sandbox:
     for _ in range(12):  # placement is whoever pulls first: the second node gets one, soon
-        sbx = Sandbox.create(timeout=600)
+        sbx = Sandbox.create(timeout=600, **create)
         sandboxes.append(sbx)
         if _node_of(stack, sbx.sandbox_id) == "e2e-two":
             return sbx
@@ -115,8 +116,8 @@ class SecondNode:
         self.sandboxes: list[Sandbox] = []
         self.proc = _start_node(stack, data, **env)
 
-    def place(self) -> Sandbox:
-        return _on_second_node(self.stack, self.sandboxes)
+    def place(self, **create: Any) -> Sandbox:
+        return _on_second_node(self.stack, self.sandboxes, **create)
 
     def die(self) -> None:
         """No goodbye: the node is simply gone (its VMs die with it), and after 2 s (its
@@ -176,6 +177,29 @@ def test_a_paused_sandbox_resumes_on_another_node_when_its_node_is_gone(
         assert not (data / "node" / "snapshots").exists() or not any(
             (data / "node" / "snapshots").glob(f"{sbx.sandbox_id}-p*")
         ), "the returning node kept its stale copy"
+
+
+def test_a_request_wakes_a_sandbox_whose_node_is_gone_on_another_node(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Auto-resume through the proxy follows the same resume policy as the resume route:
+    the sandbox's node is gone and its capture durable, so the first request that reaches
+    it resumes it on a node that runs (before, the proxy sent the resume to the dead
+    node's queue and the request waited for a minute, then got a 502)."""
+    from tests.e2e.test_pause import _uploaded
+    from tests.support import eventually_sync
+
+    with _second_node(stack, tmp_path / "n2", AENV_HEARTBEAT_S="0.5") as node:
+        sbx = node.place(lifecycle={"on_timeout": "pause", "auto_resume": True})
+        sbx.files.write("/home/user/woken.txt", "woken elsewhere")
+        assert sbx.pause()
+        eventually_sync(lambda: _uploaded(stack, sbx.sandbox_id), timeout=120, interval=1)
+        node.die()
+        t0 = time.monotonic()
+        assert sbx.files.read("/home/user/woken.txt") == "woken elsewhere"  # via the proxy
+        assert time.monotonic() - t0 < 50
+        assert _node_of(stack, sbx.sandbox_id) != "e2e-two"
+        assert sbx.commands.run("echo awake").stdout == "awake\n"
 
 
 def test_a_paused_sandbox_whose_node_is_gone_before_its_upload_is_a_clear_503(

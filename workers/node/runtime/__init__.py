@@ -10,8 +10,9 @@ from workers.node.runtime.guest import (
 )
 from workers.node.runtime.layers import LayerStore
 from workers.node.runtime.memfile import allocated_bytes, clone_or_sparse_copy
-from workers.node.runtime.runtime import Runtime, Timing, Vm
+from workers.node.runtime.runtime import Runtime
 from workers.node.runtime.snapshot import Snapshot
+from workers.node.runtime.vm import Timing, Vm
 
 __all__ = [
     "ENVD_PORT",

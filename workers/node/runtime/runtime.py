@@ -16,22 +16,20 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Awaitable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from workers.node.foreground import Foreground, in_background
-from workers.node.net import GUEST, EgressPolicy, NetworkSlot, SlotPool, uplink
+from workers.node.net import GUEST, EgressPolicy, SlotPool, uplink
 from workers.node.net.addressing import DEFAULT_SLOT_CIDR
 from workers.node.net.uplink import Uplink
-from workers.node.runtime.guest import wait_and_init, wait_envd
+from workers.node.runtime.capture import take_capture
+from workers.node.runtime.guest import wait_envd
 from workers.node.runtime.layers import MAX_CHAIN_DEPTH, LayerStore
 from workers.node.runtime.memfile import clone_or_sparse_copy
 from workers.node.runtime.rampool import RamPool
 from workers.node.runtime.ramstage import RamStage
 from workers.node.runtime.snapshot import Snapshot
+from workers.node.runtime.vm import Timing, Vm, caps, init_vm_envd, new_id, race_exit
 from workers.node.vmm import (
     AccelChoice,
     Boot,
@@ -41,49 +39,13 @@ from workers.node.vmm import (
     QemuVm,
     SnapshotIncompatible,
     VmmError,
-    VmTimeout,
     choose_accel,
     qemu_version,
 )
 
 log = logging.getLogger(__name__)
 
-# QEMU's own memory beyond guest RAM: TCG translation cache, device emulation, heap.
-QEMU_OVERHEAD_MIB = 512
-# Emulation threads (I/O, migration) need a little CPU beyond the vCPUs themselves.
-CPU_HEADROOM = 0.5
 BOOT_ENVD_TIMEOUT = 120.0  # a cold boot under TCG on a loaded 2-core CI host
-RESTORE_ENVD_TIMEOUT = 30.0
-
-
-@dataclass
-class Vm:
-    """A running microVM and everything it holds on the host."""
-
-    vm_id: str
-    qemu: QemuVm
-    slot: NetworkSlot
-    dir: Path
-    machine: Machine
-    mem_file: Path
-    mem_shared: bool
-    disk_top: Path
-    base_image: Path
-    owned_layers: list[Path] = field(default_factory=list)
-
-    @property
-    def host(self) -> str:
-        """Address the node dials to reach this guest's TCP ports."""
-        return self.slot.host_reachable_ip
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Where the time of one restore went (for benchmarks and logs)."""
-
-    total: float
-    running: float  # QEMU started, state loaded, vCPUs running
-    envd: float  # envd answered /health
 
 
 class Runtime:
@@ -176,7 +138,7 @@ class Runtime:
         policy: EgressPolicy | None = None,
     ) -> Vm:
         """Cold-boot a VM from a base image (template builds only; sandboxes restore)."""
-        vm_id = vm_id or _new_id()
+        vm_id = vm_id or new_id()
         machine = self.machine(vcpus=vcpus, mem_mib=mem_mib)
         async with contextlib.AsyncExitStack() as stack:
             slot = await self.pool.acquire(policy)
@@ -194,7 +156,7 @@ class Runtime:
                 disk=top,
                 start=Boot(kernel, initrd, cmdline),
                 netns=slot.netns_path,
-                **_caps(machine),
+                **caps(machine),
             )
             qemu = await QemuVm.launch(spec)
             stack.push_async_callback(qemu.kill)
@@ -205,19 +167,7 @@ class Runtime:
 
     async def wait_envd(self, vm: Vm, timeout: float = BOOT_ENVD_TIMEOUT) -> float:
         """Wait for envd, failing fast (with QEMU's output) if the VM dies meanwhile."""
-        return await self._race_exit(vm, wait_envd(vm.host, timeout=timeout))
-
-    async def _race_exit(self, vm: Vm, work: Awaitable[float]) -> float:
-        probe = asyncio.ensure_future(work)
-        died = asyncio.ensure_future(vm.qemu.wait_exit())
-        done, _ = await asyncio.wait({probe, died}, return_when=asyncio.FIRST_COMPLETED)
-        if probe in done:
-            died.cancel()
-            return probe.result()
-        probe.cancel()
-        with contextlib.suppress(BaseException):
-            await probe
-        raise vm.qemu.crash_error()
+        return await race_exit(vm, wait_envd(vm.host, timeout=timeout))
 
     # ---- capture -----------------------------------------------------------------------
     async def capture(
@@ -240,69 +190,11 @@ class Runtime:
     async def _capture(
         self, vm: Vm, *, resume: bool, snapshot_id: str | None, detach: bool
     ) -> Snapshot:
-        snapshot_id = snapshot_id or _new_id()
+        snapshot_id = snapshot_id or new_id()
         sdir = self.snapshot_dir(snapshot_id)
         sdir.mkdir(parents=True)
-        copies_ram = resume and vm.mem_shared
-        prepared: Path | None = None
-        copying: asyncio.Future[str] | None = None
-        try:
-            if copies_ram:  # the copy's pages are allocated while the guest still runs
-                prepared = await asyncio.to_thread(self.ram_stage.prepare, vm.mem_file)
-            await vm.qemu.stop()
-            stopped_at = time.monotonic()
-            if copies_ram:
-                # RAM is copied in a thread while QEMU switches disks and writes the device
-                # state (neither touches guest RAM): the guest stands still for the longer
-                # of the two, not their sum. Staged in memory; `persist` puts it on disk.
-                copying = asyncio.ensure_future(asyncio.to_thread(
-                    self.ram_stage.copy, vm.mem_file, sdir / "mem", prepared))  # fmt: skip
-            frozen = vm.disk_top
-            if resume:
-                new_top = self.layers.new_path()
-                # QEMU creates new_top itself, backed by the current top, and switches to it.
-                await vm.qemu.snapshot_disk(new_top)
-                self.layers.stacked(new_top, frozen)
-                vm.disk_top = new_top
-                vm.owned_layers = [new_top]
-            state_bytes = await vm.qemu.save_state(sdir / "state")
-            if not vm.mem_shared:
-                # A copy-on-write child maps someone else's snapshot: all its RAM went into
-                # the state stream; the snapshot's `mem` is a placeholder of the right size.
-                _sparse_like(vm.mem_file, sdir / "mem")
-            if resume:
-                if copying is not None:
-                    await copying
-                await vm.qemu.cont()
-            else:
-                if not (detach and vm.mem_shared):
-                    await vm.qemu.quit()
-                if vm.mem_shared:
-                    vm.mem_file.rename(sdir / "mem")  # the VM's own RAM file: no copy
-                vm.owned_layers = []  # the frozen top now belongs to the snapshot
-            stopped_ms = (time.monotonic() - stopped_at) * 1000
-        except BaseException:
-            if copying is not None:  # a thread: let it finish before removing its files
-                await asyncio.wait({copying})
-                if not copying.cancelled():
-                    copying.exception()  # retrieved: the error that matters is being raised
-            self.ram_stage.discard(sdir / "mem")
-            self.ram_stage.release(prepared)
-            shutil.rmtree(sdir, ignore_errors=True)
-            raise
-        snap = Snapshot(
-            snapshot_id=snapshot_id,
-            dir=sdir,
-            machine=vm.machine,
-            disk_top=frozen,
-            base_image=vm.base_image,
-            parent_vm=vm.vm_id,
-            created_at=datetime.now(UTC).isoformat(),
-            state_bytes=state_bytes,
-            ram_in_state=not vm.mem_shared,
-            stopped_ms=round(stopped_ms, 3),
-        )
-        snap.write()
+        snap = await take_capture(vm, sdir, snapshot_id, resume=resume, detach=detach,
+                                  layers=self.layers, stage=self.ram_stage)  # fmt: skip
         if not resume:
             if detach:
                 task = asyncio.create_task(self._release(vm), name=f"release:{vm.vm_id}")
@@ -371,7 +263,7 @@ class Runtime:
         releasing = self._releasing.pop(snap.snapshot_id, None)
         if releasing is not None:  # the paused VM's QEMU may still be exiting
             await asyncio.wait({releasing})
-        vm_id = vm_id or _new_id()
+        vm_id = vm_id or new_id()
         t0 = time.monotonic()
         async with contextlib.AsyncExitStack() as stack:
             stack.enter_context(self.foreground.busy())
@@ -407,7 +299,7 @@ class Runtime:
                 disk=top,
                 start=Incoming(snap.state, ram_in_stream=snap.ram_in_state),
                 netns=slot.netns_path,
-                **_caps(snap.machine),
+                **caps(snap.machine),
             )
             qemu = await QemuVm.launch(spec)
             stack.push_async_callback(qemu.kill)
@@ -420,7 +312,7 @@ class Runtime:
             )  # fmt: skip
             t_envd = t_running
             if wait and run:
-                await self._init_envd(vm, init, init_token)
+                await init_vm_envd(vm, init, init_token)
                 t_envd = time.monotonic() - t0
             stack.pop_all()
         self.vms[vm_id] = vm
@@ -467,7 +359,7 @@ class Runtime:
             try:
                 await child.qemu.cont()
                 if wait:
-                    await self._init_envd(child, None, None)
+                    await init_vm_envd(child, None, None)
             except BaseException:
                 await self.destroy(child)
                 raise
@@ -478,18 +370,6 @@ class Runtime:
         )
         it = iter(started)
         return snap, [c if isinstance(c, BaseException) else next(it) for c in children]
-
-    async def _init_envd(
-        self, vm: Vm, init: dict[str, object] | None, token: str | None
-    ) -> None:
-        """envd's /init as soon as it answers; a timeout says what the guest console said."""
-        try:
-            await self._race_exit(
-                vm, wait_and_init(vm.host, init, token=token, timeout=RESTORE_ENVD_TIMEOUT)
-            )
-        except VmTimeout as e:
-            tail = vm.qemu.console_tail(1500).strip() or "(no console output)"
-            raise VmTimeout(f"{e}; guest console: ...{tail[-1500:]}") from e
 
     # ---- teardown ----------------------------------------------------------------------
     async def destroy(self, vm: Vm, *, background: bool = False) -> None:
@@ -563,21 +443,3 @@ class Runtime:
         for f in (snap.state, snap.mem, snap.disk_top):
             if not f.exists():
                 raise VmmError(f"snapshot {snap.snapshot_id} is incomplete: {f} is missing")
-
-
-def _sparse_like(src: Path, dst: Path) -> None:
-    """An all-holes file as large as `src` (a RAM file whose content the state replaces)."""
-    with open(dst, "wb") as f:
-        f.truncate(src.stat().st_size)
-
-
-def _caps(m: Machine) -> dict[str, Any]:
-    """Host-side caps for a VM's QEMU process (see vmm.limits)."""
-    return {
-        "mem_limit_bytes": (m.mem_mib + QEMU_OVERHEAD_MIB) << 20,
-        "cpu_limit": m.vcpus + CPU_HEADROOM,
-    }
-
-
-def _new_id() -> str:
-    return uuid.uuid4().hex[:20]

@@ -1,0 +1,37 @@
+"""What every sandbox route checks before it acts, and the read fence it raises after."""
+
+from __future__ import annotations
+
+from api.auth import Caller
+from api.context import ApiContext
+from api.errors import ApiError
+from domain import sandbox as sb
+
+__all__ = ["node_answers", "not_found", "settle", "visible"]
+
+
+def not_found(sandbox_id: str) -> ApiError:
+    return ApiError(404, f'sandbox "{sandbox_id}" not found')
+
+
+async def visible(ctx: ApiContext, caller: Caller, sandbox_id: str) -> sb.Sandbox:
+    """The write-side state of a sandbox this caller owns and E2B would show."""
+    state, _ = await ctx.bus.sandboxes.load(sandbox_id)
+    if state is None or state.team_id != caller.team_id or sb.public_state(state.status) is None:
+        raise not_found(sandbox_id)
+    return state
+
+
+async def settle(ctx: ApiContext, sandbox_id: str) -> None:
+    """Raise the read fence to our own write: later reads wait for the read model to show
+    it (read-your-writes) without making this write wait for the projector. (The store's
+    cache already holds it: `bus.answers` folds every stored sandbox event into it.)"""
+    ctx.unfenced.add(sandbox_id)
+
+
+async def node_answers(ctx: ApiContext, state: sb.Sandbox, what: str) -> None:
+    """A command for a running sandbox goes to its node's queue: a node that stopped
+    beating would leave the caller waiting for the command timeout. Say so at once."""
+    if state.node_id is not None and await ctx.node_gone(state.node_id):
+        raise ApiError(503, f"cannot {what} sandbox {state.sandbox_id}: its node "
+                            f"{state.node_id} is not running (its VM went with it)")  # fmt: skip

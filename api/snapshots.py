@@ -1,0 +1,98 @@
+"""E2B's persistent snapshots (e2b-compat §2.3): take one of a running sandbox (it keeps
+running, its capture becomes a template new sandboxes start from), list them, delete one
+(`DELETE /templates/{id}`, which every node holding a copy hears)."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Annotated, Any
+
+from litestar import delete, get, post
+from litestar.params import Parameter
+
+from api import reads, wire
+from api.auth import Caller
+from api.context import ApiContext
+from api.errors import ApiError
+from api.guards import node_answers, settle, visible
+from api.outcomes import send_and_wait
+from bus.decisions import execute
+from domain import sandbox as sb
+from domain import template as tp
+
+__all__ = ["ROUTES", "snapshot_info"]
+
+
+_SNAPSHOT_NAME = re.compile(r"^[a-z0-9][a-z0-9._:-]{0,127}$")
+
+
+def snapshot_info(team_id: str, snapshot_id: str) -> dict[str, Any]:
+    return {"snapshotID": snapshot_id, "names": [f"{team_id}/{snapshot_id}"]}
+
+
+@post("/sandboxes/{sandbox_id:str}/snapshots", status_code=201)
+async def create_snapshot(
+    sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.SnapshotBody | None = None
+) -> dict[str, Any]:
+    """A persistent snapshot (memory + disk) that new sandboxes start from; the sandbox
+    is captured in place and keeps its id and TTL. Taking a name again replaces it."""
+    if data is not None and data.memory is False:
+        raise ApiError(400, "filesystem-only snapshots are not supported; omit memory=false")
+    name = (data.name if data and data.name else f"snap-{secrets.token_hex(6)}").lower()
+    if not _SNAPSHOT_NAME.match(name):
+        raise ApiError(400, f"invalid snapshot name {name!r}: use a-z, 0-9, '.', '_', ':', '-'")
+    state = await visible(ctx, caller, sandbox_id)
+    tpl = await reads.template(ctx.engine, name)
+    if tpl is not None and await reads.snapshot_node(ctx.engine, name) is None:
+        raise ApiError(409, f"{name!r} is the name of a template, not of a snapshot")
+    cmd = sb.SnapshotSandbox(sandbox_id=sandbox_id, snapshot_id=name)
+    sb.decide(state, cmd)  # a paused or busy sandbox: 409 before any work
+    await node_answers(ctx, state, "snapshot")
+    event, _ = await send_and_wait(
+        ctx.bus, cmd, node_id=state.node_id, until=(sb.SnapshotTaken, sb.SnapshotFailed),
+        timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
+    )  # fmt: skip
+    if isinstance(event, sb.SnapshotFailed | sb.SandboxFailed):
+        raise ApiError(500, f"snapshot of {sandbox_id} failed: {event.reason}")
+    await settle(ctx, sandbox_id)
+    return snapshot_info(caller.team_id, name)
+
+
+@get("/snapshots")
+async def list_snapshots(
+    ctx: ApiContext,
+    caller: Caller,
+    sandbox_id: Annotated[str | None, Parameter(query="sandboxID")] = None,
+    name: str | None = None,
+    limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
+) -> list[dict[str, Any]]:
+    await ctx.fenced()
+    rows = await reads.snapshots(ctx.engine, caller.team_id, sandbox_id, name, limit)
+    return [snapshot_info(caller.team_id, r["snapshot_id"]) for r in rows]
+
+
+@delete("/templates/{template_id:str}", status_code=204)
+async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> None:
+    """Delete a snapshot template (`Sandbox.delete_snapshot`); 404 when there is none.
+    Running sandboxes started from it keep their own copies of what they need."""
+    if template_id == "base":
+        raise ApiError(409, "the default template cannot be deleted")
+    node = await reads.snapshot_node(ctx.engine, template_id)
+    if node is None:  # a template imported from an image (`aenv pull`) names its node
+        history = await ctx.bus.templates.read(template_id)
+        imports = [r.event for r in history if isinstance(r.event, tp.TemplateImported)]
+        node = imports[-1].node_id if imports else None
+    cmd = tp.DeleteTemplate(template_id=template_id)
+    _, version, events = await execute(ctx.bus.templates, cmd)
+    if events:
+        await ctx.wait_for_templates(version.seq)  # read-your-writes for the listings
+    ctx.forget(f"tpl:{template_id}")
+    ctx.forget(f"tpl-node:{template_id}")
+    # the node that took it frees the capture — and so does any node that took it over
+    # from the repository (`NodeBook` mirror: every node that beats)
+    known = set(ctx.nodes.beats) if ctx.nodes is not None else set()
+    await ctx.bus.commands.to_each_node(known | ({node} if node is not None else set()), cmd)
+
+
+ROUTES = [create_snapshot, list_snapshots, delete_template]
