@@ -1,0 +1,60 @@
+"""Golden histories: the recorded events of real sandboxes', templates' and API keys'
+lives (`histories/`, recorded from a running stack by `tests/golden/record.py`, never
+edited) must decode with today's code — older schema versions upcast — and fold to the
+state recorded with them. A change that cannot read yesterday's log fails here, not in
+production on replay."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bus.envelope import EventEnvelope, decode_event
+from domain import Event
+from domain import apikey as ak
+from domain import build as bd
+from domain import sandbox as sb
+from domain import template as tp
+
+HISTORIES = Path(__file__).parent / "histories"
+EVOLVE: dict[str, Callable[[Any, Event], Any]] = {
+    "sandbox": sb.evolve,
+    "template": tp.evolve_template,
+    "apikey": ak.evolve_api_key,
+    "build": bd.evolve_build,
+}
+
+
+def _histories() -> list[Path]:
+    return sorted(HISTORIES.glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("path", _histories(), ids=lambda p: p.stem)
+def test_a_recorded_history_decodes_and_folds_to_its_recorded_state(path: Path) -> None:
+    expected = json.loads(path.with_suffix("").with_suffix(".state.json").read_text())
+    state: Any = None
+    for line in path.read_text().splitlines():
+        _, event = decode_event(line.encode())
+        state = EVOLVE[expected["kind"]](state, event)
+    got = None if state is None else state.model_dump(mode="json")
+    assert got == expected["state"]
+
+
+def test_the_histories_cover_every_lifecycle_step() -> None:
+    """What the recorded lives went through (so the check above means something)."""
+    types = {
+        EventEnvelope.model_validate_json(line).type
+        for path in _histories()
+        for line in path.read_text().splitlines()
+    }
+    assert {
+        "SandboxRequested", "SandboxCreated", "SandboxFailed", "SandboxTimeoutSet",
+        "SandboxPauseRequested", "SandboxPaused", "SandboxResumeRequested", "SandboxResumed",
+        "SnapshotRequested", "SnapshotTaken", "SandboxForkRequested", "SandboxForked",
+        "SandboxKillRequested", "SandboxKilled", "TemplateRegistered", "TemplateDeleted",
+        "ApiKeyCreated", "ApiKeyRevoked",
+    } <= types  # fmt: skip
