@@ -20,7 +20,7 @@ from uuid import UUID, uuid4, uuid5
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 
 from bus.errors import DecodeError
-from domain import COMMAND_TYPES, EVENT_TYPES, Command, Event, Message
+from domain import COMMAND_TYPES, EVENT_TYPES, EVENT_UPCASTERS, Command, Event, Message
 
 __all__ = [
     "CommandEnvelope",
@@ -179,7 +179,10 @@ class Registry(Generic[M]):
 
 
 def _event_registry() -> Registry[Event]:
-    return Registry(EVENT_TYPES)
+    registry = Registry(EVENT_TYPES)
+    for (name, version), upcast in EVENT_UPCASTERS.items():
+        registry.upcaster(name, version)(upcast)
+    return registry
 
 
 def _command_registry() -> Registry[Command]:

@@ -6,14 +6,16 @@ published or read. Names are the class names and never change (add a new type in
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from domain import apikey, build, template
 from domain.messages import Command, CommandRejected, Event, Message
 from domain.sandbox import commands as sc
 from domain.sandbox import events as se
+from domain.sandbox import spec
 
-__all__ = ["COMMAND_TYPES", "EVENT_TYPES"]
+__all__ = ["COMMAND_TYPES", "EVENT_TYPES", "EVENT_UPCASTERS"]
 
 M = TypeVar("M", bound=Message)
 
@@ -48,3 +50,9 @@ EVENT_TYPES: dict[str, type[Event]] = _by_name(
     build.TemplateBuilt, build.TemplateBuildFailed,
     CommandRejected,
 )  # fmt: skip
+
+#: Pure payload upgrades, one schema version step each: (type, from version) → function. The
+#: bus runs them when it reads an older event (fields are moved, never lost).
+EVENT_UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    ("SandboxRequested", 1): spec.upcast_requested_v1,
+}

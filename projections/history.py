@@ -57,9 +57,11 @@ class HistoryLine:
 def history_line(rec: RecordedEvent) -> HistoryLine:
     """One recorded event as a line: secrets dropped, env var values redacted."""
     env = rec.envelope
+    fields = rec.event.model_dump(mode="json")  # today's shape, older schemas upcast
+    fields.update(fields.pop("spec", None) or {})  # a request's spec, read as its fields
     details = {
         k: ("<redacted>" if k in _REDACTED else v)
-        for k, v in env.payload.items()
+        for k, v in fields.items()
         if k not in _HIDDEN
     }
     return HistoryLine(

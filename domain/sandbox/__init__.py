@@ -6,6 +6,7 @@ from domain.sandbox.decide import DEFAULT_POLICY, decide
 from domain.sandbox.events import *  # noqa: F403
 from domain.sandbox.events import __all__ as _events
 from domain.sandbox.evolve import State, evolve, fold
+from domain.sandbox.spec import SPEC_FIELDS, SandboxSpec, upcast_requested_v1
 from domain.sandbox.state import RECENT_COMMANDS, Sandbox
 from domain.sandbox.timer import expiry_command, fork_child_command
 from domain.sandbox.values import *  # noqa: F403
@@ -17,11 +18,14 @@ __all__ = [
     *_values,
     "DEFAULT_POLICY",
     "RECENT_COMMANDS",
+    "SPEC_FIELDS",
     "Sandbox",
+    "SandboxSpec",
     "State",
     "decide",
     "evolve",
     "expiry_command",
     "fold",
     "fork_child_command",
+    "upcast_requested_v1",
 ]

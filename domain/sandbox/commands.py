@@ -12,7 +12,8 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from domain.messages import Command
-from domain.sandbox.values import Lifecycle, NetworkPolicy, SandboxId
+from domain.sandbox.spec import SandboxSpec
+from domain.sandbox.values import SandboxId
 
 __all__ = [
     "AnySandboxCommand",
@@ -46,27 +47,11 @@ class SandboxCommand(Command):
     sandbox_id: SandboxId
 
 
-class CreateSandbox(SandboxCommand):
-    """Start a sandbox from a template (or as a fork child, then `forked_from` is set)."""
+class CreateSandbox(SandboxCommand, SandboxSpec):
+    """Start a sandbox from a template (or as a fork child, then `forked_from` is set): a
+    spec (`SandboxSpec`) with the sandbox's id."""
 
     creates: ClassVar[bool] = True
-
-    template_id: str = Field(min_length=1)
-    alias: str | None = None
-    team_id: str | None = None
-    api_key_id: str | None = None
-    cpu_count: int = 2
-    memory_mb: int = 512
-    disk_size_mb: int = 2048
-    envd_version: str = "0.6.13"
-    envd_access_token: str | None = None
-    timeout_s: int = 300
-    metadata: dict[str, str] = Field(default_factory=dict)
-    env_vars: dict[str, str] = Field(default_factory=dict)
-    lifecycle: Lifecycle = Lifecycle()
-    network: NetworkPolicy = NetworkPolicy()
-    forked_from: SandboxId | None = None
-    node_id: str | None = Field(None, description="set by the node that placed it, if known")
 
 
 class PauseSandbox(SandboxCommand):

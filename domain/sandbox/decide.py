@@ -139,25 +139,7 @@ def _create(state: State, c: CreateSandbox, policy: Policy) -> list[SandboxEvent
         raise Invalid(f"diskSizeMB must be positive, got {c.disk_size_mb}")
     return [
         SandboxRequested(
-            sandbox_id=c.sandbox_id,
-            at=c.at,
-            command_id=c.command_id,
-            template_id=c.template_id,
-            alias=c.alias,
-            team_id=c.team_id,
-            api_key_id=c.api_key_id,
-            cpu_count=c.cpu_count,
-            memory_mb=c.memory_mb,
-            disk_size_mb=c.disk_size_mb,
-            envd_version=c.envd_version,
-            envd_access_token=c.envd_access_token,
-            timeout_s=c.timeout_s,
-            metadata=c.metadata,
-            env_vars=c.env_vars,
-            lifecycle=c.lifecycle,
-            network=c.network,
-            forked_from=c.forked_from,
-            node_id=c.node_id,
+            sandbox_id=c.sandbox_id, at=c.at, command_id=c.command_id, spec=c.spec
         )
     ]
 

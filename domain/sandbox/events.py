@@ -7,13 +7,13 @@ node actually did.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 from uuid import UUID
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from domain.messages import Event
-from domain.sandbox.values import Lifecycle, NetworkPolicy
+from domain.sandbox.spec import SandboxSpec
 
 __all__ = [
     "ForkOutcome",
@@ -47,25 +47,13 @@ class SandboxEvent(Event):
 
 
 class SandboxRequested(SandboxEvent):
-    """A create was accepted: everything the sandbox is, before any VM exists."""
+    """A create was accepted: everything the sandbox is, before any VM exists. v2 carries
+    the spec as one value; v1 had its fields flat (`spec.upcast_requested_v1`)."""
+
+    schema_version: ClassVar[int] = 2
 
     command_id: UUID
-    template_id: str
-    alias: str | None
-    team_id: str | None
-    api_key_id: str | None
-    cpu_count: int
-    memory_mb: int
-    disk_size_mb: int
-    envd_version: str
-    envd_access_token: str | None
-    timeout_s: int
-    metadata: dict[str, str]
-    env_vars: dict[str, str]
-    lifecycle: Lifecycle
-    network: NetworkPolicy
-    forked_from: str | None
-    node_id: str | None
+    spec: SandboxSpec
 
 
 class SandboxCreated(SandboxEvent):

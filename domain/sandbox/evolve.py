@@ -118,25 +118,10 @@ def evolve(state: State, event: Event) -> State:
 
 def _requested(e: SandboxRequested) -> Sandbox:
     return Sandbox(
+        **e.spec.model_dump(),
         sandbox_id=e.sandbox_id,
         status=S.CREATING,
-        template_id=e.template_id,
-        alias=e.alias,
-        team_id=e.team_id,
-        api_key_id=e.api_key_id,
-        cpu_count=e.cpu_count,
-        memory_mb=e.memory_mb,
-        disk_size_mb=e.disk_size_mb,
-        envd_version=e.envd_version,
-        envd_access_token=e.envd_access_token,
-        metadata=e.metadata,
-        env_vars=e.env_vars,
-        lifecycle=e.lifecycle,
-        network=e.network,
-        forked_from=e.forked_from,
-        node_id=e.node_id,
         requested_at=e.at,
-        timeout_s=e.timeout_s,
         recent_commands=(e.command_id,),
     )
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
-from domain.sandbox.values import Lifecycle, NetworkPolicy, SandboxStatus
+from domain.sandbox.spec import SandboxSpec
+from domain.sandbox.values import SandboxStatus
 
 __all__ = ["RECENT_COMMANDS", "Sandbox"]
 
@@ -16,30 +17,16 @@ __all__ = ["RECENT_COMMANDS", "Sandbox"]
 RECENT_COMMANDS = 16
 
 
-class Sandbox(BaseModel):
-    """One sandbox as the write side sees it. `None` stands for "never existed"."""
+class Sandbox(SandboxSpec):
+    """One sandbox as the write side sees it: the spec it was created with (`node_id` is
+    where it runs now, `timeout_s` its last full timeout), and where it is in its life.
+    `None` stands for "never existed"."""
 
     model_config = ConfigDict(frozen=True)
 
     sandbox_id: str
     status: SandboxStatus
-    template_id: str
-    alias: str | None
-    team_id: str | None
-    api_key_id: str | None
-    cpu_count: int
-    memory_mb: int
-    disk_size_mb: int
-    envd_version: str
-    envd_access_token: str | None
-    metadata: dict[str, str]
-    env_vars: dict[str, str]
-    lifecycle: Lifecycle
-    network: NetworkPolicy
-    forked_from: str | None
-    node_id: str | None
     requested_at: datetime
-    timeout_s: int
     started_at: datetime | None = None
     end_at: datetime | None = None
     #: TTL left when paused; None while the clock runs.

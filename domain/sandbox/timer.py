@@ -47,24 +47,12 @@ def fork_child_command(
     """
     if child_id not in parent.pending_children:
         raise Invalid(f"{child_id} is not a child of this fork")
+    spec = parent.spec.model_copy(update={
+        "timeout_s": fork.timeout_s, "forked_from": parent.sandbox_id,
+    })  # fmt: skip
     return CreateSandbox(
+        **spec.model_dump(),
         sandbox_id=child_id,
         command_id=derived_command_id(str(fork.command_id), child_id),
         at=at or fork.at,
-        template_id=parent.template_id,
-        alias=parent.alias,
-        team_id=parent.team_id,
-        api_key_id=parent.api_key_id,
-        cpu_count=parent.cpu_count,
-        memory_mb=parent.memory_mb,
-        disk_size_mb=parent.disk_size_mb,
-        envd_version=parent.envd_version,
-        envd_access_token=parent.envd_access_token,
-        timeout_s=fork.timeout_s,
-        metadata=parent.metadata,
-        env_vars=parent.env_vars,
-        lifecycle=parent.lifecycle,
-        network=parent.network,
-        forked_from=parent.sandbox_id,
-        node_id=parent.node_id,
     )

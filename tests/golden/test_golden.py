@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bus.envelope import EventEnvelope, decode_event
+from bus.envelope import EventEnvelope, decode_event, events
 from domain import Event
 from domain import apikey as ak
 from domain import build as bd
@@ -42,6 +42,18 @@ def test_a_recorded_history_decodes_and_folds_to_its_recorded_state(path: Path) 
         state = EVOLVE[expected["kind"]](state, event)
     got = None if state is None else state.model_dump(mode="json")
     assert got == expected["state"]
+
+
+def test_an_upcaster_is_exercised() -> None:
+    """Some recorded event is of an older schema than today's: decoding it ran an upcaster
+    (`SandboxRequested` v1 had the spec's fields flat)."""
+    old = [
+        env.type
+        for path in _histories()
+        for env in map(EventEnvelope.model_validate_json, path.read_text().splitlines())
+        if env.schema_version < events.version_of(env.type)
+    ]
+    assert "SandboxRequested" in old
 
 
 def test_the_histories_cover_every_lifecycle_step() -> None:

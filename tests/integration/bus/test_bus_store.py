@@ -111,7 +111,7 @@ async def test_envelope_carries_context(bus: Bus) -> None:
     [rec] = await bus.sandboxes.read(sid)
     env = rec.envelope
     assert (env.correlation_id, env.causation_id, env.actor) == (corr, cause, "apikey:k1")
-    assert env.schema_version == 1 and env.aggregate_id == sid
+    assert env.schema_version == sb.SandboxRequested.schema_version and env.aggregate_id == sid
 
 
 async def test_load_is_fast_enough(bus: Bus) -> None:
