@@ -16,6 +16,8 @@ from domain.messages import Event
 from domain.sandbox.spec import SandboxSpec
 
 __all__ = [
+    "SANDBOX_EVENTS",
+    "AnySandboxEvent",
     "ForkOutcome",
     "SandboxCreated",
     "SandboxEvent",
@@ -164,3 +166,19 @@ class SnapshotUploaded(SandboxEvent):
 
     snapshot_id: str
     size_bytes: int
+
+
+#: The closed set of sandbox events: `evolve` matches it exhaustively.
+AnySandboxEvent = (
+    SandboxRequested | SandboxCreated | SandboxFailed | SandboxPauseRequested | SandboxPaused
+    | SandboxResumeRequested | SandboxResumed | SandboxResumeFailed | SandboxKillRequested
+    | SandboxKilled | SandboxTimeoutSet | SandboxForkRequested | SandboxForked
+    | SnapshotRequested | SnapshotTaken | SnapshotFailed | SnapshotUploaded
+)  # fmt: skip
+#: The same set as classes, for `isinstance` at the edge of the fold.
+SANDBOX_EVENTS: tuple[type[SandboxEvent], ...] = (
+    SandboxRequested, SandboxCreated, SandboxFailed, SandboxPauseRequested, SandboxPaused,
+    SandboxResumeRequested, SandboxResumed, SandboxResumeFailed, SandboxKillRequested,
+    SandboxKilled, SandboxTimeoutSet, SandboxForkRequested, SandboxForked,
+    SnapshotRequested, SnapshotTaken, SnapshotFailed, SnapshotUploaded,
+)  # fmt: skip

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import reduce
+from typing import assert_never, cast
 
 from domain.errors import CorruptHistory
 from domain.messages import CommandRejected, Event
 from domain.sandbox.events import (
+    SANDBOX_EVENTS,
+    AnySandboxEvent,
     SandboxCreated,
     SandboxFailed,
     SandboxForked,
@@ -46,6 +49,12 @@ def evolve(state: State, event: Event) -> State:
     """The state after `event`. Total over histories `decide` can produce."""
     if isinstance(event, CommandRejected):
         return state  # a refusal changes nothing; it is in the log for waiters and auditors
+    if not isinstance(event, SANDBOX_EVENTS):
+        raise CorruptHistory(f"not a sandbox event: {type(event).__name__}")
+    return _evolve(state, cast(AnySandboxEvent, event))
+
+
+def _evolve(state: State, event: AnySandboxEvent) -> State:
     if isinstance(event, SandboxRequested):
         if state is not None:
             raise CorruptHistory(f"{event.sandbox_id} requested twice")
@@ -109,7 +118,7 @@ def evolve(state: State, event: Event) -> State:
         case SnapshotUploaded():
             u = {"durable_snapshot_id": event.snapshot_id}
         case _:
-            raise CorruptHistory(f"not a sandbox event: {type(event).__name__}")
+            assert_never(event)
     command_id = getattr(event, "command_id", None)
     if command_id is not None:
         u["recent_commands"] = _remember(state, command_id)
