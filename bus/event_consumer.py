@@ -6,7 +6,7 @@ outcome decides the ack.
     RetryableError                   → nak(delay)   (delay: the error's, else the backoff)
     PermanentError / undecodable     → term, logged (an event is not refused: nobody waits)
     any other exception              → nak along the backoff (retried while JetStream
-                                       delivers it: `max_deliver`, -1 for ever)
+                                       delivers it: `max_deliver`)
 
 The snapshot worker is its first user: a `SandboxPaused` is acked once the capture is
 durable (or moot), so an upload cut short by a crash is simply delivered again — the log is

@@ -20,6 +20,7 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from bus.errors import BusError
 
@@ -35,8 +36,8 @@ class ConsumerSpec:
     durable: str
     filter_subject: str
     #: Deliveries before JetStream gives up on a message (a command wrapper rejects it on
-    #: the last one); -1: until it is acked (work that must happen eventually, e.g. an
-    #: upload, retried along `backoff`'s last step).
+    #: the last one). Work that must happen eventually (an upload) sets it high; JetStream
+    #: before 2.10 refuses -1 (unlimited) beside a backoff list.
     max_deliver: int = 5
     #: Server-side redelivery schedule: delivery n that is neither acked nor heartbeaten
     #: within backoff[n-1] is redelivered (JetStream lets backoff override ack_wait). Also
@@ -64,7 +65,7 @@ class ConsumerSpec:
     start_time: datetime | None = None
 
     def consumer_config(self) -> ConsumerConfig:
-        if 0 < self.max_deliver <= len(self.backoff):
+        if self.max_deliver <= len(self.backoff):
             raise BusError("max_deliver must exceed the number of backoff steps")
         policy = DeliverPolicy.ALL if self.start_time is None else DeliverPolicy.BY_START_TIME
         return ConsumerConfig(
@@ -107,9 +108,25 @@ class PullLoop:
 
     async def start(self) -> None:
         """Create or update the durable consumer and start pulling."""
-        await self._js.add_consumer(self._stream, self._spec.consumer_config())
+        await self._js.add_consumer(self._stream, await self._config())
         self._sub = await self._js.pull_subscribe_bind(self._spec.durable, stream=self._stream)
         self._loop_task = asyncio.create_task(self._run(), name=f"consumer:{self._spec.durable}")
+
+    async def _config(self) -> ConsumerConfig:
+        """The spec's config — but a durable that exists keeps where it started: JetStream
+        refuses to change a consumer's deliver policy or start time (and an event consumer
+        asks for "an hour ago" anew at every start)."""
+        config = self._spec.consumer_config()
+        if self._spec.start_time is None:
+            return config
+        try:
+            info = await self._js.consumer_info(self._stream, self._spec.durable)
+        except NotFoundError:
+            return config
+        config.deliver_policy = info.config.deliver_policy
+        config.opt_start_time = info.config.opt_start_time
+        config.opt_start_seq = info.config.opt_start_seq
+        return config
 
     async def stop(self) -> None:
         """Stop fetching, let in-flight handlers settle their messages, unsubscribe."""

@@ -6,7 +6,7 @@ appended (`RecordUpload`); a `SnapshotTaken` on this node uploads the persistent
 capture and records where it is durable (`RecordTemplateUpload` → `TemplateUploaded`).
 JetStream does the bookkeeping the node once did by hand: the event is acked only once the
 capture is durable or moot, so an upload cut short by a crash or a dead S3 is delivered
-again (backoff up to 5 minutes, for ever) — after a restart too.
+again (backoff up to 5 minutes, for a month) — after a restart too.
 
 The worker never touches VMs or the node's disk layout: what it needs of the node is the
 `LocalCaptures` port (where a capture lies, whether it still matters), which the node role
@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 PAUSE_UPLOAD_DELAY_S = 2.0
 #: Redelivery after a failed upload (S3 down): 2 s, 6 s, 18 s, ... capped at 5 minutes.
 UPLOAD_BACKOFF = (2.0, 6.0, 18.0, 54.0, 162.0, 300.0)
+#: Deliveries of one event: "until durable" in practice (a month of 5-minute retries).
+#: Not unlimited (-1): JetStream before 2.10 refuses that beside a backoff list.
+UPLOAD_ATTEMPTS = 10_000
 #: A consumer created now starts this far back in the log: a node upgraded or restarted
 #: with captures whose upload never finished finds their events again.
 START_BACK = timedelta(hours=1)
@@ -104,7 +107,7 @@ class SnapshotWorker:
         return ConsumerSpec(
             durable=names.snapshot_consumer(self.node_id),
             filter_subject=names.events_of_kind(AggregateKind.SANDBOX),
-            max_deliver=-1,
+            max_deliver=UPLOAD_ATTEMPTS,
             backoff=UPLOAD_BACKOFF,
             max_ack_pending=8,
             start_time=datetime.now(UTC) - START_BACK,
