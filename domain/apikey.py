@@ -20,6 +20,7 @@ from domain.messages import Command, CommandRejected, Event
 __all__ = [
     "KEY_PREFIX",
     "AnyApiKeyCommand",
+    "AnyApiKeyEvent",
     "ApiKey",
     "ApiKeyCommand",
     "ApiKeyCreated",
@@ -120,15 +121,30 @@ def decide_api_key(state: ApiKey | None, command: AnyApiKeyCommand) -> list[Even
             assert_never(command)
 
 
+#: The closed set of API key events (`evolve_api_key` matches it exhaustively).
+AnyApiKeyEvent = ApiKeyCreated | ApiKeyRevoked
+
+
 def evolve_api_key(state: ApiKey | None, event: Event) -> ApiKey | None:
+    if isinstance(event, CommandRejected):
+        return state
+    if not isinstance(event, ApiKeyCreated | ApiKeyRevoked):
+        raise CorruptHistory(f"not an API key event: {type(event).__name__}")
+    return _evolve_api_key(state, event)
+
+
+def _evolve_api_key(state: ApiKey | None, event: AnyApiKeyEvent) -> ApiKey | None:
     match event:
-        case ApiKeyCreated() if state is None:
+        case ApiKeyCreated():
+            if state is not None:
+                raise CorruptHistory(f"api key {event.key_id} created twice")
             return ApiKey(**event.model_dump(exclude={"at"}))
-        case ApiKeyRevoked() if state is not None:
+        case ApiKeyRevoked():
+            if state is None:
+                raise CorruptHistory(f"api key {event.key_id} revoked before it was created")
             return state.model_copy(update={"revoked": True})
-        case CommandRejected():
-            return state
-    raise CorruptHistory(f"{type(event).__name__} cannot follow {state!r}")
+        case _:
+            assert_never(event)
 
 
 def fold_api_key(events: Iterable[Event], state: ApiKey | None = None) -> ApiKey | None:

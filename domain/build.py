@@ -32,6 +32,7 @@ __all__ = [
     "MAX_LOG_MESSAGE",
     "STEP_TYPES",
     "AnyBuildCommand",
+    "AnyBuildEvent",
     "Build",
     "BuildLogEntry",
     "BuildSpec",
@@ -316,12 +317,26 @@ def _check_spec(spec: BuildSpec) -> None:
         raise Invalid(f"at most {MAX_STEPS} steps per build")
 
 
+#: The closed set of build events (`evolve_build` matches it exhaustively).
+AnyBuildEvent = (
+    TemplateBuildRequested | TemplateBuildStarted | TemplateBuildLogged | TemplateBuilt
+    | TemplateBuildFailed
+)  # fmt: skip
+BUILD_EVENTS = (TemplateBuildRequested, TemplateBuildStarted, TemplateBuildLogged,
+                TemplateBuilt, TemplateBuildFailed)  # fmt: skip
+
+
 def evolve_build(state: Build | None, event: Event) -> Build | None:
-    match event:
-        case TemplateBuildRequested():
-            return Build(**event.model_dump(exclude={"at"}), requested_at=event.at)
-        case CommandRejected():
-            return state
+    if isinstance(event, CommandRejected):
+        return state
+    if not isinstance(event, BUILD_EVENTS):
+        raise CorruptHistory(f"not a build event: {type(event).__name__}")
+    return _evolve_build(state, event)
+
+
+def _evolve_build(state: Build | None, event: AnyBuildEvent) -> Build | None:
+    if isinstance(event, TemplateBuildRequested):
+        return Build(**event.model_dump(exclude={"at"}), requested_at=event.at)
     if state is None:
         raise CorruptHistory(f"{type(event).__name__} before TemplateBuildRequested")
     match event:
@@ -354,7 +369,8 @@ def evolve_build(state: Build | None, event: Event) -> Build | None:
                     "failed_step": event.step,
                 }
             )
-    raise CorruptHistory(f"{type(event).__name__} cannot follow {state!r}")
+        case _:
+            assert_never(event)
 
 
 def fold_build(events: Iterable[Event], state: Build | None = None) -> Build | None:

@@ -19,6 +19,7 @@ from domain.messages import Command, CommandRejected, Event
 
 __all__ = [
     "AnyTemplateCommand",
+    "AnyTemplateEvent",
     "CompleteTemplateImport",
     "DeleteTemplate",
     "ImportTemplateImage",
@@ -187,19 +188,39 @@ def decide_template(state: Template | None, command: AnyTemplateCommand) -> list
             assert_never(command)
 
 
+#: The closed set of template events (`evolve_template` matches it exhaustively).
+AnyTemplateEvent = TemplateRegistered | TemplateDeleted | TemplateUploaded | TemplateImported
+TEMPLATE_EVENTS = (TemplateRegistered, TemplateDeleted, TemplateUploaded, TemplateImported)
+
+
 def evolve_template(state: Template | None, event: Event) -> Template | None:
+    if isinstance(event, CommandRejected):
+        return state
+    if not isinstance(event, TEMPLATE_EVENTS):
+        raise CorruptHistory(f"not a template event: {type(event).__name__}")
+    return _evolve_template(state, event)
+
+
+def _evolve_template(state: Template | None, event: AnyTemplateEvent) -> Template | None:
     match event:
         case TemplateRegistered():
             return Template(**event.model_dump(exclude={"at"}))
-        case TemplateDeleted() if state is not None:
-            return state.model_copy(update={"deleted": True})
-        case TemplateUploaded() if state is not None:
-            return state.model_copy(
+        case TemplateImported():
+            return state  # an import is registered by the TemplateRegistered before it
+        case TemplateDeleted():
+            return _existing(state, event).model_copy(update={"deleted": True})
+        case TemplateUploaded():
+            return _existing(state, event).model_copy(
                 update={"capture_key": event.key, "capture_of": event.source_sandbox_id}
             )
-        case CommandRejected() | TemplateImported():
-            return state  # an import is registered by the TemplateRegistered that follows
-    raise CorruptHistory(f"{type(event).__name__} cannot follow {state!r}")
+        case _:
+            assert_never(event)
+
+
+def _existing(state: Template | None, event: Event) -> Template:
+    if state is None:
+        raise CorruptHistory(f"{type(event).__name__} of a template never registered")
+    return state
 
 
 def fold_template(events: Iterable[Event], state: Template | None = None) -> Template | None:
