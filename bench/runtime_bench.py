@@ -35,7 +35,8 @@ async def raw_restore(rt: Runtime, snap: Snapshot, workdir: Path) -> tuple[float
     top = await rt.layers.create_top(snap.disk_top)
     spec = LaunchSpec(
         vm_id="raw", machine=snap.machine, workdir=workdir, mem_file=snap.mem,
-        mem_shared=False, disk=top, start=Incoming(snap.state), netns=slot.netns_path,
+        mem_shared=False, disk=top, runtime_disk=snap.runtime_disk, start=Incoming(snap.state),
+        netns=slot.netns_path,
     )  # fmt: skip
     t0 = time.monotonic()
     vm = await QemuVm.launch(spec)

@@ -17,7 +17,7 @@ from bus.decisions import execute
 from domain import template as tp
 from envd.version import ENVD_VERSION
 from workers.node.host import SandboxHost
-from workers.node.image import build_base
+from workers.node.image import build_base, build_runtime
 from workers.node.memory import MemoryHost
 from workers.node.ports import Host
 from workers.node.proxy import listen, node_proxy
@@ -75,10 +75,12 @@ async def _qemu_host(
     snapshot worker when there is a repository; with the base image's size in MiB."""
     say("preparing the default template `base` (first run: debootstrap, ~2 min)")
     image = await asyncio.to_thread(build_base, progress=lambda m: say(f"  image: {m}"))
+    envd_rt = await asyncio.to_thread(build_runtime, progress=lambda m: say(f"  {m}"))
     runtime = await Runtime.open(
         node_cfg.state_dir, kernel_for_probe=image.kernel,
         pool_target=node_cfg.slot_pool, slot_prefix=node_cfg.slot_prefix,
         slot_cidr=node_cfg.slot_cidr, egress=node_cfg.egress_enabled,
+        runtime_disk=envd_rt.path,
     )  # fmt: skip
     stack.push_async_callback(runtime.close)
     say(f"accelerator: {runtime.accel.accel} ({runtime.accel.reason})")

@@ -119,7 +119,7 @@ def build_snapshot(
     write_random(snap_dir / "mem", MEM_REGIONS)
     Snapshot(
         snapshot_id=snapshot_id, dir=snap_dir, machine=MACHINE, disk_top=layers[-1],
-        base_image=base, parent_vm="vm-1", state_bytes=64 * 1024,
+        base_image=base, runtime_disk=base, parent_vm="vm-1", state_bytes=64 * 1024,
     ).write()  # fmt: skip
     return BuiltSnapshot(snap_dir, base, layers)
 
@@ -133,6 +133,6 @@ def derive_snapshot(prev: BuiltSnapshot, snapshot_id: str) -> BuiltSnapshot:
     write_random(snap_dir / "mem", [(101 * MIB, 4096)])
     Snapshot(
         snapshot_id=snapshot_id, dir=snap_dir, machine=MACHINE, disk_top=prev.layers[-1],
-        base_image=prev.base, parent_vm="vm-1", state_bytes=64 * 1024,
+        base_image=prev.base, runtime_disk=prev.base, parent_vm="vm-1", state_bytes=64 * 1024,
     ).write()  # fmt: skip
     return BuiltSnapshot(snap_dir, prev.base, prev.layers)

@@ -18,7 +18,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workers.node.image import ENVD_PORT, GUEST_MAC, GuestImage, kernel_cmdline
+from workers.node.image import (
+    ENVD_PORT,
+    GUEST_MAC,
+    GuestImage,
+    RuntimeDisk,
+    build_runtime,
+    kernel_cmdline,
+)
 
 
 @dataclass
@@ -66,12 +73,14 @@ def boot(
     mem_mb: int = 512,
     extra: dict[str, str] | None = None,
     forward_port: int | None = None,
+    runtime: RuntimeDisk | None = None,
 ) -> Iterator[BootedVM]:
     """Boot `image` (fresh qcow2 overlay, RAM file in /dev/shm); always kill and clean up.
 
     With `forward_port`, the guest gets a user-mode (slirp) NIC with the contract's MAC,
     configured through the `vmip`/`vmgw` knobs, and host 127.0.0.1:<port> reaches envd.
     """
+    runtime = runtime or build_runtime(progress=lambda m: None)  # envd's own disk
     work = Path(tempfile.mkdtemp(prefix="aenv-imgtest-"))
     shm = Path(tempfile.mkdtemp(prefix="aenv-imgtest-", dir="/dev/shm"))
     overlay, log = work / "root.qcow2", work / "console.log"
@@ -104,6 +113,8 @@ def boot(
         "-append", cmdline,
         "-drive", f"id=root,file={overlay},format=qcow2,if=none",
         "-device", "virtio-blk-device,drive=root",
+        "-drive", f"id=rt,file={runtime.path},format=raw,if=none,readonly=on",
+        "-device", "virtio-blk-device,drive=rt",
     ]  # fmt: skip
     if forward_port is not None:
         argv += [

@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from aenv.stack.process import free_port
-from workers.node.image import GuestImage, base_rootfs_tree, build_base, build_from_oci, cache_root
+from workers.node.image import (
+    GuestImage,
+    base_rootfs_tree,
+    build_base,
+    build_from_oci,
+    build_runtime,
+    cache_root,
+)
 from workers.node.image.build import default_envd_src
 from workers.node.image.oci_write import write_archive, write_layout_from_dir
 
@@ -74,28 +81,61 @@ def test_initramfs_failure_powers_off_with_a_reason(base_image: GuestImage) -> N
         assert vm.proc.returncode == 0, "QEMU did not exit after AENV-INIT-FAIL"
 
 
-def test_envd_change_rebuilds_without_debootstrap(base_image: GuestImage, tmp_path: Path) -> None:
+def test_an_envd_change_rebuilds_the_runtime_not_the_image(
+    base_image: GuestImage, tmp_path: Path
+) -> None:
+    """envd lives on its own runtime disk: changing it makes a new runtime (seconds, no
+    debootstrap) and leaves every guest image as it is."""
     envd = tmp_path / "envd"
     shutil.copytree(default_envd_src(), envd, ignore=shutil.ignore_patterns("__pycache__"))
     (envd / "_aenv_image_test_marker.py").write_text("MARKER = 1\n")
     messages: list[str] = []
     t0 = time.monotonic()
-    img = build_base(progress=messages.append, envd_src=envd, force=True)
+    runtime = build_runtime(progress=messages.append, envd_src=envd)
     elapsed = time.monotonic() - t0
-    assert img.digest != base_image.digest
+    assert runtime.digest != build_runtime(progress=lambda m: None).digest
     assert not any("debootstrap --variant" in m for m in messages), messages
-    assert any("link the cached debootstrap tree" in m for m in messages), messages
-    # the tree is shared by hard links: injection must not have written through them
+    assert build_base(progress=lambda m: None).digest == base_image.digest
+    # the base tree is read, never written
     tree = base_rootfs_tree()
     assert "user:" not in (tree / "etc/passwd").read_text()
     assert not (tree / "opt/aenv").exists()
-    print(f"rebuild with changed envd: {elapsed:.1f}s")
-    # the same inputs give the same digest: an unforced build is a cache hit
+    print(f"runtime with a changed envd: {elapsed:.1f}s")
     again: list[str] = []
-    assert build_base(progress=again.append, envd_src=envd).digest == img.digest
-    assert any("is cached" in m for m in again)
-    assert (cache_root() / "names/base").resolve().name != img.digest  # not the default
-    shutil.rmtree(img.rootfs.parent)  # keep the shared cache lean: this image is test-only
+    assert build_runtime(progress=again.append, envd_src=envd).digest == runtime.digest
+    assert again == []  # a cache hit builds nothing
+    with boot(base_image, runtime=runtime) as vm:  # the image runs on either runtime
+        m, _ = vm.wait_for(r"ENVD-READY 49983|AENV-ENVD-EXIT \d+", timeout=90)
+        assert m.group(0) == "ENVD-READY 49983", vm.console()
+    shutil.rmtree(runtime.path.parent)  # keep the shared cache lean: this one is test-only
+
+
+def test_an_image_with_no_libc_and_no_python_runs_envd(tmp_path: Path) -> None:
+    """A busybox-only image (static: no libc, no loader, no Python): envd runs anyway, on
+    its own runtime, and PID 1 and the user's shell come from what is there."""
+    tree = tmp_path / "tree"
+    (tree / "bin").mkdir(parents=True)
+    (tree / "bin/busybox").write_bytes(Path("/bin/busybox").read_bytes())
+    (tree / "bin/busybox").chmod(0o755)
+    for applet in ("sh", "ls", "cat", "echo", "id"):
+        (tree / "bin" / applet).symlink_to("busybox")
+    (tree / "etc").mkdir()
+    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (tree / "etc/group").write_text("root:x:0:\n")
+    layout = tmp_path / "layout"
+    write_layout_from_dir(tree, layout)
+    img = build_from_oci(layout, "busybox-test", progress=lambda m: None, force=True)
+    try:
+        assert img.manifest["guest"]["python"] is None
+        port = free_port()
+        with boot(img, forward_port=port) as vm:
+            m, _ = vm.wait_for(r"ENVD-READY 49983|AENV-ENVD-EXIT \d+", timeout=120)
+            assert m.group(0) == "ENVD-READY 49983", vm.console()
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as r:
+                assert 200 <= r.status < 300
+    finally:
+        shutil.rmtree(img.rootfs.parent, ignore_errors=True)
+        (img.rootfs.parent.parent / "names" / "busybox-test").unlink(missing_ok=True)
 
 
 def test_oci_image_from_the_debootstrap_tree_boots(base_image: GuestImage, tmp_path: Path) -> None:

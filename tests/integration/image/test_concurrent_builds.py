@@ -1,4 +1,5 @@
-"""Two builders of the same image at once: one builds, the other waits and reuses it."""
+"""Two builders of the same cache entry at once (here envd's runtime disk, which a changed
+envd makes new): one builds, the other waits and reuses it."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 BUILDER = """
 import sys
 from pathlib import Path
-from workers.node.image import build_base
-img = build_base(envd_src=Path(sys.argv[1]), progress=lambda m: print(m, flush=True))
-print("DIGEST", img.digest)
+from workers.node.image import build_runtime
+rt = build_runtime(envd_src=Path(sys.argv[1]), progress=lambda m: print(m, flush=True))
+print("DIGEST", rt.digest)
 """
 
 
@@ -44,8 +45,8 @@ def test_concurrent_builders_share_one_build(base_image: GuestImage, tmp_path: P
         line.split()[1] for out in outs for line in out.splitlines() if line.startswith("DIGEST")
     }
     assert len(digests) == 1, outs
-    builds = sum("mkfs.ext4" in out and "done" in out for out in outs)
+    builds = sum("envd runtime" in out and "ready" in out for out in outs)
     assert builds == 1, outs  # the second builder found the first one's result
-    image_dir = base_image.rootfs.parent.parent / digests.pop()
-    assert (image_dir / "manifest.json").is_file()
-    shutil.rmtree(image_dir)
+    runtime_dir = base_image.rootfs.parent.parent / f"runtime-{digests.pop()}"
+    assert (runtime_dir / "manifest.json").is_file()
+    shutil.rmtree(runtime_dir)

@@ -19,7 +19,8 @@ def spec(
 ) -> LaunchSpec:
     return LaunchSpec(
         vm_id="vm1", machine=machine(), workdir=Path("/w"), mem_file=Path("/w/mem"),
-        mem_shared=shared, disk=Path("/l/top.qcow2"), start=start, netns=netns,
+        mem_shared=shared, disk=Path("/l/top.qcow2"), runtime_disk=Path("/rt/runtime.ext4"),
+        start=start, netns=netns,
     )  # fmt: skip
 
 
@@ -68,6 +69,6 @@ def test_mismatch_names_each_difference() -> None:
 def test_smp_matches_vcpus(vcpus: int) -> None:
     s = LaunchSpec(
         vm_id="v", machine=machine(vcpus=vcpus), workdir=Path("/w"), mem_file=Path("/m"),
-        mem_shared=True, disk=Path("/d"), start=Incoming(Path("/s")),
+        mem_shared=True, disk=Path("/d"), runtime_disk=Path("/rt"), start=Incoming(Path("/s")),
     )  # fmt: skip
     assert opt(qemu_argv(s), "-smp") == [str(vcpus)]

@@ -9,8 +9,11 @@ from workers.node.vmm import Machine
 
 def test_manifest_round_trip(tmp_path: Path) -> None:
     m = Machine("7.2.22", "tcg", "max", 2, 512, "06:00:ac:10:00:02")
-    s = Snapshot("s1", tmp_path, m, tmp_path / "top.qcow2", tmp_path / "base.ext4", "vm9",
-                 "2026-01-01T00:00:00+00:00", 1234)  # fmt: skip
+    runtime = tmp_path / "runtime-abc" / "runtime.ext4"
+    runtime.parent.mkdir()
+    runtime.write_bytes(b"")
+    s = Snapshot("s1", tmp_path, m, tmp_path / "top.qcow2", tmp_path / "base.ext4", runtime,
+                 "vm9", "2026-01-01T00:00:00+00:00", 1234)  # fmt: skip
     s.write()
     back = Snapshot.read(tmp_path)
     assert back == s
@@ -21,3 +24,20 @@ def test_unknown_manifest_format_is_refused(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text(json.dumps({"format": 99}))
     with pytest.raises(ValueError, match="unknown snapshot format"):
         Snapshot.read(tmp_path)
+
+
+def test_a_capture_from_another_node_finds_this_nodes_runtime_by_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The path the capturing node had is not this node's: the runtime of the same digest
+    in this node's image cache is attached instead."""
+    cache = tmp_path / "cache"
+    mine = cache / "runtime-d1g35t"
+    mine.mkdir(parents=True)
+    (mine / "runtime.ext4").write_bytes(b"")
+    (mine / "manifest.json").write_text(json.dumps({"digest": "d1g35t"}))
+    monkeypatch.setenv("AENV_IMAGE_CACHE", str(cache))
+    m = Machine("7.2.22", "tcg", "max", 2, 512, "06:00:ac:10:00:02")
+    elsewhere = Path("/elsewhere/runtime-d1g35t/runtime.ext4")
+    Snapshot("s1", tmp_path, m, tmp_path / "top", tmp_path / "base", elsewhere).write()
+    assert Snapshot.read(tmp_path).runtime_disk == mine / "runtime.ext4"

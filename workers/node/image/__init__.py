@@ -15,6 +15,7 @@ from .build import (
 from .cache import CACHE_ENV, DEFAULT_CACHE, cache_root
 from .cmdline import CMDLINE_BASE, GUEST_GW, GUEST_IP, GUEST_MAC, kernel_cmdline, tsc_khz
 from .errors import ImageError
+from .runtime import RuntimeDisk, build_runtime, find_runtime
 from .scripts import ENVD_PORT
 
 __all__ = [
@@ -28,11 +29,14 @@ __all__ = [
     "GUEST_MAC",
     "GuestImage",
     "ImageError",
+    "RuntimeDisk",
     "base_rootfs_tree",
     "build_base",
     "build_from_oci",
+    "build_runtime",
     "cache_root",
     "find_image",
+    "find_runtime",
     "kernel_cmdline",
     "tsc_khz",
 ]

@@ -25,7 +25,7 @@ from .cmdline import CMDLINE_BASE, GUEST_GW, GUEST_IP, GUEST_MAC
 from .disk import DEFAULT_SIZE, make_ext4
 from .errors import ImageError
 from .initramfs import build_initramfs, read_static_busybox, sha256_hex
-from .inject import envd_hash, inject
+from .inject import inject
 from .kernel import (
     OPTIONAL_MODULES,
     REQUIRED_MODULES,
@@ -34,10 +34,11 @@ from .kernel import (
     resolve_package_cached,
 )
 from .rootfs import DebootstrapSpec, debootstrap
-from .scripts import ENVD_PORT, GUEST_INIT_SCRIPT, initramfs_init
+from .scripts import ENVD_PORT, initramfs_init
 
 # Bumped when what the builder writes changes in a way the inputs below do not capture.
-FORMAT_VERSION = 1
+# 2: envd, PID 1 and their busybox moved to the runtime disk (`runtime.py`).
+FORMAT_VERSION = 2
 
 Progress = Callable[[str], None]
 
@@ -83,8 +84,9 @@ def default_envd_src() -> Path:
 
 
 def scripts_hash() -> str:
-    """Digest input for the boot scripts (module lines come from the kernel version)."""
-    return hashlib.sha256((initramfs_init([]) + GUEST_INIT_SCRIPT).encode()).hexdigest()
+    """Digest input for the initramfs script (module lines come from the kernel version);
+    PID 1's script is the runtime disk's."""
+    return hashlib.sha256(initramfs_init([]).encode()).hexdigest()
 
 
 @contextmanager
@@ -102,7 +104,6 @@ class _Common:
 
     kernel: Kernel
     busybox: bytes
-    envd_src: Path
     size: int
 
     def digest_inputs(self, source: dict[str, object]) -> dict[str, object]:
@@ -113,17 +114,16 @@ class _Common:
             "modules": [list(REQUIRED_MODULES), list(OPTIONAL_MODULES)],
             "scripts": scripts_hash(),
             "busybox": sha256_hex(self.busybox),
-            "envd": envd_hash(self.envd_src),
             "size": self.size,
             "cmdline": CMDLINE_BASE,
         }
 
 
-def _common(root: Path, envd_src: Path | None, size: int, progress: Progress) -> _Common:
+def _common(root: Path, size: int, progress: Progress) -> _Common:
     package = resolve_package_cached(root / "kernel-resolved.json", progress)
     with _cache.locked(root, "kernel"), step(progress, f"kernel {package.name}"):
         kernel = ensure_kernel(root, package, progress)
-    return _Common(kernel, read_static_busybox(), envd_src or default_envd_src(), size)
+    return _Common(kernel, read_static_busybox(), size)
 
 
 def _cached(root: Path, digest: str) -> GuestImage | None:
@@ -153,13 +153,8 @@ def _assemble(
     with _cache.staging(root, digest) as tmp:
         tree = tmp / "tree"
         populate(tree)
-        with step(progress, "inject envd, init, busybox, user"):
-            info = inject(
-                tree,
-                envd_src=common.envd_src,
-                busybox=common.busybox,
-                image_info={"digest": digest, "source": source},
-            )
+        with step(progress, "add user, /etc files, the runtime's mount point"):
+            info = inject(tree, image_info={"digest": digest, "source": source})
         with step(progress, f"mkfs.ext4 ({common.size >> 20} MiB)"):
             make_ext4(tree, tmp / "root.ext4", common.size)
         shutil.rmtree(tree)
@@ -179,7 +174,7 @@ def _assemble(
                 "modules": [m.name for m in common.kernel.modules],
             },
             "initrd_sha256": sha256_hex(initrd),
-            "rootfs": {"fs": "ext4", "size": common.size, "device": "/dev/vda"},
+            "rootfs": {"fs": "ext4", "size": common.size, "label": "root"},
             "guest": {
                 "python": info.python,
                 "user": "user",
@@ -188,7 +183,7 @@ def _assemble(
                 "gateway": GUEST_GW,
                 "mac": GUEST_MAC,
                 "envd_port": ENVD_PORT,
-                "init": "/opt/aenv/init",
+                "init": "/opt/aenv/init",  # on envd's runtime disk (runtime.py)
             },
             "kernel_cmdline_base": CMDLINE_BASE,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -234,7 +229,6 @@ def build_base(
     force: bool = False,
     size: int = DEFAULT_SIZE,
     spec: DebootstrapSpec | None = None,
-    envd_src: Path | None = None,
 ) -> GuestImage:
     """The default Debian guest image: from the cache, or built (debootstrap cached apart).
 
@@ -242,7 +236,7 @@ def build_base(
     """
     root = _cache.cache_root(cache)
     spec = spec or DebootstrapSpec()
-    common = _common(root, envd_src, size, progress)
+    common = _common(root, size, progress)
     source = spec.key()
     digest = _cache.digest_of(common.digest_inputs(source))
     if not force and (img := _cached(root, digest)) is not None:
@@ -258,7 +252,7 @@ def build_base(
                 _link_tree(tree, dst)
 
         img = _assemble(root, digest, common, source, populate, progress)
-    if (spec, envd_src, size) == (DebootstrapSpec(), None, DEFAULT_SIZE):
+    if (spec, size) == (DebootstrapSpec(), DEFAULT_SIZE):
         _cache.link_name(root, "base", digest)  # only the default image is `base`
     return img
 
@@ -271,7 +265,6 @@ def build_from_oci(
     progress: Progress = print,
     force: bool = False,
     size: int = DEFAULT_SIZE,
-    envd_src: Path | None = None,
     ref: str | None = None,
 ) -> GuestImage:
     """A guest image from an OCI image layout directory or OCI archive (tar of a layout).
@@ -286,7 +279,7 @@ def build_from_oci(
     root = _cache.cache_root(cache)
     with open_layout(path, ref) as layout:
         source: dict[str, object] = {"kind": "oci", "manifest": layout.manifest_digest}
-        common = _common(root, envd_src, size, progress)
+        common = _common(root, size, progress)
         digest = _cache.digest_of(common.digest_inputs(source))
         img = None if force else _cached(root, digest)
         if img is None:

@@ -2,6 +2,7 @@
 
     build-base [--cache DIR] [--force] [--size 2G]
     build-oci <layout-dir-or-archive> --name NAME [--ref TAG] [--cache DIR] [--force] [--size 2G]
+    build-runtime [--cache DIR]
     cmdline [--cache DIR] [--image NAME|DIGEST] [--no-net] [--debug]
     gc [--cache DIR] [--keep N] [--dry-run]
 
@@ -22,6 +23,7 @@ from .cache import cache_root, collect_garbage
 from .cmdline import kernel_cmdline
 from .disk import DEFAULT_SIZE, parse_size
 from .errors import ImageError
+from .runtime import build_runtime
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--force", action="store_true", help="rebuild even if cached")
     common.add_argument("--size", default=str(DEFAULT_SIZE), help="root disk size, e.g. 2G")
     sub.add_parser("build-base", parents=[common], help="the default Debian image")
+    rt = sub.add_parser("build-runtime", help="envd's runtime disk (attached to every VM)")
+    rt.add_argument("--cache", type=Path)
     oci = sub.add_parser("build-oci", parents=[common], help="an image from an OCI layout/archive")
     oci.add_argument("source", type=Path)
     oci.add_argument("--name", required=True)
@@ -81,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress=progress, force=args.force, size=parse_size(args.size), ref=args.ref,
             )  # fmt: skip
             _report(img)
+        elif args.cmd == "build-runtime":
+            runtime = build_runtime(args.cache, progress=progress)
+            print(f"digest  {runtime.digest}")
+            print(f"disk    {runtime.path}")
         elif args.cmd == "gc":
             for d in collect_garbage(cache_root(args.cache), args.keep, dry_run=args.dry_run):
                 print(f"{'would remove' if args.dry_run else 'removed'} {d}")

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 ELF_MAGIC = b"\x7fELF"
 EM_X86_64 = 62
+PT_LOAD = 1
 PT_DYNAMIC = 2
+DT_NULL, DT_NEEDED, DT_STRTAB = 0, 1, 5
 PT_INTERP = 3
 PT_NOTE = 4
 XEN_ELFNOTE_PHYS32_ENTRY = 0x12
@@ -21,11 +23,12 @@ XEN_ELFNOTE_PHYS32_ENTRY = 0x12
 
 @dataclass(frozen=True)
 class Segment:
-    """One program header: its type and where its bytes live in the file."""
+    """One program header: its type, where its bytes live in the file and in memory."""
 
     type: int
     offset: int
     filesz: int
+    vaddr: int = 0
 
 
 @dataclass(frozen=True)
@@ -58,8 +61,8 @@ def segments(data: bytes) -> list[Segment]:
     for i in range(phnum):
         base = phoff + i * phentsize
         (ptype,) = struct.unpack_from("<I", data, base)
-        offset, _vaddr, _paddr, filesz = struct.unpack_from("<QQQQ", data, base + 8)
-        out.append(Segment(ptype, offset, filesz))
+        offset, vaddr, _paddr, filesz = struct.unpack_from("<QQQQ", data, base + 8)
+        out.append(Segment(ptype, offset, filesz, vaddr))
     return out
 
 
@@ -124,3 +127,32 @@ def has_pvh_entry(data: bytes) -> bool:
 def is_static(data: bytes) -> bool:
     """True if the executable needs no program interpreter (no dynamic loader, no libc)."""
     return all(seg.type != PT_INTERP for seg in segments(data))
+
+
+def needed(data: bytes) -> list[str]:
+    """The shared libraries a dynamically linked ELF names (DT_NEEDED), in order: what the
+    envd runtime must carry beside the interpreter (read, never run: no ldd on the host)."""
+    segs = segments(data)
+    dynamic = next((s for s in segs if s.type == PT_DYNAMIC), None)
+    if dynamic is None:
+        return []
+    entries: list[tuple[int, int]] = []
+    for pos in range(dynamic.offset, dynamic.offset + dynamic.filesz, 16):
+        tag, value = struct.unpack_from("<qQ", data, pos)
+        if tag == DT_NULL:
+            break
+        entries.append((tag, value))
+    strtab = next((v for t, v in entries if t == DT_STRTAB), None)
+    if strtab is None:
+        raise ElfFormatError("dynamic section without a string table")
+    load = next((s for s in segs if s.type == PT_LOAD and s.vaddr <= strtab < s.vaddr + s.filesz),
+                None)  # fmt: skip
+    if load is None:
+        raise ElfFormatError("string table outside every loaded segment")
+    base = strtab - load.vaddr + load.offset
+    names = []
+    for tag, value in entries:
+        if tag == DT_NEEDED:
+            end = data.index(b"\0", base + value)
+            names.append(data[base + value : end].decode())
+    return names

@@ -1,9 +1,11 @@
 """Turn any root tree (debootstrap or OCI) into an aenv guest root.
 
-Adds what every sandbox relies on: envd under /opt/aenv, PID 1 `/opt/aenv/init`, a static
-busybox for it, the E2B user `user` (uid 1000, passwordless sudo), and /etc files the
-node may rewrite. The tree may come from an untrusted image, so nothing here executes
-the image's binaries (no chroot) and every write is resolved inside the tree.
+Changes only what E2B's envd would: the E2B user `user` (uid 1000, passwordless sudo),
+hostname/hosts/resolv.conf (the node may rewrite them), an empty /opt/aenv where envd's
+runtime disk is mounted at boot (`runtime.py`: envd, its Python and PID 1 live there, not
+in the image), and a record of what was found (`/etc/aenv/image.json`). The tree may come
+from an untrusted image, so nothing here executes the image's binaries (no chroot) and
+every write is resolved inside the tree.
 """
 
 from __future__ import annotations
@@ -11,20 +13,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import py_compile
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ImageError
 from .fsutil import guest_mkdir, guest_path, remove_any, write_guest_file
-from .scripts import ENVD_DIR, GUEST_BUSYBOX, GUEST_INIT, GUEST_INIT_SCRIPT
 
 USER = "user"
 USER_UID = 1000
 HOSTNAME = "aenv"
-MIN_PYTHON = (3, 9)
 _PYLIB = re.compile(r"^python3\.(\d+)$")
 
 
@@ -32,7 +30,7 @@ _PYLIB = re.compile(r"^python3\.(\d+)$")
 class GuestInfo:
     """What injection found and chose; recorded in the image manifest."""
 
-    python: str  # "3.11"
+    python: str | None  # the image's own python3 ("3.11"), if any: envd does not use it
     user_uid: int
     user_gid: int
 
@@ -58,12 +56,10 @@ def envd_hash(src: Path) -> str:
     return h.hexdigest()
 
 
-def guest_python(root: Path) -> tuple[int, int]:
-    """Highest python3.N the tree ships (from its stdlib directory); error if none ≥ 3.9.
-
-    Read from the tree rather than by running the interpreter: we never execute an
-    image's binaries on the host.
-    """
+def guest_python(root: Path) -> tuple[int, int] | None:
+    """Highest python3.N the tree ships (from its stdlib directory), or None. Informational:
+    envd runs on its own runtime. Read from the tree rather than by running the
+    interpreter: we never execute an image's binaries on the host."""
     found: list[tuple[int, int]] = []
     for libdir in ("usr/lib", "usr/local/lib", "lib"):
         base = guest_path(root, libdir, follow_last=True)
@@ -78,11 +74,8 @@ def guest_python(root: Path) -> tuple[int, int]:
         for b in ("usr/bin/python3", "usr/local/bin/python3", "bin/python3")
     )
     if not found or not has_binary:
-        raise ImageError("image has no python3; envd needs it")
-    best = max(found)
-    if best < MIN_PYTHON:
-        raise ImageError(f"image has python {best[0]}.{best[1]}; envd needs python3 >= 3.9")
-    return best
+        return None
+    return max(found)
 
 
 def _read_db(root: Path, name: str) -> list[list[str]]:
@@ -168,35 +161,14 @@ def _fix_shadow_group(root: Path) -> None:
                 os.lchown(p, 0, gid)
 
 
-def _compile_envd(dest: Path, python: tuple[int, int]) -> None:
-    # Byte-compiling under TCG costs envd ~0.3 s per boot; do it on the host when the
-    # host interpreter has the guest's bytecode version.
-    if sys.version_info[:2] != python:
-        return
-    for src in dest.rglob("*.py"):
-        py_compile.compile(
-            str(src),
-            doraise=True,
-            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
-        )
-
-
-def inject(
-    root: Path, *, envd_src: Path, busybox: bytes, image_info: dict[str, object]
-) -> GuestInfo:
-    """Add envd, init, busybox, `user` and /etc files to the tree at `root`."""
+def inject(root: Path, *, image_info: dict[str, object]) -> GuestInfo:
+    """Add `user`, /etc files and the runtime's mount point to the tree at `root`."""
     py = guest_python(root)
     for d in ("dev", "proc", "sys", "tmp", "run", "root"):
         guest_mkdir(root, d, mode=0o1777 if d == "tmp" else 0o755)
-    # aenv's own directory is rebuilt from scratch (an image may ship a stale one)
+    # the runtime's mount point, empty (an image may ship a stale aenv of its own)
     remove_any(guest_path(root, "opt/aenv"))
-    guest_mkdir(root, "opt/aenv/bin")
-    write_guest_file(root, GUEST_BUSYBOX, busybox, mode=0o755)
-    write_guest_file(root, GUEST_INIT, GUEST_INIT_SCRIPT.encode(), mode=0o755)
-    envd_dest = guest_mkdir(root, ENVD_DIR)
-    for rel in envd_files(envd_src):
-        write_guest_file(root, f"{ENVD_DIR}/{rel.as_posix()}", (envd_src / rel).read_bytes())
-    _compile_envd(envd_dest, py)
+    guest_mkdir(root, "opt/aenv")
     uid, gid = add_user(root)
     write_guest_file(root, "etc/hostname", f"{HOSTNAME}\n".encode())
     hosts = (
@@ -204,7 +176,8 @@ def inject(
     )
     write_guest_file(root, "etc/hosts", hosts.encode())
     write_guest_file(root, "etc/resolv.conf", b"# aenv: the node writes resolvers here\n")
-    info = GuestInfo(python=f"{py[0]}.{py[1]}", user_uid=uid, user_gid=gid)
+    info = GuestInfo(python=None if py is None else f"{py[0]}.{py[1]}", user_uid=uid,
+                     user_gid=gid)  # fmt: skip
     meta = {**image_info, "python": info.python, "user_uid": uid, "user_gid": gid}
-    write_guest_file(root, "opt/aenv/image.json", (json.dumps(meta, indent=2) + "\n").encode())
+    write_guest_file(root, "etc/aenv/image.json", (json.dumps(meta, indent=2) + "\n").encode())
     return info

@@ -17,9 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 ENVD_PORT = 49983
+#: envd's runtime disk (`runtime.py`), found by its label and mounted read-only here
+RUNTIME_LABEL = "aenv-rt"
+ROOT_LABEL = "root"
 GUEST_INIT = "/opt/aenv/init"
 GUEST_BUSYBOX = "/opt/aenv/bin/busybox"
 ENVD_DIR = "/opt/aenv/envd"
+GUEST_PYTHON = "/opt/aenv/python"
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 _INITRAMFS_HEAD = r"""#!/bin/busybox sh
@@ -51,11 +55,14 @@ ldo() { $B insmod "/lib/modules/$1.ko" 2>/dev/null || t "optional module $1 not 
 
 _INITRAMFS_TAIL = r"""t modules-loaded
 [ "${vmroot:-ext4}" = ext4 ] || fail "unsupported vmroot=$vmroot"
+# two disks: the image's root and envd's runtime; which is which by label, not by order
 i=0
-while [ ! -b /dev/vda ]; do
-  [ $i -ge 300 ] && fail "no /dev/vda (root disk not attached?)"
+while [ ! -b /dev/vda ] || [ ! -b /dev/vdb ]; do
+  [ $i -ge 300 ] && fail "no /dev/vda and /dev/vdb (root and runtime disks not attached?)"
   $B usleep 10000; i=$((i+1))
 done
+rootdev=$($B findfs LABEL=root) || fail "no disk labelled root"
+rtdev=$($B findfs LABEL=aenv-rt) || fail "no disk labelled aenv-rt (envd runtime)"
 $B ip link set lo up || fail "cannot bring up lo"
 if [ -n "$vmip" ]; then
   i=0
@@ -70,7 +77,10 @@ if [ -n "$vmip" ]; then
   fi
 fi
 t net-up
-$B mount -t ext4 -o rw,noatime /dev/vda /newroot || fail "cannot mount /dev/vda as ext4"
+$B mount -t ext4 -o rw,noatime "$rootdev" /newroot || fail "cannot mount $rootdev as ext4"
+# envd's runtime over /opt/aenv: the image's own files stay as they are
+[ -d /newroot/opt/aenv ] || $B mkdir -p /newroot/opt/aenv || fail "cannot make /opt/aenv"
+$B mount -t ext4 -o ro "$rtdev" /newroot/opt/aenv || fail "cannot mount the envd runtime"
 vminit=${vminit:-/opt/aenv/init}
 [ -e "/newroot$vminit" ] || fail "root filesystem has no $vminit"
 t root-mounted
@@ -98,7 +108,8 @@ def initramfs_init(modules: Iterable[tuple[str, bool]]) -> str:
 
 
 GUEST_INIT_SCRIPT = rf"""#!{GUEST_BUSYBOX} sh
-# aenv guest PID 1: no systemd. Starts envd under a restart loop and reaps orphans.
+# aenv guest PID 1: no systemd. Starts envd under a restart loop and reaps orphans. envd runs
+# on the runtime's own Python, loader and libraries (never the image's).
 B={GUEST_BUSYBOX}
 export PATH={GUEST_PATH}
 [ -s /etc/hostname ] && $B hostname -F /etc/hostname
@@ -111,7 +122,9 @@ echo "AENV-INIT $($B cut -d' ' -f1 /proc/uptime)" > /dev/console
 (
   while :; do
     cd /opt/aenv && $B env -i PATH={GUEST_PATH} HOME=/root USER=root LOGNAME=root \
-      LANG=C.UTF-8 PYTHONUNBUFFERED=1 python3 -m envd --port {ENVD_PORT} \
+      LANG=C.UTF-8 PYTHONUNBUFFERED=1 PYTHONHOME={GUEST_PYTHON} \
+      {GUEST_PYTHON}/lib/ld-linux-x86-64.so.2 --library-path {GUEST_PYTHON}/lib \
+      {GUEST_PYTHON}/bin/python3 -S -m envd --port {ENVD_PORT} \
       < /dev/null > /dev/console 2>&1
     echo "AENV-ENVD-EXIT $?" > /dev/console
     $B sleep 0.5

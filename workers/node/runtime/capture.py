@@ -81,6 +81,7 @@ async def take_capture(
         machine=vm.machine,
         disk_top=frozen,
         base_image=vm.base_image,
+        runtime_disk=vm.runtime_disk,
         parent_vm=vm.vm_id,
         created_at=datetime.now(UTC).isoformat(),
         state_bytes=state_bytes,

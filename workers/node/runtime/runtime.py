@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 from workers.node.foreground import Foreground, in_background
+from workers.node.image.runtime import build_runtime
 from workers.node.net import GUEST, EgressPolicy, SlotPool, uplink
 from workers.node.net.addressing import DEFAULT_SLOT_CIDR
 from workers.node.net.uplink import Uplink
@@ -53,9 +54,12 @@ class Runtime:
 
     def __init__(
         self, state_dir: Path, pool: SlotPool, accel: AccelChoice, qemu_ver: str,
-        foreground: Foreground,
+        foreground: Foreground, runtime_disk: Path,
     ) -> None:  # fmt: skip
         self.state_dir = state_dir
+        #: envd's runtime (read-only, `image.runtime`) attached to every VM booted here; a
+        #: restore attaches the one its snapshot was taken with
+        self.runtime_disk = runtime_disk
         self.pool = pool
         #: restores and forks in flight: the pools' refills and teardowns wait for them
         self.foreground = foreground
@@ -81,9 +85,12 @@ class Runtime:
         slot_prefix: str = "aenv",
         slot_cidr: str = DEFAULT_SLOT_CIDR,
         egress: bool = False,
+        runtime_disk: Path | None = None,
     ) -> Runtime:
         """`egress`: carry guest traffic their policy allows beyond the host (forwarding +
-        NAT, `net.uplink`); without it nothing a guest sends leaves the node."""
+        NAT, `net.uplink`); without it nothing a guest sends leaves the node.
+        `runtime_disk`: envd's runtime for VMs booted here (default: built or found in the
+        image cache for this envd)."""
         state_dir.mkdir(parents=True, exist_ok=True)
         accel = await asyncio.to_thread(choose_accel, kernel_for_probe)
         ver = await asyncio.to_thread(qemu_version)
@@ -92,7 +99,9 @@ class Runtime:
                         settled=foreground.settled)  # fmt: skip
         await pool.start()
         log.info("runtime: accelerator %s (%s), QEMU %s", accel.accel, accel.reason, ver)
-        rt = cls(state_dir, pool, accel, ver, foreground)
+        if runtime_disk is None:
+            runtime_disk = (await asyncio.to_thread(build_runtime, progress=log.info)).path
+        rt = cls(state_dir, pool, accel, ver, foreground, runtime_disk)
         await asyncio.to_thread(rt.ram_stage.reset)
         if egress:
             rt.uplink = Uplink(slot_prefix, pool.cidr)
@@ -154,13 +163,15 @@ class Runtime:
                 mem_file=workdir / "mem",
                 mem_shared=True,
                 disk=top,
+                runtime_disk=self.runtime_disk,
                 start=Boot(kernel, initrd, cmdline),
                 netns=slot.netns_path,
                 **caps(machine),
             )
             qemu = await QemuVm.launch(spec)
             stack.push_async_callback(qemu.kill)
-            vm = Vm(vm_id, qemu, slot, workdir, machine, spec.mem_file, True, top, rootfs, [top])
+            vm = Vm(vm_id, qemu, slot, workdir, machine, spec.mem_file, True, top, rootfs,
+                    self.runtime_disk, [top])  # fmt: skip
             stack.pop_all()
         self.vms[vm_id] = vm
         return vm
@@ -297,6 +308,7 @@ class Runtime:
                 mem_file=mem,
                 mem_shared=not private_memory,
                 disk=top,
+                runtime_disk=snap.runtime_disk,
                 start=Incoming(snap.state, ram_in_stream=snap.ram_in_state),
                 netns=slot.netns_path,
                 **caps(snap.machine),
@@ -308,7 +320,7 @@ class Runtime:
             t_running = time.monotonic() - t0
             vm = Vm(
                 vm_id, qemu, slot, workdir, snap.machine, mem, not private_memory, top,
-                snap.base_image, [top],
+                snap.base_image, snap.runtime_disk, [top],
             )  # fmt: skip
             t_envd = t_running
             if wait and run:

@@ -11,10 +11,11 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from workers.node.image.runtime import find_runtime
 from workers.node.vmm.spec import Machine
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the runtime disk
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class Snapshot:
     machine: Machine
     disk_top: Path  # frozen qcow2 layer; its backing chain ends at the template's base image
     base_image: Path
+    #: envd's runtime disk the captured VM ran with: a restore attaches the same one
+    runtime_disk: Path
     parent_vm: str | None = None
     created_at: str = ""
     state_bytes: int = 0
@@ -49,6 +52,10 @@ class Snapshot:
             "fingerprint": self.machine.fingerprint(),
             "disk_top": str(self.disk_top),
             "base_image": str(self.base_image),
+            "runtime_disk": str(self.runtime_disk),
+            # on another node (a capture pulled from the repository) the path may differ:
+            # the runtime of the same digest is looked up in that node's image cache
+            "runtime_digest": self.runtime_disk.parent.name.removeprefix("runtime-"),
             "parent_vm": self.parent_vm,
             "created_at": self.created_at or datetime.now(UTC).isoformat(),
             "state_bytes": self.state_bytes,
@@ -72,9 +79,19 @@ class Snapshot:
             machine=Machine(**m),
             disk_top=Path(doc["disk_top"]),
             base_image=Path(doc["base_image"]),
+            runtime_disk=_runtime_disk(doc),
             parent_vm=doc.get("parent_vm"),
             created_at=doc.get("created_at", ""),
             state_bytes=int(doc.get("state_bytes", 0)),
             ram_in_state=bool(doc.get("ram_in_state", False)),
             stopped_ms=float(doc.get("stopped_ms", 0.0)),
         )
+
+
+def _runtime_disk(doc: dict[str, object]) -> Path:
+    """The runtime a capture names: its path if this node has it, else this node's copy of
+    the same digest (a capture taken on another node)."""
+    path = Path(str(doc["runtime_disk"]))
+    if path.is_file() or not doc.get("runtime_digest"):
+        return path
+    return find_runtime(str(doc["runtime_digest"])).path

@@ -37,6 +37,7 @@ class Vm:
     mem_shared: bool
     disk_top: Path
     base_image: Path
+    runtime_disk: Path
     owned_layers: list[Path] = field(default_factory=list)
 
     @property

@@ -30,6 +30,8 @@ def qemu_argv(spec: LaunchSpec, binary: str = QEMU_BINARY) -> list[str]:
         "-drive",
         f"id=root,file={spec.disk},format=qcow2,if=none,discard=unmap,cache=writeback",
         "-device", "virtio-blk-device,drive=root",
+        "-drive", f"id=rt,file={spec.runtime_disk},format=raw,if=none,readonly=on",
+        "-device", "virtio-blk-device,drive=rt",
         "-netdev", f"tap,id=n0,ifname={spec.tap},script=no,downscript=no",
         "-device", f"virtio-net-device,netdev=n0,mac={m.guest_mac}",
     ]  # fmt: skip

@@ -25,7 +25,8 @@ class Machine:
     mem_mib: int
     guest_mac: str
     machine: str = "microvm"
-    devices: tuple[str, ...] = ("virtio-blk-device", "virtio-net-device")
+    #: root disk, envd's runtime disk (read-only), network
+    devices: tuple[str, ...] = ("virtio-blk-device", "virtio-blk-device", "virtio-net-device")
 
     def fingerprint(self) -> str:
         blob = json.dumps(asdict(self), sort_keys=True).encode()
@@ -72,6 +73,7 @@ class LaunchSpec:
     mem_file: Path  # guest RAM lives in this file (never streamed through a migration)
     mem_shared: bool  # share=on: writes go to the file; share=off: private copy-on-write
     disk: Path  # qcow2, the VM's writable top layer
+    runtime_disk: Path  # envd's runtime (raw ext4), attached read-only to every VM
     start: Boot | Incoming
     netns: str | None = None  # path of a network namespace holding `tap`
     tap: str = "tap0"
