@@ -10,6 +10,7 @@ from typing import Any
 from envd import auth, wire
 from envd.connect import Call, RpcError, Send, next_item
 from envd.procs import Proc, ProcessTable, SpawnSpec, Subscriber
+from envd.shells import resolve_argv
 from envd.state import State
 from envd.users import resolve_path
 
@@ -148,7 +149,7 @@ class ProcessService:
         stdin = msg.get("stdin")
         tag = msg.get("tag")
         spec = SpawnSpec(
-            argv=[cmd, *args],
+            argv=resolve_argv([cmd, *args]),
             env=self.state.process_env(user, envs),
             cwd=cwd,
             user=user,

@@ -164,3 +164,40 @@ def test_pull_and_build_from_a_local_oci_archive(cli_stack: CliStack, tmp_path: 
 def test_help_completes(cli_stack: CliStack, argv: list[str]) -> None:
     r = run_aenv(*argv, env=cli_stack.env(), timeout=30)
     assert r.returncode == 0 and b"Usage" in r.stdout, r.stderr.decode()
+
+
+def test_an_image_with_no_libc_no_python_and_no_bash_is_a_sandbox(
+    cli_stack: CliStack, tmp_path: Path
+) -> None:
+    """A busybox-only image (static busybox, nothing else): envd runs on its own runtime,
+    `commands.run` (the SDK asks for /bin/bash) runs in the image's sh, files and background
+    processes work as on Debian."""
+    from workers.node.image.oci_write import write_layout_from_dir
+
+    tree = tmp_path / "tree"
+    (tree / "bin").mkdir(parents=True)
+    (tree / "bin/busybox").write_bytes(Path("/bin/busybox").read_bytes())
+    (tree / "bin/busybox").chmod(0o755)
+    for applet in ("sh", "ls", "cat", "echo", "id", "sleep", "ps", "uname"):
+        (tree / "bin" / applet).symlink_to("busybox")
+    (tree / "etc").mkdir()
+    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (tree / "etc/group").write_text("root:x:0:\n")
+    layout = tmp_path / "layout"
+    write_layout_from_dir(tree, layout)
+    name = f"busybox-{uuid.uuid4().hex[:6]}"
+    r = run_aenv("pull", str(layout), "--name", name, env=cli_stack.env(), timeout=900)
+    assert r.returncode == 0, r.stderr.decode()
+    sbx = _sandbox(cli_stack, name)
+    try:
+        out = sbx.commands.run("echo hi from $(uname -s); id -un")
+        assert out.stdout == "hi from Linux\nuser\n", out.stdout
+        sbx.files.write("/home/user/note.txt", "written through envd")
+        assert sbx.commands.run("cat /home/user/note.txt").stdout == "written through envd"
+        assert [e.name for e in sbx.files.list("/home/user")] == ["note.txt"]
+        bg = sbx.commands.run("sleep 600", background=True)
+        assert bg.pid in [p.pid for p in sbx.commands.list()]
+        assert sbx.commands.kill(bg.pid)
+    finally:
+        sbx.kill()
+    assert run_aenv("template", "rm", name, env=cli_stack.env()).returncode == 0
