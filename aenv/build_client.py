@@ -65,6 +65,7 @@ class BuildClient:
         *,
         progress: Progress,
         from_image: str | None = None,
+        from_image_registry: dict[str, str] | None = None,
         cpu: int | None = None,
         memory_mb: int | None = None,
         disk_mb: int | None = None,
@@ -90,6 +91,8 @@ class BuildClient:
         start: dict[str, Any] = {"steps": steps, "force": False}
         if from_image is not None:
             start["fromImage"] = from_image
+            if from_image_registry:
+                start["fromImageRegistry"] = from_image_registry
         else:
             start["fromTemplate"] = df.base
         if start_cmd or df.start_cmd:

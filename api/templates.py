@@ -27,9 +27,11 @@ from api.context import ApiContext
 from api.errors import ApiError
 from api.wire_templates import BuildStart, NewTemplateBuild
 from bus.decisions import execute
+from bus.secrets import SecretBox
 from domain import build as bd
 from envd.version import ENVD_VERSION
 from projections import queries
+from shared.images import InvalidImageReference, parse_reference
 
 _HASH = re.compile(r"^[A-Za-z0-9_-]{8,128}$")
 MAX_UPLOAD = 4 << 30  # a build context larger than 4 GiB is better baked into an image
@@ -145,18 +147,44 @@ async def upload_files(
         tmp.unlink(missing_ok=True)
 
 
+async def _registry_login(
+    ctx: ApiContext, build_id: str, image: str | None, login: dict[str, object] | None
+) -> str | None:
+    """E2B's `fromImageRegistry`: a general registry's username and password. The password
+    goes to the secrets bucket under the build id (the node that pulls reads it there); the
+    build's events record only the username. AWS and GCP logins are refused: 400."""
+    if not login:
+        return None
+    kind = login.get("type")
+    if kind != "registry":
+        raise ApiError(400, f"registry type {kind!r} is not supported: use type 'registry' "
+                            "with a username and password (push images from ECR or GCR to "
+                            "a registry that accepts those)")  # fmt: skip
+    username, password = login.get("username"), login.get("password")
+    if not isinstance(username, str) or not username or not isinstance(password, str):
+        raise ApiError(400, "fromImageRegistry needs a username and a password")
+    if image is None or image.startswith("/"):
+        raise ApiError(400, "fromImageRegistry goes with fromImage, a registry image")
+    box = await SecretBox.open(ctx.bus.js, ctx.bus.names.secrets_bucket)
+    await box.put(build_id, {"username": username, "password": password})
+    return username
+
+
 @post("/v2/templates/{template_id:str}/builds/{build_id:str}", status_code=202)
 async def start_build(
     template_id: str, build_id: str, data: BuildStart, ctx: ApiContext, caller: Caller
 ) -> None:
     """Queue the build for a builder; 202 at once (the SDK then polls the status)."""
     state = await _build(ctx, caller, template_id, build_id)
-    if data.from_image_registry:
-        raise ApiError(400, "registry credentials are not supported: images come from "
-                            "local OCI layouts or archives (aenv pull)")  # fmt: skip
     from_template, from_image = base_of(data)
+    if from_image is not None and not from_image.startswith("/"):
+        try:
+            from_image = str(parse_reference(from_image))
+        except InvalidImageReference as e:
+            raise ApiError(400, str(e)) from e
+    username = await _registry_login(ctx, build_id, from_image, data.from_image_registry)
     spec = bd.BuildSpec(
-        from_template=from_template, from_image=from_image,
+        from_template=from_template, from_image=from_image, from_image_username=username,
         steps=tuple(bd.BuildStep(type=s.type.upper(), args=tuple(s.args),
                                  files_hash=s.files_hash, force=bool(s.force))
                     for s in data.steps),

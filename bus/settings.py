@@ -26,3 +26,5 @@ class BusSettings(BaseSettings):
     request_timeout_s: float = Field(default=5.0, gt=0)
     #: How long a node's capacity entry in the KV bucket lives without a heartbeat.
     node_ttl_s: float = Field(default=30.0, gt=0)
+    #: How long a secret handed to a worker (a build's registry password) is kept.
+    secret_ttl_s: float = Field(default=3600.0, gt=0)

@@ -71,6 +71,16 @@ def bucket_configs(settings: BusSettings) -> list[KeyValueConfig]:
             storage=StorageType.FILE,
             replicas=settings.replicas,
         ),
+        KeyValueConfig(
+            bucket=names.secrets_bucket,
+            description="short-lived secrets for workers (registry credentials of a build)",
+            history=1,
+            ttl=settings.secret_ttl_s,
+            # memory: a secret never touches the servers' disks; a restart loses it, and
+            # the build that needed it fails saying so
+            storage=StorageType.MEMORY,
+            replicas=settings.replicas,
+        ),
     ]
 
 
@@ -101,6 +111,6 @@ async def delete_all(js: JetStreamContext, settings: BusSettings) -> None:
     for stream in (names.event_stream, names.command_stream):
         with contextlib.suppress(NotFoundError):
             await js.delete_stream(stream)
-    for bucket in (names.nodes_bucket, names.routes_bucket):
+    for bucket in (names.nodes_bucket, names.routes_bucket, names.secrets_bucket):
         with contextlib.suppress(NotFoundError, BucketNotFoundError):
             await js.delete_key_value(bucket)

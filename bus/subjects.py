@@ -101,6 +101,12 @@ class Names:
         process (ephemeral facts about live VMs, not history)."""
         return self._lower("aenv_routes")
 
+    @property
+    def secrets_bucket(self) -> str:
+        """KV bucket of short-lived secrets handed from the API to a worker (a build's
+        registry password): never an event, gone after its TTL."""
+        return self._lower("aenv_secrets")
+
     # -- event subjects ------------------------------------------------------------------
     @property
     def all_events(self) -> str:

@@ -97,6 +97,9 @@ class BuildSpec(BaseModel):
 
     from_template: str | None = None
     from_image: str | None = None
+    #: a private registry's username for `from_image`; its password is kept beside the log
+    #: (the secrets bucket, under the build id) and never in it
+    from_image_username: str | None = None
     steps: tuple[BuildStep, ...] = ()
     start_cmd: str | None = None
     ready_cmd: str | None = None

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from functools import reduce
 from typing import ClassVar, assert_never
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from domain.errors import Conflict, CorruptHistory, NotFound
 from domain.messages import Command, CommandRejected, Event
@@ -73,15 +73,33 @@ class RecordTemplateUpload(TemplateCommand):
 
 
 class ImportTemplateImage(TemplateCommand):
-    """Make template `template_id` from a local OCI image layout or archive: the node
-    converts it to a guest image, boots it once and captures it (a template build FROM an
-    image, or `aenv pull`). Answered by `TemplateImported` or a
+    """Make template `template_id` from an image: a local OCI image layout or archive
+    (`image_path`), or a registry reference (`image_ref`, pulled by the node; `credentials`
+    names the secret holding its login — never the password itself, which stays out of the
+    log). The node converts it to a guest image, boots it once and captures it (a template
+    build FROM an image, or `aenv pull`). Answered by `TemplateImported` or a
     `CommandRejected` on the template's subject (registered before it is answered)."""
 
     alias: str | None = None
-    image_path: str = Field(min_length=1)
+    image_path: str | None = Field(default=None, min_length=1)
+    image_ref: str | None = Field(default=None, min_length=1)
+    credentials: str | None = None
+    #: the template build this import is part of: the node writes its progress (pull,
+    #: conversion, first boot) into that build's log
+    build_id: str | None = None
     cpu_count: int = Field(default=1, ge=1, le=16)
     memory_mb: int = Field(default=512, ge=128, le=65536)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ImportTemplateImage:
+        if (self.image_path is None) == (self.image_ref is None):
+            raise ValueError("exactly one of image_path or image_ref")
+        return self
+
+    @property
+    def image(self) -> str:
+        """The image as a user named it."""
+        return self.image_ref or self.image_path or ""
 
 
 class CompleteTemplateImport(TemplateCommand):

@@ -6,8 +6,9 @@ set -euo pipefail
 exec 1>&2  # progress only: `eval "$(make -s up)"` must see nothing but the exports
 cd "$(dirname "$0")/.."
 
-APT_PKGS=(qemu-system-x86 qemu-utils debootstrap busybox-static iptables e2fsprogs cpio
-          util-linux kmod ca-certificates)
+APT_PKGS=(qemu-system-x86 qemu-utils debootstrap busybox-static iptables e2fsprogs cpio skopeo
+          util-linux kmod ca-certificates
+          docker-registry apache2-utils)  # the last two: a registry on loopback for the tests
 missing=()
 for p in "${APT_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -8,6 +8,7 @@ other way round. Progress goes to stderr, the template's name to stdout on succe
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -161,34 +162,40 @@ def _ready(result: BuildResult) -> None:
 
 
 def pull(
-    image: Annotated[Path, typer.Argument(help="A local OCI image layout (directory) or "
-                     "OCI archive (.tar).", show_default=False)],
+    image: Annotated[str, typer.Argument(help="A registry reference (busybox, "
+                     "ghcr.io/org/img:tag, 127.0.0.1:5000/x:1), or a local OCI image layout "
+                     "(directory) or OCI archive (.tar).", show_default=False)],
     name: Annotated[str, typer.Option("--name", "-n", help="Template name (default: from "
-                    "the image's file name).", show_default=False)] = "",
+                    "the image's name).", show_default=False)] = "",
+    username: Annotated[str, typer.Option("--username", "-u", help="Login of a private "
+                        "registry; the password is read from $AENV_REGISTRY_PASSWORD.",
+                        show_default=False)] = "",
     api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
 ) -> None:  # fmt: skip
-    """Make a template from a local OCI image (layout or archive): converted to a guest
-    image, booted once, snapshotted. Registry references (docker.io/…) cannot be pulled:
-    this host has no registry access."""
+    """Make a template from an image: pulled from its registry (Docker Hub names as Docker
+    reads them) or read from a local OCI layout/archive, converted to a guest image, booted
+    once, snapshotted. envd runs on its own runtime: the image needs no Python or shell."""
     from aenv.dockerfile import Dockerfile
 
-    raw = str(image)
-    if not image.exists():
-        if re.search(r"[:/@]", raw) and not raw.startswith((".", "/")):
-            die(
-                f"{raw}: pulling from a registry is not possible here (no registry is "
-                "reachable); give a local OCI layout directory or OCI archive",
-                EXIT_FAILED,
-            )
-        die(f"{raw}: no such file or directory", EXIT_USAGE)
-    stem = image.resolve().name.split(".")[0].lower()
+    path = Path(image)
+    local = path.exists() or image.startswith((".", "/"))
+    if local and not path.exists():
+        die(f"{image}: no such file or directory", EXIT_USAGE)
+    login = None
+    if username:
+        password = os.environ.get("AENV_REGISTRY_PASSWORD")
+        if password is None:
+            die("--username needs the password in $AENV_REGISTRY_PASSWORD", EXIT_USAGE)
+        login = {"type": "registry", "username": username, "password": password}
+    source = str(path.resolve()) if local else image
+    stem = path.resolve().name.split(".")[0] if local else image.split("@")[0].rsplit("/", 1)[-1]
+    stem = stem.split(":")[0].lower()
     name = name or re.sub(r"[^a-z0-9._-]", "-", stem).strip("-.") or "image"
     client = _client(api_url, api_key, data_dir)
-    with _Errors(f"pull {raw}"):
-        _progress(f"importing {image.resolve()} as template {name}")
-        source = str(image.resolve())
+    with _Errors(f"pull {image}"):
+        _progress(f"importing {source} as template {name}")
         _ready(client.build(Dockerfile(base=source), name, Path.cwd(), progress=_progress,
-                            from_image=source))  # fmt: skip
+                            from_image=source, from_image_registry=login))  # fmt: skip
     client.close()
 
 

@@ -26,6 +26,7 @@ from domain import CommandRejected, Event
 from domain import build as bd
 from domain import sandbox as sb
 from domain import template as tp
+from shared.images import InvalidImageReference, parse_reference
 from workers.build.copy import CopyError, repack
 from workers.build.guest import BuildGuest, CommandFailed
 
@@ -177,35 +178,44 @@ class BuildRun:
 
     async def _import(self, image: str) -> str:
         """The template an image becomes: the build's own (nothing else to do) or an
-        intermediate one named by the image file (reused while the file is unchanged)."""
+        intermediate one named by the image (reused while a local file is unchanged, and
+        for a registry reference as Docker reuses a pulled image: until a build forces it)."""
         path = Path(image)
-        if not path.is_absolute():
-            raise StepFailed(
-                "base",
-                f"FROM {image}: registry images cannot be pulled (this "
-                "host reaches no registry); use a local OCI image "
-                "layout or archive path, or a template",
-            )
-        if not path.exists():
-            raise StepFailed("base", f"FROM {image}: no such OCI layout or archive")
+        source: dict[str, str | None]
+        if path.is_absolute():
+            if not path.exists():
+                raise StepFailed("base", f"FROM {image}: no such OCI layout or archive")
+            st = path.stat()
+            identity = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+            source = {"image_path": str(path)}
+        else:
+            try:
+                ref = str(parse_reference(image))
+            except InvalidImageReference as e:
+                raise StepFailed("base", f"FROM {image}: {e}") from e
+            identity = f"registry|{ref}|{self.spec.from_image_username or ''}"
+            login = self.build.build_id if self.spec.from_image_username else None
+            source = {"image_ref": ref, "credentials": login}
         plain = not self.spec.steps and not self.spec.start_cmd and not self.spec.ready_cmd
-        st = path.stat()
-        key = hashlib.sha256(f"{path}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
+        key = hashlib.sha256(identity.encode()).hexdigest()
         name = self.build.template_id if plain else f"img-{key[:16]}"
-        if not plain:
+        forced = any(st.force for st in self.spec.steps)
+        if not plain and not forced:
             existing, _ = await self.bus.templates.load(name)
             if existing is not None and not existing.deleted:
                 await self.emit(f"FROM {image}: already imported as {name}", "base", "info")
                 return name
         await self.emit(
-            f"FROM {image}: converting the OCI image and booting it once (a minute or two)",
+            f"FROM {image}: pulling and converting the image, booting it once (a minute or "
+            "two)",
             "base",
             "info",
         )
         cmd = tp.ImportTemplateImage(
             template_id=name,
             alias=self.build.alias if plain else None,
-            image_path=str(path),
+            build_id=self.build.build_id,
+            **source,
             cpu_count=self.build.cpu_count,
             memory_mb=self.build.memory_mb,
             command_id=sb.derived_command_id("build-import", self.build.build_id),

@@ -20,13 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.node.image import build_from_oci
+from workers.node.image import GuestImage, build_from_oci
+from workers.node.image.registry import RegistryAuth, parse_reference, pull
 from workers.node.ports import (
     Accelerator,
     Capture,
     CaptureRepository,
     GuestConfig,
     HostError,
+    ImageSource,
     ImportedImage,
     TemplateLocator,
 )
@@ -334,18 +336,37 @@ class SandboxHost:
         return self.templates.reload()
 
     async def import_image(
-        self, name: str, image_path: str, *, vcpus: int, mem_mib: int
-    ) -> ImportedImage:
-        """An OCI image becomes a template on this node: converted (cached by content),
-        booted once, captured and adopted (so a restart keeps it)."""
-        image = await asyncio.to_thread(
-            build_from_oci, Path(image_path), f"tpl-{name}",
-            progress=lambda m: log.info("import %s: %s", name, m),
-        )  # fmt: skip
+        self, name: str, source: ImageSource, *, vcpus: int, mem_mib: int,
+        progress: Callable[[str], None] | None = None,
+    ) -> ImportedImage:  # fmt: skip
+        """An image becomes a template on this node: pulled into the layer cache if it is a
+        registry reference, converted (cached by content), booted once, captured and
+        adopted (so a restart keeps it)."""
+        image = await asyncio.to_thread(self._convert, name, source, progress)
         self.templates.register(TemplateSpec(name, vcpus=vcpus, mem_mib=mem_mib), lambda: image)
+        if progress is not None:
+            progress(f"booting {name} once until envd answers, then capturing it")
         snap = await self.templates.get(name)
         self.templates.adopt(name, snap, None)
         return ImportedImage(image.digest, image.rootfs.stat().st_size >> 20)
+
+    @staticmethod
+    def _convert(
+        name: str, source: ImageSource, tell: Callable[[str], None] | None
+    ) -> GuestImage:
+        def progress(message: str) -> None:
+            log.info("import %s: %s", name, message)
+            if tell is not None:
+                tell(message)
+
+        if source.ref is None:
+            return build_from_oci(Path(source.path or ""), f"tpl-{name}", progress=progress)
+        auth = None
+        if source.username is not None:
+            auth = RegistryAuth(source.username, source.password or "")
+        pulled = pull(parse_reference(source.ref), auth=auth, progress=progress)
+        return build_from_oci(pulled.layout, f"tpl-{name}", progress=progress, ref="image",
+                              blobs=pulled.blobs)  # fmt: skip
 
     def forget_template(self, name: str) -> None:
         snap = self.templates.forget(name)

@@ -20,11 +20,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from workers.node.image.errors import ImageError
+from workers.node.image.registry import parse_reference
 from workers.node.ports import (
     Accelerator,
     Capture,
     GuestConfig,
     HostError,
+    ImageSource,
     ImportedImage,
     TemplateLocator,
 )
@@ -175,15 +178,28 @@ class MemoryHost:
         return 0
 
     async def import_image(
-        self, name: str, image_path: str, *, vcpus: int, mem_mib: int
-    ) -> ImportedImage:
-        path = Path(image_path)
-        if not (path / "oci-layout").is_file() and not (path.is_file() and path.suffix == ".tar"):
-            raise HostError(f"{image_path}: not an OCI image layout (no oci-layout file) "
-                            "or archive")  # fmt: skip
+        self, name: str, source: ImageSource, *, vcpus: int, mem_mib: int,
+        progress: Callable[[str], None] | None = None,
+    ) -> ImportedImage:  # fmt: skip
+        """Checks what it can without converting: a local layout must be one, a registry
+        reference must parse (nothing is pulled)."""
+        if source.ref is not None:
+            try:
+                ref = str(parse_reference(source.ref))
+            except ImageError as e:
+                raise HostError(str(e)) from e
+            digest = hashlib.sha256(ref.encode()).hexdigest()
+        else:
+            path = Path(source.path or "")
+            if not (path / "oci-layout").is_file() and not (
+                path.is_file() and path.suffix == ".tar"
+            ):
+                raise HostError(f"{path}: not an OCI image layout (no oci-layout file) "
+                                "or archive")  # fmt: skip
+            digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()
         await self._work()
         self.templates.add(name)
-        return ImportedImage(hashlib.sha256(str(path.resolve()).encode()).hexdigest(), 0)
+        return ImportedImage(digest, 0)
 
     def forget_template(self, name: str) -> None:
         if name != "base":

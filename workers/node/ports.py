@@ -29,6 +29,7 @@ __all__ = [
     "GuestConfig",
     "Host",
     "HostError",
+    "ImageSource",
     "ImportedImage",
     "Manifest",
     "TemplateLocation",
@@ -75,6 +76,20 @@ class Capture:
     size_bytes: int
     #: how long the sandbox stood still for it
     stopped_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class ImageSource:
+    """An image to make a template of: a local OCI layout/archive, or a registry reference
+    with, for a private registry, its login (read from the secrets bucket just now)."""
+
+    path: str | None = None
+    ref: str | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    def __str__(self) -> str:
+        return self.ref or self.path or "?"
 
 
 @dataclass(frozen=True)
@@ -161,9 +176,11 @@ class Host(Protocol):
         """Snapshot templates this node took in an earlier life; how many."""
 
     async def import_image(
-        self, name: str, image_path: str, *, vcpus: int, mem_mib: int
-    ) -> ImportedImage:
-        """An OCI image becomes template `name` on this node (booted once, captured)."""
+        self, name: str, source: ImageSource, *, vcpus: int, mem_mib: int,
+        progress: Callable[[str], None] | None = None,
+    ) -> ImportedImage:  # fmt: skip
+        """An OCI image becomes template `name` on this node (booted once, captured);
+        `progress` hears each step (called from a worker thread)."""
 
     def forget_template(self, name: str) -> None: ...
 

@@ -32,17 +32,19 @@ from bus import (
     RetryableError,
 )
 from bus.decisions import execute
+from bus.secrets import SecretBox
 from bus.tasks import cancel_and_wait
 from domain import Command, DomainError, Invalid
 from domain import sandbox as sb
 from domain import template as tp
 from domain.sandbox import SandboxStatus as S
 from envd.version import ENVD_VERSION
+from workers.node.buildlog import BuildLog
 from workers.node.early import EarlyStarts
 from workers.node.heartbeat import beat_forever
 from workers.node.journal import Journal
 from workers.node.net.firewall import EgressPolicy
-from workers.node.ports import GuestConfig, Host, HostError, TemplateLocation
+from workers.node.ports import GuestConfig, Host, HostError, ImageSource, TemplateLocation
 from workers.node.reconcile import reconcile
 from workers.node.routes import RoutePublisher
 from workers.node.settings import NodeSettings
@@ -385,15 +387,18 @@ class NodeWorker:
 
     # ---- templates -------------------------------------------------------------------
     async def _import(self, cmd: tp.ImportTemplateImage, ctx: MessageContext) -> None:
-        """An OCI image becomes a template on this node, then registered and answered."""
+        """An image becomes a template on this node, then registered and answered."""
         name = cmd.template_id
-        try:
-            image = await self.host.import_image(name, cmd.image_path, vcpus=cmd.cpu_count,
-                                                 mem_mib=cmd.memory_mb)  # fmt: skip
-        except Exception as e:
-            # the consumer answers it on the template's subject, where the requester waits
-            log.exception("import of %s as %s failed", cmd.image_path, name)
-            raise PermanentError(f"image {cmd.image_path}: {e}") from e
+        source = await self._image_source(cmd)
+        async with BuildLog(self.bus, cmd.build_id, ctx) as build_log:
+            try:
+                image = await self.host.import_image(name, source, vcpus=cmd.cpu_count,
+                                                     mem_mib=cmd.memory_mb,
+                                                     progress=build_log.line)  # fmt: skip
+            except Exception as e:
+                # the consumer answers it on the template's subject, where the requester waits
+                log.exception("import of %s as %s failed", source, name)
+                raise PermanentError(f"image {source}: {e}") from e
         register = tp.RegisterTemplate(
             template_id=name, alias=cmd.alias, envd_version=ENVD_VERSION,
             cpu_count=cmd.cpu_count, memory_mb=cmd.memory_mb, disk_size_mb=image.disk_size_mb,
@@ -405,6 +410,20 @@ class NodeWorker:
                                          node_id=self.node_id,
                                          command_id=completion_id(cmd, "imported"))  # fmt: skip
         await execute(self.bus.templates, done, ctx)
+
+    async def _image_source(self, cmd: tp.ImportTemplateImage) -> ImageSource:
+        """Where the image comes from; a private registry's login from the secrets bucket
+        (the command names it, the log never holds it)."""
+        if cmd.credentials is None:
+            return ImageSource(path=cmd.image_path, ref=cmd.image_ref)
+        box = await SecretBox.open(self.bus.js, self.bus.names.secrets_bucket)
+        login = await box.get(cmd.credentials)
+        if login is None:
+            raise PermanentError(f"image {cmd.image}: its registry login is gone (kept "
+                                 f"{self.bus.settings.secret_ttl_s:.0f} s): start the build "
+                                 "again")  # fmt: skip
+        return ImageSource(ref=cmd.image_ref, username=str(login.get("username", "")),
+                           password=str(login.get("password", "")))  # fmt: skip
 
     async def _locate_template(self, name: str) -> TemplateLocation | None:
         """Where the log says a snapshot template taken elsewhere is durable, with the

@@ -37,7 +37,9 @@ def bus_settings() -> BusSettings:
 #: Test namespaces are `t` + 8 hex digits; those older than this are from sessions that were
 #: killed before their teardown ran (a session lasts seconds), and are removed.
 STALE_AFTER = timedelta(minutes=30)
-_TEST_STREAM = re.compile(r"(T[0-9A-F]{8}_AENV_(EVT|CMD))|(KV_t[0-9a-f]{8}_aenv_nodes)")
+_TEST_STREAM = re.compile(
+    r"(T[0-9A-F]{8}_AENV_(EVT|CMD))|(KV_t[0-9a-f]{8}_aenv_(nodes|routes|secrets))"
+)
 
 
 async def sweep_stale_namespaces(js: JetStreamContext) -> None:

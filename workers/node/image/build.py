@@ -266,18 +266,20 @@ def build_from_oci(
     force: bool = False,
     size: int = DEFAULT_SIZE,
     ref: str | None = None,
+    blobs: Path | None = None,
 ) -> GuestImage:
     """A guest image from an OCI image layout directory or OCI archive (tar of a layout).
 
-    `ref` selects a tagged image when the layout holds several. The image is recorded
-    under `name` (`names/<name>`); its digest depends on the content, not the name.
+    `ref` selects a tagged image when the layout holds several; `blobs` is a blob
+    directory the layout shares with others (a registry pull's layer cache). The image is
+    recorded under `name` (`names/<name>`); its digest depends on the content, not the name.
     """
     from .oci import open_layout, unpack
 
     if not name or "/" in name or name.startswith("."):
         raise ImageError(f"bad image name {name!r}")
     root = _cache.cache_root(cache)
-    with open_layout(path, ref) as layout:
+    with open_layout(path, ref, blobs=blobs) as layout:
         source: dict[str, object] = {"kind": "oci", "manifest": layout.manifest_digest}
         common = _common(root, size, progress)
         digest = _cache.digest_of(common.digest_inputs(source))

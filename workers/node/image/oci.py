@@ -70,12 +70,19 @@ class BlobStore(Protocol):
 
 
 class _DirStore:
-    def __init__(self, root: Path) -> None:
+    """A layout directory; its blobs in it, or in a blob directory shared by many layouts
+    (`skopeo copy --dest-shared-blob-dir`: the node's layer cache, `registry.py`)."""
+
+    def __init__(self, root: Path, blobs: Path | None = None) -> None:
         self.root = root
+        self.blobs = blobs
 
     def open(self, relpath: str) -> IO[bytes]:
+        path = self.root / relpath
+        if self.blobs is not None and relpath.startswith("blobs/"):
+            path = self.blobs / relpath.removeprefix("blobs/")
         try:
-            return (self.root / relpath).open("rb")
+            return path.open("rb")
         except OSError as e:
             raise ImageError(f"OCI layout {self.root}: cannot read {relpath}: {e}") from e
 
@@ -200,17 +207,20 @@ def _choose_manifest(
 
 
 @contextmanager
-def open_layout(path: Path, ref: str | None = None) -> Iterator[Layout]:
+def open_layout(
+    path: Path, ref: str | None = None, *, blobs: Path | None = None
+) -> Iterator[Layout]:
     """Open an OCI layout directory or OCI archive and resolve its linux/amd64 image.
 
     `ref` picks the index entry annotated `org.opencontainers.image.ref.name` = ref (the
     tag, as in `skopeo copy … oci:dir:tag`); without it the index must hold one image.
+    `blobs`: the layout's blobs live in this shared directory (`<algo>/<hex>`) instead.
     """
     path = Path(path)
     if path.is_dir():
         if not (path / "index.json").is_file():
             raise ImageError(f"{path} is not an OCI image layout (no index.json)")
-        yield _resolve(_DirStore(path), str(path), ref)
+        yield _resolve(_DirStore(path, blobs), str(path), ref)
         return
     try:
         tf = tarfile.open(path, "r:*")  # noqa: SIM115  (closed by the `with tf` below)

@@ -1,0 +1,69 @@
+"""How container images are named: a reference, normalised the way Docker does it
+(`busybox` is `docker.io/library/busybox:latest`). Pure; used by the API (to refuse a bad
+reference with a 400), the template builder and the node that pulls."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["DOCKER_HUB", "ImageRef", "InvalidImageReference", "parse_reference"]
+
+DOCKER_HUB = "docker.io"
+_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_DIGEST = re.compile(r"^[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-fA-F0-9]{32,}$")
+_LOOPBACK = re.compile(r"^(localhost|127(?:\.\d{1,3}){3}|\[::1\])(?::\d+)?$")
+
+
+class InvalidImageReference(ValueError):
+    """Not a reference an OCI registry could serve."""
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    registry: str  # host[:port]; docker.io for Docker Hub
+    repository: str  # e.g. library/busybox
+    tag: str | None = None
+    digest: str | None = None
+
+    def __str__(self) -> str:
+        suffix = f"@{self.digest}" if self.digest else f":{self.tag or 'latest'}"
+        return f"{self.registry}/{self.repository}{suffix}"
+
+    @property
+    def transport(self) -> str:
+        return f"docker://{self}"
+
+    @property
+    def loopback(self) -> bool:
+        return bool(_LOOPBACK.match(self.registry))
+
+
+def parse_reference(text: str) -> ImageRef:
+    """`name[:tag][@digest]` with Docker's defaults: no registry host means Docker Hub, a
+    one-part Docker Hub name lives under `library/`, no tag means `latest`."""
+    raw = text.strip()
+    if not raw or any(c.isspace() for c in raw) or "://" in raw:
+        raise InvalidImageReference(f"invalid image reference {text!r}")
+    name, _, digest = raw.partition("@")
+    tag = None
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last:
+        name, tag = name.rsplit(":", 1)
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        registry, path = first, rest
+    else:
+        registry, path = DOCKER_HUB, name
+    if registry in ("index.docker.io", "registry-1.docker.io"):
+        registry = DOCKER_HUB
+    if registry == DOCKER_HUB and "/" not in path:
+        path = f"library/{path}"
+    if not path or not all(_COMPONENT.match(c) for c in path.split("/")):
+        raise InvalidImageReference(f"invalid image reference {text!r}: bad repository {path!r}")
+    if tag is not None and not _TAG.match(tag):
+        raise InvalidImageReference(f"invalid image reference {text!r}: bad tag {tag!r}")
+    if digest and not _DIGEST.match(digest):
+        raise InvalidImageReference(f"invalid image reference {text!r}: bad digest {digest!r}")
+    return ImageRef(registry, path, tag if tag or digest else "latest", digest or None)

@@ -1,0 +1,85 @@
+"""Templates from registry images through the unchanged e2b SDK, against real registries on
+loopback (`docker-registry`, open and behind basic auth) holding images the test makes and
+pushes itself: a busybox-only image (no libc, no Python, no bash) is a sandbox; a private
+registry needs the right login, and a wrong one fails the build saying so; an image sharing
+a base layer with one pulled before downloads only its own layer."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from e2b import BuildException, Sandbox, Template
+
+from tests.e2e.conftest import Stack
+from tests.registry import local_registry, push
+
+pytestmark = pytest.mark.vm
+
+
+def _busybox_tree(root: Path, *applets: str) -> Path:
+    (root / "bin").mkdir(parents=True)
+    (root / "bin/busybox").write_bytes(Path("/bin/busybox").read_bytes())
+    (root / "bin/busybox").chmod(0o755)
+    for applet in ("sh", "ls", "cat", "echo", "id", "sleep", "uname", *applets):
+        (root / "bin" / applet).symlink_to("busybox")
+    (root / "etc").mkdir()
+    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (root / "etc/group").write_text("root:x:0:\n")
+    return root
+
+
+def _layout(out: Path, *trees: Path) -> Path:
+    from workers.node.image.oci_write import tar_tree, write_layout
+
+    write_layout(out, [tar_tree(t) for t in trees])
+    return out
+
+
+def _build(image: str, name: str, **login: str) -> list[str]:
+    logs: list[str] = []
+    Template.build(Template().from_image(image, **login), name,
+                   on_build_logs=lambda e: logs.append(e.message))  # fmt: skip
+    return logs
+
+
+def test_registry_images_become_sandboxes(stack: Stack, tmp_path: Path) -> None:
+    base = _busybox_tree(tmp_path / "base")
+    extra = tmp_path / "extra"
+    (extra / "srv").mkdir(parents=True)
+    (extra / "srv/data.txt").write_text("second layer\n")
+    tag = uuid.uuid4().hex[:8]
+    with local_registry(tmp_path / "open") as open_reg, \
+            local_registry(tmp_path / "private", login=("aenv", "s3cret")) as private:
+        one = push(_layout(tmp_path / "one", base), open_reg, "tests/busybox", tag)
+        two = push(_layout(tmp_path / "two", base, extra), open_reg, "tests/busybox-plus", tag)
+        secret = push(_layout(tmp_path / "secret", base), private, "tests/private", tag)
+
+        name = f"reg-{tag}"
+        first = _build(one, name)
+        sbx = Sandbox.create(name)
+        try:
+            out = sbx.commands.run("echo hi from $(uname -s); id -un").stdout
+            assert out == "hi from Linux\nuser\n"
+            sbx.files.write("/home/user/f.txt", "through envd")
+            assert sbx.files.read("/home/user/f.txt") == "through envd"
+        finally:
+            sbx.kill()
+        assert any("1 layers, 0 already in the layer cache" in m for m in first), first
+
+        # the second image shares the first's base layer: only its own layer is downloaded
+        logs = _build(two, f"{name}-plus")
+        assert any("2 layers, 1 already in the layer cache" in m for m in logs), logs
+        plus = Sandbox.create(f"{name}-plus")
+        try:
+            assert plus.commands.run("cat /srv/data.txt").stdout == "second layer\n"
+        finally:
+            plus.kill()
+
+        with pytest.raises(BuildException, match="refused the credentials"):
+            _build(secret, f"{name}-bad", username="aenv", password="wrong")
+        _build(secret, f"{name}-private", username="aenv", password="s3cret")
+        assert Template.exists(f"{name}-private")
+    for t in (name, f"{name}-plus", f"{name}-private"):
+        Sandbox.delete_snapshot(t)

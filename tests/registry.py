@@ -1,0 +1,78 @@
+"""A real OCI registry on loopback for the tests (Debian's `docker-registry`, the CNCF
+distribution server), open or behind basic auth, and images the tests make themselves and
+push with skopeo. Tests reach no other registry."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from aenv.stack.process import free_port
+
+__all__ = ["LocalRegistry", "local_registry", "push"]
+
+
+@dataclass(frozen=True)
+class LocalRegistry:
+    host: str  # 127.0.0.1:<port>
+    username: str | None = None
+    password: str | None = None
+
+    def ref(self, repository: str, tag: str = "1") -> str:
+        return f"{self.host}/{repository}:{tag}"
+
+
+@contextmanager
+def local_registry(root: Path, *, login: tuple[str, str] | None = None) -> Iterator[LocalRegistry]:
+    """`docker-registry serve` on a free loopback port, its storage under `root`."""
+    if shutil.which("docker-registry") is None or shutil.which("skopeo") is None:
+        raise RuntimeError("docker-registry and skopeo are needed (scripts/setup.sh)")
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    auth = ""
+    if login is not None:
+        htpasswd = root / "htpasswd"
+        line = subprocess.run(["htpasswd", "-Bbn", *login], capture_output=True, text=True,
+                              check=True).stdout  # fmt: skip
+        htpasswd.write_text(line)
+        auth = f"auth:\n  htpasswd:\n    realm: aenv-tests\n    path: {htpasswd}\n"
+    (root / "config.yml").write_text(
+        f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
+        f"    rootdirectory: {root / 'data'}\n{auth}http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    proc = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
+                break
+            except urllib.error.HTTPError:
+                break  # 401: up, and asking for the login
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the local registry did not start") from None
+                time.sleep(0.1)
+        user, password = login if login is not None else (None, None)
+        yield LocalRegistry(f"127.0.0.1:{port}", user, password)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def push(layout: Path, registry: LocalRegistry, repository: str, tag: str = "1") -> str:
+    """Push an OCI layout to the registry; the reference it can be pulled by."""
+    ref = registry.ref(repository, tag)
+    argv = ["skopeo", "copy", "--quiet", "--dest-tls-verify=false"]
+    if registry.username is not None:
+        argv += ["--dest-creds", f"{registry.username}:{registry.password}"]
+    subprocess.run([*argv, f"oci:{layout}", f"docker://{ref}"], check=True,
+                   capture_output=True)  # fmt: skip
+    return ref

@@ -1,0 +1,167 @@
+"""Images by reference from OCI/Docker registries, into the node's layer cache.
+
+`parse_reference` names an image the way Docker does (`busybox` is
+`docker.io/library/busybox:latest`). `pull` copies it with skopeo — a maintained registry
+client speaking every auth scheme and manifest type registries use — into an OCI layout
+whose blobs live in one directory shared by every pull on this node
+(`<cache>/blobs/sha256/…`): a layer two images share is downloaded once, and skopeo skips
+what is already there. The layout is then converted like any local one
+(`build_from_oci(layout, …, blobs=…)`).
+
+Credentials never reach a command line (`ps` would show them) or the event log: they are
+written to a private auth file for the one skopeo run. Registries on loopback are spoken
+to over plain HTTP, as Docker allows; any other needs TLS unless the operator lists it in
+`AENV_INSECURE_REGISTRIES` (comma-separated `host[:port]`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shared.images import ImageRef, InvalidImageReference
+from shared.images import parse_reference as _parse
+
+from . import cache as _cache
+from .errors import ImageError
+
+__all__ = ["ImageRef", "Pulled", "RegistryAuth", "insecure_registries", "parse_reference",
+           "pull"]  # fmt: skip
+
+INSECURE_ENV = "AENV_INSECURE_REGISTRIES"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RegistryAuth:
+    """E2B's general-registry credentials (`fromImageRegistry: {type: "registry"}`)."""
+
+    username: str
+    password: str
+
+
+@dataclass(frozen=True)
+class Pulled:
+    """An image copied into this node's cache."""
+
+    layout: Path
+    blobs: Path
+    ref: ImageRef
+    layers_cached: int  # already in the layer cache before this pull
+    layers_fetched: int
+
+
+def parse_reference(text: str) -> ImageRef:
+    """`shared.images.parse_reference`, failing as an `ImageError`."""
+    try:
+        return _parse(text)
+    except InvalidImageReference as e:
+        raise ImageError(str(e)) from e
+
+
+def insecure_registries() -> frozenset[str]:
+    return frozenset(h.strip() for h in os.environ.get(INSECURE_ENV, "").split(",") if h.strip())
+
+
+def _skopeo(argv: list[str], what: str, timeout: float) -> str:
+    """Run skopeo; its output, or an `ImageError` saying why it failed."""
+    try:
+        proc = subprocess.run(["skopeo", *argv], capture_output=True, text=True,
+                              timeout=timeout, check=False)  # fmt: skip
+    except FileNotFoundError as e:
+        raise ImageError("skopeo is not installed (apt-get install skopeo)") from e
+    except subprocess.TimeoutExpired as e:
+        raise ImageError(f"{what}: no answer within {timeout:.0f}s") from e
+    if proc.returncode != 0:
+        raise ImageError(f"{what}: {_reason(proc.stderr)}")
+    return proc.stdout
+
+
+def _reason(stderr: str) -> str:
+    """skopeo's last error line, in words a user acts on."""
+    text = stderr.strip().splitlines()[-1] if stderr.strip() else "skopeo failed"
+    if 'msg="' in text:  # a logrus line: its message only
+        text = text.split('msg="', 1)[1].rstrip('"').replace('\\"', '"')
+    low = text.lower()
+    if "unauthorized" in low or "authentication required" in low or "denied" in low:
+        return f"the registry refused the credentials (or needs some): {text}"
+    if "manifest unknown" in low or "not found" in low:
+        return f"no such image in the registry: {text}"
+    if "http response to https client" in low or "certificate" in low or "tls" in low:
+        return (f"{text} (a registry without TLS must be listed in {INSECURE_ENV} unless "
+                "it is on loopback)")  # fmt: skip
+    return text
+
+
+def pull(
+    ref: ImageRef, *, cache: Path | None = None, auth: RegistryAuth | None = None,
+    progress: Progress = print, timeout: float = 1800.0,
+) -> Pulled:  # fmt: skip
+    """Copy `ref` (linux/amd64) into this node's layer cache; its OCI layout and blob dir."""
+    root = _cache.cache_root(cache)
+    blobs = root / "blobs"
+    blobs.mkdir(exist_ok=True)
+    key = hashlib.sha256(str(ref).encode()).hexdigest()[:32]
+    layout = root / "oci" / key
+    layout.parent.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="aenv-pull-") as tmp, _cache.locked(root, f"oci-{key}"):
+        inspect: list[str] = []  # `skopeo inspect` and `copy` name the same options apart
+        copy: list[str] = []
+        if ref.loopback or ref.registry in insecure_registries():
+            inspect.append("--tls-verify=false")
+            copy.append("--src-tls-verify=false")
+        if auth is not None:
+            authfile = Path(tmp) / "auth.json"
+            token = base64.b64encode(f"{auth.username}:{auth.password}".encode()).decode()
+            fd = os.open(authfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump({"auths": {ref.registry: {"auth": token}}}, f)
+            inspect += ["--authfile", str(authfile)]
+            copy += ["--src-authfile", str(authfile)]
+        else:
+            inspect.append("--no-creds")
+            copy.append("--src-no-creds")
+        progress(f"pull {ref}: reading its manifest")
+        manifest = _manifest(ref, inspect, ref.transport)
+        if manifest.get("manifests"):  # an index: the linux/amd64 entry's manifest
+            by_digest = f"docker://{ref.registry}/{ref.repository}@{_amd64(manifest, ref)}"
+            manifest = _manifest(ref, inspect, by_digest)
+        layers = [str(d["digest"]) for d in manifest.get("layers") or []]
+        cached = sum(1 for d in layers if (blobs / d.replace(":", "/", 1)).is_file())
+        progress(f"pull {ref}: {len(layers)} layers, {cached} already in the layer cache")
+        _skopeo([*_PLATFORM, "copy", "--quiet", *copy, "--dest-shared-blob-dir", str(blobs),
+                 ref.transport, f"oci:{layout}:image"], f"pull {ref}", timeout)  # fmt: skip
+    progress(f"pull {ref}: {len(layers) - cached} layers downloaded")
+    return Pulled(layout, blobs, ref, cached, len(layers) - cached)
+
+
+#: global options: the variant of a multi-platform image to take
+_PLATFORM = ["--override-os", "linux", "--override-arch", "amd64"]
+
+
+def _manifest(ref: ImageRef, options: list[str], transport: str) -> dict[str, Any]:
+    raw = _skopeo([*_PLATFORM, "inspect", "--raw", *options, transport], f"pull {ref}", 120)
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise ImageError(f"pull {ref}: the registry's manifest is not JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise ImageError(f"pull {ref}: the registry's manifest is not a JSON object")
+    return doc
+
+
+def _amd64(index: dict[str, Any], ref: ImageRef) -> str:
+    for entry in index.get("manifests") or []:
+        platform = entry.get("platform") or {}
+        if platform.get("os") == "linux" and platform.get("architecture") == "amd64":
+            return str(entry["digest"])
+    raise ImageError(f"pull {ref}: the image has no linux/amd64 variant")
