@@ -30,10 +30,10 @@ def _busybox_tree(root: Path, *applets: str) -> Path:
     return root
 
 
-def _layout(out: Path, *trees: Path) -> Path:
+def _layout(out: Path, *trees: Path, config: dict[str, object] | None = None) -> Path:
     from workers.node.image.oci_write import tar_tree, write_layout
 
-    write_layout(out, [tar_tree(t) for t in trees])
+    write_layout(out, [tar_tree(t) for t in trees], config=config)
     return out
 
 
@@ -53,7 +53,10 @@ def test_registry_images_become_sandboxes(stack: Stack, tmp_path: Path) -> None:
     with local_registry(tmp_path / "open") as open_reg, \
             local_registry(tmp_path / "private", login=("aenv", "s3cret")) as private:
         one = push(_layout(tmp_path / "one", base), open_reg, "tests/busybox", tag)
-        two = push(_layout(tmp_path / "two", base, extra), open_reg, "tests/busybox-plus", tag)
+        config = {"config": {"Env": ["IMAGE_GREETING=hello"], "User": "0",
+                             "WorkingDir": "/srv", "Cmd": ["/bin/false"]}}  # fmt: skip
+        two = push(_layout(tmp_path / "two", base, extra, config=config), open_reg,
+                   "tests/busybox-plus", tag)  # fmt: skip
         secret = push(_layout(tmp_path / "secret", base), private, "tests/private", tag)
 
         name = f"reg-{tag}"
@@ -72,8 +75,9 @@ def test_registry_images_become_sandboxes(stack: Stack, tmp_path: Path) -> None:
         logs = _build(two, f"{name}-plus")
         assert any("2 layers, 1 already in the layer cache" in m for m in logs), logs
         plus = Sandbox.create(f"{name}-plus")
-        try:
-            assert plus.commands.run("cat /srv/data.txt").stdout == "second layer\n"
+        try:  # the image's ENV, USER and WORKDIR are the template's defaults; CMD is not run
+            out = plus.commands.run("pwd; echo $IMAGE_GREETING; id -un; cat data.txt").stdout
+            assert out == "/srv\nhello\nroot\nsecond layer\n"
         finally:
             plus.kill()
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.node.image import GuestImage, build_base, kernel_cmdline
+from workers.node.image.build import guest_defaults
 from workers.node.runtime import Runtime, Snapshot, init_envd
 
 log = logging.getLogger(__name__)
@@ -230,8 +231,9 @@ class TemplateCatalog:
             await self.runtime.destroy(vm)
             raise
         # One /init before the capture: envd imports what /init needs lazily, and under TCG
-        # those imports would otherwise be paid by every sandbox's first request.
-        await init_envd(vm.host, None)
+        # those imports would otherwise be paid by every sandbox's first request. It also
+        # sets the image's ENV, USER and WORKDIR as the template's defaults (OCI images).
+        await init_envd(vm.host, guest_defaults(image))
         self.progress(f"{spec.name}: envd answered after {took:.1f}s; capturing")
         if sdir.exists():  # a half-written capture from a crash: start over
             shutil.rmtree(sdir)

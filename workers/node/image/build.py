@@ -145,14 +145,16 @@ def _assemble(
     digest: str,
     common: _Common,
     source: dict[str, object],
-    populate: Callable[[Path], None],
+    populate: Callable[[Path], dict[str, Any] | None],
     progress: Progress,
 ) -> GuestImage:
-    """Build image `digest` in a staging dir and publish it (caller holds its lock)."""
+    """Build image `digest` in a staging dir and publish it (caller holds its lock).
+    `populate` fills the tree and may say what the image asks of its sandboxes (`defaults`:
+    an OCI image's ENV, USER, WORKDIR)."""
     t0 = time.monotonic()
     with _cache.staging(root, digest) as tmp:
         tree = tmp / "tree"
-        populate(tree)
+        defaults = populate(tree) or {}
         with step(progress, "add user, /etc files, the runtime's mount point"):
             info = inject(tree, image_info={"digest": digest, "source": source})
         with step(progress, f"mkfs.ext4 ({common.size >> 20} MiB)"):
@@ -184,6 +186,8 @@ def _assemble(
                 "mac": GUEST_MAC,
                 "envd_port": ENVD_PORT,
                 "init": "/opt/aenv/init",  # on envd's runtime disk (runtime.py)
+                # the template's defaults for envd (`guest_defaults`): the image's config
+                "defaults": defaults,
             },
             "kernel_cmdline_base": CMDLINE_BASE,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -250,6 +254,7 @@ def build_base(
         def populate(dst: Path) -> None:
             with step(progress, "link the cached debootstrap tree"):
                 _link_tree(tree, dst)
+            return None
 
         img = _assemble(root, digest, common, source, populate, progress)
     if (spec, size) == (DebootstrapSpec(), DEFAULT_SIZE):
@@ -274,7 +279,7 @@ def build_from_oci(
     directory the layout shares with others (a registry pull's layer cache). The image is
     recorded under `name` (`names/<name>`); its digest depends on the content, not the name.
     """
-    from .oci import open_layout, unpack
+    from .oci import image_defaults, open_layout, unpack
 
     if not name or "/" in name or name.startswith("."):
         raise ImageError(f"bad image name {name!r}")
@@ -289,9 +294,10 @@ def build_from_oci(
                 img = None if force else _cached(root, digest)
                 if img is None:
 
-                    def populate(dst: Path) -> None:
+                    def populate(dst: Path) -> dict[str, Any]:
                         with step(progress, f"unpack OCI {layout.manifest_digest}"):
                             unpack(layout, dst, progress)
+                        return image_defaults(layout.config, dst)
 
                     img = _assemble(root, digest, common, source, populate, progress)
         else:
@@ -307,3 +313,17 @@ def find_image(name_or_digest: str, cache: Path | None = None) -> GuestImage:
         if (d / "manifest.json").is_file():
             return GuestImage.load(d.resolve())
     raise ImageError(f"no image {name_or_digest!r} in {root}")
+
+
+def guest_defaults(image: GuestImage) -> dict[str, object]:
+    """What envd's first /init tells the template's guest (`envVars`, `defaultUser`,
+    `defaultWorkdir`): from the image's config; nothing for our own images."""
+    d = image.manifest.get("guest", {}).get("defaults") or {}
+    body: dict[str, object] = {}
+    if d.get("env"):
+        body["envVars"] = d["env"]
+    if d.get("user"):
+        body["defaultUser"] = d["user"]
+    if d.get("workdir"):
+        body["defaultWorkdir"] = d["workdir"]
+    return body

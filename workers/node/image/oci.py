@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from .errors import ImageError
-from .fsutil import remove_any, resolve_in_root, split_member_name
+from .fsutil import guest_path, remove_any, resolve_in_root, split_member_name
 
 INDEX_TYPES = {
     "application/vnd.oci.image.index.v1+json",
@@ -427,3 +427,33 @@ def unpack(layout: Layout, dest: Path, progress: Callable[[str], None] = print) 
             if diff_ids and diff_ids[i] != diff_id:
                 raise ImageError(f"{label}: uncompressed digest {diff_id} != diff_id {diff_ids[i]}")
             apply_layer(plain, root=dest, label=label)
+
+
+def image_defaults(config: dict[str, Any], tree: Path) -> dict[str, Any]:
+    """An image config's ENV, USER and WORKDIR, as a template's defaults for its sandboxes
+    (ENTRYPOINT and CMD are not run: a template starts only what it says, E2B's start
+    command). USER as a name the image's /etc/passwd knows (`uid[:gid]` looked up there);
+    a user it does not know is left out, so E2B's default `user` applies."""
+    cfg = config.get("config") or {}
+    env = {}
+    for item in cfg.get("Env") or []:
+        key, sep, value = str(item).partition("=")
+        if sep and key:
+            env[key] = value
+    user = str(cfg.get("User") or "").split(":", 1)[0] or None
+    if user is not None:
+        user = _passwd_name(tree, user)
+    workdir = str(cfg.get("WorkingDir") or "") or None
+    return {"env": env, "user": user, "workdir": workdir}
+
+
+def _passwd_name(tree: Path, user: str) -> str | None:
+    try:  # resolved inside the tree: the image is untrusted (its passwd may be a symlink)
+        lines = guest_path(tree, "etc/passwd", follow_last=True).read_text().splitlines()
+    except (OSError, ImageError):
+        return None
+    for line in lines:
+        fields = line.split(":")
+        if len(fields) >= 3 and (fields[0] == user or fields[2] == user):
+            return fields[0]
+    return None
