@@ -2,10 +2,13 @@
 
 What a template build can do: one `FROM` (a template name, or an image), then RUN, COPY/ADD
 (from the build context), ENV, ARG, WORKDIR, USER; `CMD`/`ENTRYPOINT` become the start
-command. Docker's syntax is followed: `\\` line continuations (comment lines inside them
-are dropped), `#` comments, JSON (exec) and shell forms, `$VAR`/`${VAR}`/`${VAR:-x}`/
-`${VAR:+x}` substitution from ARG and ENV in FROM, COPY, ENV, ARG, WORKDIR and USER (RUN
-sees ARGs as environment variables, like Docker), `COPY --chown/--chmod`.
+command. The text is read by the maintained parser the E2B SDK itself depends on
+(`e2b-dockerfile-utils`: line continuations, comments, parser directives, heredocs); this
+module gives the instructions their meaning: JSON (exec) and shell forms, `RUN <<EOF`
+heredocs (the body alone is the script; after a command it is that command's input),
+`$VAR`/`${VAR}`/`${VAR:-x}`/`${VAR:+x}` substitution from ARG and ENV in FROM, COPY, ENV,
+ARG, WORKDIR and USER (RUN sees ARGs as environment variables, like Docker),
+`COPY --chown/--chmod`.
 
 Instructions that describe a container runtime (EXPOSE, LABEL, VOLUME, …) are skipped with
 a warning; unknown ones are passed on as steps so the build fails naming them; things we
@@ -68,28 +71,51 @@ class Dockerfile:
     warnings: list[str] = field(default_factory=list)
 
 
-def _logical_lines(text: str) -> list[tuple[int, str]]:
-    """(first physical line number, joined line) with continuations and comments resolved."""
-    out: list[tuple[int, str]] = []
-    buf: list[str] = []
-    start = 0
-    for n, raw in enumerate(text.splitlines(), 1):
-        stripped = raw.strip()
-        if not buf and (not stripped or stripped.startswith("#")):
-            continue
-        if buf and stripped.startswith("#"):
-            continue  # comment lines inside a continuation are removed
-        if not buf:
-            start = n
-        if stripped.endswith("\\"):
-            buf.append(stripped[:-1].strip())
-            continue
-        buf.append(stripped)
-        out.append((start, " ".join(p for p in buf if p)))
-        buf = []
-    if buf:
-        out.append((start, " ".join(p for p in buf if p)))
-    return out
+@dataclass(frozen=True)
+class _Instruction:
+    line: int
+    keyword: str
+    rest: str  # the arguments as written (continuations joined), heredoc bodies apart
+    heredocs: tuple[tuple[str, str], ...] = ()  # (terminator, body)
+
+
+def _instructions(text: str) -> tuple[list[_Instruction], list[str]]:
+    """The Dockerfile's instructions and the parser's warnings."""
+    from e2b_dockerfile_utils import DockerfileSyntaxError, parse_dockerfile_ast
+
+    try:
+        ast = parse_dockerfile_ast(text)
+    except DockerfileSyntaxError as e:
+        reason = re.sub(r"^Dockerfile parse error( on line \d+)?: ", "", str(e))
+        raise DockerfileError(e.line or 1, reason) from e
+    out = []
+    for ins in ast.instructions:
+        original = ins.original.strip()
+        rest = original[len(ins.name):].strip() if original.upper().startswith(ins.name) else ""
+        docs = tuple((h.name, _chomp(h.content) if h.chomp else h.content)
+                     for h in ins.heredocs)  # fmt: skip
+        out.append(_Instruction(ins.start_line, ins.name.upper(), rest, docs))
+    warnings = [f"line {w.line}: {w.message}" if getattr(w, "line", None) else str(w)
+                for w in getattr(ast, "warnings", [])]  # fmt: skip
+    return out, warnings
+
+
+def _chomp(body: str) -> str:
+    return "".join(line.lstrip("\t") for line in body.splitlines(keepends=True))
+
+
+_HEREDOC_ONLY = re.compile(r"^(?:<<-?\s*['\"]?[A-Za-z_][A-Za-z0-9_]*['\"]?\s*)+$")
+
+
+def _run_command(rest: str, heredocs: tuple[tuple[str, str], ...]) -> str:
+    """The shell command of a RUN: as written, or from its heredocs — `RUN <<EOF` alone runs
+    the body as the script (Docker's meaning); `RUN cmd <<EOF` keeps the heredoc for the
+    shell that runs `cmd` (bash reads it as that command's input)."""
+    if not heredocs:
+        return _command(rest)
+    if _HEREDOC_ONLY.match(rest):
+        return "".join(body for _, body in heredocs)
+    return rest + "\n" + "".join(f"{body}{name}\n" for name, body in heredocs)
 
 
 def substitute(value: str, env: dict[str, str]) -> str:
@@ -168,9 +194,9 @@ def parse(text: str, build_args: dict[str, str] | None = None) -> Dockerfile:
     entrypoint: str | None = None
     cmd: str | None = None
 
-    for line, text_line in _logical_lines(text):
-        keyword, _, rest = text_line.partition(" ")
-        keyword, rest = keyword.upper(), rest.strip()
+    instructions, warnings = _instructions(text)
+    for ins in instructions:
+        line, keyword, rest = ins.line, ins.keyword, ins.rest
         scope = {**args, **env}
         if keyword == "FROM":
             if base is not None:
@@ -200,7 +226,7 @@ def parse(text: str, build_args: dict[str, str] | None = None) -> Dockerfile:
                 if not rest:
                     raise DockerfileError(line, "RUN needs a command")
                 _, rest = _flags(rest)  # --mount/--network: no meaning in a build sandbox
-                df.steps.append(Step("RUN", (_command(rest),), line))
+                df.steps.append(Step("RUN", (_run_command(rest, ins.heredocs),), line))
             case "ENV":
                 pairs = [(k, substitute(v, scope)) for k, v in _key_values(rest, line, "ENV")]
                 env.update(pairs)
@@ -225,6 +251,7 @@ def parse(text: str, build_args: dict[str, str] | None = None) -> Dockerfile:
                 df.steps.append(Step(keyword, (rest,), line))
     if df is None:
         raise DockerfileError(1, "no FROM instruction")
+    df.warnings[:0] = warnings
     if entrypoint or cmd:
         df.start_cmd = " ".join(p for p in (entrypoint, cmd) if p)
     return df

@@ -100,7 +100,7 @@ def test_failing_builds_say_why_and_exit_1(cli_stack: CliStack, tmp_path: Path) 
         "nobase": ("FROM no-such-template\nRUN true\n",
                    ["failed at step base", "base template 'no-such-template' not found"]),
         "instr": ("FROM base\nRUN true\nFROBNICATE now\n",
-                  ["failed at step 2", "unsupported instruction 'FROBNICATE'"]),
+                  ["line 3", "unknown instruction: FROBNICATE"]),
         # a registry that is not there (on loopback: tests reach nothing else)
         "registry": ("FROM 127.0.0.1:1/nothing/here:1\n",
                      ["failed at step base", "127.0.0.1:1/nothing/here:1"]),

@@ -37,7 +37,8 @@ def test_full_example() -> None:
         Step("COPY", ("app/", "./", "user:user", "0755"), 9, CopySource("app/", "./")),
         Step("COPY", ("a.txt", "data/", "", ""), 10, CopySource("a.txt", "data/")),
         Step("COPY", ("b.txt", "data/", "", ""), 10, CopySource("b.txt", "data/")),
-        Step("RUN", ("apt-get update && echo $VERSION",), 11),
+        # Docker keeps a continued line's indentation (the comment line inside is dropped)
+        Step("RUN", ("apt-get update &&             echo $VERSION",), 11),
         Step("RUN", ("python3 -c 'print(1)'",), 14),
         Step("USER", ("user",), 15),
     ]
@@ -45,10 +46,28 @@ def test_full_example() -> None:
     assert df.warnings and "EXPOSE" in df.warnings[0]
 
 
-def test_legacy_env_and_unknown_instruction_passes_through() -> None:
-    df = parse("FROM base\nENV PATH_X /opt/x y\nFROBNICATE now\n")
+def test_legacy_env_and_an_unknown_instruction_named_by_its_line() -> None:
+    df = parse("FROM base\nENV PATH_X /opt/x y\n")
     assert df.steps[0] == Step("ENV", ("PATH_X", "/opt/x y"), 2)
-    assert df.steps[1] == Step("FROBNICATE", ("now",), 3)
+    with pytest.raises(DockerfileError, match="line 3: unknown instruction: FROBNICATE"):
+        parse("FROM base\nENV PATH_X /opt/x y\nFROBNICATE now\n")
+
+
+def test_heredocs() -> None:
+    """`RUN <<EOF` runs the body as the script; after a command the heredoc is its input
+    (the build sandbox's bash reads it); `<<-` strips leading tabs; quoting the terminator
+    keeps `$` literal, as the shell does."""
+    df = parse(
+        "FROM base\n"
+        "RUN <<EOF\necho one\necho two\nEOF\n"
+        "RUN cat > /etc/motd <<'EOT'\nhello $USER\nEOT\n"
+        "RUN <<-EOF\n\techo tabbed\n\tEOF\n"
+    )
+    assert [s.args[0] for s in df.steps] == [
+        "echo one\necho two\n",
+        "cat > /etc/motd <<'EOT'\nhello $USER\nEOT\n",
+        "echo tabbed\n",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -61,7 +80,7 @@ def test_legacy_env_and_unknown_instruction_passes_through() -> None:
         ("FROM a\nADD https://x.org/f /f\n", "URL"),
         ("FROM a\nCOPY ../secret /x\n", "inside the context"),
         ("FROM a\nCOPY onlyone\n", "source and a destination"),
-        ("FROM a\nENV A=1 B\n", "key=value"),
+        ("FROM a\nENV A=1 B\n", "name=value"),
     ],
 )
 def test_errors_name_the_line(text: str, message: str) -> None:
