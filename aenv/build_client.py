@@ -150,5 +150,23 @@ class BuildClient:
         rows: list[dict[str, Any]] = self._json(self.http.get("/v2/templates"))
         return rows
 
+    def logs(
+        self, template: str, build_id: str | None = None
+    ) -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
+        """Every log entry of a build (the latest by default) and its final status page."""
+        if build_id is None:
+            info = self._json(self.http.get(f"/templates/{template}"))
+            builds = info.get("builds") or []
+            if not builds:
+                raise BuildError(f"template {template} has no builds")
+            build_id = str(builds[0]["buildID"])
+        entries: tuple[dict[str, Any], ...] = ()
+        while True:
+            st = self._json(self.http.get(f"/templates/{template}/builds/{build_id}/status",
+                                          params={"logsOffset": len(entries)}))  # fmt: skip
+            if not st["logEntries"]:
+                return entries, st
+            entries += tuple(st["logEntries"])
+
     def delete(self, template: str) -> None:
         self._json(self.http.delete(f"/templates/{template}"))

@@ -283,6 +283,9 @@ def _template_body(row: dict[str, Any] | None, builds: list[dict[str, Any]]) -> 
         "envdVersion": src.get("envd_version") or ENVD_VERSION,
         "buildStatus": latest["status"] if latest is not None else "ready",
         "isDefault": tid == "base",
+        # aenv's: why the last build failed, and where (E2B shows it in the build status)
+        "buildReason": latest["reason"] if latest is not None else None,
+        "buildStep": latest["failed_step"] if latest is not None else None,
     }  # fmt: skip
 
 

@@ -206,18 +206,21 @@ async def build_log_entries(
 
 async def team_templates(conn: AsyncConnection, team_id: str) -> list[tuple[Row | None, list[Row]]]:
     """(template row or None, the team's builds of it newest first) for `base` and every
-    template the team built; the row is None while a first build is still running.
+    template the team built; the row is None while a first build is still running or after
+    it failed (listed with its reason: the user must see it). Deleted templates are gone.
     Snapshot templates are listed by the snapshot routes instead."""
     q = select(builds).where(builds.c.team_id == team_id).order_by(builds.c.requested_at.desc())
     by_template: dict[str, list[Row]] = {}
     for b in (await conn.execute(q)).mappings():
         by_template.setdefault(b["template_id"], []).append(dict(b))
     ids = sorted(set(by_template) | {"base"})
-    live = select(templates).where(templates.c.template_id.in_(ids), templates.c.deleted.is_(False))
-    rows = {r["template_id"]: dict(r) for r in (await conn.execute(live)).mappings()}
+    known = select(templates).where(templates.c.template_id.in_(ids))
+    rows = {r["template_id"]: dict(r) for r in (await conn.execute(known)).mappings()}
     out: list[tuple[Row | None, list[Row]]] = []
     for tid in ids:
         row, bs = rows.get(tid), by_template.get(tid, [])
-        if row is not None or (bs and bs[0]["status"] in ("waiting", "building")):
+        if row is not None and row["deleted"]:
+            continue
+        if row is not None or bs:
             out.append((row, bs))
     return out

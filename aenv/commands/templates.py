@@ -211,14 +211,38 @@ def template_ls(
     with _Errors("template ls"):
         rows = [_row(t) for t in client.list()]
     client.close()
-    emit(rows, ["name", "status", "cpu_count", "memory_mb", "builds", "updated_at"], output)
+    emit(rows, ["name", "status", "cpu_count", "memory_mb", "builds", "updated_at", "failure"],
+         output)  # fmt: skip
 
 
 def _row(t: dict[str, Any]) -> dict[str, Any]:
+    reason, step = t.get("buildReason"), t.get("buildStep")
+    failure = f"step {step}: {reason}" if reason and step else reason
     return {"name": t["templateID"], "template_id": t["templateID"],
             "status": t["buildStatus"], "cpu_count": t["cpuCount"], "memory_mb": t["memoryMB"],
             "builds": t["buildCount"], "build_id": t["buildID"],
-            "updated_at": t["updatedAt"]}  # fmt: skip
+            "updated_at": t["updatedAt"], "failure": failure or ""}  # fmt: skip
+
+
+@template_app.command("logs")
+def template_logs(
+    name: Annotated[str, typer.Argument(help="Template whose build log to print.",
+                                        show_default=False)],
+    build_id: Annotated[str, typer.Option("--build", help="A build of it (default: the "
+                        "latest).", show_default=False)] = "",
+    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
+) -> None:  # fmt: skip
+    """Print a build's log (running or finished): time, level, step, message per line."""
+    client = _client(api_url, api_key, data_dir)
+    with _Errors(f"template logs {name}"):
+        entries, status = client.logs(name, build_id or None)
+    client.close()
+    for e in entries:
+        step = f" [{e['step']}]" if e.get("step") else ""
+        print(f"{e['timestamp']} {e['level']:5}{step} {e['message']}")
+    if status.get("status") == "error":
+        _progress(f"build failed: {status.get('reason', {}).get('message', '')}")
+        raise typer.Exit(EXIT_FAILED)
 
 
 @template_app.command("rm")

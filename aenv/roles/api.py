@@ -76,7 +76,8 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         say(f"API listening on http://{cfg.host}:{cfg.port}")
         # Builds drive their build sandbox through this API's envd proxy, so after it listens.
         url = f"http://{cfg.host}:{cfg.port}"
-        builder = Builder(bus, BuildSettings(proxy_url=url, files_dir=files_dir))
+        builder = Builder(bus, BuildSettings(proxy_url=url, files_dir=files_dir),
+                          parallel=cfg.build_parallel)  # fmt: skip
         await builder.start()
         stack.push_async_callback(builder.stop)
         say(READY)

@@ -26,6 +26,8 @@ class RoleSettings(BaseSettings):
     s3_access_key: str | None = None
     s3_secret_key: str | None = None
     s3_bucket: str = "aenv-snapshots"
+    #: Template builds one API process runs at once (each drives a build sandbox).
+    build_parallel: int = 2
 
 
 def say(msg: str) -> None:

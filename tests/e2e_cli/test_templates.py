@@ -106,17 +106,52 @@ def test_failing_builds_say_why_and_exit_1(cli_stack: CliStack, tmp_path: Path) 
                      ["failed at step base", "127.0.0.1:1/nothing/here:1"]),
         "syntax": ("RUN echo no from\n", ["line 1", "before FROM"]),
     }  # fmt: skip
+    names = {}
     for key, (text, expected) in cases.items():
         df = tmp_path / f"Dockerfile.{key}"
         df.write_text(text)
-        r = run_aenv("build", str(df), "-n", f"fail-{key}-{uuid.uuid4().hex[:6]}",
-                     env=cli_stack.env(), timeout=300)  # fmt: skip
+        names[key] = f"fail-{key}-{uuid.uuid4().hex[:6]}"
+        r = run_aenv("build", str(df), "-n", names[key], env=cli_stack.env(),
+                     timeout=300)  # fmt: skip
         err = r.stderr.decode()
         assert r.returncode == 1, (key, err)
         last = err.strip().splitlines()[-1]
         assert last.startswith("aenv: "), (key, err)
         for word in expected:
             assert word in last, (key, word, err)
+    # a failed first build of a name is listed, with its reason and step; its log is kept
+    listed = _names(cli_stack)
+    failed = listed[names["run"]]
+    assert failed["status"] == "error" and "step 1" in str(failed["failure"]), failed
+    logs = run_aenv("template", "logs", names["run"], env=cli_stack.env())
+    assert logs.returncode == 1, logs.stderr.decode()
+    assert b"starting" in logs.stdout and b"definitely-missing" in logs.stdout, logs.stdout
+    assert b"build failed" in logs.stderr
+
+
+def test_two_builds_run_at_once(cli_stack: CliStack, tmp_path: Path) -> None:
+    """A builder runs two builds side by side (AENV_BUILD_PARALLEL, 2): their build
+    sandboxes overlap in time."""
+    import subprocess
+
+    from tests.e2e_cli.conftest import AENV
+
+    (tmp_path / "Dockerfile").write_text("FROM base\nRUN sleep 4 && echo slept\n")
+    names = [f"twin-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    procs = [subprocess.Popen([*AENV, "build", str(tmp_path / "Dockerfile"), "-n", n],
+                              env=cli_stack.env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for n in names]  # fmt: skip
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1].decode()[-500:] for o in outs]
+    spans = []
+    for n in names:
+        r = run_aenv("template", "logs", n, env=cli_stack.env())
+        times = [line.split()[0] for line in r.stdout.decode().splitlines() if line.strip()]
+        spans.append((min(times), max(times)))
+    (a0, a1), (b0, b1) = spans
+    assert a0 < b1 and b0 < a1, spans  # neither ended before the other began
+    for n in names:
+        assert run_aenv("template", "rm", n, env=cli_stack.env()).returncode == 0
 
 
 def test_pull_and_build_from_a_local_oci_archive(cli_stack: CliStack, tmp_path: Path) -> None:
