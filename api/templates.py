@@ -147,6 +147,13 @@ async def upload_files(
         tmp.unlink(missing_ok=True)
 
 
+async def _names_a_template(ctx: ApiContext, image: str) -> bool:
+    name = image.strip().removesuffix(":latest")
+    if not bd.valid_template_name(name) or "/" in name or ":" in name:
+        return False
+    return await reads.template(ctx.engine, name) is not None
+
+
 async def _registry_login(
     ctx: ApiContext, build_id: str, image: str | None, login: dict[str, object] | None
 ) -> str | None:
@@ -177,6 +184,10 @@ async def start_build(
     """Queue the build for a builder; 202 at once (the SDK then polls the status)."""
     state = await _build(ctx, caller, template_id, build_id)
     from_template, from_image = base_of(data)
+    if from_image is not None and await _names_a_template(ctx, from_image):
+        # `FROM base` (the E2B CLI sends a Dockerfile's FROM as an image): a bare name that
+        # is one of our templates means the template, not a Docker Hub image of that name
+        from_template, from_image = from_image.removesuffix(":latest"), None
     if from_image is not None and not from_image.startswith("/"):
         try:
             from_image = str(parse_reference(from_image))

@@ -1,0 +1,129 @@
+"""Image pull + convert benchmark: a ≥ 1 GiB two-layer image from a real registry on
+loopback (`docker-registry`), pulled into a cold layer cache and again into a warm one (a
+second image sharing the big layer: only its own small layer is downloaded), then
+converted into a guest image (unpack + user + mkfs).
+
+Every figure sits next to the raw primitive in the same run: a bare `skopeo copy` of the
+same image into an empty directory for the pull, and `tar -x` of the same layers plus
+`mkfs.ext4 -d` for the conversion — the ratio is what aenv's layer cache, verification and
+guest preparation add. Run as root: `python -m bench.image_bench [--gib 1] [--n 2]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.stats import emit, ratio, summary
+from tests.registry import local_registry, push
+from workers.node.image import base_rootfs_tree, build_from_oci
+from workers.node.image.disk import make_ext4, tree_bytes
+from workers.node.image.oci_write import tar_tree, write_layout
+from workers.node.image.registry import parse_reference, pull
+
+MIB = 1 << 20
+
+
+def _image(root: Path, gib: float) -> tuple[Path, Path, int]:
+    """Two layouts sharing a big layer (the Debian base tree + `gib` GiB of incompressible
+    files); the second adds a small layer of its own. Returns them and the image's bytes."""
+    big = root / "big"
+    (big / "data").mkdir(parents=True)
+    shutil.copytree(base_rootfs_tree(progress=lambda m: None), big / "rootfs", symlinks=True)
+    left = int(gib * 1024 * MIB)
+    i = 0
+    while left > 0:
+        size = min(left, 128 * MIB)
+        (big / "data" / f"blob{i}").write_bytes(os.urandom(size))
+        left, i = left - size, i + 1
+    small = root / "small"
+    (small / "etc").mkdir(parents=True)
+    (small / "etc/extra.conf").write_text("the second image's own layer\n")
+    data_layer = tar_tree(big, compress=False)
+    one, two = root / "one", root / "two"
+    write_layout(one, [data_layer])
+    write_layout(two, [data_layer, tar_tree(small, compress=False)])
+    return one, two, len(data_layer)
+
+
+def _raw_pull(ref: str, dest: Path) -> float:
+    t0 = time.monotonic()
+    subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false", f"docker://{ref}",
+                    f"oci:{dest}:image"], check=True, capture_output=True)  # fmt: skip
+    return time.monotonic() - t0
+
+
+def _raw_convert(layout: Path, work: Path) -> float:
+    """The primitive under a conversion: untar every layer blob, mkfs the tree."""
+    import json
+
+    t0 = time.monotonic()
+    tree = work / "tree"
+    tree.mkdir(parents=True)
+    index = json.loads((layout / "index.json").read_text())
+    digest = index["manifests"][0]["digest"].split(":", 1)[1]
+    manifest = json.loads((layout / "blobs/sha256" / digest).read_text())
+    for layer in manifest["layers"]:
+        blob = layout / "blobs/sha256" / layer["digest"].split(":", 1)[1]
+        subprocess.run(["tar", "-xf", str(blob), "-C", str(tree)], check=True)
+    make_ext4(tree, work / "root.ext4", int(tree_bytes(tree) * 1.3) + (256 << 20))
+    took = time.monotonic() - t0
+    shutil.rmtree(work)
+    return took
+
+
+def main(args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="aenv-imgbench-", dir="/var/tmp"))
+    samples: dict[str, list[float]] = {k: [] for k in (
+        "pull_cold", "pull_warm", "raw_pull", "convert", "raw_convert")}  # fmt: skip
+    try:
+        one, two, size = _image(work / "src", args.gib)
+        with local_registry(work / "registry") as registry:
+            ref_one = push(one, registry, "bench/big", "1")
+            ref_two = push(two, registry, "bench/big-plus", "1")
+            for i in range(args.n):
+                cache = work / f"cache{i}"
+                t0 = time.monotonic()
+                cold = pull(parse_reference(ref_one), cache=cache, progress=lambda m: None)
+                samples["pull_cold"].append(time.monotonic() - t0)
+                t0 = time.monotonic()
+                warm = pull(parse_reference(ref_two), cache=cache, progress=lambda m: None)
+                samples["pull_warm"].append(time.monotonic() - t0)
+                assert (warm.layers_cached, warm.layers_fetched) == (1, 1), warm
+                samples["raw_pull"].append(_raw_pull(ref_one, work / f"raw{i}"))
+                t0 = time.monotonic()
+                img = build_from_oci(cold.layout, f"imgbench-{i}", progress=lambda m: None,
+                                     force=True, ref="image", blobs=cold.blobs)  # fmt: skip
+                samples["convert"].append(time.monotonic() - t0)
+                shutil.rmtree(img.rootfs.parent, ignore_errors=True)
+                (img.rootfs.parent.parent / "names" / f"imgbench-{i}").unlink(missing_ok=True)
+                samples["raw_convert"].append(_raw_convert(work / f"raw{i}", work / f"rc{i}"))
+                shutil.rmtree(cache, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    stats = {k: summary(v, unit="s", scale=1.0) for k, v in samples.items()}
+    mb = size / 1e6
+    return {
+        "image_bytes": size,
+        **stats,
+        "pull_cold_mb_per_s": round(mb / stats["pull_cold"]["p50"], 1),
+        "raw_pull_mb_per_s": round(mb / stats["raw_pull"]["p50"], 1),
+        "convert_mb_per_s": round(mb / stats["convert"]["p50"], 1),
+        "raw_convert_mb_per_s": round(mb / stats["raw_convert"]["p50"], 1),
+        "pull_cold_vs_raw": ratio(stats["pull_cold"], stats["raw_pull"]),
+        "pull_warm_vs_cold": ratio(stats["pull_warm"], stats["pull_cold"]),
+        "convert_vs_raw": ratio(stats["convert"], stats["raw_convert"]),
+    }
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gib", type=float, default=1.0, help="size of the big layer's data")
+    parser.add_argument("--n", type=int, default=2, help="rounds")
+    emit("image", main(parser.parse_args()))
