@@ -74,6 +74,7 @@ def test_registry_images_become_sandboxes(stack: Stack, tmp_path: Path) -> None:
         # the second image shares the first's base layer: only its own layer is downloaded
         logs = _build(two, f"{name}-plus")
         assert any("2 layers, 1 already in the layer cache" in m for m in logs), logs
+        assert any("layers 0-0 already unpacked" in m for m in logs), logs  # nor unpacked
         plus = Sandbox.create(f"{name}-plus")
         try:  # the image's ENV, USER and WORKDIR are the template's defaults; CMD is not run
             out = plus.commands.run("pwd; echo $IMAGE_GREETING; id -un; cat data.txt").stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -278,3 +279,31 @@ def test_ref_picks_one_of_several_tagged_images(tmp_path: Path) -> None:
     with open_layout(a, "two") as lo:
         unpack(lo, tmp_path / "root", progress=lambda _m: None)
     assert (tmp_path / "root/which").read_bytes() == b"two"
+
+
+def test_layers_two_images_share_are_unpacked_once(tmp_path: Path) -> None:
+    """The unpacked-layer cache: a second image starting with the first's layer starts
+    from the cached tree, and what its own layer changes (overwrite, whiteout) never
+    reaches the cached tree or the first image (hard links are never written through)."""
+    from workers.node.image.oci import chain_ids
+
+    base = layer(d("etc"), f("etc/os", b"shared"), f("etc/gone", b"g"))
+    mine = layer(f("etc/os", b"changed"), f("etc/.wh.gone", b""))
+    cache = tmp_path / "cache"
+    trees = []
+    for name, layers in (("one", [base]), ("two", [base, mine])):
+        layout = tmp_path / f"layout-{name}"
+        write_layout(layout, layers)
+        messages: list[str] = []
+        with open_layout(layout) as lo:
+            unpack(lo, tmp_path / name, progress=messages.append, cache=cache)
+        trees.append((tmp_path / name, messages))
+    (one, first), (two, second) = trees
+    assert not any("already unpacked" in m for m in first)
+    assert any("layers 0-0 already unpacked" in m for m in second), second
+    assert sum(m.startswith("oci: layer ") for m in second) == 1  # only its own was applied
+    assert (two / "etc/os").read_bytes() == b"changed" and not (two / "etc/gone").exists()
+    assert (one / "etc/os").read_bytes() == b"shared" and (one / "etc/gone").exists()
+    [chain] = chain_ids([f"sha256:{hashlib.sha256(gzip.decompress(base)).hexdigest()}"])
+    kept = cache / chain.replace(":", "-") / "tree"
+    assert (kept / "etc/os").read_bytes() == b"shared" and (kept / "etc/gone").exists()

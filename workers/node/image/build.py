@@ -296,7 +296,7 @@ def build_from_oci(
 
                     def populate(dst: Path) -> dict[str, Any]:
                         with step(progress, f"unpack OCI {layout.manifest_digest}"):
-                            unpack(layout, dst, progress)
+                            unpack(layout, dst, progress, cache=root / "layers")
                         return image_defaults(layout.config, dst)
 
                     img = _assemble(root, digest, common, source, populate, progress)

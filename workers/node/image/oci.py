@@ -411,14 +411,44 @@ def apply_layer(tar_file: IO[bytes], root: Path, label: str) -> None:
         raise ImageError(f"{label}: cannot write {member}: {e}") from e
 
 
-def unpack(layout: Layout, dest: Path, progress: Callable[[str], None] = print) -> None:
-    """Unpack all layers of `layout`, in order, into a new directory `dest`."""
-    dest.mkdir(mode=0o755)
+def chain_ids(diff_ids: list[str]) -> list[str]:
+    """Docker's chain ids: layer i's names the whole stack 0..i (sha256 of the previous
+    chain id, a space, this diff id), so equal prefixes of two images are one chain."""
+    out: list[str] = []
+    for diff_id in diff_ids:
+        out.append(diff_id if not out else
+                   "sha256:" + hashlib.sha256(f"{out[-1]} {diff_id}".encode()).hexdigest())
+    return out
+
+
+def unpack(
+    layout: Layout, dest: Path, progress: Callable[[str], None] = print, *,
+    cache: Path | None = None,
+) -> None:  # fmt: skip
+    """Unpack all layers of `layout`, in order, into a new directory `dest`.
+
+    With `cache` (the node's unpacked-layer cache), the tree after each layer is kept under
+    its chain id as hard links, and an image whose first layers are a chain already there
+    starts from it: layers two images share are unpacked once. Hard links are safe because
+    unpacking never writes into an existing file (it unlinks and creates), and directories
+    are copied, not linked."""
     diff_ids = (layout.config.get("rootfs") or {}).get("diff_ids") or []
     if diff_ids and len(diff_ids) != len(layout.layers):
         n, m = len(diff_ids), len(layout.layers)
         raise ImageError(f"{layout.source}: config lists {n} diff_ids for {m} layers")
-    for i, desc in enumerate(layout.layers):
+    chains = chain_ids(diff_ids) if cache is not None and diff_ids else []
+    start = 0
+    for i in reversed(range(len(chains))):
+        kept = _chain_dir(cache, chains[i])
+        if (kept / "ok").is_file():
+            _link_tree(kept / "tree", dest)
+            start = i + 1
+            progress(f"oci: layers 0-{i} already unpacked (chain {chains[i][7:19]})")
+            break
+    else:
+        dest.mkdir(mode=0o755)
+    for i in range(start, len(layout.layers)):
+        desc = layout.layers[i]
         label = f"layer {i} {desc.digest}"
         progress(f"oci: {label} ({desc.size >> 10} KiB)")
         layout.verify_blob(desc, f"layer {i}")
@@ -427,6 +457,36 @@ def unpack(layout: Layout, dest: Path, progress: Callable[[str], None] = print) 
             if diff_ids and diff_ids[i] != diff_id:
                 raise ImageError(f"{label}: uncompressed digest {diff_id} != diff_id {diff_ids[i]}")
             apply_layer(plain, root=dest, label=label)
+        if chains:
+            _keep_chain(cache, chains[i], dest)
+
+
+def _chain_dir(cache: Path | None, chain: str) -> Path:
+    assert cache is not None
+    return cache / chain.replace(":", "-")
+
+
+def _keep_chain(cache: Path | None, chain: str, tree: Path) -> None:
+    """The tree as it is after this layer, into the cache (hard links; published whole)."""
+    final = _chain_dir(cache, chain)
+    if (final / "ok").is_file():
+        return
+    tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        _link_tree(tree, tmp / "tree")
+        (tmp / "ok").write_text(chain + "\n")
+        shutil.rmtree(final, ignore_errors=True)  # an incomplete one from a crash
+        os.rename(tmp, final)
+    except (OSError, ImageError):
+        shutil.rmtree(tmp, ignore_errors=True)  # the cache is an optimisation: go on without
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    proc = subprocess.run(["cp", "-al", str(src), str(dst)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ImageError(f"copying {src} failed: {proc.stderr.strip()[-300:]}")
 
 
 def image_defaults(config: dict[str, Any], tree: Path) -> dict[str, Any]:
