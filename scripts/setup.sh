@@ -38,4 +38,10 @@ if [ ! -x "$OLD_SDK/bin/python" ] || ! "$OLD_SDK/bin/python" -c "import e2b" 2>/
     "$PY" -m venv "$OLD_SDK"
     "$OLD_SDK/bin/pip" install -q "e2b==2.45.1"
 fi
+# The e2e suite also drives E2B's own CLI (`e2b template create`) from npm, when npm exists.
+E2B_CLI=${E2B_CLI_DIR:-.npm-e2b}
+if command -v npm >/dev/null && [ ! -x "$E2B_CLI/node_modules/.bin/e2b" ]; then
+    echo "setup: installing @e2b/cli 2.19.0 into $E2B_CLI (E2B CLI test)" >&2
+    npm install --silent --no-audit --no-fund --prefix "$E2B_CLI" @e2b/cli@2.19.0 >&2
+fi
 echo "setup: ok" >&2

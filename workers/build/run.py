@@ -365,7 +365,12 @@ class BuildRun:
             raise StepFailed(name, str(e)) from e
         tmp = f"/tmp/.aenv-copy-{self.build.build_id[:8]}-{name}.tar"
         await self.guest.write(tmp, data)
-        await self._exec(name, f"tar -xpf {tmp} -C / && rm -f {tmp}", user="root", cwd="/")
+        # the image's tar where it has one; else the static busybox on envd's runtime disk
+        # (distroless and busybox-only images have no tar, or only busybox's)
+        bb = "/opt/aenv/bin/busybox"
+        unpack = (f"if command -v tar >/dev/null 2>&1; then tar -xpf {tmp} -C /; "
+                  f"else {bb} tar -xf {tmp} -C /; fi && {bb} rm -f {tmp}")  # fmt: skip
+        await self._exec(name, unpack, user="root", cwd="/")
         await self.emit(f"copied {count} entries", name, "info")
 
     # ---- finalize -----------------------------------------------------------------------
