@@ -1,6 +1,11 @@
 """E2B's own CLI (npm `@e2b/cli`, unchanged) against aenv: `e2b template create` builds a
-Dockerfile FROM an image in a registry on loopback, with a `RUN <<EOF` heredoc, COPY and
-ENV; the template then starts sandboxes through the Python SDK."""
+Dockerfile FROM an image in a registry on loopback, with RUN, COPY and ENV; the template
+then starts sandboxes through the Python SDK.
+
+Not a heredoc here: the CLI's own Dockerfile parser (`dockerfile-ast`, joined by
+`handleRunInstruction`) sends `RUN <<EOF ...` flattened to one line, newlines lost, so no
+server can run it as written (E2B's included). `aenv build` reads heredocs whole
+(`tests/e2e_cli/test_templates.py`)."""
 
 from __future__ import annotations
 
@@ -36,10 +41,7 @@ def test_e2b_template_create_builds_a_dockerfile(stack: Stack, tmp_path: Path) -
             f"FROM {ref}\n"
             "ENV FROM_CLI=yes\n"
             "COPY hello.txt /opt/\n"
-            "RUN <<EOF\n"
-            "mkdir -p /opt/made\n"
-            "echo by heredoc > /opt/made/note\n"
-            "EOF\n"
+            "RUN mkdir -p /opt/made && echo by run > /opt/made/note\n"
         )
         env = {**os.environ, **stack.env(), "NO_COLOR": "1"}
         out = subprocess.run([str(CLI), "template", "create", name, "-p", str(ctx),
@@ -49,7 +51,7 @@ def test_e2b_template_create_builds_a_dockerfile(stack: Stack, tmp_path: Path) -
     sbx = Sandbox.create(name)
     try:
         got = sbx.commands.run("echo $FROM_CLI; cat /opt/hello.txt /opt/made/note").stdout
-        assert got == "yes\ncopied by the E2B CLI\nby heredoc\n"
+        assert got == "yes\ncopied by the E2B CLI\nby run\n"
     finally:
         sbx.kill()
     Sandbox.delete_snapshot(name)

@@ -47,6 +47,7 @@ def test_build_with_copy_then_a_sandbox_sees_files_env_workdir(
         "COPY app/ ./\n"
         "COPY --chown=user --chmod=640 settings.ini /etc/myapp/\n"
         'RUN echo "arg=$GREETING" > built.txt && python3 main.py >> built.txt\n'
+        "RUN <<EOF\necho first > heredoc.txt\necho second >> heredoc.txt\nEOF\n"
         "USER user\n"
         "EXPOSE 8080\n"
     )
@@ -57,7 +58,7 @@ def test_build_with_copy_then_a_sandbox_sees_files_env_workdir(
     err = r.stderr.decode()
     assert r.returncode == 0, err
     assert r.stdout.decode().strip() == name
-    for progress in ("upload app/", "upload settings.ini", "[3/7] WORKDIR /srv/app",
+    for progress in ("upload app/", "upload settings.ini", "[3/8] WORKDIR /srv/app",
                      "start command: python3 -m http.server 8000", "waiting for: python3",
                      "capturing the template snapshot", f"template {name} ready"):  # fmt: skip
         assert progress in err, err
@@ -69,6 +70,7 @@ def test_build_with_copy_then_a_sandbox_sees_files_env_workdir(
         assert out.stdout.split("\n")[:6] == [
             "/srv/app", "user", "production/hello world", "arg=hello", "app ok", "X = 1",
         ]  # fmt: skip
+        assert sbx.commands.run("cat heredoc.txt").stdout == "first\nsecond\n"
         ini = sbx.commands.run(
             "stat -c '%U %a' /etc/myapp/settings.ini; cat /etc/myapp/settings.ini"
         )
