@@ -1,9 +1,12 @@
 """A real OCI registry on loopback for the tests (Debian's `docker-registry`, the CNCF
-distribution server), open or behind basic auth, and images the tests make themselves and
-push with skopeo. Tests reach no other registry."""
+distribution server), open or behind basic auth, and images the tests make themselves from
+trees they build (busybox-only; glibc binaries copied from this Debian host) and push with
+skopeo. Tests reach no other registry."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import time
@@ -15,7 +18,7 @@ from pathlib import Path
 
 from aenv.stack.process import free_port
 
-__all__ = ["LocalRegistry", "local_registry", "push"]
+__all__ = ["LocalRegistry", "busybox_tree", "debian_tree", "layout", "local_registry", "push"]
 
 
 @dataclass(frozen=True)
@@ -76,3 +79,57 @@ def push(layout: Path, registry: LocalRegistry, repository: str, tag: str = "1")
     subprocess.run([*argv, f"oci:{layout}", f"docker://{ref}"], check=True,
                    capture_output=True)  # fmt: skip
     return ref
+
+
+def layout(out: Path, *trees: Path, config: dict[str, object] | None = None) -> Path:
+    """An OCI layout at `out` with one layer per tree, bottom first."""
+    from workers.node.image.oci_write import tar_tree, write_layout
+
+    write_layout(out, [tar_tree(t) for t in trees], config=config)
+    return out
+
+
+def busybox_tree(root: Path, *applets: str) -> Path:
+    """A root with a static busybox and nothing else: no libc, no Python, no bash."""
+    (root / "bin").mkdir(parents=True)
+    shutil.copyfile("/bin/busybox", root / "bin/busybox")
+    (root / "bin/busybox").chmod(0o755)
+    for applet in ("sh", "ls", "cat", "echo", "id", "sleep", "uname", *applets):
+        (root / "bin" / applet).symlink_to("busybox")
+    (root / "etc").mkdir()
+    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (root / "etc/group").write_text("root:x:0:\n")
+    return root
+
+
+def _shared_libs(binary: str) -> list[str]:
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"(/\S+) \(0x", out)
+
+
+def debian_tree(root: Path, *programs: str) -> Path:
+    """A usr-merged glibc root in Debian's layout: this Debian host's `programs` (bash and
+    coreutils) with the libraries they load, its os-release, and nothing else."""
+    for top, target in (("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"),
+                        ("lib64", "usr/lib64")):  # fmt: skip
+        (root / target).mkdir(parents=True, exist_ok=True)
+        (root / top).symlink_to(target)
+    files = {shutil.which(p) or p for p in programs}
+    for binary in list(files):
+        files.update(_shared_libs(binary))
+    for path in files:  # every file at its usr-merged place, as a regular file
+        inside = path if path.startswith("/usr/") else "/usr" + path
+        dst = root / inside.lstrip("/")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(os.path.realpath(path), dst)
+        dst.chmod(0o755)
+    (root / "usr/bin/sh").symlink_to("bash")
+    (root / "etc").mkdir()
+    for name in ("os-release", "debian_version"):
+        shutil.copyfile(Path("/etc") / name, root / "etc" / name)
+    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    (root / "etc/group").write_text("root:x:0:\n")
+    for d in ("tmp", "root", "home"):
+        (root / d).mkdir()
+    (root / "tmp").chmod(0o1777)
+    return root

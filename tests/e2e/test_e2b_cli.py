@@ -18,7 +18,7 @@ import pytest
 from e2b import Sandbox
 
 from tests.e2e.conftest import Stack
-from tests.registry import local_registry, push
+from tests.registry import busybox_tree, layout, local_registry, push
 
 pytestmark = pytest.mark.vm
 
@@ -28,11 +28,9 @@ CLI = Path(__file__).resolve().parents[2] / ".npm-e2b" / "node_modules" / ".bin"
 def test_e2b_template_create_builds_a_dockerfile(stack: Stack, tmp_path: Path) -> None:
     if not CLI.exists():
         pytest.skip("npm's @e2b/cli is not installed (scripts/setup.sh installs it with npm)")
-    from tests.e2e.test_registry import _busybox_tree, _layout
-
     name = f"cli-{uuid.uuid4().hex[:8]}"
     with local_registry(tmp_path / "registry") as registry:
-        ref = push(_layout(tmp_path / "img", _busybox_tree(tmp_path / "tree", "mkdir")),
+        ref = push(layout(tmp_path / "img", busybox_tree(tmp_path / "tree", "mkdir")),
                    registry, "tests/cli-base", "1")  # fmt: skip
         ctx = tmp_path / "ctx"
         ctx.mkdir()

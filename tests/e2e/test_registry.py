@@ -13,28 +13,9 @@ import pytest
 from e2b import BuildException, Sandbox, Template
 
 from tests.e2e.conftest import Stack
-from tests.registry import local_registry, push
+from tests.registry import busybox_tree, layout, local_registry, push
 
 pytestmark = pytest.mark.vm
-
-
-def _busybox_tree(root: Path, *applets: str) -> Path:
-    (root / "bin").mkdir(parents=True)
-    (root / "bin/busybox").write_bytes(Path("/bin/busybox").read_bytes())
-    (root / "bin/busybox").chmod(0o755)
-    for applet in ("sh", "ls", "cat", "echo", "id", "sleep", "uname", *applets):
-        (root / "bin" / applet).symlink_to("busybox")
-    (root / "etc").mkdir()
-    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (root / "etc/group").write_text("root:x:0:\n")
-    return root
-
-
-def _layout(out: Path, *trees: Path, config: dict[str, object] | None = None) -> Path:
-    from workers.node.image.oci_write import tar_tree, write_layout
-
-    write_layout(out, [tar_tree(t) for t in trees], config=config)
-    return out
 
 
 def _build(image: str, name: str, **login: str) -> list[str]:
@@ -45,19 +26,19 @@ def _build(image: str, name: str, **login: str) -> list[str]:
 
 
 def test_registry_images_become_sandboxes(stack: Stack, tmp_path: Path) -> None:
-    base = _busybox_tree(tmp_path / "base")
+    base = busybox_tree(tmp_path / "base")
     extra = tmp_path / "extra"
     (extra / "srv").mkdir(parents=True)
     (extra / "srv/data.txt").write_text("second layer\n")
     tag = uuid.uuid4().hex[:8]
     with local_registry(tmp_path / "open") as open_reg, \
             local_registry(tmp_path / "private", login=("aenv", "s3cret")) as private:
-        one = push(_layout(tmp_path / "one", base), open_reg, "tests/busybox", tag)
+        one = push(layout(tmp_path / "one", base), open_reg, "tests/busybox", tag)
         config = {"config": {"Env": ["IMAGE_GREETING=hello"], "User": "0",
                              "WorkingDir": "/srv", "Cmd": ["/bin/false"]}}  # fmt: skip
-        two = push(_layout(tmp_path / "two", base, extra, config=config), open_reg,
+        two = push(layout(tmp_path / "two", base, extra, config=config), open_reg,
                    "tests/busybox-plus", tag)  # fmt: skip
-        secret = push(_layout(tmp_path / "secret", base), private, "tests/private", tag)
+        secret = push(layout(tmp_path / "secret", base), private, "tests/private", tag)
 
         name = f"reg-{tag}"
         first = _build(one, name)

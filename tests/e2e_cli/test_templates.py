@@ -210,21 +210,11 @@ def test_an_image_with_no_libc_no_python_and_no_bash_is_a_sandbox(
     """A busybox-only image (static busybox, nothing else): envd runs on its own runtime,
     `commands.run` (the SDK asks for /bin/bash) runs in the image's sh, files and background
     processes work as on Debian."""
-    from workers.node.image.oci_write import write_layout_from_dir
+    from tests.registry import busybox_tree, layout
 
-    tree = tmp_path / "tree"
-    (tree / "bin").mkdir(parents=True)
-    (tree / "bin/busybox").write_bytes(Path("/bin/busybox").read_bytes())
-    (tree / "bin/busybox").chmod(0o755)
-    for applet in ("sh", "ls", "cat", "echo", "id", "sleep", "ps", "uname"):
-        (tree / "bin" / applet).symlink_to("busybox")
-    (tree / "etc").mkdir()
-    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (tree / "etc/group").write_text("root:x:0:\n")
-    layout = tmp_path / "layout"
-    write_layout_from_dir(tree, layout)
+    image = layout(tmp_path / "layout", busybox_tree(tmp_path / "tree", "ps"))
     name = f"busybox-{uuid.uuid4().hex[:6]}"
-    r = run_aenv("pull", str(layout), "--name", name, env=cli_stack.env(), timeout=900)
+    r = run_aenv("pull", str(image), "--name", name, env=cli_stack.env(), timeout=900)
     assert r.returncode == 0, r.stderr.decode()
     sbx = _sandbox(cli_stack, name)
     try:

@@ -113,18 +113,10 @@ def test_an_envd_change_rebuilds_the_runtime_not_the_image(
 def test_an_image_with_no_libc_and_no_python_runs_envd(tmp_path: Path) -> None:
     """A busybox-only image (static: no libc, no loader, no Python): envd runs anyway, on
     its own runtime, and PID 1 and the user's shell come from what is there."""
-    tree = tmp_path / "tree"
-    (tree / "bin").mkdir(parents=True)
-    (tree / "bin/busybox").write_bytes(Path("/bin/busybox").read_bytes())
-    (tree / "bin/busybox").chmod(0o755)
-    for applet in ("sh", "ls", "cat", "echo", "id"):
-        (tree / "bin" / applet).symlink_to("busybox")
-    (tree / "etc").mkdir()
-    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (tree / "etc/group").write_text("root:x:0:\n")
-    layout = tmp_path / "layout"
-    write_layout_from_dir(tree, layout)
-    img = build_from_oci(layout, "busybox-test", progress=lambda m: None, force=True)
+    from tests.registry import busybox_tree, layout
+
+    image = layout(tmp_path / "layout", busybox_tree(tmp_path / "tree"))
+    img = build_from_oci(image, "busybox-test", progress=lambda m: None, force=True)
     try:
         assert img.manifest["guest"]["python"] is None
         port = free_port()
