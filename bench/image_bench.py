@@ -1,7 +1,8 @@
 """Image pull + convert benchmark: a ≥ 1 GiB two-layer image from a real registry on
 loopback (`docker-registry`), pulled into a cold layer cache and again into a warm one (a
-second image sharing the big layer: only its own small layer is downloaded), then
-converted into a guest image (unpack + user + mkfs).
+second image sharing the big layer: only its own small layer is downloaded), then both
+converted into guest images (unpack + user + mkfs): the first with nothing unpacked before,
+the second starting from the first's unpacked layer.
 
 Every figure sits next to the raw primitive in the same run: a bare `skopeo copy` of the
 same image into an empty directory for the pull, and `tar -x` of the same layers plus
@@ -12,9 +13,11 @@ guest preparation add. Run as root: `python -m bench.image_bench [--gib 1] [--n 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,18 +27,26 @@ from bench.stats import emit, ratio, summary
 from tests.registry import local_registry, push
 from workers.node.image import base_rootfs_tree, build_from_oci
 from workers.node.image.disk import make_ext4, tree_bytes
+from workers.node.image.oci import chain_dir, chain_ids
 from workers.node.image.oci_write import tar_tree, write_layout
 from workers.node.image.registry import parse_reference, pull
 
 MIB = 1 << 20
 
 
-def _image(root: Path, gib: float) -> tuple[Path, Path, int]:
+def _say(message: str) -> None:
+    print(f"image_bench: {message}", file=sys.stderr, flush=True)
+
+
+def _image(root: Path, gib: float) -> tuple[Path, Path, int, list[str]]:
     """Two layouts sharing a big layer (the Debian base tree + `gib` GiB of incompressible
-    files); the second adds a small layer of its own. Returns them and the image's bytes."""
+    files); the second adds a small layer of its own. Returns them, the image's bytes and
+    the second image's diff ids."""
     big = root / "big"
     (big / "data").mkdir(parents=True)
-    shutil.copytree(base_rootfs_tree(progress=lambda m: None), big / "rootfs", symlinks=True)
+    # cp -a, not shutil.copytree: the tree has device nodes (copytree would read /dev/console)
+    base = base_rootfs_tree(progress=lambda m: None)
+    subprocess.run(["cp", "-a", str(base), str(big / "rootfs")], check=True)
     left = int(gib * 1024 * MIB)
     i = 0
     while left > 0:
@@ -45,11 +56,12 @@ def _image(root: Path, gib: float) -> tuple[Path, Path, int]:
     small = root / "small"
     (small / "etc").mkdir(parents=True)
     (small / "etc/extra.conf").write_text("the second image's own layer\n")
-    data_layer = tar_tree(big, compress=False)
+    layers = [tar_tree(big, compress=False), tar_tree(small, compress=False)]
     one, two = root / "one", root / "two"
-    write_layout(one, [data_layer])
-    write_layout(two, [data_layer, tar_tree(small, compress=False)])
-    return one, two, len(data_layer)
+    write_layout(one, layers[:1])
+    write_layout(two, layers)
+    diff_ids = ["sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers]
+    return one, two, len(layers[0]), diff_ids
 
 
 def _raw_pull(ref: str, dest: Path) -> float:
@@ -78,16 +90,30 @@ def _raw_convert(layout: Path, work: Path) -> float:
     return took
 
 
+def _convert(layout: Path, name: str, blobs: Path) -> tuple[float, Path]:
+    t0 = time.monotonic()
+    img = build_from_oci(layout, name, progress=lambda m: None, force=True, ref="image",
+                         blobs=blobs)  # fmt: skip
+    took = time.monotonic() - t0
+    shutil.rmtree(img.rootfs.parent, ignore_errors=True)
+    (img.rootfs.parent.parent / "names" / name).unlink(missing_ok=True)
+    return took, img.rootfs.parent.parent
+
+
 def main(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="aenv-imgbench-", dir="/var/tmp"))
     samples: dict[str, list[float]] = {k: [] for k in (
-        "pull_cold", "pull_warm", "raw_pull", "convert", "raw_convert")}  # fmt: skip
+        "pull_cold", "pull_warm", "raw_pull", "convert_cold", "convert_warm",
+        "raw_convert")}  # fmt: skip
     try:
-        one, two, size = _image(work / "src", args.gib)
+        _say(f"making a {args.gib} GiB image")
+        one, two, size, diff_ids = _image(work / "src", args.gib)
         with local_registry(work / "registry") as registry:
+            _say("pushing it to a docker-registry on loopback")
             ref_one = push(one, registry, "bench/big", "1")
             ref_two = push(two, registry, "bench/big-plus", "1")
             for i in range(args.n):
+                _say(f"round {i + 1}/{args.n}: pull into a cold layer cache, then a warm one")
                 cache = work / f"cache{i}"
                 t0 = time.monotonic()
                 cold = pull(parse_reference(ref_one), cache=cache, progress=lambda m: None)
@@ -97,12 +123,13 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
                 samples["pull_warm"].append(time.monotonic() - t0)
                 assert (warm.layers_cached, warm.layers_fetched) == (1, 1), warm
                 samples["raw_pull"].append(_raw_pull(ref_one, work / f"raw{i}"))
-                t0 = time.monotonic()
-                img = build_from_oci(cold.layout, f"imgbench-{i}", progress=lambda m: None,
-                                     force=True, ref="image", blobs=cold.blobs)  # fmt: skip
-                samples["convert"].append(time.monotonic() - t0)
-                shutil.rmtree(img.rootfs.parent, ignore_errors=True)
-                (img.rootfs.parent.parent / "names" / f"imgbench-{i}").unlink(missing_ok=True)
+                _say(f"round {i + 1}/{args.n}: convert (unpack cache cold, then warm)")
+                took, root = _convert(cold.layout, f"imgbench-{i}", cold.blobs)
+                samples["convert_cold"].append(took)
+                took, root = _convert(warm.layout, f"imgbench-{i}-plus", warm.blobs)
+                samples["convert_warm"].append(took)
+                for chain in chain_ids(diff_ids):  # the next round's unpack starts cold again
+                    shutil.rmtree(chain_dir(root / "layers", chain), ignore_errors=True)
                 samples["raw_convert"].append(_raw_convert(work / f"raw{i}", work / f"rc{i}"))
                 shutil.rmtree(cache, ignore_errors=True)
     finally:
@@ -114,11 +141,12 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         **stats,
         "pull_cold_mb_per_s": round(mb / stats["pull_cold"]["p50"], 1),
         "raw_pull_mb_per_s": round(mb / stats["raw_pull"]["p50"], 1),
-        "convert_mb_per_s": round(mb / stats["convert"]["p50"], 1),
+        "convert_cold_mb_per_s": round(mb / stats["convert_cold"]["p50"], 1),
         "raw_convert_mb_per_s": round(mb / stats["raw_convert"]["p50"], 1),
         "pull_cold_vs_raw": ratio(stats["pull_cold"], stats["raw_pull"]),
         "pull_warm_vs_cold": ratio(stats["pull_warm"], stats["pull_cold"]),
-        "convert_vs_raw": ratio(stats["convert"], stats["raw_convert"]),
+        "convert_cold_vs_raw": ratio(stats["convert_cold"], stats["raw_convert"]),
+        "convert_warm_vs_cold": ratio(stats["convert_warm"], stats["convert_cold"]),
     }
 
 

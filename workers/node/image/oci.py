@@ -439,7 +439,7 @@ def unpack(
     chains = chain_ids(diff_ids) if cache is not None and diff_ids else []
     start = 0
     for i in reversed(range(len(chains))):
-        kept = _chain_dir(cache, chains[i])
+        kept = chain_dir(cache, chains[i])
         if (kept / "ok").is_file():
             _link_tree(kept / "tree", dest)
             start = i + 1
@@ -461,14 +461,16 @@ def unpack(
             _keep_chain(cache, chains[i], dest)
 
 
-def _chain_dir(cache: Path | None, chain: str) -> Path:
+def chain_dir(cache: Path | None, chain: str) -> Path:
+    """Where the tree after a chain's layers is kept (public: a benchmark empties it to
+    measure a cold unpack)."""
     assert cache is not None
     return cache / chain.replace(":", "-")
 
 
 def _keep_chain(cache: Path | None, chain: str, tree: Path) -> None:
     """The tree as it is after this layer, into the cache (hard links; published whole)."""
-    final = _chain_dir(cache, chain)
+    final = chain_dir(cache, chain)
     if (final / "ok").is_file():
         return
     tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
