@@ -1,10 +1,12 @@
-"""E2B's own CLI (npm `@e2b/cli`, unchanged) against aenv: `e2b template create` builds a
-Dockerfile FROM an image in a registry on loopback, with RUN, COPY and ENV; the template
-then starts sandboxes through the Python SDK.
+"""E2B's own clients build Dockerfiles against aenv: the CLI (npm `@e2b/cli`, unchanged)
+with `e2b template create`, and the Python SDK with `Template().from_dockerfile`, each FROM
+an image in a registry on loopback, with RUN, COPY and ENV; the templates then start
+sandboxes through the Python SDK.
 
-Not a heredoc here: the CLI's own Dockerfile parser (`dockerfile-ast`, joined by
-`handleRunInstruction`) sends `RUN <<EOF ...` flattened to one line, newlines lost, so no
-server can run it as written (E2B's included). `aenv build` reads heredocs whole
+The heredoc (`RUN <<EOF`) goes through the Python SDK only: the CLI's Dockerfile parser
+(`dockerfile-ast`, joined by `handleRunInstruction`) sends it flattened to one line,
+newlines lost, so no server can run it as written (E2B's included). The Python SDK (on
+`e2b-dockerfile-utils`) sends the body whole, as `aenv build` reads it
 (`tests/e2e_cli/test_templates.py`)."""
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from e2b import Sandbox
+from e2b import Sandbox, Template
 
 from tests.e2e.conftest import Stack
 from tests.registry import busybox_tree, layout, local_registry, push
@@ -50,6 +52,33 @@ def test_e2b_template_create_builds_a_dockerfile(stack: Stack, tmp_path: Path) -
     try:
         got = sbx.commands.run("echo $FROM_CLI; cat /opt/hello.txt /opt/made/note").stdout
         assert got == "yes\ncopied by the E2B CLI\nby run\n"
+    finally:
+        sbx.kill()
+    Sandbox.delete_snapshot(name)
+
+
+def test_the_python_sdk_builds_a_dockerfile_with_a_heredoc(stack: Stack, tmp_path: Path) -> None:
+    name = f"sdk-df-{uuid.uuid4().hex[:8]}"
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "hello.txt").write_text("copied by the SDK\n")
+    with local_registry(tmp_path / "registry") as registry:
+        ref = push(layout(tmp_path / "img", busybox_tree(tmp_path / "tree", "mkdir")),
+                   registry, "tests/sdk-base", "1")  # fmt: skip
+        dockerfile = (
+            f"FROM {ref}\n"
+            "ENV FROM_SDK=yes\n"
+            "COPY hello.txt /opt/\n"
+            "RUN <<EOF\n"
+            "echo first > /opt/heredoc.txt\n"
+            "echo second >> /opt/heredoc.txt\n"
+            "EOF\n"
+        )
+        Template.build(Template(file_context_path=str(ctx)).from_dockerfile(dockerfile), name)
+    sbx = Sandbox.create(name)
+    try:
+        got = sbx.commands.run("echo $FROM_SDK; cat /opt/hello.txt /opt/heredoc.txt").stdout
+        assert got == "yes\ncopied by the SDK\nfirst\nsecond\n"
     finally:
         sbx.kill()
     Sandbox.delete_snapshot(name)
