@@ -200,6 +200,7 @@ async def start_build(
                                  files_hash=s.files_hash, force=bool(s.force))
                     for s in data.steps),
         start_cmd=data.start_cmd or None, ready_cmd=data.ready_cmd or None,
+        force=bool(data.force),
     )  # fmt: skip
     node = None
     if spec.from_template:

@@ -103,6 +103,8 @@ class BuildSpec(BaseModel):
     steps: tuple[BuildStep, ...] = ()
     start_cmd: str | None = None
     ready_cmd: str | None = None
+    #: E2B's `force` (`skip_cache`): nothing cached is reused, a FROM image is pulled again
+    force: bool = False
 
 
 class BuildLogEntry(BaseModel):

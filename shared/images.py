@@ -5,9 +5,11 @@ reference with a 400), the template builder and the node that pulls."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
-__all__ = ["DOCKER_HUB", "ImageRef", "InvalidImageReference", "parse_reference"]
+__all__ = ["DOCKER_HUB", "ImageRef", "InvalidImageReference", "mirrored", "parse_mirrors",
+           "parse_reference"]
 
 DOCKER_HUB = "docker.io"
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
@@ -67,3 +69,32 @@ def parse_reference(text: str) -> ImageRef:
     if digest and not _DIGEST.match(digest):
         raise InvalidImageReference(f"invalid image reference {text!r}: bad digest {digest!r}")
     return ImageRef(registry, path, tag if tag or digest else "latest", digest or None)
+
+
+_HOST = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\])(?::\d{1,5})?$")
+
+
+def parse_mirrors(text: str) -> dict[str, str]:
+    """`registry=mirror[,registry=mirror…]` (`docker.io=hub-cache.internal:5000`): the
+    registries whose images are pulled from a mirror instead — a pull-through cache, or the
+    only way out of an air-gapped fleet. Docker's names are normalised (`index.docker.io`
+    is `docker.io`)."""
+    mirrors: dict[str, str] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        registry, sep, mirror = (part.strip() for part in item.partition("="))
+        if not sep or not _HOST.match(registry) or not _HOST.match(mirror):
+            raise InvalidImageReference(f"bad registry mirror {item!r}: want registry=host[:port]")
+        if registry in ("index.docker.io", "registry-1.docker.io"):
+            registry = DOCKER_HUB
+        mirrors[registry] = mirror
+    return mirrors
+
+
+def mirrored(ref: ImageRef, mirrors: Mapping[str, str]) -> ImageRef:
+    """Where `ref` is pulled from: the same repository on its registry's mirror, if any.
+    No fallback to the registry itself: a mirror is configured because that one is not to
+    be reached."""
+    mirror = mirrors.get(ref.registry)
+    return ref if mirror is None else replace(ref, registry=mirror)

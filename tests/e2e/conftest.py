@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from aenv.stack.process import free_port
+from tests.registry import LocalRegistry, local_registry
 
 pytestmark = pytest.mark.vm
 
@@ -28,6 +29,9 @@ class Stack:
     api_url: str
     api_key: str
     nats_url: str
+    #: a registry on loopback the stack's node pulls Docker Hub names from (its mirror):
+    #: `from_python_image("3.12")` is `library/python:3.12` here, pushed by the test
+    hub: LocalRegistry
 
     def env(self) -> dict[str, str]:
         return {
@@ -57,7 +61,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if os.geteuid() != 0:
         pytest.skip("the stack runs microVMs: needs root")
     data = tmp_path_factory.mktemp("aenv-e2e")
+    with local_registry(tmp_path_factory.mktemp("hub")) as hub:
+        yield from _stack(data, hub)
+
+
+def _stack(data: Path, hub: LocalRegistry) -> Iterator[Stack]:
     env = {**os.environ, "AENV_SLOT_PREFIX": "aenve", "AENV_NODE_ID": "e2e",
+           "AENV_REGISTRY_MIRRORS": f"docker.io={hub.host}",
            "AENV_TRACE_FILE": str(data / "traces.jsonl"),
            # sandbox traffic takes the multi-host path: API proxy -> node proxy -> guest
            "AENV_PROXY_VIA_NODE": "1",
@@ -77,7 +87,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     )
     info = json.loads((data / "stack.json").read_text())
     saved = {k: os.environ.get(k) for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")}
-    st = Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], info["nats_url"])
+    st = Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], info["nats_url"], hub)
     os.environ.update(st.env())
     try:
         yield st

@@ -1,16 +1,24 @@
 """The e2b SDK's own template API against aenv: `Template.build()` from `base` with COPY
 (through the SDK's file-upload flow), ENV, RUN and WORKDIR, `Template.exists()`, then
-`Sandbox.create(<name>)`; a failing step surfaces as the SDK's BuildException."""
+`Sandbox.create(<name>)`; a failing step surfaces as the SDK's BuildException. From Docker
+Hub names (`from_python_image`, `from_debian_image`, `from_node_image`, through the stack's
+hub mirror on loopback): USER, a start command with its ready check, `build_in_background`
+with `get_build_status`, and `skip_cache` taking a re-pushed tag that a plain build does
+not."""
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 from e2b import BuildException, Sandbox, Template
+from e2b.template.readycmd import wait_for_file
 
 from tests.e2e.conftest import Stack
+from tests.registry import debian_tree, layout, push
 
 pytestmark = pytest.mark.vm
 
@@ -47,3 +55,83 @@ def test_sdk_template_build_then_sandbox(stack: Stack, tmp_path: Path) -> None:
         Template.build(failing, f"{name}-bad")
     assert Sandbox.delete_snapshot(name) is True  # DELETE /templates/{id}
     assert not Template.exists(name)
+
+
+START = "bash -c 'echo $STARTED_BY > /home/app/started; exec sleep infinity'"
+
+
+def _hub_image(stack: Stack, tmp: Path, repository: str, tag: str, marker: str) -> None:
+    """A small Debian-layout image (bash, coreutils, a user `app`) as a Docker Hub name."""
+    tree = debian_tree(tmp / "tree", "bash", "cat", "id", "sleep", "ls", "mkdir")
+    (tree / "etc/passwd").write_text(
+        "root:x:0:0:root:/root:/bin/bash\napp:x:1001:1001::/home/app:/bin/bash\n"
+    )
+    (tree / "etc/group").write_text("root:x:0:\napp:x:1001:\n")
+    (tree / "home/app").mkdir()
+    os.chown(tree / "home/app", 1001, 1001)
+    (tree / "etc/marker").write_text(marker + "\n")
+    push(layout(tmp / "layout", tree), stack.hub, repository, tag)
+
+
+def test_templates_from_docker_hub_names(stack: Stack, tmp_path: Path) -> None:
+    tag = uuid.uuid4().hex[:8]  # tags of our own: the hub registry lives as long as the stack
+    _hub_image(stack, tmp_path / "py1", "library/python", tag, "python, first push")
+    name = f"hub-{tag}"
+    logs: list[str] = []
+    template = (
+        Template()
+        .from_python_image(tag)
+        .set_envs({"STARTED_BY": "start-cmd"})
+        .set_user("app")
+        .run_cmd("id -un > /home/app/built-by")
+        .set_workdir("/home/app")
+        .set_start_cmd(START, wait_for_file("/home/app/started"))
+    )
+    Template.build(template, name, on_build_logs=lambda e: logs.append(e.message))
+    mirror = f"pull docker.io/library/python:{tag}: from the mirror {stack.hub.host}"
+    assert any(mirror in m for m in logs), logs
+    sbx = Sandbox.create(name)
+    try:
+        out = sbx.commands.run("pwd; id -un; cat built-by started /etc/marker").stdout
+        assert out == "/home/app\napp\napp\nstart-cmd\npython, first push\n"
+        running = [" ".join([p.cmd, *p.args]) for p in sbx.commands.list()]
+        assert any("sleep infinity" in c for c in running), running  # kept by the snapshot
+    finally:
+        sbx.kill()
+
+    # the tag moves on: a plain build keeps the image it pulled, skip_cache takes the new one
+    _hub_image(stack, tmp_path / "py2", "library/python", tag, "python, second push")
+    again = Template().from_python_image(tag).run_cmd("cat /etc/marker")
+    Template.build(again, f"{name}-cached")
+    Template.build(again, f"{name}-fresh", skip_cache=True)
+    for which, marker in (("cached", "first"), ("fresh", "second")):
+        sbx = Sandbox.create(f"{name}-{which}")
+        try:
+            assert sbx.commands.run("cat /etc/marker").stdout == f"python, {marker} push\n"
+        finally:
+            sbx.kill()
+
+    # in the background, watched through get_build_status; from_debian_image/from_node_image
+    _hub_image(stack, tmp_path / "deb", "library/debian", tag, "debian")
+    _hub_image(stack, tmp_path / "node", "library/node", tag, "node")
+    for kind in ("debian", "node"):
+        start = getattr(Template(), f"from_{kind}_image")(tag)
+        info = Template.build_in_background(start.run_cmd("echo built-in-background"),
+                                            f"{name}-{kind}")  # fmt: skip
+        seen: list[str] = []
+        deadline = time.monotonic() + 600
+        while True:
+            status = Template.get_build_status(info, logs_offset=len(seen))
+            seen += [e.message for e in status.log_entries]
+            if str(status.status.value) in ("ready", "error") or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert str(status.status.value) == "ready", (status, seen)
+        assert any("built-in-background" in m for m in seen), seen
+        sbx = Sandbox.create(f"{name}-{kind}")
+        try:
+            assert sbx.commands.run("cat /etc/marker").stdout == f"{kind}\n"
+        finally:
+            sbx.kill()
+    for suffix in ("", "-cached", "-fresh", "-debian", "-node"):
+        assert Sandbox.delete_snapshot(f"{name}{suffix}")

@@ -199,7 +199,7 @@ class BuildRun:
         plain = not self.spec.steps and not self.spec.start_cmd and not self.spec.ready_cmd
         key = hashlib.sha256(identity.encode()).hexdigest()
         name = self.build.template_id if plain else f"img-{key[:16]}"
-        forced = any(st.force for st in self.spec.steps)
+        forced = self.spec.force or any(st.force for st in self.spec.steps)
         if not plain and not forced:
             existing, _ = await self.bus.templates.load(name)
             if existing is not None and not existing.deleted:

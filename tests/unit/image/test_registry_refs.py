@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from shared.images import InvalidImageReference, mirrored, parse_mirrors
 from workers.node.image.errors import ImageError
 from workers.node.image.registry import parse_reference
 
@@ -38,3 +39,21 @@ def test_references_are_normalised_as_docker_does(
 def test_bad_references_are_refused_with_the_reference_named(text: str) -> None:
     with pytest.raises(ImageError, match="invalid image reference"):
         parse_reference(text)
+
+
+def test_a_mirrored_registry_is_pulled_from_its_mirror_only() -> None:
+    mirrors = parse_mirrors(" index.docker.io=127.0.0.1:5000 , ghcr.io=[::1]:80,")
+    assert mirrors == {"docker.io": "127.0.0.1:5000", "ghcr.io": "[::1]:80"}
+    hub = mirrored(parse_reference("python:3.12"), mirrors)
+    assert str(hub) == "127.0.0.1:5000/library/python:3.12" and hub.loopback
+    pinned = mirrored(parse_reference("ghcr.io/a/b@sha256:" + "c" * 64), mirrors)
+    assert str(pinned) == "[::1]:80/a/b@sha256:" + "c" * 64
+    other = parse_reference("quay.io/a/b:1")
+    assert mirrored(other, mirrors) is other
+    assert parse_mirrors("") == {}
+
+
+@pytest.mark.parametrize("text", ["docker.io", "docker.io=", "=x", "a=b c", "a=http://b"])
+def test_bad_mirror_settings_are_refused(text: str) -> None:
+    with pytest.raises(InvalidImageReference, match="bad registry mirror"):
+        parse_mirrors(text)

@@ -11,7 +11,8 @@ what is already there. The layout is then converted like any local one
 Credentials never reach a command line (`ps` would show them) or the event log: they are
 written to a private auth file for the one skopeo run. Registries on loopback are spoken
 to over plain HTTP, as Docker allows; any other needs TLS unless the operator lists it in
-`AENV_INSECURE_REGISTRIES` (comma-separated `host[:port]`).
+`AENV_INSECURE_REGISTRIES` (comma-separated `host[:port]`). `AENV_REGISTRY_MIRRORS`
+(`docker.io=host[:port],…`) pulls a registry's images from a mirror instead.
 """
 
 from __future__ import annotations
@@ -27,16 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.images import ImageRef, InvalidImageReference
+from shared.images import ImageRef, InvalidImageReference, mirrored, parse_mirrors
 from shared.images import parse_reference as _parse
 
 from . import cache as _cache
 from .errors import ImageError
 
 __all__ = ["ImageRef", "Pulled", "RegistryAuth", "insecure_registries", "parse_reference",
-           "pull"]  # fmt: skip
+           "pull", "registry_mirrors"]  # fmt: skip
 
 INSECURE_ENV = "AENV_INSECURE_REGISTRIES"
+MIRRORS_ENV = "AENV_REGISTRY_MIRRORS"
 
 Progress = Callable[[str], None]
 
@@ -70,6 +72,13 @@ def parse_reference(text: str) -> ImageRef:
 
 def insecure_registries() -> frozenset[str]:
     return frozenset(h.strip() for h in os.environ.get(INSECURE_ENV, "").split(",") if h.strip())
+
+
+def registry_mirrors() -> dict[str, str]:
+    try:
+        return parse_mirrors(os.environ.get(MIRRORS_ENV, ""))
+    except InvalidImageReference as e:
+        raise ImageError(f"{MIRRORS_ENV}: {e}") from e
 
 
 def _skopeo(argv: list[str], what: str, timeout: float) -> str:
@@ -116,7 +125,10 @@ def pull(
     with tempfile.TemporaryDirectory(prefix="aenv-pull-") as tmp, _cache.locked(root, f"oci-{key}"):
         inspect: list[str] = []  # `skopeo inspect` and `copy` name the same options apart
         copy: list[str] = []
-        if ref.loopback or ref.registry in insecure_registries():
+        source = mirrored(ref, registry_mirrors())
+        if source != ref:
+            progress(f"pull {ref}: from the mirror {source.registry}")
+        if source.loopback or source.registry in insecure_registries():
             inspect.append("--tls-verify=false")
             copy.append("--src-tls-verify=false")
         if auth is not None:
@@ -124,22 +136,22 @@ def pull(
             token = base64.b64encode(f"{auth.username}:{auth.password}".encode()).decode()
             fd = os.open(authfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
-                json.dump({"auths": {ref.registry: {"auth": token}}}, f)
+                json.dump({"auths": {source.registry: {"auth": token}}}, f)
             inspect += ["--authfile", str(authfile)]
             copy += ["--src-authfile", str(authfile)]
         else:
             inspect.append("--no-creds")
             copy.append("--src-no-creds")
         progress(f"pull {ref}: reading its manifest")
-        manifest = _manifest(ref, inspect, ref.transport)
+        manifest = _manifest(ref, inspect, source.transport)
         if manifest.get("manifests"):  # an index: the linux/amd64 entry's manifest
-            by_digest = f"docker://{ref.registry}/{ref.repository}@{_amd64(manifest, ref)}"
+            by_digest = f"docker://{source.registry}/{ref.repository}@{_amd64(manifest, ref)}"
             manifest = _manifest(ref, inspect, by_digest)
         layers = [str(d["digest"]) for d in manifest.get("layers") or []]
         cached = sum(1 for d in layers if (blobs / d.replace(":", "/", 1)).is_file())
         progress(f"pull {ref}: {len(layers)} layers, {cached} already in the layer cache")
         _skopeo([*_PLATFORM, "copy", "--quiet", *copy, "--dest-shared-blob-dir", str(blobs),
-                 ref.transport, f"oci:{layout}:image"], f"pull {ref}", timeout)  # fmt: skip
+                 source.transport, f"oci:{layout}:image"], f"pull {ref}", timeout)  # fmt: skip
     progress(f"pull {ref}: {len(layers) - cached} layers downloaded")
     return Pulled(layout, blobs, ref, cached, len(layers) - cached)
 
