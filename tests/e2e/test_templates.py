@@ -135,3 +135,17 @@ def test_templates_from_docker_hub_names(stack: Stack, tmp_path: Path) -> None:
             sbx.kill()
     for suffix in ("", "-cached", "-fresh", "-debian", "-node"):
         assert Sandbox.delete_snapshot(f"{name}{suffix}")
+
+
+def test_aws_and_gcp_registry_logins_are_refused_with_the_reason(stack: Stack) -> None:
+    """E2B's ECR and GCR login types are not supported: the build start answers 400 saying
+    what works instead, before anything is pulled (and no packet leaves for AWS or GCP)."""
+    name = f"cloud-{uuid.uuid4().hex[:8]}"
+    ecr = "123.dkr.ecr.eu-west-1.amazonaws.com/x:1"
+    aws = Template().from_aws_registry(ecr, "AKIA", "secret", "eu-west-1")
+    gcp = Template().from_gcp_registry("europe-docker.pkg.dev/p/r/x:1", {"type": "service_account"})
+    for template, kind in ((aws, "aws"), (gcp, "gcp")):
+        with pytest.raises(Exception, match=f"registry type '{kind}' is not supported") as e:
+            Template.build(template, name)
+        assert "Internal" not in str(e.value)
+    assert not Template.exists(name)
