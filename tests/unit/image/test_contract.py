@@ -174,6 +174,27 @@ def test_inject_never_writes_through_image_symlinks(tmp_path: Path) -> None:
     assert json.loads(record.read_text())["user_uid"] == info.user_uid
 
 
+def test_inject_changes_no_file_in_place(tmp_path: Path) -> None:
+    """An unpacked tree's files are hard links into the node's unpacked-layer cache (shared
+    with other images' trees): injecting must replace files, never change one's content or
+    owner in place."""
+    if os.geteuid() != 0:
+        pytest.skip("the shadow group is set only as root")
+    root = _mini_tree(tmp_path / "root")
+    (root / "etc/group").write_text("root:x:0:\nsudo:x:27:\nshadow:x:42:\n")
+    (root / "etc/gshadow").write_text("root:*::\nuser:!::\n")  # kept as it is
+    cached = tmp_path / "cache"
+    subprocess.run(["cp", "-al", str(root), str(cached)], check=True)
+    before = {f: (f.read_bytes(), f.stat().st_uid, f.stat().st_gid, f.stat().st_mode)
+              for f in cached.rglob("*") if f.is_file() and not f.is_symlink()}  # fmt: skip
+    inject(root, image_info={"digest": "d"})
+    after = {f: (f.read_bytes(), f.stat().st_uid, f.stat().st_gid, f.stat().st_mode)
+             for f in before}  # fmt: skip
+    assert after == before
+    assert (root / "etc/gshadow").stat().st_gid == 42  # the image's own copy has it
+    assert (root / "etc/shadow").stat().st_gid == 42
+
+
 def test_gc_keeps_newest_named_and_open_images(tmp_path: Path) -> None:
     root = cache.cache_root(tmp_path)
     dirs = []

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,7 +159,9 @@ def _fix_shadow_group(root: Path) -> None:
         for name in ("shadow", "gshadow"):
             p = guest_path(root, f"etc/{name}")
             if p.is_file() and not p.is_symlink():
-                os.lchown(p, 0, gid)
+                # rewritten, not chowned: it may be a hard link into the unpacked-layer cache
+                mode = stat.S_IMODE(p.lstat().st_mode)
+                write_guest_file(root, f"etc/{name}", p.read_bytes(), mode=mode, gid=gid)
 
 
 def inject(root: Path, *, image_info: dict[str, object]) -> GuestInfo:
