@@ -41,4 +41,7 @@ async def send_and_wait(
         )
     if isinstance(rec.event, CommandRejected):
         raise ApiError(REJECTION_STATUS.get(rec.event.code, 500), rec.event.reason)
+    if isinstance(rec.event, sb.SandboxKilled) and sb.SandboxKilled not in until:
+        raise ApiError(404, f"sandbox {command.sandbox_id} was killed before "
+                            f"{type(command).__name__} finished")  # fmt: skip
     return rec.event, rec.envelope.aggregate_version

@@ -52,6 +52,9 @@ class Answers:
         self._filter = filter_subject
         self._on_event = on_event
         self._waiting: dict[str, tuple[Match, asyncio.Future[RecordedEvent]]] = {}
+        #: aggregate id → commands also answered by an event of it that `overtakes` them
+        #: (whatever caused it: a kill that overtook a pause ends the pause's wait)
+        self._watching: dict[str, dict[str, Match]] = {}
         self._sub: JetStreamContext.PushSubscription | None = None
         #: the last stream sequence handed out (or stored before `start`): older ones are
         #: redeliveries of a recreated consumer
@@ -78,15 +81,24 @@ class Answers:
             future.cancel()
         self._waiting.clear()
 
-    def expect(self, command_id: str, match: Match) -> asyncio.Future[RecordedEvent]:
-        """The first stored event caused by `command_id` that `match`es. Register before
-        publishing the command; `forget` it when done waiting (answered or not)."""
+    def expect(
+        self, command_id: str, match: Match, *, aggregate_id: str | None = None,
+        overtaken: Match | None = None,
+    ) -> asyncio.Future[RecordedEvent]:  # fmt: skip
+        """The first stored event caused by `command_id` that `match`es — or, given
+        `aggregate_id` and `overtaken`, any event of that aggregate `overtaken` accepts.
+        Register before publishing the command; `forget` it when done waiting."""
         future: asyncio.Future[RecordedEvent] = asyncio.get_running_loop().create_future()
         self._waiting[command_id] = (match, future)
+        if aggregate_id is not None and overtaken is not None:
+            self._watching.setdefault(aggregate_id, {})[command_id] = overtaken
         return future
 
     def forget(self, command_id: str) -> None:
         self._waiting.pop(command_id, None)
+        for aggregate_id, commands in list(self._watching.items()):
+            if commands.pop(command_id, None) is not None and not commands:
+                del self._watching[aggregate_id]
 
     async def _on_msg(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
@@ -104,3 +116,7 @@ class Answers:
         waiter = self._waiting.get(str(cause)) if cause else None
         if waiter is not None and not waiter[1].done() and waiter[0](rec):
             waiter[1].set_result(rec)
+        for command_id, overtaken in self._watching.get(rec.envelope.aggregate_id, {}).items():
+            pending = self._waiting.get(command_id)
+            if pending is not None and not pending[1].done() and overtaken(rec):
+                pending[1].set_result(rec)

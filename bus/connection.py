@@ -114,12 +114,18 @@ class Bus:
     ) -> RecordedEvent | None:
         """Publish a sandbox command (to its node, or to placement when `node_id` is None)
         and return the first stored event it caused that is one of `until`, a
-        `SandboxFailed` or a `CommandRejected`; None if none came within `timeout` (the
-        command still runs)."""
+        `SandboxFailed` or a `CommandRejected` — or the sandbox's `SandboxKilled`, whoever
+        killed it; None if none came within `timeout` (the command still runs)."""
         kinds: tuple[type[Event], ...] = (CommandRejected, *until, sb.SandboxFailed)
         answers = await self.answers()
         key = str(command.command_id)
-        answer = answers.expect(key, lambda rec: isinstance(rec.event, kinds))
+        # a kill that overtakes the command (a pause, a fork) ends it without an answer
+        # of its own: its waiter hears of the end instead of waiting out the timeout
+        ends = () if isinstance(command, sb.KillSandbox) else (sb.SandboxKilled,)
+        answer = answers.expect(
+            key, lambda rec: isinstance(rec.event, kinds),
+            aggregate_id=command.sandbox_id, overtaken=lambda rec: isinstance(rec.event, ends),
+        )  # fmt: skip
         try:
             ctx = MessageContext(correlation_id=command.command_id, actor=actor)
             if node_id is None:

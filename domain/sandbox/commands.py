@@ -35,7 +35,8 @@ __all__ = [
     "SnapshotSandbox",
 ]
 
-Reason = Literal["request", "timeout"]
+#: who wanted it: a client, the TTL, or the node that lost the VM (a crash, a dead VM)
+Reason = Literal["request", "timeout", "lost"]
 
 
 class SandboxCommand(Command):

@@ -39,7 +39,8 @@ __all__ = [
     "SnapshotUploaded",
 ]
 
-Reason = Literal["request", "timeout"]
+#: who wanted it: a client, the TTL, or the node that lost the VM (a crash, a dead VM)
+Reason = Literal["request", "timeout", "lost"]
 
 
 class SandboxEvent(Event):

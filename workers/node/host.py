@@ -203,15 +203,41 @@ class SandboxHost:
         self.paused[sandbox_id] = PausedSandbox(sandbox_id, template_id, snap, guest)
 
     def adopt_paused(
-        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
-    ) -> bool:
-        """Take back a paused sandbox whose capture survived a node restart."""
+        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig,
+        *, durable: bool,
+    ) -> bool:  # fmt: skip
+        """Take back a paused sandbox whose capture survived a node restart. A capture a
+        resume had already run from (the node died mid-resume) survives only through its
+        copy in the repository, which the resume then pulls."""
         snapshot_dir = self.runtime.snapshot_dir(snapshot_id)
         if not (snapshot_dir / "manifest.json").exists():
             return False
         snap = Snapshot.read(snapshot_dir)
+        if snap.spent and not durable:
+            log.warning("the capture of %s was spent by a resume cut short and is not in "
+                        "the repository", sandbox_id)  # fmt: skip
+            return False
         self.paused[sandbox_id] = PausedSandbox(sandbox_id, template_id, snap, guest)
         return True
+
+    def sweep_leftovers(self) -> int:
+        """What a crash left on disk, removed after reconcile and before any work. No VM
+        outlives the node process, so every VM directory is a leftover; a capture stays only
+        if a paused sandbox or a template needs it (`tpl-*`: built templates, a cache by
+        content). Returns how many directories went."""
+        keep = self.templates.capture_dirs() | {p.snapshot.dir for p in self.paused.values()}
+        state = self.runtime.state_dir
+        gone = [d for d in (state / "vms").glob("*") if d.is_dir()]
+        gone += [
+            d for d in (state / "snapshots").glob("*")
+            if d.is_dir() and d not in keep and not d.name.startswith("tpl-")
+        ]  # fmt: skip
+        for d in gone:
+            log.info("removing %s: left by a crash", d)
+            shutil.rmtree(d, ignore_errors=True)
+        if gone:
+            self.collect_soon()
+        return len(gone)
 
     def drop_capture(self, snapshot_id: str) -> None:
         """A stale local copy (its sandbox was killed or moved); its layers go with GC."""
@@ -225,10 +251,12 @@ class SandboxHost:
         paused = self.paused.get(sandbox_id)
         if paused is None:
             raise HostError(f"sandbox {sandbox_id} has no paused state on this node")
-        if not (paused.snapshot.dir / "manifest.json").exists():
-            # the local capture is gone (disk replaced): fetch it back; never a half-restored
-            # VM, the download completes first
-            snap = paused.snapshot
+        snap = paused.snapshot
+        if snap.spent:  # a resume ran from it and failed (or the node died): its RAM moved on
+            shutil.rmtree(snap.dir, ignore_errors=True)
+        if not (snap.dir / "manifest.json").exists():
+            # the local capture is gone (disk replaced, spent): fetch it back; never a
+            # half-restored VM, the download completes first
             fetched = await self.transfers.fetch(snap.snapshot_id, snap.dir, snap.base_image,
                                                  f"the capture of {sandbox_id}")  # fmt: skip
             paused = dataclasses.replace(paused, snapshot=fetched)

@@ -167,9 +167,13 @@ class MemoryHost:
                 log.exception("on_gone hook failed for %s", sandbox_id)
 
     def adopt_paused(
-        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
-    ) -> bool:
+        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig,
+        *, durable: bool,
+    ) -> bool:  # fmt: skip
         return False  # nothing of a paused sandbox survives this host's process
+
+    def sweep_leftovers(self) -> int:
+        return 0  # records leave nothing on disk
 
     def drop_capture(self, snapshot_id: str) -> None:
         return None

@@ -164,10 +164,15 @@ class Host(Protocol):
     async def kill(self, sandbox_id: str) -> bool: ...
 
     def adopt_paused(
-        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
-    ) -> bool:
+        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig,
+        *, durable: bool,
+    ) -> bool:  # fmt: skip
         """After a restart: take back a paused sandbox whose capture survived (False: it
-        did not)."""
+        did not). `durable`: the repository holds a copy of this capture."""
+
+    def sweep_leftovers(self) -> int:
+        """After reconcile: remove VM directories and captures a crash left behind; how
+        many."""
 
     def drop_capture(self, snapshot_id: str) -> None:
         """A stale local copy of a capture (its sandbox was killed or moved away)."""

@@ -1,9 +1,11 @@
 """After a node restart: what its journal says it hosted, against what the log says.
 
 VMs die with the node process, so a sandbox that was running here lost its VM (the log
-hears so: killed, "node restarted; VM lost"); a paused one still has its capture on this
-disk and is taken back, resumable. One killed while the node was away, or resumed on
-another node from the repository, leaves only a stale copy here, which goes.
+hears so: killed by the node, "node restarted; VM lost"); a paused one still has its
+capture on this disk and is taken back, resumable — also when the node died in the middle
+of its pause (after the capture) or of its resume: the command, delivered again, finishes
+either. One killed while the node was away, or resumed on another node from the
+repository, leaves only a stale copy here, which goes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ __all__ = ["reconcile"]
 log = logging.getLogger(__name__)
 
 Kill = Callable[[sb.KillSandbox, str], Awaitable[None]]
+
+#: a sandbox in these states whose capture is on disk is paused in all but name: a pause that
+#: finished its capture before the node died, or a resume that had not finished
+KEEPS_CAPTURE = frozenset({S.PAUSED, S.PAUSING, S.RESUMING})
 
 
 async def reconcile(
@@ -42,9 +48,17 @@ async def reconcile(
                 host.drop_capture(entry.paused_snapshot)
             journal.remove(sid)
             continue
-        if state.status is S.PAUSED and entry.paused_snapshot and host.adopt_paused(
-            sid, entry.template_id, entry.paused_snapshot, guest(state)
-        ):
-            continue  # an upload cut short is delivered to the snapshot worker again
+        capture = entry.paused_snapshot
+        if capture and state.status in KEEPS_CAPTURE and host.adopt_paused(
+            sid, entry.template_id, capture, guest(state),
+            durable=state.durable_snapshot_id == capture,
+        ):  # fmt: skip
+            # an upload cut short is delivered to the snapshot worker again; a pause or a
+            # resume cut short, its command again (the capture answers either)
+            continue
         cid = sb.derived_command_id(sid, "reconcile", str(state.requested_at))
-        await kill(sb.KillSandbox(sandbox_id=sid, command_id=cid), "node restarted; VM lost")
+        why = "node restarted; VM lost"
+        if capture and state.status in KEEPS_CAPTURE:
+            why = ("node restarted; the paused capture is lost (missing, or a resume cut "
+                   "short had run the guest from it before it reached the repository)")
+        await kill(sb.KillSandbox(sandbox_id=sid, command_id=cid), why)

@@ -155,6 +155,16 @@ class TemplateCatalog:
                 n += 1
         return n
 
+    def capture_dirs(self) -> set[Path]:
+        """Directories a template needs: built captures and every recorded one."""
+        dirs = {snap.dir for snap in self._ready.values()}
+        for record in self._records.glob("*.json"):
+            try:
+                dirs.add(Path(json.loads(record.read_text())["snapshot"]))
+            except (ValueError, KeyError):
+                continue
+        return dirs
+
     def not_uploaded(self) -> list[tuple[str, Snapshot]]:
         """Snapshot templates whose capture the repository does not hold yet (an upload cut
         short by a restart resumes from here)."""

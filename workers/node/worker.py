@@ -104,6 +104,9 @@ class NodeWorker:
                                                 self.node_proxy)  # fmt: skip
         await reconcile(self.bus.sandboxes, self.host, self.journal, self.node_id, self._guest,
                         self._kill_lost)  # fmt: skip
+        swept = await asyncio.to_thread(self.host.sweep_leftovers)
+        if swept:
+            log.info("removed %d directories left by a crash", swept)
         await self.routes.sweep()
         names = self.bus.names
         specs = [
@@ -228,7 +231,9 @@ class NodeWorker:
         await self._operate(cmd, ctx, S.KILLING, work)
 
     async def _kill_lost(self, cmd: sb.KillSandbox, why: str) -> None:
-        await self._kill(cmd, MessageContext(), error=why)
+        """Not a client's kill: the log says the node asked, and why."""
+        lost = cmd.model_copy(update={"reason": "lost"})
+        await self._kill(lost, MessageContext(actor=f"node:{self.node_id}"), error=why)
 
     # ---- creates and resumes: the VM starts while the decision is appended -----------
     async def _create(self, cmd: sb.CreateSandbox, ctx: MessageContext) -> None:
@@ -362,6 +367,8 @@ class NodeWorker:
             child, _, _ = await execute(self.bus.sandboxes, placed, ctx)
             if child is not None and child.status is S.CREATING:
                 creates[cid] = create
+        for cid in creates:  # journaled first: a crash mid-fork leaves them to reconcile
+            self.journal.add(cid, state.template_id)
         errors: dict[str, str | None] = {}
         async with self.host.lock(cmd.sandbox_id):
             try:
@@ -371,8 +378,8 @@ class NodeWorker:
                 errors = {cid: str(e) for cid in creates}
         await asyncio.gather(*(self._routes.put(cid) for cid in creates if errors.get(cid) is None))
         for cid, create in creates.items():
-            if errors.get(cid) is None:
-                self.journal.add(cid, state.template_id)
+            if errors.get(cid) is not None:
+                self.journal.remove(cid)
             done = sb.CompleteCreate(sandbox_id=cid, node_id=self.node_id, error=errors.get(cid),
                                      command_id=completion_id(create, "created"))  # fmt: skip
             await execute(self.bus.sandboxes, done, ctx)

@@ -141,3 +141,23 @@ async def test_send_and_wait_returns_the_stored_answer_or_none_on_silence(
     await task
     assert rec is not None and isinstance(rec.event, sb.SandboxKillRequested)
     assert rec.envelope.causation_id == kill2.command_id
+
+
+async def test_a_kill_that_overtakes_a_command_ends_its_wait(watcher: Bus, other: Bus) -> None:
+    """Issue 16: a pause overtaken by a kill waited out its whole timeout (then 504): the
+    pause gets no answer of its own once the sandbox is killed."""
+    sid = new_sandbox_id()
+    v = await other.sandboxes.append(sid, Version(0, 0), sb.decide(None, _create(sid)))
+    state, _ = await other.sandboxes.load(sid)
+    v = await other.sandboxes.append(
+        sid, v, sb.decide(state, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0))
+    )
+    pause = sb.PauseSandbox(sandbox_id=sid, at=T0)
+    waiting = asyncio.create_task(watcher.send_and_wait(
+        pause, node_id="nobody", until=(sb.SandboxPaused,), timeout=30))  # fmt: skip
+    await asyncio.sleep(0.3)
+    for cmd in (sb.KillSandbox(sandbox_id=sid, at=T0), sb.CompleteKill(sandbox_id=sid, at=T0)):
+        state, v = await other.sandboxes.load(sid)
+        v = await other.sandboxes.append(sid, v, sb.decide(state, cmd))
+    rec = await asyncio.wait_for(waiting, 5)
+    assert rec is not None and isinstance(rec.event, sb.SandboxKilled)

@@ -316,6 +316,8 @@ class Runtime:
             qemu = await QemuVm.launch(spec)
             stack.push_async_callback(qemu.kill)
             if run:
+                if adopt_memory:
+                    snap.mark_spent()  # before the guest writes the RAM file it shares
                 await qemu.cont()
             t_running = time.monotonic() - t0
             vm = Vm(

@@ -15,6 +15,9 @@ from workers.node.image.runtime import find_runtime
 from workers.node.vmm.spec import Machine
 
 MANIFEST = "manifest.json"
+#: present once a VM that adopted the capture's RAM file ran: its memory moved on past the
+#: device state beside it, so the capture no longer restores (a crash mid-resume)
+SPENT = "spent"
 FORMAT_VERSION = 2  # 2: the runtime disk
 
 
@@ -43,6 +46,13 @@ class Snapshot:
     @property
     def mem(self) -> Path:
         return self.dir / "mem"
+
+    @property
+    def spent(self) -> bool:
+        return (self.dir / SPENT).exists()
+
+    def mark_spent(self) -> None:
+        (self.dir / SPENT).touch()
 
     def write(self) -> None:
         doc = {
