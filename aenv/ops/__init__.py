@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import typer
 
+from aenv.ops.audit import audit
 from aenv.ops.events import events
 from aenv.ops.keys import keys_app
 
@@ -14,6 +15,7 @@ __all__ = ["register"]
 
 
 def register(app: typer.Typer) -> None:
-    """Add `events` and `keys create|ls|revoke`."""
+    """Add `events`, `audit` and `keys create|ls|revoke`."""
     app.command()(events)
+    app.command()(audit)
     app.add_typer(keys_app, name="keys")

@@ -26,6 +26,7 @@ from workers.node.ports import (
     Accelerator,
     Capture,
     CaptureRepository,
+    Died,
     GuestConfig,
     HostError,
     ImageSource,
@@ -100,6 +101,9 @@ class SandboxHost:
         #: captures made for forks: their RAM file is mapped by the running children, so
         #: each is kept until none of its children runs any more (see `collect_garbage`)
         self._fork_captures: list[Snapshot] = []
+        #: one task per running VM, waiting for its QEMU to exit
+        self._watchers: set[asyncio.Task[None]] = set()
+        self._died: Died | None = None
 
     # ---- what the node is -------------------------------------------------------------
     @property
@@ -135,6 +139,29 @@ class SandboxHost:
     def on_gone(self, hook: Callable[[str], None]) -> None:
         self._gone_hooks.append(hook)
 
+    def on_died(self, hook: Died) -> None:
+        self._died = hook
+
+    def _running(self, live: LiveSandbox) -> None:
+        """Register a running VM and watch it: a QEMU that exits without being asked (the
+        memory cgroup killed it, the guest panicked) must become an event, not a sandbox
+        that stays `running` until the next command fails."""
+        self.sandboxes[live.sandbox_id] = live
+        task = asyncio.create_task(self._watch(live))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    async def _watch(self, live: LiveSandbox) -> None:
+        code = await live.vm.qemu.wait_exit()
+        async with self.lock(live.sandbox_id):  # a pause or kill under way asked for it
+            if self.sandboxes.get(live.sandbox_id) is not live:
+                return
+        tail = live.vm.qemu.console_tail(600).strip().splitlines()[-3:]
+        why = f"the VM exited unexpectedly (QEMU status {code})"
+        log.warning("sandbox %s: %s; console: %s", live.sandbox_id, why, " | ".join(tail))
+        if self._died is not None:
+            await self._died(live.sandbox_id, why)
+
     def set_template_locator(self, locate: TemplateLocator) -> None:
         self.transfers.locate = locate
 
@@ -161,7 +188,7 @@ class SandboxHost:
             raise HostError(f"sandbox {sandbox_id} failed to start: {e}") from e
         log.info("sandbox %s up: running %.1f ms, envd %.1f ms", sandbox_id,
                  timing.running * 1000, timing.envd * 1000)  # fmt: skip
-        self.sandboxes[sandbox_id] = LiveSandbox(sandbox_id, template_id, vm, guest)
+        self._running(LiveSandbox(sandbox_id, template_id, vm, guest))
 
     async def pause(self, sandbox_id: str) -> Capture:
         """Capture the VM and release it: no process, no slot, no host RAM while paused.
@@ -220,7 +247,7 @@ class SandboxHost:
         self.paused[sandbox_id] = PausedSandbox(sandbox_id, template_id, snap, guest)
         return True
 
-    def sweep_leftovers(self) -> int:
+    async def sweep_leftovers(self) -> int:
         """What a crash left on disk, removed after reconcile and before any work. No VM
         outlives the node process, so every VM directory is a leftover; a capture stays only
         if a paused sandbox or a template needs it (`tpl-*`: built templates, a cache by
@@ -234,7 +261,7 @@ class SandboxHost:
         ]  # fmt: skip
         for d in gone:
             log.info("removing %s: left by a crash", d)
-            shutil.rmtree(d, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, d, True)
         if gone:
             self.collect_soon()
         return len(gone)
@@ -274,7 +301,7 @@ class SandboxHost:
                  timing.running * 1000, timing.envd * 1000)  # fmt: skip
         del self.paused[sandbox_id]
         self.runtime.delete_snapshot(paused.snapshot)
-        self.sandboxes[sandbox_id] = LiveSandbox(sandbox_id, paused.template_id, vm, paused.guest)
+        self._running(LiveSandbox(sandbox_id, paused.template_id, vm, paused.guest))
         self.collect_soon()
         return paused.template_id
 
@@ -309,7 +336,7 @@ class SandboxHost:
             except Exception as e:
                 await self.runtime.destroy(vm)
                 return f"child envd did not initialise: {e}"
-            self.sandboxes[cid] = LiveSandbox(cid, parent.template_id, vm, guest)
+            self._running(LiveSandbox(cid, parent.template_id, vm, guest))
             return None
 
         errors = await asyncio.gather(*(init(c, v) for c, v in zip(ids, vms, strict=True)))
@@ -459,6 +486,8 @@ class SandboxHost:
                 log.info("fork capture %s freed: no child maps it", capture.snapshot_id)
 
     async def close(self) -> None:
+        for task in list(self._watchers):
+            task.cancel()
         for sid in list(self.sandboxes):
             await self.kill(sid)
         if self._gc is not None:

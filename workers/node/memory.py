@@ -25,6 +25,7 @@ from workers.node.image.registry import parse_reference
 from workers.node.ports import (
     Accelerator,
     Capture,
+    Died,
     GuestConfig,
     HostError,
     ImageSource,
@@ -86,6 +87,9 @@ class MemoryHost:
 
     def on_gone(self, hook: Callable[[str], None]) -> None:
         self._hooks.append(hook)
+
+    def on_died(self, hook: Died) -> None:
+        return None  # records do not die on their own
 
     def set_template_locator(self, locate: TemplateLocator) -> None:
         return None  # templates are this process's own: nothing to take over
@@ -172,7 +176,7 @@ class MemoryHost:
     ) -> bool:  # fmt: skip
         return False  # nothing of a paused sandbox survives this host's process
 
-    def sweep_leftovers(self) -> int:
+    async def sweep_leftovers(self) -> int:
         return 0  # records leave nothing on disk
 
     def drop_capture(self, snapshot_id: str) -> None:

@@ -25,6 +25,7 @@ __all__ = [
     "Accelerator",
     "Capture",
     "CaptureRepository",
+    "Died",
     "Fetched",
     "GuestConfig",
     "Host",
@@ -41,6 +42,8 @@ __all__ = [
 TemplateLocation = tuple[str, str | None, str]
 #: Asks the log where a snapshot template taken elsewhere is durable (None: nowhere).
 TemplateLocator = Callable[[str], Awaitable[TemplateLocation | None]]
+#: told (sandbox id, why) when a running sandbox's VM died without being asked to
+Died = Callable[[str, str], Awaitable[None]]
 
 
 class HostError(Exception):
@@ -137,6 +140,9 @@ class Host(Protocol):
     def on_gone(self, hook: Callable[[str], None]) -> None:
         """Call `hook(sandbox_id)` when a sandbox's VM goes away (pause, kill, close)."""
 
+    def on_died(self, hook: Died) -> None:
+        """Call `hook(sandbox_id, why)` when a running VM exits on its own."""
+
     def set_template_locator(self, locate: TemplateLocator) -> None: ...
 
     async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None: ...
@@ -170,7 +176,7 @@ class Host(Protocol):
         """After a restart: take back a paused sandbox whose capture survived (False: it
         did not). `durable`: the repository holds a copy of this capture."""
 
-    def sweep_leftovers(self) -> int:
+    async def sweep_leftovers(self) -> int:
         """After reconcile: remove VM directories and captures a crash left behind; how
         many."""
 

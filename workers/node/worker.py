@@ -94,6 +94,7 @@ class NodeWorker:
         self._consumers: list[CommandConsumer] = []
         self._heartbeat: asyncio.Task[None] | None = None
         host.set_template_locator(self._locate_template)
+        host.on_died(self._vm_died)
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -104,7 +105,7 @@ class NodeWorker:
                                                 self.node_proxy)  # fmt: skip
         await reconcile(self.bus.sandboxes, self.host, self.journal, self.node_id, self._guest,
                         self._kill_lost)  # fmt: skip
-        swept = await asyncio.to_thread(self.host.sweep_leftovers)
+        swept = await self.host.sweep_leftovers()
         if swept:
             log.info("removed %d directories left by a crash", swept)
         await self.routes.sweep()
@@ -229,6 +230,13 @@ class NodeWorker:
                                    command_id=completion_id(cmd, "killed"))  # fmt: skip
 
         await self._operate(cmd, ctx, S.KILLING, work)
+
+    async def _vm_died(self, sandbox_id: str, why: str) -> None:
+        cid = sb.derived_command_id(sandbox_id, "vm-died", why)
+        try:
+            await self._kill_lost(sb.KillSandbox(sandbox_id=sandbox_id, command_id=cid), why)
+        except Exception:  # the sandbox may be gone meanwhile; a restart reconciles the rest
+            log.exception("recording the death of %s's VM failed", sandbox_id)
 
     async def _kill_lost(self, cmd: sb.KillSandbox, why: str) -> None:
         """Not a client's kill: the log says the node asked, and why."""
