@@ -363,6 +363,10 @@ class NodeWorker:
             create = sb.fork_child_command(state, cid, cmd)
             if state.envd_access_token is not None:
                 create = create.model_copy(update={"envd_access_token": secrets.token_urlsafe(24)})
+            if state.traffic_access_token is not None:  # a child's guest ports: its own key
+                create = create.model_copy(
+                    update={"traffic_access_token": secrets.token_urlsafe(24)}
+                )
             placed = create.model_copy(update={"node_id": self.node_id})
             child, _, _ = await execute(self.bus.sandboxes, placed, ctx)
             if child is not None and child.status is S.CREATING:
