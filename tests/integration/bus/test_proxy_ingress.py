@@ -295,6 +295,22 @@ async def test_the_nodes_own_proxy_checks_the_token_as_well(bus: Bus) -> None:
             for url in (node_url, api_url):
                 assert (await _get(url, sid, guest_port, TOKEN)).status_code == 200
             assert guest.seen == ["/hello", "/hello"]
+            # an upgrade's token goes on through the API's proxy to the node's
+            target = [(b"e2b-sandbox-id", sid.encode()),
+                      (b"e2b-sandbox-port", str(guest_port).encode())]  # fmt: skip
+            for token, accepted in ((None, False), (TOKEN, True)):
+                sent = [] if token is None else [(HEADER.encode(), token.encode())]
+                c = await WsClient.open(api_url, [*target, *sent])
+                try:
+                    ev = await c.next_event()
+                    assert isinstance(ev, AcceptConnection if accepted else RejectConnection), ev
+                    if accepted:
+                        c.send(TextMessage(data="via node"))
+                        ev = await c.next_event()
+                        assert isinstance(ev, TextMessage) and ev.data == "echo:via node"
+                finally:
+                    c.close()
+            assert guest.seen[-1] == "ws:/chat"
             await host.kill(sid)  # gone: so is what the node knew of its ingress
             assert publisher.ingress(sid) == (False, None)
     finally:
