@@ -33,10 +33,23 @@ def detail(r: Row) -> wire.SandboxDetail:
         alias=r["alias"],
         metadata=dict(r["metadata"] or {}),
         envd_access_token=r["envd_access_token"],
+        traffic_access_token=r["traffic_access_token"],
         allow_internet_access=r["allow_internet_access"],
+        network=_network(r["network"]),
         lifecycle=wire.Lifecycle(auto_resume=r["auto_resume"], on_timeout=r["on_timeout"]),
         forked_from=r["forked_from"],
         node_id=r["node_id"],
+    )
+
+
+def _network(raw: dict[str, Any] | None) -> wire.SandboxNetwork | None:
+    """The detail's `network`, from the policy the read model keeps (`sb.NetworkPolicy`)."""
+    if not raw:
+        return None
+    return wire.SandboxNetwork(
+        allow_public_traffic=raw.get("allow_public_traffic", True),
+        allow_out=list(raw.get("allow_out") or ()),
+        deny_out=list(raw.get("deny_out") or ()),
     )
 
 

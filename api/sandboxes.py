@@ -60,6 +60,7 @@ def sandbox_body(ctx: ApiContext, s: sb.Sandbox) -> dict[str, Any]:
             envd_version=s.envd_version,
             alias=s.alias,
             envd_access_token=s.envd_access_token,
+            traffic_access_token=s.traffic_access_token,
             domain=ctx.settings.sandbox_domain,
         )
     )
@@ -94,6 +95,7 @@ async def create_sandbox(
     else:
         on_timeout = "pause" if data.auto_pause else "kill"
     net = data.network or wire.NetworkConfig()
+    public = True if net.allow_public_traffic is None else net.allow_public_traffic
     cmd = sb.CreateSandbox(
         sandbox_id=sandbox_id,
         command_id=command_id,
@@ -106,6 +108,7 @@ async def create_sandbox(
         disk_size_mb=tpl["disk_size_mb"],
         envd_version=tpl["envd_version"] or ENVD_VERSION,
         envd_access_token=secrets.token_urlsafe(24) if secure else None,
+        traffic_access_token=None if public else secrets.token_urlsafe(24),
         timeout_s=timeout,
         metadata=data.metadata,
         env_vars=data.env_vars,
@@ -117,9 +120,7 @@ async def create_sandbox(
             allow_internet_access=(
                 True if data.allow_internet_access is None else data.allow_internet_access
             ),
-            allow_public_traffic=(
-                True if net.allow_public_traffic is None else net.allow_public_traffic
-            ),
+            allow_public_traffic=public,
             allow_out=tuple(net.allow_out),
             deny_out=tuple(net.deny_out),
         ),
@@ -135,7 +136,8 @@ async def create_sandbox(
     body = wire.Sandbox(
         template_id=cmd.template_id, sandbox_id=sandbox_id, client_id=reads.CLIENT_ID,
         envd_version=cmd.envd_version, alias=cmd.alias,
-        envd_access_token=cmd.envd_access_token, domain=ctx.settings.sandbox_domain,
+        envd_access_token=cmd.envd_access_token,
+        traffic_access_token=cmd.traffic_access_token, domain=ctx.settings.sandbox_domain,
     )  # fmt: skip
     return Response(wire.dump(body), status_code=201)
 

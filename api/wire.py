@@ -106,8 +106,21 @@ class ListedSandbox(BaseModel):
     metadata: dict[str, str] = Field(default_factory=dict)
 
 
+class SandboxNetwork(BaseModel):
+    """E2B's `SandboxNetworkConfig` as `GET /sandboxes/{id}` shows it (what we enforce)."""
+
+    model_config = _RESP
+    allow_public_traffic: bool = Field(serialization_alias="allowPublicTraffic")
+    allow_out: list[str] = Field(default_factory=list, serialization_alias="allowOut")
+    deny_out: list[str] = Field(default_factory=list, serialization_alias="denyOut")
+
+
 class SandboxDetail(ListedSandbox):
     envd_access_token: str | None = Field(None, serialization_alias="envdAccessToken")
+    #: not in E2B's SandboxDetail (its create and connect answers carry it): ours shows it
+    #: too, to the same caller that may connect and read it there
+    traffic_access_token: str | None = Field(None, serialization_alias="trafficAccessToken")
+    network: SandboxNetwork | None = None
     domain: str | None = None
     allow_internet_access: bool | None = Field(None, serialization_alias="allowInternetAccess")
     lifecycle: Lifecycle | None = None

@@ -9,6 +9,7 @@ API process — the one beside the node or another one — can proxy to it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import AsyncIterator
 
 from nats.js import JetStreamContext
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bus.kvwatch import kv_entries
 
-__all__ = ["Route", "RouteBook"]
+__all__ = ["Route", "RouteBook", "traffic_digest"]
 
 
 class Route(BaseModel):
@@ -30,6 +31,15 @@ class Route(BaseModel):
     node_id: str
     address: str
     node_proxy: str | None = None
+    #: `traffic_digest` of the sandbox's traffic access token when it is closed to public
+    #: traffic (the proxy then asks for it on guest ports); None: public. A digest, not the
+    #: token: anything on the bus may read this bucket, and it only needs to compare.
+    traffic_digest: str | None = None
+
+
+def traffic_digest(token: str) -> str:
+    """What a route keeps of a traffic access token, and what a proxy compares it with."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class RouteBook:

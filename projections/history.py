@@ -22,7 +22,7 @@ __all__ = [
 ]
 
 #: Payload fields never printed: secrets, and fields every line repeats.
-_HIDDEN = {"envd_access_token", "sandbox_id", "at"}
+_HIDDEN = {"envd_access_token", "traffic_access_token", "sandbox_id", "at"}
 _REDACTED = {"env_vars"}
 
 

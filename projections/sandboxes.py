@@ -33,6 +33,7 @@ def sandbox_row(s: sb.Sandbox, rec: RecordedEvent, _prior: Row | None = None) ->
         "disk_size_mb": s.disk_size_mb,
         "envd_version": s.envd_version,
         "envd_access_token": s.envd_access_token,
+        "traffic_access_token": s.traffic_access_token,
         "metadata": s.metadata,
         "env_vars": s.env_vars,
         "on_timeout": s.lifecycle.on_timeout,
@@ -68,6 +69,7 @@ def sandbox_from_row(r: Row) -> sb.Sandbox:
         disk_size_mb=r["disk_size_mb"],
         envd_version=r["envd_version"],
         envd_access_token=r["envd_access_token"],
+        traffic_access_token=r["traffic_access_token"],
         metadata=r["metadata"],
         env_vars=r["env_vars"],
         lifecycle=sb.Lifecycle.model_construct(

@@ -67,6 +67,7 @@ sandboxes = Table(
     Column("disk_size_mb", Integer, nullable=False),
     Column("envd_version", Text, nullable=False),
     Column("envd_access_token", Text),
+    Column("traffic_access_token", Text),  # allowPublicTraffic=false only (0006)
     Column("metadata", JSONB, nullable=False),
     Column("env_vars", JSONB, nullable=False),
     Column("on_timeout", Text, nullable=False),  # kill | pause

@@ -48,15 +48,15 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         )  # fmt: skip
         await execute(bus.templates, register)
         sock = listen(node_cfg.proxy_host, node_cfg.proxy_port)
-        proxy = uvicorn.Server(uvicorn.Config(
-            node_proxy(host), log_level="warning", lifespan="off", access_log=False,
-            timeout_keep_alive=75,
-        ))  # fmt: skip
-        proxy_task = asyncio.create_task(proxy.serve(sockets=[sock]))
-        stack.push_async_callback(_stop_server, proxy, proxy_task)
         bound = f"{node_cfg.proxy_host}:{sock.getsockname()[1]}"
         worker = NodeWorker(bus, host, node_cfg, node_proxy=node_cfg.proxy_advertise or bound,
                             on_moot=uploads.cancel if uploads else None)  # fmt: skip
+        proxy = uvicorn.Server(uvicorn.Config(
+            node_proxy(host, worker.ingress), log_level="warning", lifespan="off",
+            access_log=False, timeout_keep_alive=75,
+        ))  # fmt: skip
+        proxy_task = asyncio.create_task(proxy.serve(sockets=[sock]))
+        stack.push_async_callback(_stop_server, proxy, proxy_task)
         await worker.start()
         stack.push_async_callback(worker.stop)
         if uploads is not None:  # after the worker took back this node's paused sandboxes

@@ -127,6 +127,16 @@ def _check_range(name: str, value: int, bounds: tuple[int, int]) -> None:
         raise Invalid(f"{name} must be between {bounds[0]} and {bounds[1]}, got {value}")
 
 
+def _check_ingress(c: CreateSandbox) -> None:
+    """A sandbox closed to public traffic has a traffic token (the proxy lets no one in
+    without it), and a public one none (it would be handed out yet never asked for)."""
+    private = not c.network.allow_public_traffic
+    if private and c.traffic_access_token is None:
+        raise Invalid("allowPublicTraffic=false needs a traffic access token")
+    if not private and c.traffic_access_token is not None:
+        raise Invalid("a traffic access token is only for allowPublicTraffic=false")
+
+
 def _create(state: State, c: CreateSandbox, policy: Policy) -> list[SandboxEvent]:
     if state is not None:
         if state.seen(c.command_id):
@@ -137,6 +147,7 @@ def _create(state: State, c: CreateSandbox, policy: Policy) -> list[SandboxEvent
     _check_range("memoryMB", c.memory_mb, _MEMORY_MB)
     if c.disk_size_mb < 1:
         raise Invalid(f"diskSizeMB must be positive, got {c.disk_size_mb}")
+    _check_ingress(c)
     return [
         SandboxRequested(
             sandbox_id=c.sandbox_id, at=c.at, command_id=c.command_id, spec=c.spec

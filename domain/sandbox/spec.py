@@ -29,6 +29,10 @@ class SandboxSpec(BaseModel):
     disk_size_mb: int = 2048
     envd_version: str = "0.6.13"
     envd_access_token: str | None = None
+    #: E2B's `trafficAccessToken`: what a request to a guest port other than envd's must
+    #: carry (`e2b-traffic-access-token`) when `network.allow_public_traffic` is off; None
+    #: for a public sandbox (and for every sandbox requested before it existed)
+    traffic_access_token: str | None = None
     timeout_s: int = 300
     metadata: dict[str, str] = Field(default_factory=dict)
     env_vars: dict[str, str] = Field(default_factory=dict)

@@ -77,7 +77,8 @@ class Lifecycle(BaseModel):
 
 
 class NetworkPolicy(BaseModel):
-    """Egress/ingress rules enforced in the sandbox's network namespace."""
+    """Egress rules enforced in the sandbox's network namespace; ingress by the proxy:
+    `allow_public_traffic` off means guest ports need the sandbox's traffic access token."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

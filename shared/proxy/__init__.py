@@ -12,6 +12,7 @@ from shared.proxy.stream import (
     SandboxUnavailable,
     Scope,
     Send,
+    TrafficRefused,
     Upstream,
     sandbox_target,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "SandboxUnavailable",
     "Scope",
     "Send",
+    "TrafficRefused",
     "Upstream",
     "sandbox_target",
 ]

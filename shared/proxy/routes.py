@@ -22,11 +22,12 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from bus import Bus
-from bus.routes import Route, RouteBook
+from bus.routes import Route, RouteBook, traffic_digest
 from bus.tasks import cancel_and_wait
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus
-from shared.proxy.stream import SandboxUnavailable, Upstream
+from shared.proxy.ingress import refusal
+from shared.proxy.stream import SandboxUnavailable, TrafficRefused, Upstream
 
 log = logging.getLogger(__name__)
 
@@ -81,28 +82,33 @@ class RouteTable:
         for task in [self._task, *self._resuming.values()]:
             await cancel_and_wait(task)
 
-    async def resolve(self, sandbox_id: str, port: int) -> Upstream:
+    async def resolve(
+        self, sandbox_id: str, port: int, traffic_token: str | None = None
+    ) -> Upstream:
+        """Where a request goes; `traffic_token` is the request's, asked for before a
+        private sandbox is auto-resumed (the proxy checks routed requests itself)."""
         route = await self._lookup(sandbox_id)
         if route is None:
-            route = await self._missing(sandbox_id)
+            route = await self._missing(sandbox_id, port, traffic_token)
         if self.via_node:
             if route.node_proxy is None:
                 raise SandboxUnavailable(sandbox_id)  # a node without a proxy: unreachable
             host, _, node_port = route.node_proxy.rpartition(":")
             routing = ((b"e2b-sandbox-id", sandbox_id.encode()),
                        (b"e2b-sandbox-port", str(port).encode()))  # fmt: skip
-            return Upstream(host, int(node_port), routing)
-        return Upstream(route.address, port)
+            # checked here and again by the node's proxy (reachable without us)
+            return Upstream(host, int(node_port), routing, route.traffic_digest)
+        return Upstream(route.address, port, traffic_digest=route.traffic_digest)
 
     async def _lookup(self, sandbox_id: str) -> Route | None:
         """The mirror, else the bucket (a route the watch has not delivered yet)."""
         return self.routes.get(sandbox_id) or await self.book.get(sandbox_id)
 
-    async def _missing(self, sandbox_id: str) -> Route:
+    async def _missing(self, sandbox_id: str, port: int, traffic_token: str | None) -> Route:
         state, _ = await self.bus.sandboxes.load(sandbox_id)
         if state is not None and state.status in (*RUNNING, *STARTING):
             return await self._arrival(state)
-        return await self._auto_resume(sandbox_id, state)
+        return await self._auto_resume(sandbox_id, state, port, traffic_token)
 
     async def _arrival(self, state: sb.Sandbox) -> Route:
         """The route of a sandbox that runs (or is being created or resumed), once the watch
@@ -137,11 +143,18 @@ class RouteTable:
             if not waiters:
                 self._awaited.pop(sandbox_id, None)
 
-    async def _auto_resume(self, sandbox_id: str, state: sb.Sandbox | None) -> Route:
+    async def _auto_resume(
+        self, sandbox_id: str, state: sb.Sandbox | None, port: int, traffic_token: str | None
+    ) -> Route:
         if self.resume is None or state is None or not state.lifecycle.auto_resume or (
             state.status not in (SandboxStatus.PAUSED, SandboxStatus.PAUSING)
         ):  # fmt: skip
             raise SandboxUnavailable(sandbox_id)
+        # A private sandbox is woken only by a request that may reach it (as E2B's resume).
+        token = state.traffic_access_token
+        denied = refusal(None if token is None else traffic_digest(token), port, traffic_token)
+        if denied is not None:
+            raise TrafficRefused(denied)
         # Concurrent requests to one paused sandbox share a single resume.
         task = self._resuming.get(sandbox_id)
         if task is None:

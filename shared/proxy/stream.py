@@ -21,6 +21,7 @@ from typing import Any
 
 import h11
 
+from shared.proxy.ingress import presented_token, refusal
 from shared.proxy.websocket import forward_websocket
 
 log = logging.getLogger(__name__)
@@ -47,18 +48,27 @@ READ_CHUNK = 256 * 1024
 @dataclass(frozen=True)
 class Upstream:
     """Where to send a sandbox's request: its guest port, or a node proxy in front of it
-    (`headers` then tell that proxy which sandbox and port: it resolves them itself)."""
+    (`headers` then tell that proxy which sandbox and port: it resolves them itself), and
+    who may: `traffic_digest` set means guest ports need the traffic token (`ingress`)."""
 
     host: str
     port: int
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    traffic_digest: str | None = None
 
 
 class SandboxUnavailable(Exception):
     """The sandbox does not exist or is not running: E2B's 502 "was not found" answer."""
 
 
-Resolver = Callable[[str, int], Awaitable[Upstream]]
+class TrafficRefused(Exception):
+    """The request lacks the sandbox's traffic token (`ingress.refusal`'s message): 403."""
+
+
+#: (sandbox id, port, the request's traffic token) → where it goes. The token is for a
+#: resolver that would act before any route exists (an auto-resume must not be woken by
+#: anyone): it raises `TrafficRefused`; a routed request is checked here, by the route.
+Resolver = Callable[[str, int, str | None], Awaitable[Upstream]]
 
 
 def sandbox_target(scope: Scope, domain: str | None) -> tuple[str, int] | None:
@@ -103,11 +113,19 @@ class SandboxProxy:
             await self.app(scope, receive, send)
             return
         sid, port = target
+        token = presented_token(scope)
         try:
-            upstream = await self.resolve(sid, port)
+            upstream = await self.resolve(sid, port, token)
         except SandboxUnavailable:
             await _refuse(kind, send, 502, {"sandboxId": sid, "code": 502,
                                             "message": "The sandbox was not found"})  # fmt: skip
+            return
+        except TrafficRefused as e:
+            denied: str | None = str(e)
+        else:
+            denied = refusal(upstream.traffic_digest, port, token)
+        if denied is not None:
+            await _refuse(kind, send, 403, {"sandboxId": sid, "message": denied, "code": 403})
             return
         try:
             reader, writer = await asyncio.wait_for(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Callable
 
 from shared.proxy import Receive, SandboxProxy, SandboxUnavailable, Scope, Send, Upstream
 from workers.node.ports import Host
@@ -26,12 +27,20 @@ async def _not_sandbox_traffic(scope: Scope, receive: Receive, send: Send) -> No
     await send({"type": "http.response.body", "body": body})
 
 
-def node_proxy(host: Host) -> SandboxProxy:
-    async def resolve(sandbox_id: str, port: int) -> Upstream:
+#: (routed, traffic digest) of a sandbox: what its route says (`RoutePublisher.ingress`)
+Ingress = Callable[[str], tuple[bool, str | None]]
+
+
+def node_proxy(host: Host, ingress: Ingress) -> SandboxProxy:
+    """This node's proxy; `ingress` says who may reach a sandbox's guest ports. A VM that
+    runs but is not routed yet is not reachable: its token (if any) is not known here."""
+
+    async def resolve(sandbox_id: str, port: int, _token: str | None) -> Upstream:
         address = host.upstream(sandbox_id)
-        if address is None:
+        routed, digest = ingress(sandbox_id)
+        if address is None or not routed:
             raise SandboxUnavailable(sandbox_id)
-        return Upstream(address, port)
+        return Upstream(address, port, traffic_digest=digest)
 
     proxy = SandboxProxy(_not_sandbox_traffic, resolve)
     host.on_gone(proxy.close_sandbox)

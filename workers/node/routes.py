@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from bus import Bus
-from bus.routes import Route, RouteBook
+from bus.routes import Route, RouteBook, traffic_digest
 from workers.node.ports import Host
 
 __all__ = ["RoutePublisher"]
@@ -24,6 +24,9 @@ class RoutePublisher:
         self.node_id = node_id
         #: host:port of this node's sandbox proxy, published in every route
         self.node_proxy = node_proxy
+        #: the route's `traffic_digest` of each sandbox routed here, for this node's own
+        #: proxy (reachable without the API's); absent: not routed (yet), not reachable
+        self._ingress: dict[str, str | None] = {}
         self._drops: set[asyncio.Task[None]] = set()
         host.on_gone(self._gone)
 
@@ -33,18 +36,28 @@ class RoutePublisher:
         return cls(await RouteBook.open(bus.js, bus.names.routes_bucket), host, node_id,
                    node_proxy)  # fmt: skip
 
-    async def put(self, sandbox_id: str) -> None:
-        """The route of a sandbox running here (its node's proxy and the guest address)."""
+    async def put(self, sandbox_id: str, traffic_token: str | None) -> None:
+        """The route of a sandbox running here (its node's proxy and the guest address);
+        `traffic_token` is its traffic access token, None when it is public."""
         address = self.host.upstream(sandbox_id)
         if address is not None:
-            route = Route(node_id=self.node_id, address=address, node_proxy=self.node_proxy)
+            digest = None if traffic_token is None else traffic_digest(traffic_token)
+            self._ingress[sandbox_id] = digest
+            route = Route(node_id=self.node_id, address=address, node_proxy=self.node_proxy,
+                          traffic_digest=digest)  # fmt: skip
             await self.book.put(sandbox_id, route)
 
-    def beside(self, sandbox_id: str) -> asyncio.Task[None]:
+    def beside(self, sandbox_id: str, traffic_token: str | None) -> asyncio.Task[None]:
         """`put`, while the caller appends the event that announces the sandbox running."""
-        return asyncio.create_task(self.put(sandbox_id), name=f"route:{sandbox_id}")
+        return asyncio.create_task(self.put(sandbox_id, traffic_token),
+                                   name=f"route:{sandbox_id}")  # fmt: skip
+
+    def ingress(self, sandbox_id: str) -> tuple[bool, str | None]:
+        """(routed here, its route's `traffic_digest`): what this node's proxy checks."""
+        return sandbox_id in self._ingress, self._ingress.get(sandbox_id)
 
     def _gone(self, sandbox_id: str) -> None:
+        self._ingress.pop(sandbox_id, None)
         task = asyncio.create_task(self.book.drop(sandbox_id), name=f"unroute:{sandbox_id}")
         self._drops.add(task)
         task.add_done_callback(self._drops.discard)

@@ -140,6 +140,11 @@ class NodeWorker:
             egress=egress_of(state.network, self.settings.egress_enabled),
         )
 
+    def ingress(self, sandbox_id: str) -> tuple[bool, str | None]:
+        """Who may reach a sandbox's guest ports, for this node's proxy (not routed before
+        `start`)."""
+        return self.routes.ingress(sandbox_id) if self.routes is not None else (False, None)
+
     @property
     def _routes(self) -> RoutePublisher:
         assert self.routes is not None, "start() first"
@@ -262,13 +267,14 @@ class NodeWorker:
             await self.early.undo(sid, early, self.journal)
             # redelivery of a create that already finished: its route may not have made it
             if state is not None and state.status is S.RUNNING:
-                await self._routes.put(sid)
+                await self._routes.put(sid, state.traffic_access_token)
             return
         if early is None:
             error, _ = await self._start(sid, state.template_id, self._guest(state))
         else:
             error, _ = await early
-        route = self._routes.beside(sid) if error is None else None
+        token = state.traffic_access_token
+        route = self._routes.beside(sid, token) if error is None else None
         done = sb.CompleteCreate(sandbox_id=sid, node_id=self.node_id, error=error,
                                  command_id=completion_id(cmd, "created"))  # fmt: skip
         try:
@@ -317,13 +323,14 @@ class NodeWorker:
             running_here = state is not None and state.status is S.RUNNING and (
                 state.node_id == self.node_id
             )
-            if not running_here:
+            if state is None or not running_here:
                 await self.early.undo(sid, early, self.journal)
             else:  # a redelivery: see _create
-                await self._routes.put(sid)
+                await self._routes.put(sid, state.traffic_access_token)
             return
         error, _ = await (early if early is not None else self._bring_back(sid, state))
-        route = self._routes.beside(sid) if error is None else None
+        token = state.traffic_access_token
+        route = self._routes.beside(sid, token) if error is None else None
         done = sb.CompleteResume(sandbox_id=sid, node_id=self.node_id, error=error,
                                  command_id=completion_id(cmd, "resumed"))  # fmt: skip
         try:
@@ -367,14 +374,21 @@ class NodeWorker:
         if state is None or state.status is not S.FORKING:
             return
         creates: dict[str, sb.CreateSandbox] = {}
+        #: each child's traffic token as its log has it (a redone fork minted new ones)
+        tokens: dict[str, str | None] = {}
         for cid in state.pending_children:
             create = sb.fork_child_command(state, cid, cmd)
             if state.envd_access_token is not None:
                 create = create.model_copy(update={"envd_access_token": secrets.token_urlsafe(24)})
+            if state.traffic_access_token is not None:  # a child's guest ports: its own key
+                create = create.model_copy(
+                    update={"traffic_access_token": secrets.token_urlsafe(24)}
+                )
             placed = create.model_copy(update={"node_id": self.node_id})
             child, _, _ = await execute(self.bus.sandboxes, placed, ctx)
             if child is not None and child.status is S.CREATING:
                 creates[cid] = create
+                tokens[cid] = child.traffic_access_token
         for cid in creates:  # journaled first: a crash mid-fork leaves them to reconcile
             self.journal.add(cid, state.template_id)
         errors: dict[str, str | None] = {}
@@ -384,7 +398,8 @@ class NodeWorker:
                 errors = await self.host.fork(cmd.sandbox_id, guests) if guests else {}
             except HostError as e:
                 errors = {cid: str(e) for cid in creates}
-        await asyncio.gather(*(self._routes.put(cid) for cid in creates if errors.get(cid) is None))
+        await asyncio.gather(*(self._routes.put(cid, tokens[cid]) for cid in creates
+                               if errors.get(cid) is None))  # fmt: skip
         for cid, create in creates.items():
             if errors.get(cid) is not None:
                 self.journal.remove(cid)

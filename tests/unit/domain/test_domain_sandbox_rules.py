@@ -93,6 +93,35 @@ class TestCreate:
         assert s is not None and s.status is S.FAILED and s.failure_reason == "create: no kvm"
 
 
+class TestIngress:
+    """`network.allowPublicTraffic=false`: the sandbox's guest ports need its traffic token."""
+
+    PRIVATE = sb.NetworkPolicy(allow_public_traffic=False)
+
+    def test_a_private_sandbox_keeps_its_traffic_token(self) -> None:
+        s = creating(network=self.PRIVATE, traffic_access_token="ttok")
+        assert s.traffic_access_token == "ttok" and not s.network.allow_public_traffic
+
+    def test_a_private_sandbox_without_a_token_is_invalid(self) -> None:
+        with pytest.raises(Invalid, match="allowPublicTraffic=false"):
+            sb.decide(None, create(network=self.PRIVATE))
+
+    def test_a_public_sandbox_with_a_token_is_invalid(self) -> None:
+        with pytest.raises(Invalid, match="only for allowPublicTraffic=false"):
+            sb.decide(None, create(traffic_access_token="ttok"))
+
+    def test_a_public_sandbox_has_none(self) -> None:
+        assert creating().traffic_access_token is None
+
+    def test_a_requested_event_from_before_the_token_reads_as_public(self) -> None:
+        """Events written before the field existed lack it: they decode, token None."""
+        [e] = sb.decide(None, create())
+        raw = e.model_dump(mode="json")
+        del raw["spec"]["traffic_access_token"]
+        old = sb.SandboxRequested.model_validate(raw)
+        assert old.spec.traffic_access_token is None and old.spec.network.allow_public_traffic
+
+
 class TestTtl:
     def test_pause_stores_remaining_and_resume_restores_it(self) -> None:
         s = paused()  # created at 1 s with 60 s, paused at 21 s
