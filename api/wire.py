@@ -57,7 +57,7 @@ class NewSandbox(BaseModel):
     """Body of `POST /v2/sandboxes` (and, with `secure`, of v1 `POST /sandboxes`)."""
 
     model_config = _REQ
-    template_id: str = Field(alias="templateID", min_length=1, max_length=255)
+    template_id: str = Field(alias="templateID", min_length=1, max_length=255, examples=["base"])
     timeout: int | None = None
     metadata: Annotated[dict[str, str], _bounded("metadata", MAX_METADATA)] = Field(
         default_factory=dict
