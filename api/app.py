@@ -20,6 +20,7 @@ from api import sandboxes, snapshots, system, templates
 from api.auth import HEADER, Caller
 from api.context import ApiContext
 from api.errors import HANDLERS
+from api.inputs import MAX_BODY, check_request
 from shared.proxy import ASGIApp, Receive, Resolver, SandboxProxy, Scope, Send
 
 _ID = re.compile(r"/[a-z0-9]{12,63}(?=/|$)")
@@ -39,6 +40,8 @@ def create_litestar(ctx: ApiContext) -> Litestar:
         route_handlers=[*sandboxes.ROUTES, *snapshots.ROUTES, *templates.ROUTES, *system.ROUTES],
         dependencies={"ctx": Provide(_ctx), "caller": Provide(_caller)},
         exception_handlers=HANDLERS,
+        before_request=check_request,
+        request_max_body_size=MAX_BODY,  # the upload route takes more (`templates.MAX_UPLOAD`)
         openapi_config=OpenAPIConfig(title="aenv", version="0.1.0", path="/openapi"),
         debug=False,
     )

@@ -12,7 +12,9 @@ from typing import Any
 
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi import ResponseSpec
 
+from api.wire import Error
 from domain import Conflict, DomainError, Invalid, NotFound
 
 log = logging.getLogger(__name__)
@@ -70,3 +72,34 @@ HANDLERS: dict[Any, Any] = {
     HTTPException: on_http,
     Exception: on_unexpected,
 }
+
+
+#: What each error status means, for the OpenAPI document.
+_MEANING = {
+    400: "Invalid request: a bad parameter or body field, a NUL byte, JSON nested too deep",
+    401: "Missing or invalid API key (X-API-KEY)",
+    403: "Invalid or missing upload token",
+    404: "No such sandbox, template or build (an id outside the id alphabet names none)",
+    409: "The request conflicts with the current state",
+    413: "Request body too large",
+    500: "Internal error",
+    501: "Not configured on this server",
+    503: "The node that holds the sandbox is not running",
+    504: "The command did not finish in time; it continues in the background",
+}
+#: What any authenticated route may answer, whatever it does.
+COMMON = (400, 401, 404, 409, 413, 500, 503, 504)
+
+
+def documented(*statuses: int) -> dict[int, ResponseSpec]:
+    """OpenAPI `responses` of a route: each error status with the body it really has
+    (Litestar's default documents `{status_code, detail}`, which we never send)."""
+    return {
+        status: ResponseSpec(
+            data_container=Error, description=_MEANING[status], generate_examples=False
+        )
+        for status in statuses or COMMON
+    }
+
+
+ERRORS = documented()

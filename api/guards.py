@@ -5,6 +5,7 @@ from __future__ import annotations
 from api.auth import Caller
 from api.context import ApiContext
 from api.errors import ApiError
+from api.ids import is_sandbox_id
 from domain import sandbox as sb
 
 __all__ = ["node_answers", "not_found", "settle", "visible"]
@@ -16,6 +17,8 @@ def not_found(sandbox_id: str) -> ApiError:
 
 async def visible(ctx: ApiContext, caller: Caller, sandbox_id: str) -> sb.Sandbox:
     """The write-side state of a sandbox this caller owns and E2B would show."""
+    if not is_sandbox_id(sandbox_id):  # no subject could hold it: nothing to load
+        raise not_found(sandbox_id)
     state, _ = await ctx.bus.sandboxes.load(sandbox_id)
     if state is None or state.team_id != caller.team_id or sb.public_state(state.status) is None:
         raise not_found(sandbox_id)

@@ -19,8 +19,9 @@ from litestar.params import Parameter
 from api import reads, wire
 from api.auth import Caller
 from api.context import ApiContext
-from api.errors import ApiError
+from api.errors import ERRORS, ApiError
 from api.guards import node_answers, not_found, settle, visible
+from api.ids import is_sandbox_id
 from api.outcomes import send_and_wait
 from api.resume import LIVE, node_or_placement, resume
 from bus.decisions import execute
@@ -66,7 +67,7 @@ def sandbox_body(ctx: ApiContext, s: sb.Sandbox) -> dict[str, Any]:
     )
 
 
-@post(["/sandboxes", "/v2/sandboxes"], status_code=201)
+@post(["/sandboxes", "/v2/sandboxes"], status_code=201, responses=ERRORS)
 async def create_sandbox(
     request: Request[Any, Any, Any], data: wire.NewSandbox, ctx: ApiContext, caller: Caller
 ) -> Response[dict[str, Any]]:
@@ -156,8 +157,10 @@ async def _template_node(ctx: ApiContext, tpl: dict[str, Any]) -> str | None:
     )  # fmt: skip
 
 
-@get("/sandboxes/{sandbox_id:str}")
+@get("/sandboxes/{sandbox_id:str}", responses=ERRORS)
 async def get_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> dict[str, Any]:
+    if not is_sandbox_id(sandbox_id):
+        raise not_found(sandbox_id)
     await ctx.fenced()
     row = await reads.sandbox(ctx.engine, sandbox_id, caller.team_id)
     if row is None:
@@ -168,7 +171,7 @@ async def get_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> dict[
     return body
 
 
-@delete("/sandboxes/{sandbox_id:str}", status_code=204)
+@delete("/sandboxes/{sandbox_id:str}", status_code=204, responses=ERRORS)
 async def kill_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> None:
     state = await visible(ctx, caller, sandbox_id)
     if state.node_id is not None and await ctx.node_gone(state.node_id):
@@ -209,14 +212,14 @@ async def _set_timeout(
     return state
 
 
-@post("/sandboxes/{sandbox_id:str}/timeout", status_code=204)
+@post("/sandboxes/{sandbox_id:str}/timeout", status_code=204, responses=ERRORS)
 async def set_timeout(
     sandbox_id: str, data: wire.TimeoutBody, ctx: ApiContext, caller: Caller
 ) -> None:
     await _set_timeout(ctx, caller, sandbox_id, data.timeout, extend_only=False)
 
 
-@post("/sandboxes/{sandbox_id:str}/refreshes", status_code=204)
+@post("/sandboxes/{sandbox_id:str}/refreshes", status_code=204, responses=ERRORS)
 async def refresh(
     sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.RefreshBody | None = None
 ) -> None:
@@ -224,7 +227,10 @@ async def refresh(
     await _set_timeout(ctx, caller, sandbox_id, duration, extend_only=True)
 
 
-@post(["/sandboxes/{sandbox_id:str}/connect", "/v2/sandboxes/{sandbox_id:str}/connect"])
+@post(
+    ["/sandboxes/{sandbox_id:str}/connect", "/v2/sandboxes/{sandbox_id:str}/connect"],
+    responses=ERRORS,
+)
 async def connect(
     sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.ConnectBody | None = None
 ) -> Response[dict[str, Any]]:
@@ -238,7 +244,7 @@ async def connect(
     return Response(sandbox_body(ctx, resumed), status_code=201)
 
 
-@post("/sandboxes/{sandbox_id:str}/pause", status_code=204)
+@post("/sandboxes/{sandbox_id:str}/pause", status_code=204, responses=ERRORS)
 async def pause_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> None:
     """Freeze a running sandbox; pausing a paused one is a no-op (204)."""
     state = await visible(ctx, caller, sandbox_id)
@@ -262,7 +268,7 @@ async def _resume(
     return await resume(ctx, state, timeout_s=timeout, actor=caller.key_id)
 
 
-@post("/sandboxes/{sandbox_id:str}/resume", status_code=201)
+@post("/sandboxes/{sandbox_id:str}/resume", status_code=201, responses=ERRORS)
 async def resume_sandbox(
     sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.ConnectBody | None = None
 ) -> dict[str, Any]:
@@ -274,7 +280,7 @@ async def resume_sandbox(
     return sandbox_body(ctx, resumed)
 
 
-@post("/sandboxes/{sandbox_id:str}/fork", status_code=201)
+@post("/sandboxes/{sandbox_id:str}/fork", status_code=201, responses=ERRORS)
 async def fork_sandbox(
     sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.ForkBody | None = None
 ) -> list[dict[str, Any]]:
@@ -315,7 +321,7 @@ def _states(raw: str | None) -> list[str]:
     return states
 
 
-@get("/v2/sandboxes")
+@get("/v2/sandboxes", responses=ERRORS)
 async def list_v2(
     ctx: ApiContext,
     caller: Caller,
@@ -337,7 +343,7 @@ async def list_v2(
     return Response([wire.dump(i) for i in items], headers=headers)
 
 
-@get("/sandboxes")
+@get("/sandboxes", responses=ERRORS)
 async def list_v1(
     ctx: ApiContext, caller: Caller, metadata: str | None = None
 ) -> list[dict[str, Any]]:

@@ -14,8 +14,9 @@ from litestar.params import Parameter
 from api import reads, wire
 from api.auth import Caller
 from api.context import ApiContext
-from api.errors import ApiError
+from api.errors import ERRORS, ApiError
 from api.guards import node_answers, settle, visible
+from api.ids import is_template_ref
 from api.outcomes import send_and_wait
 from bus.decisions import execute
 from domain import sandbox as sb
@@ -31,7 +32,7 @@ def snapshot_info(team_id: str, snapshot_id: str) -> dict[str, Any]:
     return {"snapshotID": snapshot_id, "names": [f"{team_id}/{snapshot_id}"]}
 
 
-@post("/sandboxes/{sandbox_id:str}/snapshots", status_code=201)
+@post("/sandboxes/{sandbox_id:str}/snapshots", status_code=201, responses=ERRORS)
 async def create_snapshot(
     sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.SnapshotBody | None = None
 ) -> dict[str, Any]:
@@ -59,7 +60,7 @@ async def create_snapshot(
     return snapshot_info(caller.team_id, name)
 
 
-@get("/snapshots")
+@get("/snapshots", responses=ERRORS)
 async def list_snapshots(
     ctx: ApiContext,
     caller: Caller,
@@ -72,12 +73,14 @@ async def list_snapshots(
     return [snapshot_info(caller.team_id, r["snapshot_id"]) for r in rows]
 
 
-@delete("/templates/{template_id:str}", status_code=204)
+@delete("/templates/{template_id:str}", status_code=204, responses=ERRORS)
 async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> None:
     """Delete a snapshot template (`Sandbox.delete_snapshot`); 404 when there is none.
     Running sandboxes started from it keep their own copies of what they need."""
     if template_id == "base":
         raise ApiError(409, "the default template cannot be deleted")
+    if not is_template_ref(template_id):  # no subject could hold it: nothing to delete
+        raise ApiError(404, f"template {template_id!r} not found")
     node = await reads.snapshot_node(ctx.engine, template_id)
     if node is None:  # a template imported from an image (`aenv pull`) names its node
         history = await ctx.bus.templates.read(template_id)

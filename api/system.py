@@ -5,18 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Response, get
+from litestar.openapi import ResponseSpec
 
 from api.context import ApiContext
+from api.errors import documented
+
+_DEGRADED = ResponseSpec(data_container=dict[str, Any], description="NATS is not connected",
+                         generate_examples=False)  # fmt: skip
 
 
-@get("/health", media_type="application/json")
+@get("/health", media_type="application/json", responses={**documented(500), 503: _DEGRADED})
 async def health(ctx: ApiContext) -> Response[dict[str, Any]]:
     ok = ctx.bus.nc.is_connected
     return Response({"status": "ok" if ok else "degraded", "nats": ok},
                     status_code=200 if ok else 503)  # fmt: skip
 
 
-@get("/metrics", media_type="text/plain; version=0.0.4")
+@get("/metrics", media_type="text/plain; version=0.0.4", responses=documented(500))
 async def metrics(ctx: ApiContext) -> str:
     return ctx.metrics.render()
 

@@ -21,10 +21,10 @@ from typing import Annotated, Any
 from litestar import Request, get, post, put
 from litestar.params import Parameter
 
-from api import reads
+from api import ids, reads
 from api.auth import Caller
 from api.context import ApiContext
-from api.errors import ApiError
+from api.errors import COMMON, ERRORS, ApiError, documented
 from api.wire_templates import BuildStart, NewTemplateBuild
 from bus.decisions import execute
 from bus.secrets import SecretBox
@@ -63,13 +63,13 @@ def _template_name(raw: str) -> str:
 
 
 async def _build(ctx: ApiContext, caller: Caller, template_id: str, build_id: str) -> bd.Build:
-    state, _ = await ctx.bus.builds.load(build_id)
+    state, _ = await ctx.bus.builds.load(ids.build_id(build_id))
     if state is None or state.template_id != template_id or state.team_id != caller.team_id:
         raise ApiError(404, f"build {build_id} of template {template_id} not found")
     return state
 
 
-@post("/v3/templates", status_code=202)
+@post("/v3/templates", status_code=202, responses=ERRORS)
 async def request_build(data: NewTemplateBuild, ctx: ApiContext, caller: Caller) -> dict[str, Any]:
     raw = data.name or data.alias
     if not raw:
@@ -107,7 +107,8 @@ def _check_files(template_id: str, files_hash: str) -> None:
         raise ApiError(400, "invalid template id or files hash")
 
 
-@get("/templates/{template_id:str}/files/{files_hash:str}", status_code=201)
+@get("/templates/{template_id:str}/files/{files_hash:str}", status_code=201,
+     responses=documented(*COMMON, 501))  # fmt: skip
 async def file_upload_link(
     request: Request[Any, Any, Any], template_id: str, files_hash: str, ctx: ApiContext,
     caller: Caller,
@@ -122,7 +123,7 @@ async def file_upload_link(
 
 
 @put("/templates/{template_id:str}/files/{files_hash:str}", status_code=200,
-     request_max_body_size=MAX_UPLOAD)  # fmt: skip
+     request_max_body_size=MAX_UPLOAD, responses=documented(400, 403, 413, 500, 501))  # fmt: skip
 async def upload_files(
     request: Request[Any, Any, Any],
     template_id: str,
@@ -177,7 +178,7 @@ async def _registry_login(
     return username
 
 
-@post("/v2/templates/{template_id:str}/builds/{build_id:str}", status_code=202)
+@post("/v2/templates/{template_id:str}/builds/{build_id:str}", status_code=202, responses=ERRORS)
 async def start_build(
     template_id: str, build_id: str, data: BuildStart, ctx: ApiContext, caller: Caller
 ) -> None:
@@ -242,7 +243,7 @@ def _entry(r: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@get("/templates/{template_id:str}/builds/{build_id:str}/status")
+@get("/templates/{template_id:str}/builds/{build_id:str}/status", responses=ERRORS)
 async def build_status(
     template_id: str, build_id: str, ctx: ApiContext, caller: Caller,
     logs_offset: Annotated[int, Parameter(query="logsOffset", ge=0)] = 0,
@@ -301,12 +302,12 @@ def _template_body(row: dict[str, Any] | None, builds: list[dict[str, Any]]) -> 
     }  # fmt: skip
 
 
-@get(["/templates", "/v2/templates"])
+@get(["/templates", "/v2/templates"], responses=ERRORS)
 async def list_templates(ctx: ApiContext, caller: Caller) -> list[dict[str, Any]]:
     return [_template_body(row, builds) for row, builds in await _templates(ctx, caller.team_id)]
 
 
-@get("/templates/{template_id:str}")
+@get("/templates/{template_id:str}", responses=ERRORS)
 async def get_template(template_id: str, ctx: ApiContext, caller: Caller) -> dict[str, Any]:
     for row, builds in await _templates(ctx, caller.team_id):
         names = (row["template_id"], row["alias"]) if row is not None else ()
@@ -327,7 +328,7 @@ async def get_template(template_id: str, ctx: ApiContext, caller: Caller) -> dic
     raise ApiError(404, f"template '{template_id}' not found")
 
 
-@get("/templates/aliases/{alias:str}")
+@get("/templates/aliases/{alias:str}", responses=ERRORS)
 async def template_by_alias(alias: str, ctx: ApiContext, caller: Caller) -> dict[str, Any]:
     """`Template.exists(name)`: 200 when a template answers to the name, else 404."""
     row = await reads.template(ctx.engine, alias.split(":", 1)[0])

@@ -8,12 +8,37 @@ sends `metadata`/`envVars`), but every field we read is type-checked: a wrong ty
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 _REQ = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 _RESP = ConfigDict(populate_by_name=True, frozen=True)
+
+#: Metadata is stored with the sandbox and returned by every listing: labels, not payloads.
+MAX_METADATA = 64 << 10
+#: Env vars go to every process in the sandbox; Linux caps one at 128 KiB (MAX_ARG_STRLEN).
+MAX_ENV_VARS = 256 << 10
+
+
+def _bounded(what: str, limit: int) -> AfterValidator:
+    """A string map whose keys and values together fit in `limit` bytes of UTF-8."""
+
+    def check(value: dict[str, str]) -> dict[str, str]:
+        size = sum(len(k.encode()) + len(v.encode()) for k, v in value.items())
+        if size > limit:
+            raise ValueError(f"{what} take {size} bytes; at most {limit} are allowed")
+        return value
+
+    return AfterValidator(check)
+
+
+class Error(BaseModel):
+    """E2B's error body, the only one any route sends (`api.errors`)."""
+
+    model_config = _RESP
+    code: int
+    message: str
 
 
 class AutoResume(BaseModel):
@@ -32,10 +57,14 @@ class NewSandbox(BaseModel):
     """Body of `POST /v2/sandboxes` (and, with `secure`, of v1 `POST /sandboxes`)."""
 
     model_config = _REQ
-    template_id: str = Field(alias="templateID", min_length=1, max_length=255)
+    template_id: str = Field(alias="templateID", min_length=1, max_length=255, examples=["base"])
     timeout: int | None = None
-    metadata: dict[str, str] = Field(default_factory=dict)
-    env_vars: dict[str, str] = Field(default_factory=dict, alias="envVars")
+    metadata: Annotated[dict[str, str], _bounded("metadata", MAX_METADATA)] = Field(
+        default_factory=dict
+    )
+    env_vars: Annotated[dict[str, str], _bounded("envVars", MAX_ENV_VARS)] = Field(
+        default_factory=dict, alias="envVars"
+    )
     auto_pause: bool | None = Field(None, alias="autoPause")
     auto_resume: AutoResume | None = Field(None, alias="autoResume")
     allow_internet_access: bool | None = None
