@@ -1,12 +1,15 @@
-"""Unauthenticated operational routes: health and Prometheus metrics."""
+"""Operational routes: health (open, for load balancers) and Prometheus metrics (an API key
+or the metrics token, see `api.scrape`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from litestar import Response, get
+from litestar import Request, Response, get
 
+from api.auth import HEADER
 from api.context import ApiContext
+from api.scrape import authorize_scrape
 
 
 @get("/health", media_type="application/json")
@@ -17,7 +20,8 @@ async def health(ctx: ApiContext) -> Response[dict[str, Any]]:
 
 
 @get("/metrics", media_type="text/plain; version=0.0.4")
-async def metrics(ctx: ApiContext) -> str:
+async def metrics(ctx: ApiContext, request: Request[Any, Any, Any]) -> str:
+    await authorize_scrape(ctx, request.headers.get(HEADER), request.headers.get("authorization"))
     return ctx.metrics.render()
 
 
