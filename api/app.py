@@ -6,7 +6,6 @@ handlers and OpenAPI; the process that runs it (aenv serve) owns the resources i
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -21,9 +20,8 @@ from api.auth import HEADER, Caller
 from api.context import ApiContext
 from api.errors import HANDLERS
 from api.inputs import MAX_BODY, check_request
-from shared.proxy import ASGIApp, Receive, Resolver, SandboxProxy, Scope, Send
-
-_ID = re.compile(r"/[a-z0-9]{12,63}(?=/|$)")
+from api.metrics import route_label
+from shared.proxy import ASGIApp, Receive, Resolver, SandboxProxy, Scope, Send, sandbox_target
 
 
 async def _ctx(request: Request[Any, Any, Any]) -> ApiContext:
@@ -49,17 +47,16 @@ def create_litestar(ctx: ApiContext) -> Litestar:
     return app
 
 
-class _Measured:
-    """Counts and times every control-plane response for /metrics."""
+class _Traced:
+    """A SERVER span per control-plane request, named by the route it matched."""
 
-    def __init__(self, app: ASGIApp, ctx: ApiContext) -> None:
-        self.app, self.ctx = app, ctx
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        start = time.monotonic()
         status = 500
 
         async def send_wrapper(message: dict[str, Any]) -> None:
@@ -68,22 +65,61 @@ class _Measured:
                 status = message["status"]
             await send(message)
 
-        route = _ID.sub("/{id}", scope["path"])
+        method = scope["method"]
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         with trace.get_tracer("aenv.api").start_as_current_span(
-            f"{scope['method']} {route}",
+            method,
             context=propagate.extract(headers),
             kind=SpanKind.SERVER,
-            attributes={"http.request.method": scope["method"], "http.route": route},
+            attributes={"http.request.method": method},
         ) as span:
             try:
                 await self.app(scope, receive, send_wrapper)
             finally:
+                # the route is known once Litestar has matched it (the template, not the
+                # path: one span name per route, whatever the ids in it)
+                if template := scope.get("path_template"):
+                    span.update_name(f"{method} {template}")
+                    span.set_attribute("http.route", template)
                 span.set_attribute("http.response.status_code", status)
-                self.ctx.metrics.observe(scope["method"], route, status, time.monotonic() - start)
 
 
-def create_app(ctx: ApiContext, resolve: Resolver) -> SandboxProxy:
+class MeasuredApp:
+    """Counts and times every response for /metrics, proxied sandbox traffic included: the
+    outermost layer, in front of the sandbox proxy."""
+
+    def __init__(self, proxy: SandboxProxy, ctx: ApiContext) -> None:
+        self.app: ASGIApp = proxy
+        self.proxy, self.ctx = proxy, ctx
+
+    def close_sandbox(self, sandbox_id: str) -> None:
+        """End every proxied stream of a sandbox that is gone (see `SandboxProxy`)."""
+        self.proxy.close_sandbox(sandbox_id)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.monotonic()
+        status = 500
+        proxied = sandbox_target(scope, self.ctx.settings.sandbox_domain) is not None
+
+        async def send_wrapper(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            # Litestar leaves the matched route's template in the scope it was handed
+            route = route_label(scope.get("path_template"), proxied)
+            self.ctx.metrics.observe(scope["method"], route, status, time.monotonic() - start)
+
+
+def create_app(ctx: ApiContext, resolve: Resolver) -> MeasuredApp:
     """The ASGI app to serve: sandbox traffic to guests, the rest to the control plane."""
     inner: ASGIApp = create_litestar(ctx)  # type: ignore[assignment]  # ASGI-compatible
-    return SandboxProxy(_Measured(inner, ctx), resolve, domain=ctx.settings.sandbox_domain)
+    proxy = SandboxProxy(_Traced(inner), resolve, domain=ctx.settings.sandbox_domain)
+    return MeasuredApp(proxy, ctx)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -38,6 +38,10 @@ class ApiSettings(BaseSettings):
     build_files_dir: Path | None = None
     #: Signs the upload links we hand out (the SDK PUTs to them without its API key).
     upload_secret: str = Field(default_factory=lambda: secrets.token_hex(16))
+    #: A token Prometheus may scrape `/metrics` with (`Authorization: Bearer <token>`), so
+    #: the scraper needs no API key (which could drive sandboxes). An API key works either
+    #: way. None: API keys only.
+    metrics_token: SecretStr | None = None
 
 
 WaitFor = Callable[[int], Awaitable[None]]

@@ -1,14 +1,17 @@
-"""Unauthenticated operational routes: health and Prometheus metrics."""
+"""Operational routes: health (open, for load balancers) and Prometheus metrics (an API key
+or the metrics token, see `api.scrape`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from litestar import Response, get
+from litestar import Request, Response, get
 from litestar.openapi import ResponseSpec
 
+from api.auth import HEADER
 from api.context import ApiContext
 from api.errors import documented
+from api.scrape import authorize_scrape
 
 _DEGRADED = ResponseSpec(data_container=dict[str, Any], description="NATS is not connected",
                          generate_examples=False)  # fmt: skip
@@ -22,7 +25,9 @@ async def health(ctx: ApiContext) -> Response[dict[str, Any]]:
 
 
 @get("/metrics", media_type="text/plain; version=0.0.4", responses=documented(500))
-async def metrics(ctx: ApiContext) -> str:
+async def metrics(ctx: ApiContext, request: Request[Any, Any, Any]) -> str:
+    await authorize_scrape(ctx, request.headers.get(HEADER),
+                           request.headers.get("authorization"))  # fmt: skip
     return ctx.metrics.render()
 
 

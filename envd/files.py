@@ -8,10 +8,11 @@ import os
 import stat
 from typing import Any
 
-from envd import auth, wire
+from envd import auth, fsops, wire
+from envd.asuser import open_as
 from envd.httpserver import HttpError, Request
 from envd.state import State
-from envd.users import User, chown_to, makedirs_for, resolve_path
+from envd.users import User, resolve_path
 
 #: Files up to this size are read into memory and sent with the length read (see download)
 READ_WHOLE = 1024 * 1024
@@ -49,17 +50,18 @@ async def download(state: State, req: Request) -> None:
         raise HttpError(400, "path is required")
     path = resolve_path(raw, user, state.default_workdir)
     try:
-        f = open(path, "rb")  # noqa: SIM115, ASYNC230 - local disk; closed below
-    except FileNotFoundError as e:
+        fd = await open_as(user, fsops.open_read, path)
+    except (FileNotFoundError, NotADirectoryError) as e:
         raise HttpError(404, f"path '{path}' does not exist") from e
-    except IsADirectoryError as e:
-        raise HttpError(400, f"path '{path}' is a directory") from e
     except PermissionError as e:
-        raise HttpError(403, f"permission denied: {path}") from e
-    with f:
-        st = os.fstat(f.fileno())
-        if stat.S_ISDIR(st.st_mode):
-            raise HttpError(400, f"path '{path}' is a directory")
+        raise HttpError(403, f"permission denied: {path} (as {user.name})") from e
+    except OSError as e:
+        raise HttpError(500, f"cannot open '{path}': {e.strerror}") from e
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):  # opening a directory read-only succeeds; reading it not
+        os.close(fd)
+        raise HttpError(400, f"path '{path}' is a directory")
+    with open(fd, "rb") as f:  # noqa: ASYNC230 - wraps the descriptor opened as the user
         name = os.path.basename(path).replace('"', "%22")
         headers = [
             ("Content-Type", "application/octet-stream"),
@@ -103,24 +105,25 @@ def _metadata(req: Request) -> dict[str, str]:
 
 
 class _Sink:
-    """One file being written: parents created, owned by the user, metadata set at close."""
+    """One file being written: opened as the user (parents created, owned by them),
+    metadata set at close."""
 
-    def __init__(self, path: str, user: User) -> None:
+    def __init__(self, path: str, fd: int) -> None:
         self.path = path
-        self.user = user
-        parent = os.path.dirname(path)
+        self.fd = fd
+
+    @classmethod
+    async def open(cls, path: str, user: User) -> _Sink:
         try:
-            makedirs_for(parent, user)
-            if os.path.isdir(path):
-                raise HttpError(400, f"path '{path}' is a directory")
-            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        except NotADirectoryError as e:
+            return cls(path, await open_as(user, fsops.create_file, path))
+        except IsADirectoryError as e:
+            raise HttpError(400, f"path '{path}' is a directory") from e
+        except (NotADirectoryError, FileExistsError) as e:
             raise HttpError(400, f"a parent of '{path}' is not a directory") from e
         except PermissionError as e:
-            raise HttpError(403, f"permission denied: {path}") from e
+            raise HttpError(403, f"permission denied: {path} (as {user.name})") from e
         except OSError as e:
             raise _os_error(e, path) from e
-        chown_to(path, user)
 
     def write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
@@ -131,6 +134,14 @@ class _Sink:
         except OSError as e:
             self.close()
             raise _os_error(e, self.path) from e
+
+    def finish(self, meta: dict[str, str]) -> None:
+        """Metadata set on the open file, not on the path: the path may be another file by
+        now (the user can replace it), the descriptor cannot."""
+        try:
+            _set_metadata(self.fd, self.path, meta)
+        finally:
+            self.close()
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -144,10 +155,10 @@ def _os_error(e: OSError, path: str) -> HttpError:
     return HttpError(500, f"cannot write '{path}': {e.strerror}")
 
 
-def _set_metadata(path: str, meta: dict[str, str]) -> None:
+def _set_metadata(fd: int, path: str, meta: dict[str, str]) -> None:
     for key, value in meta.items():
         try:
-            os.setxattr(path, wire.METADATA_XATTR_PREFIX + key.lower(), value.encode())
+            os.setxattr(fd, wire.METADATA_XATTR_PREFIX + key.lower(), value.encode())
         except OSError as e:
             raise HttpError(500, f"cannot store metadata on '{path}': {e.strerror}") from e
 
@@ -187,17 +198,23 @@ async def upload(state: State, req: Request) -> None:
                     break
                 # Part data arrives as views of the connection's buffer: written before the
                 # next read, as they must be.
-                for ev in parser.feed(buf, start, end):
+                events = parser.feed(buf, start, end)
+                if any(isinstance(ev, PartStart) for ev in events):
+                    # opening a part's file awaits (a fork: envd.asuser), and meanwhile the
+                    # connection may refill its buffer: data after it must not stay a view
+                    events = [PartData(bytes(ev.data)) if isinstance(ev, PartData) else ev
+                              for ev in events]  # fmt: skip
+                for ev in events:
                     if isinstance(ev, PartStart):
                         target = query_path or ev.filename or ""
                         if not target:
                             raise HttpError(400, "part has no filename and no path was given")
-                        sink = _Sink(resolve_path(target, user, state.default_workdir), user)
+                        target = resolve_path(target, user, state.default_workdir)
+                        sink = await _Sink.open(target, user)
                     elif isinstance(ev, PartData) and sink is not None:
                         sink.write(ev.data)
                     elif isinstance(ev, PartEnd) and sink is not None:
-                        sink.close()
-                        _set_metadata(sink.path, meta)
+                        sink.finish(meta)
                         results.append(_result(sink.path, meta))
                         sink = None
         except MultipartError as e:
@@ -210,7 +227,7 @@ async def upload(state: State, req: Request) -> None:
     else:
         if not query_path:
             raise HttpError(400, "path is required for application/octet-stream uploads")
-        sink = _Sink(resolve_path(query_path, user, state.default_workdir), user)
+        sink = await _Sink.open(resolve_path(query_path, user, state.default_workdir), user)
         decomp = None
         if req.headers.get("content-encoding", "").strip().lower() == "gzip":
             import zlib
@@ -230,8 +247,8 @@ async def upload(state: State, req: Request) -> None:
                     sink.write(view)
             if decomp is not None:
                 sink.write(decomp.flush())
+            sink.finish(meta)
         finally:
             sink.close()
-        _set_metadata(sink.path, meta)
         results.append(_result(sink.path, meta))
     await req.respond(200, json.dumps(results).encode(), "application/json")

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import os
-import stat
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from envd import auth, wire
+from envd import auth, fsops, wire
+from envd.asuser import run_as
 from envd.connect import Call, RpcError, Send, encode, next_item
 from envd.state import State
-from envd.users import User, makedirs_for, resolve_path
+from envd.users import User, resolve_path
 
 if TYPE_CHECKING:
     from envd.inotify import DirWatcher
@@ -31,13 +29,18 @@ def _path_arg(msg: dict[str, Any], name: str = "path") -> str:
     return value
 
 
-def _stat_entry(path: str) -> dict[str, Any]:
+def _denied(path: str, user: User, e: OSError) -> RpcError:
+    return RpcError("permission_denied", f"{path}: {e.strerror} (as {user.name})")
+
+
+async def _stat_entry(path: str, user: User) -> dict[str, Any]:
     try:
-        return wire.entry_info(path)
-    except FileNotFoundError as e:
+        entry: dict[str, Any] = await run_as(user, fsops.entry, path)
+    except (FileNotFoundError, NotADirectoryError) as e:
         raise RpcError("not_found", f"file not found: {path}") from e
     except PermissionError as e:
-        raise RpcError("permission_denied", f"cannot stat {path}: {e.strerror}") from e
+        raise _denied(path, user, e) from e
+    return entry
 
 
 class _PolledWatcher:
@@ -63,109 +66,73 @@ class FilesystemService:
     # --- unary --------------------------------------------------------------------------
 
     async def stat(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
-        path, _ = self._resolve(call, _path_arg(msg))
-        return {"entry": _stat_entry(path)}
+        path, user = self._resolve(call, _path_arg(msg))
+        return {"entry": await _stat_entry(path, user)}
 
     async def list_dir(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
-        path, _ = self._resolve(call, _path_arg(msg))
+        path, user = self._resolve(call, _path_arg(msg))
         depth = int(msg.get("depth") or 1)
         try:
-            st = os.stat(path)
+            entries = await run_as(user, fsops.list_dir, path, depth)
         except FileNotFoundError as e:
             raise RpcError("not_found", f"directory not found: {path}") from e
+        except NotADirectoryError as e:
+            raise RpcError("invalid_argument", f"path is not a directory: {path}") from e
         except PermissionError as e:
-            raise RpcError("permission_denied", f"cannot stat {path}: {e.strerror}") from e
-        if not stat.S_ISDIR(st.st_mode):
-            raise RpcError("invalid_argument", f"path is not a directory: {path}")
-        entries: list[dict[str, Any]] = []
-        self._walk(path, depth, entries)
+            raise _denied(path, user, e) from e
         return {"entries": entries}
-
-    def _walk(self, directory: str, depth: int, out: list[dict[str, Any]]) -> None:
-        try:
-            with os.scandir(directory) as it:
-                children = sorted(it, key=lambda e: e.name)
-        except OSError:
-            return
-        for child in children:
-            try:
-                st = child.stat(follow_symlinks=False)
-                out.append(wire.entry_info(child.path, st))
-            except OSError:
-                continue
-            if depth > 1 and stat.S_ISDIR(st.st_mode):
-                self._walk(child.path, depth - 1, out)
 
     async def make_dir(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         path, user = self._resolve(call, _path_arg(msg))
         try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            pass
-        else:
-            if stat.S_ISDIR(st.st_mode):
-                raise RpcError("already_exists", f"directory already exists: {path}")
+            made = await run_as(user, fsops.make_dir, path)
+        except (NotADirectoryError, FileExistsError) as e:
+            raise RpcError("invalid_argument", f"a parent of {path} is not a directory") from e
+        except PermissionError as e:
+            raise _denied(path, user, e) from e
+        if made.get("exists") == "dir":
+            raise RpcError("already_exists", f"directory already exists: {path}")
+        if made.get("exists"):
             raise RpcError(
                 "invalid_argument", f"path already exists and is not a directory: {path}"
             )
-        try:
-            makedirs_for(path, user)
-        except NotADirectoryError as e:
-            raise RpcError("invalid_argument", f"a parent of {path} is not a directory") from e
-        except PermissionError as e:
-            raise RpcError("permission_denied", f"cannot create {path}: {e.strerror}") from e
-        return {"entry": _stat_entry(path)}
+        return {"entry": made["entry"]}
 
     async def move(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         src, user = self._resolve(call, _path_arg(msg, "source"))
         dst, _ = self._resolve(call, _path_arg(msg, "destination"))
-        if not os.path.lexists(src):
-            raise RpcError("not_found", f"source not found: {src}")
         try:
-            makedirs_for(os.path.dirname(dst), user)
-            try:
-                os.rename(src, dst)
-            except OSError as e:
-                if e.errno != errno.EXDEV:
-                    raise
-                import shutil
-
-                shutil.move(src, dst)
+            entry = await run_as(user, fsops.move, src, dst)
         except FileNotFoundError as e:
             raise RpcError("not_found", f"cannot move {src}: {e.strerror}") from e
         except PermissionError as e:
-            raise RpcError("permission_denied", f"cannot move {src}: {e.strerror}") from e
+            raise _denied(src, user, e) from e
         except OSError as e:
             raise RpcError("invalid_argument", f"cannot move {src} to {dst}: {e.strerror}") from e
-        return {"entry": _stat_entry(dst)}
+        return {"entry": entry}
 
     async def remove(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
-        path, _ = self._resolve(call, _path_arg(msg))
+        path, user = self._resolve(call, _path_arg(msg))
         try:
-            st = os.lstat(path)
-            if stat.S_ISDIR(st.st_mode):
-                import shutil
-
-                shutil.rmtree(path)
-            else:
-                os.unlink(path)
-        except FileNotFoundError:
-            pass  # envd uses RemoveAll: a missing path is not an error
+            await run_as(user, fsops.remove, path)
         except PermissionError as e:
-            raise RpcError("permission_denied", f"cannot remove {path}: {e.strerror}") from e
+            raise _denied(path, user, e) from e
         return {}
 
     # --- watching -----------------------------------------------------------------------
 
-    def _open_watcher(self, call: Call, msg: dict[str, Any], sink: Any) -> DirWatcher:
+    async def _open_watcher(self, call: Call, msg: dict[str, Any], sink: Any) -> DirWatcher:
         from envd.inotify import DirWatcher, is_network_mount  # ctypes: only when watching
 
-        path, _ = self._resolve(call, _path_arg(msg))
+        path, user = self._resolve(call, _path_arg(msg))
+        # the user must be able to list the directory; envd (root) then watches it
         try:
-            st = os.stat(path)
-        except FileNotFoundError as e:
+            is_dir = await run_as(user, fsops.check_watchable, path)
+        except (FileNotFoundError, NotADirectoryError) as e:
             raise RpcError("not_found", f"path not found: {path}") from e
-        if not stat.S_ISDIR(st.st_mode):
+        except PermissionError as e:
+            raise _denied(path, user, e) from e
+        if not is_dir:
             raise RpcError("invalid_argument", f"path is not a directory: {path}")
         allow_net = bool(wire.field(msg, "allowNetworkMounts", "allow_network_mounts"))
         if not allow_net and is_network_mount(path):
@@ -191,7 +158,7 @@ class FilesystemService:
 
     async def watch_dir(self, call: Call, msg: dict[str, Any], send: Send) -> None:
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        watcher = self._open_watcher(call, msg, queue.put_nowait)
+        watcher = await self._open_watcher(call, msg, queue.put_nowait)
         try:
             await send(b'{"start":{}}')
             while True:
@@ -209,7 +176,7 @@ class FilesystemService:
 
     async def create_watcher(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         events: deque[dict[str, Any]] = deque(maxlen=MAX_WATCHER_EVENTS)
-        watcher = self._open_watcher(call, msg, events.append)
+        watcher = await self._open_watcher(call, msg, events.append)
         polled = _PolledWatcher(watcher)
         polled.events = events
         import uuid

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pwd
 from dataclasses import dataclass
@@ -63,28 +62,3 @@ def resolve_path(path: str, user: User, default_dir: str | None = None) -> str:
     if not os.path.isabs(path):
         path = os.path.join(user.home, path)
     return os.path.normpath(path)
-
-
-def chown_to(path: str, user: User) -> None:
-    """Give a file we created on the user's behalf to the user (envd runs as root)."""
-    if os.geteuid() == 0 and user.uid != 0:
-        with contextlib.suppress(OSError):
-            os.chown(path, user.uid, user.gid, follow_symlinks=False)
-
-
-def makedirs_for(path: str, user: User) -> None:
-    """mkdir -p, every directory it creates owned by the user."""
-    missing: list[str] = []
-    p = path
-    while p and not os.path.exists(p):
-        missing.append(p)
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, 0o755)
-        except FileExistsError:
-            continue
-        chown_to(d, user)

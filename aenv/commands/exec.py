@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, BinaryIO
 
 import typer
 
@@ -120,6 +121,39 @@ def exec_(
             raise typer.Exit(code) from None
 
 
+#: How much of a stream each upload chunk holds: few syscalls and HTTP chunks for a fast
+#: pipe, and memory stays flat whatever the size.
+UPLOAD_CHUNK = 1024 * 1024
+
+
+def send_stream(sbx: Sandbox, stream: BinaryIO, remote: str) -> int:
+    """Write everything `stream` holds to `remote` in the sandbox; returns the bytes sent.
+
+    The bytes go as chunks (`Transfer-Encoding: chunked`) read until end of input, never as
+    the file object itself: httpx gives a file object the `Content-Length` its fstat
+    reports, which for a pipe is 0 — `cat f | aenv upload ID - PATH` then sent nothing and
+    exited 0. Afterwards the file's size in the sandbox must be what was sent.
+    """
+    sent = 0
+
+    def chunks() -> Iterator[bytes]:
+        nonlocal sent
+        while chunk := stream.read(UPLOAD_CHUNK):
+            sent += len(chunk)
+            yield chunk
+
+    sbx.files.write(remote, chunks())
+    size = sbx.files.get_info(remote).size
+    if size != sent:
+        raise UploadMismatch(f"sent {sent} bytes, but {remote} has {size} in the sandbox")
+    return sent
+
+
+class UploadMismatch(Exception):
+    """The file in the sandbox does not have the bytes we sent (e.g. a guest process wrote
+    it meanwhile)."""
+
+
 def upload(
     sandbox_id: SandboxId,
     local: Annotated[str, typer.Argument(show_default=False,
@@ -133,16 +167,21 @@ def upload(
         if local == "-":
             die("give a file name for REMOTE when uploading stdin", EXIT_USAGE)
         remote += Path(local).name
-    if local != "-" and not Path(local).is_file():
+    if local != "-" and not Path(local).exists():
         die(f"{local}: no such file", EXIT_FAILED)
+    if local != "-" and Path(local).is_dir():
+        die(f"{local}: is a directory", EXIT_USAGE)
     conn = connection(api_url, api_key, data_dir)
     with sdk_errors(f"upload {remote}"):
         sbx = _connect(sandbox_id, conn)
-        if local == "-":
-            sbx.files.write(remote, sys.stdin.buffer)
-        else:
-            with open(local, "rb") as f:
-                sbx.files.write(remote, f)
+        try:
+            if local == "-":
+                send_stream(sbx, sys.stdin.buffer, remote)
+            else:
+                with open(local, "rb") as f:
+                    send_stream(sbx, f, remote)
+        except (OSError, UploadMismatch) as e:  # reading our side failed, or a short file
+            die(f"upload {remote}: {e}", EXIT_FAILED)
 
 
 def download(

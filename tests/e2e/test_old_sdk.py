@@ -30,6 +30,12 @@ print(sbx.kill())
 """
 
 
+def _metrics(stack: Stack) -> str:
+    r = httpx.get(f"{stack.api_url}/metrics", headers={"X-API-KEY": stack.api_key})
+    assert r.status_code == 200, r.text
+    return r.text
+
+
 def _posts(metrics: str, route: str) -> int:
     total = 0
     for line in metrics.splitlines():
@@ -44,13 +50,14 @@ def _posts(metrics: str, route: str) -> int:
 
 def test_sdk_2_45_uses_the_v1_routes(stack: Stack) -> None:
     assert OLD_PYTHON.exists(), f"{OLD_PYTHON} missing: run scripts/setup.sh"
-    before = httpx.get(f"{stack.api_url}/metrics").text
+    before = _metrics(stack)
     out = subprocess.run(
         [str(OLD_PYTHON), "-c", SCRIPT], env={**os.environ, **stack.env()},
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["old-sdk-ok", "v1", "connected", "True"]
-    after = httpx.get(f"{stack.api_url}/metrics").text
+    after = _metrics(stack)
     assert _posts(after, "/sandboxes") == _posts(before, "/sandboxes") + 1
-    assert _posts(after, "/sandboxes/{id}/connect") > _posts(before, "/sandboxes/{id}/connect")
+    connect = "/sandboxes/{sandbox_id}/connect"
+    assert _posts(after, connect) > _posts(before, connect)

@@ -51,6 +51,11 @@ def test_lifecycle_exec_files_pause_timeout_fork_rm(cli_stack: CliStack, tmp_pat
         r = run_aenv("download", sid, "/home/user/up/in.bin", str(tmp_path), env=env)
         assert r.returncode == 0, r.stderr.decode()
         assert (tmp_path / "in.bin").read_bytes() == blob
+        # from a pipe: every byte, not the 0 a pipe's fstat reports (issue 16 #11)
+        r = run_aenv("upload", sid, "-", "/home/user/up/piped.bin", env=env, stdin=blob * 3)
+        assert r.returncode == 0, r.stderr.decode()
+        r = run_aenv("exec", sid, "--", "sha256sum < /home/user/up/piped.bin", env=env)
+        assert r.stdout.split()[0].decode() == hashlib.sha256(blob * 3).hexdigest()
         r = run_aenv("download", sid, "/home/user/nope", str(tmp_path / "x"), env=env)
         assert r.returncode == 1 and r.stderr.decode().count("\n") == 1
 

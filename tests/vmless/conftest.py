@@ -26,6 +26,8 @@ from bus import Bus, BusSettings, delete_all
 AENV = [sys.executable, "-m", "aenv.cli"]
 NATS_URL = "nats://127.0.0.1:4222"
 PG = "postgresql://postgres@127.0.0.1:5432"
+#: What Prometheus would scrape /metrics with (`AENV_METRICS_TOKEN`)
+METRICS_TOKEN = "vmless-metrics-" + secrets.token_hex(8)
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ def vmless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
     env = {**os.environ, "AENV_NODE_HOST": "memory", "AENV_NODE_ID": "vmless",
            "AENV_NATS_URL": NATS_URL, "AENV_BUS_PREFIX": prefix,
            "AENV_DATABASE_URL": f"{PG}/{db}", "AENV_EMBEDDED_S3": "0",
-           "AENV_HEARTBEAT_S": "0.5"}  # fmt: skip
+           "AENV_HEARTBEAT_S": "0.5", "AENV_METRICS_TOKEN": METRICS_TOKEN}  # fmt: skip
     for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY"):
         env.pop(k, None)
     settings = BusSettings(nats_url=NATS_URL, bus_prefix=prefix)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 from e2b import AsyncSandbox, FileNotFoundException, Sandbox
@@ -35,7 +34,7 @@ def test_sync_watcher_sees_create_write_remove(sandbox: Sandbox, workdir: str) -
 
 
 def test_sync_watcher_recursive_with_entries(sandbox: Sandbox, workdir: str) -> None:
-    os.makedirs(f"{workdir}/sub")
+    sandbox.files.make_dir(f"{workdir}/sub")  # the user's: envd writes in it as the user
     w = sandbox.files.watch_dir(workdir, recursive=True, include_entry=True)
     sandbox.files.write(f"{workdir}/sub/deep.txt", "abc")
     events: list[FilesystemEvent] = []
