@@ -387,7 +387,11 @@ class NodeWorker:
             placed = create.model_copy(update={"node_id": self.node_id})
             child, _, _ = await execute(self.bus.sandboxes, placed, ctx)
             if child is not None and child.status is S.CREATING:
-                creates[cid] = create
+                # the tokens the log has: a redone fork (its child requested by an earlier
+                # delivery) minted new ones the log never took, which its guest must not get
+                creates[cid] = create.model_copy(
+                    update={"envd_access_token": child.envd_access_token}
+                )
                 tokens[cid] = child.traffic_access_token
         for cid in creates:  # journaled first: a crash mid-fork leaves them to reconcile
             self.journal.add(cid, state.template_id)
