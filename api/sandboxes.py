@@ -8,6 +8,7 @@ changes of state alone (the TTL) are decided and appended here, through the same
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import uuid
 from datetime import datetime
@@ -21,6 +22,7 @@ from api.auth import Caller
 from api.context import ApiContext
 from api.errors import ERRORS, ApiError
 from api.guards import node_answers, not_found, settle, visible
+from api.hangup import watch_hangup
 from api.ids import is_sandbox_id
 from api.outcomes import send_and_wait
 from api.resume import LIVE, node_or_placement, resume
@@ -127,12 +129,22 @@ async def create_sandbox(
         ),
     )
     node = await _template_node(ctx, tpl)
-    event, _ = await send_and_wait(
-        ctx.bus, cmd, node_id=node, until=(sb.SandboxCreated,),
-        timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
-    )  # fmt: skip
+    async with watch_hangup(request) as hung_up:
+        event, _ = await send_and_wait(
+            ctx.bus, cmd, node_id=node, until=(sb.SandboxCreated,),
+            timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
+        )  # fmt: skip
+        await asyncio.sleep(0)  # a hang-up already read lands before we look
+        left = hung_up.done()
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"sandbox {sandbox_id} failed to start: {event.reason}")
+    if left and not idempotency_key and isinstance(event, sb.SandboxCreated):
+        # nobody will ever know its id: it must not live out its TTL (api/hangup.py)
+        kill = sb.KillSandbox(sandbox_id=sandbox_id,
+                              command_id=sb.derived_command_id(str(command_id), "hung-up"))
+        await ctx.bus.commands.to_node(event.node_id, kill,
+                                       context=MessageContext(actor=caller.key_id))  # fmt: skip
+        raise ApiError(499, f"the client hung up; sandbox {sandbox_id} was killed")
     await settle(ctx, sandbox_id)
     body = wire.Sandbox(
         template_id=cmd.template_id, sandbox_id=sandbox_id, client_id=reads.CLIENT_ID,

@@ -127,3 +127,42 @@ def test_auto_resume_on_traffic_and_502_without_it(stack: Stack) -> None:
     finally:
         auto.kill()
         plain.kill()
+
+
+def _life_of(stack: Stack, key: str, value: str) -> list[str]:
+    """Event types of the sandbox whose metadata has key=value, read from the log."""
+    from bus import BusSettings
+    from projections.audit import read_log
+
+    async def run() -> list[str]:
+        nc = await nats.connect(stack.nats_url)
+        try:
+            recs = await read_log(nc.jetstream(), BusSettings(nats_url=stack.nats_url))
+        finally:
+            await nc.close()
+        sid = next((r.envelope.aggregate_id for r in recs
+                    if isinstance(r.event, sb.SandboxRequested)
+                    and r.event.spec.metadata.get(key) == value), None)  # fmt: skip
+        return [type(r.event).__name__ for r in recs if r.envelope.aggregate_id == sid]
+
+    return asyncio.run(run())
+
+
+def test_a_create_whose_client_hung_up_is_killed(stack: Stack) -> None:
+    """Issue 16: a client that hangs up on a create never learns the sandbox's id; the
+    sandbox must not live out its TTL. With an idempotency key it stays (a retry claims it)."""
+    tag = os.urandom(6).hex()
+    headers = {"X-API-Key": stack.api_key}
+    for key, extra in (("hangup", {}), ("keyed", {"Idempotency-Key": tag})):
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(f"{stack.api_url}/sandboxes", headers={**headers, **extra}, timeout=0.2,
+                       json={"templateID": "base", "metadata": {key: tag}})  # fmt: skip
+    eventually_sync(lambda: "SandboxKilled" in _life_of(stack, "hangup", tag), timeout=60)
+    assert "SandboxCreated" in _life_of(stack, "hangup", tag)  # it came up, then went
+    kept = eventually_sync(lambda: "SandboxCreated" in (life := _life_of(stack, "keyed", tag))
+                           and life, timeout=60)  # fmt: skip
+    assert "SandboxKillRequested" not in kept
+    again = httpx.post(f"{stack.api_url}/sandboxes", headers={**headers, "Idempotency-Key": tag},
+                       json={"templateID": "base", "metadata": {"keyed": tag}}, timeout=60)
+    assert again.status_code == 201
+    Sandbox.kill(again.json()["sandboxID"])
