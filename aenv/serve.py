@@ -52,6 +52,8 @@ class StackSettings(BaseSettings):
     s3_access_key: str | None = None
     s3_secret_key: str | None = None
     embedded_s3: bool = True
+    #: Longest wait between restarts of a crashed role or embedded server (`aenv.backoff`).
+    restart_cap_s: float = 30.0
 
 
 def _async_url(url: str) -> str:
@@ -98,7 +100,8 @@ async def serve(cfg: StackSettings, stop: asyncio.Event) -> None:
         say("migrating the read-model database")
         await migrate(services["database_url"])
         env = _role_env(cfg, services)
-        roles = {name: RoleProcess(name, env, say) for name in ("node", "api")}
+        roles = {name: RoleProcess(name, env, say, restart_cap_s=cfg.restart_cap_s)
+                 for name in ("node", "api")}  # fmt: skip
         for role in roles.values():
             await role.start()
             stack.push_async_callback(role.stop)  # api stops first (pushed last), then node
@@ -119,30 +122,21 @@ def _publish(
     info = {"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": api_key,
             "nats_url": services["nats_url"], "database_url": services["database_url"],
             "pid": os.getpid(),
-            "roles": {n: r.proc.pid for n, r in roles.items() if r.proc}}  # fmt: skip
+            "roles": {n: r.proc.pid for n, r in roles.items() if r.proc},
+            "role_status": {n: r.status() for n, r in roles.items()}}  # fmt: skip
     write_private(cfg.data_dir / "stack.json", json.dumps(info, indent=2))
     return info
 
 
 async def _watch(
-    roles: dict[str, RoleProcess], stop: asyncio.Event, restarted: Callable[[], object]
+    roles: dict[str, RoleProcess], stop: asyncio.Event, changed: Callable[[], object]
 ) -> None:
-    """Until `stop`: a role that exits is restarted (its state lives on the bus)."""
-    stopping = asyncio.create_task(stop.wait())
-    try:
-        while not stop.is_set():
-            exits = {asyncio.create_task(r.wait_exit()): r for r in roles.values()}
-            done, _ = await asyncio.wait({stopping, *exits}, return_when=asyncio.FIRST_COMPLETED)
-            for t in exits:
-                if t not in done:
-                    t.cancel()
-            if stop.is_set():
-                return
-            for t in done & exits.keys():
-                await exits[t].restart_after_crash(t.result())
-                restarted()
-    finally:
-        stopping.cancel()
+    """Until `stop`: each role restarted on its own whenever it exits (its state lives on
+    the bus). Independently: the node (and its VMs) keeps running through an API crash
+    loop, and the API keeps answering (readiness says the node is gone) through a node's."""
+    async with asyncio.TaskGroup() as group:
+        for role in roles.values():
+            group.create_task(role.supervise(stop, changed))
 
 
 def _role_env(cfg: StackSettings, services: dict[str, Any]) -> dict[str, str]:

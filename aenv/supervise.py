@@ -1,5 +1,6 @@
 """The supervisor's view of a role process: start it, relay its progress, know when it is
-ready, restart it when it dies, stop it politely then firmly."""
+ready, restart it when it dies (for ever, with capped backoff: `aenv.backoff`), stop it
+politely then firmly."""
 
 from __future__ import annotations
 
@@ -9,15 +10,14 @@ import ctypes
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import TypeVar
 
+from aenv.backoff import CAP_S, CrashRecord
 from aenv.roles.common import READY
 
 PR_SET_PDEATHSIG = 1
-#: More crashes than this within `CRASH_WINDOW_S` and the supervisor gives up (a role that
-#: cannot start — a port taken, a broken image — would otherwise restart forever).
-MAX_CRASHES = 5
-CRASH_WINDOW_S = 60.0
+T = TypeVar("T")
 
 
 def _die_with_parent() -> None:
@@ -26,21 +26,33 @@ def _die_with_parent() -> None:
 
 
 class RoleFailed(Exception):
-    """A role process ended during start-up or crashed too often."""
+    """A role process ended during the stack's start-up."""
 
 
 class RoleProcess:
-    def __init__(self, role: str, env: dict[str, str], say: Callable[[str], None]) -> None:
+    def __init__(
+        self, role: str, env: dict[str, str], say: Callable[[str], None], *,
+        restart_cap_s: float = CAP_S,
+    ) -> None:  # fmt: skip
         self.role = role
         self.env = env
         self.say = say
         self.proc: asyncio.subprocess.Process | None = None
         self.ready = asyncio.Event()
         self._relay: asyncio.Task[None] | None = None
-        self._crashes: list[float] = []
+        self.crashes = CrashRecord(cap_s=restart_cap_s)
+        #: "starting", "ready" or "restarting" — what `aenv status` shows.
+        self.state = "starting"
+        self.last_exit: int | None = None
+
+    def status(self) -> dict[str, object]:
+        return {"state": self.state, "pid": self.proc.pid if self.proc else None,
+                "restarts": self.crashes.total, "last_exit": self.last_exit}  # fmt: skip
 
     async def start(self) -> None:
         self.ready.clear()
+        self.state = "starting"
+        self.crashes.started(time.monotonic())
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "aenv.serve", self.role,
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
@@ -69,6 +81,7 @@ class RoleProcess:
                 t.cancel()
         if not self.ready.is_set():
             raise RoleFailed(f"{self.role} exited during start-up (code {self.proc.returncode})")
+        self.state = "ready"
 
     async def wait_exit(self) -> int:
         assert self.proc is not None
@@ -78,17 +91,30 @@ class RoleProcess:
                 await asyncio.wait_for(self._relay, 1.0)
         return rc
 
-    async def restart_after_crash(self, rc: int) -> None:
-        now = time.monotonic()
-        self._crashes = [t for t in self._crashes if now - t < CRASH_WINDOW_S] + [now]
-        if len(self._crashes) > MAX_CRASHES:
-            raise RoleFailed(f"{self.role} crashed {len(self._crashes)} times in "
-                             f"{CRASH_WINDOW_S:.0f}s (last code {rc}); giving up")  # fmt: skip
-        self.say(f"{self.role} exited unexpectedly (code {rc}); restarting it")
-        await asyncio.sleep(min(0.5 * len(self._crashes), 5.0))
-        await self.start()
-        await self.wait_ready()
-        self.say(f"{self.role} is back")
+    async def supervise(self, stop: asyncio.Event, changed: Callable[[], object]) -> None:
+        """Until `stop`: restart the role whenever it exits, however often. Never raises:
+        one role's crash loop must not take the other (and its VMs) down with it."""
+        while not stop.is_set():
+            rc = await _unless_stopped(self.wait_exit(), stop)
+            if rc is None:
+                return
+            self.last_exit = rc
+            delay = self.crashes.crashed(time.monotonic())
+            self.state = "restarting"
+            changed()
+            self.say(f"{self.role} exited unexpectedly (code {rc}, {self.crashes.streak} in a "
+                     f"row); restarting it in {delay:.1f}s")  # fmt: skip
+            if await _unless_stopped(asyncio.sleep(delay, True), stop) is None:
+                return
+            await self.start()
+            changed()
+            try:
+                await self.wait_ready()
+            except RoleFailed as e:
+                self.say(str(e))
+                continue  # its exit is seen at the top of the loop
+            self.say(f"{self.role} is back")
+            changed()
 
     async def stop(self, timeout: float = 60.0) -> None:
         proc = self.proc
@@ -101,3 +127,17 @@ class RoleProcess:
             self.say(f"{self.role} did not stop within {timeout:.0f}s; killing it")
             proc.kill()
             await proc.wait()
+
+
+async def _unless_stopped(work: Coroutine[object, object, T], stop: asyncio.Event) -> T | None:
+    """`work`'s result, or None once `stop` is set first (`work` is then cancelled)."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if stop.is_set() and not task.done():
+        task.cancel()
+        return None
+    return task.result()

@@ -14,6 +14,7 @@ import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,9 +62,11 @@ async def _delete_namespace(settings: BusSettings) -> None:
         await bus.close()
 
 
-@pytest.fixture(scope="package")
-def vmless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
-    data = tmp_path_factory.mktemp("aenv-vmless")
+@contextmanager
+def vmless_stack(data: Path, **extra_env: str) -> Iterator[VmlessStack]:
+    """`aenv up` on `data` (its own database and bus namespace) until the block ends, then
+    `aenv down`. `extra_env` reaches the supervisor: `AENV_NATS_URL=""` and
+    `AENV_DATABASE_URL=""` make it embed NATS and Postgres instead of the machine's."""
     token = secrets.token_hex(4)
     db = f"aenv_test_{token}"  # swept by the projections tier if a killed session leaves it
     prefix = f"t{token}"
@@ -71,9 +74,12 @@ def vmless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
     env = {**os.environ, "AENV_NODE_HOST": "memory", "AENV_NODE_ID": "vmless",
            "AENV_NATS_URL": NATS_URL, "AENV_BUS_PREFIX": prefix,
            "AENV_DATABASE_URL": f"{PG}/{db}", "AENV_EMBEDDED_S3": "0",
-           "AENV_HEARTBEAT_S": "0.5", "AENV_METRICS_TOKEN": METRICS_TOKEN}  # fmt: skip
+           "AENV_HEARTBEAT_S": "0.5", "AENV_METRICS_TOKEN": METRICS_TOKEN,
+           **extra_env}  # fmt: skip
     for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY"):
         env.pop(k, None)
+    for k in [k for k, v in env.items() if k.startswith("AENV_") and v == ""]:
+        env.pop(k)
     settings = BusSettings(nats_url=NATS_URL, bus_prefix=prefix)
     try:
         up = subprocess.run([*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
@@ -92,4 +98,11 @@ def vmless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
             assert down.returncode == 0, down.stderr
     finally:
         asyncio.run(_database(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
-        asyncio.run(_delete_namespace(settings))
+        if "AENV_NATS_URL" in env:
+            asyncio.run(_delete_namespace(settings))
+
+
+@pytest.fixture(scope="package")
+def vmless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
+    with vmless_stack(tmp_path_factory.mktemp("aenv-vmless")) as stack:
+        yield stack

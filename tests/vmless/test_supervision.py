@@ -1,0 +1,104 @@
+"""Supervision under fault injection: real role processes SIGKILLed, a port taken away,
+the supervisor itself SIGKILLed — what keeps running, what comes back, and how soon."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.vmless.conftest import VmlessStack, vmless_stack
+
+
+def eventually(check: Callable[[], object], timeout: float, what: str) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
+        time.sleep(0.2)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def info(stack: VmlessStack) -> dict[str, object]:
+    return json.loads((stack.data_dir / "stack.json").read_text())  # type: ignore[no-any-return]
+
+
+def role_pid(stack: VmlessStack, role: str) -> int:
+    roles = info(stack)["roles"]
+    assert isinstance(roles, dict)
+    return int(roles[role])
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
+    with vmless_stack(tmp_path_factory.mktemp("aenv-supervise"),
+                      AENV_RESTART_CAP_S="1") as s:  # fmt: skip
+        yield s
+
+
+def test_an_api_crash_loop_never_stops_the_node(stack: VmlessStack) -> None:
+    """The API cannot listen (its port taken) and crashes at every start: the supervisor
+    keeps restarting it, the node role and its sandbox live on, and once the port is free
+    the API is back with the sandbox still running."""
+    with httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key},
+                      timeout=30) as c:  # fmt: skip
+        r = c.post("/sandboxes", json={"templateID": "base", "timeout": 300})
+        assert r.status_code == 201, r.text
+        sid = r.json()["sandboxID"]
+    supervisor = int(str(info(stack)["pid"]))
+    node, api = role_pid(stack, "node"), role_pid(stack, "api")
+    port = urlsplit(stack.api_url).port
+    log = stack.data_dir / "aenv.log"
+    before = log.read_text(errors="replace").count("api exited unexpectedly")
+    squatter = socket.socket()
+    try:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        os.kill(api, signal.SIGKILL)
+        eventually(lambda: not alive(api), 10, "the API died")
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+
+        def crashes() -> int:
+            assert alive(supervisor) and alive(node), "an API crash loop took the stack down"
+            return log.read_text(errors="replace").count("api exited unexpectedly") - before
+
+        eventually(lambda: crashes() >= 3, 120, "three API crashes in a row")
+        assert alive(supervisor) and alive(node), "an API crash loop took the node down"
+        assert role_pid(stack, "node") == node
+        assert info(stack)["role_status"]["api"]["state"] in ("starting", "restarting")  # type: ignore[index]
+    finally:
+        squatter.close()
+
+    def api_back() -> bool:
+        try:
+            return httpx.get(f"{stack.api_url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    eventually(api_back, 60, "the API back once its port is free")
+    with httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key},
+                      timeout=30) as c:  # fmt: skip
+        assert c.get(f"/sandboxes/{sid}").json()["state"] == "running"
+        assert c.delete(f"/sandboxes/{sid}").status_code == 204
+    assert role_pid(stack, "node") == node and alive(node)
+    assert info(stack)["role_status"]["api"]["state"] == "ready"  # type: ignore[index]
