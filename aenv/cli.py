@@ -18,6 +18,7 @@ from aenv.commands import register as register_sandbox_commands
 from aenv.ops import register as register_operator_commands
 from aenv.ops.stack import pid_alive as _pid_alive
 from aenv.ops.stack import stack_info as _stack_info
+from aenv.stack.records import stop_leftovers
 
 app = typer.Typer(
     help="aenv: E2B-compatible microVM sandboxes for agentic RL.",
@@ -53,6 +54,8 @@ def up(
         _print_env(info, data_dir)
         typer.echo(f"# aenv is already running (pid {info['pid']})", err=True)
         return
+    if left := stop_leftovers(data_dir, 30):  # its supervisor was SIGKILLed: start clean
+        typer.echo(f"# stopped what a dead aenv left running: {', '.join(left)}", err=True)
     data_dir.mkdir(parents=True, exist_ok=True)
     log = data_dir / "aenv.log"
     env = {**os.environ, "AENV_DATA_DIR": str(data_dir), "AENV_PORT": str(port),
@@ -96,10 +99,14 @@ def _print_env(info: dict[str, object], data_dir: Path) -> None:
 
 @app.command()
 def down(data_dir: DataDir = DEFAULT_DATA, timeout: float = 60) -> None:
-    """Stop the stack started by `aenv up` (sandboxes are stopped with it)."""
+    """Stop the stack started by `aenv up` (sandboxes are stopped with it), or what is left
+    of it when its supervisor died."""
     info = _stack_info(data_dir)
     if info is None:
-        typer.echo("aenv is not running")
+        left = stop_leftovers(data_dir, timeout)
+        (data_dir / "stack.json").unlink(missing_ok=True)
+        typer.echo(f"aenv's supervisor was gone; stopped {', '.join(left)}" if left
+                   else "aenv is not running")  # fmt: skip
         return
     pid = int(str(info["pid"]))
     os.kill(pid, signal.SIGTERM)
@@ -108,6 +115,7 @@ def down(data_dir: DataDir = DEFAULT_DATA, timeout: float = 60) -> None:
         time.sleep(0.1)
     if _pid_alive(pid):
         os.kill(pid, signal.SIGKILL)
+    stop_leftovers(data_dir, 10)  # a SIGKILLed supervisor's roles and servers
     (data_dir / "stack.json").unlink(missing_ok=True)
     typer.echo("aenv stopped")
 

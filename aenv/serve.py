@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,9 @@ from aenv import eventloop
 from aenv.roles.api import run_api
 from aenv.roles.common import RoleSettings, say, write_private
 from aenv.roles.node import run_node
+from aenv.stack.process import ManagedProcess
+from aenv.stack.records import ProcessBook
+from aenv.stack.watch import keep_running
 from aenv.supervise import RoleProcess
 from aenv.tracing import setup_tracing
 from projections import migrate
@@ -62,54 +67,103 @@ def _async_url(url: str) -> str:
     )
 
 
-async def _services(cfg: StackSettings, stack: contextlib.AsyncExitStack) -> dict[str, Any]:
+@dataclass
+class Services:
+    """Where the roles find NATS, Postgres and S3, and the embedded servers to keep alive
+    (with how to start each again)."""
+
+    urls: dict[str, Any] = field(default_factory=dict)
+    embedded: list[tuple[ManagedProcess, Callable[[], Awaitable[object]]]] = field(
+        default_factory=list
+    )
+
+
+async def _services(
+    cfg: StackSettings, stack: contextlib.AsyncExitStack, book: ProcessBook
+) -> Services:
     from aenv.stack import EmbeddedNats, EmbeddedPostgres, EmbeddedS3
 
-    out: dict[str, Any] = {}
+    out = Services()
     data = cfg.data_dir / "services"
+
+    def embed(process: ManagedProcess, start: Callable[[], Awaitable[object]]) -> None:
+        process.on_start = lambda name, pid: book.note(
+            name, pid, stop_signal=process.stop_signal, group=True
+        )
+        out.embedded.append((process, start))
+
     if cfg.nats_url:
-        out["nats_url"] = cfg.nats_url
+        out.urls["nats_url"] = cfg.nats_url
     else:
         nats = EmbeddedNats(data)
+        embed(nats.process, nats.start)
         say(f"starting embedded NATS (JetStream) on 127.0.0.1:{nats.port}")
-        out["nats_url"] = await nats.start()
+        out.urls["nats_url"] = await nats.start()
         stack.push_async_callback(nats.stop)
     if cfg.database_url:
-        out["database_url"] = _async_url(cfg.database_url)
+        out.urls["database_url"] = _async_url(cfg.database_url)
     else:
         pg = EmbeddedPostgres(data)
+        embed(pg.process, lambda: pg.start("aenv"))
         say(f"starting embedded Postgres on 127.0.0.1:{pg.port}")
-        out["database_url"] = _async_url(await pg.start("aenv"))
+        out.urls["database_url"] = _async_url(await pg.start("aenv"))
         stack.push_async_callback(pg.stop)
     if cfg.s3_endpoint:
-        out["s3"] = {"url": cfg.s3_endpoint, "access_key": cfg.s3_access_key,
-                     "secret_key": cfg.s3_secret_key}  # fmt: skip
+        out.urls["s3"] = {"url": cfg.s3_endpoint, "access_key": cfg.s3_access_key,
+                          "secret_key": cfg.s3_secret_key}  # fmt: skip
     elif cfg.embedded_s3:
         s3 = EmbeddedS3(data)
+        embed(s3.process, s3.start)
         say(f"starting embedded S3 (SeaweedFS) on 127.0.0.1:{s3.s3_port}")
         ep = await s3.start()
         stack.push_async_callback(s3.stop)
-        out["s3"] = {"url": ep.url, "access_key": ep.access_key, "secret_key": ep.secret_key}
+        out.urls["s3"] = {"url": ep.url, "access_key": ep.access_key,
+                          "secret_key": ep.secret_key}  # fmt: skip
     return out
 
 
+def _lock(data_dir: Path) -> int:
+    """Hold the data dir's lock for the supervisor's life: two supervisors on one data dir
+    would fight over its servers' data. The kernel drops it however the process ends."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / "aenv.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SystemExit(f"another aenv supervisor holds {data_dir / 'aenv.lock'}") from None
+    return fd
+
+
 async def serve(cfg: StackSettings, stop: asyncio.Event) -> None:
-    """Services, schema, then the two roles; restart a role that dies until `stop`."""
+    """Services, schema, then the two roles; restart a role or server that dies, until
+    `stop`."""
+    lock = _lock(cfg.data_dir)
+    book = ProcessBook(cfg.data_dir)
+    book.note("supervisor", os.getpid())
     async with contextlib.AsyncExitStack() as stack:
-        services = await _services(cfg, stack)
+        stack.callback(os.close, lock)
+        services = await _services(cfg, stack, book)
+        urls = services.urls
         say("migrating the read-model database")
-        await migrate(services["database_url"])
-        env = _role_env(cfg, services)
-        roles = {name: RoleProcess(name, env, say, restart_cap_s=cfg.restart_cap_s)
+        await migrate(urls["database_url"])
+        env = _role_env(cfg, urls)
+        drain_s = RoleSettings().drain_s
+        roles = {name: RoleProcess(name, env, say, restart_cap_s=cfg.restart_cap_s,
+                                   stop_timeout_s=drain_s + 10, on_start=book.note)
                  for name in ("node", "api")}  # fmt: skip
         for role in roles.values():
             await role.start()
             stack.push_async_callback(role.stop)  # api stops first (pushed last), then node
         for role in roles.values():
             await role.wait_ready()
-        info = _publish(cfg, services, roles)
+        info = _publish(cfg, urls, roles)
         say(f"{READY} {json.dumps({k: info[k] for k in ('E2B_API_URL', 'E2B_SANDBOX_URL')})}")
-        await _watch(roles, stop, lambda: _publish(cfg, services, roles))
+        async with asyncio.TaskGroup() as group:
+            for process, start in services.embedded:
+                group.create_task(keep_running(process, start, stop, say,
+                                               cap_s=cfg.restart_cap_s))  # fmt: skip
+            group.create_task(_watch(roles, stop, lambda: _publish(cfg, urls, roles)))
         say("stopping: draining in-flight work")
 
 
@@ -178,6 +232,8 @@ def main() -> None:
         def on_signal(sig: signal.Signals) -> None:
             say(f"received {sig.name}")
             stop.set()
+            if role != "all":  # SIGALRM's default action ends the process: the deadline
+                signal.alarm(max(1, round(RoleSettings().drain_s)))
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
+import os
 import signal
 import sys
 import time
@@ -15,14 +15,9 @@ from typing import TypeVar
 
 from aenv.backoff import CAP_S, CrashRecord
 from aenv.roles.common import READY
+from aenv.stack.process import die_with_parent
 
-PR_SET_PDEATHSIG = 1
 T = TypeVar("T")
-
-
-def _die_with_parent() -> None:
-    """A SIGKILLed supervisor must not leave a role running (it holds VMs or the port)."""
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class RoleFailed(Exception):
@@ -32,7 +27,8 @@ class RoleFailed(Exception):
 class RoleProcess:
     def __init__(
         self, role: str, env: dict[str, str], say: Callable[[str], None], *,
-        restart_cap_s: float = CAP_S,
+        restart_cap_s: float = CAP_S, stop_timeout_s: float = 60.0,
+        on_start: Callable[[str, int], None] | None = None,
     ) -> None:  # fmt: skip
         self.role = role
         self.env = env
@@ -44,6 +40,9 @@ class RoleProcess:
         #: "starting", "ready" or "restarting" — what `aenv status` shows.
         self.state = "starting"
         self.last_exit: int | None = None
+        #: Longer than the role's own drain deadline (`RoleSettings.drain_s`).
+        self.stop_timeout_s = stop_timeout_s
+        self.on_start = on_start
 
     def status(self) -> dict[str, object]:
         return {"state": self.state, "pid": self.proc.pid if self.proc else None,
@@ -56,8 +55,12 @@ class RoleProcess:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "aenv.serve", self.role,
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            env=self.env, preexec_fn=_die_with_parent,
+            env=self.env, preexec_fn=die_with_parent(os.getpid()),
         )  # fmt: skip
+        # A SIGKILLed supervisor SIGTERMs the role (PDEATHSIG), which then drains within
+        # its deadline; the record lets `aenv down`/`up` find it should it not.
+        if self.on_start is not None:
+            self.on_start(self.role, self.proc.pid)
         self._relay = asyncio.create_task(self._relay_lines(self.proc))
 
     async def _relay_lines(self, proc: asyncio.subprocess.Process) -> None:
@@ -116,7 +119,8 @@ class RoleProcess:
             self.say(f"{self.role} is back")
             changed()
 
-    async def stop(self, timeout: float = 60.0) -> None:
+    async def stop(self) -> None:
+        timeout = self.stop_timeout_s
         proc = self.proc
         if proc is None or proc.returncode is not None:
             return

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from aenv.commands.common import EXIT_FAILED, EXIT_SERVER, debug_requested, die
+from aenv.stack.records import start_time
 
 __all__ = ["StackDir", "operator_errors", "pid_alive", "running_stack", "stack_info"]
 
@@ -25,13 +26,14 @@ StackDir = Annotated[
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return start_time(pid) is not None
 
 
 def stack_info(data_dir: Path) -> dict[str, object] | None:

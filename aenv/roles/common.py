@@ -28,6 +28,10 @@ class RoleSettings(BaseSettings):
     s3_bucket: str = "aenv-snapshots"
     #: Template builds one API process runs at once (each drives a build sandbox).
     build_parallel: int = 2
+    #: After SIGTERM (`aenv down`, or the supervisor's death), the role drains this long at
+    #: most, then exits anyway: a drain that waits on a server which died with the
+    #: supervisor must not hang for ever (holding VMs, the port, Postgres's clients).
+    drain_s: float = 30.0
 
 
 def say(msg: str) -> None:

