@@ -3,6 +3,7 @@ the supervisor itself SIGKILLed — what keeps running, what comes back, and how
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -109,7 +110,8 @@ def _stack_processes(stack: VmlessStack) -> dict[str, int]:
     """Every process the supervisor started, by name (from the pids it published)."""
     out = {role: role_pid(stack, role) for role in ("api", "node")}
     pidfile = stack.data_dir / "services/postgres/data/postmaster.pid"
-    out["postgres"] = int(pidfile.read_text().split()[0])
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        out["postgres"] = int(pidfile.read_text().split()[0])
     for proc in Path("/proc").iterdir():  # nats-server: found by its store under this stack
         if proc.name.isdigit():
             try:
@@ -172,3 +174,39 @@ def test_aenv_down_finds_and_stops_a_stack_whose_supervisor_died(tmp_path: Path)
         up = _up_again(stack)
         assert up.returncode == 0, up.stderr + (stack.data_dir / "aenv.log").read_text()[-3000:]
         _serves(stack)
+
+
+def _api_serves(stack: VmlessStack) -> bool:
+    try:
+        _serves(stack)
+    except (AssertionError, httpx.HTTPError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("server", ["postgres", "nats"])
+def test_a_killed_embedded_server_is_restarted_and_the_roles_reconnect(
+    tmp_path: Path, server: str
+) -> None:
+    """kill -9 of the embedded Postgres (stale postmaster.pid left behind) or NATS: the
+    supervisor starts it again on the same port and data, the roles reconnect by
+    themselves, and what was stored before is still there (JetStream's file store)."""
+    with vmless_stack(tmp_path / "d", AENV_RESTART_CAP_S="2", **EMBEDDED) as stack:
+        with httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key},
+                          timeout=30) as c:  # fmt: skip
+            r = c.post("/sandboxes", json={"templateID": "base", "timeout": 300})
+            assert r.status_code == 201, r.text
+            sid = r.json()["sandboxID"]
+            roles = {role: role_pid(stack, role) for role in ("api", "node")}
+            victim = _stack_processes(stack)[server]
+            os.kill(victim, signal.SIGKILL)
+            eventually(lambda: not alive(victim), 10, f"{server} died")
+            back = eventually(lambda: _stack_processes(stack).get(server) not in (None, victim),
+                              60, f"{server} restarted")  # fmt: skip
+            assert back
+            eventually(lambda: _api_serves(stack), 90, "the API serves again")
+            assert c.get(f"/sandboxes/{sid}").json()["state"] == "running"
+            assert c.delete(f"/sandboxes/{sid}").status_code == 204
+        log = (stack.data_dir / "aenv.log").read_text(errors="replace")
+        assert f"{server} exited unexpectedly" in log and f"{server} is back" in log
+        assert {role: role_pid(stack, role) for role in ("api", "node")} == roles
