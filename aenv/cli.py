@@ -16,6 +16,7 @@ import typer
 
 from aenv.commands import register as register_sandbox_commands
 from aenv.ops import register as register_operator_commands
+from aenv.ops.health import stack_problems
 from aenv.ops.stack import pid_alive as _pid_alive
 from aenv.ops.stack import stack_info as _stack_info
 from aenv.stack.records import stop_leftovers
@@ -122,12 +123,30 @@ def down(data_dir: DataDir = DEFAULT_DATA, timeout: float = 60) -> None:
 
 @app.command()
 def status(data_dir: DataDir = DEFAULT_DATA) -> None:
-    """Whether the stack runs, and where."""
+    """Whether the stack runs, where, and whether it is ready: exits 1 when it does not
+    run, 3 when something in it is down (named on stderr)."""
     info = _stack_info(data_dir)
     if info is None:
         typer.echo("aenv is not running")
         raise typer.Exit(1)
-    typer.echo(json.dumps({k: v for k, v in info.items() if k != "E2B_API_KEY"}, indent=2))
+    ready = _readiness(str(info["E2B_API_URL"]))
+    shown = {k: v for k, v in info.items() if k != "E2B_API_KEY"}
+    typer.echo(json.dumps({**shown, "ready": ready}, indent=2))
+    problems = stack_problems(info, ready)
+    if problems:
+        fail("; ".join(problems))
+
+
+def _readiness(api_url: str) -> dict[str, object]:
+    """The API's `/health/ready` answer (its checks), or why there is none."""
+    import httpx
+
+    try:
+        r = httpx.get(f"{api_url}/health/ready", timeout=5)
+        body: dict[str, object] = r.json()
+    except (httpx.HTTPError, ValueError) as e:
+        return {"code": 503, "message": f"the API does not answer ({type(e).__name__})"}
+    return body
 
 
 def _running(data_dir: Path) -> dict[str, object]:

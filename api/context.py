@@ -42,6 +42,9 @@ class ApiSettings(BaseSettings):
     #: the scraper needs no API key (which could drive sandboxes). An API key works either
     #: way. None: API keys only.
     metrics_token: SecretStr | None = None
+    #: The stack's snapshot store (`AENV_S3_ENDPOINT`, set by the supervisor): readiness
+    #: checks that it answers. None: the stack has none, nothing to check.
+    s3_endpoint: str | None = None
 
 
 WaitFor = Callable[[int], Awaitable[None]]

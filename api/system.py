@@ -1,5 +1,5 @@
-"""Operational routes: health (open, for load balancers) and Prometheus metrics (an API key
-or the metrics token, see `api.scrape`)."""
+"""Operational routes: health (open, for load balancers: liveness and readiness) and
+Prometheus metrics (an API key or the metrics token, see `api.scrape`)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,48 @@ from typing import Any
 from litestar import Request, Response, get
 from litestar.openapi import ResponseSpec
 
+from api import health as checks
 from api.auth import HEADER
 from api.context import ApiContext
-from api.errors import documented
+from api.errors import documented, error_body
 from api.scrape import authorize_scrape
 
-_DEGRADED = ResponseSpec(data_container=dict[str, Any], description="NATS is not connected",
-                         generate_examples=False)  # fmt: skip
+_NOT_READY = ResponseSpec(
+    data_container=dict[str, Any], generate_examples=False,
+    description="Not ready: `{code, message, checks}`, the message naming what is down "
+                "(NATS, Postgres, S3, no node beating, captures waiting for upload)",
+)  # fmt: skip
+_READINESS = {**documented(500), 503: _NOT_READY}
 
 
-@get("/health", media_type="application/json", responses={**documented(500), 503: _DEGRADED})
+async def _ready(ctx: ApiContext) -> Response[dict[str, Any]]:
+    results = await checks.run(checks.probes(ctx))
+    status, message = checks.verdict(results)
+    states = {name: why or "ok" for name, why in results.items()}
+    if status == 200:  # the body `/health` always had on success, with every check's state
+        return Response({"status": "ok", "nats": True, "checks": states}, status_code=200)
+    return Response({**error_body(status, message), "checks": states}, status_code=status)
+
+
+@get("/health", media_type="application/json", responses=_READINESS)
 async def health(ctx: ApiContext) -> Response[dict[str, Any]]:
-    ok = ctx.bus.nc.is_connected
-    return Response({"status": "ok" if ok else "degraded", "nats": ok},
-                    status_code=200 if ok else 503)  # fmt: skip
+    """Readiness, under the path E2B's API has (the SDK does not call it; load balancers
+    and `aenv status` do)."""
+    return await _ready(ctx)
+
+
+@get("/health/ready", media_type="application/json", responses=_READINESS)
+async def ready(ctx: ApiContext) -> Response[dict[str, Any]]:
+    """200 once NATS, Postgres, S3 (if any) answer and a node beats; else 503 naming what
+    is down."""
+    return await _ready(ctx)
+
+
+@get("/health/live", media_type="application/json", responses=documented(500))
+async def live() -> dict[str, str]:
+    """The process answers: restart it only when this fails, not when a dependency is down
+    (restarting the API would not bring Postgres back)."""
+    return {"status": "ok"}
 
 
 @get("/metrics", media_type="text/plain; version=0.0.4", responses=documented(500))
@@ -31,4 +59,4 @@ async def metrics(ctx: ApiContext, request: Request[Any, Any, Any]) -> str:
     return ctx.metrics.render()
 
 
-ROUTES = [health, metrics]
+ROUTES = [health, ready, live, metrics]
