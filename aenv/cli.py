@@ -19,7 +19,6 @@ from aenv.ops import register as register_operator_commands
 from aenv.ops.health import stack_problems
 from aenv.ops.stack import pid_alive as _pid_alive
 from aenv.ops.stack import stack_info as _stack_info
-from aenv.stack.records import stop_leftovers
 
 app = typer.Typer(
     help="aenv: E2B-compatible microVM sandboxes for agentic RL.",
@@ -55,6 +54,8 @@ def up(
         _print_env(info, data_dir)
         typer.echo(f"# aenv is already running (pid {info['pid']})", err=True)
         return
+    from aenv.stack.records import stop_leftovers  # the server's package: only when it runs
+
     if left := stop_leftovers(data_dir, 30):  # its supervisor was SIGKILLed: start clean
         typer.echo(f"# stopped what a dead aenv left running: {', '.join(left)}", err=True)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -102,6 +103,8 @@ def _print_env(info: dict[str, object], data_dir: Path) -> None:
 def down(data_dir: DataDir = DEFAULT_DATA, timeout: float = 60) -> None:
     """Stop the stack started by `aenv up` (sandboxes are stopped with it), or what is left
     of it when its supervisor died."""
+    from aenv.stack.records import stop_leftovers  # the server's package: only when it runs
+
     info = _stack_info(data_dir)
     if info is None:
         left = stop_leftovers(data_dir, timeout)

@@ -14,7 +14,6 @@ from typing import Annotated
 import typer
 
 from aenv.commands.common import EXIT_FAILED, EXIT_SERVER, debug_requested, die
-from aenv.stack.records import start_time
 
 __all__ = ["StackDir", "operator_errors", "pid_alive", "running_stack", "stack_info"]
 
@@ -27,6 +26,8 @@ StackDir = Annotated[
 
 def pid_alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    from aenv.stack.records import start_time  # the server's package: only when it runs
+
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
