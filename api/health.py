@@ -16,7 +16,7 @@ import httpx
 from sqlalchemy import text
 
 from api.context import ApiContext
-from bus.nodes import is_gone
+from bus.nodes import describe_uploads, is_gone
 
 #: Per probe; every probe runs at once, so a check answers within about this long.
 TIMEOUT_S = 2.0
@@ -74,10 +74,21 @@ def probes(ctx: ApiContext) -> dict[str, Probe]:
         if ctx.nodes is None:
             return None
         now = time.time()
-        beating = [n for n, beat in ctx.nodes.beats.items() if not is_gone(beat, now)]
+        beating = [beat for beat in ctx.nodes.beats.values() if not is_gone(beat, now)]
         return None if beating else "no node is beating"
 
-    out: dict[str, Probe] = {"nats": nats, "postgres": postgres, "node": node}
+    async def uploads() -> str | None:
+        """Pauses not yet durable because their upload keeps failing (S3 down)."""
+        if ctx.nodes is None:
+            return None
+        now = time.time()
+        late = [f"{describe_uploads(b.uploads_waiting, b.oldest_upload_wait_s)} on node {b.node_id}"
+                for b in ctx.nodes.beats.values()
+                if b.uploads_waiting and not is_gone(b, now)]  # fmt: skip
+        return "; ".join(late) or None
+
+    out: dict[str, Probe] = {"nats": nats, "postgres": postgres, "node": node,
+                             "uploads": uploads}  # fmt: skip
     if ctx.settings.s3_endpoint:
         out["s3"] = s3
     return out

@@ -22,7 +22,7 @@ from bus.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MISSED_BEATS", "Heartbeat", "NodeBook", "is_gone"]
+__all__ = ["MISSED_BEATS", "Heartbeat", "NodeBook", "describe_uploads", "is_gone"]
 
 #: Beats a node may miss before it counts as gone (one late beat is a busy host).
 MISSED_BEATS = 3
@@ -43,6 +43,16 @@ class Heartbeat(BaseModel):
     accelerator: str | None = None
     accelerator_reason: str | None = None
     qemu: str | None = None
+    #: Captures whose upload to the snapshot repository failed and waits for a retry, and
+    #: how long the oldest has waited: a pause not yet durable (S3 down) made visible.
+    uploads_waiting: int = 0
+    oldest_upload_wait_s: float = 0.0
+
+
+def describe_uploads(waiting: int, oldest_s: float) -> str:
+    """How a failed-upload backlog reads in logs, readiness and `aenv status`."""
+    plural = "s" if waiting != 1 else ""
+    return f"{waiting} capture{plural} waiting for upload, oldest {oldest_s:.0f} s"
 
 
 def is_gone(beat: Heartbeat | None, now: float) -> bool:

@@ -50,7 +50,8 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         sock = listen(node_cfg.proxy_host, node_cfg.proxy_port)
         bound = f"{node_cfg.proxy_host}:{sock.getsockname()[1]}"
         worker = NodeWorker(bus, host, node_cfg, node_proxy=node_cfg.proxy_advertise or bound,
-                            on_moot=uploads.cancel if uploads else None)  # fmt: skip
+                            on_moot=uploads.cancel if uploads else None,
+                            uploads_waiting=uploads.waiting if uploads else None)  # fmt: skip
         proxy = uvicorn.Server(uvicorn.Config(
             node_proxy(host, worker.ingress), log_level="warning", lifespan="off",
             access_log=False, timeout_keep_alive=75,

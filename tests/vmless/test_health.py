@@ -4,9 +4,11 @@ readiness, `/health` and `aenv status` fail and name it; liveness stays 200."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -15,6 +17,8 @@ import httpx
 import pytest
 
 from aenv.stack.process import free_port
+from bus import Bus
+from bus.nodes import Heartbeat, NodeBook
 from tests.vmless.conftest import VmlessStack, vmless_stack
 from tests.vmless.test_supervision import eventually, role_pid
 
@@ -128,3 +132,33 @@ def test_a_node_that_stopped_beating_is_named(stack: VmlessStack, s3_up: None) -
     for _ in _freeze(role_pid(stack, "node")):
         eventually(_down(stack, "node: no node is beating"), 15, "readiness names the node")
     eventually(lambda: _ready(stack).status_code == 200, 30, "ready again")
+
+
+def _beat(stack: VmlessStack, waiting: int) -> None:
+    """A node's heartbeat as the node role writes it, with its failed-upload backlog."""
+
+    async def put() -> None:
+        bus = await Bus.connect(stack.bus_settings, setup=False)
+        try:
+            book = await NodeBook.open(bus.js, bus.names.nodes_bucket)
+            await book.beat(Heartbeat(node_id="uploader", at=time.time(), every_s=60,
+                                      uploads_waiting=waiting,
+                                      oldest_upload_wait_s=42.0 if waiting else 0.0))  # fmt: skip
+        finally:
+            await bus.close()
+
+    asyncio.run(put())
+
+
+def test_captures_waiting_for_upload_are_named(stack: VmlessStack, s3_up: None) -> None:
+    """A pause whose upload keeps failing is not durable: readiness and `aenv status` say
+    how many wait and for how long."""
+    _beat(stack, 3)
+    try:
+        line = "uploads: 3 captures waiting for upload, oldest 42 s on node uploader"
+        eventually(_down(stack, line), 15, "readiness names the upload backlog")
+        status = stack.aenv("status", "--data-dir", str(stack.data_dir))
+        assert status.returncode != 0 and "3 captures waiting" in status.stderr, status.stderr
+    finally:
+        _beat(stack, 0)
+    eventually(lambda: _ready(stack).status_code == 200, 15, "ready once uploaded")

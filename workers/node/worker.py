@@ -79,6 +79,7 @@ class NodeWorker:
     def __init__(
         self, bus: Bus, host: Host, settings: NodeSettings, *, node_proxy: str | None = None,
         on_moot: Callable[[str], None] | None = None,
+        uploads_waiting: Callable[[], tuple[int, float]] | None = None,
     ) -> None:  # fmt: skip
         self.bus = bus
         self.host = host
@@ -88,6 +89,8 @@ class NodeWorker:
         self.node_proxy = node_proxy
         #: told a sandbox's paused capture is moot (resumed or killed): its upload stops
         self.on_moot = on_moot or (lambda _: None)
+        #: the snapshot worker's failed-upload backlog, reported in the heartbeat
+        self.uploads_waiting = uploads_waiting
         self.journal = Journal(settings.state_dir / "journal")
         self.early = EarlyStarts(host)
         self.routes: RoutePublisher | None = None
@@ -121,9 +124,9 @@ class NodeWorker:
                                 self.bus.rejection_sinks)  # fmt: skip
             await c.start()
             self._consumers.append(c)
-        self._heartbeat = asyncio.create_task(
-            beat_forever(self.bus, self.host, self.node_id, self.settings.heartbeat_s)
-        )
+        beats = beat_forever(self.bus, self.host, self.node_id, self.settings.heartbeat_s,
+                             self.uploads_waiting)  # fmt: skip
+        self._heartbeat = asyncio.create_task(beats)
 
     async def stop(self) -> None:
         """Stop taking work and let in-flight commands finish (the consumers drain them)."""

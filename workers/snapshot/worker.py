@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
@@ -24,9 +25,11 @@ from typing import Protocol
 from bus import Bus, ConsumerSpec, MessageContext, RetryableError
 from bus.decisions import execute
 from bus.event_consumer import EventConsumer, EventDelivery
+from bus.nodes import describe_uploads
 from bus.subjects import AggregateKind
 from domain import sandbox as sb
 from domain import template as tp
+from workers.snapshot.backlog import UploadBacklog
 
 __all__ = ["PAUSE_UPLOAD_DELAY_S", "CaptureStore", "LocalCapture", "LocalCaptures",
            "SnapshotWorker"]  # fmt: skip
@@ -101,6 +104,12 @@ class SnapshotWorker:
         self.pause_delay_s = pause_delay_s
         self._uploads: dict[str, asyncio.Task[None]] = {}
         self._consumer: EventConsumer | None = None
+        #: failed uploads waiting for their redelivery (the heartbeat reports it)
+        self.backlog = UploadBacklog()
+
+    def waiting(self) -> tuple[int, float]:
+        """(captures whose upload failed and waits for a retry, oldest wait in seconds)."""
+        return self.backlog.summary(time.monotonic())
 
     def spec(self) -> ConsumerSpec:
         names = self.bus.names
@@ -145,6 +154,7 @@ class SnapshotWorker:
             raise RetryableError("pause too recent to upload", delay_s=wait)
         capture = await self.captures.paused_capture(sandbox_id, snapshot_id)
         if capture is None:
+            self.backlog.settled(sandbox_id)
             return  # not on this node, or moot: resumed or killed meanwhile
         if not await self._upload(sandbox_id, capture):
             return
@@ -156,6 +166,7 @@ class SnapshotWorker:
         name = taken.snapshot_id
         capture = self.captures.template_capture(name)
         if capture is None:
+            self.backlog.settled(f"template:{name}")
             return  # deleted meanwhile
         if not await self._upload(f"template:{name}", capture):
             return
@@ -177,11 +188,20 @@ class SnapshotWorker:
             current = asyncio.current_task()
             if task.cancelled() and (current is None or not current.cancelling()):
                 log.info("upload of %s cancelled: %s resumed or went", capture.snapshot_id, key)
+                self.backlog.settled(key)
                 return False
+            raise
+        except Exception as e:
+            # Redelivered with backoff (the consumer naks it): say so on every failure, with
+            # the whole backlog — a pause's durability is what is at stake.
+            self.backlog.failed(key, time.monotonic())
+            log.warning("upload of %s (%s) failed, will retry: %s; %s", capture.snapshot_id,
+                        key, e, describe_uploads(*self.waiting()))  # fmt: skip
             raise
         finally:
             if self._uploads.get(key) is task:
                 del self._uploads[key]
+        self.backlog.settled(key)
         return True
 
     async def _store(self, capture: LocalCapture) -> None:
