@@ -210,3 +210,25 @@ def test_a_killed_embedded_server_is_restarted_and_the_roles_reconnect(
         log = (stack.data_dir / "aenv.log").read_text(errors="replace")
         assert f"{server} exited unexpectedly" in log and f"{server} is back" in log
         assert {role: role_pid(stack, role) for role in ("api", "node")} == roles
+
+
+def test_roles_drain_within_their_deadline_when_nats_hangs(tmp_path: Path) -> None:
+    """A drain that waits on a hung NATS (SIGSTOPped: it neither answers nor refuses) ends
+    at the roles' deadline, and `aenv down` with it — not after a minute per role."""
+    with vmless_stack(tmp_path / "d", AENV_DRAIN_S="3", **EMBEDDED) as stack:
+        procs = _stack_processes(stack)
+        os.kill(procs["nats"], signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            down = subprocess.run([*AENV, "down", "--data-dir", str(stack.data_dir)],
+                                  capture_output=True, text=True, timeout=120,
+                                  env=stack.env)  # fmt: skip
+            took = time.monotonic() - t0
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(procs["nats"], signal.SIGCONT)
+        assert down.returncode == 0, down.stderr
+        assert not [n for n, p in procs.items() if alive(p)]
+        assert took < 30, f"aenv down took {took:.0f}s"
+        up = _up_again(stack)
+        assert up.returncode == 0, up.stderr + (stack.data_dir / "aenv.log").read_text()[-3000:]
