@@ -77,18 +77,19 @@ def probes(ctx: ApiContext) -> dict[str, Probe]:
         beating = [beat for beat in ctx.nodes.beats.values() if not is_gone(beat, now)]
         return None if beating else "no node is beating"
 
-    async def uploads() -> str | None:
-        """Pauses not yet durable because their upload keeps failing (S3 down)."""
-        if ctx.nodes is None:
-            return None
-        now = time.time()
-        late = [f"{describe_uploads(b.uploads_waiting, b.oldest_upload_wait_s)} on node {b.node_id}"
-                for b in ctx.nodes.beats.values()
-                if b.uploads_waiting and not is_gone(b, now)]  # fmt: skip
-        return "; ".join(late) or None
-
-    out: dict[str, Probe] = {"nats": nats, "postgres": postgres, "node": node,
-                             "uploads": uploads}  # fmt: skip
+    out: dict[str, Probe] = {"nats": nats, "postgres": postgres, "node": node}
     if ctx.settings.s3_endpoint:
         out["s3"] = s3
     return out
+
+
+def warnings(ctx: ApiContext) -> dict[str, str]:
+    """What is at risk without stopping the API from serving, so readiness stays 200 but
+    says it: pauses not yet durable because their upload keeps failing (S3 down), from the
+    nodes' heartbeats. `aenv status` counts these as problems."""
+    if ctx.nodes is None:
+        return {}
+    now = time.time()
+    late = [f"{describe_uploads(b.uploads_waiting, b.oldest_upload_wait_s)} on node {b.node_id}"
+            for b in ctx.nodes.beats.values() if b.uploads_waiting and not is_gone(b, now)]
+    return {"uploads": "; ".join(late)} if late else {}

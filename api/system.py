@@ -16,8 +16,8 @@ from api.scrape import authorize_scrape
 
 _NOT_READY = ResponseSpec(
     data_container=dict[str, Any], generate_examples=False,
-    description="Not ready: `{code, message, checks}`, the message naming what is down "
-                "(NATS, Postgres, S3, no node beating, captures waiting for upload)",
+    description="Not ready: `{code, message, checks, warnings}`, the message naming what "
+                "is down (NATS, Postgres, S3, no node beating)",
 )  # fmt: skip
 _READINESS = {**documented(500), 503: _NOT_READY}
 
@@ -25,10 +25,11 @@ _READINESS = {**documented(500), 503: _NOT_READY}
 async def _ready(ctx: ApiContext) -> Response[dict[str, Any]]:
     results = await checks.run(checks.probes(ctx))
     status, message = checks.verdict(results)
-    states = {name: why or "ok" for name, why in results.items()}
-    if status == 200:  # the body `/health` always had on success, with every check's state
-        return Response({"status": "ok", "nats": True, "checks": states}, status_code=200)
-    return Response({**error_body(status, message), "checks": states}, status_code=status)
+    more = {"checks": {name: why or "ok" for name, why in results.items()},
+            "warnings": checks.warnings(ctx)}  # fmt: skip
+    if status == 200:  # the body `/health` always had on success, with the checks' states
+        return Response({"status": "ok", "nats": True, **more}, status_code=200)
+    return Response({**error_body(status, message), **more}, status_code=status)
 
 
 @get("/health", media_type="application/json", responses=_READINESS)

@@ -18,4 +18,7 @@ def stack_problems(info: Mapping[str, object], ready: Mapping[str, object]) -> l
                            f"({restarts} restarts, last exit {code})")  # fmt: skip
     if ready.get("status") != "ok":
         out.append(str(ready.get("message") or "the API is not ready"))
+    warnings = ready.get("warnings")
+    if isinstance(warnings, Mapping):  # serving, but something is at risk (uploads)
+        out.extend(f"{name}: {text}" for name, text in sorted(warnings.items()))
     return out

@@ -18,3 +18,8 @@ def test_a_restarting_role_and_a_failed_check_are_named() -> None:
     ready = {"code": 503, "message": "not ready: s3: ConnectError"}
     assert stack_problems(info, ready) == [
         "role api is restarting (4 restarts, last exit 3)", "not ready: s3: ConnectError"]
+
+
+def test_a_warning_of_a_ready_api_is_a_problem_too() -> None:
+    ready = {**READY, "warnings": {"uploads": "2 captures waiting for upload, oldest 9 s"}}
+    assert stack_problems({}, ready) == ["uploads: 2 captures waiting for upload, oldest 9 s"]
