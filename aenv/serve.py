@@ -230,10 +230,10 @@ def main() -> None:
         loop = asyncio.get_running_loop()
 
         def on_signal(sig: signal.Signals) -> None:
-            say(f"received {sig.name}")
             stop.set()
             if role != "all":  # SIGALRM's default action ends the process: the deadline
                 signal.alarm(max(1, round(RoleSettings().drain_s)))
+            say(f"received {sig.name}")  # last: nothing here may keep the stop from happening
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import sys
 from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -35,8 +37,14 @@ class RoleSettings(BaseSettings):
 
 
 def say(msg: str) -> None:
-    """A progress line on stdout (the supervisor relays it to `aenv up`)."""
-    print(msg, flush=True)
+    """A progress line on stdout (the supervisor relays it to `aenv up`). A role whose
+    supervisor died writes into a pipe nobody reads: the line is dropped, not raised — a
+    BrokenPipeError in the SIGTERM handler left the role never stopping."""
+    try:
+        print(msg, flush=True)
+    except (BrokenPipeError, ValueError):  # ValueError: stdout already swapped and closed
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the process's life)
 
 
 def write_private(path: Path, text: str) -> None:

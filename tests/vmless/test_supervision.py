@@ -20,13 +20,14 @@ import pytest
 from tests.vmless.conftest import AENV, VmlessStack, vmless_stack
 
 
-def eventually(check: Callable[[], object], timeout: float, what: str) -> object:
+def eventually(check: Callable[[], object], timeout: float, what: str,
+               detail: Callable[[], object] = lambda: "") -> object:  # fmt: skip
     deadline = time.monotonic() + timeout
     while True:
         got = check()
         if got:
             return got
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
+        assert time.monotonic() < deadline, f"not within {timeout}s: {what} {detail()}"
         time.sleep(0.2)
 
 
@@ -152,7 +153,8 @@ def test_a_killed_supervisor_leaves_nothing_running_past_the_drain_deadline(
         os.kill(int(str(info(stack)["pid"])), signal.SIGKILL)
         t0 = time.monotonic()
         eventually(lambda: not any(alive(p) for p in procs.values()), 20,
-                   f"the stack's processes gone: {procs}")  # fmt: skip
+                   f"the stack's processes gone: {procs}",
+                   lambda: {n: p for n, p in procs.items() if alive(p)})  # fmt: skip
         assert time.monotonic() - t0 < 15
         up = _up_again(stack)
         assert up.returncode == 0, up.stderr + (stack.data_dir / "aenv.log").read_text()[-3000:]
