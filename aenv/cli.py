@@ -54,8 +54,11 @@ def up(
         _print_env(info, data_dir)
         typer.echo(f"# aenv is already running (pid {info['pid']})", err=True)
         return
-    from aenv.stack.records import stop_leftovers  # the server's package: only when it runs
+    from aenv.stack.records import stop_leftovers, supervisor_alive  # only when it runs
 
+    if supervisor_alive(data_dir):  # starting (no stack.json yet) or stopping
+        fail(f"an aenv supervisor is starting or stopping under {data_dir}; "
+             "wait for it, or aenv down")  # fmt: skip
     if left := stop_leftovers(data_dir, 30):  # its supervisor was SIGKILLed: start clean
         typer.echo(f"# stopped what a dead aenv left running: {', '.join(left)}", err=True)
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ from aenv.roles.api import run_api
 from aenv.roles.common import RoleSettings, say, write_private
 from aenv.roles.node import run_node
 from aenv.stack.process import ManagedProcess
-from aenv.stack.records import ProcessBook
+from aenv.stack.records import LOCK, ProcessBook
 from aenv.stack.watch import keep_running
 from aenv.supervise import RoleProcess
 from aenv.tracing import setup_tracing
@@ -126,12 +126,12 @@ def _lock(data_dir: Path) -> int:
     """Hold the data dir's lock for the supervisor's life: two supervisors on one data dir
     would fight over its servers' data. The kernel drops it however the process ends."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(data_dir / "aenv.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(data_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise SystemExit(f"another aenv supervisor holds {data_dir / 'aenv.lock'}") from None
+        raise SystemExit(f"another aenv supervisor holds {data_dir / LOCK}") from None
     return fd
 
 

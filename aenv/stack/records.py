@@ -9,6 +9,7 @@ handed to another process is not ours, and `aenv down`/`aenv up` must never sign
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -17,6 +18,24 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 FILE = "processes.json"
+#: flock'ed by the supervisor for its whole life (`aenv.serve`).
+LOCK = "aenv.lock"
+
+
+def supervisor_alive(data_dir: Path) -> bool:
+    """Whether a supervisor holds the data dir's lock — one still starting, before its
+    `stack.json` exists, too. The kernel drops the lock however the holder ends."""
+    try:
+        fd = os.open(data_dir / LOCK, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases it if we took it
+    return False
 
 
 def start_time(pid: int) -> int | None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 from aenv.stack.records import ProcessBook, leftovers, parse_start_time, stop_leftovers
@@ -45,3 +47,24 @@ def test_a_reused_pid_is_not_ours(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_data_dir_lock_tells_a_live_supervisor(tmp_path: Path) -> None:
+    """Held by another process (as the supervisor holds it), the lock says "alive"; once
+    that process is gone, the kernel released it."""
+    from aenv.stack.records import supervisor_alive
+
+    assert not supervisor_alive(tmp_path)
+    (tmp_path / "aenv.lock").touch()
+    hold = ("import fcntl, sys, time; f = open(sys.argv[1]); "
+            "fcntl.flock(f, fcntl.LOCK_EX); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(tmp_path / "aenv.lock")])
+    try:
+        deadline = time.monotonic() + 5
+        while not supervisor_alive(tmp_path):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not supervisor_alive(tmp_path)
