@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,13 +36,38 @@ class _S3Gateway(BaseHTTPRequestHandler):
         pass
 
 
-S3_PORT = free_port()
+class _S3Port:
+    """The fake gateway's port, held for the module: bound but not listening (connections
+    refused: S3 down) while no gateway serves it, so no server of the stacks other tests
+    start meanwhile can take it."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self._hold: socket.socket | None = None
+        self.hold()
+
+    def hold(self) -> None:
+        self._hold = socket.socket()
+        self._hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._hold.bind(("127.0.0.1", self.port))
+
+    def release(self) -> None:
+        if self._hold is not None:
+            self._hold.close()
+            self._hold = None
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
+def s3_port() -> Iterator[_S3Port]:
+    port = _S3Port()
+    yield port
+    port.release()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, s3_port: _S3Port) -> Iterator[VmlessStack]:
     with vmless_stack(tmp_path_factory.mktemp("aenv-health"), AENV_DATABASE_URL="",
-                      AENV_S3_ENDPOINT=f"http://127.0.0.1:{S3_PORT}") as s:  # fmt: skip
+                      AENV_S3_ENDPOINT=f"http://127.0.0.1:{s3_port.port}") as s:  # fmt: skip
         yield s
 
 
@@ -57,8 +83,10 @@ def _down(stack: VmlessStack, what: str) -> Callable[[], bool]:
     return check
 
 
-def _s3_up() -> Iterator[None]:
-    server = HTTPServer(("127.0.0.1", S3_PORT), _S3Gateway)
+@pytest.fixture
+def s3_up(s3_port: _S3Port) -> Iterator[None]:
+    s3_port.release()
+    server = HTTPServer(("127.0.0.1", s3_port.port), _S3Gateway)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -66,11 +94,7 @@ def _s3_up() -> Iterator[None]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-@pytest.fixture
-def s3_up() -> Iterator[None]:
-    yield from _s3_up()
+        s3_port.hold()
 
 
 def test_s3_down_is_not_ready_and_says_so(stack: VmlessStack) -> None:
