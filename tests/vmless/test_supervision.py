@@ -3,6 +3,7 @@ the supervisor itself SIGKILLed — what keeps running, what comes back, and how
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from bus import Bus, BusSettings
 from tests.vmless.conftest import AENV, VmlessStack, vmless_stack
 
 
@@ -178,6 +180,21 @@ def test_aenv_down_finds_and_stops_a_stack_whose_supervisor_died(tmp_path: Path)
         _serves(stack)
 
 
+def _history(stack: VmlessStack, sandbox_id: str) -> list[str]:
+    """The sandbox's events, read back from the stack's (embedded) JetStream."""
+    settings = BusSettings(nats_url=str(info(stack)["nats_url"]),
+                           bus_prefix=stack.bus_settings.bus_prefix)  # fmt: skip
+
+    async def read() -> list[str]:
+        bus = await Bus.connect(settings, setup=False)
+        try:
+            return [type(r.event).__name__ for r in await bus.sandboxes.read(sandbox_id)]
+        finally:
+            await bus.close()
+
+    return asyncio.run(read())
+
+
 def _api_serves(stack: VmlessStack) -> bool:
     try:
         _serves(stack)
@@ -208,6 +225,7 @@ def test_a_killed_embedded_server_is_restarted_and_the_roles_reconnect(
             assert back
             eventually(lambda: _api_serves(stack), 90, "the API serves again")
             assert c.get(f"/sandboxes/{sid}").json()["state"] == "running"
+            assert _history(stack, sid)[:2] == ["SandboxRequested", "SandboxCreated"]
             assert c.delete(f"/sandboxes/{sid}").status_code == 204
         log = stack.data_dir / "aenv.log"
         assert f"{server} exited unexpectedly" in log.read_text(errors="replace")
