@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from aenv.stack.process import free_port
 from bus import Bus, BusSettings
 from tests.vmless.conftest import AENV, VmlessStack, vmless_stack
 
@@ -54,11 +55,61 @@ def role_pid(stack: VmlessStack, role: str) -> int:
     return int(roles[role])
 
 
+NODE_PROXY_PORT = free_port()
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
-    with vmless_stack(tmp_path_factory.mktemp("aenv-supervise"),
-                      AENV_RESTART_CAP_S="1") as s:  # fmt: skip
+    with vmless_stack(tmp_path_factory.mktemp("aenv-supervise"), AENV_RESTART_CAP_S="1",
+                      AENV_PROXY_PORT=str(NODE_PROXY_PORT)) as s:  # fmt: skip
         yield s
+
+
+def _squat(port: int) -> socket.socket:
+    """Take `port` so the role that listens on it fails at every start."""
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("127.0.0.1", port))
+    squatter.listen()
+    return squatter
+
+
+def test_a_node_crash_loop_leaves_the_api_answering_and_says_so(stack: VmlessStack) -> None:
+    """The node cannot start (its proxy port taken): the API stays up (live 200), its
+    readiness and `aenv status` name the node, and the node is back once it can listen."""
+    supervisor = int(str(info(stack)["pid"]))
+    api, node = role_pid(stack, "api"), role_pid(stack, "node")
+    os.kill(supervisor, signal.SIGSTOP)  # the port taken before the restart can take it
+    try:
+        os.kill(node, signal.SIGKILL)
+        eventually(lambda: not alive(node), 10, "the node died")
+        try:
+            squatter = _squat(NODE_PROXY_PORT)
+        except OSError as e:  # who holds it (seen twice, not reproduced since)
+            held = subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
+            mine = [ln for ln in held.splitlines() if f":{NODE_PROXY_PORT} " in ln]
+            pytest.fail(f"{e}: {mine}")
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
+    try:
+        log = stack.data_dir / "aenv.log"
+        eventually(lambda: "node exited during start-up" in log.read_text(errors="replace"),
+                   60, "the node failing to start")  # fmt: skip
+
+        def named() -> bool:
+            r = httpx.get(f"{stack.api_url}/health/ready", timeout=10)
+            return r.status_code == 503 and "node: no node is beating" in r.json()["message"]
+
+        eventually(named, 30, "readiness names the node")
+        assert httpx.get(f"{stack.api_url}/health/live", timeout=10).status_code == 200
+        status = stack.aenv("status", "--data-dir", str(stack.data_dir))
+        assert status.returncode == 3 and "role node is" in status.stderr, status.stderr
+        assert alive(supervisor) and role_pid(stack, "api") == api and alive(api)
+    finally:
+        squatter.close()
+    eventually(lambda: httpx.get(f"{stack.api_url}/health/ready", timeout=10).status_code == 200,
+               60, "ready once the node is back")  # fmt: skip
+    assert stack.aenv("status", "--data-dir", str(stack.data_dir)).returncode == 0
 
 
 def test_an_api_crash_loop_never_stops_the_node(stack: VmlessStack) -> None:
