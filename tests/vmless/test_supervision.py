@@ -65,13 +65,31 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
         yield s
 
 
-def _squat(port: int) -> socket.socket:
-    """Take `port` so the role that listens on it fails at every start."""
-    squatter = socket.socket()
-    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    squatter.bind(("127.0.0.1", port))
-    squatter.listen()
-    return squatter
+def _kill_and_squat(supervisor: int, role: int, port: int) -> socket.socket:
+    """kill -9 `role` and take its `port`, so that it fails at every start. The supervisor
+    is held (SIGSTOP) meanwhile: its restart must not take the port back first."""
+    os.kill(supervisor, signal.SIGSTOP)
+    try:
+        os.kill(role, signal.SIGKILL)
+        eventually(lambda: not alive(role), 10, "the role died")
+        deadline = time.monotonic() + 10
+        while True:
+            squatter = socket.socket()
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                squatter.bind(("127.0.0.1", port))
+                break
+            except OSError as e:  # who still holds it (its last connections closing?)
+                squatter.close()
+                if time.monotonic() > deadline:
+                    held = subprocess.run(["ss", "-tanp"], capture_output=True, text=True)
+                    mine = [ln for ln in held.stdout.splitlines() if f":{port} " in ln]
+                    pytest.fail(f"{e}: {mine}")
+                time.sleep(0.2)
+        squatter.listen()
+        return squatter
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
 
 
 def test_a_node_crash_loop_leaves_the_api_answering_and_says_so(stack: VmlessStack) -> None:
@@ -79,18 +97,7 @@ def test_a_node_crash_loop_leaves_the_api_answering_and_says_so(stack: VmlessSta
     readiness and `aenv status` name the node, and the node is back once it can listen."""
     supervisor = int(str(info(stack)["pid"]))
     api, node = role_pid(stack, "api"), role_pid(stack, "node")
-    os.kill(supervisor, signal.SIGSTOP)  # the port taken before the restart can take it
-    try:
-        os.kill(node, signal.SIGKILL)
-        eventually(lambda: not alive(node), 10, "the node died")
-        try:
-            squatter = _squat(NODE_PROXY_PORT)
-        except OSError as e:  # who holds it (seen twice, not reproduced since)
-            held = subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
-            mine = [ln for ln in held.splitlines() if f":{NODE_PROXY_PORT} " in ln]
-            pytest.fail(f"{e}: {mine}")
-    finally:
-        os.kill(supervisor, signal.SIGCONT)
+    squatter = _kill_and_squat(supervisor, node, NODE_PROXY_PORT)
     try:
         log = stack.data_dir / "aenv.log"
         eventually(lambda: "node exited during start-up" in log.read_text(errors="replace"),
@@ -126,13 +133,9 @@ def test_an_api_crash_loop_never_stops_the_node(stack: VmlessStack) -> None:
     port = urlsplit(stack.api_url).port
     log = stack.data_dir / "aenv.log"
     before = log.read_text(errors="replace").count("api exited unexpectedly")
-    squatter = socket.socket()
+    assert port is not None
+    squatter = _kill_and_squat(supervisor, api, port)
     try:
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        os.kill(api, signal.SIGKILL)
-        eventually(lambda: not alive(api), 10, "the API died")
-        squatter.bind(("127.0.0.1", port))
-        squatter.listen()
 
         def crashes() -> int:
             assert alive(supervisor) and alive(node), "an API crash loop took the stack down"
