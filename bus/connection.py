@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,7 @@ from nats.js import JetStreamContext
 from bus.answers import Answers
 from bus.commands import CommandBus
 from bus.envelope import MessageContext
+from bus.errors import BusError
 from bus.publisher import JetStreamPublisher
 from bus.records import RecordedEvent
 from bus.settings import BusSettings
@@ -21,6 +23,8 @@ from bus.store import ApiKeyStore, BuildStore, EventStore, SandboxStore, Templat
 from bus.subjects import AggregateKind, Names
 from domain import CommandRejected, Event
 from domain import sandbox as sb
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Bus"]
 
@@ -53,13 +57,26 @@ class Bus:
         instead of being retried (and logged) until someone presses Ctrl-C.
         """
         if retry:
-            nc = await nats.connect(settings.nats_url, name=name, max_reconnect_attempts=-1)
+            js_box: list[JetStreamContext] = []
+
+            async def reconnected() -> None:
+                # a NATS restarted without its memory buckets (secrets): make them again
+                if setup and js_box:
+                    try:
+                        await ensure_streams(js_box[0], settings)
+                    except BusError as e:
+                        log.warning("setting the streams up again after a reconnect: %s", e)
+
+            nc = await nats.connect(settings.nats_url, name=name, max_reconnect_attempts=-1,
+                                    reconnected_cb=reconnected)  # fmt: skip
         else:
             # nats-py retries forever with 0 attempts; 1 means one retry after the first try
             nc = await nats.connect(settings.nats_url, name=name, max_reconnect_attempts=1,
                                     reconnect_time_wait=0.5, connect_timeout=3,
                                     error_cb=_ignore)  # fmt: skip
         js = nc.jetstream(timeout=settings.request_timeout_s)
+        if retry:
+            js_box.append(js)
         if setup:
             await ensure_streams(js, settings)
         pub = JetStreamPublisher(nc, settings.request_timeout_s)

@@ -60,7 +60,9 @@ def bucket_configs(settings: BusSettings) -> list[KeyValueConfig]:
             description="node heartbeats and free capacity",
             history=1,
             ttl=settings.node_ttl_s,
-            storage=StorageType.MEMORY,
+            # file: a memory bucket vanished with a NATS restart, and every heartbeat after
+            # it failed ("stream not found"): the API then took every node for gone
+            storage=StorageType.FILE,
             replicas=settings.replicas,
         ),
         KeyValueConfig(
@@ -96,8 +98,13 @@ async def ensure_streams(js: JetStreamContext, settings: BusSettings) -> None:
                 await js.update_stream(config)
         for bucket in bucket_configs(settings):
             try:
-                await js.key_value(bucket.bucket)
+                kv = await js.key_value(bucket.bucket)
             except BucketNotFoundError:
+                await js.create_key_value(bucket)
+                continue
+            info = (await kv.status()).stream_info
+            if info.config.storage != bucket.storage:  # JetStream cannot change it in place
+                await js.delete_key_value(bucket.bucket)  # live facts only: rebuilt at once
                 await js.create_key_value(bucket)
     except APIError as e:
         raise BusError(f"cannot set up streams: {e}") from e

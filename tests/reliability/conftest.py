@@ -29,14 +29,29 @@ class Stack:
     data_dir: Path
     api_url: str
     api_key: str
-    nats_url: str
+    #: the environment `aenv up` ran with (slot prefix, node id): `aenv up` again needs it
+    env: dict[str, str]
 
     def info(self) -> dict[str, object]:
         return dict(json.loads((self.data_dir / "stack.json").read_text()))
 
+    @property
+    def nats_url(self) -> str:
+        """From stack.json each time: a stack started again may have its NATS elsewhere."""
+        return str(self.info()["nats_url"])
+
+    def service_pid(self, name: str) -> int | None:
+        """An embedded server's pid, from the supervisor's process records."""
+        try:
+            records = json.loads((self.data_dir / "processes.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return next((int(r["pid"]) for r in records if r["name"] == name), None)
+
     def aenv(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*AENV, *args, "--data-dir", str(self.data_dir)],
-                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+                              capture_output=True, text=True, timeout=timeout,
+                              env=self.env)  # fmt: skip
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -65,8 +80,7 @@ def rstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         pytest.fail(f"aenv up failed ({up.returncode}): {up.stderr[-2000:]}\n--- log\n{log}")
     exports = dict(line.removeprefix("export ").split("=", 1)
                    for line in up.stdout.splitlines() if line.startswith("export "))  # fmt: skip
-    info = json.loads((data / "stack.json").read_text())
-    st = Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], info["nats_url"])
+    st = Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], env)
     saved = {k: os.environ.get(k) for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")}
     os.environ.update({"E2B_API_URL": st.api_url, "E2B_SANDBOX_URL": st.api_url,
                        "E2B_API_KEY": st.api_key})  # fmt: skip

@@ -291,14 +291,16 @@ def _report(name: str, cut: list[BaseException | None] | list[BaseException],
           f"after recovery: {orphans}; log: {after.summary()}")  # fmt: skip
 
 
-def _verify(st: Stack, rollouts: list[Rollout], *, may_lose_running: bool) -> Counter[str]:
-    """Each rollout's sandbox: alive with files and memory, or (node faults only) reported
-    lost by its node. Returns outcome counts."""
+def _verify(st: Stack, rollouts: list[Rollout], *, may_lose_running: bool,
+            keep: set[str]) -> Counter[str]:  # fmt: skip
+    """Each rollout's sandbox: alive with files and memory, or (node faults only, and never
+    one in `keep`: paused when the fault came) reported lost by its node. Returns outcome
+    counts."""
     states = _states(st)
     seen: Counter[str] = Counter()
     for r in rollouts:
         status = states.get(r.sandbox_id)
-        if status == "killed" and may_lose_running:
+        if status == "killed" and may_lose_running and r.sandbox_id not in keep:
             seen["killed (VM lost with its node)"] += 1
             continue
         assert status in ("running", "paused"), f"{r.sandbox_id} ended {status}"
@@ -310,9 +312,10 @@ def _verify(st: Stack, rollouts: list[Rollout], *, may_lose_running: bool) -> Co
 
 def _after(st: Stack, name: str, rollouts: list[Rollout],
            cut: list[BaseException | None] | list[BaseException],
-           *, may_lose_running: bool, **more: object) -> None:  # fmt: skip
+           *, may_lose_running: bool, keep: set[str] | None = None,
+           **more: object) -> None:  # fmt: skip
     _settled(st)
-    outcomes = _verify(st, rollouts, may_lose_running=may_lose_running)
+    outcomes = _verify(st, rollouts, may_lose_running=may_lose_running, keep=keep or set())
     after = _settled(st)
     assert after.duplicated == 0, after.findings
     orphans = _no_orphans(st)
@@ -374,7 +377,7 @@ def test_node_killed_while_a_fork_is_in_flight(rstack: Stack) -> None:
     fault.join()
     assert watch.seen.is_set()
     _after(rstack, "kill -9 node while a fork is in flight", [parent, *bystanders], cut,
-           may_lose_running=True)  # fmt: skip
+           may_lose_running=True, keep={r.sandbox_id for r in bystanders})  # fmt: skip
 
 
 @pytest.mark.timeout(600)
@@ -395,3 +398,49 @@ def test_a_vm_that_dies_is_reported_and_cleaned(rstack: Stack) -> None:
     assert r.status_code == 404
     events = rstack.aenv("events", sbx.sandbox_id, "--output", "json").stdout
     assert '"lost"' in events and "node:rel" in events, events
+
+
+@pytest.mark.timeout(1500)
+@pytest.mark.parametrize("server", ["nats", "postgres", "seaweedfs"])
+def test_embedded_server_killed_under_load(rstack: Stack, server: str) -> None:
+    """A dead NATS, Postgres or S3 server loses no sandbox: the supervisor restarts it on
+    its port and data, the roles reconnect, the load goes on."""
+    rollouts = [Rollout.start() for _ in range(SIZE)]
+    victim = rstack.service_pid(server)
+    assert victim is not None, f"no {server} in the stack's process records"
+
+    def fault() -> None:
+        os.kill(victim, signal.SIGKILL)
+        eventually_sync(lambda: rstack.service_pid(server) not in (None, victim),
+                        timeout=120, interval=0.5)  # fmt: skip
+        eventually_sync(lambda: _api_ok(rstack), timeout=120, interval=0.5)
+
+    timer = threading.Timer(1.5, fault)
+    timer.start()
+    cut: list[BaseException] = []
+    _run_all([lambda r=r: _load(rstack, r, cut) for r in rollouts])  # type: ignore[misc]
+    timer.join()
+    _after(rstack, f"kill -9 {server} under load", rollouts, cut, may_lose_running=False)
+
+
+@pytest.mark.timeout(1500)
+def test_supervisor_killed_then_up_again(rstack: Stack) -> None:
+    """kill -9 of the supervisor takes its roles and servers down with it (nothing left
+    draining for ever); `aenv up` on the same data dir brings the stack back: the paused
+    sandboxes with their files and memory, the running ones reported lost by the node."""
+    rollouts = [Rollout.start() for _ in range(SIZE)]
+    paused = rollouts[: max(1, SIZE // 2)]
+    for r in paused:
+        Sandbox.pause(r.sandbox_id)
+    pid = int(str(rstack.info()["pid"]))
+    os.kill(pid, signal.SIGKILL)
+    node = rstack.data_dir / "node"
+    eventually_sync(lambda: not subprocess.run(["pgrep", "-f", str(rstack.data_dir)],
+                                               capture_output=True).stdout,
+                    timeout=60, interval=0.5)  # fmt: skip
+    port = rstack.api_url.rsplit(":", 1)[1]
+    up = rstack.aenv("up", "--port", port, timeout=900)
+    assert up.returncode == 0, up.stderr + (rstack.data_dir / "aenv.log").read_text()[-3000:]
+    assert (node / "vms").exists()
+    _after(rstack, "kill -9 supervisor, aenv up again", rollouts, [], may_lose_running=True,
+           keep={r.sandbox_id for r in paused})  # fmt: skip

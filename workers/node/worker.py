@@ -388,6 +388,9 @@ class NodeWorker:
                     update={"traffic_access_token": secrets.token_urlsafe(24)}
                 )
             placed = create.model_copy(update={"node_id": self.node_id})
+            # journaled before its request is in the log: a node that dies from here on
+            # leaves the child to its reconcile (lost), never `creating` for ever
+            self.journal.add(cid, state.template_id)
             child, _, _ = await execute(self.bus.sandboxes, placed, ctx)
             if child is not None and child.status is S.CREATING:
                 # the tokens the log has: a redone fork (its child requested by an earlier
@@ -396,8 +399,9 @@ class NodeWorker:
                     update={"envd_access_token": child.envd_access_token}
                 )
                 tokens[cid] = child.traffic_access_token
-        for cid in creates:  # journaled first: a crash mid-fork leaves them to reconcile
-            self.journal.add(cid, state.template_id)
+        for cid in state.pending_children:
+            if cid not in creates and not self.host.runs(cid):
+                self.journal.remove(cid)  # not ours to start (it existed already)
         errors: dict[str, str | None] = {}
         async with self.host.lock(cmd.sandbox_id):
             try:
