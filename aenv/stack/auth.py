@@ -11,11 +11,11 @@ __all__ = [
     "APP_ROLE",
     "HBA_MARKER",
     "SUPERUSER",
-    "bootstrap_hba",
     "hardened_hba",
     "is_hardened",
     "nats_config",
     "ownership_statements_sql",
+    "password_sql",
     "role_sql",
 ]
 
@@ -34,22 +34,11 @@ def nats_config(user: str, password: str) -> str:
 
 def hardened_hba() -> str:
     """Every login needs its password, on the unix socket too (its directory is 0700
-    already; the password keeps it so if that mode is ever loosened)."""
+    already; the password keeps it so if that mode is ever loosened). Written only once
+    the superuser has a password, so the server never starts with trust."""
     return (
         f"{HBA_MARKER}\n"
         "local all all scram-sha-256\n"
-        "host all all 127.0.0.1/32 scram-sha-256\n"
-    )
-
-
-def bootstrap_hba() -> str:
-    """While the superuser has no password yet (a fresh cluster, or one an older aenv
-    initialised with trust): the superuser without one only on the unix socket, whose
-    0700 directory only the stack's user (and root) can enter; TCP needs passwords
-    already, so there is no moment where any local user gets in."""
-    return (
-        "# aenv: setting passwords; replaced once they are set\n"
-        f"local all {SUPERUSER} trust\n"
         "host all all 127.0.0.1/32 scram-sha-256\n"
     )
 
@@ -65,6 +54,11 @@ def role_sql(exists: bool, password: str) -> str:
     verb = "ALTER ROLE" if exists else "CREATE ROLE"
     return (f"{verb} {APP_ROLE} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
             f"NOREPLICATION NOBYPASSRLS PASSWORD '{password}'")  # fmt: skip
+
+
+def password_sql(role: str, password: str) -> str:
+    _check_hex(password)
+    return f"ALTER ROLE {role} PASSWORD '{password}'"
 
 
 def _check_hex(password: str) -> None:

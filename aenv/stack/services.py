@@ -21,11 +21,11 @@ from typing import Any
 from aenv.stack.auth import (
     APP_ROLE,
     SUPERUSER,
-    bootstrap_hba,
     hardened_hba,
     is_hardened,
     nats_config,
     ownership_statements_sql,
+    password_sql,
     role_sql,
 )
 from aenv.stack.process import ManagedProcess, StackError, as_user, free_port, tcp_open
@@ -142,41 +142,43 @@ class EmbeddedPostgres:
         had = creds.exists()
         self.passwords = load_or_mint(creds, (SUPERUSER, APP_ROLE))
         if not (self.pgdata / "PG_VERSION").exists():
-            # trust only until the first start: pg_hba.conf is rewritten before it
-            argv = [str(self.bin / "initdb"), "-D", str(self.pgdata), "-U", SUPERUSER,
-                    "-A", "trust", "-E", "UTF8", "--no-instructions"]  # fmt: skip
-            run_as = as_user(self.user)
-            await asyncio.to_thread(
-                lambda: subprocess.run(argv, check=True, capture_output=True, **run_as)
-            )
-        hba = self.pgdata / "pg_hba.conf"
-        hardened = had and is_hardened(hba.read_text())
-        if not hardened:  # rewritten in place: it keeps its owner, the server's user
-            hba.write_text(bootstrap_hba())
+            # trust never serves: the server first starts with the hardened pg_hba.conf
+            await asyncio.to_thread(self._run_as_server, [
+                str(self.bin / "initdb"), "-D", str(self.pgdata), "-U", SUPERUSER, "-A", "trust",
+                "-E", "UTF8", "--no-instructions"])  # fmt: skip
         await asyncio.to_thread(self._clear_lock)
+        hba = self.pgdata / "pg_hba.conf"
+        if not (had and is_hardened(hba.read_text())):  # fresh, or trust from an older aenv
+            await asyncio.to_thread(self._set_superuser_password)
+            hba.write_text(hardened_hba())  # in place: it keeps its owner, the server's user
         self.process.start()
         await self.process.wait_ready(self._accepts, 60)
-        if not hardened:
-            await self._set_superuser_password(hba)
         await self._ensure_app_database(database)
         return self.url(database)
 
+    def _run_as_server(self, argv: list[str], stdin: str = "") -> None:
+        done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
+                              **as_user(self.user))  # fmt: skip
+        # errors only: single-user mode echoes a failed statement (with its password)
+        errors = [ln for ln in done.stderr.splitlines() if "ERROR:" in ln or "FATAL:" in ln]
+        if done.returncode != 0 or errors:
+            raise StackError(f"{Path(argv[0]).name} failed: {' '.join(errors) or done.stderr}")
+
+    def _set_superuser_password(self) -> None:
+        """In single-user mode, before the server listens: no login is needed to set it
+        (the superuser may have no password yet), and none is possible meanwhile. The
+        password goes in on stdin, not the command line."""
+        statement = password_sql(SUPERUSER, self.passwords[SUPERUSER]) + "\n"
+        self._run_as_server([str(self.bin / "postgres"), "--single", "-D", str(self.pgdata),
+                             "postgres"], statement)  # fmt: skip
+
     async def _admin(self, database: str = "postgres") -> Any:
-        """The superuser, on the unix socket (trust before its password is set)."""
+        """The superuser, with its password: the supervisor's login for the set-up."""
         import asyncpg
 
-        return await asyncpg.connect(host=str(self.dir), port=self.port, user=SUPERUSER,
+        return await asyncpg.connect(host="127.0.0.1", port=self.port, user=SUPERUSER,
                                      password=self.passwords[SUPERUSER], database=database,
                                      timeout=5)  # fmt: skip
-
-    async def _set_superuser_password(self, hba: Path) -> None:
-        conn = await self._admin()
-        try:
-            await conn.execute(f"ALTER ROLE {SUPERUSER} PASSWORD '{self.passwords[SUPERUSER]}'")
-            hba.write_text(hardened_hba())
-            await conn.execute("SELECT pg_reload_conf()")
-        finally:
-            await conn.close()
 
     async def _ensure_app_database(self, database: str) -> None:
         """The app role with its password and no more rights, owning `database` and what

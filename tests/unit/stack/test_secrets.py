@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aenv.stack.auth import bootstrap_hba, hardened_hba, is_hardened, role_sql
+from aenv.stack.auth import hardened_hba, is_hardened, role_sql
 from aenv.stack.secrets_file import load_or_mint
 
 
@@ -34,12 +34,8 @@ def test_a_missing_or_unusable_password_is_minted_and_a_loose_file_closed(tmp_pa
 
 def test_only_the_final_pg_hba_counts_as_hardened() -> None:
     assert is_hardened(hardened_hba())
-    assert not is_hardened(bootstrap_hba())
     assert not is_hardened("host all all 127.0.0.1/32 trust\n")
     assert "trust" not in hardened_hba()
-    assert [line for line in bootstrap_hba().splitlines() if "trust" in line] == [
-        "local all postgres trust"
-    ]
 
 
 def test_the_app_role_gets_no_more_rights_and_only_hex_passwords() -> None:
