@@ -61,11 +61,12 @@ def up(
              "wait for it, or aenv down")  # fmt: skip
     if left := stop_leftovers(data_dir, 30):  # its supervisor was SIGKILLed: start clean
         typer.echo(f"# stopped what a dead aenv left running: {', '.join(left)}", err=True)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log = data_dir / "aenv.log"
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log = data_dir / "aenv.log"  # the stack's own log: it may hold secrets, like stack.json
     env = {**os.environ, "AENV_DATA_DIR": str(data_dir), "AENV_PORT": str(port),
            "AENV_HOST": host}  # fmt: skip
     with open(log, "ab") as out:
+        os.fchmod(out.fileno(), 0o600)
         start = out.tell()
         proc = subprocess.Popen(
             [sys.executable, "-m", "aenv.serve"], stdin=subprocess.DEVNULL, stdout=out,

