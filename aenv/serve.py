@@ -220,6 +220,9 @@ def main() -> None:
     logging.basicConfig(level=os.environ.get("AENV_LOG_LEVEL", "INFO"),
                         format='{"ts":"%(asctime)s","level":"%(levelname)s",'
                                '"logger":"%(name)s","msg":"%(message)s"}')  # fmt: skip
+    # a line per request of the health checks' S3 probe is noise, not news
+    for chatty in ("httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     role = sys.argv[1] if len(sys.argv) > 1 else "all"
     # What the stack writes is its own: stack.json, credentials, logs, the servers' data.
     # Not the node's: it builds guest file systems, whose implicitly made dirs must keep
