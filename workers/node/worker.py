@@ -23,15 +23,18 @@ from uuid import UUID
 from opentelemetry import trace
 
 from bus import (
+    AggregateKind,
     Bus,
     CommandConsumer,
     ConsumerSpec,
     Delivery,
+    EventFeed,
     MessageContext,
     PermanentError,
     RetryableError,
 )
 from bus.decisions import execute
+from bus.feed import stream_last_seq
 from bus.secrets import SecretBox
 from bus.tasks import cancel_and_wait
 from domain import Command, DomainError, Invalid
@@ -96,6 +99,7 @@ class NodeWorker:
         self.routes: RoutePublisher | None = None
         self._consumers: list[CommandConsumer] = []
         self._heartbeat: asyncio.Task[None] | None = None
+        self._kills: asyncio.Task[None] | None = None
         host.set_template_locator(self._locate_template)
         host.on_died(self._vm_died)
 
@@ -127,6 +131,8 @@ class NodeWorker:
         beats = beat_forever(self.bus, self.host, self.node_id, self.settings.heartbeat_s,
                              self.uploads_waiting)  # fmt: skip
         self._heartbeat = asyncio.create_task(beats)
+        self._kills = asyncio.create_task(self._follow_kills(
+            await stream_last_seq(self.bus.js, self.bus.settings) + 1))  # fmt: skip
 
     async def stop(self) -> None:
         """Stop taking work and let in-flight commands finish (the consumers drain them)."""
@@ -134,6 +140,7 @@ class NodeWorker:
             await c.stop()
         # its KV put is a nats-py request, whose wait_for can swallow one cancel
         await cancel_and_wait(self._heartbeat)
+        await cancel_and_wait(self._kills)
 
     def _guest(self, state: sb.Sandbox | sb.CreateSandbox) -> GuestConfig:
         """What envd is told: from a sandbox's state, or from a fork child's create."""
@@ -238,6 +245,40 @@ class NodeWorker:
                                    command_id=completion_id(cmd, "killed"))  # fmt: skip
 
         await self._operate(cmd, ctx, S.KILLING, work)
+
+    async def _follow_kills(self, start_seq: int) -> None:
+        """A sandbox the log says is killed must not keep a VM here. The API completes a
+        kill in the log by itself when it takes this node for gone — and a node that only
+        lost NATS for a while (its heartbeats with it) is not gone: its VMs ran on, killed
+        in the log, as orphans. So the node follows the log's kills of what it holds."""
+        subject = self.bus.names.events_of_kind(AggregateKind.SANDBOX)
+        while True:
+            try:
+                async with EventFeed(self.bus.js, self.bus.settings, subject,
+                                     start_seq=start_seq) as feed:  # fmt: skip
+                    while True:
+                        for rec in await feed.next_batch(timeout=1.0):
+                            start_seq = rec.seq + 1
+                            if isinstance(rec.event, sb.SandboxKilled):
+                                await self._drop_killed(rec.envelope.aggregate_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # NATS away: follow again from where we were
+                log.warning("following the log's kills failed; again in 1 s", exc_info=True)
+                await asyncio.sleep(1.0)
+
+    async def _drop_killed(self, sandbox_id: str) -> None:
+        if not (self.host.runs(sandbox_id) or self.host.holds_paused(sandbox_id)):
+            return  # the usual case: this node's own kill, done before it was recorded
+        async with self.host.lock(sandbox_id):
+            if not (self.host.runs(sandbox_id) or self.host.holds_paused(sandbox_id)):
+                return
+            log.warning("sandbox %s is killed in the log but still here: removing it",
+                        sandbox_id)  # fmt: skip
+            self.on_moot(sandbox_id)
+            await self.host.kill(sandbox_id)
+            self.journal.remove(sandbox_id)
+        await self._routes.dropped()
 
     async def _vm_died(self, sandbox_id: str, why: str) -> None:
         cid = sb.derived_command_id(sandbox_id, "vm-died", why)
