@@ -55,6 +55,7 @@ class Answers:
         #: aggregate id → commands also answered by an event of it that `overtakes` them
         #: (whatever caused it: a kill that overtook a pause ends the pause's wait)
         self._watching: dict[str, dict[str, Match]] = {}
+        self._aggregate_of: dict[str, str] = {}
         self._sub: JetStreamContext.PushSubscription | None = None
         #: the last stream sequence handed out (or stored before `start`): older ones are
         #: redeliveries of a recreated consumer
@@ -80,6 +81,8 @@ class Answers:
         for _, future in self._waiting.values():
             future.cancel()
         self._waiting.clear()
+        self._watching.clear()
+        self._aggregate_of.clear()
 
     def expect(
         self, command_id: str, match: Match, *, aggregate_id: str | None = None,
@@ -92,12 +95,16 @@ class Answers:
         self._waiting[command_id] = (match, future)
         if aggregate_id is not None and overtaken is not None:
             self._watching.setdefault(aggregate_id, {})[command_id] = overtaken
+            self._aggregate_of[command_id] = aggregate_id
         return future
 
     def forget(self, command_id: str) -> None:
         self._waiting.pop(command_id, None)
-        for aggregate_id, commands in list(self._watching.items()):
-            if commands.pop(command_id, None) is not None and not commands:
+        aggregate_id = self._aggregate_of.pop(command_id, None)
+        if aggregate_id is not None:
+            commands = self._watching[aggregate_id]
+            del commands[command_id]
+            if not commands:
                 del self._watching[aggregate_id]
 
     async def _on_msg(self, msg: Msg) -> None:

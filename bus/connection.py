@@ -57,13 +57,12 @@ class Bus:
         instead of being retried (and logged) until someone presses Ctrl-C.
         """
         if retry:
-            js_box: list[JetStreamContext] = []
 
             async def reconnected() -> None:
                 # a NATS restarted without its memory buckets (secrets): make them again
-                if setup and js_box:
+                if setup:
                     try:
-                        await ensure_streams(js_box[0], settings)
+                        await ensure_streams(js, settings)
                     except BusError as e:
                         log.warning("setting the streams up again after a reconnect: %s", e)
 
@@ -74,9 +73,7 @@ class Bus:
             nc = await nats.connect(settings.nats_url, name=name, max_reconnect_attempts=1,
                                     reconnect_time_wait=0.5, connect_timeout=3,
                                     error_cb=_ignore)  # fmt: skip
-        js = nc.jetstream(timeout=settings.request_timeout_s)
-        if retry:
-            js_box.append(js)
+        js = nc.jetstream(timeout=settings.request_timeout_s)  # (the callback's, once set)
         if setup:
             await ensure_streams(js, settings)
         pub = JetStreamPublisher(nc, settings.request_timeout_s)

@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from aenv.stack.process import free_port
 from tests.registry import LocalRegistry, local_registry
+from tests.vmstack import AENV as AENV  # the CLI, for the tests that drive it
+from tests.vmstack import add_log_tail, running_stack
 
 pytestmark = pytest.mark.vm
 
-AENV = [sys.executable, "-m", "aenv.cli"]
 #: lines of the stack's log a failing test's report carries (QMP chatter left out)
 LOG_TAIL = 200
 
@@ -50,10 +48,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     st = getattr(item, "funcargs", {}).get("stack")
     if report.failed and isinstance(st, Stack):
-        log = st.data_dir / "aenv.log"
-        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-        lines = [ln for ln in lines if '"qemu.qmp.' not in ln][-LOG_TAIL:]
-        report.sections.append(("aenv.log (tail)", "\n".join(lines)))
+        add_log_tail(report, st.data_dir, LOG_TAIL)
 
 
 @pytest.fixture(scope="package")
@@ -73,36 +68,6 @@ def _stack(data: Path, hub: LocalRegistry) -> Iterator[Stack]:
            "AENV_PROXY_VIA_NODE": "1",
            # small, so the pause/resume cycles of the e2e suite exercise chain compaction
            "AENV_MAX_LAYER_DEPTH": "3"}  # fmt: skip
-    up = subprocess.run(
-        [*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
-        capture_output=True, text=True, timeout=900, env=env,
-    )  # fmt: skip
-    if up.returncode != 0:
-        log = (data / "aenv.log").read_text(errors="replace")[-4000:]
-        pytest.fail(f"aenv up failed ({up.returncode}): {up.stderr[-2000:]}\n--- log\n{log}")
-    exports = dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in up.stdout.splitlines()
-        if line.startswith("export ")
-    )
-    info = json.loads((data / "stack.json").read_text())
-    saved = {k: os.environ.get(k) for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")}
-    st = Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], info["nats_url"], hub)
-    os.environ.update(st.env())
-    try:
-        yield st
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        down = subprocess.run([*AENV, "down", "--data-dir", str(data)], capture_output=True,
-                              text=True, timeout=120)  # fmt: skip
-        assert down.returncode == 0, down.stderr
-        leftovers = subprocess.run(["pgrep", "-af", str(data)], capture_output=True, text=True)
-        assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
-        # network slots too, including those of a node the resilience tests SIGKILLed
-        from workers.node.net import list_leftovers
-
-        assert list_leftovers("aenve") == [], "network namespaces left behind"
+    with running_stack(data, env, "aenve") as exports:
+        info = json.loads((data / "stack.json").read_text())
+        yield Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], info["nats_url"], hub)

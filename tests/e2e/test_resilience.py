@@ -18,9 +18,9 @@ import nats
 import pytest
 from e2b import Sandbox, SandboxState
 
-from bus.envelope import decode_event
 from domain import sandbox as sb
 from tests.e2e.conftest import Stack
+from tests.eventwatch import FirstEvent
 from tests.support import eventually_sync
 
 pytestmark = pytest.mark.vm
@@ -38,37 +38,10 @@ def _ids() -> set[str]:
     return {s.sandbox_id for s in Sandbox.list(limit=100).next_items()}
 
 
-class FirstRequested:
-    """Watches the event log (NATS, not the API) for the next SandboxRequested: the moment
-    the node has taken a create and is restoring its VM."""
-
-    def __init__(self, nats_url: str) -> None:
-        self.sandbox_id: str | None = None
-        self.subscribed = threading.Event()
-        self.seen = threading.Event()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._run(nats_url),))
-        self._thread.start()
-        assert self.subscribed.wait(10)
-
-    async def _run(self, url: str) -> None:
-        nc = await nats.connect(url)
-        try:
-            sub = await nc.subscribe("aenv.evt.sandbox.*")
-            self.subscribed.set()
-            async for msg in sub.messages:
-                _, event = decode_event(msg.data)
-                if isinstance(event, sb.SandboxRequested):
-                    self.sandbox_id = event.sandbox_id
-                    self.seen.set()
-                    return
-        finally:
-            await nc.close()
-
-
 def test_api_killed_mid_create_the_sandbox_still_appears(stack: Stack) -> None:
     """Issue 4: "API restarted mid-create → the sandbox still appears once it is created"."""
     api_pid = _role_pid(stack, "api")
-    watch = FirstRequested(stack.nats_url)
+    watch = FirstEvent(stack.nats_url, sb.SandboxRequested)
     outcome: list[BaseException | Sandbox] = []
 
     def create() -> None:

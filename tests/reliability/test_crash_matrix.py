@@ -32,10 +32,10 @@ import nats
 import pytest
 from e2b import Sandbox
 
-from bus import BusSettings
-from bus.envelope import decode_event
+from bus import BusSettings, RecordedEvent
 from domain import sandbox as sb
 from projections.audit import AuditReport, audit, read_log
+from tests.eventwatch import FirstEvent
 from tests.reliability.conftest import SIZE, Stack
 from tests.support import eventually_sync
 
@@ -82,32 +82,6 @@ class Rollout:
         assert recalled == self.secret, f"{self.sandbox_id}: memory lost"
 
 
-class EventWatch:
-    """Waits, on the event log itself, for the first event of a type: the moment a command
-    is accepted and its work under way."""
-
-    def __init__(self, nats_url: str, kind: type[sb.SandboxEvent]) -> None:
-        self.kind = kind
-        self.seen = threading.Event()
-        self.subscribed = threading.Event()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._run(nats_url),),
-                                        daemon=True)  # fmt: skip
-        self._thread.start()
-        assert self.subscribed.wait(10)
-
-    async def _run(self, url: str) -> None:
-        nc = await nats.connect(url)
-        try:
-            sub = await nc.subscribe("aenv.evt.sandbox.*")
-            self.subscribed.set()
-            async for msg in sub.messages:
-                if isinstance(decode_event(msg.data)[1], self.kind):
-                    self.seen.set()
-                    return
-        finally:
-            await nc.close()
-
-
 def _role_pid(st: Stack, role: str) -> int:
     roles = st.info()["roles"]
     assert isinstance(roles, dict)
@@ -125,7 +99,7 @@ def _kill_role(st: Stack, role: str) -> None:
     eventually_sync(lambda: _api_ok(st), timeout=120, interval=0.2)
 
 
-def _kill_when_seen(watch: EventWatch, st: Stack, role: str) -> None:
+def _kill_when_seen(watch: FirstEvent, st: Stack, role: str) -> None:
     if watch.seen.wait(60):
         _kill_role(st, role)
 
@@ -135,15 +109,30 @@ def _log_count(st: Stack, what: str) -> int:
     return sum(1 for ln in text.splitlines() if what in ln and "sandbox proxy" in ln)
 
 
-def _audit(st: Stack) -> AuditReport:
-    async def run() -> AuditReport:
+def _log(st: Stack) -> list[RecordedEvent]:
+    """Every sandbox event the stack's log holds (the source of truth)."""
+    async def run() -> list[RecordedEvent]:
         nc = await nats.connect(st.nats_url)
         try:
-            return audit(await read_log(nc.jetstream(), BusSettings(nats_url=st.nats_url)))
+            return await read_log(nc.jetstream(), BusSettings(nats_url=st.nats_url))
         finally:
             await nc.close()
 
     return asyncio.run(run())
+
+
+def _folded(st: Stack) -> dict[str, sb.Sandbox]:
+    """Every sandbox's state, folded from the log."""
+    states: dict[str, sb.State] = {}
+    for r in _log(st):
+        if isinstance(r.event, sb.SandboxEvent):
+            sid = r.envelope.aggregate_id
+            states[sid] = sb.evolve(states.get(sid), r.event)
+    return {sid: s for sid, s in states.items() if s is not None}
+
+
+def _audit(st: Stack) -> AuditReport:
+    return audit(_log(st))
 
 
 def _settled(st: Stack) -> AuditReport:
@@ -162,43 +151,12 @@ def _settled(st: Stack) -> AuditReport:
 
 
 def _states(st: Stack) -> dict[str, str]:
-    """Every sandbox's status, folded from the log (the source of truth)."""
-    async def run() -> dict[str, str]:
-        nc = await nats.connect(st.nats_url)
-        try:
-            recs = await read_log(nc.jetstream(), BusSettings(nats_url=st.nats_url))
-        finally:
-            await nc.close()
-        by: dict[str, list[sb.SandboxEvent]] = {}
-        for r in recs:
-            if isinstance(r.event, sb.SandboxEvent):
-                by.setdefault(r.envelope.aggregate_id, []).append(r.event)
-        out = {}
-        for sid, events in by.items():
-            state = sb.fold(events)
-            if state is not None:
-                out[sid] = state.status.value
-        return out
-
-    return asyncio.run(run())
+    return {sid: s.status.value for sid, s in _folded(st).items()}
 
 
 def _durable(st: Stack, sandbox_ids: list[str]) -> bool:
-    async def run() -> bool:
-        nc = await nats.connect(st.nats_url)
-        try:
-            recs = await read_log(nc.jetstream(), BusSettings(nats_url=st.nats_url))
-        finally:
-            await nc.close()
-        states: dict[str, sb.State] = {}
-        for r in recs:
-            if isinstance(r.event, sb.SandboxEvent):
-                sid = r.envelope.aggregate_id
-                states[sid] = sb.evolve(states.get(sid), r.event)
-        return all((s := states.get(i)) is not None and s.resumable_anywhere
-                   for i in sandbox_ids)  # fmt: skip
-
-    return asyncio.run(run())
+    states = _folded(st)
+    return all(i in states and states[i].resumable_anywhere for i in sandbox_ids)
 
 
 def _no_orphans(st: Stack) -> dict[str, int]:
@@ -356,7 +314,7 @@ def test_node_killed_while_resumes_are_in_flight(rstack: Stack) -> None:
         Sandbox.pause(r.sandbox_id)
     eventually_sync(lambda: _durable(rstack, [r.sandbox_id for r in rollouts]),
                     timeout=120, interval=1.0)  # fmt: skip
-    watch = EventWatch(rstack.nats_url, sb.SandboxResumeRequested)
+    watch = FirstEvent(rstack.nats_url, sb.SandboxResumeRequested)
     fault = threading.Thread(target=_kill_when_seen, args=(watch, rstack, "node"))
     fault.start()
     cut = _run_all([lambda r=r: Sandbox.connect(r.sandbox_id, timeout=900)  # type: ignore[misc]
@@ -375,7 +333,7 @@ def test_node_killed_while_a_fork_is_in_flight(rstack: Stack) -> None:
     bystanders = [Rollout.start() for _ in range(max(1, SIZE - 1))]
     for r in bystanders:
         Sandbox.pause(r.sandbox_id)
-    watch = EventWatch(rstack.nats_url, sb.SandboxForkRequested)
+    watch = FirstEvent(rstack.nats_url, sb.SandboxForkRequested)
     fault = threading.Thread(target=_kill_when_seen, args=(watch, rstack, "node"))
     fault.start()
     cut = _run_all([lambda: Sandbox.fork(parent.sandbox_id, count=2, timeout=300)])  # type: ignore[list-item]

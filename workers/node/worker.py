@@ -236,11 +236,7 @@ class NodeWorker:
         self, cmd: sb.KillSandbox, ctx: MessageContext, *, error: str | None = None
     ) -> None:
         async def work(_: sb.Sandbox) -> sb.CompleteKill:
-            self.on_moot(cmd.sandbox_id)
-            async with self.host.lock(cmd.sandbox_id):
-                await self.host.kill(cmd.sandbox_id)
-                self.journal.remove(cmd.sandbox_id)
-            await self._routes.dropped()
+            await self._remove(cmd.sandbox_id)
             return sb.CompleteKill(sandbox_id=cmd.sandbox_id, error=error,
                                    command_id=completion_id(cmd, "killed"))  # fmt: skip
 
@@ -270,15 +266,19 @@ class NodeWorker:
     async def _drop_killed(self, sandbox_id: str) -> None:
         if not (self.host.runs(sandbox_id) or self.host.holds_paused(sandbox_id)):
             return  # the usual case: this node's own kill, done before it was recorded
-        async with self.host.lock(sandbox_id):
-            if not (self.host.runs(sandbox_id) or self.host.holds_paused(sandbox_id)):
-                return
-            log.warning("sandbox %s is killed in the log but still here: removing it",
+        if await self._remove(sandbox_id):
+            log.warning("sandbox %s was killed in the log but still here: removed it",
                         sandbox_id)  # fmt: skip
-            self.on_moot(sandbox_id)
-            await self.host.kill(sandbox_id)
+
+    async def _remove(self, sandbox_id: str) -> bool:
+        """The sandbox's VM or capture, journal entry and route gone; whether anything of
+        it was here."""
+        self.on_moot(sandbox_id)
+        async with self.host.lock(sandbox_id):
+            held = await self.host.kill(sandbox_id)
             self.journal.remove(sandbox_id)
         await self._routes.dropped()
+        return held
 
     async def _vm_died(self, sandbox_id: str, why: str) -> None:
         cid = sb.derived_command_id(sandbox_id, "vm-died", why)
