@@ -13,14 +13,23 @@ the ack.
 Long handlers get `in_progress` heartbeats automatically (a third of the ack deadline), so
 the deadline can stay short enough to redeliver quickly when a worker dies. `stop()` stops
 fetching, lets the in-flight handlers finish (bounded), then unsubscribes (`bus.pull`).
+
+One command runs at most once at a time in a process: a redelivery that arrives while an
+earlier delivery of the same command is still in this process's hands (its heartbeats were
+lost — NATS restarting under the work — so the server took it for dead) waits for that one
+to settle, kept alive meanwhile, and then runs, finding the work done or resuming it. Run
+beside it, handlers written to redo unfinished work (a fork's children) did it twice, and
+the second run's refused completion gave the command a second outcome.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
+from uuid import UUID
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -98,6 +107,8 @@ class CommandConsumer:
         #: by aggregate kind: a template command's rejection lands on the template's subject
         self._rejections = dict(rejections)
         self._loop = PullLoop(js, Names(settings.bus_prefix).command_stream, spec, self._handle)
+        #: commands a delivery of which is being handled here: settled when it is
+        self._running: dict[UUID, asyncio.Future[None]] = {}
 
     async def start(self) -> None:
         """Create or update the durable consumer and start pulling."""
@@ -117,6 +128,19 @@ class CommandConsumer:
             await self._reject_raw(msg, "invalid", str(e))
             return
         delivery = Delivery(env, command, msg.subject, meta.sequence.stream, attempt, last, msg)
+        while (earlier := self._running.get(env.command_id)) is not None:
+            async with kept_alive(msg, self._spec.heartbeat_s):
+                await asyncio.shield(earlier)
+        settled = asyncio.get_running_loop().create_future()
+        self._running[env.command_id] = settled
+        try:
+            await self._run(delivery)
+        finally:
+            del self._running[env.command_id]
+            settled.set_result(None)
+
+    async def _run(self, delivery: Delivery) -> None:
+        msg, env, attempt = delivery._msg, delivery.envelope, delivery.attempt
         with consume_span(msg.subject, str(env.command_id), msg.headers, self._spec.durable):
             try:
                 async with kept_alive(msg, self._spec.heartbeat_s):

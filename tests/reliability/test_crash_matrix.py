@@ -364,11 +364,6 @@ def test_a_vm_that_dies_is_reported_and_cleaned(rstack: Stack) -> None:
 
 
 @pytest.mark.timeout(1500)
-@pytest.mark.xfail(strict=False, reason=(
-    "known open bugs (session 8 note): after a NATS restart under load a fork command got "
-    "two outcomes in the log (a redelivered command's late rejection, suspected); the "
-    "orphan VMs of kills the API completed in the log while it took the node for gone are "
-    "fixed (NodeWorker._follow_kills) but not yet re-verified here"))
 @pytest.mark.parametrize("server", ["nats", "postgres", "seaweedfs"])
 def test_embedded_server_killed_under_load(rstack: Stack, server: str) -> None:
     """A dead NATS, Postgres or S3 server loses no sandbox: the supervisor restarts it on

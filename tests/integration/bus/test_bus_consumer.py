@@ -243,3 +243,37 @@ async def test_a_command_to_each_node_reaches_every_node(bus: Bus) -> None:
         assert all(r.duplicate for r in again)
         await eventually(lambda: _true(len(first.done) == 1 and len(second.done) == 1))
         assert first.done != second.done
+
+
+async def test_a_redelivery_waits_for_the_delivery_still_running_here(bus: Bus) -> None:
+    """A command redelivered while this process still runs its earlier delivery (the
+    heartbeats were lost: NATS restarted under the work) runs after it, never beside it.
+    Beside it, a node redid a fork in flight, and the second run's completion — refused
+    (the fork had already finished) — gave the fork a second outcome in the log."""
+    running: list[int] = []
+    overlapped: list[int] = []
+
+    async def slow_and_deaf(d: Delivery) -> None:
+        if running:
+            overlapped.append(d.attempt)
+        running.append(d.attempt)
+        try:
+            if d.attempt == 1:
+                # the server hears none of this delivery's heartbeats, as in an outage
+                d._msg.in_progress = _lost  # type: ignore[method-assign]
+                await asyncio.sleep(1.5)  # well past the 0.3 s deadline: redelivered meanwhile
+        finally:
+            running.remove(d.attempt)
+
+    async with consumer(bus, slow_and_deaf, ack_wait_s=0.3, backoff=(0.3, 0.3),
+                        max_deliver=5) as (rec, node):  # fmt: skip
+        cmd = pause(new_sandbox_id())
+        await bus.commands.to_node(node, cmd)
+        await eventually(lambda: _true(len(rec.attempts[str(cmd.command_id)]) >= 2), timeout=10)
+        await eventually(lambda: _eq0(pending_in_queue(bus, node)), timeout=10)
+        assert overlapped == []
+        assert rec.attempts[str(cmd.command_id)] == [1, 2]  # the second waited, then ran once
+
+
+async def _lost() -> None:
+    return None
