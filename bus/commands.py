@@ -62,6 +62,7 @@ class CommandBus:
     def __init__(self, publisher: JetStreamPublisher, settings: BusSettings) -> None:
         self._publisher = publisher
         self._names = Names(settings.bus_prefix)
+        self._retry_s = settings.publish_retry_s
 
     async def to_node(
         self, node_id: str, command: Command, *, context: MessageContext | None = None
@@ -112,7 +113,8 @@ class CommandBus:
         }
         with publish_span(subject, cid, hdrs):
             try:
-                ack = await self._publisher.publish(subject, data, hdrs)
+                ack, _ = await self._publisher.publish_stored(subject, data, hdrs,
+                                                              budget_s=self._retry_s)  # fmt: skip
             except NoStreamResponseError as e:
                 raise PublishError(f"{subject}: no stream stores it") from e
             except (APIError, NatsTimeoutError, TimeoutError) as e:

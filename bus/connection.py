@@ -14,7 +14,6 @@ from nats.js import JetStreamContext
 from bus.answers import Answers
 from bus.commands import CommandBus
 from bus.envelope import MessageContext
-from bus.errors import BusError
 from bus.publisher import JetStreamPublisher
 from bus.records import RecordedEvent
 from bus.settings import BusSettings
@@ -58,21 +57,34 @@ class Bus:
         """
         if retry:
 
-            async def reconnected() -> None:
-                # a NATS restarted without its memory buckets (secrets): make them again
-                if setup:
-                    try:
-                        await ensure_streams(js, settings)
-                    except BusError as e:
-                        log.warning("setting the streams up again after a reconnect: %s", e)
+            redo: set[asyncio.Task[None]] = set()
 
-            nc = await nats.connect(settings.nats_url, name=name, max_reconnect_attempts=-1,
-                                    reconnected_cb=reconnected)  # fmt: skip
+            async def setup_again() -> None:
+                try:
+                    await ensure_streams(js, settings)
+                except Exception as e:  # a cluster still electing: the next reconnect redoes it
+                    log.warning("setting the streams up again after a reconnect: %r", e)
+
+            async def reconnected() -> None:
+                # A NATS restarted without its memory buckets (secrets): make them again — in
+                # a task of its own, never inside nats-py's reconnect, which retries its
+                # loop on whatever the callback raises (a JetStream request timing out while
+                # a cluster elects) with its previous read loop still reading: the next
+                # attempt's read then collided with it ("readuntil() called while another
+                # coroutine is already waiting"), the reconnect task died, and the client
+                # stayed disconnected for good.
+                if setup:
+                    task = asyncio.create_task(setup_again(), name="bus-setup-again")
+                    redo.add(task)
+                    task.add_done_callback(redo.discard)
+
+            nc = await nats.connect(settings.servers, name=name, max_reconnect_attempts=-1,
+                                    reconnected_cb=reconnected, **settings.login())  # fmt: skip
         else:
             # nats-py retries forever with 0 attempts; 1 means one retry after the first try
-            nc = await nats.connect(settings.nats_url, name=name, max_reconnect_attempts=1,
+            nc = await nats.connect(settings.servers, name=name, max_reconnect_attempts=1,
                                     reconnect_time_wait=0.5, connect_timeout=3,
-                                    error_cb=_ignore)  # fmt: skip
+                                    error_cb=_ignore, **settings.login())  # fmt: skip
         js = nc.jetstream(timeout=settings.request_timeout_s)  # (the callback's, once set)
         if setup:
             await ensure_streams(js, settings)

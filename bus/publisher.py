@@ -12,17 +12,23 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import PubAck
 from nats.js.errors import APIError, NoStreamResponseError
 
 __all__ = ["JetStreamPublisher"]
 
+log = logging.getLogger(__name__)
+
 _NO_RESPONDERS = "503"
+#: JetStream's "temporarily unavailable": a stream or the meta layer without a leader
+_UNAVAILABLE = 503
 
 
 class JetStreamPublisher:
@@ -56,6 +62,36 @@ class JetStreamPublisher:
             return await asyncio.wait_for(future, timeout or self._timeout)
         finally:
             self._futures.pop(token, None)
+
+    async def publish_stored(
+        self, subject: str, data: bytes, headers: dict[str, str], *, budget_s: float
+    ) -> tuple[PubAck, bool]:
+        """The ack once JetStream stored the message, and whether an earlier attempt may
+        have stored it already (a duplicate in the ack is then ours).
+
+        Retried — the same bytes, the same `Nats-Msg-Id`, so at most one copy is stored —
+        while nothing can take it for a while: the client reconnecting to another server,
+        or a cluster electing the stream's leader (no responders, or JetStream's 503).
+        `budget_s` bounds the whole; what else JetStream refuses raises at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget_s
+        delay, attempt = 0.05, 0
+        while True:
+            try:
+                return await self.publish(subject, data, headers), attempt > 0
+            except APIError as e:
+                if e.code != _UNAVAILABLE or loop.time() + delay > deadline:
+                    raise
+                why: object = e
+            except (NoStreamResponseError, NatsTimeoutError, TimeoutError) as e:
+                if loop.time() + delay > deadline:
+                    raise
+                why = e
+            attempt += 1
+            if attempt == 1:
+                log.info("publish to %s not stored yet (%r); retrying", subject, why)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     async def _on_reply(self, msg: Msg) -> None:
         future = self._futures.get(msg.subject.rsplit(".", 1)[-1])

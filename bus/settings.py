@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import unquote, urlsplit
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -13,6 +15,8 @@ class BusSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="AENV_", frozen=True, extra="ignore")
 
+    #: One server, or several comma-separated (a cluster: the client fails over between
+    #: them and learns the rest of the cluster from whichever it reaches).
     nats_url: str = "nats://127.0.0.1:4222"
     #: Namespace for every stream, subject, KV bucket and durable name, so that several
     #: stacks (or test sessions) share one NATS server without colliding. Empty in production.
@@ -24,7 +28,29 @@ class BusSettings(BaseSettings):
     duplicate_window_s: float = Field(default=120.0, gt=0)
     #: Per-request timeout towards the server (publish acks, direct gets, API calls).
     request_timeout_s: float = Field(default=5.0, gt=0)
+    #: How long a publish (an event, a command) is retried while nothing can store it: a
+    #: reconnect to another server, a cluster electing a stream leader (seconds, typically).
+    #: The same message id each time, so a retry never stores a second copy.
+    publish_retry_s: float = Field(default=20.0, gt=0)
     #: How long a node's capacity entry in the KV bucket lives without a heartbeat.
     node_ttl_s: float = Field(default=30.0, gt=0)
     #: How long a secret handed to a worker (a build's registry password) is kept.
     secret_ttl_s: float = Field(default=3600.0, gt=0)
+
+    @property
+    def servers(self) -> list[str]:
+        """`nats_url` as the client's server list."""
+        return [u.strip() for u in self.nats_url.split(",") if u.strip()]
+
+    def login(self) -> dict[str, str]:
+        """The user and password (or token) the URLs carry, as client options. A cluster
+        tells the client of its other servers, which the client adds to its pool without
+        the URLs' logins (nats-py): reconnecting to one of those was refused
+        ("Authorization Violation") until the login was given for every server."""
+        for url in self.servers:
+            parts = urlsplit(url if "://" in url else f"nats://{url}")
+            if parts.username and parts.password is not None:
+                return {"user": unquote(parts.username), "password": unquote(parts.password)}
+            if parts.username:
+                return {"token": unquote(parts.username)}
+        return {}

@@ -52,9 +52,6 @@ S = TypeVar("S")
 C = TypeVar("C", bound=Command)
 
 _WRONG_LAST_SEQUENCE = (10071, 10164)  # JSStreamWrongLastSequence(Constant)Err
-#: Publish attempts before giving up on acks that time out. Retrying is safe: the message id
-#: is the same, so if an earlier attempt was stored, the next ack says `duplicate`.
-_PUBLISH_ATTEMPTS = 3
 #: Aggregates whose folded state a process keeps (LRU).
 STATE_CACHE_SIZE = 4096
 
@@ -173,21 +170,21 @@ class EventStore(Generic[S, C]):
         self, subject: str, data: bytes, hdrs: dict[str, str], seq: int
     ) -> tuple[PubAck, bool]:
         """The ack, and whether a duplicate in it may be our own earlier attempt (an ack
-        lost to a timeout): it carries the sequence the event was first stored at."""
-        for attempt in range(_PUBLISH_ATTEMPTS):
-            try:
-                return await self._publisher.publish(subject, data, hdrs), attempt > 0
-            except APIError as e:
-                if e.err_code in _WRONG_LAST_SEQUENCE:
-                    raise ConcurrencyError(subject, seq, e.description or "") from e
-                raise PublishError(f"{subject}: {e}") from e
-            except NoStreamResponseError as e:
-                raise PublishError(f"{subject}: no stream stores it") from e
-            except (NatsTimeoutError, TimeoutError) as e:
-                if attempt == _PUBLISH_ATTEMPTS - 1:
-                    raise PublishError(f"{subject}: no ack after {attempt + 1} attempts") from e
-                await asyncio.sleep(0.05 * 2**attempt)
-        raise AssertionError("unreachable")
+        lost to a timeout or a leader change): it carries the sequence the event was
+        first stored at."""
+        try:
+            return await self._publisher.publish_stored(
+                subject, data, hdrs, budget_s=self._settings.publish_retry_s
+            )
+        except APIError as e:
+            if e.err_code in _WRONG_LAST_SEQUENCE:
+                raise ConcurrencyError(subject, seq, e.description or "") from e
+            raise PublishError(f"{subject}: {e}") from e
+        except NoStreamResponseError as e:
+            raise PublishError(f"{subject}: no stream stores it") from e
+        except (NatsTimeoutError, TimeoutError) as e:
+            raise PublishError(f"{subject}: no ack within "
+                               f"{self._settings.publish_retry_s:.0f} s") from e  # fmt: skip
 
     async def append_rejection(
         self, aggregate_id: str, rejection: CommandRejected, *, context: MessageContext
