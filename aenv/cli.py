@@ -18,6 +18,7 @@ from aenv.commands import register as register_sandbox_commands
 from aenv.ops import register as register_operator_commands
 from aenv.ops.health import stack_problems
 from aenv.ops.stack import pid_alive as _pid_alive
+from aenv.ops.stack import running_stack
 from aenv.ops.stack import stack_info as _stack_info
 
 app = typer.Typer(
@@ -130,18 +131,37 @@ def down(data_dir: DataDir = DEFAULT_DATA, timeout: float = 60) -> None:
 
 @app.command()
 def status(data_dir: DataDir = DEFAULT_DATA) -> None:
-    """Whether the stack runs, where, and whether it is ready: exits 1 when it does not
-    run, 3 when something in it is down (named on stderr)."""
+    """The stack and its fleet: the nodes, their room, accelerator and sandboxes (from the
+    nodes bucket), and — for a stack `aenv up` started — its roles and the API's readiness.
+    On a fleet machine (no stack.json) AENV_NATS_URL says where the bus is. Exits 1 when
+    nothing runs, 3 when something is down (named on stderr)."""
+    import asyncio
+
+    from aenv.ops.fleet import fleet_view, read_beats
+
     info = _stack_info(data_dir)
-    if info is None:
+    nats_url = str(info["nats_url"]) if info is not None else os.environ.get("AENV_NATS_URL")
+    if info is None and not nats_url:
         typer.echo("aenv is not running")
         raise typer.Exit(1)
-    ready = _readiness(str(info["E2B_API_URL"]))
-    shown = {k: v for k, v in info.items() if k != "E2B_API_KEY"}
-    typer.echo(json.dumps({**shown, "ready": ready}, indent=2))
-    problems = stack_problems(info, ready)
+    try:
+        fleet = fleet_view(asyncio.run(read_beats(str(nats_url))), time.time())
+    except Exception as e:  # the bus is down: say so, with the rest
+        fleet = {"error": f"cannot read the nodes bucket: {type(e).__name__}: {e}"}
+    problems: list[str] = [str(fleet["error"])] if "error" in fleet else []
+    if not fleet.get("beating", 1):
+        problems.append("no node is beating")
+    problems += [f"node {n['node']} is gone (last beat {n['last_beat_s']} s ago)"
+                 for n in fleet.get("nodes", []) if n["state"] == "gone"]  # fmt: skip
+    if info is None:
+        typer.echo(json.dumps({"fleet": fleet}, indent=2))
+    else:
+        ready = _readiness(str(info["E2B_API_URL"]))
+        shown = {k: v for k, v in info.items() if k != "E2B_API_KEY"}
+        typer.echo(json.dumps({**shown, "ready": ready, "fleet": fleet}, indent=2))
+        problems = stack_problems(info, ready) + problems
     if problems:
-        fail("; ".join(problems))
+        fail("; ".join(dict.fromkeys(problems)))
 
 
 def _readiness(api_url: str) -> dict[str, object]:
@@ -156,11 +176,6 @@ def _readiness(api_url: str) -> dict[str, object]:
     return body
 
 
-def _running(data_dir: Path) -> dict[str, object]:
-    info = _stack_info(data_dir)
-    if info is None:
-        fail("aenv is not running (aenv up)")
-    return info
 
 
 @projections_app.command("rebuild")
@@ -171,7 +186,7 @@ def projections_rebuild(data_dir: DataDir = DEFAULT_DATA) -> None:
     from bus import Bus, BusSettings
     from projections import all_projections, create_engine, rebuild
 
-    info = _running(data_dir)
+    info = running_stack(data_dir)
 
     async def run() -> bool:
         settings = BusSettings(nats_url=str(info["nats_url"]))
@@ -192,6 +207,25 @@ def projections_rebuild(data_dir: DataDir = DEFAULT_DATA) -> None:
 
     if not asyncio.run(run()):
         raise typer.Exit(1)
+
+
+@app.command()
+def serve(
+    role: Annotated[str, typer.Option(help="What this machine runs: `api` (HTTP API, envd "
+                                      "proxy, projections, timer, builds), `node` (microVMs), "
+                                      "or `all` (a whole stack, supervised, as aenv up).")] = "all",
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:  # fmt: skip
+    """Run one role in the foreground until SIGTERM, for a service manager (systemd,
+    Kubernetes). Every connection comes from the environment: AENV_NATS_URL (several
+    servers: comma-separated), AENV_DATABASE_URL, AENV_S3_ENDPOINT… (docs/deploy.md)."""
+    from aenv.serve import ROLES
+    from aenv.serve import main as serve_main
+
+    if role not in ROLES:
+        fail(f"--role must be one of {', '.join(ROLES)}, not {role!r}", 2)
+    os.environ["AENV_DATA_DIR"] = str(data_dir)
+    serve_main(role)
 
 
 @app.command()

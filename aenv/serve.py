@@ -35,7 +35,6 @@ from aenv.stack.records import LOCK, ProcessBook
 from aenv.stack.watch import keep_running
 from aenv.supervise import RoleProcess
 from aenv.tracing import setup_tracing
-from projections import migrate
 
 log = logging.getLogger("aenv")
 
@@ -146,9 +145,7 @@ async def serve(cfg: StackSettings, stop: asyncio.Event) -> None:
         stack.callback(os.close, lock)
         services = await _services(cfg, stack, book)
         urls = services.urls
-        say("migrating the read-model database")
-        await migrate(urls["database_url"])
-        env = _role_env(cfg, urls)
+        env = _role_env(cfg, urls)  # (the api role migrates the read-model database)
         drain_s = RoleSettings().drain_s
         roles = {name: RoleProcess(name, env, say, restart_cap_s=cfg.restart_cap_s,
                                    stop_timeout_s=drain_s + 10, on_start=book.note)
@@ -216,21 +213,28 @@ def _dump_tasks() -> None:
     sys.stderr.flush()
 
 
-def main() -> None:
+ROLES = ("all", "node", "api")
+
+
+def main(role: str | None = None) -> None:
+    """Run `role` in the foreground until SIGTERM: `all` supervises a whole stack (what
+    `aenv up` starts), `node` and `api` run one role alone — a fleet's machines, each
+    under its own supervisor (systemd, Kubernetes), every connection from `AENV_*`."""
     logging.basicConfig(level=os.environ.get("AENV_LOG_LEVEL", "INFO"),
                         format='{"ts":"%(asctime)s","level":"%(levelname)s",'
                                '"logger":"%(name)s","msg":"%(message)s"}')  # fmt: skip
     # a line per request of the health checks' S3 probe is noise, not news
     for chatty in ("httpx", "httpcore"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
-    role = sys.argv[1] if len(sys.argv) > 1 else "all"
+    if role is None:
+        role = sys.argv[1] if len(sys.argv) > 1 else "all"
     # What the stack writes is its own: stack.json, credentials, logs, the servers' data.
     # Not the node's: it builds guest file systems, whose implicitly made dirs must keep
     # the usual 0755 (a guest user could not enter a 0700 one); its files sit in the
     # data dir, which no other user may enter.
     os.umask(0o022 if role == "node" else 0o077)
-    if role not in ("all", "node", "api"):
-        raise SystemExit(f"usage: python -m aenv.serve [all|node|api] (got {role!r})")
+    if role not in ROLES:
+        raise SystemExit(f"usage: aenv serve --role {'|'.join(ROLES)} (got {role!r})")
     setup_tracing("aenv" if role == "all" else f"aenv-{role}")
     log.info("event loop: %s", eventloop.loop_name())
 

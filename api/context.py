@@ -16,6 +16,7 @@ from api.auth import KeyChecker
 from api.cache import LookupCache
 from api.metrics import Metrics
 from bus import Bus
+from bus.feed import stream_last_seq
 from bus.nodes import NodeBook
 
 
@@ -24,6 +25,9 @@ class ApiSettings(BaseSettings):
 
     #: Upper bound on waiting for a create (restore + envd ready), then 504 with the command.
     create_timeout_s: float = Field(default=120.0, gt=0)
+    #: How long a create sent to placement may wait for a node to take it; then the API
+    #: withdraws it and answers 503 (`api/room.py`): a fleet with no room says so.
+    placement_timeout_s: float = Field(default=10.0, gt=0)
     #: Upper bound on waiting for other lifecycle outcomes (kill, pause, resume).
     command_timeout_s: float = Field(default=60.0, gt=0)
     #: Send sandbox traffic through the node's proxy instead of straight to the guest: what
@@ -66,10 +70,6 @@ class ApiContext:
     #: The same for the templates projection (a deleted template or snapshot must be gone
     #: from listings once the DELETE answered).
     wait_for_templates: WaitFor = _no_wait
-    #: Highest event sequence this process wrote or waited for: reads wait for the read
-    #: model to reach it, so a GET after our own write sees it (and writes do not wait).
-    fence: int = 0
-
     #: Slowly changing lookups (templates, where a snapshot lives), off the create path.
     lookups: LookupCache = field(default_factory=LookupCache)
 
@@ -89,12 +89,15 @@ class ApiContext:
             self.nodes = await NodeBook.open(self.bus.js, self.bus.names.nodes_bucket)
         return await self.nodes.gone(node_id)
 
-    #: Sandboxes written since the last read; their sequences are looked up lazily.
-    unfenced: set[str] = field(default_factory=set)
-    async def fenced(self) -> None:
-        """Before a read: wait until the read model shows this process's own writes."""
-        while self.unfenced:
-            sid = self.unfenced.pop()
-            self.fence = max(self.fence, (await self.bus.sandboxes.version(sid)).seq)
-        if self.fence:
-            await self.wait_for(self.fence)
+    async def fenced_to(self, sandbox_id: str) -> None:
+        """Before reading one sandbox: wait until the read model shows its latest event,
+        whichever API process wrote it (behind a load balancer, a client's create and its
+        next GET meet different APIs). One version check on the log."""
+        seq = (await self.bus.sandboxes.version(sandbox_id)).seq
+        if seq:
+            await self.wait_for(seq)
+
+    async def fenced_to_tail(self) -> None:
+        """Before a listing: wait until the read model shows everything the log held when
+        the request came, whichever API wrote it."""
+        await self.wait_for(await stream_last_seq(self.bus.js, self.bus.settings))

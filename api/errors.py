@@ -84,7 +84,8 @@ _MEANING = {
     413: "Request body too large",
     500: "Internal error",
     501: "Not configured on this server",
-    503: "The node that holds the sandbox is not running",
+    503: "No node can take it now (none has room, or the one holding the sandbox is not "
+         "running): retry after Retry-After seconds",
     504: "The command did not finish in time; it continues in the background",
 }
 #: What any authenticated route may answer, whatever it does.

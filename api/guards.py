@@ -1,4 +1,4 @@
-"""What every sandbox route checks before it acts, and the read fence it raises after."""
+"""What every sandbox route checks before it acts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from api.errors import ApiError
 from api.ids import is_sandbox_id
 from domain import sandbox as sb
 
-__all__ = ["node_answers", "not_found", "settle", "visible"]
+__all__ = ["node_answers", "not_found", "visible"]
 
 
 def not_found(sandbox_id: str) -> ApiError:
@@ -23,13 +23,6 @@ async def visible(ctx: ApiContext, caller: Caller, sandbox_id: str) -> sb.Sandbo
     if state is None or state.team_id != caller.team_id or sb.public_state(state.status) is None:
         raise not_found(sandbox_id)
     return state
-
-
-async def settle(ctx: ApiContext, sandbox_id: str) -> None:
-    """Raise the read fence to our own write: later reads wait for the read model to show
-    it (read-your-writes) without making this write wait for the projector. (The store's
-    cache already holds it: `bus.answers` folds every stored sandbox event into it.)"""
-    ctx.unfenced.add(sandbox_id)
 
 
 async def node_answers(ctx: ApiContext, state: sb.Sandbox, what: str) -> None:

@@ -9,12 +9,15 @@ subscription, which also delivers appends the stream refused. Here a refusal
 """
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from api.errors import ApiError
 from bus import Bus
 from domain import CommandRejected, Event
 from domain import sandbox as sb
 
-REJECTION_STATUS = {"not_found": 404, "conflict": 409, "invalid": 400, "permanent": 400}
+REJECTION_STATUS = {"not_found": 404, "conflict": 409, "invalid": 400, "permanent": 400,
+                    "unavailable": 503}  # fmt: skip
 
 
 async def send_and_wait(
@@ -25,13 +28,16 @@ async def send_and_wait(
     until: tuple[type[Event], ...],
     timeout: float,
     actor: str | None = None,
+    unclaimed: Callable[[], Awaitable[None]] | None = None,
+    claim_within: float = 0.0,
 ) -> tuple[Event, int]:
     """`Bus.send_and_wait`, answered in HTTP terms: the event (one of `until`, or a
     failure) with its aggregate version; a rejection as the error it stands for; silence
     as a 504."""
     rec = await bus.send_and_wait(
-        command, node_id=node_id, until=until, timeout=timeout, actor=actor
-    )
+        command, node_id=node_id, until=until, timeout=timeout, actor=actor,
+        unclaimed=unclaimed, claim_within=claim_within,
+    )  # fmt: skip
     if rec is None:
         raise ApiError(
             504,

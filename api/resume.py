@@ -15,8 +15,8 @@ import time
 
 from api.context import ApiContext
 from api.errors import ApiError
-from api.guards import settle
 from api.outcomes import send_and_wait
+from api.room import check_room
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus
 from shared.proxy import AutoResume
@@ -68,6 +68,8 @@ async def resume(
                  "not running, and its capture has not reached the snapshot repository: "
                  "it resumes once that node is back",
     )  # fmt: skip
+    if node is None:  # its node is gone: another must have room for it
+        check_room(ctx, state.cpu_count, state.memory_mb)
     event, _ = await send_and_wait(
         ctx.bus, sb.ResumeSandbox(sandbox_id=state.sandbox_id, timeout_s=timeout_s),
         node_id=node, until=(sb.SandboxResumed, sb.SandboxResumeFailed),
@@ -79,7 +81,6 @@ async def resume(
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"sandbox {state.sandbox_id} failed to resume: {event.reason}")
     assert isinstance(event, sb.SandboxResumed)
-    await settle(ctx, state.sandbox_id)  # read-your-writes
     # what the answer needs changed only by this event: no reload on the response path
     return state.model_copy(update={"status": SandboxStatus.RUNNING,
                                     "node_id": event.node_id, "end_at": event.end_at})

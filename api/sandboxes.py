@@ -21,11 +21,12 @@ from api import reads, wire
 from api.auth import Caller
 from api.context import ApiContext
 from api.errors import ERRORS, ApiError
-from api.guards import node_answers, not_found, settle, visible
+from api.guards import node_answers, not_found, visible
 from api.hangup import watch_hangup
 from api.ids import is_sandbox_id
 from api.outcomes import send_and_wait
 from api.resume import LIVE, node_or_placement, resume
+from api.room import check_room, no_room, withdraw
 from bus.decisions import execute
 from bus.envelope import MessageContext
 from domain import sandbox as sb
@@ -129,13 +130,25 @@ async def create_sandbox(
         ),
     )
     node = await _template_node(ctx, tpl)
+    withdrawn = False
+
+    async def unclaimed() -> None:
+        nonlocal withdrawn
+        withdrawn = await withdraw(ctx, cmd, caller.key_id)
+
+    if node is None:  # placement: is there room anywhere?
+        check_room(ctx, cmd.cpu_count, cmd.memory_mb)
     async with watch_hangup(request) as hung_up:
         event, _ = await send_and_wait(
             ctx.bus, cmd, node_id=node, until=(sb.SandboxCreated,),
             timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
+            unclaimed=unclaimed if node is None else None,
+            claim_within=ctx.settings.placement_timeout_s,
         )  # fmt: skip
         await asyncio.sleep(0)  # a hang-up already read lands before we look
         left = hung_up.done()
+    if withdrawn:
+        raise no_room(cmd, ctx.settings.placement_timeout_s)
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"sandbox {sandbox_id} failed to start: {event.reason}")
     if left and not idempotency_key and isinstance(event, sb.SandboxCreated):
@@ -145,7 +158,6 @@ async def create_sandbox(
         await ctx.bus.commands.to_node(event.node_id, kill,
                                        context=MessageContext(actor=caller.key_id))  # fmt: skip
         raise ApiError(499, f"the client hung up; sandbox {sandbox_id} was killed")
-    await settle(ctx, sandbox_id)
     body = wire.Sandbox(
         template_id=cmd.template_id, sandbox_id=sandbox_id, client_id=reads.CLIENT_ID,
         envd_version=cmd.envd_version, alias=cmd.alias,
@@ -173,7 +185,7 @@ async def _template_node(ctx: ApiContext, tpl: dict[str, Any]) -> str | None:
 async def get_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> dict[str, Any]:
     if not is_sandbox_id(sandbox_id):
         raise not_found(sandbox_id)
-    await ctx.fenced()
+    await ctx.fenced_to(sandbox_id)
     row = await reads.sandbox(ctx.engine, sandbox_id, caller.team_id)
     if row is None:
         raise not_found(sandbox_id)
@@ -194,7 +206,6 @@ async def kill_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> None
             until=(sb.SandboxKilled,), timeout=ctx.settings.command_timeout_s,
             actor=caller.key_id,
         )  # fmt: skip
-    await settle(ctx, sandbox_id)
 
 
 async def _kill_in_log(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> None:
@@ -209,6 +220,9 @@ async def _kill_in_log(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> No
                            command_id=sb.derived_command_id(str(kill.command_id), "killed"),
                            error=f"node {state.node_id} is gone; killed in the log by the API")
     await execute(ctx.bus.sandboxes, done, msg)  # fmt: skip
+    if state.node_id is not None:  # a node that only lost NATS drops its VM when back
+        await ctx.bus.commands.to_node(state.node_id, sb.drop_command(state.sandbox_id,
+                                                                      str(kill.command_id)))
 
 
 async def _set_timeout(
@@ -217,9 +231,7 @@ async def _set_timeout(
     _check_timeout(timeout)
     await visible(ctx, caller, sandbox_id)
     cmd = sb.SetSandboxTimeout(sandbox_id=sandbox_id, timeout_s=timeout, extend_only=extend_only)
-    state, _, events = await execute(ctx.bus.sandboxes, cmd)
-    if events:
-        await settle(ctx, sandbox_id)
+    state, _, _ = await execute(ctx.bus.sandboxes, cmd)
     assert state is not None
     return state
 
@@ -269,7 +281,6 @@ async def pause_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> Non
     )  # fmt: skip
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"sandbox {sandbox_id} failed to pause: {event.reason}")
-    await settle(ctx, sandbox_id)
 
 
 async def _resume(
@@ -303,6 +314,7 @@ async def fork_sandbox(
     cmd = sb.ForkSandbox(sandbox_id=sandbox_id, count=count, timeout_s=timeout)
     sb.decide(state, cmd)  # bad count/timeout or a paused parent: 400/409 before any work
     await node_answers(ctx, state, "fork")
+    check_room(ctx, state.cpu_count, state.memory_mb, node=state.node_id, count=count)
     event, _ = await send_and_wait(
         ctx.bus, cmd, node_id=state.node_id, until=(sb.SandboxForked,),
         timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
@@ -310,7 +322,6 @@ async def fork_sandbox(
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"fork of {sandbox_id} failed: {event.reason}")
     assert isinstance(event, sb.SandboxForked)
-    await settle(ctx, sandbox_id)
     out: list[dict[str, Any]] = []
     for child in event.children:
         if child.error is not None:
@@ -319,7 +330,6 @@ async def fork_sandbox(
         cstate, _ = await ctx.bus.sandboxes.load(child.sandbox_id)
         assert cstate is not None
         out.append({"sandbox": sandbox_body(ctx, cstate)})
-        await settle(ctx, child.sandbox_id)
     return out
 
 
@@ -345,7 +355,7 @@ async def list_v2(
     limit: Annotated[int, Parameter(ge=1, le=100)] = 100,
     next_token: Annotated[str | None, Parameter(query="nextToken")] = None,
 ) -> Response[list[dict[str, Any]]]:
-    await ctx.fenced()
+    await ctx.fenced_to_tail()
     items, token = await reads.list_sandboxes(
         ctx.engine, caller.team_id, states=_states(state_filter),
         metadata=reads.parse_metadata_filter(metadata), template=template,
@@ -359,7 +369,7 @@ async def list_v2(
 async def list_v1(
     ctx: ApiContext, caller: Caller, metadata: str | None = None
 ) -> list[dict[str, Any]]:
-    await ctx.fenced()
+    await ctx.fenced_to_tail()
     items, _ = await reads.list_sandboxes(
         ctx.engine, caller.team_id, states=["running"],
         metadata=reads.parse_metadata_filter(metadata), template=None, started_after=None,

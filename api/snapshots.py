@@ -15,7 +15,7 @@ from api import reads, wire
 from api.auth import Caller
 from api.context import ApiContext
 from api.errors import ERRORS, ApiError
-from api.guards import node_answers, settle, visible
+from api.guards import node_answers, visible
 from api.ids import is_template_ref
 from api.outcomes import send_and_wait
 from bus.decisions import execute
@@ -56,7 +56,6 @@ async def create_snapshot(
     )  # fmt: skip
     if isinstance(event, sb.SnapshotFailed | sb.SandboxFailed):
         raise ApiError(500, f"snapshot of {sandbox_id} failed: {event.reason}")
-    await settle(ctx, sandbox_id)
     return snapshot_info(caller.team_id, name)
 
 
@@ -68,7 +67,7 @@ async def list_snapshots(
     name: str | None = None,
     limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
 ) -> list[dict[str, Any]]:
-    await ctx.fenced()
+    await ctx.fenced_to_tail()
     rows = await reads.snapshots(ctx.engine, caller.team_id, sandbox_id, name, limit)
     return [snapshot_info(caller.team_id, r["snapshot_id"]) for r in rows]
 

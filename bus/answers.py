@@ -52,6 +52,9 @@ class Answers:
         self._filter = filter_subject
         self._on_event = on_event
         self._waiting: dict[str, tuple[Match, asyncio.Future[RecordedEvent]]] = {}
+        #: command id → told of every other event the command caused (its progress: a
+        #: create's `SandboxRequested`, the sign that a node took it)
+        self._progress: dict[str, Callable[[RecordedEvent], None]] = {}
         #: aggregate id → commands also answered by an event of it that `overtakes` them
         #: (whatever caused it: a kill that overtook a pause ends the pause's wait)
         self._watching: dict[str, dict[str, Match]] = {}
@@ -81,18 +84,22 @@ class Answers:
         for _, future in self._waiting.values():
             future.cancel()
         self._waiting.clear()
+        self._progress.clear()
         self._watching.clear()
         self._aggregate_of.clear()
 
     def expect(
         self, command_id: str, match: Match, *, aggregate_id: str | None = None,
-        overtaken: Match | None = None,
+        overtaken: Match | None = None, progress: Callable[[RecordedEvent], None] | None = None,
     ) -> asyncio.Future[RecordedEvent]:  # fmt: skip
         """The first stored event caused by `command_id` that `match`es — or, given
-        `aggregate_id` and `overtaken`, any event of that aggregate `overtaken` accepts.
-        Register before publishing the command; `forget` it when done waiting."""
+        `aggregate_id` and `overtaken`, any event of that aggregate `overtaken` accepts;
+        `progress` hears the command's other events as they are stored. Register before
+        publishing the command; `forget` it when done waiting."""
         future: asyncio.Future[RecordedEvent] = asyncio.get_running_loop().create_future()
         self._waiting[command_id] = (match, future)
+        if progress is not None:
+            self._progress[command_id] = progress
         if aggregate_id is not None and overtaken is not None:
             self._watching.setdefault(aggregate_id, {})[command_id] = overtaken
             self._aggregate_of[command_id] = aggregate_id
@@ -100,6 +107,7 @@ class Answers:
 
     def forget(self, command_id: str) -> None:
         self._waiting.pop(command_id, None)
+        self._progress.pop(command_id, None)
         aggregate_id = self._aggregate_of.pop(command_id, None)
         if aggregate_id is not None:
             commands = self._watching[aggregate_id]
@@ -121,8 +129,11 @@ class Answers:
             self._on_event(rec)
         cause = rec.envelope.causation_id
         waiter = self._waiting.get(str(cause)) if cause else None
-        if waiter is not None and not waiter[1].done() and waiter[0](rec):
-            waiter[1].set_result(rec)
+        if waiter is not None and not waiter[1].done():
+            if waiter[0](rec):
+                waiter[1].set_result(rec)
+            elif (progress := self._progress.get(str(cause))) is not None:
+                progress(rec)
         for command_id, overtaken in self._watching.get(rec.envelope.aggregate_id, {}).items():
             pending = self._waiting.get(command_id)
             if pending is not None and not pending[1].done() and overtaken(rec):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,20 +138,31 @@ class Bus:
         until: tuple[type[Event], ...],
         timeout: float,
         actor: str | None = None,
+        unclaimed: Callable[[], Awaitable[None]] | None = None,
+        claim_within: float = 0.0,
     ) -> RecordedEvent | None:
         """Publish a sandbox command (to its node, or to placement when `node_id` is None)
         and return the first stored event it caused that is one of `until`, a
         `SandboxFailed` or a `CommandRejected` — or the sandbox's `SandboxKilled`, whoever
-        killed it; None if none came within `timeout` (the command still runs)."""
+        killed it; None if none came within `timeout` (the command still runs).
+
+        `unclaimed` (a create sent to placement): awaited when no node has taken the
+        command — no event of it stored — within `claim_within` seconds; it withdraws the
+        create, whose failure it appends is then the answer."""
         kinds: tuple[type[Event], ...] = (CommandRejected, *until, sb.SandboxFailed)
         answers = await self.answers()
         key = str(command.command_id)
+        claimed = asyncio.Event()
         # a kill that overtakes the command (a pause, a fork) ends it without an answer
         # of its own: its waiter hears of the end instead of waiting out the timeout
         ends = () if isinstance(command, sb.KillSandbox) else (sb.SandboxKilled,)
+        own = command.sandbox_id
         answer = answers.expect(
-            key, lambda rec: isinstance(rec.event, kinds),
+            # its own aggregate's: a fork's children are caused by the fork too, and a
+            # child that failed to start answered the fork as failed
+            key, lambda rec: isinstance(rec.event, kinds) and rec.envelope.aggregate_id == own,
             aggregate_id=command.sandbox_id, overtaken=lambda rec: isinstance(rec.event, ends),
+            progress=lambda _: claimed.set(),
         )  # fmt: skip
         try:
             ctx = MessageContext(correlation_id=command.command_id, actor=actor)
@@ -159,6 +171,14 @@ class Bus:
             else:
                 await self.commands.to_node(node_id, command, context=ctx)
             try:
+                if unclaimed is not None:
+                    taken: asyncio.Future[Any] = asyncio.ensure_future(claimed.wait())
+                    pending: set[asyncio.Future[Any]] = {answer, taken}
+                    done, _ = await asyncio.wait(pending, timeout=claim_within,
+                                                 return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                    taken.cancel()
+                    if not done:
+                        await unclaimed()
                 return await asyncio.wait_for(answer, timeout)
             except TimeoutError:
                 return None

@@ -101,12 +101,15 @@ class CommandConsumer:
         spec: ConsumerSpec,
         handler: Handler,
         rejections: Mapping[str, RejectionSink],
+        *,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
         self._spec = spec
         self._handler = handler
         #: by aggregate kind: a template command's rejection lands on the template's subject
         self._rejections = dict(rejections)
-        self._loop = PullLoop(js, Names(settings.bus_prefix).command_stream, spec, self._handle)
+        self._loop = PullLoop(js, Names(settings.bus_prefix).command_stream, spec, self._handle,
+                              ready=ready)  # fmt: skip
         #: commands a delivery of which is being handled here: settled when it is
         self._running: dict[UUID, asyncio.Future[None]] = {}
 
@@ -146,7 +149,7 @@ class CommandConsumer:
                 async with kept_alive(msg, self._spec.heartbeat_s):
                     await self._handler(delivery)
             except RetryableError as e:
-                await self._retry(delivery, e.delay_s, str(e))
+                await self._retry(delivery, e.delay_s, str(e), e.final_code)
             except ConcurrencyError as e:
                 # Another writer moved the aggregate on: deciding again on fresh state will
                 # settle it, so retry soon rather than along the backoff.
@@ -165,9 +168,11 @@ class CommandConsumer:
             else:
                 await confirm_ack(msg, self._spec.ack_confirm_timeout_s)
 
-    async def _retry(self, d: Delivery, delay: float | None, reason: str) -> None:
+    async def _retry(
+        self, d: Delivery, delay: float | None, reason: str, code: RejectionCode = "internal"
+    ) -> None:
         if d.last_attempt:
-            await self._reject(d, "internal", f"gave up after {d.attempt} attempts: {reason}")
+            await self._reject(d, code, f"gave up after {d.attempt} attempts: {reason}")
             return
         await d._msg.nak(delay=self._spec.delay(d.attempt) if delay is None else delay)
 
@@ -208,7 +213,8 @@ class CommandConsumer:
 
 
 def _code(code: str) -> RejectionCode:
-    known: tuple[RejectionCode, ...] = ("not_found", "conflict", "invalid", "permanent", "internal")
+    known: tuple[RejectionCode, ...] = ("not_found", "conflict", "invalid", "permanent",
+                                        "unavailable", "internal")  # fmt: skip
     for k in known:
         if k == code:
             return k

@@ -6,6 +6,8 @@ wrapper how to settle a message; they carry their own retry policy.
 
 from __future__ import annotations
 
+from domain import RejectionCode
+
 __all__ = [
     "BusError",
     "ConcurrencyError",
@@ -56,11 +58,17 @@ class DecodeError(BusError):
 
 
 class RetryableError(BusError):
-    """Handler outcome: try again later. `delay_s` None lets the consumer's backoff decide."""
+    """Handler outcome: try again later. `delay_s` None lets the consumer's backoff decide;
+    `final_code` is the rejection's code once the last delivery fails too ("unavailable":
+    no node had room, which the API answers 503, not 500)."""
 
-    def __init__(self, message: str, *, delay_s: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, delay_s: float | None = None,
+        final_code: RejectionCode = "internal",
+    ) -> None:  # fmt: skip
         super().__init__(message)
         self.delay_s = delay_s
+        self.final_code: RejectionCode = final_code
 
 
 class PermanentError(BusError):

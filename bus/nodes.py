@@ -22,7 +22,7 @@ from bus.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MISSED_BEATS", "Heartbeat", "NodeBook", "describe_uploads", "is_gone"]
+__all__ = ["MISSED_BEATS", "Heartbeat", "NodeBook", "describe_uploads", "has_room", "is_gone"]
 
 #: Beats a node may miss before it counts as gone (one late beat is a busy host).
 MISSED_BEATS = 3
@@ -37,9 +37,17 @@ class Heartbeat(BaseModel):
     node_id: str
     at: float
     every_s: float = 5.0
+    #: sandboxes it holds at most, and how many more it takes now
     capacity: int = 0
     free: int = 0
     running: int = 0
+    paused: int = 0
+    #: its budget after overcommit, and what is left of it (None: a node from before
+    #: capacity-aware placement, whose room is unknown)
+    vcpus: int | None = None
+    mem_mib: int | None = None
+    free_vcpus: int | None = None
+    free_mem_mib: int | None = None
     accelerator: str | None = None
     accelerator_reason: str | None = None
     qemu: str | None = None
@@ -53,6 +61,17 @@ def describe_uploads(waiting: int, oldest_s: float) -> str:
     """How a failed-upload backlog reads in logs, readiness and `aenv status`."""
     plural = "s" if waiting != 1 else ""
     return f"{waiting} capture{plural} waiting for upload, oldest {oldest_s:.0f} s"
+
+
+def has_room(beat: Heartbeat, vcpus: int, mem_mib: int, count: int = 1) -> bool:
+    """Whether the node said it takes `count` more sandboxes, `vcpus` and `mem_mib` in all
+    (a node that does not say what is left counts as having room: it decides itself when
+    it pulls)."""
+    if beat.free < count:
+        return False
+    if beat.free_vcpus is None or beat.free_mem_mib is None:
+        return True
+    return beat.free_vcpus >= vcpus and beat.free_mem_mib >= mem_mib
 
 
 def is_gone(beat: Heartbeat | None, now: float) -> bool:
@@ -105,6 +124,11 @@ class NodeBook:
                 self._synced = False
                 log.warning("nodes watch lost (%s); watching again", e)
                 await asyncio.sleep(1.0)
+
+    def current(self) -> dict[str, Heartbeat] | None:
+        """Every node's latest beat, from the mirror; None until the mirror holds the
+        bucket's values (`follow()` not called, or its watch still filling)."""
+        return dict(self.beats) if self._synced else None
 
     async def beat(self, heartbeat: Heartbeat) -> None:
         await self.kv.put(heartbeat.node_id, heartbeat.model_dump_json().encode())

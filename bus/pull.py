@@ -95,9 +95,12 @@ class PullLoop:
 
     def __init__(
         self, js: JetStreamContext, stream: str, spec: ConsumerSpec,
-        settle: Callable[[Msg], Awaitable[None]],
+        settle: Callable[[Msg], Awaitable[None]], *, ready: Callable[[], bool] | None = None,
     ) -> None:  # fmt: skip
         self._js = js
+        #: whether to ask for more now (a node with no room for a sandbox pulls no create:
+        #: another node takes it)
+        self._ready = ready
         self._stream = stream
         self._spec = spec
         self._settle = settle
@@ -147,6 +150,9 @@ class PullLoop:
             free = min(self._spec.batch, self._spec.max_ack_pending - len(self._inflight))
             if free <= 0:
                 await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            if self._ready is not None and not self._ready():
+                await asyncio.sleep(min(0.1, self._spec.fetch_timeout_s))
                 continue
             try:
                 msgs = await self._sub.fetch(free, timeout=self._spec.fetch_timeout_s)

@@ -34,6 +34,10 @@ class BusSettings(BaseSettings):
     publish_retry_s: float = Field(default=20.0, gt=0)
     #: How long a node's capacity entry in the KV bucket lives without a heartbeat.
     node_ttl_s: float = Field(default=30.0, gt=0)
+    #: A node silent this long is gone for good: the fleet's timer ends what was under way
+    #: there (its running sandboxes killed as lost, its creates failed, its resumes back to
+    #: paused) — unless no node beats at all, which says more about the timer's own link.
+    node_lost_after_s: float = Field(default=60.0, gt=0)
     #: How long a secret handed to a worker (a build's registry password) is kept.
     secret_ttl_s: float = Field(default=3600.0, gt=0)
 

@@ -32,6 +32,7 @@ __all__ = [
     "evolve_api_key",
     "fold_api_key",
     "hash_api_key",
+    "is_well_formed",
     "new_api_key",
 ]
 
@@ -54,6 +55,15 @@ def display_prefix(raw: str) -> str:
 def new_api_key() -> str:
     """A fresh plaintext key, for the edge that mints it (CLI/API)."""
     return KEY_PREFIX + secrets.token_hex(20)
+
+
+def is_well_formed(raw: str) -> bool:
+    """Whether a key an operator chose would pass the SDKs' own check (`e2b_` + hex) and
+    is long enough not to be guessed (at least 128 bits)."""
+    body = raw.removeprefix(KEY_PREFIX)
+    return raw.startswith(KEY_PREFIX) and len(body) >= 32 and all(
+        c in "0123456789abcdef" for c in body
+    )
 
 
 class ApiKeyCommand(Command):

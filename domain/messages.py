@@ -68,7 +68,7 @@ class Event(Message):
     at: AwareDatetime = Field(description="when it happened (the deciding command's clock)")
 
 
-RejectionCode = Literal["not_found", "conflict", "invalid", "permanent", "internal"]
+RejectionCode = Literal["not_found", "conflict", "invalid", "permanent", "unavailable", "internal"]
 
 
 class CommandRejected(Event):

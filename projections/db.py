@@ -7,6 +7,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -37,13 +38,22 @@ def alembic_config(url: str | None = None) -> Config:
     return cfg
 
 
+#: Key of the session-level advisory lock migrations hold: every API process of a fleet
+#: migrates at start, and two Alembic runs at once would race on `alembic_version`.
+_MIGRATION_LOCK = 0x61656E76  # "aenv"
+
+
 async def migrate(url: str, revision: str = "head") -> None:
-    """`alembic upgrade <revision>` on `url`, from inside a running event loop."""
+    """`alembic upgrade <revision>` on `url`, from inside a running event loop; one process
+    at a time (the others wait, then find nothing left to do)."""
     engine = create_async_engine(url)
     try:
         # A connection with no transaction open: Alembic begins one per migration itself,
-        # and steps out of it for CONCURRENTLY index builds (autocommit blocks).
+        # and steps out of it for CONCURRENTLY index builds (autocommit blocks). The lock
+        # is the session's, so it outlives the commit that closes the lock's own statement.
         async with engine.connect() as conn:
+            await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _MIGRATION_LOCK})
+            await conn.commit()
 
             def upgrade(sync_conn: Connection) -> None:
                 cfg = alembic_config()
@@ -51,6 +61,8 @@ async def migrate(url: str, revision: str = "head") -> None:
                 command.upgrade(cfg, revision)
 
             await conn.run_sync(upgrade)
+            await conn.commit()
+            await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _MIGRATION_LOCK})
             await conn.commit()
     finally:
         await engine.dispose()

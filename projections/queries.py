@@ -16,7 +16,16 @@ from typing import Any
 from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.tables import api_keys, build_logs, builds, sandboxes, snapshots, templates
+from domain import sandbox as sb
+from projections.tables import (
+    api_keys,
+    build_logs,
+    builds,
+    projection_checkpoints,
+    sandboxes,
+    snapshots,
+    templates,
+)
 
 __all__ = [
     "InvalidToken",
@@ -177,6 +186,33 @@ async def api_key_by_hash(conn: AsyncConnection, key_sha256: str) -> Row | None:
     q = select(api_keys).where(api_keys.c.key_sha256 == key_sha256, api_keys.c.revoked_at.is_(None))
     row = (await conn.execute(q)).mappings().first()
     return dict(row) if row else None
+
+
+
+
+async def timer_start(conn: AsyncConnection, projection: str) -> tuple[list[sb.Clock], int]:
+    """Where a TTL timer starts: the clock of every sandbox not killed, and the
+    stream sequence the sandboxes projection had folded when they were read — the timer
+    follows the log from the next one. Both from one snapshot of the database (call it on
+    a REPEATABLE READ connection: the projector commits rows and checkpoint together)."""
+    seq = await conn.scalar(
+        select(projection_checkpoints.c.seq).where(projection_checkpoints.c.name == projection)
+    )
+    s = sandboxes.c
+    q = select(s.sandbox_id, s.status, s.node_id, s.end_at, s.on_timeout).where(
+        s.status != sb.SandboxStatus.KILLED.value
+    )
+    clocks = [
+        sb.Clock(
+            sandbox_id=r.sandbox_id,
+            status=sb.SandboxStatus(r.status),
+            node_id=r.node_id,
+            end_at=r.end_at,
+            on_timeout=r.on_timeout,
+        )
+        for r in await conn.execute(q)
+    ]
+    return clocks, int(seq or 0)
 
 
 async def due_for_expiry(conn: AsyncConnection, now: datetime, limit: int = 500) -> list[str]:

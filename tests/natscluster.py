@@ -61,7 +61,8 @@ class NatsCluster:
         return f"nats://{self.user}:{self.password}@127.0.0.1:{self.servers[i].client}"
 
     def _config(self, s: _Server) -> str:
-        routes = ", ".join(f'"nats-route://127.0.0.1:{o.route}"' for o in self.servers if o is not s)
+        others = [o for o in self.servers if o is not s]
+        routes = ", ".join(f'"nats-route://127.0.0.1:{o.route}"' for o in others)
         return (
             f'server_name: "{s.name}"\nlisten: "127.0.0.1:{s.client}"\n'
             f'http: "127.0.0.1:{s.monitor}"\n'
@@ -108,7 +109,8 @@ class NatsCluster:
             if all(self.healthy(i) for i in range(self.size) if self.running(i)):
                 return
             time.sleep(0.2)
-        bad = [s.name for i, s in enumerate(self.servers) if self.running(i) and not self.healthy(i)]
+        bad = [s.name for i, s in enumerate(self.servers)
+               if self.running(i) and not self.healthy(i)]  # fmt: skip
         raise AssertionError(f"NATS servers not healthy after {timeout:.0f} s: {bad}")
 
     def leader_of(self, stream: str) -> int:

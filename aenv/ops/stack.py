@@ -49,11 +49,18 @@ def stack_info(data_dir: Path) -> dict[str, object] | None:
 
 
 def running_stack(data_dir: Path) -> dict[str, object]:
-    """Like `stack_info`, but exits 3 with a hint when no stack runs."""
+    """Where the operator commands find NATS and Postgres: the `stack.json` of the stack
+    `aenv up` started under `data_dir`, else — a machine of a fleet, whose roles run under
+    systemd or Kubernetes — `AENV_NATS_URL` and `AENV_DATABASE_URL` from the environment
+    (the roles' env file). Exits 3 with a hint when there is neither."""
     info = stack_info(data_dir)
-    if info is None:
-        die(f"aenv is not running under {data_dir} (aenv up)", EXIT_SERVER)
-    return info
+    if info is not None:
+        return info
+    nats_url, db_url = os.environ.get("AENV_NATS_URL"), os.environ.get("AENV_DATABASE_URL")
+    if nats_url and db_url:
+        return {"nats_url": nats_url, "database_url": db_url}
+    die(f"aenv is not running under {data_dir} (aenv up), and AENV_NATS_URL and "
+        "AENV_DATABASE_URL do not say where a fleet's servers are", EXIT_SERVER)
 
 
 @contextmanager

@@ -11,22 +11,33 @@ import contextlib
 import secrets
 
 import uvicorn
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aenv.roles.common import READY, RoleSettings, say, write_private
-from api.admin import create_api_key
+from api.admin import create_api_key, ensure_api_key
 from api.app import create_app
 from api.auth import KeyChecker
 from api.context import ApiContext, ApiSettings
 from api.resume import auto_resume
 from bus import Bus, BusSettings
 from bus.nodes import NodeBook
-from projections import Projector, SandboxProjection, all_projections, create_engine
+from domain import sandbox as sb
+from projections import (
+    Projector,
+    SandboxProjection,
+    all_projections,
+    create_engine,
+    migrate,
+    queries,
+)
 from shared.proxy import RouteTable
 from workers.build.builder import Builder, BuildSettings
 from workers.timer import Timer
 
 
 async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
+    say("migrating the read-model database")
+    await migrate(cfg.database_url)  # every API of a fleet does: one at a time, idempotent
     async with contextlib.AsyncExitStack() as stack:
         bus_settings = BusSettings(nats_url=cfg.nats_url)
         bus = await Bus.connect(bus_settings, name="aenv-api")
@@ -38,7 +49,10 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         for p in projectors.values():
             await p.start()
             stack.push_async_callback(p.stop)
-        timer = Timer(bus)
+        nodes = await NodeBook.open(bus.js, bus.names.nodes_bucket)
+        nodes.follow()
+        stack.push_async_callback(nodes.close)
+        timer = Timer(bus, seed=lambda: _timer_start(engine), nodes=nodes)
         await timer.start()
         stack.push_async_callback(timer.stop)
         await _bootstrap_key(cfg, bus)
@@ -52,9 +66,6 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
 
         files_dir = cfg.data_dir / "build-files"
         api_settings = ApiSettings(build_files_dir=files_dir, upload_secret=_secret(cfg))
-        nodes = await NodeBook.open(bus.js, bus.names.nodes_bucket)
-        nodes.follow()
-        stack.push_async_callback(nodes.close)
         ctx = ApiContext(bus, engine, api_settings, KeyChecker(engine), wait_for=wait_for,
                          wait_for_templates=wait_for_templates, nodes=nodes)  # fmt: skip
         routes = await RouteTable.open(bus, via_node=ctx.settings.proxy_via_node,
@@ -87,9 +98,20 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         await server_task
 
 
+async def _timer_start(engine: AsyncEngine) -> tuple[list[sb.Clock], int]:
+    """The timer's start: the read model's clocks and the sequence they reflect, from one
+    snapshot of the database."""
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="REPEATABLE READ")
+        async with conn.begin():
+            return await queries.timer_start(conn, SandboxProjection.name)
+
+
 def _secret(cfg: RoleSettings) -> str:
-    """The key that signs build-context upload links; kept (0600) so links survive a
-    restart and every API process of the stack agrees on it."""
+    """The key that signs build-context upload links: the fleet's (`AENV_UPLOAD_SECRET`),
+    else kept (0600) in the data dir so links survive a restart."""
+    if cfg.upload_secret is not None:
+        return cfg.upload_secret.get_secret_value()
     path = cfg.data_dir / "upload-secret"
     if not path.exists():
         write_private(path, secrets.token_hex(32) + "\n")
@@ -97,7 +119,12 @@ def _secret(cfg: RoleSettings) -> str:
 
 
 async def _bootstrap_key(cfg: RoleSettings, bus: Bus) -> str:
-    """The stack's first API key, minted once and kept (0600) for `aenv up` to print."""
+    """The stack's first API key: the operator's (`AENV_API_KEY`, registered by every API
+    of a fleet), else minted once and kept (0600) for `aenv up` to print."""
+    if cfg.api_key is not None:
+        raw = cfg.api_key.get_secret_value()
+        await ensure_api_key(bus, raw, name="AENV_API_KEY")
+        return raw
     path = cfg.data_dir / "api-key"
     if path.exists():
         return path.read_text().strip()

@@ -8,6 +8,7 @@ import stat
 import sys
 from pathlib import Path
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: Last line a role prints once it serves; the supervisor waits for it.
@@ -34,6 +35,13 @@ class RoleSettings(BaseSettings):
     #: most, then exits anyway: a drain that waits on a server which died with the
     #: supervisor must not hang for ever (holding VMs, the port, Postgres's clients).
     drain_s: float = 30.0
+    #: An API key every API process registers at start (idempotently): a fleet's first
+    #: key, given by its operator (a Kubernetes Secret, an EnvironmentFile). Unset: the
+    #: API mints one once and keeps it in `<data_dir>/api-key` (one machine).
+    api_key: SecretStr | None = None
+    #: The key that signs build-context upload links. Every API process of a fleet must
+    #: share it (a link one hands out is PUT to another). Unset: one kept in the data dir.
+    upload_secret: SecretStr | None = None
 
 
 def say(msg: str) -> None:

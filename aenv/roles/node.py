@@ -53,7 +53,8 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
                             on_moot=uploads.cancel if uploads else None,
                             uploads_waiting=uploads.waiting if uploads else None)  # fmt: skip
         proxy = uvicorn.Server(uvicorn.Config(
-            node_proxy(host, worker.ingress), log_level="warning", lifespan="off",
+            node_proxy(host, worker.ingress, lambda: worker.serving), log_level="warning",
+            lifespan="off",
             access_log=False, timeout_keep_alive=75,
         ))  # fmt: skip
         proxy_task = asyncio.create_task(proxy.serve(sockets=[sock]))

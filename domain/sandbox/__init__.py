@@ -1,5 +1,6 @@
 """The sandbox aggregate: commands, events, state and the pure decide/evolve over them."""
 
+from domain.sandbox.clock import Clock, clock_of, fold_clock, tick
 from domain.sandbox.commands import *  # noqa: F403
 from domain.sandbox.commands import __all__ as _commands
 from domain.sandbox.decide import DEFAULT_POLICY, decide
@@ -8,7 +9,12 @@ from domain.sandbox.events import __all__ as _events
 from domain.sandbox.evolve import State, evolve, fold
 from domain.sandbox.spec import SPEC_FIELDS, SandboxSpec, upcast_requested_v1
 from domain.sandbox.state import RECENT_COMMANDS, Sandbox
-from domain.sandbox.timer import expiry_command, fork_child_command
+from domain.sandbox.timer import (
+    drop_command,
+    expiry_command,
+    fork_child_command,
+    orphan_commands,
+)
 from domain.sandbox.values import *  # noqa: F403
 from domain.sandbox.values import __all__ as _values
 
@@ -17,15 +23,21 @@ __all__ = [
     *_events,
     *_values,
     "DEFAULT_POLICY",
+    "Clock",
     "RECENT_COMMANDS",
     "SPEC_FIELDS",
     "Sandbox",
     "SandboxSpec",
     "State",
+    "clock_of",
     "decide",
+    "drop_command",
     "evolve",
     "expiry_command",
     "fold",
+    "fold_clock",
     "fork_child_command",
+    "orphan_commands",
+    "tick",
     "upcast_requested_v1",
 ]

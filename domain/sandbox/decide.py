@@ -75,6 +75,12 @@ def decide(
     """Events that carrying out `command` on `state` produces (possibly none)."""
     if state is not None and state.sandbox_id != command.sandbox_id:
         raise Invalid(f"command for {command.sandbox_id!r} given state of {state.sandbox_id!r}")
+    if state is not None and state.seen(command.command_id):
+        # A redelivery of a request the sandbox accepted: it had its outcome, or is having
+        # it, whatever happened since — a resume delivered again after the sandbox it
+        # brought back was killed must decide nothing, not be refused as "not found" (a
+        # second outcome for one command).
+        return []
     match command:
         case CreateSandbox():
             return _create(state, command, policy)

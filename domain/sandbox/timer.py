@@ -1,19 +1,33 @@
-"""Pure decisions of the TTL timer and of the fork orchestration, for the workers to call."""
+"""Pure decisions of the TTL timer (expiry, and what ends on a node that is gone) and of the
+fork orchestration, for the workers to call."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from uuid import UUID
 
 from domain.errors import Invalid
-from domain.sandbox.commands import CreateSandbox, ForkSandbox, KillSandbox, PauseSandbox
+from domain.sandbox.clock import Clock, clock_of
+from domain.sandbox.commands import (
+    CompleteCreate,
+    CompleteKill,
+    CompleteResume,
+    CreateSandbox,
+    ForkSandbox,
+    KillSandbox,
+    PauseSandbox,
+)
 from domain.sandbox.state import Sandbox
 from domain.sandbox.values import SandboxStatus, derived_command_id
 
-__all__ = ["expiry_command", "fork_child_command"]
+__all__ = ["drop_command", "expiry_command", "fork_child_command", "orphan_commands"]
 
 
-def expiry_command(state: Sandbox | None, now: datetime) -> PauseSandbox | KillSandbox | None:
-    """The command the timer must issue for `state` at `now`, or None if nothing is due.
+def expiry_command(
+    state: Sandbox | Clock | None, now: datetime
+) -> PauseSandbox | KillSandbox | None:
+    """The command the timer must issue for `state` (a sandbox, or the timer's view of
+    it) at `now`, or None if nothing is due.
 
     Only a running sandbox expires (a paused one keeps its remaining TTL; one that is busy
     snapshotting/forking is looked at again when it is back to running). The command's id and
@@ -21,19 +35,16 @@ def expiry_command(state: Sandbox | None, now: datetime) -> PauseSandbox | KillS
     JetStream's `Nats-Msg-Id` dedup lets exactly one through; a later `end_at` (the TTL was
     extended, or the sandbox resumed) gives a new id.
     """
-    if state is None or state.status is not SandboxStatus.RUNNING or state.end_at is None:
+    clock = clock_of(state) if isinstance(state, Sandbox) else state
+    if clock is None or clock.status is not SandboxStatus.RUNNING or clock.end_at is None:
         return None
-    if now < state.end_at:
+    if now < clock.end_at:
         return None
-    action = state.lifecycle.on_timeout
-    command_id = derived_command_id(state.sandbox_id, state.end_at.isoformat(), action)
+    sid, end_at, action = clock.sandbox_id, clock.end_at, clock.on_timeout
+    command_id = derived_command_id(sid, end_at.isoformat(), action)
     if action == "pause":
-        return PauseSandbox(
-            sandbox_id=state.sandbox_id, command_id=command_id, at=state.end_at, reason="timeout"
-        )
-    return KillSandbox(
-        sandbox_id=state.sandbox_id, command_id=command_id, at=state.end_at, reason="timeout"
-    )
+        return PauseSandbox(sandbox_id=sid, command_id=command_id, at=end_at, reason="timeout")
+    return KillSandbox(sandbox_id=sid, command_id=command_id, at=end_at, reason="timeout")
 
 
 def fork_child_command(
@@ -56,3 +67,46 @@ def fork_child_command(
         command_id=derived_command_id(str(fork.command_id), child_id),
         at=at or fork.at,
     )
+
+
+Orphaned = CompleteCreate | CompleteResume | CompleteKill | KillSandbox
+
+
+def orphan_commands(clock: Clock, why: str) -> list[Orphaned]:
+    """What ends the part of a sandbox's life that was under way on a node that is gone
+    for good (the fleet's timer decides it: nobody takes that node's queue any more).
+
+    A sandbox that ran there went with the node (`lost`); a create there fails; a resume
+    there fails back to paused (its capture is where it was: any node resumes it if it is
+    in the repository); a kill there completes. A paused sandbox is left alone: it is
+    durable, or waits for its node. Command ids derive from (sandbox, node, state), so
+    every timer replica decides the same commands and each is recorded once."""
+    sid, node = clock.sandbox_id, clock.node_id or ""
+    def cid(what: str) -> UUID:
+        return derived_command_id(sid, "node-gone", node, clock.status.value, what)
+
+    match clock.status:
+        case SandboxStatus.CREATING:
+            return [CompleteCreate(sandbox_id=sid, node_id=node, error=why,
+                                   command_id=cid("created"))]  # fmt: skip
+        case SandboxStatus.RESUMING:
+            return [CompleteResume(sandbox_id=sid, node_id=node, error=why,
+                                   command_id=cid("resumed"))]  # fmt: skip
+        case SandboxStatus.KILLING:
+            return [CompleteKill(sandbox_id=sid, error=why, command_id=cid("killed"))]
+        case (SandboxStatus.RUNNING | SandboxStatus.PAUSING | SandboxStatus.FORKING
+              | SandboxStatus.SNAPSHOTTING):  # fmt: skip
+            return [KillSandbox(sandbox_id=sid, reason="lost", command_id=cid("kill")),
+                    CompleteKill(sandbox_id=sid, error=why, command_id=cid("killed"))]
+        case _:
+            return []
+
+
+def drop_command(sandbox_id: str, cause: str) -> KillSandbox:
+    """What the node that held a sandbox is told once the sandbox was killed in the log
+    without it (its node taken for gone): a kill with reason `lost`, which such a node —
+    back, or only cut off from NATS for a while — answers by dropping what it still holds
+    (a VM running on as an orphan, a capture), never by a rejection. Its id derives from
+    `cause`, so it is queued once."""
+    return KillSandbox(sandbox_id=sandbox_id, reason="lost",
+                       command_id=derived_command_id(cause, "drop"))  # fmt: skip

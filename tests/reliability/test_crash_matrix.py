@@ -326,6 +326,42 @@ def test_node_killed_while_resumes_are_in_flight(rstack: Stack) -> None:
 
 
 @pytest.mark.timeout(1500)
+def test_node_killed_while_resumes_of_fresh_pauses_run(rstack: Stack) -> None:
+    """Resumes right after their pauses — an agent's usual loop, its captures not uploaded
+    yet — cut by a node crash the moment the first of them is recorded: the others' guests
+    then run on RAM files they adopted, their resumes not recorded. Each of those must stay
+    paused, its capture whole (the resume leaves a copy of the RAM to it), and come back
+    with its files and memory; only those recorded running before the crash are lost."""
+    rollouts = [Rollout.start() for _ in range(max(3, SIZE))]
+    for r in rollouts:
+        Sandbox.pause(r.sandbox_id)
+    watch = FirstEvent(rstack.nats_url, sb.SandboxResumed)
+    fault = threading.Thread(target=_kill_when_seen, args=(watch, rstack, "node"))
+    fault.start()
+    cut = _run_all([lambda r=r: Sandbox.connect(r.sandbox_id, timeout=900)  # type: ignore[misc]
+                    for r in rollouts])  # fmt: skip
+    fault.join()
+    assert watch.seen.is_set()
+    _settled(rstack)
+    log = _log(rstack)
+    uploaded = {r.envelope.aggregate_id for r in log if isinstance(r.event, sb.SnapshotUploaded)}
+    fresh = [r.sandbox_id for r in rollouts if r.sandbox_id not in uploaded]
+    assert fresh, "every capture was uploaded before its resume: nothing was at stake"
+    lost_kill = {r.envelope.aggregate_id: r.seq for r in log
+                 if isinstance(r.event, sb.SandboxKillRequested) and r.event.reason == "lost"}
+    resumed_before = {sid for sid, kill in lost_kill.items() if any(
+        r.envelope.aggregate_id == sid and isinstance(r.event, sb.SandboxResumed) and r.seq < kill
+        for r in log)}  # fmt: skip
+    # a sandbox the crash took must have been recorded running: a resume not recorded
+    # never costs the sandbox
+    assert set(lost_kill) <= resumed_before, (set(lost_kill) - resumed_before, lost_kill)
+    came_back = [r.sandbox_id for r in rollouts if r.sandbox_id not in lost_kill]
+    _after(rstack, "kill -9 node while resumes of fresh pauses run", rollouts, cut,
+           may_lose_running=True, keep=set(came_back), not_uploaded=len(fresh),
+           lost_running=len(lost_kill), resumed_after_the_crash=len(came_back))  # fmt: skip
+
+
+@pytest.mark.timeout(1500)
 def test_node_killed_while_a_fork_is_in_flight(rstack: Stack) -> None:
     """The parent (running) is lost with its node and said so; its children, half made,
     must not stay `creating` forever; paused bystanders survive."""

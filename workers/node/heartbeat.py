@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from bus import Bus
 from bus.nodes import Heartbeat, NodeBook
+from workers.node.capacity import Room
 from workers.node.ports import Host
 
 __all__ = ["beat_forever"]
@@ -18,18 +19,22 @@ log = logging.getLogger(__name__)
 
 
 async def beat_forever(
-    bus: Bus, host: Host, node_id: str, every_s: float,
+    bus: Bus, host: Host, node_id: str, every_s: float, room: Callable[[], Room],
     uploads: Callable[[], tuple[int, float]] | None = None,
 ) -> None:  # fmt: skip
-    """`uploads`: (captures waiting for a retried upload, oldest wait) from the snapshot
-    worker, when the node has a repository."""
+    """`room`: the node's budget and what is left (`capacity.Ledger`); `uploads`:
+    (captures waiting for a retried upload, oldest wait) from the snapshot worker, when
+    the node has a repository."""
     book = await NodeBook.open(bus.js, bus.names.nodes_bucket)
     while True:
         accel = host.accelerator
         waiting, oldest = uploads() if uploads is not None else (0, 0.0)
+        r = room()
         beat = Heartbeat(
-            node_id=node_id, at=time.time(), every_s=every_s, capacity=host.capacity,
-            free=host.free, running=host.running, accelerator=accel.accel,
+            node_id=node_id, at=time.time(), every_s=every_s, capacity=r.sandboxes,
+            free=r.free_sandboxes, running=host.running, paused=host.paused_count,
+            vcpus=r.vcpus, mem_mib=r.mem_mib, free_vcpus=r.free_vcpus,
+            free_mem_mib=r.free_mem_mib, accelerator=accel.accel,
             accelerator_reason=accel.reason, qemu=accel.vmm, uploads_waiting=waiting,
             oldest_upload_wait_s=oldest,
         )  # fmt: skip

@@ -119,6 +119,10 @@ class SandboxHost:
         return len(self.sandboxes)
 
     @property
+    def paused_count(self) -> int:
+        return len(self.paused)
+
+    @property
     def accelerator(self) -> Accelerator:
         accel = self.runtime.accel
         return Accelerator(accel.accel, accel.reason, self.runtime.qemu_version)

@@ -70,6 +70,10 @@ class MemoryHost:
         return len(self.live)
 
     @property
+    def paused_count(self) -> int:
+        return len(self.paused)
+
+    @property
     def accelerator(self) -> Accelerator:
         return Accelerator("none", "in-memory host: sandboxes without VMs", "memory")
 

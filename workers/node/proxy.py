@@ -10,28 +10,56 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from shared.proxy import Receive, SandboxProxy, SandboxUnavailable, Scope, Send, Upstream
 from workers.node.ports import Host
 
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-async def _not_sandbox_traffic(scope: Scope, receive: Receive, send: Send) -> None:
-    """Anything without a sandbox target: this port serves sandbox traffic only."""
-    if scope["type"] != "http":
-        return
-    body = json.dumps({"code": 404, "message": "node proxy: no E2b-Sandbox-Id"}).encode()
-    await send({"type": "http.response.start", "status": 404,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})  # fmt: skip
-    await send({"type": "http.response.body", "body": body})
+
+def _answer(status: int, doc: dict[str, object]) -> App:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        body = json.dumps(doc).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})  # fmt: skip
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+def _node_routes(ready: Callable[[], bool]) -> App:
+    """What this port answers besides sandbox traffic: the node's health, for a service
+    manager's probes (Kubernetes, a load balancer): live once the process serves, ready
+    once the node worker has reconciled and pulls commands."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if path == "/health/live":
+            await _answer(200, {"status": "live"})(scope, receive, send)
+        elif path in ("/health/ready", "/health"):
+            if ready():
+                await _answer(200, {"status": "ready"})(scope, receive, send)
+            else:
+                await _answer(503, {"code": 503, "message": "node is starting"})(
+                    scope, receive, send
+                )
+        else:
+            await _answer(404, {"code": 404, "message": "node proxy: no E2b-Sandbox-Id"})(
+                scope, receive, send
+            )
+
+    return app
 
 
 #: (routed, traffic digest) of a sandbox: what its route says (`RoutePublisher.ingress`)
 Ingress = Callable[[str], tuple[bool, str | None]]
 
 
-def node_proxy(host: Host, ingress: Ingress) -> SandboxProxy:
+def node_proxy(host: Host, ingress: Ingress, ready: Callable[[], bool]) -> SandboxProxy:
     """This node's proxy; `ingress` says who may reach a sandbox's guest ports. A VM that
     runs but is not routed yet is not reachable: its token (if any) is not known here."""
 
@@ -42,7 +70,7 @@ def node_proxy(host: Host, ingress: Ingress) -> SandboxProxy:
             raise SandboxUnavailable(sandbox_id)
         return Upstream(address, port, traffic_digest=digest)
 
-    proxy = SandboxProxy(_not_sandbox_traffic, resolve)
+    proxy = SandboxProxy(_node_routes(ready), resolve)
     host.on_gone(proxy.close_sandbox)
     return proxy
 

@@ -23,8 +23,20 @@ class NodeSettings(BaseSettings):
     #: VM-less test tier and fleet simulations; `workers/node/memory.py`).
     node_host: Literal["qemu", "memory"] = "qemu"
     state_dir: Path = Path("/var/lib/aenv/node")
-    #: Sandboxes this node runs at once; placement skips a full node.
+    #: Sandboxes this node holds at most (running), whatever room its memory and vCPUs
+    #: leave; placement skips a full node.
     capacity: int = Field(default=32, ge=1)
+    #: Memory (MiB) and vCPUs this node gives sandboxes. Unset: the host's own — its
+    #: MemTotal less `reserved_memory_mib` for the host, and its CPU count.
+    memory_mib: int | None = Field(default=None, ge=128)
+    vcpus: int | None = Field(default=None, ge=1)
+    reserved_memory_mib: int = Field(default=1024, ge=0)
+    #: How far the sizes of the sandboxes a node takes may exceed its memory and vCPUs. A
+    #: guest's RAM is a file it touches lazily (an idle 512 MiB guest holds ~100 MiB) and
+    #: an agent's sandbox idles most of the time, so some overcommit is the norm; 1.0 means
+    #: none. A node pulls a create only while the template's size fits.
+    memory_overcommit: float = Field(default=1.5, gt=0)
+    cpu_overcommit: float = Field(default=4.0, gt=0)
     #: Network namespace/interface prefix; distinct per stack sharing a host.
     slot_prefix: str = Field(default="aenv", pattern=r"^[a-z]{1,8}$")
     #: The node's sandbox proxy (for APIs on other hosts: `AENV_PROXY_VIA_NODE` there).

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 from collections.abc import Awaitable, Callable
 from uuid import UUID
@@ -23,26 +24,25 @@ from uuid import UUID
 from opentelemetry import trace
 
 from bus import (
-    AggregateKind,
     Bus,
     CommandConsumer,
     ConsumerSpec,
     Delivery,
-    EventFeed,
     MessageContext,
     PermanentError,
     RetryableError,
 )
 from bus.decisions import execute
-from bus.feed import stream_last_seq
+from bus.nodes import NodeBook
 from bus.secrets import SecretBox
 from bus.tasks import cancel_and_wait
-from domain import Command, DomainError, Invalid
+from domain import Command, DomainError, Invalid, NotFound
 from domain import sandbox as sb
 from domain import template as tp
 from domain.sandbox import SandboxStatus as S
 from envd.version import ENVD_VERSION
 from workers.node.buildlog import BuildLog
+from workers.node.capacity import Ledger, Size, host_memory_mib
 from workers.node.early import EarlyStarts
 from workers.node.heartbeat import beat_forever
 from workers.node.journal import Journal
@@ -52,9 +52,14 @@ from workers.node.reconcile import reconcile
 from workers.node.routes import RoutePublisher
 from workers.node.settings import NodeSettings
 
-__all__ = ["NodeWorker", "completion_id", "egress_of"]
+__all__ = ["NodeWorker", "completion_id", "egress_of", "ledger_of", "size_of"]
 
 log = logging.getLogger(__name__)
+
+#: A create another node took is watched this long (rounds times the poll) for its end or that
+#: node's death (3 missed heartbeats: 15 s by default).
+_TAKEN_POLL_S = 1.0
+_TAKEN_WAIT_ROUNDS = 30
 
 #: What a handler's host work hands back: the completion to decide.
 Work = Callable[[sb.Sandbox], Awaitable[sb.AnySandboxCommand]]
@@ -95,11 +100,19 @@ class NodeWorker:
         #: the snapshot worker's failed-upload backlog, reported in the heartbeat
         self.uploads_waiting = uploads_waiting
         self.journal = Journal(settings.state_dir / "journal")
+        #: the room this node has left: a create is pulled only while it fits
+        self.capacity = ledger_of(settings)
+        #: what a typical create asks (the base template): no room for it, no pulling
+        self._typical = Size(settings.base_vcpus, settings.base_mem_mib)
+        host.on_gone(self.capacity.release)
         self.early = EarlyStarts(host)
         self.routes: RoutePublisher | None = None
         self._consumers: list[CommandConsumer] = []
         self._heartbeat: asyncio.Task[None] | None = None
-        self._kills: asyncio.Task[None] | None = None
+        #: reconciled and pulling commands (the node's readiness)
+        self.serving = False
+        #: the fleet's heartbeats, opened when a create turns out to be another node's
+        self._nodes: NodeBook | None = None
         host.set_template_locator(self._locate_template)
         host.on_died(self._vm_died)
 
@@ -123,24 +136,24 @@ class NodeWorker:
             ConsumerSpec(durable=names.place_consumer, filter_subject=names.place_commands,
                          max_ack_pending=max(1, self.settings.capacity)),
         ]  # fmt: skip
-        for spec in specs:
+        gates = [None, lambda: self.capacity.fits(self._typical)]
+        for spec, gate in zip(specs, gates, strict=True):
             c = CommandConsumer(self.bus.js, self.bus.settings, spec, self.handle,
-                                self.bus.rejection_sinks)  # fmt: skip
+                                self.bus.rejection_sinks, ready=gate)  # fmt: skip
             await c.start()
             self._consumers.append(c)
         beats = beat_forever(self.bus, self.host, self.node_id, self.settings.heartbeat_s,
-                             self.uploads_waiting)  # fmt: skip
+                             self.capacity.room, self.uploads_waiting)  # fmt: skip
         self._heartbeat = asyncio.create_task(beats)
-        self._kills = asyncio.create_task(self._follow_kills(
-            await stream_last_seq(self.bus.js, self.bus.settings) + 1))  # fmt: skip
+        self.serving = True
 
     async def stop(self) -> None:
         """Stop taking work and let in-flight commands finish (the consumers drain them)."""
+        self.serving = False
         for c in self._consumers:
             await c.stop()
         # its KV put is a nats-py request, whose wait_for can swallow one cancel
         await cancel_and_wait(self._heartbeat)
-        await cancel_and_wait(self._kills)
 
     def _guest(self, state: sb.Sandbox | sb.CreateSandbox) -> GuestConfig:
         """What envd is told: from a sandbox's state, or from a fork child's create."""
@@ -240,35 +253,18 @@ class NodeWorker:
             return sb.CompleteKill(sandbox_id=cmd.sandbox_id, error=error,
                                    command_id=completion_id(cmd, "killed"))  # fmt: skip
 
-        await self._operate(cmd, ctx, S.KILLING, work)
-
-    async def _follow_kills(self, start_seq: int) -> None:
-        """A sandbox the log says is killed must not keep a VM here. The API completes a
-        kill in the log by itself when it takes this node for gone — and a node that only
-        lost NATS for a while (its heartbeats with it) is not gone: its VMs ran on, killed
-        in the log, as orphans. So the node follows the log's kills of what it holds."""
-        subject = self.bus.names.events_of_kind(AggregateKind.SANDBOX)
-        while True:
-            try:
-                async with EventFeed(self.bus.js, self.bus.settings, subject,
-                                     start_seq=start_seq) as feed:  # fmt: skip
-                    while True:
-                        for rec in await feed.next_batch(timeout=1.0):
-                            start_seq = rec.seq + 1
-                            if isinstance(rec.event, sb.SandboxKilled):
-                                await self._drop_killed(rec.envelope.aggregate_id)
-            except asyncio.CancelledError:
+        try:
+            await self._operate(cmd, ctx, S.KILLING, work)
+        except NotFound:
+            if cmd.reason != "lost":
                 raise
-            except Exception:  # NATS away: follow again from where we were
-                log.warning("following the log's kills failed; again in 1 s", exc_info=True)
-                await asyncio.sleep(1.0)
-
-    async def _drop_killed(self, sandbox_id: str) -> None:
-        if not (self.host.runs(sandbox_id) or self.host.holds_paused(sandbox_id)):
-            return  # the usual case: this node's own kill, done before it was recorded
-        if await self._remove(sandbox_id):
-            log.warning("sandbox %s was killed in the log but still here: removed it",
-                        sandbox_id)  # fmt: skip
+            # Killed in the log by someone else while this node was taken for gone (the
+            # API's kill of a sandbox on a silent node, the timer's of a lost node's): they
+            # tell the node's queue too, and a node that had only lost NATS for a while —
+            # its VMs running on, as orphans — drops what it still holds of it.
+            if await self._remove(cmd.sandbox_id):
+                log.warning("sandbox %s was killed in the log but still here: removed it",
+                            cmd.sandbox_id)  # fmt: skip
 
     async def _remove(self, sandbox_id: str) -> bool:
         """The sandbox's VM or capture, journal entry and route gone; whether anything of
@@ -295,8 +291,20 @@ class NodeWorker:
     # ---- creates and resumes: the VM starts while the decision is appended -----------
     async def _create(self, cmd: sb.CreateSandbox, ctx: MessageContext) -> None:
         sid = cmd.sandbox_id
-        if self.host.free <= 0 and not self.host.runs(sid):
-            raise RetryableError("node is full", delay_s=1.0)  # another node may take it
+        if not self.host.runs(sid) and not self.capacity.take(sid, size_of(cmd)):
+            raise no_room(self.node_id, size_of(cmd))  # another node may take it
+        try:
+            await self._create_held(cmd, ctx)
+        finally:
+            if not self.host.runs(sid):  # failed, refused, or not this node's to run
+                self.capacity.release(sid)
+
+    async def _create_held(self, cmd: sb.CreateSandbox, ctx: MessageContext) -> None:
+        sid = cmd.sandbox_id
+        # the request names the node that takes it: a create redelivered to another node
+        # while this one still works on it (its heartbeats lost to a NATS outage) finds it
+        # taken — the same event id, so JetStream keeps the first claim
+        cmd = cmd.model_copy(update={"node_id": self.node_id})
         early = None
         if self.early.creates(self.bus.sandboxes, cmd):
             early = await self.early.start(
@@ -307,11 +315,13 @@ class NodeWorker:
         except BaseException:
             await self.early.undo(sid, early, self.journal)
             raise
-        if state is None or state.status is not S.CREATING:
+        if state is None or state.status is not S.CREATING or state.node_id != self.node_id:
             await self.early.undo(sid, early, self.journal)
             # redelivery of a create that already finished: its route may not have made it
-            if state is not None and state.status is S.RUNNING:
+            if state is not None and state.status is S.RUNNING and state.node_id == self.node_id:
                 await self._routes.put(sid, state.traffic_access_token)
+            elif state is not None and state.status is S.CREATING:
+                await self._taken_elsewhere(cmd, state, ctx)
             return
         if early is None:
             error, _ = await self._start(sid, state.template_id, self._guest(state))
@@ -333,6 +343,33 @@ class NodeWorker:
             late = sb.KillSandbox(sandbox_id=sid, command_id=completion_id(cmd, "kill-late"))
             await self._kill(late, ctx)
 
+    async def _taken_elsewhere(
+        self, cmd: sb.CreateSandbox, state: sb.Sandbox, ctx: MessageContext
+    ) -> None:
+        """A create another node (or an API withdrawing it) took: its outcome is theirs.
+        Waited for a while (the message kept alive), so that a create whose node died with
+        it is answered: failed here once that node is gone, never left `creating`."""
+        owner = state.node_id
+        if owner is None:  # an API withdrew it, and records its failure itself
+            return
+        for _ in range(_TAKEN_WAIT_ROUNDS):
+            if await self._gone(owner):
+                done = sb.CompleteCreate(sandbox_id=cmd.sandbox_id, node_id=self.node_id,
+                                         error=f"node {owner}, which took it, is gone",
+                                         command_id=completion_id(cmd, "orphaned"))  # fmt: skip
+                await execute(self.bus.sandboxes, done, ctx)
+                return
+            await asyncio.sleep(_TAKEN_POLL_S)
+            fresh, _ = await self.bus.sandboxes.load(cmd.sandbox_id)
+            if fresh is None or fresh.status is not S.CREATING:
+                return
+        log.info("create of %s is still on node %s: leaving it there", cmd.sandbox_id, owner)
+
+    async def _gone(self, node_id: str) -> bool:
+        if self._nodes is None:
+            self._nodes = await NodeBook.open(self.bus.js, self.bus.names.nodes_bucket)
+        return await self._nodes.gone(node_id)
+
     async def _start(
         self, sandbox_id: str, template_id: str, guest: GuestConfig
     ) -> tuple[str | None, bool]:
@@ -351,8 +388,21 @@ class NodeWorker:
 
     async def _resume(self, cmd: sb.ResumeSandbox, ctx: MessageContext) -> None:
         sid = cmd.sandbox_id
-        if not self.host.holds_paused(sid) and self.host.free <= 0:
-            raise RetryableError("node is full", delay_s=1.0)  # placed: another node may take it
+        known = self.bus.sandboxes.cached(sid)
+        size = size_of(known[0]) if known is not None and known[0] is not None else self._typical
+        # its own paused sandbox a node takes back whatever its room (no other node could);
+        # one placed here because its node is gone only if it fits
+        own = self.host.holds_paused(sid) or self.host.runs(sid)
+        if not self.capacity.take(sid, size, force=own):
+            raise no_room(self.node_id, size)
+        try:
+            await self._resume_held(cmd, ctx)
+        finally:
+            if not self.host.runs(sid):
+                self.capacity.release(sid)
+
+    async def _resume_held(self, cmd: sb.ResumeSandbox, ctx: MessageContext) -> None:
+        sid = cmd.sandbox_id
         early = None
         if self.host.holds_paused(sid) and self.early.resumes(self.bus.sandboxes, cmd):
             # Not undone if the append fails: the capture is spent, and the command's
@@ -417,6 +467,16 @@ class NodeWorker:
         state, _, _ = await execute(self.bus.sandboxes, cmd, ctx)
         if state is None or state.status is not S.FORKING:
             return
+        try:
+            await self._fork_children(cmd, ctx, state)
+        finally:
+            for cid in state.pending_children:
+                if not self.host.runs(cid):
+                    self.capacity.release(cid)
+
+    async def _fork_children(
+        self, cmd: sb.ForkSandbox, ctx: MessageContext, state: sb.Sandbox
+    ) -> None:
         creates: dict[str, sb.CreateSandbox] = {}
         #: each child's traffic token as its log has it (a redone fork minted new ones)
         tokens: dict[str, str | None] = {}
@@ -444,10 +504,23 @@ class NodeWorker:
             if cid not in creates and not self.host.runs(cid):
                 self.journal.remove(cid)  # not ours to start (it existed already)
         errors: dict[str, str | None] = {}
+        size, new = size_of(state), [cid for cid in creates if not self.capacity.holds(cid)]
+        if self.capacity.fits(size, len(new)):
+            for cid in new:
+                self.capacity.take(cid, size)
+            creates_to_start = creates
+        else:  # each child told why: the fork answers, its children fail
+            room = self.capacity.room()
+            why = (f"node {self.node_id} has no room for {len(new)} more sandboxes of "
+                   f"{size.vcpus} vCPU / {size.mem_mib} MiB ({room.free_vcpus} vCPU, "
+                   f"{room.free_mem_mib} MiB, {room.free_sandboxes} sandboxes left)")  # fmt: skip
+            errors = dict.fromkeys(creates, why)
+            creates_to_start = {}
         async with self.host.lock(cmd.sandbox_id):
             try:
-                guests = {cid: self._guest(c) for cid, c in creates.items()}
-                errors = await self.host.fork(cmd.sandbox_id, guests) if guests else {}
+                guests = {cid: self._guest(c) for cid, c in creates_to_start.items()}
+                if guests:
+                    errors = await self.host.fork(cmd.sandbox_id, guests)
             except HostError as e:
                 errors = {cid: str(e) for cid in creates}
         await asyncio.gather(*(self._routes.put(cid, tokens[cid]) for cid in creates
@@ -516,3 +589,26 @@ class NodeWorker:
         source, _ = await self.bus.sandboxes.load(tpl.capture_of)
         token = source.envd_access_token if source is not None else None
         return tpl.capture_key, token, tpl.capture_of
+
+
+def size_of(spec: sb.SandboxSpec | sb.Sandbox | sb.CreateSandbox) -> Size:
+    """What a sandbox asks of its node: its template's vCPUs and memory."""
+    return Size(spec.cpu_count, spec.memory_mb)
+
+
+def ledger_of(settings: NodeSettings) -> Ledger:
+    """The node's room: its settings, else the host's own memory (less a reserve) and
+    CPUs."""
+    mem = settings.memory_mib
+    if mem is None:
+        mem = max(256, host_memory_mib() - settings.reserved_memory_mib)
+    return Ledger(vcpus=settings.vcpus or os.cpu_count() or 1, mem_mib=mem,
+                  max_sandboxes=settings.capacity, cpu_overcommit=settings.cpu_overcommit,
+                  memory_overcommit=settings.memory_overcommit)  # fmt: skip
+
+
+def no_room(node_id: str, size: Size) -> RetryableError:
+    """Another node may have the room: a short nak, and on the last delivery the create is
+    refused as unavailable (the API answers 503)."""
+    return RetryableError(f"node {node_id} has no room for {size.vcpus} vCPU / "
+                          f"{size.mem_mib} MiB", delay_s=0.25, final_code="unavailable")

@@ -278,7 +278,7 @@ async def test_the_nodes_own_proxy_checks_the_token_as_well(bus: Bus) -> None:
     table = await RouteTable.open(bus, via_node=True)
     try:
         async with serving(guest, listen("127.0.0.1", 0)) as guest_port, serving(
-            node_proxy(host, publisher.ingress), node_sock
+            node_proxy(host, publisher.ingress, lambda: True), node_sock
         ) as node_port, serving(
             SandboxProxy(_not_sandbox, table.resolve), listen("127.0.0.1", 0)
         ) as api_port:  # fmt: skip

@@ -291,6 +291,20 @@ class TestSnapshot:
 
 
 class TestOutcomesAndIdempotency:
+    def test_a_resume_delivered_again_after_a_kill_decides_nothing(self) -> None:
+        """The node died right after recording the resume; its restart reported the VM
+        lost (killed), then the resume came again: it had its outcome already, so it is
+        not refused — a refusal would be its second outcome."""
+        resume = sb.ResumeSandbox(sandbox_id=SID, at=at(100))
+        s = step(paused(), resume)
+        s = step(s, sb.CompleteResume(sandbox_id=SID, node_id="n1", at=at(101)))
+        s = step(s, sb.KillSandbox(sandbox_id=SID, at=at(102), reason="lost"))
+        s = step(s, sb.CompleteKill(sandbox_id=SID, at=at(103)))
+        assert s is not None and s.status is S.KILLED
+        assert sb.decide(s, resume) == []
+        with pytest.raises(NotFound):  # a new resume of the killed sandbox
+            sb.decide(s, sb.ResumeSandbox(sandbox_id=SID, at=at(104)))
+
     @pytest.mark.parametrize(
         "build,complete",
         [

@@ -38,9 +38,10 @@ def test_expiry_fires_once_per_end_at_and_only_when_due() -> None:
 
 
 def test_kill_lifecycle_and_extended_ttl() -> None:
-    t = timer_with(running("k", 10, on_timeout="kill"))
+    history = running("k", 10, on_timeout="kill")
+    t = timer_with(history)
     extend = sb.SetSandboxTimeout(sandbox_id="k", timeout_s=60, at=T0 + timedelta(seconds=5))
-    for e in sb.decide(t.states["k"], extend):
+    for e in sb.decide(sb.fold(history), extend):
         t.fold("k", e)
     assert t.expired(T0 + timedelta(seconds=11)) == []  # the old end_at is stale
     due = t.expired(T0 + timedelta(seconds=66))
@@ -52,3 +53,25 @@ def test_pause_falls_back_to_kill_when_unsupported() -> None:
     t.pause_supported = False
     (cmd,) = t.expired(T0 + timedelta(seconds=2))
     assert isinstance(cmd, sb.KillSandbox) and cmd.reason == "timeout"
+
+
+def test_a_seeded_timer_knows_the_read_models_clocks_and_forgets_the_ended() -> None:
+    t = Timer(bus=None)  # type: ignore[arg-type]
+    t.load([sb.Clock(sandbox_id="s", status=sb.SandboxStatus.RUNNING, node_id="n1",
+                     end_at=T0 + timedelta(seconds=3), on_timeout="pause")])  # fmt: skip
+    (cmd,) = t.expired(T0 + timedelta(seconds=4))
+    assert isinstance(cmd, sb.PauseSandbox) and cmd.sandbox_id == "s"
+    killed = running("x", 10)
+    t2 = timer_with(killed)
+    state = sb.fold(killed)
+    for cmd2 in (sb.KillSandbox(sandbox_id="x", at=T0), sb.CompleteKill(sandbox_id="x", at=T0)):
+        events = sb.decide(state, cmd2)
+        for e in events:
+            t2.fold("x", e)
+        state = sb.fold(events, state)
+    assert t2.clocks == {} and t2.expired(T0 + timedelta(days=1)) == []
+
+
+def test_events_of_a_sandbox_the_timer_never_knew_are_ignored() -> None:
+    t = timer_with(running("y", 10)[1:])  # its request is before the timer's start
+    assert t.clocks == {}

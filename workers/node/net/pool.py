@@ -65,14 +65,16 @@ class SlotPool:
         return self._cidr
 
     async def start(self) -> None:
-        overlap = await asyncio.to_thread(routed_overlap, self._cidr)
+        # what a SIGKILLed node of this prefix left first: its slots' routes are its own,
+        # and a node with a prefix of its own was refused a restart over them
+        stale = await asyncio.to_thread(sweep_stale, self._prefix, self._cidr)
+        if stale:
+            log.info("slot pool: removed %d slots a dead process left behind", stale)
+        overlap = await asyncio.to_thread(routed_overlap, self._cidr, self._prefix)
         if overlap:
             raise NetworkError(
                 f"slot range {self._cidr} overlaps host routes {overlap}; set AENV_SLOT_CIDR"
             )
-        stale = await asyncio.to_thread(sweep_stale, self._prefix, self._cidr)
-        if stale:
-            log.info("slot pool: removed %d slots a dead process left behind", stale)
         # Guests never reach the node's own addresses nor any slot's veth (each host end is
         # the node too), whatever CIDRs a policy allows.
         self._host_addrs = (*await asyncio.to_thread(host_addresses), self._cidr)
@@ -156,7 +158,7 @@ class SlotPool:
             self._next = (self._next + 1) % cap
             if index in self._in_use:
                 continue
-            fd = try_lock(index)
+            fd = try_lock(index, self._prefix)
             if fd is None:
                 continue
             addr = slot_address(index, self._cidr, self._prefix)

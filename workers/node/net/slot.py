@@ -54,8 +54,10 @@ class NetworkSlot:
         return self.address.ns_ip
 
 
-def try_lock(index: int) -> int | None:
-    """Claim slot `index` for this process; None if another live process holds it."""
+def try_lock(index: int, owner: str | None = None) -> int | None:
+    """Claim slot `index` for this process; None if another live process holds it. Every
+    stack on the host shares the index space (an index is an address, and stacks may share
+    a range), so the lock file says which slot prefix holds it (`owner`)."""
     LOCK_DIR.mkdir(parents=True, exist_ok=True)
     fd = os.open(LOCK_DIR / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -63,7 +65,17 @@ def try_lock(index: int) -> int | None:
     except BlockingIOError:
         os.close(fd)
         return None
+    if owner is not None:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, owner.encode(), 0)
     return fd
+
+
+def _lock_owner(index: int) -> str:
+    try:
+        return (LOCK_DIR / f"{index}.lock").read_text()
+    except OSError:
+        return ""
 
 
 def create_slot(
@@ -138,14 +150,16 @@ def sweep_stale(prefix: str, cidr: str) -> int:
         if not suffix.isdigit():
             continue
         fd = try_lock(int(suffix))
-        if fd is None:
-            continue  # a live process owns it
+        if fd is None and _lock_owner(int(suffix)) == prefix:
+            continue  # a live process of this prefix owns it
+        # (held by another prefix's stack: that one took the index since ours died)
         try:
             destroy_slot(NetworkSlot(address=slot_address(int(suffix), cidr, prefix),
                                      lock_fd=fd))  # fmt: skip
             removed += 1
         except (ValueError, OSError):
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
     return removed
 
 
@@ -159,8 +173,9 @@ def host_addresses() -> tuple[str, ...]:
         )
 
 
-def routed_overlap(cidr: str = DEFAULT_SLOT_CIDR) -> list[str]:
-    """Routes of the host (not ours) that overlap the slot range: starting over them is unsafe."""
+def routed_overlap(cidr: str = DEFAULT_SLOT_CIDR, prefix: str = "aenv") -> list[str]:
+    """Routes of the host (not ours: this prefix's slots, or a sibling aenv stack's) that
+    overlap the slot range: starting over them is unsafe."""
     ours = ipaddress.ip_network(cidr)
     hits: list[str] = []
     with IPRoute() as ipr:
@@ -171,7 +186,7 @@ def routed_overlap(cidr: str = DEFAULT_SLOT_CIDR) -> list[str]:
                 continue
             net = ipaddress.ip_network(f"{dst}/{r['dst_len']}", strict=False)
             dev = names.get(r.get_attr("RTA_OIF"), "")
-            if net.overlaps(ours) and not str(dev).startswith("aenv"):  # ours or a sibling stack
+            if net.overlaps(ours) and not str(dev).startswith(("aenv", prefix)):
                 hits.append(f"{net} dev {dev}")
     return hits
 

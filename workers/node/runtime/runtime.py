@@ -276,6 +276,7 @@ class Runtime:
             await asyncio.wait({releasing})
         vm_id = vm_id or new_id()
         t0 = time.monotonic()
+        kept: asyncio.Task[Path | None] | None = None
         async with contextlib.AsyncExitStack() as stack:
             stack.enter_context(self.foreground.busy())
             slot = await self.pool.acquire(policy)
@@ -288,11 +289,19 @@ class Runtime:
                 mem = snap.mem
             elif adopt_memory:
                 # Resume of a pause: the RAM file is this VM's own; take it over without a
-                # copy (a hard link keeps the snapshot whole until the restore succeeded).
+                # copy (a hard link), while a copy for the capture is made beside QEMU's
+                # start (`_keep_capture`).
                 workdir.mkdir(parents=True, exist_ok=True)
                 mem = workdir / "mem"
                 mem.unlink(missing_ok=True)
-                os.link(snap.mem, mem)
+                if snap.ram_in_state:  # the stream carries the RAM: a file of its own
+                    fd = os.open(mem, os.O_WRONLY | os.O_CREAT, 0o644)
+                    os.ftruncate(fd, os.stat(snap.mem).st_size)
+                    os.close(fd)
+                else:
+                    os.link(snap.mem, mem)
+                    kept = asyncio.create_task(asyncio.to_thread(_copy_for_capture, snap))
+                    stack.push_async_callback(_drop_copy, kept)
             else:
                 workdir.mkdir(parents=True, exist_ok=True)
                 mem = workdir / "mem"
@@ -316,8 +325,8 @@ class Runtime:
             qemu = await QemuVm.launch(spec)
             stack.push_async_callback(qemu.kill)
             if run:
-                if adopt_memory:
-                    snap.mark_spent()  # before the guest writes the RAM file it shares
+                if kept is not None:
+                    await _keep_capture(snap, kept)
                 await qemu.cont()
             t_running = time.monotonic() - t0
             vm = Vm(
@@ -457,3 +466,42 @@ class Runtime:
         for f in (snap.state, snap.mem, snap.disk_top):
             if not f.exists():
                 raise VmmError(f"snapshot {snap.snapshot_id} is incomplete: {f} is missing")
+
+
+#: Where the copy of a capture's RAM file is made while a resume adopts the file itself.
+_KEPT = "mem.kept"
+
+
+def _copy_for_capture(snap: Snapshot) -> Path | None:
+    """A copy of the capture's RAM file (a reflink where the filesystem can, else its data
+    extents), or None when it cannot be made (a full disk): then the capture is spent."""
+    dst = snap.dir / _KEPT
+    try:
+        clone_or_sparse_copy(snap.mem, dst)
+    except OSError as e:
+        log.warning("no copy of %s's RAM for its capture (%s): a crash mid-resume loses it "
+                    "unless it is in the repository", snap.snapshot_id, e)  # fmt: skip
+        dst.unlink(missing_ok=True)
+        return None
+    return dst
+
+
+async def _keep_capture(snap: Snapshot, kept: asyncio.Task[Path | None]) -> None:
+    """Before the resumed guest runs, and writes the RAM file it adopted: the capture gets
+    the copy, so it stays whole until the resume is recorded. A node that dies after `cont`
+    then still holds the sandbox as it was paused, and the resume, delivered again,
+    restores it from there — without the copy, such a capture was spent, and the sandbox
+    lost unless its upload had finished. The copy runs while QEMU starts and loads the
+    device state, which takes longer than copying the ~100 MiB a guest has touched."""
+    copy = await kept
+    if copy is None:
+        snap.mark_spent()
+        return
+    os.replace(copy, snap.mem)  # the VM keeps the old inode through its own link
+
+
+async def _drop_copy(kept: asyncio.Task[Path | None]) -> None:
+    """A restore that failed before `_keep_capture`: its copy is not needed."""
+    copy = await kept
+    if copy is not None:
+        copy.unlink(missing_ok=True)

@@ -1,0 +1,85 @@
+"""A create no node can take is answered within a bounded time: 503 with E2B's body and a
+Retry-After, not a wait on the placement queue until the create's timeout.
+
+Placement stays pull-based (a node pulls a create only while it has room: design §9), and
+the API reads the same facts first: the room every node reports in its heartbeat
+(`bus.nodes`), so a fleet known to be full says so in milliseconds (`check_room`). The
+heartbeats are a few seconds old, so a burst can still queue a create that no node has
+room for: no node pulls it. If none has taken it (appended its `SandboxRequested`) within
+`AENV_PLACEMENT_TIMEOUT_S`, the API withdraws it (`withdraw`): it records the request and
+its failure itself, both guarded by the aggregate's expected sequence, so either a node's
+claim came first (then its outcome answers, as usual) or the withdrawal did (then a node
+that pulls the create later finds it failed and decides nothing). A create a pipeline
+publishes straight to NATS has no such deadline: it waits in the queue for room.
+"""
+
+from __future__ import annotations
+
+import time
+
+from api.context import ApiContext
+from api.errors import ApiError
+from bus.decisions import execute
+from bus.envelope import MessageContext
+from bus.nodes import has_room, is_gone
+from domain import DomainError
+from domain import sandbox as sb
+
+__all__ = ["RETRY_AFTER_S", "check_room", "no_room", "withdraw"]
+
+#: What a refused client is told to wait (the SDK honours it, up to 3 retries).
+RETRY_AFTER_S = 5
+_RETRY = {"Retry-After": str(RETRY_AFTER_S)}
+
+
+def check_room(
+    ctx: ApiContext, vcpus: int, mem_mib: int, *, node: str | None = None, count: int = 1
+) -> None:
+    """Raise 503 when no node beating now has room for `count` sandboxes of this size (on
+    `node` only: a fork's children start beside their parent). Quiet when the API has not
+    heard the nodes yet (its mirror of the bucket is still filling)."""
+    beats = ctx.nodes.current() if ctx.nodes is not None else None
+    if beats is None:
+        return
+    now = time.time()
+    live = [b for b in beats.values() if not is_gone(b, now) and node in (None, b.node_id)]
+    vcpus, mem_mib = vcpus * count, mem_mib * count
+    headers = _RETRY
+    if not live:
+        raise ApiError(503, "no node is running: nothing can take the sandbox", headers=headers)
+    if any(has_room(b, vcpus, mem_mib, count) for b in live):
+        return
+    most = max(live, key=lambda b: (b.free_mem_mib or 0, b.free_vcpus or 0))
+    raise ApiError(
+        503,
+        f"no node has room for {count} sandbox{'es' if count != 1 else ''} of "
+        f"{vcpus // count} vCPU / {mem_mib // count} MiB: {len(live)} "
+        f"node{'s' if len(live) != 1 else ''} running, the emptiest ({most.node_id}) has "
+        f"{most.free_vcpus} vCPU / {most.free_mem_mib} MiB / {most.free} sandboxes left",
+        headers=headers,
+    )
+
+
+async def withdraw(ctx: ApiContext, cmd: sb.CreateSandbox, actor: str | None) -> bool:
+    """No node took `cmd` in time: record it failed, unless a node claimed it meanwhile.
+    True when the failure is the API's (the answer is then `no_room`)."""
+    context = MessageContext(causation_id=cmd.command_id, correlation_id=cmd.command_id,
+                             actor=actor)  # fmt: skip
+    why = (f"no node took it within {ctx.settings.placement_timeout_s:.0f} s: none had room "
+           "for it")  # fmt: skip
+    try:
+        state, _, ours = await execute(ctx.bus.sandboxes, cmd, context)
+        if not ours or state is None or state.status is not sb.SandboxStatus.CREATING:
+            return False  # a node's claim came first: its outcome answers
+        failed = sb.CompleteCreate(sandbox_id=cmd.sandbox_id, node_id="", error=why,
+                                   command_id=sb.derived_command_id(str(cmd.command_id),
+                                                                    "unplaced"))  # fmt: skip
+        _, _, done = await execute(ctx.bus.sandboxes, failed, context)
+        return bool(done)
+    except DomainError:  # a node finished it meanwhile: its outcome answers
+        return False
+
+
+def no_room(cmd: sb.CreateSandbox, timeout_s: float) -> ApiError:
+    return ApiError(503, f"no node took sandbox {cmd.sandbox_id} within {timeout_s:.0f} s: "
+                         "none had room for it", headers=_RETRY)  # fmt: skip

@@ -1,0 +1,100 @@
+"""How much more a node can take: memory and vCPUs, each with its overcommit ratio, and a
+cap on how many sandboxes it holds.
+
+Placement is pull-based (design §9): a node pulls a create only while it has room, so the
+fleet needs no scheduler of ours — whichever node has room takes the work. The ledger is
+the node's own measure of that room: each sandbox it runs (or is starting) holds its size
+— the vCPUs and memory its template asks for — until its VM goes; a paused sandbox holds
+nothing (its RAM is a file on disk). Its `Room` goes out in every heartbeat, where the
+API reads it to refuse a create no node can take at once, instead of queueing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Ledger", "Room", "Size", "host_memory_mib"]
+
+
+@dataclass(frozen=True)
+class Size:
+    """What one sandbox asks of its node."""
+
+    vcpus: int
+    mem_mib: int
+
+
+@dataclass(frozen=True)
+class Room:
+    """A node's budget (after overcommit) and what is left of it."""
+
+    vcpus: int
+    mem_mib: int
+    sandboxes: int
+    free_vcpus: int
+    free_mem_mib: int
+    free_sandboxes: int
+
+    def fits(self, size: Size) -> bool:
+        return (
+            self.free_sandboxes >= 1
+            and self.free_vcpus >= size.vcpus
+            and self.free_mem_mib >= size.mem_mib
+        )
+
+
+class Ledger:
+    """Sizes held by sandbox id. `take` checks and holds at once (creates run
+    concurrently: each must see the others' holds), `release` gives a size back."""
+
+    def __init__(
+        self, *, vcpus: int, mem_mib: int, max_sandboxes: int,
+        cpu_overcommit: float = 1.0, memory_overcommit: float = 1.0,
+    ) -> None:  # fmt: skip
+        self.vcpus = int(vcpus * cpu_overcommit)
+        self.mem_mib = int(mem_mib * memory_overcommit)
+        self.max_sandboxes = max_sandboxes
+        self._held: dict[str, Size] = {}
+
+    def room(self) -> Room:
+        used_cpu = sum(s.vcpus for s in self._held.values())
+        used_mem = sum(s.mem_mib for s in self._held.values())
+        return Room(
+            vcpus=self.vcpus, mem_mib=self.mem_mib, sandboxes=self.max_sandboxes,
+            free_vcpus=max(0, self.vcpus - used_cpu), free_mem_mib=max(0, self.mem_mib - used_mem),
+            free_sandboxes=max(0, self.max_sandboxes - len(self._held)),
+        )  # fmt: skip
+
+    def fits(self, size: Size, count: int = 1) -> bool:
+        """Room for `count` more sandboxes of `size`."""
+        room = self.room()
+        return (
+            room.free_sandboxes >= count
+            and room.free_vcpus >= size.vcpus * count
+            and room.free_mem_mib >= size.mem_mib * count
+        )
+
+    def take(self, sandbox_id: str, size: Size, *, force: bool = False) -> bool:
+        """Hold `size` for the sandbox if it fits (or `force`: a node's own paused sandbox
+        coming back, which it cannot refuse to another node). Holding again is a no-op."""
+        if sandbox_id in self._held:
+            return True
+        if not force and not self.fits(size):
+            return False
+        self._held[sandbox_id] = size
+        return True
+
+    def release(self, sandbox_id: str) -> None:
+        self._held.pop(sandbox_id, None)
+
+    def holds(self, sandbox_id: str) -> bool:
+        return sandbox_id in self._held
+
+
+def host_memory_mib(meminfo: Path = Path("/proc/meminfo")) -> int:
+    """The host's MemTotal in MiB."""
+    for line in meminfo.read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) // 1024
+    raise ValueError(f"no MemTotal in {meminfo}")
