@@ -25,7 +25,7 @@ import pytest
 
 from aenv.stack import EmbeddedS3
 from aenv.stack.process import die_with_parent, free_port
-from tests.natscluster import NatsCluster
+from bench.cluster import NatsCluster
 
 pytestmark = [pytest.mark.vm, pytest.mark.fleet]
 

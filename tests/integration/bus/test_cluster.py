@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from bench.cluster import NatsCluster
 from bus import Bus, BusSettings, CommandConsumer, ConsumerSpec, Delivery, delete_all
 from bus.decisions import execute
 from bus.nodes import Heartbeat, NodeBook
 from domain import sandbox as sb
 from domain.sandbox.values import new_sandbox_id
-from tests.natscluster import NatsCluster
 from tests.support import eventually
 
 pytestmark = pytest.mark.cluster

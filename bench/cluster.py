@@ -1,4 +1,5 @@
-"""A real 3-server NATS JetStream cluster on this machine, for the cluster and fleet tests.
+"""A real 3-server NATS JetStream cluster on this machine, for the cluster and fleet tests
+and the fleet benchmarks.
 
 Each server has its own client, route and monitoring ports (free ones, never 4222) and its
 own store; clients log in with a user and password. `kill(i)` is a kill -9, `start(i)`
