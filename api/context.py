@@ -46,6 +46,10 @@ class ApiSettings(BaseSettings):
     #: the scraper needs no API key (which could drive sandboxes). An API key works either
     #: way. None: API keys only.
     metrics_token: SecretStr | None = None
+    #: Whether readiness needs a beating node (a one-machine stack: it cannot create
+    #: without one). A fleet's APIs set it off: behind a load balancer, no node beating
+    #: must not take every API out of service (readiness then warns instead).
+    ready_needs_node: bool = True
     #: The stack's snapshot store (`AENV_S3_ENDPOINT`, set by the supervisor): readiness
     #: checks that it answers. None: the stack has none, nothing to check.
     s3_endpoint: str | None = None

@@ -47,9 +47,16 @@ async def run(probes: Mapping[str, Probe], timeout: float = TIMEOUT_S) -> dict[s
     return dict(zip(names, answers, strict=True))
 
 
+def _beating(ctx: ApiContext) -> bool:
+    now = time.time()
+    return ctx.nodes is None or any(not is_gone(b, now) for b in ctx.nodes.beats.values())
+
+
 def probes(ctx: ApiContext) -> dict[str, Probe]:
     """The API's dependencies: the bus, the read models, the snapshot store when the
-    stack has one, and at least one node beating."""
+    stack has one, and at least one node beating — unless `AENV_READY_NEEDS_NODE=0` (a
+    fleet's APIs: a load balancer must not take every API out because no node beats; that
+    is a warning there)."""
 
     async def nats() -> str | None:
         if not ctx.bus.nc.is_connected:
@@ -71,13 +78,11 @@ def probes(ctx: ApiContext) -> dict[str, Probe]:
         return None if r.status_code < 500 else f"answers {r.status_code}"
 
     async def node() -> str | None:
-        if ctx.nodes is None:
-            return None
-        now = time.time()
-        beating = [beat for beat in ctx.nodes.beats.values() if not is_gone(beat, now)]
-        return None if beating else "no node is beating"
+        return None if _beating(ctx) else "no node is beating"
 
-    out: dict[str, Probe] = {"nats": nats, "postgres": postgres, "node": node}
+    out: dict[str, Probe] = {"nats": nats, "postgres": postgres}
+    if ctx.settings.ready_needs_node:
+        out["node"] = node
     if ctx.settings.s3_endpoint:
         out["s3"] = s3
     return out
@@ -92,4 +97,7 @@ def warnings(ctx: ApiContext) -> dict[str, str]:
     now = time.time()
     late = [f"{describe_uploads(b.uploads_waiting, b.oldest_upload_wait_s)} on node {b.node_id}"
             for b in ctx.nodes.beats.values() if b.uploads_waiting and not is_gone(b, now)]
-    return {"uploads": "; ".join(late)} if late else {}
+    out = {"uploads": "; ".join(late)} if late else {}
+    if not ctx.settings.ready_needs_node and not _beating(ctx):
+        out["node"] = "no node is beating: creates are refused until one is"
+    return out

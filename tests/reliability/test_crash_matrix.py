@@ -347,8 +347,10 @@ def test_node_killed_while_resumes_of_fresh_pauses_run(rstack: Stack) -> None:
     uploaded = {r.envelope.aggregate_id for r in log if isinstance(r.event, sb.SnapshotUploaded)}
     fresh = [r.sandbox_id for r in rollouts if r.sandbox_id not in uploaded]
     assert fresh, "every capture was uploaded before its resume: nothing was at stake"
+    mine = {r.sandbox_id for r in rollouts}  # (the stack's log holds earlier scenarios too)
     lost_kill = {r.envelope.aggregate_id: r.seq for r in log
-                 if isinstance(r.event, sb.SandboxKillRequested) and r.event.reason == "lost"}
+                 if isinstance(r.event, sb.SandboxKillRequested) and r.event.reason == "lost"
+                 and r.envelope.aggregate_id in mine}  # fmt: skip
     resumed_before = {sid for sid, kill in lost_kill.items() if any(
         r.envelope.aggregate_id == sid and isinstance(r.event, sb.SandboxResumed) and r.seq < kill
         for r in log)}  # fmt: skip
