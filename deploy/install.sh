@@ -98,9 +98,8 @@ fi
 "$VENV/bin/pip" install -q --upgrade pip
 say "installing aenv from $SOURCE"
 if [ -d "$SOURCE" ]; then
-    # A copy of the checkout in $PREFIX/src, installed editable: the API's schema
-    # migrations (alembic.ini, migrations/) are read from beside the packages' source, and
-    # a wheel does not carry them. Replaced whole, so files deleted upstream go too.
+    # A copy of the checkout in $PREFIX/src, installed editable. Replaced whole, so files
+    # deleted upstream go too. A wheel works as well: it carries the schema migrations.
     rm -rf "$PREFIX/src.new"
     install -d -m 0755 "$PREFIX/src.new"
     tar -C "$SOURCE" --exclude='./.git' --exclude='./.venv*' --exclude='./.npm-e2b' \
@@ -113,16 +112,15 @@ else
     "$VENV/bin/pip" install -q --upgrade "$SOURCE"
 fi
 "$VENV/bin/aenv" --help >/dev/null   # the entry point the units run must work
-# projections.db looks for alembic.ini and migrations/ one level above its package
+# the API migrates its database at start: the revisions must be where Alembic looks
 if ! "$VENV/bin/python" - <<'EOF'
-import pathlib
-import projections.db as db
-root = pathlib.Path(db.__file__).resolve().parents[1]
-raise SystemExit(0 if (root / "alembic.ini").is_file() and (root / "migrations").is_dir() else 1)
+from alembic.script import ScriptDirectory
+from projections.db import alembic_config
+raise SystemExit(0 if ScriptDirectory.from_config(alembic_config()).get_heads() else 1)
 EOF
 then
-    echo "install.sh: this aenv has no alembic.ini/migrations beside its packages (a wheel?):" \
-         "the API could not migrate its database; install from a source directory" >&2
+    echo "install.sh: this aenv's schema migrations are missing: the API could not" \
+         "migrate its database" >&2
     exit 1
 fi
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from alembic import command
@@ -31,8 +32,11 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
 
 
 def alembic_config(url: str | None = None) -> Config:
-    cfg = Config(str(_ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(_ROOT / "migrations"))
+    """Alembic's config: the source tree's `alembic.ini`, or — an installed wheel, which
+    has no such file — one built here around the `migrations` package."""
+    ini = _ROOT / "alembic.ini"
+    cfg = Config(str(ini)) if ini.is_file() else Config()
+    cfg.set_main_option("script_location", str(_migrations_dir()))
     if url is not None:
         cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
@@ -41,6 +45,13 @@ def alembic_config(url: str | None = None) -> Config:
 #: Key of the session-level advisory lock migrations hold: every API process of a fleet
 #: migrates at start, and two Alembic runs at once would race on `alembic_version`.
 _MIGRATION_LOCK = 0x61656E76  # "aenv"
+
+
+def _migrations_dir() -> Path:
+    spec = importlib.util.find_spec("migrations")  # located, not imported (env.py runs it)
+    if spec is not None and spec.origin is not None:
+        return Path(spec.origin).parent
+    return _ROOT / "migrations"
 
 
 async def migrate(url: str, revision: str = "head") -> None:
