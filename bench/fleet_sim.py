@@ -495,28 +495,40 @@ async def _first_lifecycles(clients: list[httpx.AsyncClient], timeout: float) ->
             await asyncio.sleep(0.5)
 
 
-def _monitoring(cluster: NatsCluster) -> dict[str, Any]:
-    """The servers' own view: per server CPU/memory/subscriptions, and the JetStream assets
-    (streams with their subjects, consumers) from the first server."""
+async def _monitoring(cluster: NatsCluster, bus: Bus) -> dict[str, Any]:
+    """The servers' own view: per server CPU, memory, subscriptions and the JetStream assets
+    it holds (R3 durables are on every server, R1 ordered consumers on one); per stream,
+    the leader's state (messages, consumers) and its subject count."""
     servers = []
+    subjects: dict[str, dict[str, Any]] = {}
     for s in cluster.servers:
         with contextlib.suppress(httpx.HTTPError, ValueError):
             v = httpx.get(f"http://127.0.0.1:{s.monitor}/varz", timeout=5).json()
-            servers.append({k: v.get(k) for k in ("server_name", "cpu", "mem", "connections",
-                                                  "subscriptions", "slow_consumers")})  # fmt: skip
-    js: dict[str, Any] = {}
-    with contextlib.suppress(httpx.HTTPError, ValueError):
-        j = httpx.get(f"http://127.0.0.1:{cluster.servers[0].monitor}/jsz",
-                      params={"streams": "true"}, timeout=10).json()  # fmt: skip
-        js = {k: j.get(k) for k in ("streams", "consumers", "messages", "bytes", "memory",
-                                    "storage")}  # fmt: skip
-        js["api"] = j.get("api")
-        js["per_stream"] = {
-            st["name"]: {k: st.get("state", {}).get(k) for k in
-                         ("messages", "bytes", "num_subjects", "num_deleted", "consumer_count")}
-            for acc in j.get("account_details", []) for st in acc.get("stream_detail", [])
-        }  # fmt: skip
-    return {"servers": servers, "jetstream": js}
+            j = httpx.get(f"http://127.0.0.1:{s.monitor}/jsz", params={"streams": "true"},
+                          timeout=10).json()  # fmt: skip
+            servers.append({
+                **{k: v.get(k) for k in ("server_name", "cpu", "connections",
+                                         "subscriptions", "slow_consumers")},
+                "mem_mib": round((v.get("mem") or 0) / 2**20, 1),
+                "js_streams": j.get("streams"), "js_consumers": j.get("consumers"),
+                "js_storage_mib": round((j.get("storage") or 0) / 2**20, 1),
+                "js_api_total": (j.get("api") or {}).get("total"),
+                "js_api_errors": (j.get("api") or {}).get("errors"),
+            })  # fmt: skip
+            for acc in j.get("account_details", []):
+                for st in acc.get("stream_detail", []):
+                    state = st.get("state", {})
+                    subjects.setdefault(st["name"], {
+                        "num_subjects": state.get("num_subjects", 0),
+                        "num_deleted": state.get("num_deleted", 0),
+                    })  # fmt: skip
+    streams = {}
+    for name in subjects:
+        with contextlib.suppress(Exception):
+            info = await bus.js.stream_info(name)
+            streams[name] = {"messages": info.state.messages, "bytes": info.state.bytes,
+                             "consumers": info.state.consumer_count, **subjects[name]}
+    return {"servers": servers, "streams": streams}
 
 
 async def _report_db(pg: Any, nodes: int) -> dict[str, Any]:
@@ -658,7 +670,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             },
             "rss_mib": {name: [rss_mib(p) for p in pids] for name, pids in groups.items()},
             **await _report_db(pg, args.nodes),
-            "nats": _monitoring(cluster),
+            "nats": await _monitoring(cluster, bus),
         }  # fmt: skip
         failed = False
         return doc

@@ -11,10 +11,15 @@ API reads it to refuse a create no node can take at once, instead of queueing it
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Ledger", "Room", "Size", "host_memory_mib"]
+from bus import RetryableError
+from domain import sandbox as sb
+from workers.node.settings import NodeSettings
+
+__all__ = ["Ledger", "Room", "Size", "host_memory_mib", "ledger_of", "no_room", "size_of"]
 
 
 @dataclass(frozen=True)
@@ -98,3 +103,26 @@ def host_memory_mib(meminfo: Path = Path("/proc/meminfo")) -> int:
         if line.startswith("MemTotal:"):
             return int(line.split()[1]) // 1024
     raise ValueError(f"no MemTotal in {meminfo}")
+
+
+def size_of(spec: sb.SandboxSpec | sb.Sandbox | sb.CreateSandbox) -> Size:
+    """What a sandbox asks of its node: its template's vCPUs and memory."""
+    return Size(spec.cpu_count, spec.memory_mb)
+
+
+def ledger_of(settings: NodeSettings) -> Ledger:
+    """The node's room: its settings, else the host's own memory (less a reserve) and
+    CPUs."""
+    mem = settings.memory_mib
+    if mem is None:
+        mem = max(256, host_memory_mib() - settings.reserved_memory_mib)
+    return Ledger(vcpus=settings.vcpus or os.cpu_count() or 1, mem_mib=mem,
+                  max_sandboxes=settings.capacity, cpu_overcommit=settings.cpu_overcommit,
+                  memory_overcommit=settings.memory_overcommit)  # fmt: skip
+
+
+def no_room(node_id: str, size: Size) -> RetryableError:
+    """Another node may have the room: a short nak, and on the last delivery the create is
+    refused as unavailable (the API answers 503)."""
+    return RetryableError(f"node {node_id} has no room for {size.vcpus} vCPU / "
+                          f"{size.mem_mib} MiB", delay_s=0.25, final_code="unavailable")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
 from collections.abc import Awaitable, Callable
 from uuid import UUID
@@ -30,7 +29,6 @@ from bus import (
     Delivery,
     MessageContext,
     PermanentError,
-    RetryableError,
 )
 from bus.decisions import execute
 from bus.nodes import NodeBook
@@ -42,7 +40,7 @@ from domain import template as tp
 from domain.sandbox import SandboxStatus as S
 from envd.version import ENVD_VERSION
 from workers.node.buildlog import BuildLog
-from workers.node.capacity import Ledger, Size, host_memory_mib
+from workers.node.capacity import Size, ledger_of, no_room, size_of
 from workers.node.early import EarlyStarts
 from workers.node.heartbeat import beat_forever
 from workers.node.journal import Journal
@@ -52,7 +50,7 @@ from workers.node.reconcile import reconcile
 from workers.node.routes import RoutePublisher
 from workers.node.settings import NodeSettings
 
-__all__ = ["NodeWorker", "completion_id", "egress_of", "ledger_of", "size_of"]
+__all__ = ["NodeWorker", "completion_id", "egress_of"]
 
 log = logging.getLogger(__name__)
 
@@ -590,25 +588,3 @@ class NodeWorker:
         token = source.envd_access_token if source is not None else None
         return tpl.capture_key, token, tpl.capture_of
 
-
-def size_of(spec: sb.SandboxSpec | sb.Sandbox | sb.CreateSandbox) -> Size:
-    """What a sandbox asks of its node: its template's vCPUs and memory."""
-    return Size(spec.cpu_count, spec.memory_mb)
-
-
-def ledger_of(settings: NodeSettings) -> Ledger:
-    """The node's room: its settings, else the host's own memory (less a reserve) and
-    CPUs."""
-    mem = settings.memory_mib
-    if mem is None:
-        mem = max(256, host_memory_mib() - settings.reserved_memory_mib)
-    return Ledger(vcpus=settings.vcpus or os.cpu_count() or 1, mem_mib=mem,
-                  max_sandboxes=settings.capacity, cpu_overcommit=settings.cpu_overcommit,
-                  memory_overcommit=settings.memory_overcommit)  # fmt: skip
-
-
-def no_room(node_id: str, size: Size) -> RetryableError:
-    """Another node may have the room: a short nak, and on the last delivery the create is
-    refused as unavailable (the API answers 503)."""
-    return RetryableError(f"node {node_id} has no room for {size.vcpus} vCPU / "
-                          f"{size.mem_mib} MiB", delay_s=0.25, final_code="unavailable")
