@@ -16,7 +16,6 @@ from api.auth import KeyChecker
 from api.cache import LookupCache
 from api.metrics import Metrics
 from bus import Bus
-from bus.feed import stream_last_seq
 from bus.nodes import NodeBook
 
 
@@ -102,6 +101,10 @@ class ApiContext:
             await self.wait_for(seq)
 
     async def fenced_to_tail(self) -> None:
-        """Before a listing: wait until the read model shows everything the log held when
-        the request came, whichever API wrote it."""
-        await self.wait_for(await stream_last_seq(self.bus.js, self.bus.settings))
+        """Before a listing: wait until the read model shows every sandbox event the log
+        held when the request came, whichever API wrote it. (The sandboxes' latest, not the
+        stream's: the projection never sees a key's or a template's events, and waiting
+        for one of those timed the listing out.)"""
+        seq = await self.bus.sandboxes.tail_seq()
+        if seq:
+            await self.wait_for(seq)

@@ -30,7 +30,9 @@ this load generator, under load and with the fleet idle; RSS; placement skew; st
 consumer state from the servers' monitoring.
 
 Run: `python -m bench.fleet_sim [--nodes 200] [--node-processes 4] [--apis 2]
-[--lifecycles 20000] [--concurrency 64]` — the full size wants a quiet machine.
+[--lifecycles 20000] [--concurrency 64]` — the full size wants a quiet machine. Ctrl-C,
+SIGTERM or SIGHUP stop it cleanly (processes, cluster, database `aenv_sim_*`, temp dir
+`aenv-sim-*`); a SIGKILL leaves the NATS servers and the database behind.
 """
 
 from __future__ import annotations
@@ -432,6 +434,8 @@ class Samples:
     place_pending: list[float] = field(default_factory=list)
     place_in_flight: list[float] = field(default_factory=list)
     place_waiting_pulls: list[float] = field(default_factory=list)
+    #: one node's snapshot worker (`--snapshot-workers`): events it has yet to settle
+    snapshot_backlog_one_node: list[float] = field(default_factory=list)
     failures: int = 0
 
 
@@ -440,7 +444,8 @@ async def _checkpoint(pg: Any) -> int:
     return int(seq or 0)
 
 
-async def sample(bus: Bus, pg: Any, stop: asyncio.Event, out: Samples) -> None:
+async def sample(bus: Bus, pg: Any, stop: asyncio.Event, out: Samples, snapshots: bool
+                 ) -> None:  # fmt: skip
     while not stop.is_set():
         try:
             last = await stream_last_seq(bus.js, bus.settings)
@@ -450,6 +455,11 @@ async def sample(bus: Bus, pg: Any, stop: asyncio.Event, out: Samples) -> None:
             out.place_pending.append(info.num_pending or 0)
             out.place_in_flight.append(info.num_ack_pending or 0)
             out.place_waiting_pulls.append(info.num_waiting or 0)
+            if snapshots:
+                info = await bus.js.consumer_info(bus.names.event_stream,
+                                                  bus.names.snapshot_consumer(node_id(0)))
+                out.snapshot_backlog_one_node.append((info.num_pending or 0)
+                                                     + (info.num_ack_pending or 0))
         except Exception:  # a sample lost is no reason to stop the run
             out.failures += 1
         with contextlib.suppress(TimeoutError):
@@ -482,6 +492,31 @@ async def _wait_beats(bus: Bus, nodes: int, timeout: float) -> None:
             return
         await asyncio.sleep(0.5)
     raise SimError(f"only {len(seen)} of {nodes} simulated nodes beat after {timeout:.0f} s")
+
+
+async def snapshot_backlog(bus: Bus, nodes: int) -> dict[str, int]:
+    """What the nodes' snapshot workers have yet to see: each one's durable gets every
+    sandbox event (summed and worst over the fleet)."""
+    pending, in_flight, worst = 0, 0, 0
+    for i in range(nodes):
+        info = await bus.js.consumer_info(bus.names.event_stream,
+                                          bus.names.snapshot_consumer(node_id(i)))  # fmt: skip
+        n = (info.num_pending or 0) + (info.num_ack_pending or 0)
+        pending += info.num_pending or 0
+        in_flight += info.num_ack_pending or 0
+        worst = max(worst, n)
+    return {"pending": pending, "in_flight": in_flight, "worst_node": worst}
+
+
+async def _drain_snapshot_workers(bus: Bus, nodes: int, timeout: float) -> dict[str, Any]:
+    """Until every snapshot worker has settled every event (or `timeout`): how long."""
+    t = time.perf_counter()
+    at_start = left = await snapshot_backlog(bus, nodes)
+    while left["worst_node"] and time.perf_counter() - t < timeout:
+        await asyncio.sleep(0.5)
+        left = await snapshot_backlog(bus, nodes)
+    return {"backlog_when_load_ended": at_start, "left": left,
+            "drain_s": round(time.perf_counter() - t, 2)}
 
 
 async def _first_lifecycles(clients: list[httpx.AsyncClient], timeout: float) -> None:
@@ -550,7 +585,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     admin: Any = None
     pg: Any = None
     bus: Bus | None = None
-    failed = True
+    me = asyncio.current_task()
+    assert me is not None
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C (asyncio.run's): clean up, exit
+        asyncio.get_running_loop().add_signal_handler(sig, me.cancel)
     try:
         cluster.start()
         await asyncio.to_thread(cluster.wait_healthy)
@@ -584,10 +622,18 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             children.append(Child(f"nodes-{first}", argv, dict(common),
                                   root / f"nodes-{first}.log"))  # fmt: skip
         t = time.perf_counter()
-        for c in children:
+        # The first API alone, then the others: two APIs migrating a fresh database at once
+        # deadlock (the waiter's open transaction vs the CREATE INDEX CONCURRENTLY of the
+        # one holding the migration lock) and one exits; a service manager would restart it.
+        apis, nodes = children[:n_apis], children[n_apis:]
+        for c in [*apis[:1], *nodes]:
             c.start()
-        await asyncio.gather(*(c.wait_for(ROLE_READY if i < n_apis else NODES_READY, 600)
-                               for i, c in enumerate(children)))  # fmt: skip
+        for c in apis[:1]:
+            await c.wait_for(ROLE_READY, 600)
+        for c in apis[1:]:
+            c.start()
+        await asyncio.gather(*(c.wait_for(ROLE_READY, 600) for c in apis[1:]),
+                             *(c.wait_for(NODES_READY, 600) for c in nodes))  # fmt: skip
         await _wait_beats(bus, args.nodes, 120)
         fleet_start_s = time.perf_counter() - t
         print(f"fleet_sim: {args.nodes} simulated nodes in {len(children) - n_apis} processes "
@@ -606,13 +652,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         groups = {"nats": [s.proc.pid for s in cluster.servers if s.proc is not None],
                   "apis": [c.pid for c in children[:n_apis]],
                   "node_processes": [c.pid for c in children[n_apis:]]}  # fmt: skip
+        if args.snapshot_workers:  # the warm-up's events, at every node, before "idle"
+            await _drain_snapshot_workers(bus, args.nodes, 300)
         before = cpu_reading(groups)
         await asyncio.sleep(args.idle_s)
         idle = cores(before, cpu_reading(groups), args.idle_s)
 
         tally, samples, stop = Tally(), Samples(), asyncio.Event()
         seq0 = await stream_last_seq(bus.js, bus.settings)
-        watchers = [asyncio.create_task(sample(bus, pg, stop, samples)),
+        watchers = [asyncio.create_task(sample(bus, pg, stop, samples, args.snapshot_workers)),
                     asyncio.create_task(progress(tally, args.lifecycles, samples, stop))]
         before = cpu_reading(groups)
         t0 = time.perf_counter()
@@ -627,8 +675,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         while await _checkpoint(pg) < seq1 and time.perf_counter() - t < 600:
             await asyncio.sleep(0.01)
         catch_up_s = time.perf_counter() - t
+        uploads = (await _drain_snapshot_workers(bus, args.nodes, 600)
+                   if args.snapshot_workers else None)  # fmt: skip
         checkpoint = await _checkpoint(pg)
         await asyncio.sleep(2)  # late route drops and heartbeats settle before the census
+        place = await bus.js.consumer_info(bus.names.command_stream, bus.names.place_consumer)
         events = seq1 - seq0
         doc: dict[str, Any] = {
             "simulated": "nodes run no VMs (SimulatedHost): latencies are control-plane "
@@ -655,7 +706,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 "caught_up": checkpoint >= seq1,
                 "checkpoint": checkpoint, "stream_last_seq": seq1,
             },
+            "snapshot_workers": None if uploads is None else {
+                **uploads, "sampled_backlog_of_one_node": summary(
+                    samples.snapshot_backlog_one_node, unit="events", scale=1.0),
+            },
             "place_queue": {
+                # fleet-wide limits of the one shared durable, whatever the fleet's size
+                "max_ack_pending": place.config.max_ack_pending,
+                "max_waiting": place.config.max_waiting,
                 "pending": summary(samples.place_pending, unit="msgs", scale=1.0),
                 "in_flight": summary(samples.place_in_flight, unit="msgs", scale=1.0),
                 "waiting_pulls": summary(samples.place_waiting_pulls, unit="pulls", scale=1.0),
@@ -663,6 +721,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             },
             "cpu_cores": {
                 "under_load": under_load,
+                # CPU milliseconds each lifecycle (4 commands, ~8 events) cost each group
+                "ms_per_lifecycle": {k: round(v * wall / max(1, tally.lifecycles_ok) * 1000, 2)
+                                     for k, v in under_load.items()},
                 "idle_fleet": idle,
                 "note": "cores = CPU seconds / wall seconds. postgres_all is every postgres "
                         "process on this machine (it serves other databases too); host_busy "
@@ -672,12 +733,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             **await _report_db(pg, args.nodes),
             "nats": await _monitoring(cluster, bus),
         }  # fmt: skip
-        failed = False
         return doc
+    except Exception:  # what the fleet said before it failed (an interruption is no failure)
+        for c in children:
+            print(f"--- {c.name} (tail)\n{c.tail()}", file=sys.stderr)
+        raise
     finally:
-        if failed:
-            for c in children:
-                print(f"--- {c.name} (tail)\n{c.tail()}", file=sys.stderr)
         await _teardown(cluster, children, clients, pg, bus, admin, db, root, args.keep)
 
 
@@ -755,7 +816,13 @@ def cli() -> None:
     if args.serve_nodes is not None:
         run_loop(serve_nodes(args))
         return
-    emit("fleet_sim", asyncio.run(main(args)))
+    try:
+        doc = asyncio.run(main(args))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("fleet_sim: interrupted; everything it started is stopped and removed",
+              file=sys.stderr)  # fmt: skip
+        raise SystemExit(130) from None
+    emit("fleet_sim", doc)
 
 
 if __name__ == "__main__":

@@ -209,6 +209,17 @@ class EventStore(Generic[S, C]):
         raise PublishError(f"cannot append to {aggregate_id}: too much contention")
 
     # -- read (no spans: reading history is not a hop of a request) -----------------------
+    async def tail_seq(self) -> int:
+        """The stream sequence of this kind's latest event, any aggregate (one direct get
+        on the kind's wildcard subject; 0 when there is none): what a projection of this
+        kind must have folded to show everything stored so far."""
+        try:
+            raw = await self._js.get_last_msg(self._stream, self._names.events_of_kind(self._kind),
+                                              direct=True)  # fmt: skip
+        except NotFoundError:
+            return 0
+        return raw.seq or 0
+
     async def version(self, aggregate_id: str) -> Version:
         """The aggregate's current version, from its last message only."""
         return (await self._last(aggregate_id))[0]

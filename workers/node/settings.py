@@ -33,10 +33,11 @@ class NodeSettings(BaseSettings):
     reserved_memory_mib: int = Field(default=1024, ge=0)
     #: How far the sizes of the sandboxes a node takes may exceed its memory and vCPUs. A
     #: guest's RAM is a file it touches lazily (an idle 512 MiB guest holds ~100 MiB) and
-    #: an agent's sandbox idles most of the time, so some overcommit is the norm; 1.0 means
-    #: none. A node pulls a create only while the template's size fits.
+    #: an agent's sandbox idles most of the time — it waits for its model — so overcommit
+    #: is the norm, of CPU above all (a fork of 16 on a 2-core node is the common case);
+    #: 1.0 means none. A node pulls a create only while the template's size fits.
     memory_overcommit: float = Field(default=1.5, gt=0)
-    cpu_overcommit: float = Field(default=4.0, gt=0)
+    cpu_overcommit: float = Field(default=16.0, gt=0)
     #: Network namespace/interface prefix; distinct per stack sharing a host.
     slot_prefix: str = Field(default="aenv", pattern=r"^[a-z]{1,8}$")
     #: The node's sandbox proxy (for APIs on other hosts: `AENV_PROXY_VIA_NODE` there).
