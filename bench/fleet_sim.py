@@ -622,17 +622,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             children.append(Child(f"nodes-{first}", argv, dict(common),
                                   root / f"nodes-{first}.log"))  # fmt: skip
         t = time.perf_counter()
-        # The first API alone, then the others: two APIs migrating a fresh database at once
-        # deadlock (the waiter's open transaction vs the CREATE INDEX CONCURRENTLY of the
-        # one holding the migration lock) and one exits; a service manager would restart it.
+        # every process at once, as a fleet's machines start (the APIs migrate one at a time)
         apis, nodes = children[:n_apis], children[n_apis:]
-        for c in [*apis[:1], *nodes]:
+        for c in children:
             c.start()
-        for c in apis[:1]:
-            await c.wait_for(ROLE_READY, 600)
-        for c in apis[1:]:
-            c.start()
-        await asyncio.gather(*(c.wait_for(ROLE_READY, 600) for c in apis[1:]),
+        await asyncio.gather(*(c.wait_for(ROLE_READY, 600) for c in apis),
                              *(c.wait_for(NODES_READY, 600) for c in nodes))  # fmt: skip
         await _wait_beats(bus, args.nodes, 120)
         fleet_start_s = time.perf_counter() - t

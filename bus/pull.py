@@ -45,8 +45,15 @@ class ConsumerSpec:
     backoff: tuple[float, ...] = (5.0, 15.0, 30.0, 60.0)
     #: Ack deadline when `backoff` is empty.
     ack_wait_s: float = 30.0
-    #: In-flight messages per consumer across all its workers: the node's parallelism cap.
+    #: In-flight messages per consumer across all its workers (the server's limit).
     max_ack_pending: int = 32
+    #: In-flight messages in this process (default: `max_ack_pending`). A consumer many
+    #: processes share (creates: every node pulls `place`) sets a fleet-wide
+    #: `max_ack_pending` and each process its own parallelism.
+    parallel: int | None = None
+    #: Pull requests the server keeps waiting at once (None: the server's 512) — one per
+    #: process pulling, so a fleet of more nodes raises it.
+    max_waiting: int | None = None
     #: Messages one fetch asks for. One: nats-py's fetch of n > 1 returns only once n came
     #: or a status closed the pull, and with a long-poll request of an earlier fetch still
     #: open on the server, the command it handed us was held until that request expired
@@ -78,6 +85,7 @@ class ConsumerSpec:
             max_deliver=self.max_deliver,
             backoff=list(self.backoff),
             max_ack_pending=self.max_ack_pending,
+            max_waiting=self.max_waiting,
         )
 
     @property
@@ -116,19 +124,24 @@ class PullLoop:
         self._loop_task = asyncio.create_task(self._run(), name=f"consumer:{self._spec.durable}")
 
     async def _config(self) -> ConsumerConfig:
-        """The spec's config — but a durable that exists keeps where it started: JetStream
-        refuses to change a consumer's deliver policy or start time (and an event consumer
-        asks for "an hour ago" anew at every start)."""
+        """The spec's config — but a durable that exists keeps what JetStream refuses to
+        change: where it started (its deliver policy and start time; an event consumer
+        asks for "an hour ago" anew at every start) and its `max_waiting` (a `place`
+        consumer made by an older aenv keeps the server's default until it is recreated)."""
         config = self._spec.consumer_config()
-        if self._spec.start_time is None:
-            return config
         try:
             info = await self._js.consumer_info(self._stream, self._spec.durable)
         except NotFoundError:
             return config
-        config.deliver_policy = info.config.deliver_policy
-        config.opt_start_time = info.config.opt_start_time
-        config.opt_start_seq = info.config.opt_start_seq
+        if self._spec.start_time is not None:
+            config.deliver_policy = info.config.deliver_policy
+            config.opt_start_time = info.config.opt_start_time
+            config.opt_start_seq = info.config.opt_start_seq
+        if config.max_waiting is not None and info.config.max_waiting != config.max_waiting:
+            log.warning("consumer %s keeps max_waiting %s (JetStream cannot change it; "
+                        "recreate the consumer for %s)", self._spec.durable,
+                        info.config.max_waiting, config.max_waiting)  # fmt: skip
+            config.max_waiting = info.config.max_waiting
         return config
 
     async def stop(self) -> None:
@@ -147,7 +160,8 @@ class PullLoop:
     async def _run(self) -> None:
         assert self._sub is not None
         while not self._stopping.is_set():
-            free = min(self._spec.batch, self._spec.max_ack_pending - len(self._inflight))
+            cap = self._spec.parallel or self._spec.max_ack_pending
+            free = min(self._spec.batch, cap - len(self._inflight))
             if free <= 0:
                 await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
                 continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from alembic.config import Config
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 __all__ = ["DbSettings", "alembic_config", "create_engine", "migrate"]
 
@@ -42,6 +43,8 @@ def alembic_config(url: str | None = None) -> Config:
     return cfg
 
 
+#: How often a migration waiting for another process's polls the lock.
+_LOCK_POLL_S = 0.2
 #: Key of the session-level advisory lock migrations hold: every API process of a fleet
 #: migrates at start, and two Alembic runs at once would race on `alembic_version`.
 _MIGRATION_LOCK = 0x61656E76  # "aenv"
@@ -54,6 +57,19 @@ def _migrations_dir() -> Path:
     return _ROOT / "migrations"
 
 
+async def _take_lock(conn: AsyncConnection) -> None:
+    """The migration lock, polled with no transaction open between tries: a process
+    blocked in `pg_advisory_lock` sits in an open transaction, whose snapshot the holder's
+    `CREATE INDEX CONCURRENTLY` then waits for — two APIs migrating a fresh database at
+    once deadlocked, and Postgres aborted the waiting one."""
+    while True:
+        got = await conn.scalar(text("SELECT pg_try_advisory_lock(:k)"), {"k": _MIGRATION_LOCK})
+        await conn.commit()
+        if got:
+            return
+        await asyncio.sleep(_LOCK_POLL_S)
+
+
 async def migrate(url: str, revision: str = "head") -> None:
     """`alembic upgrade <revision>` on `url`, from inside a running event loop; one process
     at a time (the others wait, then find nothing left to do)."""
@@ -63,8 +79,7 @@ async def migrate(url: str, revision: str = "head") -> None:
         # and steps out of it for CONCURRENTLY index builds (autocommit blocks). The lock
         # is the session's, so it outlives the commit that closes the lock's own statement.
         async with engine.connect() as conn:
-            await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _MIGRATION_LOCK})
-            await conn.commit()
+            await _take_lock(conn)
 
             def upgrade(sync_conn: Connection) -> None:
                 cfg = alembic_config()

@@ -194,6 +194,12 @@ Index(
     sandboxes.c.end_at,
     postgresql_where=sandboxes.c.status == "running",
 )
+# The timer's start: the sandboxes not killed (migration 0007).
+Index(
+    "ix_sandboxes_not_killed",
+    sandboxes.c.sandbox_id,
+    postgresql_where=sandboxes.c.status != "killed",
+)
 Index("ix_sandboxes_metadata", sandboxes.c.metadata, postgresql_using="gin")
 Index("ix_snapshots_sandbox", snapshots.c.sandbox_id)
 Index("ix_snapshots_team", snapshots.c.team_id)

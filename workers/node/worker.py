@@ -59,6 +59,11 @@ log = logging.getLogger(__name__)
 _TAKEN_POLL_S = 1.0
 _TAKEN_WAIT_ROUNDS = 30
 
+#: Creates in flight across the whole fleet, and nodes pulling at once: the shared `place`
+#: consumer's server-side limits (with JetStream's defaults, 32 creates and 512 nodes).
+PLACE_IN_FLIGHT = 100_000
+PLACE_PULLERS = 10_000
+
 #: What a handler's host work hands back: the completion to decide.
 Work = Callable[[sb.Sandbox], Awaitable[sb.AnySandboxCommand]]
 
@@ -131,8 +136,10 @@ class NodeWorker:
         specs = [
             ConsumerSpec(durable=names.node_consumer(self.node_id),
                          filter_subject=names.node_commands(self.node_id)),
+            # shared by every node: its limits are the fleet's, the parallelism this node's
             ConsumerSpec(durable=names.place_consumer, filter_subject=names.place_commands,
-                         max_ack_pending=max(1, self.settings.capacity)),
+                         max_ack_pending=PLACE_IN_FLIGHT, max_waiting=PLACE_PULLERS,
+                         parallel=max(1, self.settings.capacity)),
         ]  # fmt: skip
         gates = [None, lambda: self.capacity.fits(self._typical)]
         for spec, gate in zip(specs, gates, strict=True):

@@ -150,12 +150,14 @@ class SnapshotWorker:
                 return  # not ours to upload: ack
 
     async def _paused(self, d: EventDelivery, sandbox_id: str, snapshot_id: str) -> None:
-        if (wait := self.pause_delay_s - d.age_s) > 0:
-            raise RetryableError("pause too recent to upload", delay_s=wait)
+        # whose it is first: every node's worker sees every pause, and one of another node
+        # was held back (and delivered twice) by the delay meant for our own
         capture = await self.captures.paused_capture(sandbox_id, snapshot_id)
         if capture is None:
             self.backlog.settled(sandbox_id)
             return  # not on this node, or moot: resumed or killed meanwhile
+        if (wait := self.pause_delay_s - d.age_s) > 0:
+            raise RetryableError("pause too recent to upload", delay_s=wait)
         if not await self._upload(sandbox_id, capture):
             return
         done = sb.RecordUpload(sandbox_id=sandbox_id, snapshot_id=capture.snapshot_id,

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from collections.abc import Awaitable
 from datetime import UTC, datetime
 
 from bus import (
     Bus,
+    CommandConsumer,
     ConcurrencyError,
+    ConsumerSpec,
     Delivery,
     PermanentError,
     RetryableError,
@@ -20,7 +23,7 @@ from domain import CommandRejected, Conflict
 from domain import sandbox as sb
 from domain import template as tp
 from domain.sandbox.values import new_sandbox_id
-from tests.integration.bus.helpers import consumer, pending_in_queue, rejections
+from tests.integration.bus.helpers import Recorder, consumer, pending_in_queue, rejections
 from tests.support import eventually
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -277,3 +280,32 @@ async def test_a_redelivery_waits_for_the_delivery_still_running_here(bus: Bus) 
 
 async def _lost() -> None:
     return None
+
+
+async def test_a_consumer_made_before_keeps_what_jetstream_cannot_change(bus: Bus) -> None:
+    """An older aenv made the shared `place` consumer with the server's `max_waiting`:
+    JetStream refuses to change it, and a node starting with a larger one must still start
+    (and settle messages), keeping the old value."""
+    node = f"n{secrets.token_hex(3)}"
+    durable = bus.names.node_consumer(node)
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    await bus.js.add_consumer(bus.names.command_stream, ConsumerConfig(
+        durable_name=durable, filter_subject=bus.names.node_commands(node),
+        ack_policy=AckPolicy.EXPLICIT))  # fmt: skip
+    before = (await bus.js.consumer_info(bus.names.command_stream, durable)).config.max_waiting
+    rec = Recorder(ok)
+    spec = ConsumerSpec(durable=durable, filter_subject=bus.names.node_commands(node),
+                        max_deliver=3, backoff=(0.1, 0.2), fetch_timeout_s=0.2,
+                        max_waiting=before + 100, parallel=2)  # fmt: skip
+    c = CommandConsumer(bus.js, bus.settings, spec, rec, bus.rejection_sinks)
+    await c.start()
+    try:
+        cmd = pause(new_sandbox_id())
+        await bus.commands.to_node(node, cmd)
+        await eventually(lambda: _true(rec.done == [str(cmd.command_id)]))
+        info = await bus.js.consumer_info(bus.names.command_stream, durable)
+        assert info.config.max_waiting == before
+    finally:
+        await c.stop()
+        await bus.js.delete_consumer(bus.names.command_stream, durable)
