@@ -105,7 +105,7 @@ async def list_sandboxes(
     if template:
         q = q.where(or_(c.template_id == template, c.alias == template))
     if started_after is not None:
-        q = q.where(c.started_at > started_after)
+        q = q.where(c.started_at >= started_after)  # E2B: inclusive
     if next_token:
         at, sid = _untoken(next_token)
         if descending:

@@ -5,9 +5,10 @@ on any machine that reaches NATS (`stack.json`'s, or `AENV_NATS_URL`'s on a flee
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bus.nodes import Heartbeat, is_gone
+if TYPE_CHECKING:  # the server's packages load only when the command runs
+    from bus.nodes import Heartbeat
 
 __all__ = ["fleet_view", "read_beats"]
 
@@ -15,6 +16,8 @@ __all__ = ["fleet_view", "read_beats"]
 def fleet_view(beats: Iterable[Heartbeat], now: float) -> dict[str, Any]:
     """Nodes (sorted by id) with their room and sandboxes; totals; placement skew — the
     most running sandboxes on one live node over the mean (1.0: evenly spread)."""
+    from bus.nodes import is_gone
+
     nodes: list[dict[str, Any]] = []
     listed = sorted(beats, key=lambda b: b.node_id)
     for b in listed:

@@ -94,6 +94,8 @@ class SandboxHost:
         self.transfers = Transfers(runtime, templates, repository)
         self.sandboxes: dict[str, LiveSandbox] = {}
         self.paused: dict[str, PausedSandbox] = {}
+        #: captures of resumed sandboxes whose resume the log does not hold yet
+        self._resumed: dict[str, Snapshot] = {}
         self._gone_hooks: list[Callable[[str], None]] = []
         self._gc_lock = asyncio.Lock()
         self._gc: asyncio.Task[None] | None = None
@@ -304,10 +306,19 @@ class SandboxHost:
         log.info("sandbox %s resumed: running %.1f ms, envd %.1f ms", sandbox_id,
                  timing.running * 1000, timing.envd * 1000)  # fmt: skip
         del self.paused[sandbox_id]
-        self.runtime.delete_snapshot(paused.snapshot)
+        # kept until the resume is recorded (`resume_recorded`): a node that dies before
+        # that still holds the sandbox as it was paused — its capture whole, the RAM copied
+        # for it — and the resume, delivered again, restores it from there
+        self._resumed[sandbox_id] = paused.snapshot
         self._running(LiveSandbox(sandbox_id, paused.template_id, vm, paused.guest))
-        self.collect_soon()
         return paused.template_id
+
+    def resume_recorded(self, sandbox_id: str) -> None:
+        """The log holds the resume: the capture it ran from can go."""
+        snap = self._resumed.pop(sandbox_id, None)
+        if snap is not None:
+            self.runtime.delete_snapshot(snap)
+            self.collect_soon()
 
     async def fork(self, parent_id: str, children: dict[str, GuestConfig]) -> dict[str, str | None]:
         """Children of a running sandbox, each with its own id and guest config (token);
@@ -375,6 +386,7 @@ class SandboxHost:
         paused = self.paused.pop(sandbox_id, None)
         if paused is not None:
             self.runtime.delete_snapshot(paused.snapshot)
+        self.resume_recorded(sandbox_id)  # (a capture kept for a resume: moot now)
         live = self.sandboxes.pop(sandbox_id, None)
         self.collect_soon()
         if live is None:

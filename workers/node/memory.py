@@ -135,6 +135,9 @@ class MemoryHost:
         self.live[sandbox_id] = box
         return box.template_id
 
+    def resume_recorded(self, sandbox_id: str) -> None:
+        return None
+
     async def take_over_paused(
         self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
     ) -> None:

@@ -155,7 +155,11 @@ class Host(Protocol):
     async def pause(self, sandbox_id: str) -> Capture: ...
 
     async def resume(self, sandbox_id: str) -> str:
-        """Restore a sandbox paused here, processes and memory intact; its template."""
+        """Restore a sandbox paused here, processes and memory intact; its template. The
+        capture it ran from is kept until `resume_recorded`."""
+
+    def resume_recorded(self, sandbox_id: str) -> None:
+        """The log holds the sandbox's resume: what it was restored from can go."""
 
     async def take_over_paused(
         self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig

@@ -426,6 +426,7 @@ class NodeWorker:
                 await self.early.undo(sid, early, self.journal)
             else:  # a redelivery: see _create
                 await self._routes.put(sid, state.traffic_access_token)
+                self.host.resume_recorded(sid)
             return
         error, _ = await (early if early is not None else self._bring_back(sid, state))
         token = state.traffic_access_token
@@ -437,6 +438,7 @@ class NodeWorker:
         finally:
             if route is not None:
                 await route
+        self.host.resume_recorded(sid)
 
     async def _bring_back(
         self, sandbox_id: str, state: sb.Sandbox | None
