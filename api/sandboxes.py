@@ -9,6 +9,7 @@ changes of state alone (the TTL) are decided and appended here, through the same
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import uuid
 from datetime import datetime
@@ -32,6 +33,7 @@ from bus.envelope import MessageContext
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus
 from envd.version import ENVD_VERSION
+from projections import ProjectionTimeout
 
 DEFAULT_TIMEOUT_V2 = 300
 DEFAULT_TIMEOUT_V1 = 15
@@ -85,7 +87,13 @@ async def create_sandbox(
         f"tpl:{data.template_id}", lambda: reads.template(ctx.engine, data.template_id)
     )
     if tpl is None:
-        ctx.forget(f"tpl:{data.template_id}")  # a template registered a moment ago: ask again
+        # a snapshot taken a moment ago (its create answered, the read model not there
+        # yet): usable the moment its creation answered, as E2B's
+        ctx.forget(f"tpl:{data.template_id}")
+        with contextlib.suppress(ProjectionTimeout):  # a read model far behind: not found
+            await ctx.wait_for_templates(await ctx.bus.templates.tail_seq())
+        tpl = await reads.template(ctx.engine, data.template_id)
+    if tpl is None:
         raise ApiError(404, f"template '{data.template_id}' not found")
     secure = True if not v1 else bool(data.secure)
     idempotency_key = request.headers.get("idempotency-key")
@@ -197,7 +205,11 @@ async def get_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> dict[
 
 @delete("/sandboxes/{sandbox_id:str}", status_code=204, responses=ERRORS)
 async def kill_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> None:
-    state = await visible(ctx, caller, sandbox_id)
+    await _kill(ctx, caller, await visible(ctx, caller, sandbox_id))
+
+
+async def _kill(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> None:
+    sandbox_id = state.sandbox_id
     if state.node_id is not None and await ctx.node_gone(state.node_id):
         await _kill_in_log(ctx, caller, state)
     else:
@@ -240,6 +252,13 @@ async def _set_timeout(
 async def set_timeout(
     sandbox_id: str, data: wire.TimeoutBody, ctx: ApiContext, caller: Caller
 ) -> None:
+    if data.timeout == 0:  # E2B: the timeout is now, its action happens at once
+        state = await visible(ctx, caller, sandbox_id)
+        if state.lifecycle.on_timeout == "pause":
+            await _pause(ctx, caller, state)
+        else:
+            await _kill(ctx, caller, state)
+        return
     await _set_timeout(ctx, caller, sandbox_id, data.timeout, extend_only=False)
 
 
@@ -271,7 +290,11 @@ async def connect(
 @post("/sandboxes/{sandbox_id:str}/pause", status_code=204, responses=ERRORS)
 async def pause_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> None:
     """Freeze a running sandbox; pausing a paused one is a no-op (204)."""
-    state = await visible(ctx, caller, sandbox_id)
+    await _pause(ctx, caller, await visible(ctx, caller, sandbox_id))
+
+
+async def _pause(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> None:
+    sandbox_id = state.sandbox_id
     if state.status in (SandboxStatus.PAUSED, SandboxStatus.PAUSING):
         return
     await node_answers(ctx, state, "pause")
@@ -309,8 +332,10 @@ async def fork_sandbox(
 ) -> list[dict[str, Any]]:
     """`count` children from one capture of a running sandbox; one result per child."""
     count = data.count if data and data.count is not None else 1
-    timeout = data.timeout if data and data.timeout is not None else DEFAULT_TIMEOUT_V1
     state = await visible(ctx, caller, sandbox_id)
+    # a child lives as long as its parent was asked to, unless told otherwise (E2B's
+    # schema default of 15 s left `aenv fork`'s children paused seconds after their birth)
+    timeout = data.timeout if data and data.timeout is not None else state.timeout_s
     cmd = sb.ForkSandbox(sandbox_id=sandbox_id, count=count, timeout_s=timeout)
     sb.decide(state, cmd)  # bad count/timeout or a paused parent: 400/409 before any work
     await node_answers(ctx, state, "fork")

@@ -156,11 +156,18 @@ def _os_error(e: OSError, path: str) -> HttpError:
 
 
 def _set_metadata(fd: int, path: str, meta: dict[str, str]) -> None:
-    for key, value in meta.items():
-        try:
-            os.setxattr(fd, wire.METADATA_XATTR_PREFIX + key.lower(), value.encode())
-        except OSError as e:
-            raise HttpError(500, f"cannot store metadata on '{path}': {e.strerror}") from e
+    """The file's metadata becomes exactly `meta`: a write replaces the file, and what an
+    earlier write set goes with it (E2B's: `write(f, "b")` after `write(f, "a",
+    metadata=…)` leaves none)."""
+    wanted = {wire.METADATA_XATTR_PREFIX + k.lower(): v for k, v in meta.items()}
+    try:
+        for name in os.listxattr(fd):
+            if name.startswith(wire.METADATA_XATTR_PREFIX) and name not in wanted:
+                os.removexattr(fd, name)
+        for name, value in wanted.items():
+            os.setxattr(fd, name, value.encode())
+    except OSError as e:
+        raise HttpError(500, f"cannot store metadata on '{path}': {e.strerror}") from e
 
 
 def _result(path: str, meta: dict[str, str]) -> dict[str, Any]:

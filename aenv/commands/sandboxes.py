@@ -250,7 +250,7 @@ def fork(
     sandbox_id: SandboxId,
     count: Annotated[int, typer.Option("--count", "-n", min=1, help="How many children.")] = 1,
     timeout: Annotated[int | None, typer.Option("--timeout", "-t", min=1,
-                       help="Seconds each child lives (default: the server's).")] = None,
+                       help="Seconds each child lives (default: its parent's timeout).")] = None,
     api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
 ) -> None:  # fmt: skip
     """Fork running SANDBOX_ID into -n children; print their IDs, one per line.

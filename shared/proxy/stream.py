@@ -234,16 +234,38 @@ async def _forward(
     except (h11.RemoteProtocolError, h11.LocalProtocolError, OSError) as e:
         if pump.done():
             return
-        log.warning("proxy to %s:%s failed: %s", upstream.host, upstream.port, e)
         if not started:
+            log.warning("proxy to %s:%s failed: %s", upstream.host, upstream.port, e)
             await _json(send, 502, {"code": 502, "message": f"sandbox connection failed: {e}"})
-        else:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        # The guest's answer broke off (its sandbox was killed or paused, and
+        # `close_sandbox` cut it): the client's must break off too, not end cleanly — a
+        # clean end of a command's stream read as "Command ended without an end event",
+        # where E2B's SDK, seeing the connection drop, asks the sandbox's health and says
+        # it was killed (`SandboxNotRunningException`).
+        raise StreamCut(f"the stream of sandbox {sandbox_id} was cut: {e}") from e
     finally:
         if not pump.done():
             pump.cancel()
         with contextlib.suppress(BaseException):
             await pump
+
+
+class StreamCut(Exception):
+    """Raised to the ASGI server to drop the client's connection mid-answer (there is no
+    ASGI message for that): the guest's side broke off."""
+
+
+class _QuietCuts(logging.Filter):
+    """The ASGI server logs an application error for the drop `StreamCut` asks for: it
+    is the sandbox going, not a fault of ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, StreamCut)
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietCuts())
 
 
 async def _refuse(kind: str, send: Send, status: int, body: dict[str, Any]) -> None:
