@@ -79,6 +79,7 @@ sandboxes = Table(
     _tz("started_at"),
     _tz("end_at"),
     Column("remaining_s", Float),
+    _tz("paused_at"),  # paused sandboxes are kept AENV_PAUSED_RETENTION_S (0008)
     Column("failure_reason", Text),
     Column("pending_children", JSONB, nullable=False),
     Column("pending_snapshot_id", Text),

@@ -33,6 +33,7 @@ from projections import (
 from shared.proxy import RouteTable
 from workers.build.builder import Builder, BuildSettings
 from workers.timer import Timer
+from workers.timer.settings import TimerSettings
 
 
 async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
@@ -52,7 +53,9 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         nodes = await NodeBook.open(bus.js, bus.names.nodes_bucket)
         nodes.follow()
         stack.push_async_callback(nodes.close)
-        timer = Timer(bus, seed=lambda: _timer_start(engine), nodes=nodes)
+        keep = TimerSettings().paused_retention_s
+        timer = Timer(bus, seed=lambda: _timer_start(engine), nodes=nodes,
+                      paused_retention_s=keep or None)  # fmt: skip
         await timer.start()
         stack.push_async_callback(timer.stop)
         await _bootstrap_key(cfg, bus)

@@ -14,6 +14,7 @@ from domain.sandbox.timer import (
     expiry_command,
     fork_child_command,
     orphan_commands,
+    retention_command,
 )
 from domain.sandbox.values import *  # noqa: F403
 from domain.sandbox.values import __all__ as _values
@@ -38,6 +39,7 @@ __all__ = [
     "fold_clock",
     "fork_child_command",
     "orphan_commands",
+    "retention_command",
     "tick",
     "upcast_requested_v1",
 ]

@@ -56,6 +56,8 @@ class Clock(BaseModel):
     end_at: datetime | None = None
     #: "pause" or "kill" (`Lifecycle.on_timeout`)
     on_timeout: str = "kill"
+    #: when it was paused (None while it is not): paused sandboxes are kept for a while
+    paused_at: datetime | None = None
 
 
 def clock_of(state: Sandbox) -> Clock | None:
@@ -64,7 +66,8 @@ def clock_of(state: Sandbox) -> Clock | None:
     if state.status is S.KILLED:
         return None
     return Clock(sandbox_id=state.sandbox_id, status=state.status, node_id=state.node_id,
-                 end_at=state.end_at, on_timeout=state.lifecycle.on_timeout)  # fmt: skip
+                 end_at=state.end_at, on_timeout=state.lifecycle.on_timeout,
+                 paused_at=state.paused_at)  # fmt: skip
 
 
 def tick(clock: Clock | None, event: Event) -> Clock | None:
@@ -80,9 +83,8 @@ def tick(clock: Clock | None, event: Event) -> Clock | None:
         return None
     match e:
         case SandboxCreated() | SandboxResumed():
-            return clock.model_copy(
-                update={"status": S.RUNNING, "node_id": e.node_id, "end_at": e.end_at}
-            )
+            return clock.model_copy(update={"status": S.RUNNING, "node_id": e.node_id,
+                                            "end_at": e.end_at, "paused_at": None})  # fmt: skip
         case SandboxFailed():
             return clock.model_copy(update={"status": S.FAILED})
         case SandboxKillRequested():
@@ -91,7 +93,9 @@ def tick(clock: Clock | None, event: Event) -> Clock | None:
             return None
         case SandboxPauseRequested():
             return clock.model_copy(update={"status": S.PAUSING})
-        case SandboxPaused() | SandboxResumeFailed():
+        case SandboxPaused():
+            return clock.model_copy(update={"status": S.PAUSED, "paused_at": e.at})
+        case SandboxResumeFailed():
             return clock.model_copy(update={"status": S.PAUSED})
         case SandboxResumeRequested():
             return clock.model_copy(update={"status": S.RESUMING})

@@ -35,8 +35,9 @@ __all__ = [
     "SnapshotSandbox",
 ]
 
-#: who wanted it: a client, the TTL, or the node that lost the VM (a crash, a dead VM)
-Reason = Literal["request", "timeout", "lost"]
+#: who wanted it: a client, the TTL, the node that lost the VM (a crash, a dead VM), or
+#: the retention of paused sandboxes (paused longer than `AENV_PAUSED_RETENTION_S`)
+Reason = Literal["request", "timeout", "lost", "retention"]
 
 
 class SandboxCommand(Command):

@@ -81,7 +81,7 @@ def _evolve(state: State, event: AnySandboxEvent) -> State:
             u = {"status": S.PAUSING}
         case SandboxPaused():
             u = {"status": S.PAUSED, "remaining_s": event.remaining_s,
-                 "paused_snapshot_id": event.snapshot_id}  # fmt: skip
+                 "paused_snapshot_id": event.snapshot_id, "paused_at": event.at}  # fmt: skip
         case SandboxResumeRequested():
             u = {"status": S.RESUMING}
             if event.timeout_s is not None:
@@ -95,6 +95,7 @@ def _evolve(state: State, event: AnySandboxEvent) -> State:
                 "end_at": event.end_at,
                 "remaining_s": None,
                 "paused_snapshot_id": None,
+                "paused_at": None,
             }
         case SandboxKillRequested():
             u = {"status": S.KILLING}

@@ -38,6 +38,8 @@ class Sandbox(SandboxSpec):
     durable_snapshot_id: str | None = None
     #: the capture a paused sandbox resumes from (None while it runs)
     paused_snapshot_id: str | None = None
+    #: when it was paused (None while it runs): how long it has been kept so
+    paused_at: datetime | None = None
     recent_commands: tuple[UUID, ...] = ()
 
     @property

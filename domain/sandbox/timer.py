@@ -3,7 +3,7 @@ fork orchestration, for the workers to call."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from domain.errors import Invalid
@@ -20,7 +20,13 @@ from domain.sandbox.commands import (
 from domain.sandbox.state import Sandbox
 from domain.sandbox.values import SandboxStatus, derived_command_id
 
-__all__ = ["drop_command", "expiry_command", "fork_child_command", "orphan_commands"]
+__all__ = [
+    "drop_command",
+    "expiry_command",
+    "fork_child_command",
+    "orphan_commands",
+    "retention_command",
+]
 
 
 def expiry_command(
@@ -45,6 +51,23 @@ def expiry_command(
     if action == "pause":
         return PauseSandbox(sandbox_id=sid, command_id=command_id, at=end_at, reason="timeout")
     return KillSandbox(sandbox_id=sid, command_id=command_id, at=end_at, reason="timeout")
+
+
+def retention_command(
+    clock: Clock, now: datetime, retention_s: float | None
+) -> KillSandbox | None:
+    """The kill of a sandbox paused longer than `retention_s` (None: kept for ever), or
+    None. Its id and `at` derive from (sandbox, paused_at), so every timer replica builds
+    the same command; a resume and a new pause give a new one."""
+    if retention_s is None or clock.status is not SandboxStatus.PAUSED or clock.paused_at is None:
+        return None
+    due = clock.paused_at + timedelta(seconds=retention_s)
+    if now < due:
+        return None
+    return KillSandbox(
+        sandbox_id=clock.sandbox_id, reason="retention", at=due,
+        command_id=derived_command_id(clock.sandbox_id, "retention", clock.paused_at.isoformat()),
+    )  # fmt: skip
 
 
 def fork_child_command(

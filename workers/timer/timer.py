@@ -23,11 +23,12 @@ lets one copy through however many timers saw the expiry.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from bus import AggregateKind, Bus, EventFeed, MessageContext, PublishError
@@ -49,8 +50,12 @@ class Timer:
     def __init__(
         self, bus: Bus, *, tick_s: float = 0.5, pause_supported: bool = True,
         seed: Seed | None = None, nodes: NodeBook | None = None, reap_every_s: float = 5.0,
+        paused_retention_s: float | None = None,
     ) -> None:  # fmt: skip
         self.bus = bus
+        #: paused sandboxes older than this are killed (None: kept for ever)
+        self.paused_retention_s = paused_retention_s
+        self._kept: list[tuple[datetime, str]] = []  # (paused_at, id) of paused sandboxes
         self.nodes = nodes
         self.reap_every_s = reap_every_s
         #: sandbox ids by the node their clock names
@@ -104,6 +109,8 @@ class Timer:
             self._unindex(before)
             if clock.node_id is not None:
                 self._by_node.setdefault(clock.node_id, set()).add(clock.sandbox_id)
+        if clock.paused_at is not None and (before is None or before.paused_at != clock.paused_at):
+            heapq.heappush(self._kept, (clock.paused_at, clock.sandbox_id))
         running = sb.SandboxStatus.RUNNING
         if clock.end_at is None or clock.status is not running:
             return
@@ -132,6 +139,24 @@ class Timer:
             out.append(cmd)
         return out
 
+    def retained(self, now: datetime) -> list[sb.KillSandbox]:
+        """Kills of sandboxes paused longer than the retention, each once per pause."""
+        out: list[sb.KillSandbox] = []
+        if self.paused_retention_s is None:
+            return out
+        horizon = now - timedelta(seconds=self.paused_retention_s)
+        while self._kept and self._kept[0][0] <= horizon:
+            paused_at, sid = heapq.heappop(self._kept)
+            clock = self.clocks.get(sid)
+            if clock is None or clock.paused_at != paused_at:
+                continue  # resumed (or paused again) since
+            cmd = sb.retention_command(clock, now, self.paused_retention_s)
+            if cmd is None or self._sent.get(sid) == cmd.command_id:
+                continue
+            self._sent[sid] = cmd.command_id
+            out.append(cmd)
+        return out
+
     async def run(self) -> None:
         names = self.bus.names
         start = 1
@@ -148,7 +173,8 @@ class Timer:
             while not self._stopping.is_set():
                 for rec in await feed.next_batch(timeout=self.tick_s):
                     self.fold(names.aggregate_id_of(rec.subject), rec.event)
-                for cmd in self.expired(utcnow()):
+                now = utcnow()
+                for cmd in [*self.expired(now), *self.retained(now)]:
                     await self._send(cmd)
                 if time.monotonic() - reaped >= self.reap_every_s:
                     reaped = time.monotonic()
@@ -157,15 +183,41 @@ class Timer:
     async def _send(self, cmd: sb.PauseSandbox | sb.KillSandbox) -> None:
         clock = self.clocks[cmd.sandbox_id]
         try:
-            if clock.node_id:
+            if isinstance(cmd, sb.KillSandbox) and await self._node_gone(clock.node_id):
+                await self._kill_in_log(cmd, clock)  # its queue has no reader
+            elif clock.node_id:
                 await self.bus.commands.to_node(clock.node_id, cmd)
             else:
                 await self.bus.commands.to_placement(cmd)
-            log.info("timer: %s %s", type(cmd).__name__, cmd.sandbox_id)
+            log.info("timer: %s %s (%s)", type(cmd).__name__, cmd.sandbox_id,
+                     getattr(cmd, "reason", ""))  # fmt: skip
         except PublishError as e:
             log.warning("timer: could not send %s: %s", cmd.command_id, e)
             self._sent.pop(cmd.sandbox_id, None)
-            heapq.heappush(self._due, (cmd.at, cmd.sandbox_id))
+            if isinstance(cmd, sb.KillSandbox) and cmd.reason == "retention":
+                assert clock.paused_at is not None
+                heapq.heappush(self._kept, (clock.paused_at, cmd.sandbox_id))
+            else:
+                heapq.heappush(self._due, (cmd.at, cmd.sandbox_id))
+
+    async def _node_gone(self, node_id: str | None) -> bool:
+        if node_id is None or self.nodes is None:
+            return False
+        beats = self.nodes.current()
+        return beats is not None and is_gone(beats.get(node_id), time.time())
+
+    async def _kill_in_log(self, cmd: sb.KillSandbox, clock: sb.Clock) -> None:
+        """A kill of a sandbox whose node stopped beating, recorded by the timer itself (as
+        the API does for a client's), and the node told to drop it once it is back."""
+        done = sb.CompleteKill(sandbox_id=cmd.sandbox_id,
+                               command_id=sb.derived_command_id(str(cmd.command_id), "killed"),
+                               error=f"node {clock.node_id} is gone; killed in the log")
+        for c in (cmd, done):
+            with contextlib.suppress(DomainError):
+                await execute(self.bus.sandboxes, c, MessageContext(actor="timer"))
+        assert clock.node_id is not None
+        await self.bus.commands.to_node(clock.node_id,
+                                        sb.drop_command(cmd.sandbox_id, str(cmd.command_id)))
 
     def lost_nodes(self, now: float) -> list[str]:
         """Nodes that clocks name and that have been silent for `node_lost_after_s` — none

@@ -75,3 +75,44 @@ def test_a_seeded_timer_knows_the_read_models_clocks_and_forgets_the_ended() -> 
 def test_events_of_a_sandbox_the_timer_never_knew_are_ignored() -> None:
     t = timer_with(running("y", 10)[1:])  # its request is before the timer's start
     assert t.clocks == {}
+
+
+def test_a_paused_sandbox_is_kept_for_the_retention_then_killed_once() -> None:
+    history = running("p", 10)
+    state = sb.fold(history)
+    pause = sb.PauseSandbox(sandbox_id="p", at=T0 + timedelta(seconds=1))
+    for cmd in (pause, sb.CompletePause(sandbox_id="p", at=T0 + timedelta(seconds=2),
+                                        snapshot_id="c1")):  # fmt: skip
+        events = sb.decide(state, cmd)
+        history += events
+        state = sb.fold(events, state)
+    t = timer_with(history)
+    t.paused_retention_s = 60
+    assert t.retained(T0 + timedelta(seconds=61)) == []  # paused at 2 s: kept until 62 s
+    (kill,) = t.retained(T0 + timedelta(seconds=63))
+    assert kill.reason == "retention" and kill.sandbox_id == "p"
+    assert kill.at == T0 + timedelta(seconds=62)
+    assert t.retained(T0 + timedelta(days=1)) == []  # once per pause
+    assert t.expired(T0 + timedelta(days=1)) == []  # paused: no expiry either
+
+
+def test_a_resume_before_the_retention_keeps_it() -> None:
+    history = running("r", 10)
+    state = sb.fold(history)
+    for cmd in (sb.PauseSandbox(sandbox_id="r", at=T0),
+                sb.CompletePause(sandbox_id="r", at=T0, snapshot_id="c1"),
+                sb.ResumeSandbox(sandbox_id="r", at=T0 + timedelta(seconds=30)),
+                sb.CompleteResume(sandbox_id="r", node_id="n1",
+                                  at=T0 + timedelta(seconds=31))):  # fmt: skip
+        events = sb.decide(state, cmd)
+        history += events
+        state = sb.fold(events, state)
+    t = timer_with(history)
+    t.paused_retention_s = 60
+    assert t.retained(T0 + timedelta(seconds=120)) == []
+
+
+def test_no_retention_keeps_paused_sandboxes_for_ever() -> None:
+    clock = sb.Clock(sandbox_id="x", status=sb.SandboxStatus.PAUSED, paused_at=T0)
+    assert sb.retention_command(clock, T0 + timedelta(days=999), None) is None
+    assert sb.retention_command(clock, T0 + timedelta(seconds=5), 5) is not None

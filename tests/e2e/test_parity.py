@@ -1,0 +1,103 @@
+"""Where aenv behaved unlike E2B, each reproduced with the SDK calls that showed it (issue
+18), now answered the way E2B's own SDK behaviour says it should be."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from e2b import Sandbox, SandboxQuery
+from e2b.exceptions import SandboxNotRunningException, TimeoutException
+
+from tests.e2e.conftest import Stack
+from tests.support import eventually_sync
+
+pytestmark = pytest.mark.vm
+
+
+def test_started_after_is_an_inclusive_bound(stack: Stack) -> None:
+    sbx = Sandbox.create(timeout=120, metadata={"parity": "started-after"})
+    try:
+        info = sbx.get_info()
+        found = Sandbox.list(query=SandboxQuery(started_after=info.started_at,
+                                                metadata={"parity": "started-after"}))  # fmt: skip
+        assert [s.sandbox_id for s in found.next_items()] == [sbx.sandbox_id]
+    finally:
+        sbx.kill()
+
+
+def test_a_command_of_a_killed_sandbox_ends_as_e2bs_does(stack: Stack) -> None:
+    """`h.wait()` after `kill()`: E2B's SDK sees the connection drop, asks the sandbox's
+    health and raises its timeout error saying the sandbox was killed — not "Command ended
+    without an end event"."""
+    sbx = Sandbox.create(timeout=120)
+    h = sbx.commands.run("sleep 60", background=True)
+    sbx.kill()
+    with pytest.raises(TimeoutException) as caught:
+        h.wait()
+    assert isinstance(caught.value, SandboxNotRunningException), repr(caught.value)
+    assert "killed" in str(caught.value)
+
+
+def test_a_file_written_again_loses_its_old_metadata(stack: Stack) -> None:
+    sbx = Sandbox.create(timeout=120)
+    try:
+        sbx.files.write("/home/user/f", "a", metadata={"k": "v"})
+        assert sbx.files.get_info("/home/user/f").metadata == {"k": "v"}
+        sbx.files.write("/home/user/f", "b")
+        assert not sbx.files.get_info("/home/user/f").metadata
+        sbx.files.write("/home/user/f", "c", metadata={"other": "1"})
+        assert sbx.files.get_info("/home/user/f").metadata == {"other": "1"}
+    finally:
+        sbx.kill()
+
+
+@pytest.mark.parametrize("on_timeout", ["pause", "kill"])
+def test_a_timeout_of_zero_acts_at_once(stack: Stack, on_timeout: str) -> None:
+    sbx = Sandbox.create(timeout=120, lifecycle={"on_timeout": on_timeout})  # type: ignore[arg-type]
+    sbx.set_timeout(0)
+    client = httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key})
+    r = client.get(f"/sandboxes/{sbx.sandbox_id}")
+    if on_timeout == "pause":
+        assert r.status_code == 200 and r.json()["state"] == "paused", r.text
+        Sandbox.connect(sbx.sandbox_id).kill()
+    else:
+        assert r.status_code == 404, r.text
+
+
+def test_a_snapshot_is_usable_the_moment_its_creation_answers(stack: Stack) -> None:
+    parent = Sandbox.create(timeout=300)
+    made: list[str] = []
+    try:
+        parent.files.write("/home/user/note", "from the parent")
+        for _ in range(3):
+            snap = parent.create_snapshot()
+            made.append(snap.snapshot_id)
+            child = Sandbox.create(snap.snapshot_id, timeout=60)  # at once: no 404
+            try:
+                assert child.files.read("/home/user/note") == "from the parent"
+            finally:
+                child.kill()
+    finally:
+        parent.kill()
+        for sid in made:
+            Sandbox.delete_snapshot(sid)
+
+
+def test_fork_children_live_as_long_as_their_parent_was_asked_to(stack: Stack) -> None:
+    parent = Sandbox.create(timeout=600)
+    kids: list[Sandbox] = []
+    try:
+        kids = [k for k in parent.fork(count=1) if isinstance(k, Sandbox)]
+        assert len(kids) == 1
+        info = kids[0].get_info()
+        left = (info.end_at - info.started_at).total_seconds()
+        assert 590 <= left <= 610, left
+        time.sleep(1)
+        assert kids[0].is_running()
+    finally:
+        for k in kids:
+            k.kill()
+        parent.kill()
+        eventually_sync(lambda: not parent.is_running(), timeout=30)

@@ -1,0 +1,53 @@
+"""Paused sandboxes are kept `AENV_PAUSED_RETENTION_S`, then killed — a kill with reason
+`retention` in the log, its node removing the capture — so the sandboxes a client forgot
+(aenv pauses on timeout by default) do not stay for ever."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from bus import Bus
+from domain import sandbox as sb
+from tests.support import eventually_sync
+from tests.vmless.conftest import VmlessStack, vmless_stack
+
+
+@pytest.fixture(scope="module")
+def short(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
+    with vmless_stack(tmp_path_factory.mktemp("aenv-retention"),
+                      AENV_PAUSED_RETENTION_S="3") as stack:  # fmt: skip
+        yield stack
+
+
+def _kills(stack: VmlessStack, sid: str) -> list[str]:
+    async def read() -> list[str]:
+        bus = await Bus.connect(stack.bus_settings, setup=False)
+        try:
+            return [r.event.reason for r in await bus.sandboxes.read(sid)
+                    if isinstance(r.event, sb.SandboxKillRequested)]
+        finally:
+            await bus.close()
+
+    return asyncio.run(read())
+
+
+def test_a_paused_sandbox_is_killed_once_its_retention_is_over(short: VmlessStack) -> None:
+    with httpx.Client(base_url=short.api_url, headers={"X-API-KEY": short.api_key},
+                      timeout=30) as c:  # fmt: skip
+        kept = c.post("/v2/sandboxes", json={"templateID": "base", "timeout": 120}).json()
+        resumed = c.post("/v2/sandboxes", json={"templateID": "base", "timeout": 120}).json()
+        for s in (kept, resumed):
+            assert c.post(f"/sandboxes/{s['sandboxID']}/pause").status_code == 204
+        # resumed within its retention: stays
+        assert c.post(f"/sandboxes/{resumed['sandboxID']}/connect",
+                      json={"timeout": 120}).status_code == 201  # fmt: skip
+        eventually_sync(lambda: c.get(f"/sandboxes/{kept['sandboxID']}").status_code == 404,
+                        timeout=30, interval=0.5)  # fmt: skip
+        assert _kills(short, kept["sandboxID"]) == ["retention"]
+        assert c.get(f"/sandboxes/{resumed['sandboxID']}").json()["state"] == "running"
+        assert _kills(short, resumed["sandboxID"]) == []
+        c.delete(f"/sandboxes/{resumed['sandboxID']}")
