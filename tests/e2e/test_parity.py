@@ -101,3 +101,28 @@ def test_fork_children_live_as_long_as_their_parent_was_asked_to(stack: Stack) -
             k.kill()
         parent.kill()
         eventually_sync(lambda: not parent.is_running(), timeout=30)
+
+
+def test_the_base_template_carries_what_e2bs_does(stack: Stack) -> None:
+    """git (the SDK's `sbx.git` helpers), curl, a `python` command, pip and venv, Node.js
+    and npm — E2B's base image has them, and agents' code assumes them."""
+    sbx = Sandbox.create(timeout=300)
+    try:
+        for cmd in ("python -c 1", "python3 -m pip --version", "python3 -m venv /tmp/v",
+                    "node -e 'process.exit(0)'", "npm --version", "curl --version",
+                    "git --version"):  # fmt: skip
+            r = sbx.commands.run(cmd, timeout=120)
+            assert r.exit_code == 0, (cmd, r.stderr)
+        repo = "/home/user/repo"
+        sbx.git.init(repo, initial_branch="main")
+        sbx.files.write(f"{repo}/a.txt", "one")
+        sbx.git.add(repo, all=True)
+        sbx.git.commit(repo, "first", author_name="agent", author_email="agent@example.com")
+        status = sbx.git.status(repo)
+        assert status.current_branch == "main" and status.is_clean
+        sbx.git.create_branch(repo, "feature")
+        assert "feature" in sbx.git.branches(repo).branches
+        sbx.git.clone(repo, "/home/user/clone")
+        assert sbx.files.read("/home/user/clone/a.txt") == "one"
+    finally:
+        sbx.kill()

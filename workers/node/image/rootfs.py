@@ -7,6 +7,7 @@ files and makes a fresh ext4: changing envd never re-runs debootstrap.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,13 @@ DEFAULT_SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_PACKAGES = (
     "python3", "bash", "coreutils", "procps", "iproute2", "ca-certificates", "sudo",
+    # what E2B's base image carries and agents' code assumes: git (the SDK's `sbx.git`
+    # helpers), curl, a `python` command, pip and venv
+    "git", "curl", "python-is-python3", "python3-pip", "python3-venv",
 )  # fmt: skip
+#: Installed with apt inside the tree once debootstrap is done: debootstrap's own resolver
+#: cannot configure npm's graph of node-* packages (virtual provides), apt can.
+DEFAULT_APT_PACKAGES = ("nodejs", "npm")
 # Bumped when the pruning below changes, so cached trees are rebuilt.
 PRUNE_VERSION = 1
 _PRUNE = (
@@ -42,6 +49,7 @@ class DebootstrapSpec:
     suite: str = DEFAULT_SUITE
     mirror: str = DEFAULT_MIRROR
     packages: tuple[str, ...] = field(default=DEFAULT_PACKAGES)
+    apt_packages: tuple[str, ...] = field(default=DEFAULT_APT_PACKAGES)
     variant: str = "minbase"
 
     def key(self) -> dict[str, object]:
@@ -52,6 +60,7 @@ class DebootstrapSpec:
             "mirror": self.mirror,
             "variant": self.variant,
             "packages": sorted(self.packages),
+            "apt_packages": sorted(self.apt_packages),
             "prune": PRUNE_VERSION,
         }
 
@@ -90,4 +99,36 @@ def debootstrap(
     if proc.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-5:]
         raise ImageError(f"debootstrap failed ({proc.returncode}): {' | '.join(tail)}")
+    if spec.apt_packages:
+        apt_install(target, spec.apt_packages, log, progress)
     prune(target)
+
+
+def apt_install(
+    target: Path, packages: tuple[str, ...], log: Path, progress: Callable[[str], None]
+) -> None:
+    """`apt-get install` inside the tree (chroot, its /proc mounted, the host's resolver
+    copied in for the download and taken out again)."""
+    progress(f"rootfs: apt-get install {' '.join(packages)} (in the tree)")
+    resolv = target / "etc" / "resolv.conf"
+    saved = resolv.read_bytes() if resolv.is_file() and not resolv.is_symlink() else None
+    shutil.copyfile("/etc/resolv.conf", resolv, follow_symlinks=True)
+    (target / "proc").mkdir(exist_ok=True)
+    script = ("apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+              f"--no-install-recommends {' '.join(packages)} && apt-get clean")  # fmt: skip
+    try:
+        subprocess.run(["mount", "-t", "proc", "proc", str(target / "proc")], check=True,
+                       capture_output=True)  # fmt: skip
+        with log.open("ab") as out:
+            proc = subprocess.run(["chroot", str(target), "/bin/sh", "-c", script],
+                                  stdout=out, stderr=subprocess.STDOUT, check=False)  # fmt: skip
+    finally:
+        unmount_under(target)
+        if saved is not None:
+            resolv.write_bytes(saved)
+        else:
+            resolv.unlink(missing_ok=True)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+        raise ImageError(f"apt-get install in the tree failed ({proc.returncode}): "
+                         f"{' | '.join(tail)}")  # fmt: skip
