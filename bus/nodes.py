@@ -48,6 +48,9 @@ class Heartbeat(BaseModel):
     mem_mib: int | None = None
     free_vcpus: int | None = None
     free_mem_mib: int | None = None
+    #: host:port of the node's proxy (sandbox traffic, and what it observed of its guests:
+    #: their metrics and logs, which the API asks it for)
+    proxy: str | None = None
     accelerator: str | None = None
     accelerator_reason: str | None = None
     qemu: str | None = None

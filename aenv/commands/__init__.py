@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from aenv.commands import auth, exec, sandboxes, templates
+from aenv.commands import auth, exec, observe, sandboxes, templates
 from aenv.commands.snapshots import snapshot_app
 
 __all__ = ["EPILOG", "register"]
@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
     auth.register(app)
     sandboxes.register(app)
     exec.register(app)
+    observe.register(app)
     app.add_typer(snapshot_app, name="snapshot")
     templates.register(app)
     if not app.info.epilog:

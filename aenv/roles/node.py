@@ -19,6 +19,7 @@ from envd.version import ENVD_VERSION
 from workers.node.host import SandboxHost
 from workers.node.image import build_base, build_runtime
 from workers.node.memory import MemoryHost
+from workers.node.observe import GuestObserver
 from workers.node.ports import Host
 from workers.node.proxy import listen, node_proxy
 from workers.node.runtime import Runtime
@@ -49,18 +50,22 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         await execute(bus.templates, register)
         sock = listen(node_cfg.proxy_host, node_cfg.proxy_port)
         bound = f"{node_cfg.proxy_host}:{sock.getsockname()[1]}"
+        observer = GuestObserver(host, every_s=node_cfg.metrics_every_s)
         worker = NodeWorker(bus, host, node_cfg, node_proxy=node_cfg.proxy_advertise or bound,
                             on_moot=uploads.cancel if uploads else None,
-                            uploads_waiting=uploads.waiting if uploads else None)  # fmt: skip
+                            uploads_waiting=uploads.waiting if uploads else None,
+                            on_killed=observer.forget)  # fmt: skip
         proxy = uvicorn.Server(uvicorn.Config(
-            node_proxy(host, worker.ingress, lambda: worker.serving), log_level="warning",
-            lifespan="off",
+            node_proxy(host, worker.ingress, lambda: worker.serving, observer),
+            log_level="warning", lifespan="off",
             access_log=False, timeout_keep_alive=75,
         ))  # fmt: skip
         proxy_task = asyncio.create_task(proxy.serve(sockets=[sock]))
         stack.push_async_callback(_stop_server, proxy, proxy_task)
         await worker.start()
         stack.push_async_callback(worker.stop)
+        observer.start()
+        stack.push_async_callback(observer.stop)
         if uploads is not None:  # after the worker took back this node's paused sandboxes
             await uploads.start()
             stack.push_async_callback(uploads.stop)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import shutil
 import time
@@ -19,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from workers.node.image import GuestImage, build_from_oci
 from workers.node.image.registry import RegistryAuth, parse_reference, pull
@@ -33,7 +35,15 @@ from workers.node.ports import (
     ImportedImage,
     TemplateLocator,
 )
-from workers.node.runtime import Runtime, Snapshot, Vm, allocated_bytes, wait_and_init
+from workers.node.runtime import (
+    ENVD_PORT,
+    Runtime,
+    Snapshot,
+    Vm,
+    allocated_bytes,
+    http_request,
+    wait_and_init,
+)
 from workers.node.templates import TemplateCatalog, TemplateSpec
 from workers.node.transfer import Transfers
 
@@ -144,6 +154,32 @@ class SandboxHost:
 
     def on_gone(self, hook: Callable[[str], None]) -> None:
         self._gone_hooks.append(hook)
+
+    def running_ids(self) -> list[str]:
+        return list(self.sandboxes)
+
+    async def guest_metrics(self, sandbox_id: str) -> dict[str, Any] | None:
+        live = self.sandboxes.get(sandbox_id)
+        if live is None or not live.vm.qemu.alive:
+            return None
+        token = live.guest.access_token
+        headers = {"X-Access-Token": token} if token else {}
+        try:
+            status, body = await http_request(live.vm.host, ENVD_PORT, "GET", "/metrics",
+                                              headers=headers, timeout=2.0)  # fmt: skip
+        except (OSError, TimeoutError, ConnectionError):
+            return None
+        if status != 200:
+            return None
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def console_log(self, sandbox_id: str) -> Path | None:
+        live = self.sandboxes.get(sandbox_id)
+        return live.vm.qemu.spec.console_log if live is not None else None
 
     def on_died(self, hook: Died) -> None:
         self._died = hook

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from workers.node.image.errors import ImageError
 from workers.node.image.registry import parse_reference
@@ -136,6 +137,15 @@ class MemoryHost:
         return box.template_id
 
     def resume_recorded(self, sandbox_id: str) -> None:
+        return None
+
+    def running_ids(self) -> list[str]:
+        return list(self.live)
+
+    async def guest_metrics(self, sandbox_id: str) -> dict[str, Any] | None:
+        return None  # no guest, nothing measured
+
+    def console_log(self, sandbox_id: str) -> Path | None:
         return None
 
     async def take_over_paused(

@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from workers.node.net.firewall import EgressPolicy
 
@@ -160,6 +160,18 @@ class Host(Protocol):
 
     def resume_recorded(self, sandbox_id: str) -> None:
         """The log holds the sandbox's resume: what it was restored from can go."""
+
+    def running_ids(self) -> list[str]:
+        """The sandboxes whose VMs run here."""
+        ...
+
+    async def guest_metrics(self, sandbox_id: str) -> dict[str, Any] | None:
+        """envd's resource snapshot of a running guest (None: not running, no answer)."""
+        ...
+
+    def console_log(self, sandbox_id: str) -> Path | None:
+        """The file a running guest's console writes to (None: none)."""
+        ...
 
     async def take_over_paused(
         self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig

@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qs
 
 from shared.proxy import Receive, SandboxProxy, SandboxUnavailable, Scope, Send, Upstream
+from workers.node.observe import GuestObserver
 from workers.node.ports import Host
 
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def _answer(status: int, doc: dict[str, object]) -> App:
+def _answer(status: int, doc: object) -> App:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
@@ -31,14 +34,18 @@ def _answer(status: int, doc: dict[str, object]) -> App:
     return app
 
 
-def _node_routes(ready: Callable[[], bool]) -> App:
+def _node_routes(ready: Callable[[], bool], observer: GuestObserver | None) -> App:
     """What this port answers besides sandbox traffic: the node's health, for a service
     manager's probes (Kubernetes, a load balancer): live once the process serves, ready
-    once the node worker has reconciled and pulls commands."""
+    once the node worker has reconciled and pulls commands; and, for the API, what the node
+    observed of its guests (`observe.py`): `/sandboxes/{id}/metrics?start=&end=`,
+    `/sandboxes/{id}/logs`, `/sandboxes/metrics?ids=a,b` (the latest of each)."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if path == "/health/live":
+        if observer is not None and (found := _observed(observer, path, scope)) is not None:
+            await _answer(200, found)(scope, receive, send)
+        elif path == "/health/live":
             await _answer(200, {"status": "live"})(scope, receive, send)
         elif path in ("/health/ready", "/health"):
             if ready():
@@ -59,7 +66,31 @@ def _node_routes(ready: Callable[[], bool]) -> App:
 Ingress = Callable[[str], tuple[bool, str | None]]
 
 
-def node_proxy(host: Host, ingress: Ingress, ready: Callable[[], bool]) -> SandboxProxy:
+def _observed(observer: GuestObserver, path: str, scope: Scope) -> Any:
+    """The observer's answer for `path`, or None when it is not one of its routes."""
+    query = parse_qs(scope.get("query_string", b"").decode())
+
+    def number(name: str) -> float | None:
+        try:
+            return float(query[name][0]) if name in query else None
+        except ValueError:
+            return None
+
+    parts = path.strip("/").split("/")
+    if parts == ["sandboxes", "metrics"]:
+        ids = [i for v in query.get("ids", []) for i in v.split(",") if i]
+        return {"sandboxes": observer.latest(ids)}
+    if len(parts) == 3 and parts[0] == "sandboxes" and parts[2] == "metrics":
+        return observer.metrics(parts[1], number("start"), number("end"))
+    if len(parts) == 3 and parts[0] == "sandboxes" and parts[2] == "logs":
+        return observer.logs(parts[1])
+    return None
+
+
+def node_proxy(
+    host: Host, ingress: Ingress, ready: Callable[[], bool],
+    observer: GuestObserver | None = None,
+) -> SandboxProxy:  # fmt: skip
     """This node's proxy; `ingress` says who may reach a sandbox's guest ports. A VM that
     runs but is not routed yet is not reachable: its token (if any) is not known here."""
 
@@ -70,7 +101,7 @@ def node_proxy(host: Host, ingress: Ingress, ready: Callable[[], bool]) -> Sandb
             raise SandboxUnavailable(sandbox_id)
         return Upstream(address, port, traffic_digest=digest)
 
-    proxy = SandboxProxy(_node_routes(ready), resolve)
+    proxy = SandboxProxy(_node_routes(ready, observer), resolve)
     host.on_gone(proxy.close_sandbox)
     return proxy
 

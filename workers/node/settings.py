@@ -60,6 +60,9 @@ class NodeSettings(BaseSettings):
     #: Heartbeat period in the nodes bucket; missing 3 of them marks the node gone, and its
     #: paused sandboxes resume elsewhere from the snapshot repository (`bus.nodes`).
     heartbeat_s: float = Field(default=5.0, gt=0)
+    #: How often the node samples its guests' resources and reads their consoles (E2B's
+    #: sandbox metrics and logs, `observe.py`).
+    metrics_every_s: float = Field(default=5.0, gt=0)
     #: vCPUs and RAM of the default `base` template.
     base_vcpus: int = Field(default=1, ge=1)
     base_mem_mib: int = Field(default=512, ge=128)

@@ -91,6 +91,7 @@ class NodeWorker:
         self, bus: Bus, host: Host, settings: NodeSettings, *, node_proxy: str | None = None,
         on_moot: Callable[[str], None] | None = None,
         uploads_waiting: Callable[[], tuple[int, float]] | None = None,
+        on_killed: Callable[[str], None] | None = None,
     ) -> None:  # fmt: skip
         self.bus = bus
         self.host = host
@@ -102,6 +103,8 @@ class NodeWorker:
         self.on_moot = on_moot or (lambda _: None)
         #: the snapshot worker's failed-upload backlog, reported in the heartbeat
         self.uploads_waiting = uploads_waiting
+        #: told a sandbox was killed here (what was observed of it goes)
+        self.on_killed = on_killed or (lambda _: None)
         self.journal = Journal(settings.state_dir / "journal")
         #: the room this node has left: a create is pulled only while it fits
         self.capacity = ledger_of(settings)
@@ -148,7 +151,8 @@ class NodeWorker:
             await c.start()
             self._consumers.append(c)
         beats = beat_forever(self.bus, self.host, self.node_id, self.settings.heartbeat_s,
-                             self.capacity.room, self.uploads_waiting)  # fmt: skip
+                             self.capacity.room, self.uploads_waiting,
+                             proxy=self.node_proxy)  # fmt: skip
         self._heartbeat = asyncio.create_task(beats)
         self.serving = True
 
@@ -275,6 +279,7 @@ class NodeWorker:
         """The sandbox's VM or capture, journal entry and route gone; whether anything of
         it was here."""
         self.on_moot(sandbox_id)
+        self.on_killed(sandbox_id)
         async with self.host.lock(sandbox_id):
             held = await self.host.kill(sandbox_id)
             self.journal.remove(sandbox_id)

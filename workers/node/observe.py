@@ -1,0 +1,151 @@
+"""What a node knows of its guests between commands: their resource samples and their logs,
+for E2B's `GET /sandboxes/{id}/metrics` and `/logs` (the API asks the node that holds the
+sandbox, on its proxy port).
+
+Every `every_s` the node asks each running guest's envd for a resource snapshot (envd
+measures the guest: CPU, memory, disk) and reads what the guest wrote to its console since
+the last look (envd's one-line JSON logs). Both are kept per sandbox in bounded rings, for
+its whole life on this node: across pauses (a paused sandbox's history stays), dropped
+when it is killed. In memory only: a node that restarts, or a sandbox resumed on another
+node, starts a new history — the log, not this, is the record of a life.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bus.tasks import cancel_and_wait
+from workers.node.ports import Host
+
+__all__ = ["GuestObserver"]
+
+log = logging.getLogger(__name__)
+
+#: samples kept per sandbox (an hour at 5 s), and log lines
+KEEP_SAMPLES = 720
+KEEP_LINES = 2000
+#: bytes of console read per look, at most (a guest that floods its console is cut)
+READ_CHUNK = 256 << 10
+
+
+class GuestObserver:
+    def __init__(self, host: Host, every_s: float = 5.0) -> None:
+        self.host = host
+        self.every_s = every_s
+        self._samples: dict[str, deque[dict[str, Any]]] = {}
+        self._logs: dict[str, deque[dict[str, Any]]] = {}
+        #: (console file, bytes of it already read) per sandbox
+        self._read: dict[str, tuple[Path, int]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="guest-observer")
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self._task)
+
+    def forget(self, sandbox_id: str) -> None:
+        """The sandbox was killed: its history goes."""
+        self._samples.pop(sandbox_id, None)
+        self._logs.pop(sandbox_id, None)
+        self._read.pop(sandbox_id, None)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.every_s)
+            try:
+                await self.look()
+            except Exception:  # a bad look must not end the observer
+                log.exception("observing the guests failed")
+
+    async def look(self) -> None:
+        """One round: a sample and the new console lines of every running guest."""
+        ids = self.host.running_ids()
+        answers = await asyncio.gather(*(self.host.guest_metrics(sid) for sid in ids),
+                                       return_exceptions=True)  # fmt: skip
+        for sid, sample in zip(ids, answers, strict=True):
+            if isinstance(sample, dict):
+                ring = self._samples.setdefault(sid, deque(maxlen=KEEP_SAMPLES))
+                ring.append(_metric(sample))
+            self._read_console(sid)
+
+    def _read_console(self, sandbox_id: str) -> None:
+        path = self.host.console_log(sandbox_id)
+        if path is None:
+            return
+        known, offset = self._read.get(sandbox_id, (path, 0))
+        if known != path:  # a new VM (a resume): its own console from its start
+            offset = 0
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(READ_CHUNK)
+        except OSError:
+            return
+        complete = data.rfind(b"\n") + 1
+        if complete == 0 and len(data) == READ_CHUNK:
+            complete = len(data)  # one line longer than a whole chunk: cut
+        self._read[sandbox_id] = (path, offset + complete)
+        ring = self._logs.setdefault(sandbox_id, deque(maxlen=KEEP_LINES))
+        for raw in data[:complete].splitlines():
+            entry = _log_entry(raw)
+            if entry is not None:
+                ring.append(entry)
+
+    def metrics(self, sandbox_id: str, start: float | None = None,
+                end: float | None = None) -> list[dict[str, Any]]:  # fmt: skip
+        """Samples (E2B's `SandboxMetric`) between unix times `start` and `end`."""
+        return [m for m in self._samples.get(sandbox_id, ())
+                if (start is None or m["timestampUnix"] >= start)
+                and (end is None or m["timestampUnix"] <= end)]  # fmt: skip
+
+    def latest(self, sandbox_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        return {sid: self._samples[sid][-1] for sid in sandbox_ids if self._samples.get(sid)}
+
+    def logs(self, sandbox_id: str) -> list[dict[str, Any]]:
+        """Log lines, oldest first: `{timestamp, level, message, fields}`."""
+        return list(self._logs.get(sandbox_id, ()))
+
+
+def _metric(s: dict[str, Any]) -> dict[str, Any]:
+    """envd's snapshot in E2B's `SandboxMetric` shape."""
+    ts = int(s.get("ts") or datetime.now(UTC).timestamp())
+    return {
+        "timestamp": datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z"),
+        "timestampUnix": ts,
+        "cpuCount": int(s.get("cpu_count") or 0),
+        "cpuUsedPct": float(s.get("cpu_used_pct") or 0.0),
+        "memUsed": int(s.get("mem_used") or 0),
+        "memTotal": int(s.get("mem_total") or 0),
+        "memCache": int(s.get("mem_cache") or 0),
+        "diskUsed": int(s.get("disk_used") or 0),
+        "diskTotal": int(s.get("disk_total") or 0),
+    }
+
+
+def _log_entry(raw: bytes) -> dict[str, Any] | None:
+    """A console line: envd's JSON (`ts`, `level`, `msg`, fields), or any other text."""
+    text = raw.decode(errors="replace").strip()
+    if not text:
+        return None
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return {"timestamp": now, "level": "info", "message": text, "fields": {}}
+    if not isinstance(doc, dict):
+        return {"timestamp": now, "level": "info", "message": text, "fields": {}}
+    message = str(doc.pop("msg", doc.pop("message", "")))
+    level = str(doc.pop("level", "info")).lower()
+    ts = doc.pop("ts", None)
+    at = (datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+          if isinstance(ts, int | float) else now)  # fmt: skip
+    fields = {k: str(v) for k, v in doc.items()}
+    return {"timestamp": at, "level": level, "message": message, "fields": fields}
