@@ -106,6 +106,10 @@ async def create_sandbox(
         on_timeout = ctx.settings.default_on_timeout
     else:
         on_timeout = "pause" if data.auto_pause else "kill"
+    auto_resume = bool(data.auto_resume and data.auto_resume.enabled)
+    if auto_resume and data.auto_pause_memory is False:
+        # traffic cannot wake a cold boot transparently: E2B refuses the pair too
+        raise ApiError(400, "autoResume cannot be combined with autoPauseMemory false")
     net = data.network or wire.NetworkConfig()
     public = True if net.allow_public_traffic is None else net.allow_public_traffic
     cmd = sb.CreateSandbox(
@@ -126,7 +130,8 @@ async def create_sandbox(
         env_vars=data.env_vars,
         lifecycle=sb.Lifecycle(
             on_timeout=on_timeout,
-            auto_resume=bool(data.auto_resume and data.auto_resume.enabled),
+            auto_resume=auto_resume,
+            pause_memory=data.auto_pause_memory is not False,
         ),
         network=sb.NetworkPolicy(
             allow_internet_access=(
@@ -255,7 +260,7 @@ async def set_timeout(
     if data.timeout == 0:  # E2B: the timeout is now, its action happens at once
         state = await visible(ctx, caller, sandbox_id)
         if state.lifecycle.on_timeout == "pause":
-            await _pause(ctx, caller, state)
+            await _pause(ctx, caller, state, keep_memory=state.lifecycle.pause_memory)
         else:
             await _kill(ctx, caller, state)
         return
@@ -288,19 +293,26 @@ async def connect(
 
 
 @post("/sandboxes/{sandbox_id:str}/pause", status_code=204, responses=ERRORS)
-async def pause_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> None:
-    """Freeze a running sandbox; pausing a paused one is a no-op (204)."""
-    await _pause(ctx, caller, await visible(ctx, caller, sandbox_id))
+async def pause_sandbox(
+    sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.PauseBody | None = None
+) -> None:
+    """Freeze a running sandbox (`memory: false`: its disk only, the resume boots it
+    again); pausing a paused one is a no-op (204)."""
+    keep_memory = not (data is not None and data.memory is False)
+    await _pause(ctx, caller, await visible(ctx, caller, sandbox_id), keep_memory=keep_memory)
 
 
-async def _pause(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> None:
+async def _pause(
+    ctx: ApiContext, caller: Caller, state: sb.Sandbox, *, keep_memory: bool = True
+) -> None:
     sandbox_id = state.sandbox_id
     if state.status in (SandboxStatus.PAUSED, SandboxStatus.PAUSING):
         return
     await node_answers(ctx, state, "pause")
     event, _ = await send_and_wait(
-        ctx.bus, sb.PauseSandbox(sandbox_id=sandbox_id), node_id=state.node_id,
-        until=(sb.SandboxPaused,), timeout=ctx.settings.command_timeout_s, actor=caller.key_id,
+        ctx.bus, sb.PauseSandbox(sandbox_id=sandbox_id, keep_memory=keep_memory),
+        node_id=state.node_id, until=(sb.SandboxPaused,),
+        timeout=ctx.settings.command_timeout_s, actor=caller.key_id,
     )  # fmt: skip
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"sandbox {sandbox_id} failed to pause: {event.reason}")

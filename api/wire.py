@@ -66,6 +66,8 @@ class NewSandbox(BaseModel):
         default_factory=dict, alias="envVars"
     )
     auto_pause: bool | None = Field(None, alias="autoPause")
+    #: the timeout's pause keeps memory (absent: it does); false: a filesystem-only pause
+    auto_pause_memory: bool | None = Field(None, alias="autoPauseMemory")
     auto_resume: AutoResume | None = Field(None, alias="autoResume")
     allow_internet_access: bool | None = None
     network: NetworkConfig | None = None
@@ -80,6 +82,14 @@ class TimeoutBody(BaseModel):
 class ConnectBody(BaseModel):
     model_config = _REQ
     timeout: int | None = None
+
+
+class PauseBody(BaseModel):
+    """`sbx.pause(keep_memory=False)` / `mode="filesystem"` sends `memory: false`."""
+
+    model_config = _REQ
+    memory: bool | None = None
+    require_healthy_guest: bool | None = Field(None, alias="requireHealthyGuest")
 
 
 class RefreshBody(BaseModel):

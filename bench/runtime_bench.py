@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import shutil
 import tempfile
 import time
@@ -19,6 +20,7 @@ from typing import Any
 from bench.stats import emit, ratio, summary
 from workers.node.image import build_base, kernel_cmdline
 from workers.node.runtime import Runtime, Snapshot, Vm, init_envd, wait_envd
+from workers.node.runtime.guest import ENVD_PORT, http_request
 from workers.node.runtime.memfile import clone_or_sparse_copy
 from workers.node.vmm import Incoming, LaunchSpec, QemuVm
 
@@ -186,13 +188,50 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             out[f"resume_{mem}mib_capture_copy_alone"] = summary(copy)
             if "restore_to_running_raw" in out:
                 out[f"resume_{mem}mib_ratio_to_raw_restore"] = ratio(
-                    summary(resume), out["restore_to_running_raw"])
+                    summary(resume), out["restore_to_running_raw"]
+                )
+            if args.fs_pauses:
+                out.update(await fs_pause(rt, tpl, mem, args.fs_pauses, out))
             rt.delete_snapshot(tpl)
     finally:
         await rt.close()
         with contextlib.suppress(OSError):
             shutil.rmtree(state)
     return out
+
+
+async def fs_pause(
+    rt: Runtime, tpl: Snapshot, mem: int, n: int, out: dict[str, Any]
+) -> dict[str, Any]:
+    """E2B's filesystem-only pause beside the memory pause: the guest flushes (envd
+    /sync), only its disk is kept, and the resume is a cold boot of that disk, so it is
+    set against this run's cold boot rather than a restore. Its size does not depend on
+    guest RAM: that is what it is for."""
+    pause, resume, disk = [], [], []
+    for i in range(n):
+        sbx, _ = await rt.restore(tpl, private_memory=False)
+        t0 = time.monotonic()
+        _, body = await http_request(sbx.host, ENVD_PORT, "GET", "/defaults", timeout=10.0)
+        status, _ = await http_request(sbx.host, ENVD_PORT, "POST", "/sync", timeout=60.0)
+        assert status == 200, f"envd /sync answered {status}"
+        snap = await rt.capture_disk(sbx, snapshot_id=f"fs-{mem}-{i}",
+                                     guest_defaults=json.loads(body))  # fmt: skip
+        pause.append(time.monotonic() - t0)
+        disk.append(snap.disk_top.stat().st_blocks * 512 / 2**20)  # what it keeps
+        vm, timing = await rt.boot_disk(snap, vm_id=f"fs-{mem}-{i}")
+        resume.append(timing.envd)
+        await rt.destroy(vm)
+        rt.delete_snapshot(snap)
+    res: dict[str, Any] = {
+        f"fs_pause_{mem}mib": summary(pause),
+        f"fs_pause_{mem}mib_capture_mib": summary(disk, "MiB", 1.0),
+        f"fs_resume_{mem}mib_to_envd": summary(resume, "s", 1.0),
+    }
+    if "cold_boot_to_envd" in out:
+        res[f"fs_resume_{mem}mib_ratio_to_cold_boot"] = ratio(
+            res[f"fs_resume_{mem}mib_to_envd"], out["cold_boot_to_envd"]
+        )
+    return res
 
 
 def mem_available_mib() -> float:
@@ -253,6 +292,7 @@ def cli() -> None:
     p.add_argument("--density-children", type=int, default=16, help="0 skips it")
     p.add_argument("--pause-sizes", type=int, nargs="*", default=[256, 2048], help="MiB")
     p.add_argument("--pauses", type=int, default=10)
+    p.add_argument("--fs-pauses", type=int, default=3, help="0 skips them")
     emit("runtime", asyncio.run(main(p.parse_args())))
 
 

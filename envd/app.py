@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 
 from envd import auth, connect, files, log, metrics
@@ -60,6 +61,10 @@ class App:
             ("POST", "/init"): lambda r: handle_init(state, r),
             ("GET", "/envs"): self._envs,
             ("GET", "/metrics"): self._metrics,
+            # aenv's, for a filesystem-only pause: the disk made whole, and what the next
+            # boot's /init must tell envd again (a built template's ENV, USER, WORKDIR)
+            ("POST", "/sync"): self._sync,
+            ("GET", "/defaults"): self._defaults,
         }
 
     async def _envs(self, req: Request) -> None:
@@ -67,6 +72,18 @@ class App:
 
     async def _metrics(self, req: Request) -> None:
         await req.respond_json(200, metrics.snapshot())
+
+    async def _sync(self, req: Request) -> None:
+        await asyncio.to_thread(os.sync)
+        await req.respond_json(200, {})
+
+    async def _defaults(self, req: Request) -> None:
+        s = self.state
+        body: dict[str, object] = {"envVars": dict(s.env_vars),
+                                   "defaultUser": s.default_user_name}  # fmt: skip
+        if s.default_workdir:
+            body["defaultWorkdir"] = s.default_workdir
+        await req.respond_json(200, body)
 
     async def handle(self, req: Request) -> None:
         """Serve one request; nothing but a short message ever reaches the wire on failure."""

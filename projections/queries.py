@@ -201,7 +201,8 @@ async def timer_start(conn: AsyncConnection, projection: str) -> tuple[list[sb.C
     s = sandboxes.c
     # (a sandbox paused before 0008 recorded when: since its row last changed)
     paused_at = func.coalesce(s.paused_at, s.updated_at).label("paused_at")
-    q = select(s.sandbox_id, s.status, s.node_id, s.end_at, s.on_timeout, paused_at).where(
+    q = select(s.sandbox_id, s.status, s.node_id, s.end_at, s.on_timeout, s.pause_memory,
+               paused_at).where(
         s.status != sb.SandboxStatus.KILLED.value
     )
     clocks = [
@@ -211,6 +212,7 @@ async def timer_start(conn: AsyncConnection, projection: str) -> tuple[list[sb.C
             node_id=r.node_id,
             end_at=r.end_at,
             on_timeout=r.on_timeout,
+            pause_memory=r.pause_memory,
             paused_at=r.paused_at if r.status == sb.SandboxStatus.PAUSED.value else None,
         )
         for r in await conn.execute(q)

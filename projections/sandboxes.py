@@ -38,6 +38,7 @@ def sandbox_row(s: sb.Sandbox, rec: RecordedEvent, _prior: Row | None = None) ->
         "env_vars": s.env_vars,
         "on_timeout": s.lifecycle.on_timeout,
         "auto_resume": s.lifecycle.auto_resume,
+        "pause_memory": s.lifecycle.pause_memory,
         "allow_internet_access": s.network.allow_internet_access,
         "network": s.network.model_dump(mode="json"),
         "timeout_s": s.timeout_s,
@@ -74,7 +75,8 @@ def sandbox_from_row(r: Row) -> sb.Sandbox:
         metadata=r["metadata"],
         env_vars=r["env_vars"],
         lifecycle=sb.Lifecycle.model_construct(
-            on_timeout=r["on_timeout"], auto_resume=r["auto_resume"]
+            on_timeout=r["on_timeout"], auto_resume=r["auto_resume"],
+            pause_memory=r["pause_memory"],
         ),
         network=sb.NetworkPolicy.model_validate(r["network"]),
         forked_from=r["forked_from"],

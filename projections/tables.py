@@ -21,6 +21,7 @@ from sqlalchemy import (
     MetaData,
     Table,
     Text,
+    true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -72,6 +73,7 @@ sandboxes = Table(
     Column("env_vars", JSONB, nullable=False),
     Column("on_timeout", Text, nullable=False),  # kill | pause
     Column("auto_resume", Boolean, nullable=False),
+    Column("pause_memory", Boolean, nullable=False, server_default=true()),  # 0008
     Column("allow_internet_access", Boolean, nullable=False),
     Column("network", JSONB, nullable=False),
     Column("timeout_s", Integer, nullable=False),

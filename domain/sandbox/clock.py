@@ -58,6 +58,8 @@ class Clock(BaseModel):
     on_timeout: str = "kill"
     #: when it was paused (None while it is not): paused sandboxes are kept for a while
     paused_at: datetime | None = None
+    #: whether its timeout's pause keeps memory (`Lifecycle.pause_memory`)
+    pause_memory: bool = True
 
 
 def clock_of(state: Sandbox) -> Clock | None:
@@ -67,7 +69,8 @@ def clock_of(state: Sandbox) -> Clock | None:
         return None
     return Clock(sandbox_id=state.sandbox_id, status=state.status, node_id=state.node_id,
                  end_at=state.end_at, on_timeout=state.lifecycle.on_timeout,
-                 paused_at=state.paused_at)  # fmt: skip
+                 paused_at=state.paused_at,
+                 pause_memory=state.lifecycle.pause_memory)  # fmt: skip
 
 
 def tick(clock: Clock | None, event: Event) -> Clock | None:
@@ -78,7 +81,8 @@ def tick(clock: Clock | None, event: Event) -> Clock | None:
     e = cast(AnySandboxEvent, event)
     if isinstance(e, SandboxRequested):
         return Clock(sandbox_id=e.sandbox_id, status=S.CREATING, node_id=e.spec.node_id,
-                     on_timeout=e.spec.lifecycle.on_timeout)  # fmt: skip
+                     on_timeout=e.spec.lifecycle.on_timeout,
+                     pause_memory=e.spec.lifecycle.pause_memory)  # fmt: skip
     if clock is None:
         return None
     match e:

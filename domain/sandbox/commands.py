@@ -57,9 +57,11 @@ class CreateSandbox(SandboxCommand, SandboxSpec):
 
 
 class PauseSandbox(SandboxCommand):
-    """Freeze a running sandbox; paused time does not consume its TTL."""
+    """Freeze a running sandbox; paused time does not consume its TTL. `keep_memory`
+    False (E2B's filesystem-only pause) keeps only its disk: the resume boots it again."""
 
     reason: Reason = "request"
+    keep_memory: bool = True
 
 
 class ResumeSandbox(SandboxCommand):
@@ -102,10 +104,12 @@ class CompleteCreate(SandboxCommand):
 
 
 class CompletePause(SandboxCommand):
-    """Node: the VM is frozen and its state saved (or `error`)."""
+    """Node: the VM is frozen and its state saved (or `error`); `memory` False for a
+    filesystem-only capture."""
 
     snapshot_id: str | None = None
     error: str | None = None
+    memory: bool = True
 
 
 class CompleteResume(SandboxCommand):

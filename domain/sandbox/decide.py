@@ -168,7 +168,8 @@ def _pause(s: Sandbox, c: PauseSandbox) -> list[SandboxEvent]:
         raise Conflict(f"cannot pause a sandbox that is {s.status}")
     return [
         SandboxPauseRequested(
-            sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id, reason=c.reason
+            sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id, reason=c.reason,
+            keep_memory=c.keep_memory,
         )
     ]
 
@@ -300,7 +301,8 @@ def _complete_pause(state: State, c: CompletePause) -> list[SandboxEvent]:
     remaining = 0.0 if s.end_at is None else max(0.0, (s.end_at - c.at).total_seconds())
     return [
         SandboxPaused(
-            sandbox_id=s.sandbox_id, at=c.at, remaining_s=remaining, snapshot_id=c.snapshot_id
+            sandbox_id=s.sandbox_id, at=c.at, remaining_s=remaining, snapshot_id=c.snapshot_id,
+            memory=c.memory,
         )
     ]
 

@@ -77,6 +77,8 @@ class SandboxFailed(SandboxEvent):
 class SandboxPauseRequested(SandboxEvent):
     command_id: UUID
     reason: Reason
+    #: False: a filesystem-only pause (its disk, not its memory)
+    keep_memory: bool = True
 
 
 class SandboxPaused(SandboxEvent):
@@ -84,6 +86,9 @@ class SandboxPaused(SandboxEvent):
 
     remaining_s: float
     snapshot_id: str | None
+    #: whether the capture holds the guest's memory (False: a filesystem-only pause, whose
+    #: resume boots the disk again)
+    memory: bool = True
 
 
 class SandboxResumeRequested(SandboxEvent):

@@ -49,7 +49,8 @@ def expiry_command(
     sid, end_at, action = clock.sandbox_id, clock.end_at, clock.on_timeout
     command_id = derived_command_id(sid, end_at.isoformat(), action)
     if action == "pause":
-        return PauseSandbox(sandbox_id=sid, command_id=command_id, at=end_at, reason="timeout")
+        return PauseSandbox(sandbox_id=sid, command_id=command_id, at=end_at, reason="timeout",
+                            keep_memory=clock.pause_memory)  # fmt: skip
     return KillSandbox(sandbox_id=sid, command_id=command_id, at=end_at, reason="timeout")
 
 

@@ -74,6 +74,9 @@ class Lifecycle(BaseModel):
 
     on_timeout: Literal["kill", "pause"] = "kill"
     auto_resume: bool = False
+    #: on_timeout pause: with the guest's memory (True), or its disk only (E2B's
+    #: `keep_memory=False`, the create's `autoPauseMemory`)
+    pause_memory: bool = True
 
 
 class NetworkPolicy(BaseModel):

@@ -126,3 +126,46 @@ def test_the_base_template_carries_what_e2bs_does(stack: Stack) -> None:
         assert sbx.files.read("/home/user/clone/a.txt") == "one"
     finally:
         sbx.kill()
+
+
+def _boot_id(sbx: Sandbox) -> str:
+    return sbx.commands.run("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+
+
+def test_a_filesystem_only_pause_keeps_the_disk_and_boots_again(stack: Stack) -> None:
+    """`sbx.pause(mode="filesystem")` (or the older `keep_memory=False`): E2B keeps the
+    files and cold-boots on resume — a new boot id, no process of before."""
+    sbx = Sandbox.create(timeout=300)
+    try:
+        before = _boot_id(sbx)
+        sbx.files.write("/home/user/kept.txt", "written before the pause")
+        sbx.commands.run("sleep 600", background=True)
+        assert sbx.pause(mode="filesystem")
+        back = Sandbox.connect(sbx.sandbox_id, timeout=300)
+        assert back.files.read("/home/user/kept.txt") == "written before the pause"
+        assert _boot_id(back) != before
+        assert "sleep 600" not in back.commands.run("ps ax -o args").stdout
+        # and it pauses with its memory again, resumes with the same boot
+        back.files.write("/home/user/second.txt", "2")
+        back.pause()
+        again = Sandbox.connect(sbx.sandbox_id, timeout=300)
+        assert _boot_id(again) == _boot_id(back)
+        assert again.files.read("/home/user/second.txt") == "2"
+    finally:
+        Sandbox.kill(sbx.sandbox_id)
+
+
+def test_a_timeout_pause_without_memory(stack: Stack) -> None:
+    """`lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}}`: the timeout's
+    pause is a filesystem-only one."""
+    fs_pause = {"on_timeout": {"action": "pause", "mode": "filesystem"}}
+    sbx = Sandbox.create(timeout=300, lifecycle=fs_pause)  # type: ignore[arg-type]
+    try:
+        before = _boot_id(sbx)
+        sbx.files.write("/home/user/kept.txt", "x")
+        sbx.set_timeout(0)  # the timeout's action, now
+        back = Sandbox.connect(sbx.sandbox_id, timeout=300)
+        assert back.files.read("/home/user/kept.txt") == "x"
+        assert _boot_id(back) != before
+    finally:
+        Sandbox.kill(sbx.sandbox_id)

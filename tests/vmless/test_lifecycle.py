@@ -16,6 +16,7 @@ import pytest
 from e2b import Sandbox
 
 from bus import Bus
+from domain import sandbox as sb
 from tests.vmless.conftest import VmlessStack
 
 
@@ -161,3 +162,40 @@ def test_a_paused_sandbox_stranded_on_a_gone_node_is_refused_at_once(
         if node.poll() is None:
             node.kill()
             node.wait(10)
+
+
+def _pause_memory(stack: VmlessStack, sandbox_id: str) -> list[tuple[str, bool]]:
+    async def read() -> list[tuple[str, bool]]:
+        bus = await Bus.connect(stack.bus_settings, setup=False)
+        try:
+            out = []
+            for r in await bus.sandboxes.read(sandbox_id):
+                if isinstance(r.event, sb.SandboxPauseRequested):
+                    out.append(("requested", r.event.keep_memory))
+                elif isinstance(r.event, sb.SandboxPaused):
+                    out.append(("paused", r.event.memory))
+            return out
+        finally:
+            await bus.close()
+
+    return asyncio.run(read())
+
+
+def test_a_filesystem_pause_is_asked_for_and_recorded(vmless: VmlessStack) -> None:
+    """The SDK's `mode="filesystem"` (a pause's body, a create's `autoPauseMemory`) reaches
+    the node and the log; the memory node then says the capture has no memory."""
+    sbx = Sandbox.create(timeout=120)
+    sbx.pause(mode="filesystem")
+    assert _pause_memory(vmless, sbx.sandbox_id) == [("requested", False), ("paused", False)]
+    Sandbox.connect(sbx.sandbox_id, timeout=120).pause()  # plain: with memory again
+    assert _pause_memory(vmless, sbx.sandbox_id)[2:] == [("requested", True), ("paused", True)]
+    Sandbox.kill(sbx.sandbox_id)
+    fs_pause = {"on_timeout": {"action": "pause", "mode": "filesystem"}}
+    timed = Sandbox.create(timeout=120, lifecycle=fs_pause)  # type: ignore[arg-type]
+    timed.set_timeout(0)  # its timeout's pause, now
+    assert _pause_memory(vmless, timed.sandbox_id) == [("requested", False), ("paused", False)]
+    Sandbox.kill(timed.sandbox_id)
+    with _client(vmless) as c:
+        both = {"autoPause": True, "autoPauseMemory": False, "autoResume": {"enabled": True}}
+        r = c.post("/sandboxes", json={"templateID": "base", **both})
+        assert r.status_code == 400 and "autoResume" in r.json()["message"]

@@ -232,11 +232,16 @@ class SandboxHost:
                  timing.running * 1000, timing.envd * 1000)  # fmt: skip
         self._running(LiveSandbox(sandbox_id, template_id, vm, guest))
 
-    async def pause(self, sandbox_id: str) -> Capture:
+    async def pause(
+        self, sandbox_id: str, *, keep_memory: bool = True,
+        guest_defaults: dict[str, object] | None = None,
+    ) -> Capture:  # fmt: skip
         """Capture the VM and release it: no process, no slot, no host RAM while paused.
 
         The cost is stop + device state (~10 ms) whatever the guest's RAM size: the RAM
-        already lives in the sandbox's own file, which simply stays on disk.
+        already lives in the sandbox's own file, which simply stays on disk. Without
+        `keep_memory` only the disk is kept (E2B's filesystem-only pause): the guest
+        flushes its writes first (envd /sync) and says what its next boot must be told.
         """
         live = self.sandboxes.get(sandbox_id)
         if live is None:
@@ -245,9 +250,15 @@ class SandboxHost:
             raise HostError(f"sandbox {sandbox_id} is not running on this node")
         snap_id = f"{sandbox_id}-p{uuid.uuid4().hex[:8]}"
         try:
-            snap = await self.runtime.capture(
-                live.vm, resume=False, snapshot_id=snap_id, detach=True
-            )
+            if keep_memory:
+                snap = await self.runtime.capture(
+                    live.vm, resume=False, snapshot_id=snap_id, detach=True
+                )
+            else:
+                defaults = guest_defaults if guest_defaults is not None else (
+                    await self.flush_guest(sandbox_id))
+                snap = await self.runtime.capture_disk(live.vm, snapshot_id=snap_id,
+                                                       guest_defaults=defaults)  # fmt: skip
             snap = await self.runtime.compact_if_deep(snap)
         except Exception as e:
             log.exception("pause %s failed", sandbox_id)
@@ -258,10 +269,33 @@ class SandboxHost:
         self.paused[sandbox_id] = paused
         return self._capture(paused)
 
+    async def flush_guest(self, sandbox_id: str) -> dict[str, object]:
+        """The guest's writes on its disk (envd /sync) and what envd was told (its
+        defaults), for a filesystem-only pause. A guest that does not answer is not
+        paused: E2B refuses a filesystem pause of an unresponsive guest too."""
+        live = self.sandboxes.get(sandbox_id)
+        if live is None:
+            raise HostError(f"sandbox {sandbox_id} is not running on this node")
+        token = live.guest.access_token
+        headers = {"X-Access-Token": token} if token else {}
+        host = live.vm.host
+        try:
+            status, body = await http_request(host, ENVD_PORT, "GET", "/defaults",
+                                              headers=headers, timeout=10.0)  # fmt: skip
+            synced, _ = await http_request(host, ENVD_PORT, "POST", "/sync", headers=headers,
+                                           timeout=60.0)  # fmt: skip
+        except (OSError, TimeoutError, ConnectionError) as e:
+            raise HostError(f"the guest did not answer for a filesystem pause: {e}") from e
+        if status != 200 or synced != 200:
+            raise HostError(f"the guest refused a filesystem pause ({status}, {synced})")
+        doc = json.loads(body)
+        return doc if isinstance(doc, dict) else {}
+
     @staticmethod
     def _capture(paused: PausedSandbox) -> Capture:
         snap = paused.snapshot
-        return Capture(snap.snapshot_id, paused.template_id, 0, snap.stopped_ms)
+        return Capture(snap.snapshot_id, paused.template_id, 0, snap.stopped_ms,
+                       memory=not snap.disk_only)  # fmt: skip
 
     async def take_over_paused(
         self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
@@ -331,11 +365,17 @@ class SandboxHost:
             paused = dataclasses.replace(paused, snapshot=fetched)
             self.paused[sandbox_id] = paused
         try:
-            vm, timing = await self.runtime.restore(
-                paused.snapshot, vm_id=sandbox_id, private_memory=False, adopt_memory=True,
-                policy=paused.guest.egress, init=paused.guest.init_body(sandbox_id),
-                init_token=paused.guest.access_token,
-            )  # fmt: skip
+            if paused.snapshot.disk_only:  # a filesystem-only pause: boot its disk again
+                vm, timing = await self.runtime.boot_disk(
+                    paused.snapshot, vm_id=sandbox_id, policy=paused.guest.egress,
+                    init=paused.guest.init_body(sandbox_id), init_token=paused.guest.access_token,
+                )  # fmt: skip
+            else:
+                vm, timing = await self.runtime.restore(
+                    paused.snapshot, vm_id=sandbox_id, private_memory=False, adopt_memory=True,
+                    policy=paused.guest.egress, init=paused.guest.init_body(sandbox_id),
+                    init_token=paused.guest.access_token,
+                )  # fmt: skip
         except Exception as e:
             log.exception("resume %s failed", sandbox_id)
             raise HostError(f"sandbox {sandbox_id} could not be resumed: {e}") from e

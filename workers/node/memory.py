@@ -112,7 +112,15 @@ class MemoryHost:
         await self._work()
         self.live[sandbox_id] = _Sandbox(template_id, guest)
 
-    async def pause(self, sandbox_id: str) -> Capture:
+    async def flush_guest(self, sandbox_id: str) -> dict[str, object]:
+        if sandbox_id not in self.live:
+            raise HostError(f"sandbox {sandbox_id} is not running on this node")
+        return {}
+
+    async def pause(
+        self, sandbox_id: str, *, keep_memory: bool = True,
+        guest_defaults: dict[str, object] | None = None,
+    ) -> Capture:  # fmt: skip
         box = self.live.pop(sandbox_id, None)
         if box is None:
             if sandbox_id in self.paused:
@@ -123,7 +131,7 @@ class MemoryHost:
         box.capture = f"{sandbox_id}-p{uuid.uuid4().hex[:8]}"
         self.paused[sandbox_id] = box
         self._gone(sandbox_id)
-        return Capture(box.capture, box.template_id, 0)
+        return Capture(box.capture, box.template_id, 0, memory=keep_memory)
 
     async def resume(self, sandbox_id: str) -> str:
         if sandbox_id in self.live:

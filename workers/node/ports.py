@@ -79,6 +79,8 @@ class Capture:
     size_bytes: int
     #: how long the sandbox stood still for it
     stopped_ms: float = 0.0
+    #: whether it holds the guest's memory (False: a filesystem-only pause)
+    memory: bool = True
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,20 @@ class Host(Protocol):
 
     async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None: ...
 
-    async def pause(self, sandbox_id: str) -> Capture: ...
+    async def pause(
+        self, sandbox_id: str, *, keep_memory: bool = True,
+        guest_defaults: dict[str, object] | None = None,
+    ) -> Capture:  # fmt: skip
+        """Capture a running sandbox and release its VM; `keep_memory` False keeps only
+        its disk (the resume boots it again, telling envd `guest_defaults`: what
+        `flush_guest` answered)."""
+        ...
+
+    async def flush_guest(self, sandbox_id: str) -> dict[str, object]:
+        """A running guest's writes flushed to its disk, and what its envd was told (the
+        defaults a boot of that disk must be told again); `HostError` when it does not
+        answer."""
+        ...
 
     async def resume(self, sandbox_id: str) -> str:
         """Restore a sandbox paused here, processes and memory intact; its template. The

@@ -191,7 +191,8 @@ class NodeWorker:
             case sb.ResumeSandbox():
                 await self._resume(cmd, ctx)
             case sb.PauseSandbox():
-                await self._operate(cmd, ctx, S.PAUSING, lambda _: self._pause(cmd))
+                defaults = await self._flushed(cmd)
+                await self._operate(cmd, ctx, S.PAUSING, lambda _: self._pause(cmd, defaults))
             case sb.SnapshotSandbox():
                 await self._operate(cmd, ctx, S.SNAPSHOTTING,
                                     lambda state: self._snapshot(cmd, state, ctx))  # fmt: skip
@@ -219,18 +220,32 @@ class NodeWorker:
         done = await work(state)
         await execute(self.bus.sandboxes, done, ctx)
 
-    async def _pause(self, cmd: sb.PauseSandbox) -> sb.CompletePause:
-        error, snap_id = None, None
+    async def _flushed(self, cmd: sb.PauseSandbox) -> dict[str, object] | None:
+        """A filesystem-only pause flushes the guest before the pause is decided: a guest
+        that does not answer is refused (503, as E2B's) and keeps running."""
+        if cmd.keep_memory or not self.host.runs(cmd.sandbox_id):
+            return None
+        try:
+            return await self.host.flush_guest(cmd.sandbox_id)
+        except HostError as e:
+            raise PermanentError(f"sandbox {cmd.sandbox_id} was not paused: {e}",
+                                 code="unavailable") from e
+
+    async def _pause(
+        self, cmd: sb.PauseSandbox, defaults: dict[str, object] | None
+    ) -> sb.CompletePause:
+        error, snap_id, memory = None, None, cmd.keep_memory
         async with self.host.lock(cmd.sandbox_id):
             try:
-                capture = await self.host.pause(cmd.sandbox_id)
-                snap_id = capture.snapshot_id
+                capture = await self.host.pause(cmd.sandbox_id, keep_memory=cmd.keep_memory,
+                                                guest_defaults=defaults)  # fmt: skip
+                snap_id, memory = capture.snapshot_id, capture.memory
                 self.journal.add(cmd.sandbox_id, capture.template_id, snap_id)
             except HostError as e:
                 error = str(e)
         await self._routes.dropped()
         return sb.CompletePause(sandbox_id=cmd.sandbox_id, snapshot_id=snap_id, error=error,
-                                command_id=completion_id(cmd, "paused"))  # fmt: skip
+                                memory=memory, command_id=completion_id(cmd, "paused"))  # fmt: skip
 
     async def _snapshot(
         self, cmd: sb.SnapshotSandbox, state: sb.Sandbox, ctx: MessageContext

@@ -415,3 +415,28 @@ class TestEvolve:
         a, b = sb.new_sandbox_id(), sb.new_sandbox_id()
         assert a != b and len(a) == 20
         assert sb.derived_command_id("a", "b") == sb.derived_command_id("a", "b")
+
+
+class TestFilesystemPause:
+    """E2B's `pause(keep_memory=False)`: the request and the node's answer both say so."""
+
+    def test_request_and_outcome_carry_memory(self) -> None:
+        s = running()
+        [req] = sb.decide(s, sb.PauseSandbox(sandbox_id=SID, at=at(11), keep_memory=False))
+        assert isinstance(req, sb.SandboxPauseRequested) and req.keep_memory is False
+        s2 = sb.fold([req], s)
+        done = sb.CompletePause(sandbox_id=SID, at=at(12), snapshot_id="p1", memory=False)
+        [e] = sb.decide(s2, done)
+        assert isinstance(e, sb.SandboxPaused) and e.memory is False
+        p = sb.fold([e], s2)
+        assert p is not None and p.status is S.PAUSED
+
+    def test_default_keeps_memory(self) -> None:
+        [req] = sb.decide(running(), sb.PauseSandbox(sandbox_id=SID, at=at(11)))
+        assert isinstance(req, sb.SandboxPauseRequested) and req.keep_memory is True
+
+    def test_old_events_without_the_field_read_as_memory_pauses(self) -> None:
+        """Event logs written before the field existed must fold the same way."""
+        raw = {"sandbox_id": SID, "at": at(12).isoformat(), "remaining_s": 3.0,
+               "snapshot_id": "p1"}  # fmt: skip
+        assert sb.SandboxPaused.model_validate(raw).memory is True

@@ -50,3 +50,15 @@ def test_only_running_sandboxes_expire(name: str) -> None:
 def test_paused_time_does_not_count() -> None:
     s = paused()
     assert sb.expiry_command(s, at(10**6)) is None
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_timeout_pause_keeps_memory_as_the_create_asked(keep: bool) -> None:
+    s = running(lifecycle=sb.Lifecycle(on_timeout="pause", pause_memory=keep))
+    cmd = sb.expiry_command(s, at(100))
+    assert isinstance(cmd, sb.PauseSandbox) and cmd.keep_memory is keep
+    # the clock the timer keeps (seeded from the read model or from events) agrees
+    clock = sb.clock_of(s)
+    assert clock is not None and clock.pause_memory is keep
+    via_clock = sb.expiry_command(clock, at(100))
+    assert via_clock == cmd

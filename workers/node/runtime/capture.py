@@ -19,7 +19,7 @@ from workers.node.runtime.ramstage import RamStage
 from workers.node.runtime.snapshot import Snapshot
 from workers.node.runtime.vm import Vm, sparse_like
 
-__all__ = ["take_capture"]
+__all__ = ["take_capture", "take_disk_capture"]
 
 
 async def take_capture(
@@ -88,5 +88,34 @@ async def take_capture(
         ram_in_state=not vm.mem_shared,
         stopped_ms=round(stopped_ms, 3),
     )
+    snap.write()
+    return snap
+
+
+async def take_disk_capture(
+    vm: Vm, sdir: Path, snapshot_id: str, guest_defaults: dict[str, object]
+) -> Snapshot:
+    """A filesystem-only capture of `vm` in `sdir`: its disk, not its memory (E2B's
+    `keep_memory=False`). The caller had the guest flush its page cache first (envd
+    /sync); QEMU stops and quits, closing its qcow2 cleanly, and the VM's top layer — its
+    writes — becomes the capture's frozen layer. The VM is consumed: the caller releases
+    it. `state` and `mem` are empty files, so the repository stores it like any capture."""
+    try:
+        await vm.qemu.stop()
+        stopped_at = time.monotonic()
+        await vm.qemu.quit()
+        (sdir / "state").write_bytes(b"")
+        (sdir / "mem").write_bytes(b"")
+        vm.owned_layers = []  # the top now belongs to the snapshot
+        stopped_ms = (time.monotonic() - stopped_at) * 1000
+    except BaseException:
+        shutil.rmtree(sdir, ignore_errors=True)
+        raise
+    snap = Snapshot(
+        snapshot_id=snapshot_id, dir=sdir, machine=vm.machine, disk_top=vm.disk_top,
+        base_image=vm.base_image, runtime_disk=vm.runtime_disk, parent_vm=vm.vm_id,
+        created_at=datetime.now(UTC).isoformat(), stopped_ms=round(stopped_ms, 3),
+        disk_only=True, guest_defaults=guest_defaults,
+    )  # fmt: skip
     snap.write()
     return snap

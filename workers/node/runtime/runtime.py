@@ -19,12 +19,13 @@ import uuid
 from pathlib import Path
 
 from workers.node.foreground import Foreground, in_background
+from workers.node.image import GuestImage, kernel_cmdline
 from workers.node.image.runtime import build_runtime
 from workers.node.net import GUEST, EgressPolicy, SlotPool, uplink
 from workers.node.net.addressing import DEFAULT_SLOT_CIDR
 from workers.node.net.uplink import Uplink
-from workers.node.runtime.capture import take_capture
-from workers.node.runtime.guest import wait_envd
+from workers.node.runtime.capture import take_capture, take_disk_capture
+from workers.node.runtime.guest import wait_and_init, wait_envd
 from workers.node.runtime.layers import MAX_CHAIN_DEPTH, LayerStore
 from workers.node.runtime.memfile import clone_or_sparse_copy
 from workers.node.runtime.rampool import RamPool
@@ -271,6 +272,9 @@ class Runtime:
         the resume of a pause, where nobody else will ever restore that snapshot.
         """
         self._check_compatible(snap)
+        if snap.disk_only:
+            raise SnapshotIncompatible(f"{snap.snapshot_id} is a filesystem-only capture: it "
+                                       "boots (boot_disk), it does not restore")  # fmt: skip
         releasing = self._releasing.pop(snap.snapshot_id, None)
         if releasing is not None:  # the paused VM's QEMU may still be exiting
             await asyncio.wait({releasing})
@@ -340,6 +344,61 @@ class Runtime:
             stack.pop_all()
         self.vms[vm_id] = vm
         return vm, Timing(total=time.monotonic() - t0, running=t_running, envd=t_envd)
+
+    async def capture_disk(
+        self, vm: Vm, *, snapshot_id: str, guest_defaults: dict[str, object]
+    ) -> Snapshot:
+        """A filesystem-only capture (its disk, not its memory) of a VM whose guest flushed
+        its writes; the VM is consumed, its QEMU gone and its slot torn down in the
+        background."""
+        with self.foreground.busy():
+            sdir = self.snapshot_dir(snapshot_id)
+            sdir.mkdir(parents=True)
+            snap = await take_disk_capture(vm, sdir, snapshot_id, guest_defaults)
+            task = asyncio.create_task(self._release(vm), name=f"release:{vm.vm_id}")
+            self._teardowns.add(task)
+            task.add_done_callback(self._teardowns.discard)
+            return snap
+
+    async def boot_disk(
+        self, snap: Snapshot, *, vm_id: str, policy: EgressPolicy | None = None,
+        init: dict[str, object] | None = None, init_token: str | None = None,
+    ) -> tuple[Vm, Timing]:  # fmt: skip
+        """A VM cold-booted from a filesystem-only capture's disk (a fresh top layer over
+        its frozen chain; the image's kernel and initrd): its files as they were, no
+        process of before, a new boot id. envd's /init gets the capture's `guest_defaults`
+        and then `init` (the sandbox's env vars, token, hostname) over them."""
+        image = GuestImage.load(snap.base_image.parent)
+        t0 = time.monotonic()
+        async with contextlib.AsyncExitStack() as stack:
+            stack.enter_context(self.foreground.busy())
+            slot = await self.pool.acquire(policy)
+            stack.push_async_callback(self.pool.release, slot)
+            workdir = self._vm_dir(vm_id)
+            stack.callback(shutil.rmtree, workdir, True)
+            top = await self.layers.create_top(snap.disk_top)
+            stack.callback(top.unlink, True)
+            spec = LaunchSpec(
+                vm_id=vm_id, machine=snap.machine, workdir=workdir, mem_file=workdir / "mem",
+                mem_shared=True, disk=top, runtime_disk=snap.runtime_disk,
+                start=Boot(image.kernel, image.initrd, kernel_cmdline(image)),
+                netns=slot.netns_path, **caps(snap.machine),
+            )  # fmt: skip
+            qemu = await QemuVm.launch(spec)
+            stack.push_async_callback(qemu.kill)
+            vm = Vm(vm_id, qemu, slot, workdir, snap.machine, spec.mem_file, True, top,
+                    snap.base_image, snap.runtime_disk, [top])  # fmt: skip
+            t_running = time.monotonic() - t0
+            body: dict[str, object] = {**snap.guest_defaults, **(init or {})}
+            base_env, own_env = snap.guest_defaults.get("envVars"), (init or {}).get("envVars")
+            if isinstance(base_env, dict) and isinstance(own_env, dict):
+                body["envVars"] = {**base_env, **own_env}  # the sandbox's values win
+            await race_exit(vm, wait_and_init(vm.host, body, token=init_token,
+                                              timeout=BOOT_ENVD_TIMEOUT))  # fmt: skip
+            stack.pop_all()
+        self.vms[vm_id] = vm
+        t = time.monotonic() - t0
+        return vm, Timing(total=t, running=t_running, envd=t)
 
     async def fork(
         self,

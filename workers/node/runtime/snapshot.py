@@ -7,7 +7,7 @@ shape is refused up front rather than left to hang inside an incoming migration.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,6 +38,11 @@ class Snapshot:
     ram_in_state: bool = False
     #: how long the captured VM stood still for it (vCPUs stopped until resumed or gone)
     stopped_ms: float = 0.0
+    #: a filesystem-only capture: the disk, no memory (its `state` and `mem` are empty);
+    #: it restores by booting the disk again, and `guest_defaults` is what that boot's
+    #: /init tells envd (the template's ENV, USER, WORKDIR, as the guest had them)
+    disk_only: bool = False
+    guest_defaults: dict[str, object] = field(default_factory=dict)
 
     @property
     def state(self) -> Path:
@@ -71,6 +76,8 @@ class Snapshot:
             "state_bytes": self.state_bytes,
             "ram_in_state": self.ram_in_state,
             "stopped_ms": self.stopped_ms,
+            "disk_only": self.disk_only,
+            "guest_defaults": self.guest_defaults,
         }
         tmp = self.dir / (MANIFEST + ".tmp")
         tmp.write_text(json.dumps(doc, indent=2))
@@ -95,6 +102,8 @@ class Snapshot:
             state_bytes=int(doc.get("state_bytes", 0)),
             ram_in_state=bool(doc.get("ram_in_state", False)),
             stopped_ms=float(doc.get("stopped_ms", 0.0)),
+            disk_only=bool(doc.get("disk_only", False)),
+            guest_defaults=dict(doc.get("guest_defaults") or {}),
         )
 
 
