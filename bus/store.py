@@ -80,6 +80,11 @@ class EventStore(Generic[S, C]):
         self._kind = kind
         self.evolve = evolve
         self.decide = decide
+        #: Direct gets are answered by any replica, a follower a step behind the leader
+        #: included: one API would then say 404 for the sandbox another API just created
+        #: (seen once in 20,000 lifecycles of bench/fleet_sim.py at R3). Replicated, reads
+        #: go to the stream's leader (`STREAM.MSG.GET`), which has every acknowledged write.
+        self._direct = settings.replicas <= 1
         #: folded states by aggregate (states are frozen: sharing them is safe); a load
         #: then costs one round trip when nothing changed, plus one per newer event
         self._states: OrderedDict[str, tuple[S | None, Version]] = OrderedDict()
@@ -215,7 +220,7 @@ class EventStore(Generic[S, C]):
         kind must have folded to show everything stored so far."""
         try:
             raw = await self._js.get_last_msg(self._stream, self._names.events_of_kind(self._kind),
-                                              direct=True)  # fmt: skip
+                                              direct=self._direct)  # fmt: skip
         except NotFoundError:
             return 0
         return raw.seq or 0
@@ -228,7 +233,7 @@ class EventStore(Generic[S, C]):
         """The aggregate's version and its last event (one direct get)."""
         subject = self.subject(aggregate_id)
         try:
-            raw = await self._js.get_last_msg(self._stream, subject, direct=True)
+            raw = await self._js.get_last_msg(self._stream, subject, direct=self._direct)
         except NotFoundError:
             return NEW, None
         env, event = decode_event(raw.data or b"")
@@ -245,11 +250,11 @@ class EventStore(Generic[S, C]):
         seq = after_seq + 1
         while limit is None or len(out) < limit:
             try:
-                # Direct get of the next message on this subject at or after `seq`: one round
-                # trip per event and no consumer to create/delete, which is the cheaper way for
+                # Get of the next message on this subject at or after `seq`: one round trip
+                # per event and no consumer to create/delete, which is the cheaper way for
                 # aggregates of a handful to a few dozen events.
                 raw = await self._js.get_msg(
-                    self._stream, seq=seq, subject=subject, next=True, direct=True
+                    self._stream, seq=seq, subject=subject, next=True, direct=self._direct
                 )
             except NotFoundError:
                 return out
