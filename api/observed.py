@@ -6,6 +6,7 @@ history is the log's, this is only its recent telemetry."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -111,8 +112,16 @@ async def sandbox_logs(
     """E2B's v1 logs: lines from unix milliseconds `start` on, at most `limit`."""
     entries = [e for e in await _entries(ctx, caller, sandbox_id)
                if start is None or _ms(e) >= start][:limit]  # fmt: skip
-    return {"logs": [{"timestamp": e["timestamp"], "line": e["message"]} for e in entries],
+    return {"logs": [{"timestamp": e["timestamp"], "line": _line(e)} for e in entries],
             "logEntries": entries}  # fmt: skip
+
+
+def _line(entry: dict[str, Any]) -> str:
+    """A v1 `line` is one JSON log record, as E2B's envd writes them: its CLI parses each
+    (`level` and `logger` read, the rest printed as fields)."""
+    fields = entry.get("fields") or {}
+    return json.dumps({**fields, "level": entry.get("level", "info"), "logger": "envd",
+                       "message": entry.get("message", "")}, default=str)  # fmt: skip
 
 
 @get("/v2/sandboxes/{sandbox_id:str}/logs", responses=ERRORS)

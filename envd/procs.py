@@ -199,6 +199,7 @@ class Proc:
         self.popen.returncode = (
             -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
         )
+        log.info("process ended", pid=self.pid, exit=self.popen.returncode)
         if self._pidfd is not None:
             self.table.loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
@@ -380,6 +381,10 @@ class ProcessTable:
                 os.set_blocking(fd, False)
                 proc.stdin = _FdWriter(loop, fd, owns_fd=True)
         self._watch_exit(proc)
+        # the sandbox's log (`e2b sandbox logs`, `aenv logs`) says what ran: the command,
+        # never its environment (where secrets are passed)
+        log.info("process started", pid=proc.pid, user=user.name,
+                 cmd=" ".join(spec.argv)[:200], tag=spec.tag)  # fmt: skip
         if spec.timeout_s is not None:
             proc._timer = loop.call_later(spec.timeout_s, proc.signal, signal.SIGKILL)
         return proc

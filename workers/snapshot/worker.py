@@ -211,4 +211,14 @@ class SnapshotWorker:
             capture.dir, base_image_digest=capture.base_image_digest,
             snapshot_id=capture.snapshot_id,
         )  # fmt: skip
-        log.info("uploaded %s: %s", capture.snapshot_id, result)
+        log.info("uploaded %s: %s", capture.snapshot_id, _sent(result))
+
+
+def _sent(result: object) -> str:
+    """What an upload moved, in one short line (the repository's `UploadResult` holds the
+    whole manifest: hundreds of chunk digests per log line otherwise)."""
+    blobs, sent = getattr(result, "blobs_uploaded", None), getattr(result, "bytes_uploaded", None)
+    if not isinstance(blobs, int) or not isinstance(sent, int):
+        return str(result)
+    reused = getattr(result, "blobs_reused", 0)
+    return f"{blobs} blobs, {sent / 2**20:.1f} MiB sent, {reused} reused"
