@@ -1,10 +1,12 @@
 """The builder service: takes `StartTemplateBuild` commands from `aenv.cmd.build.*` (one
-durable consumer shared by every builder), records the build's progress on its aggregate
-and runs it (`run.BuildRun`).
+durable consumer shared by every builder), claims the build on its aggregate, records its
+progress there and runs it (`run.BuildRun`).
 
-A build runs at most once: a redelivered start whose build is already `building` means the
-builder that ran it died mid-way; the build is failed with that reason (its sandbox killed)
-rather than run twice over a half-built guest.
+The API records the start before it answers (the build is `building`, queued); a builder
+that takes it claims it (`ClaimTemplateBuild`). A build runs at most once: a redelivered
+start whose build is already claimed means the builder that ran it died mid-way; the build
+is failed with that reason (its sandbox killed) rather than run twice over a half-built
+guest.
 """
 
 from __future__ import annotations
@@ -54,14 +56,21 @@ class Builder:
             raise Invalid(f"{type(cmd).__name__} is not a builder command")
         ctx = d.context
         state, _ = await self.bus.builds.load(cmd.build_id)
-        if state is not None and state.status is bd.BuildStatus.BUILDING:
+        if state is not None and state.status is bd.BuildStatus.BUILDING and not state.queued:
             await self._verdict(
                 state, ctx, "the builder stopped during this build; start a new build", None
             )
             return
-        state, _, events = await execute(self.bus.builds, cmd, ctx)
-        if state is None or not events:
+        # recorded by the API already (then nothing new), unless this builder was quicker
+        state, version, _ = await execute(self.bus.builds, cmd, ctx)
+        if state is None or state.finished:
             return  # already finished (a duplicate start)
+        # an id of its own: of two builders claiming at once, the log's sequence check lets
+        # one append (a shared id would be one message, "appended" for both)
+        claim = bd.ClaimTemplateBuild(build_id=cmd.build_id)
+        state, _, events = await execute(self.bus.builds, claim, ctx, known=(state, version))
+        if state is None or not events:
+            return  # claimed by another builder meanwhile
         await self._run(state, ctx)
 
     async def _run(self, build: bd.Build, ctx: MessageContext) -> None:
