@@ -99,18 +99,17 @@ async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> 
                                 "a tag names: remove its tags instead")  # fmt: skip
     nodes = await holders(ctx, template_id)
     cmd = tp.DeleteTemplate(template_id=template_id)
-    _, version, events = await execute(ctx.bus.templates, cmd)
+    state, version, events = await execute(ctx.bus.templates, cmd)
     if events:
         await ctx.wait_for_templates(version.seq)  # read-your-writes for the listings
     ctx.forget(f"tpl:{template_id}")
     ctx.forget(f"tpl-node:{template_id}")
     # the node that took it frees the capture — and so does any node that took it over
-    # from the repository; a built template's captures go now too (a create racing the
-    # delete may fail either way), without waiting for the sweeper's grace
+    # from the repository; a built template's captures go now too, those released before
+    # included (a create racing the delete may fail either way), without the sweeper's grace
     await ctx.bus.commands.to_each_node(nodes, cmd)
-    for event in events:
-        for capture in event.released if isinstance(event, tp.TemplateDeleted) else ():
-            await drop_capture(ctx, template_id, capture)
+    for capture in sorted(state.released) if state is not None else ():
+        await drop_capture(ctx, template_id, capture)
 
 
 ROUTES = [create_snapshot, list_snapshots, delete_template]

@@ -96,7 +96,8 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         # Builds drive their build sandbox through this API's envd proxy, so after it listens.
         url = f"http://{cfg.host}:{cfg.port}"
         builder = Builder(bus, BuildSettings(proxy_url=url, files_dir=files_dir),
-                          parallel=cfg.build_parallel)  # fmt: skip
+                          parallel=cfg.build_parallel,
+                          published=lambda name: ctx.forget(f"tpl:{name}"))  # fmt: skip
         await builder.start()
         stack.push_async_callback(builder.stop)
         say(READY)

@@ -20,17 +20,23 @@ from bus.decisions import execute
 from domain import Invalid
 from domain import build as bd
 from envd.version import ENVD_VERSION
-from workers.build.run import BuildRun, BuildSettings, build_sandbox_id
+from workers.build.run import BuildRun, BuildSettings, Published, build_sandbox_id
 
 __all__ = ["BuildSettings", "Builder"]
 
 log = logging.getLogger(__name__)
 
 class Builder:
-    def __init__(self, bus: Bus, settings: BuildSettings, *, parallel: int = 1) -> None:
+    def __init__(
+        self, bus: Bus, settings: BuildSettings, *, parallel: int = 1,
+        published: Published | None = None,
+    ) -> None:  # fmt: skip
         self.bus = bus
         self.settings = settings
         self.parallel = parallel
+        #: told the template a build was published to (the API beside it forgets its
+        #: lookups of the name: `default` moved)
+        self.published: Published = published or (lambda _: None)
         self._consumer: CommandConsumer | None = None
 
     async def start(self) -> None:
@@ -90,7 +96,7 @@ class Builder:
                 except Exception as e:  # a lost log line must not fail the build
                     log.warning("build %s: log append failed: %s", build.build_id, e)
 
-        run = BuildRun(self.bus, self.settings, build, emit)
+        run = BuildRun(self.bus, self.settings, build, emit, self.published)
         try:
             error, step = await run.execute()
         except Exception as e:

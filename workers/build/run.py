@@ -36,6 +36,7 @@ from workers.build.guest import BuildGuest, CommandFailed
 log = logging.getLogger(__name__)
 
 Log = Callable[[str, str | None, str], Awaitable[None]]  # (message, step, level)
+Published = Callable[[str], None]  # (template id)
 
 #: E2B's sandbox user: the default of a template that sets no USER.
 SANDBOX_USER = "user"
@@ -96,8 +97,12 @@ async def _send(
 
 
 class BuildRun:
-    def __init__(self, bus: Bus, settings: BuildSettings, build: bd.Build, emit: Log) -> None:
+    def __init__(
+        self, bus: Bus, settings: BuildSettings, build: bd.Build, emit: Log,
+        published: Published = lambda _: None,
+    ) -> None:  # fmt: skip
         self.bus, self.settings, self.build, self.emit = bus, settings, build, emit
+        self.published = published
         assert build.spec is not None
         self.spec: bd.BuildSpec = build.spec
         self.sandbox_id = build_sandbox_id(build.build_id)
@@ -461,6 +466,7 @@ class BuildRun:
         except DomainError as e:
             raise StepFailed(step, f"the build could not be published: {e}") from e
         self.unpublished = None
+        self.published(self.build.template_id)
         names = ", ".join(f"{self.build.template_id}:{t}"
                           for t in dict.fromkeys([*self.build.tags, tg.DEFAULT_TAG]))  # fmt: skip
         await self.emit(f"template {self.build.template_id} is ready ({names})", step, "info")
