@@ -71,8 +71,9 @@ class Builder:
         state, version, _ = await execute(self.bus.builds, cmd, ctx)
         if state is None or state.finished:
             return  # already finished (a duplicate start)
-        # an id of its own: of two builders claiming at once, the log's sequence check lets
-        # one append (a shared id would be one message, "appended" for both)
+        # of two builders claiming at once (a start queued twice), one appends; the other's
+        # append fails its expected sequence (or is a stale duplicate), and deciding again
+        # on the claimed build gives nothing
         claim = bd.ClaimTemplateBuild(build_id=cmd.build_id)
         state, _, events = await execute(self.bus.builds, claim, ctx, known=(state, version))
         if state is None or not events:
