@@ -15,7 +15,7 @@ from litestar.openapi import OpenAPIConfig
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 
-from api import observed, sandboxes, snapshots, system, templates
+from api import observed, sandboxes, snapshots, system, tags, templates
 from api.auth import HEADER, Caller
 from api.context import ApiContext
 from api.errors import HANDLERS
@@ -36,7 +36,7 @@ async def _caller(request: Request[Any, Any, Any], ctx: ApiContext) -> Caller:
 def create_litestar(ctx: ApiContext) -> Litestar:
     app = Litestar(
         route_handlers=[*observed.ROUTES, *sandboxes.ROUTES, *snapshots.ROUTES,
-                        *templates.ROUTES, *system.ROUTES],
+                        *templates.ROUTES, *tags.ROUTES, *system.ROUTES],
         dependencies={"ctx": Provide(_ctx), "caller": Provide(_caller)},
         exception_handlers=HANDLERS,
         before_request=check_request,

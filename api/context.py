@@ -49,6 +49,11 @@ class ApiSettings(BaseSettings):
     #: without one). A fleet's APIs set it off: behind a load balancer, no node beating
     #: must not take every API out of service (readiness then warns instead).
     ready_needs_node: bool = True
+    #: How long a template build's capture is kept after the last tag naming it moved or
+    #: went, before the nodes drop it (`api/captures.py`): creates that resolved the tag a
+    #: moment earlier — through another API's lookup cache (≤ 30 s), or waiting for room
+    #: — still start it.
+    capture_grace_s: float = Field(default=120.0, ge=0)
     #: The stack's snapshot store (`AENV_S3_ENDPOINT`, set by the supervisor): readiness
     #: checks that it answers. None: the stack has none, nothing to check.
     s3_endpoint: str | None = None

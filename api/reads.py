@@ -11,7 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api import wire
 from api.errors import ApiError
-from projections import queries
+from domain import tags as tg
+from projections import queries, template_state
 
 CLIENT_ID = "aenv"
 
@@ -20,7 +21,7 @@ Row = dict[str, Any]
 
 def detail(r: Row) -> wire.SandboxDetail:
     return wire.SandboxDetail(
-        template_id=r["template_id"],
+        template_id=tg.shown_template(r["template_id"]),
         sandbox_id=r["sandbox_id"],
         client_id=CLIENT_ID,
         started_at=r["started_at"] or r["requested_at"],
@@ -110,6 +111,24 @@ async def template(engine: AsyncEngine, ref: str) -> Row | None:
         return await queries.template_by_id_or_alias(conn, ref)
 
 
+async def template_for(engine: AsyncEngine, ref: str) -> Row | None:
+    """What a create of `ref` (`name`, `name:tag`, a snapshot's id) restores: the row of
+    the capture its tag names, under the alias of the template it was asked by — for a
+    built template, its build's capture (`domain/tags.py`); for any other, itself. None:
+    no such template, or no such tag."""
+    async with engine.connect() as conn:
+        for template_id, tag in tg.candidates(ref):
+            row = await queries.template_by_id_or_alias(conn, template_id)
+            if row is None:
+                continue
+            capture = template_state(row).capture_for(tag)
+            if capture is None or capture == row["template_id"]:
+                return row if capture is not None else None
+            found = await queries.template_by_id_or_alias(conn, capture)
+            return {**found, "alias": row["alias"] or row["template_id"]} if found else None
+    return None
+
+
 async def snapshots(
     engine: AsyncEngine, team_id: str, sandbox_id: str | None, name: str | None, limit: int
 ) -> list[Row]:
@@ -122,3 +141,14 @@ async def snapshots(
 async def snapshot_node(engine: AsyncEngine, snapshot_id: str) -> str | None:
     async with engine.connect() as conn:
         return await queries.snapshot_node(conn, snapshot_id)
+
+
+async def template_builder(engine: AsyncEngine, template_id: str) -> tuple[str | None, str | None]:
+    """(the team that built the template last, its latest ready build), from the builds."""
+    async with engine.connect() as conn:
+        return await queries.template_builder(conn, template_id)
+
+
+async def released_captures(engine: AsyncEngine) -> list[tuple[str, str, datetime]]:
+    async with engine.connect() as conn:
+        return await queries.released_captures(conn)

@@ -31,6 +31,7 @@ from api.room import check_room, no_room, withdraw
 from bus.decisions import execute
 from bus.envelope import MessageContext
 from domain import sandbox as sb
+from domain import tags as tg
 from domain.sandbox import SandboxStatus
 from envd.version import ENVD_VERSION
 from projections import ProjectionTimeout
@@ -60,7 +61,7 @@ def _ids(caller: Caller, idempotency_key: str | None) -> tuple[str, uuid.UUID]:
 def sandbox_body(ctx: ApiContext, s: sb.Sandbox) -> dict[str, Any]:
     return wire.dump(
         wire.Sandbox(
-            template_id=s.template_id,
+            template_id=tg.shown_template(s.template_id),
             sandbox_id=s.sandbox_id,
             client_id=reads.CLIENT_ID,
             envd_version=s.envd_version,
@@ -83,8 +84,11 @@ async def create_sandbox(
         else (DEFAULT_TIMEOUT_V1 if v1 else DEFAULT_TIMEOUT_V2)
     )
     _check_timeout(timeout)
+    # `name:tag` resolves to its build's capture; the tag routes and a finished build
+    # forget this entry in this process (other APIs of a fleet may start the build the tag
+    # named a moment before: its capture is kept for `capture_grace_s` after release)
     tpl = await ctx.cached(
-        f"tpl:{data.template_id}", lambda: reads.template(ctx.engine, data.template_id)
+        f"tpl:{data.template_id}", lambda: reads.template_for(ctx.engine, data.template_id)
     )
     if tpl is None:
         # a snapshot taken a moment ago (its create answered, the read model not there
@@ -92,7 +96,7 @@ async def create_sandbox(
         ctx.forget(f"tpl:{data.template_id}")
         with contextlib.suppress(ProjectionTimeout):  # a read model far behind: not found
             await ctx.wait_for_templates(await ctx.bus.templates.tail_seq())
-        tpl = await reads.template(ctx.engine, data.template_id)
+        tpl = await reads.template_for(ctx.engine, data.template_id)
     if tpl is None:
         raise ApiError(404, f"template '{data.template_id}' not found")
     secure = True if not v1 else bool(data.secure)
@@ -172,7 +176,8 @@ async def create_sandbox(
                                        context=MessageContext(actor=caller.key_id))  # fmt: skip
         raise ApiError(499, f"the client hung up; sandbox {sandbox_id} was killed")
     body = wire.Sandbox(
-        template_id=cmd.template_id, sandbox_id=sandbox_id, client_id=reads.CLIENT_ID,
+        template_id=tg.shown_template(cmd.template_id), sandbox_id=sandbox_id,
+        client_id=reads.CLIENT_ID,
         envd_version=cmd.envd_version, alias=cmd.alias,
         envd_access_token=cmd.envd_access_token,
         traffic_access_token=cmd.traffic_access_token, domain=ctx.settings.sandbox_domain,

@@ -13,6 +13,7 @@ from litestar.params import Parameter
 
 from api import reads, wire
 from api.auth import Caller
+from api.captures import drop_capture, holders
 from api.context import ApiContext
 from api.errors import ERRORS, ApiError
 from api.guards import node_answers, visible
@@ -20,7 +21,9 @@ from api.ids import is_template_ref
 from api.outcomes import send_and_wait
 from bus.decisions import execute
 from domain import sandbox as sb
+from domain import tags as tg
 from domain import template as tp
+from projections import template_state
 
 __all__ = ["ROUTES", "snapshot_info"]
 
@@ -43,10 +46,17 @@ async def create_snapshot(
     name = (data.name if data and data.name else f"snap-{secrets.token_hex(6)}").lower()
     if not _SNAPSHOT_NAME.match(name):
         raise ApiError(400, f"invalid snapshot name {name!r}: use a-z, 0-9, '.', '_', ':', '-'")
+    if tg.split_capture_id(name) is not None:  # `name:<uuid>` names a build (E2B's rule)
+        raise ApiError(400, f"invalid snapshot name {name!r}: its tag cannot be a UUID")
     state = await visible(ctx, caller, sandbox_id)
     tpl = await reads.template(ctx.engine, name)
     if tpl is not None and await reads.snapshot_node(ctx.engine, name) is None:
         raise ApiError(409, f"{name!r} is the name of a template, not of a snapshot")
+    base, sep, _ = name.partition(":")
+    built = await reads.template(ctx.engine, base) if sep else None
+    if built is not None and template_state(built).tags:
+        # `Sandbox.create(name)` would start this snapshot instead of the tag's build
+        raise ApiError(409, f"{base!r} is a template with tags: {name!r} would hide its tag")
     cmd = sb.SnapshotSandbox(sandbox_id=sandbox_id, snapshot_id=name)
     sb.decide(state, cmd)  # a paused or busy sandbox: 409 before any work
     await node_answers(ctx, state, "snapshot")
@@ -74,27 +84,32 @@ async def list_snapshots(
 
 @delete("/templates/{template_id:str}", status_code=204, responses=ERRORS)
 async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> None:
-    """Delete a snapshot template (`Sandbox.delete_snapshot`); 404 when there is none.
-    Running sandboxes started from it keep their own copies of what they need."""
+    """Delete a snapshot template (`Sandbox.delete_snapshot`) or a built one with all its
+    tags; 404 when there is none. Running sandboxes started from it keep their own copies
+    of what they need."""
     if template_id == "base":
         raise ApiError(409, "the default template cannot be deleted")
     if not is_template_ref(template_id):  # no subject could hold it: nothing to delete
         raise ApiError(404, f"template {template_id!r} not found")
-    node = await reads.snapshot_node(ctx.engine, template_id)
-    if node is None:  # a template imported from an image (`aenv pull`) names its node
-        history = await ctx.bus.templates.read(template_id)
-        imports = [r.event for r in history if isinstance(r.event, tp.TemplateImported)]
-        node = imports[-1].node_id if imports else None
+    split = tg.split_capture_id(template_id)
+    if split is not None:  # a build's capture: only once no tag of its template names it
+        owner, _ = await ctx.bus.templates.load(split[0])
+        if owner is not None and template_id in tg.captures(owner.effective_tags()):
+            raise ApiError(409, f"{template_id!r} is a build of template {split[0]!r} that "
+                                "a tag names: remove its tags instead")  # fmt: skip
+    nodes = await holders(ctx, template_id)
     cmd = tp.DeleteTemplate(template_id=template_id)
-    _, version, events = await execute(ctx.bus.templates, cmd)
+    state, version, events = await execute(ctx.bus.templates, cmd)
     if events:
         await ctx.wait_for_templates(version.seq)  # read-your-writes for the listings
     ctx.forget(f"tpl:{template_id}")
     ctx.forget(f"tpl-node:{template_id}")
     # the node that took it frees the capture — and so does any node that took it over
-    # from the repository (`NodeBook` mirror: every node that beats)
-    known = set(ctx.nodes.beats) if ctx.nodes is not None else set()
-    await ctx.bus.commands.to_each_node(known | ({node} if node is not None else set()), cmd)
+    # from the repository; a built template's captures go now too, those released before
+    # included (a create racing the delete may fail either way), without the sweeper's grace
+    await ctx.bus.commands.to_each_node(nodes, cmd)
+    for capture in sorted(state.released) if state is not None else ():
+        await drop_capture(ctx, template_id, capture)
 
 
 ROUTES = [create_snapshot, list_snapshots, delete_template]

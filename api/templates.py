@@ -2,8 +2,13 @@
 build is requested, its build-context files uploaded, then started; the builder service
 runs it in a build sandbox and the status route reports progress and logs.
 
-Template names are the template ids as well (`Sandbox.create("<name>")` finds either), so a
-rebuild of a name replaces its capture; E2B's tags are accepted and ignored (`default`).
+Template names are the template ids as well (`Sandbox.create("<name>")` finds either).
+Each build is captured as a template of its own and takes the template's `default` tag
+and the tags it was asked for (`name:v1`, `tags`); `api/tags.py` moves them after.
+
+A build is `waiting` from its request until its steps are sent (E2B's SDK uploads the
+build's files meanwhile), then `building` — recorded here before the start is answered,
+as E2B's, whether or not a builder has picked it up yet — then `ready` or `error`.
 """
 
 from __future__ import annotations
@@ -25,10 +30,13 @@ from api import ids, reads
 from api.auth import Caller
 from api.context import ApiContext
 from api.errors import COMMON, ERRORS, ApiError, documented
+from api.tags import fenced, parse_name
 from api.wire_templates import BuildStart, NewTemplateBuild
 from bus.decisions import execute
 from bus.secrets import SecretBox
 from domain import build as bd
+from domain import sandbox as sb
+from domain import tags as tg
 from envd.version import ENVD_VERSION
 from projections import queries
 from shared.images import InvalidImageReference, parse_reference
@@ -50,16 +58,12 @@ def base_of(data: BuildStart) -> tuple[str | None, str | None]:
     return data.from_template, data.from_image
 
 
-def _template_name(raw: str) -> str:
-    """`name` or `name:tag` (tags are accepted and ignored) → a valid template id."""
-    name = raw.strip().split(":", 1)[0].lower()
-    if "/" in name:  # a team-namespaced name: the team is the caller's
-        name = name.rsplit("/", 1)[1]
-    if not bd.valid_template_name(name):
-        raise ApiError(400, f"invalid template name {raw!r}: use a-z, 0-9, '.', '_', '-'")
+def _template_name(raw: str) -> tuple[str, str | None]:
+    """`[team/]name[:tag]` → (a valid template id, the tag if one was named)."""
+    name, tag = parse_name(raw)
     if name == "base":
         raise ApiError(400, "'base' is the default template and cannot be rebuilt")
-    return name
+    return name, tag
 
 
 async def _build(ctx: ApiContext, caller: Caller, template_id: str, build_id: str) -> bd.Build:
@@ -74,16 +78,19 @@ async def request_build(data: NewTemplateBuild, ctx: ApiContext, caller: Caller)
     raw = data.name or data.alias
     if not raw:
         raise ApiError(400, "a template build needs a name")
-    name = _template_name(raw)
+    name, tag = _template_name(raw)
+    tags = tg.normalize_tags([*([tag] if tag else []), *data.tags])  # Invalid → 400
     build_id = str(uuid.uuid4())
     cmd = bd.RequestTemplateBuild(
         build_id=build_id, template_id=name, alias=name, team_id=caller.team_id,
         cpu_count=data.cpu_count or 2, memory_mb=data.memory_mb or 512,
-        disk_size_mb=data.min_free_disk_mb or 0,
+        disk_size_mb=data.min_free_disk_mb or 0, tags=tags,
     )  # fmt: skip
     await execute(ctx.bus.builds, cmd)
+    # what the build will be called once it succeeds: its tags, and `default` (the latest)
+    named = list(dict.fromkeys([*tags, tg.DEFAULT_TAG]))
     return {"templateID": name, "buildID": build_id, "public": False, "names": [name],
-            "tags": data.tags or ["default"], "aliases": [name]}  # fmt: skip
+            "tags": named, "aliases": [name]}  # fmt: skip
 
 
 def _upload_token(ctx: ApiContext, template_id: str, files_hash: str) -> str:
@@ -182,7 +189,10 @@ async def _registry_login(
 async def start_build(
     template_id: str, build_id: str, data: BuildStart, ctx: ApiContext, caller: Caller
 ) -> None:
-    """Queue the build for a builder; 202 at once (the SDK then polls the status)."""
+    """Queue the build for a builder and record it `building`; 202 at once (the SDK then
+    polls the status). Queued first: a start recorded but never queued (this process dying
+    between the two) would leave the build `building` for ever; queued but not recorded, the
+    builder records it. The command id is the build's, so a start sent twice queues once."""
     state = await _build(ctx, caller, template_id, build_id)
     from_template, from_image = base_of(data)
     if from_image is not None and await _names_a_template(ctx, from_image):
@@ -205,13 +215,15 @@ async def start_build(
     )  # fmt: skip
     node = None
     if spec.from_template:
-        base = await reads.template(ctx.engine, spec.from_template)
+        base = await reads.template_for(ctx.engine, spec.from_template)  # `name:tag` too
         if base is not None:
             node = await reads.snapshot_node(ctx.engine, base["template_id"])
-    cmd = bd.StartTemplateBuild(build_id=build_id, spec=spec, node_id=node)
+    start_id = sb.derived_command_id("build-start", build_id)
+    cmd = bd.StartTemplateBuild(build_id=build_id, spec=spec, node_id=node, command_id=start_id)
     if not bd.decide_build(state, cmd):  # 400/409 here, before any work is queued
         return  # a retried start of the same spec
     await ctx.bus.commands.to_builder(cmd)
+    await execute(ctx.bus.builds, cmd)  # nothing new if a builder was quicker
 
 
 async def _log_entries(ctx: ApiContext, build_id: str, offset: int, limit: int) -> list[Any]:
@@ -225,15 +237,11 @@ async def _templates(ctx: ApiContext, team_id: str) -> list[tuple[Any, list[Any]
 
 
 async def _visible(ctx: ApiContext, template_id: str) -> bool:
-    """Read-your-writes for `Sandbox.create(name)` right after a build: wait (briefly) for
-    the templates read model to show the template the build registered."""
-    for _ in range(40):
-        if await reads.template(ctx.engine, template_id) is not None:
-            ctx.forget(f"tpl:{template_id}")
-            ctx.forget(f"tpl-node:{template_id}")
-            return True
-        await asyncio.sleep(0.05)
-    return False
+    """Read-your-writes for `Sandbox.create(name)` right after a build: the templates
+    read model shows what the build published (its tags: before that, `name` would still
+    start the previous build), and this process's lookups of it are forgotten."""
+    await fenced(ctx, template_id)
+    return await reads.template(ctx.engine, template_id) is not None
 
 
 def _entry(r: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""E2B's template-build REST types (`POST /v3/templates`, build start, build status), in
+"""E2B's template-build REST types (`POST /v3/templates`, build start, build status, tags), in
 the shapes of the SDK's generated models (`e2b/api/client/models/template_*.py`)."""
 
 from __future__ import annotations
@@ -39,3 +39,20 @@ class BuildStart(BaseModel):
     steps: list[Step] = Field(default_factory=list)
     start_cmd: str | None = Field(None, alias="startCmd")
     ready_cmd: str | None = Field(None, alias="readyCmd")
+
+
+class AssignTags(BaseModel):
+    """`POST /templates/tags` (AssignTemplateTagsRequest): `target` is `name` or
+    `name:tag`, the build to tag from."""
+
+    model_config = _REQ
+    target: str = Field(min_length=1, max_length=300)
+    tags: list[str] = Field(max_length=100)
+
+
+class RemoveTags(BaseModel):
+    """`DELETE /templates/tags` (DeleteTemplateTagsRequest): `name` carries no tag."""
+
+    model_config = _REQ
+    name: str = Field(min_length=1, max_length=200)
+    tags: list[str] = Field(max_length=100)

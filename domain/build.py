@@ -3,6 +3,8 @@
 A build is an aggregate of its own (subject `aenv.evt.build.<build_id>`), not a field of the
 template: a template has many builds over its life, a build has a lifecycle of its own
 (waiting → building → ready | error) and a log that the builder appends to while it runs.
+E2B's `waiting` is "requested, its files still uploading"; once its steps are sent the
+build is `building`, queued for a builder (`queued`) until one claims it.
 Keeping them apart means log appends never contend with template registration, and each
 read model folds one aggregate kind into one row per aggregate.
 
@@ -25,6 +27,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from domain.errors import Conflict, CorruptHistory, Invalid, NotFound
 from domain.messages import Command, CommandRejected, Event
+from domain.tags import normalize_tags
 
 __all__ = [
     "MAX_LOG_BATCH",
@@ -38,10 +41,12 @@ __all__ = [
     "BuildSpec",
     "BuildStatus",
     "BuildStep",
+    "ClaimTemplateBuild",
     "CompleteTemplateBuild",
     "LogTemplateBuild",
     "RequestTemplateBuild",
     "StartTemplateBuild",
+    "TemplateBuildClaimed",
     "TemplateBuildCommand",
     "TemplateBuildFailed",
     "TemplateBuildLogged",
@@ -72,7 +77,7 @@ def valid_template_name(name: str) -> bool:
 
 class BuildStatus(StrEnum):
     WAITING = "waiting"  # requested, steps not sent yet (E2B: files are being uploaded)
-    BUILDING = "building"
+    BUILDING = "building"  # steps sent: queued for a builder, or running
     READY = "ready"
     ERROR = "error"
 
@@ -137,14 +142,22 @@ class RequestTemplateBuild(TemplateBuildCommand):
     cpu_count: int = Field(default=2, ge=1, le=16)
     memory_mb: int = Field(default=512, ge=128, le=65536)
     disk_size_mb: int = Field(default=2048, ge=0)
+    #: what the build is to be called besides `default` (`name:v1`, E2B's `tags`)
+    tags: tuple[str, ...] = ()
 
 
 class StartTemplateBuild(TemplateBuildCommand):
-    """`POST /v2/templates/{id}/builds/{buildID}`: the steps; the builder runs them."""
+    """`POST /v2/templates/{id}/builds/{buildID}`: the steps. Recorded by the API before it
+    answers (the build is `building` from then on, as E2B's), queued for a builder."""
 
     spec: BuildSpec
     #: where the base template's capture lives (None: any node, e.g. `base`)
     node_id: str | None = None
+
+
+class ClaimTemplateBuild(TemplateBuildCommand):
+    """Builder: it runs this started build now (so a redelivery of the start, once it has
+    been claimed, means the builder that claimed it stopped)."""
 
 
 class LogTemplateBuild(TemplateBuildCommand):
@@ -162,8 +175,9 @@ class CompleteTemplateBuild(TemplateBuildCommand):
 
 #: The closed set of build commands (`decide_build` matches it exhaustively).
 AnyBuildCommand = (
-    RequestTemplateBuild | StartTemplateBuild | LogTemplateBuild | CompleteTemplateBuild
-)
+    RequestTemplateBuild | StartTemplateBuild | ClaimTemplateBuild | LogTemplateBuild
+    | CompleteTemplateBuild
+)  # fmt: skip
 
 
 # ---- events -----------------------------------------------------------------------------
@@ -175,12 +189,20 @@ class TemplateBuildRequested(Event):
     cpu_count: int
     memory_mb: int
     disk_size_mb: int
+    tags: tuple[str, ...] = ()  # absent from events written before tags
 
 
 class TemplateBuildStarted(Event):
     build_id: str
     spec: BuildSpec
     node_id: str | None = None
+    #: waiting for a builder to claim it; absent (False) from events written before the
+    #: API recorded starts — then the builder recorded it when it began to run it
+    queued: bool = False
+
+
+class TemplateBuildClaimed(Event):
+    build_id: str
 
 
 class TemplateBuildLogged(Event):
@@ -214,6 +236,9 @@ class Build(BaseModel):
     memory_mb: int
     disk_size_mb: int
     status: BuildStatus = BuildStatus.WAITING
+    tags: tuple[str, ...] = ()
+    #: started, not yet claimed by a builder (E2B shows it `building` all the same)
+    queued: bool = False
     spec: BuildSpec | None = None
     node_id: str | None = None
     reason: str | None = None
@@ -250,8 +275,9 @@ def decide_build(state: Build | None, command: AnyBuildCommand) -> list[Event]:
                 return []  # a retried request
             if not valid_template_name(command.template_id):
                 raise Invalid(f"invalid template name {command.template_id!r}")
-            fields = command.model_dump(exclude={"command_id", "at"})
-            return [TemplateBuildRequested(**fields, at=command.at)]
+            fields = command.model_dump(exclude={"command_id", "at", "tags"})
+            return [TemplateBuildRequested(**fields, tags=normalize_tags(command.tags),
+                                           at=command.at)]  # fmt: skip
         case StartTemplateBuild():
             state = _requested(state, command.build_id)
             if state.status is not BuildStatus.WAITING:
@@ -264,9 +290,17 @@ def decide_build(state: Build | None, command: AnyBuildCommand) -> list[Event]:
                     build_id=command.build_id,
                     spec=command.spec,
                     node_id=command.node_id,
+                    queued=True,
                     at=command.at,
                 )
             ]
+        case ClaimTemplateBuild():
+            state = _requested(state, command.build_id)
+            if state.status is BuildStatus.WAITING:
+                raise Conflict(f"build {command.build_id} has not started")
+            if state.finished or not state.queued:
+                return []  # done, or another builder has it
+            return [TemplateBuildClaimed(build_id=command.build_id, at=command.at)]
         case LogTemplateBuild():
             state = _requested(state, command.build_id)
             room = MAX_LOG_ENTRIES - state.log_count
@@ -324,11 +358,11 @@ def _check_spec(spec: BuildSpec) -> None:
 
 #: The closed set of build events (`evolve_build` matches it exhaustively).
 AnyBuildEvent = (
-    TemplateBuildRequested | TemplateBuildStarted | TemplateBuildLogged | TemplateBuilt
-    | TemplateBuildFailed
+    TemplateBuildRequested | TemplateBuildStarted | TemplateBuildClaimed
+    | TemplateBuildLogged | TemplateBuilt | TemplateBuildFailed
 )  # fmt: skip
-BUILD_EVENTS = (TemplateBuildRequested, TemplateBuildStarted, TemplateBuildLogged,
-                TemplateBuilt, TemplateBuildFailed)  # fmt: skip
+BUILD_EVENTS = (TemplateBuildRequested, TemplateBuildStarted, TemplateBuildClaimed,
+                TemplateBuildLogged, TemplateBuilt, TemplateBuildFailed)  # fmt: skip
 
 
 def evolve_build(state: Build | None, event: Event) -> Build | None:
@@ -349,17 +383,21 @@ def _evolve_build(state: Build | None, event: AnyBuildEvent) -> Build | None:
             return state.model_copy(
                 update={
                     "status": BuildStatus.BUILDING,
+                    "queued": event.queued,
                     "spec": event.spec,
                     "node_id": event.node_id,
                     "started_at": event.at,
                 }
             )
+        case TemplateBuildClaimed():
+            return state.model_copy(update={"queued": False})
         case TemplateBuildLogged():
             return state.model_copy(update={"log_count": event.first_index + len(event.entries)})
         case TemplateBuilt():
             return state.model_copy(
                 update={
                     "status": BuildStatus.READY,
+                    "queued": False,
                     "finished_at": event.at,
                     "sandbox_id": event.sandbox_id,
                     "envd_version": event.envd_version,
@@ -369,6 +407,7 @@ def _evolve_build(state: Build | None, event: AnyBuildEvent) -> Build | None:
             return state.model_copy(
                 update={
                     "status": BuildStatus.ERROR,
+                    "queued": False,
                     "finished_at": event.at,
                     "reason": event.reason,
                     "failed_step": event.step,

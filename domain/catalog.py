@@ -30,10 +30,11 @@ COMMAND_TYPES: dict[str, type[Command]] = _by_name(
     sc.CompleteCreate, sc.CompletePause, sc.CompleteResume, sc.CompleteKill,
     sc.CompleteFork, sc.CompleteSnapshot, sc.RecordUpload,
     template.RegisterTemplate, template.DeleteTemplate, template.ImportTemplateImage,
-    template.RecordTemplateUpload,
+    template.RecordTemplateUpload, template.PublishTemplateBuild, template.AssignTemplateTags,
+    template.RemoveTemplateTags, template.DropTemplateCapture,
     apikey.CreateApiKey, apikey.RevokeApiKey,
     build.RequestTemplateBuild, build.StartTemplateBuild, build.LogTemplateBuild,
-    build.CompleteTemplateBuild,
+    build.CompleteTemplateBuild, build.ClaimTemplateBuild,
 )  # fmt: skip
 
 EVENT_TYPES: dict[str, type[Event]] = _by_name(
@@ -44,10 +45,11 @@ EVENT_TYPES: dict[str, type[Event]] = _by_name(
     se.SandboxForkRequested, se.SandboxForked,
     se.SnapshotRequested, se.SnapshotTaken, se.SnapshotFailed, se.SnapshotUploaded,
     template.TemplateRegistered, template.TemplateDeleted, template.TemplateImported,
-    template.TemplateUploaded,
+    template.TemplateUploaded, template.TemplateBuildPublished, template.TemplateTagsAssigned,
+    template.TemplateTagsRemoved, template.TemplateCaptureDropped,
     apikey.ApiKeyCreated, apikey.ApiKeyRevoked,
     build.TemplateBuildRequested, build.TemplateBuildStarted, build.TemplateBuildLogged,
-    build.TemplateBuilt, build.TemplateBuildFailed,
+    build.TemplateBuilt, build.TemplateBuildFailed, build.TemplateBuildClaimed,
     CommandRejected,
 )  # fmt: skip
 

@@ -9,13 +9,19 @@ Imports the domain and `bus`, never `api/` or `workers/`. Public API::
     rebuild(engine, js, bus_settings, projection)      — refold from 0, compare, swap
     history(store, id) / history_line(rec) / format_line — `aenv events [<id>] [--follow]`
     queries: get_sandbox, list_sandboxes (E2B paging), list_snapshots,
-             template_by_id_or_alias, api_key_by_hash
+             template_by_id_or_alias, released_captures, api_key_by_hash
+    template_state(row)                                — a templates row as the aggregate
     tables: sandboxes, snapshots, templates, api_keys, nodes (view), projection_checkpoints
 """
 
 from projections import checkpoints, queries, tables
 from projections.base import Projection
-from projections.catalog import ApiKeyProjection, TemplateProjection, all_projections
+from projections.catalog import (
+    ApiKeyProjection,
+    TemplateProjection,
+    all_projections,
+    template_state,
+)
 from projections.db import DbSettings, alembic_config, create_engine, migrate
 from projections.errors import ProjectionError, ProjectionTimeout, RebuildError
 from projections.history import (
@@ -58,4 +64,5 @@ __all__ = [
     "sandbox_row",
     "table_rows",
     "tables",
+    "template_state",
 ]

@@ -16,7 +16,7 @@ from projections.folding import Row, fold_batch, upsert
 from projections.sandboxes import SandboxProjection
 from projections.tables import api_keys, templates
 
-__all__ = ["ApiKeyProjection", "TemplateProjection", "all_projections"]
+__all__ = ["ApiKeyProjection", "TemplateProjection", "all_projections", "template_state"]
 
 
 def _template_row(t: tp.Template, rec: RecordedEvent, prior: Row | None) -> Row:
@@ -30,28 +30,23 @@ def _template_row(t: tp.Template, rec: RecordedEvent, prior: Row | None) -> Row:
         "deleted": t.deleted,
         "capture_key": t.capture_key,
         "capture_of": t.capture_of,
+        "tags": {tag: b.model_dump(mode="json") for tag, b in t.tags.items()},
+        "released": {c: since.isoformat() for c, since in t.released.items()},
         "created_at": prior["created_at"] if prior else rec.time,
         "updated_at": rec.time,
     }
 
 
-def _template_from_row(r: Row) -> tp.Template:
-    return tp.Template.model_validate(
-        {
-            k: r[k]
-            for k in (
-                "template_id",
-                "alias",
-                "envd_version",
-                "cpu_count",
-                "memory_mb",
-                "disk_size_mb",
-                "deleted",
-                "capture_key",
-                "capture_of",
-            )
-        }
-    )
+_STATE_FIELDS = (
+    "template_id", "alias", "envd_version", "cpu_count", "memory_mb", "disk_size_mb",
+    "deleted", "capture_key", "capture_of", "tags", "released",
+)  # fmt: skip
+
+
+def template_state(r: Row) -> tp.Template:
+    """The aggregate state a `templates` row holds (the projection folds into it; the API
+    resolves a create's `name:tag` with the domain's own rule on it)."""
+    return tp.Template.model_validate({k: r[k] for k in _STATE_FIELDS if k in r})
 
 
 class TemplateProjection:
@@ -68,7 +63,7 @@ class TemplateProjection:
             "template_id",
             batch,
             evolve=tp.evolve_template,
-            from_row=_template_from_row,
+            from_row=template_state,
             to_row=_template_row,
         )
         await upsert(conn, templates, "template_id", rows)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy import Select, and_, func, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from domain import sandbox as sb
@@ -36,8 +36,10 @@ __all__ = [
     "get_sandbox",
     "list_sandboxes",
     "list_snapshots",
+    "released_captures",
     "snapshot_node",
     "team_templates",
+    "template_builder",
     "template_by_id_or_alias",
 ]
 
@@ -265,3 +267,36 @@ async def team_templates(conn: AsyncConnection, team_id: str) -> list[tuple[Row 
         if row is not None or bs:
             out.append((row, bs))
     return out
+
+
+async def template_builder(
+    conn: AsyncConnection, template_id: str
+) -> tuple[str | None, str | None]:
+    """(the team of the template's latest build, that team's latest ready build of it):
+    who may change its tags, and the build an untagged template's `default` is (its log
+    predates tags, so only the builds read model knows). (None, None): never built."""
+    q = (
+        select(builds.c.team_id, builds.c.build_id, builds.c.status)
+        .where(builds.c.template_id == template_id)
+        .order_by(builds.c.requested_at.desc())
+    )
+    team: str | None = None
+    for b in (await conn.execute(q)).mappings():
+        team = team if team is not None else b["team_id"]
+        if b["team_id"] == team and b["status"] == "ready":
+            return team, b["build_id"]
+    return team, None
+
+
+async def released_captures(conn: AsyncConnection) -> list[tuple[str, str, datetime]]:
+    """(template, capture, released since) of every capture no tag names any more and not
+    yet dropped, oldest first (the API's capture sweeper drops them after a grace)."""
+    q = select(templates.c.template_id, templates.c.released).where(
+        templates.c.released != text("'{}'::jsonb")
+    )
+    out = [
+        (r["template_id"], capture, datetime.fromisoformat(since))
+        for r in (await conn.execute(q)).mappings()
+        for capture, since in r["released"].items()
+    ]
+    return sorted(out, key=lambda x: (x[2], x[0], x[1]))

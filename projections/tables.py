@@ -21,6 +21,7 @@ from sqlalchemy import (
     MetaData,
     Table,
     Text,
+    text,
     true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -117,6 +118,10 @@ templates = Table(
     Column("deleted", Boolean, nullable=False),
     Column("capture_key", Text),  # a snapshot template's capture in the repository (0005)
     Column("capture_of", Text),  # the sandbox it was taken of (0005)
+    # a built template's tags: {tag: {build_id, capture_id, at}} (0009)
+    Column("tags", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # captures no tag names any more, waiting to be dropped: {capture_id: since} (0009)
+    Column("released", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     _tz("created_at", nullable=False),
     _tz("updated_at", nullable=False),
     *_position(),

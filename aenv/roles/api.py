@@ -1,4 +1,5 @@
-"""The api role: E2B REST API + envd proxy, the read-model projectors and the TTL timer.
+"""The api role: E2B REST API + envd proxy, the read-model projectors, the TTL timer, the
+template builder and the sweeper of untagged template captures.
 
 Everything it knows about VMs comes from the bus (outcome events, the routes bucket), so it
 can restart mid-create: the node finishes the sandbox and the restarted API shows it.
@@ -17,6 +18,7 @@ from aenv.roles.common import READY, RoleSettings, say, write_private
 from api.admin import create_api_key, ensure_api_key
 from api.app import create_app
 from api.auth import KeyChecker
+from api.captures import CaptureSweeper
 from api.context import ApiContext, ApiSettings
 from api.resume import auto_resume
 from bus import Bus, BusSettings
@@ -75,6 +77,9 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
                                      resume=auto_resume(ctx),
                                      resume_timeout_s=ctx.settings.command_timeout_s)  # fmt: skip
         stack.push_async_callback(routes.close)
+        sweeper = CaptureSweeper(ctx, grace_s=api_settings.capture_grace_s)
+        await sweeper.start()
+        stack.push_async_callback(sweeper.stop)
         app = create_app(ctx, routes.resolve)
         routes.on_gone.append(app.close_sandbox)
         server = uvicorn.Server(
@@ -91,7 +96,8 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         # Builds drive their build sandbox through this API's envd proxy, so after it listens.
         url = f"http://{cfg.host}:{cfg.port}"
         builder = Builder(bus, BuildSettings(proxy_url=url, files_dir=files_dir),
-                          parallel=cfg.build_parallel)  # fmt: skip
+                          parallel=cfg.build_parallel,
+                          published=lambda name: ctx.forget(f"tpl:{name}"))  # fmt: skip
         await builder.start()
         stack.push_async_callback(builder.stop)
         say(READY)

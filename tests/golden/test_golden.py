@@ -1,8 +1,8 @@
-"""Golden histories: the recorded events of real sandboxes', templates' and API keys'
-lives (`histories/`, recorded from a running stack by `tests/golden/record.py`, never
-edited) must decode with today's code — older schema versions upcast — and fold to the
-state recorded with them. A change that cannot read yesterday's log fails here, not in
-production on replay."""
+"""Golden histories: the recorded events of real sandboxes', templates' (tags included),
+builds' and API keys' lives (`histories/`, recorded from a running stack by
+`tests/golden/record.py`, never edited) must decode with today's code — older schema
+versions upcast — and fold to the state recorded with them. A change that cannot read
+yesterday's log fails here, not in production on replay."""
 
 from __future__ import annotations
 
@@ -85,4 +85,7 @@ def test_the_histories_cover_every_lifecycle_step() -> None:
         "SnapshotRequested", "SnapshotTaken", "SandboxForkRequested", "SandboxForked",
         "SandboxKillRequested", "SandboxKilled", "TemplateRegistered", "TemplateDeleted",
         "ApiKeyCreated", "ApiKeyRevoked",
+        "TemplateBuildPublished", "TemplateTagsAssigned", "TemplateTagsRemoved",
+        "TemplateCaptureDropped", "TemplateBuildRequested", "TemplateBuildStarted",
+        "TemplateBuildClaimed", "TemplateBuilt",
     } <= types  # fmt: skip

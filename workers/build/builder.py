@@ -1,10 +1,12 @@
 """The builder service: takes `StartTemplateBuild` commands from `aenv.cmd.build.*` (one
-durable consumer shared by every builder), records the build's progress on its aggregate
-and runs it (`run.BuildRun`).
+durable consumer shared by every builder), claims the build on its aggregate, records its
+progress there and runs it (`run.BuildRun`).
 
-A build runs at most once: a redelivered start whose build is already `building` means the
-builder that ran it died mid-way; the build is failed with that reason (its sandbox killed)
-rather than run twice over a half-built guest.
+The API records the start before it answers (the build is `building`, queued); a builder
+that takes it claims it (`ClaimTemplateBuild`). A build runs at most once: a redelivered
+start whose build is already claimed means the builder that ran it died mid-way; the build
+is failed with that reason (its sandbox killed) rather than run twice over a half-built
+guest.
 """
 
 from __future__ import annotations
@@ -18,17 +20,23 @@ from bus.decisions import execute
 from domain import Invalid
 from domain import build as bd
 from envd.version import ENVD_VERSION
-from workers.build.run import BuildRun, BuildSettings, build_sandbox_id
+from workers.build.run import BuildRun, BuildSettings, Published, build_sandbox_id
 
 __all__ = ["BuildSettings", "Builder"]
 
 log = logging.getLogger(__name__)
 
 class Builder:
-    def __init__(self, bus: Bus, settings: BuildSettings, *, parallel: int = 1) -> None:
+    def __init__(
+        self, bus: Bus, settings: BuildSettings, *, parallel: int = 1,
+        published: Published | None = None,
+    ) -> None:  # fmt: skip
         self.bus = bus
         self.settings = settings
         self.parallel = parallel
+        #: told the template a build was published to (the API beside it forgets its
+        #: lookups of the name: `default` moved)
+        self.published: Published = published or (lambda _: None)
         self._consumer: CommandConsumer | None = None
 
     async def start(self) -> None:
@@ -54,14 +62,22 @@ class Builder:
             raise Invalid(f"{type(cmd).__name__} is not a builder command")
         ctx = d.context
         state, _ = await self.bus.builds.load(cmd.build_id)
-        if state is not None and state.status is bd.BuildStatus.BUILDING:
+        if state is not None and state.status is bd.BuildStatus.BUILDING and not state.queued:
             await self._verdict(
                 state, ctx, "the builder stopped during this build; start a new build", None
             )
             return
-        state, _, events = await execute(self.bus.builds, cmd, ctx)
-        if state is None or not events:
+        # recorded by the API already (then nothing new), unless this builder was quicker
+        state, version, _ = await execute(self.bus.builds, cmd, ctx)
+        if state is None or state.finished:
             return  # already finished (a duplicate start)
+        # of two builders claiming at once (a start queued twice), one appends; the other's
+        # append fails its expected sequence (or is a stale duplicate), and deciding again
+        # on the claimed build gives nothing
+        claim = bd.ClaimTemplateBuild(build_id=cmd.build_id)
+        state, _, events = await execute(self.bus.builds, claim, ctx, known=(state, version))
+        if state is None or not events:
+            return  # claimed by another builder meanwhile
         await self._run(state, ctx)
 
     async def _run(self, build: bd.Build, ctx: MessageContext) -> None:
@@ -81,7 +97,7 @@ class Builder:
                 except Exception as e:  # a lost log line must not fail the build
                     log.warning("build %s: log append failed: %s", build.build_id, e)
 
-        run = BuildRun(self.bus, self.settings, build, emit)
+        run = BuildRun(self.bus, self.settings, build, emit, self.published)
         try:
             error, step = await run.execute()
         except Exception as e:

@@ -1,8 +1,10 @@
 """One template build, start to verdict: a build sandbox from the base template (a normal
 `CreateSandbox` through the bus), the steps through its envd, the start/ready commands, a
-persistent snapshot under the template's name (a normal `SnapshotSandbox`), then the build
-sandbox is killed. Every step writes log lines; any failure ends the build with a reason
-naming the step.
+persistent snapshot as the build's own capture (a normal `SnapshotSandbox`, named
+`<template>:<build id>`), then the build sandbox is killed. The capture is published to
+the template — it becomes `default` and takes the build's tags (`domain/tags.py`) — so
+older builds stay startable by their tags. Every step writes log lines; any failure ends
+the build with a reason naming the step.
 
 Steps run as root unless a USER step (or a RUN's own user) says otherwise, like Docker;
 the template's default user is the last USER, else `user` (E2B's sandbox user).
@@ -22,9 +24,10 @@ from pathlib import Path
 
 from bus import Bus, MessageContext
 from bus.decisions import execute
-from domain import CommandRejected, Event
+from domain import CommandRejected, DomainError, Event
 from domain import build as bd
 from domain import sandbox as sb
+from domain import tags as tg
 from domain import template as tp
 from shared.images import InvalidImageReference, parse_reference
 from workers.build.copy import CopyError, repack
@@ -33,6 +36,7 @@ from workers.build.guest import BuildGuest, CommandFailed
 log = logging.getLogger(__name__)
 
 Log = Callable[[str, str | None, str], Awaitable[None]]  # (message, step, level)
+Published = Callable[[str], None]  # (template id)
 
 #: E2B's sandbox user: the default of a template that sets no USER.
 SANDBOX_USER = "user"
@@ -93,25 +97,33 @@ async def _send(
 
 
 class BuildRun:
-    def __init__(self, bus: Bus, settings: BuildSettings, build: bd.Build, emit: Log) -> None:
+    def __init__(
+        self, bus: Bus, settings: BuildSettings, build: bd.Build, emit: Log,
+        published: Published = lambda _: None,
+    ) -> None:  # fmt: skip
         self.bus, self.settings, self.build, self.emit = bus, settings, build, emit
+        self.published = published
         assert build.spec is not None
         self.spec: bd.BuildSpec = build.spec
         self.sandbox_id = build_sandbox_id(build.build_id)
+        #: the template this build's capture is registered as (what its tags will name)
+        self.capture_id = tg.build_capture_id(build.template_id, build.build_id)
         self.node_id: str | None = None
         self.guest: BuildGuest | None = None
         self.ctx = Context()
         self.imported = False
+        #: the node holding the capture once taken, until it is published
+        self.unpublished: str | None = None
 
     async def execute(self) -> tuple[str | None, str | None]:
         """Run the build; (error, failed step) — (None, None) when the template is ready."""
         try:
             await self._base()
-            if self.imported:
-                return None, None
-            for i, step in enumerate(self.spec.steps, 1):
-                await self._step(str(i), step)
-            await self._finalize()
+            if not self.imported:
+                for i, step in enumerate(self.spec.steps, 1):
+                    await self._step(str(i), step)
+                await self._finalize()
+            await self._publish()
             return None, None
         except StepFailed as e:
             await self.emit(f"build failed: {e.reason}", e.step, "error")
@@ -134,20 +146,20 @@ class BuildRun:
             )
         if self.spec.from_image is not None:
             name = await self._import(self.spec.from_image)
-            if name == self.build.template_id:
-                self.imported = True  # `aenv pull`: the image is the template
+            if name == self.capture_id:
+                self.imported = True  # `aenv pull`: the image is the build's capture
                 return
         else:
             name = self.spec.from_template or "base"
-        tpl, _ = await self.bus.templates.load(name)
-        if tpl is None or tpl.deleted:
+        tpl = await self._base_template(name)
+        if tpl is None:
             raise StepFailed("base", f"base template {name!r} not found")
         await self.emit(f"FROM {name}: starting the build sandbox", "base", "info")
         token = secrets.token_urlsafe(24)
         create = sb.CreateSandbox(
             sandbox_id=self.sandbox_id,
             template_id=tpl.template_id,
-            alias=tpl.alias,
+            alias=tpl.alias or tg.shown_template(tpl.template_id),
             team_id=BUILDER_TEAM,
             cpu_count=tpl.cpu_count,
             memory_mb=tpl.memory_mb,
@@ -176,8 +188,22 @@ class BuildRun:
         self.node_id = event.node_id
         self.guest = BuildGuest(self.settings.proxy_url, self.sandbox_id, tpl.envd_version, token)
 
+    async def _base_template(self, ref: str) -> tp.Template | None:
+        """The template a build FROM `ref` starts from: `name[:tag]` is the build the tag
+        names (its capture), as for a create; a snapshot's or an image's, itself."""
+        for template_id, tag in tg.candidates(ref):
+            state, _ = await self.bus.templates.load(template_id)
+            if state is None or state.deleted:
+                continue
+            capture = state.capture_for(tag)
+            if capture is None or capture == state.template_id:
+                return state if capture is not None else None
+            found, _ = await self.bus.templates.load(capture)
+            return found if found is not None and not found.deleted else None
+        return None
+
     async def _import(self, image: str) -> str:
-        """The template an image becomes: the build's own (nothing else to do) or an
+        """The template an image becomes: the build's capture (nothing else to do) or an
         intermediate one named by the image (reused while a local file is unchanged, and
         for a registry reference as Docker reuses a pulled image: until a build forces it)."""
         path = Path(image)
@@ -198,7 +224,7 @@ class BuildRun:
             source = {"image_ref": ref, "credentials": login}
         plain = not self.spec.steps and not self.spec.start_cmd and not self.spec.ready_cmd
         key = hashlib.sha256(identity.encode()).hexdigest()
-        name = self.build.template_id if plain else f"img-{key[:16]}"
+        name = self.capture_id if plain else f"img-{key[:16]}"
         forced = self.spec.force or any(st.force for st in self.spec.steps)
         if not plain and not forced:
             existing, _ = await self.bus.templates.load(name)
@@ -213,7 +239,7 @@ class BuildRun:
         )
         cmd = tp.ImportTemplateImage(
             template_id=name,
-            alias=self.build.alias if plain else None,
+            alias=None,
             build_id=self.build.build_id,
             **source,
             cpu_count=self.build.cpu_count,
@@ -240,6 +266,8 @@ class BuildRun:
             )
         if isinstance(rec.event, CommandRejected):
             raise StepFailed("base", f"FROM {image}: {rec.event.reason}")
+        if plain and isinstance(rec.event, tp.TemplateImported):
+            self.unpublished = rec.event.node_id
         await self.emit(f"FROM {image}: imported as template {name}", "base", "info")
         return name
 
@@ -395,7 +423,7 @@ class BuildRun:
         await self.emit("capturing the template snapshot", step, "info")
         snap = sb.SnapshotSandbox(
             sandbox_id=self.sandbox_id,
-            snapshot_id=self.build.template_id,
+            snapshot_id=self.capture_id,
             command_id=sb.derived_command_id("build-snapshot", self.build.build_id),
         )
         try:
@@ -410,18 +438,38 @@ class BuildRun:
             raise StepFailed(step, f"snapshot: {e}") from e
         if isinstance(event, sb.SnapshotFailed | sb.SandboxFailed | CommandRejected):
             raise StepFailed(step, f"snapshot failed: {event.reason}")
-        state, _ = await self.bus.sandboxes.load(self.sandbox_id)
-        assert state is not None
-        register = tp.RegisterTemplate(
+        self.unpublished = self.node_id
+
+    async def _publish(self) -> None:
+        """The build's capture (registered by the node that took it) becomes the
+        template's `default` and takes the build's tags: from now on `Sandbox.create(name)`
+        starts it, and the capture `default` named before is released if no tag is left on
+        it (dropped by the API after its grace)."""
+        step = "finalize"
+        capture, _ = await self.bus.templates.load(self.capture_id)
+        if capture is None or capture.deleted:
+            raise StepFailed(step, f"the build's capture {self.capture_id} was not registered")
+        publish = tp.PublishTemplateBuild(
             template_id=self.build.template_id,
             alias=self.build.alias,
-            envd_version=state.envd_version,
-            cpu_count=state.cpu_count,
-            memory_mb=state.memory_mb,
-            disk_size_mb=state.disk_size_mb,
+            envd_version=capture.envd_version,
+            cpu_count=capture.cpu_count,
+            memory_mb=capture.memory_mb,
+            disk_size_mb=capture.disk_size_mb,
+            build_id=self.build.build_id,
+            capture_id=self.capture_id,
+            tags=self.build.tags,
+            command_id=sb.derived_command_id("build-publish", self.build.build_id),
         )
-        await execute(self.bus.templates, register)
-        await self.emit(f"template {self.build.template_id} is ready", step, "info")
+        try:
+            await execute(self.bus.templates, publish)
+        except DomainError as e:
+            raise StepFailed(step, f"the build could not be published: {e}") from e
+        self.unpublished = None
+        self.published(self.build.template_id)
+        names = ", ".join(f"{self.build.template_id}:{t}"
+                          for t in dict.fromkeys([*self.build.tags, tg.DEFAULT_TAG]))  # fmt: skip
+        await self.emit(f"template {self.build.template_id} is ready ({names})", step, "info")
 
     async def _wait_ready(self, step: str, user: str) -> None:
         assert self.guest is not None and self.spec.ready_cmd is not None
@@ -449,7 +497,10 @@ class BuildRun:
         )
 
     async def _cleanup(self) -> None:
-        """Kill the build sandbox whatever happened (its capture, if any, is the template)."""
+        """Kill the build sandbox whatever happened (its capture, if published, is the
+        build's); a capture taken but never published is nobody's: deleted."""
+        if self.unpublished is not None:
+            await self._discard(self.unpublished)
         state, _ = await self.bus.sandboxes.load(self.sandbox_id)
         if state is None or state.status in (sb.SandboxStatus.KILLED, sb.SandboxStatus.FAILED):
             return
@@ -461,3 +512,15 @@ class BuildRun:
             await _send(self.bus, kill, state.node_id, (sb.SandboxKilled,), 60)
         except Exception as e:  # the TTL kills it later anyway
             log.warning("build %s: could not kill %s: %s", self.build.build_id, self.sandbox_id, e)
+
+    async def _discard(self, node_id: str) -> None:
+        delete = tp.DeleteTemplate(
+            template_id=self.capture_id,
+            command_id=sb.derived_command_id("build-discard", self.build.build_id),
+        )
+        try:
+            await execute(self.bus.templates, delete)
+            await self.bus.commands.to_node(node_id, delete)
+        except Exception as e:  # best effort: an orphan capture costs disk, not correctness
+            log.warning("build %s: could not discard %s: %s", self.build.build_id,
+                        self.capture_id, e)  # fmt: skip

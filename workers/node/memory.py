@@ -232,7 +232,9 @@ class MemoryHost:
             digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()
         await self._work()
         self.templates.add(name)
-        return ImportedImage(digest, 0)
+        # a disk the size of `base`'s: sandboxes of the template are created with it (0
+        # would be refused), as a converted image's would be
+        return ImportedImage(digest, 2048)
 
     def forget_template(self, name: str) -> None:
         if name != "base":

@@ -10,14 +10,16 @@ from api.wire_templates import BuildStart
 
 
 @pytest.mark.parametrize(
-    ("raw", "name"),
-    [("my-app", "my-app"), ("My-App:v1", "my-app"), ("team/my.app_2", "my.app_2")],
-)
-def test_names_become_ids(raw: str, name: str) -> None:
-    assert _template_name(raw) == name
+    ("raw", "name", "tag"),
+    [("my-app", "my-app", None), ("My-App:V1.2", "my-app", "v1.2"),
+     ("team/my.app_2", "my.app_2", None), ("team/app:stable", "app", "stable")],
+)  # fmt: skip
+def test_names_become_ids_and_tags(raw: str, name: str, tag: str | None) -> None:
+    assert _template_name(raw) == (name, tag)
 
 
-@pytest.mark.parametrize("raw", ["", "bad name", "-x", "base", "x" * 200])
+@pytest.mark.parametrize("raw", ["", "bad name", "-x", "base", "x" * 200, "app:bad tag",
+                                 "app:", "app:3f1b9e2a-8a4f-4c1e-9d0b-2f6e1a7c5b3d"])
 def test_bad_names_are_400(raw: str) -> None:
     with pytest.raises(ApiError) as e:
         _template_name(raw)

@@ -1,4 +1,5 @@
-"""Builders of sandbox states at each point of the lifecycle, by folding real events."""
+"""Builders of aggregate states by folding real events: sandboxes at each point of their
+lifecycle, templates after builds and tag changes."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from domain import sandbox as sb
+from domain import template as tp
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 SID = "sbx1"
@@ -103,3 +105,45 @@ STATES: dict[str, Callable[[], sb.Sandbox]] = {
     "killed": killed,
     "failed": failed,
 }
+
+
+# ---- templates: builds and tags -----------------------------------------------------------
+TPL = "app"
+
+
+def build_id(n: int) -> str:
+    """The n-th build's id (a UUID, as the API hands out)."""
+    return f"00000000-0000-4000-8000-{n:012d}"
+
+
+def capture(n: int) -> str:
+    return f"{TPL}:{build_id(n)}"
+
+
+def tstep(state: tp.Template | None, command: tp.AnyTemplateCommand) -> tp.Template:
+    """decide then fold, for a template: one command of the builder or the API."""
+    s = tp.fold_template(tp.decide_template(state, command), state)
+    assert s is not None
+    return s
+
+
+def publish(n: int, *tags: str, seconds: float | None = None) -> tp.PublishTemplateBuild:
+    return tp.PublishTemplateBuild(
+        template_id=TPL, alias=TPL, envd_version="0.6.13", cpu_count=1, memory_mb=512,
+        disk_size_mb=2048, build_id=build_id(n), capture_id=capture(n), tags=tags,
+        at=at(seconds if seconds is not None else 100 * n),
+    )  # fmt: skip
+
+
+def built(*builds: tuple[str, ...]) -> tp.Template:
+    """The template after one successful build per entry, each taking the given tags."""
+    state: tp.Template | None = None
+    for n, tags in enumerate(builds, 1):
+        state = tstep(state, publish(n, *tags))
+    assert state is not None
+    return state
+
+
+def legacy() -> tp.Template:
+    """A template built before tags: registered under its name, its capture its own."""
+    return tstep(None, tp.RegisterTemplate(template_id=TPL, alias=TPL, at=T0))

@@ -94,3 +94,35 @@ def test_log_is_bounded() -> None:
     full = s.model_copy(update={"log_count": bd.MAX_LOG_ENTRIES})
     line = bd.BuildLogEntry(at=T0, message="more")
     assert bd.decide_build(full, bd.LogTemplateBuild(build_id="b1", entries=(line,))) == []
+
+
+def test_a_started_build_is_building_while_it_waits_for_a_builder() -> None:
+    """E2B's `building` starts when the steps are sent, not when a builder gets to it; a
+    builder's claim is what a redelivered start is told apart by."""
+    s = _started()
+    assert s.status is bd.BuildStatus.BUILDING and s.queued
+    claim = bd.ClaimTemplateBuild(build_id="b1")
+    events = bd.decide_build(s, claim)
+    assert [type(e) for e in events] == [bd.TemplateBuildClaimed]
+    s = bd.fold_build(events, s)
+    assert s is not None and s.status is bd.BuildStatus.BUILDING and not s.queued
+    assert bd.decide_build(s, claim) == []  # claimed: another builder has it
+    assert bd.decide_build(s, bd.StartTemplateBuild(build_id="b1", spec=SPEC)) == []
+    with pytest.raises(Conflict):  # nothing to claim before the start
+        bd.decide_build(_requested(), claim)
+    done = bd.fold_build(bd.decide_build(s, bd.CompleteTemplateBuild(build_id="b1")), s)
+    assert done is not None and not done.queued and bd.decide_build(done, claim) == []
+
+
+def test_a_start_from_before_claims_was_the_builder_running_it() -> None:
+    old = bd.TemplateBuildStarted(build_id="b1", spec=SPEC, at=T0)  # no `queued`: old log
+    s = bd.fold_build([old], _requested())
+    assert s is not None and s.status is bd.BuildStatus.BUILDING and not s.queued
+
+
+def test_a_requests_tags_are_normalised() -> None:
+    cmd = bd.RequestTemplateBuild(build_id="b2", template_id="app", tags=("V1", "v1", "x"))
+    s = bd.fold_build(bd.decide_build(None, cmd))
+    assert s is not None and s.tags == ("v1", "x")
+    with pytest.raises(Invalid):
+        bd.decide_build(None, cmd.model_copy(update={"tags": ("no spaces",)}))
