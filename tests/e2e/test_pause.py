@@ -17,13 +17,16 @@ pytestmark = pytest.mark.vm
 CYCLES = int(os.environ.get("AENV_PAUSE_CYCLES", "50"))  # issue 5: 50, zero mismatches
 
 # A process whose memory state we can read from outside: it counts in RAM and writes the
-# count to a file; if its memory were lost or reset, the count would restart or stop.
+# count to a file; if its memory were lost or reset, the count would restart or stop. It
+# writes a new file and renames it over the old one: an open("w") truncates first, and a
+# read (or a pause) landing between the truncate and the write saw an empty count.
 COUNTER = (
-    "python3 -c 'import time\n"
+    "python3 -c 'import os, time\n"
     "n = 0\n"
     "while True:\n"
     "    n += 1\n"
-    '    open("/tmp/count", "w").write(str(n))\n'
+    '    open("/tmp/count.new", "w").write(str(n))\n'
+    '    os.replace("/tmp/count.new", "/tmp/count")\n'
     "    time.sleep(0.05)\n' >/dev/null 2>&1 &"
 )
 
