@@ -155,11 +155,12 @@ async def _sql(sql: str) -> None:
 
 
 @contextlib.contextmanager
-def fleet_rig(root: Path, *, apis: int = 2, nodes: int = 3,
-              env: dict[str, str] | None = None) -> Iterator[Fleet]:  # fmt: skip
+def fleet_rig(root: Path, *, apis: int = 2, nodes: int = 3, env: dict[str, str] | None = None,
+              tag: str = "") -> Iterator[Fleet]:  # fmt: skip
     """The fleet, started (the first node builds or finds the guest image before the
     others start), until the block ends; then every process stopped and the database
-    dropped. Raises `RigError` with the role's log when one does not come up."""
+    dropped. Raises `RigError` with the role's log when one does not come up. `tag` ends
+    the nodes' slot prefixes, so two rigs on one machine keep their namespaces apart."""
     db = f"aenv_fleet_{secrets.token_hex(4)}"
     asyncio.run(_sql(f'CREATE DATABASE "{db}"'))
     nats = NatsCluster(root / "nats")
@@ -180,7 +181,7 @@ def fleet_rig(root: Path, *, apis: int = 2, nodes: int = 3,
         for node_id, prefix, cidr in NODES[:nodes]:
             port = free_port()
             fleet.nodes.append(Role(node_id, "node", root / node_id, {
-                **common, "AENV_NODE_ID": node_id, "AENV_SLOT_PREFIX": prefix,
+                **common, "AENV_NODE_ID": node_id, "AENV_SLOT_PREFIX": prefix + tag,
                 "AENV_SLOT_CIDR": cidr, "AENV_SLOT_POOL": "4", "AENV_PROXY_HOST": "127.0.0.1",
                 "AENV_PROXY_PORT": str(port), "AENV_CAPACITY": "24"}, port))  # fmt: skip
         fleet.nodes[0].start()

@@ -1,13 +1,33 @@
-"""Small helpers shared by every test tier: polling instead of sleeping."""
+"""Small helpers shared by every test tier: polling instead of sleeping; names of our own."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+def session_tag() -> str:
+    """`AENV_TEST_TAG` (a few letters, default none): ends the slot prefixes (netns
+    `<prefix>-<i>`) of this test session. Two sessions on one machine — CI beside a
+    developer's run — must not share prefixes: a node sweeps its prefix's namespaces at
+    start and a teardown asserts none is left, so one session's stack broke the other's."""
+    tag = os.environ.get("AENV_TEST_TAG", "")
+    if tag and not (tag.isascii() and tag.isalpha() and tag.islower()):
+        raise ValueError(f"AENV_TEST_TAG={tag!r}: a-z only")
+    return tag
+
+
+def tagged(prefix: str) -> str:
+    """`prefix` as this test session's slot prefix (see `session_tag`)."""
+    name = prefix + session_tag()
+    if len(name) > 8:
+        raise ValueError(f"slot prefix {name!r} is longer than 8 letters: shorten AENV_TEST_TAG")
+    return name
 
 
 async def eventually(

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.registry import LocalRegistry, local_registry
+from tests.support import tagged
 from tests.vmstack import AENV as AENV  # the CLI, for the tests that drive it
 from tests.vmstack import add_log_tail, running_stack
 
@@ -61,13 +62,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def _stack(data: Path, hub: LocalRegistry) -> Iterator[Stack]:
-    env = {**os.environ, "AENV_SLOT_PREFIX": "aenve", "AENV_NODE_ID": "e2e",
+    prefix = tagged("aenve")
+    env = {**os.environ, "AENV_SLOT_PREFIX": prefix, "AENV_NODE_ID": "e2e",
            "AENV_REGISTRY_MIRRORS": f"docker.io={hub.host}",
            "AENV_TRACE_FILE": str(data / "traces.jsonl"),
            # sandbox traffic takes the multi-host path: API proxy -> node proxy -> guest
            "AENV_PROXY_VIA_NODE": "1",
            # small, so the pause/resume cycles of the e2e suite exercise chain compaction
            "AENV_MAX_LAYER_DEPTH": "3"}  # fmt: skip
-    with running_stack(data, env, "aenve") as exports:
+    with running_stack(data, env, prefix) as exports:
         info = json.loads((data / "stack.json").read_text())
         yield Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], info["nats_url"], hub)

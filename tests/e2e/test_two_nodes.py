@@ -19,6 +19,7 @@ import pytest
 from e2b import Sandbox
 
 from tests.e2e.conftest import Stack
+from tests.support import tagged
 
 pytestmark = pytest.mark.vm
 
@@ -29,7 +30,7 @@ def _node_env(stack: Stack, data: Path) -> dict[str, str]:
     env = dict(
         kv.split("=", 1) for kv in Path(f"/proc/{first}/environ").read_text().split("\0") if kv
     )
-    env.update({"AENV_NODE_ID": "e2e-two", "AENV_SLOT_PREFIX": "aenvf",
+    env.update({"AENV_NODE_ID": "e2e-two", "AENV_SLOT_PREFIX": tagged("aenvf"),
                 "AENV_DATA_DIR": str(data), "AENV_SLOT_POOL": "2"})  # fmt: skip
     env.pop("AENV_TRACE_FILE", None)
     return env
@@ -52,7 +53,7 @@ def _stop_node(proc: subprocess.Popen[str]) -> None:
     proc.wait(60)
     from workers.node.net import list_leftovers
 
-    assert list_leftovers("aenvf") == [], "the second node left namespaces behind"
+    assert list_leftovers(tagged("aenvf")) == [], "the second node left namespaces behind"
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import pytest
 
 from aenv.stack.process import free_port
 from tests.e2e.conftest import AENV
+from tests.support import tagged
 
 pytestmark = pytest.mark.vm
 
@@ -55,7 +56,7 @@ def cli_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliStack]:
         pytest.skip("the stack runs microVMs: needs root")
     data = tmp_path_factory.mktemp("aenv-cli")
     home = tmp_path_factory.mktemp("home")
-    env = {**os.environ, "AENV_SLOT_PREFIX": "aenvc", "AENV_NODE_ID": "cli"}
+    env = {**os.environ, "AENV_SLOT_PREFIX": tagged("aenvc"), "AENV_NODE_ID": "cli"}
     up = subprocess.run(
         [*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
         capture_output=True, text=True, timeout=900, env=env,

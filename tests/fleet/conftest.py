@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.fleetrig import NODES, Fleet, RigError, fleet_rig
+from tests.support import session_tag
 
 pytestmark = [pytest.mark.vm, pytest.mark.fleet]
 
@@ -29,13 +30,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     # heartbeats every second and a node lost after 15 s: the faults play out in seconds
     env = {"AENV_HEARTBEAT_S": "1", "AENV_NODE_LOST_AFTER_S": "15"}
     try:
-        with fleet_rig(root, env=env) as f:
+        with fleet_rig(root, env=env, tag=session_tag()) as f:
             yield f
     except RigError as e:
         pytest.fail(str(e))
     from workers.node.net import list_leftovers
 
-    left = [ns for _, prefix, _ in NODES for ns in list_leftovers(prefix)]
+    left = [ns for _, prefix, _ in NODES for ns in list_leftovers(prefix + session_tag())]
     assert left == [], f"network namespaces left behind: {left}"
     procs = subprocess.run(["pgrep", "-af", str(root)], capture_output=True, text=True)
     assert procs.stdout.strip() == "", f"processes left behind: {procs.stdout}"

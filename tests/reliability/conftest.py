@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import tagged
 from tests.vmstack import AENV, add_log_tail, running_stack
 
 pytestmark = pytest.mark.vm
 
-PREFIX = "aenvr"
+PREFIX = tagged("aenvr")
 SIZE = int(os.environ.get("AENV_RELIABILITY_N", "3"))
 
 

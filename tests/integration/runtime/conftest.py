@@ -14,11 +14,12 @@ from e2b.connection_config import ConnectionConfig
 from packaging.version import Version
 
 from envd.version import ENVD_VERSION
+from tests.support import tagged
 from workers.node.image import GuestImage, build_base, kernel_cmdline
 from workers.node.net import list_leftovers
 from workers.node.runtime import ENVD_PORT, Runtime, Snapshot, Vm
 
-PREFIX = "aenvt"
+PREFIX = tagged("aenvt")
 
 pytestmark = pytest.mark.vm
 

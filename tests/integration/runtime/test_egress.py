@@ -17,6 +17,7 @@ import pytest
 from pyroute2 import IPRoute, NetNS, netns
 
 from tests.integration.runtime.conftest import sdk
+from tests.support import tagged
 from workers.node.image import GuestImage
 from workers.node.net import EgressPolicy
 from workers.node.net.uplink import IP_FORWARD
@@ -84,7 +85,7 @@ async def test_allowed_egress_is_forwarded_and_natted_the_rest_stays_in(
     # its own slot range: guest addresses of this runtime never reappear as another
     # runtime's (the SDK's process-wide connection pool would reuse a dead keep-alive)
     rt = await Runtime.open(tmp_path / "egress", kernel_for_probe=guest_image.kernel,
-                            pool_target=0, slot_prefix="aenvu", slot_cidr="10.214.0.0/24",
+                            pool_target=0, slot_prefix=tagged("aenvu"), slot_cidr="10.214.0.0/24",
                             egress=True)  # fmt: skip
     try:
         allowed = EgressPolicy(internet=False, allow=("198.51.100.0/24",))

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from tests.support import tagged
 from workers.node.net import SlotPool, list_leftovers
 
 pytestmark = pytest.mark.vm
@@ -18,7 +19,7 @@ async def test_close_during_a_refill_leaves_nothing_behind(wait_s: float) -> Non
     slots in threads; closing around that moment must still remove every one of them."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
-    pool = SlotPool(target=4, prefix="aenvq", cidr="10.215.0.0/24")
+    pool = SlotPool(target=4, prefix=tagged("aenvq"), cidr="10.215.0.0/24")
     await pool.start()
     await asyncio.sleep(1.0)  # the first fill
     taken = [await pool.acquire() for _ in range(4)]
@@ -26,4 +27,4 @@ async def test_close_during_a_refill_leaves_nothing_behind(wait_s: float) -> Non
         await pool.release(slot)
     await asyncio.sleep(wait_s)
     await pool.close()
-    assert list_leftovers("aenvq") == []
+    assert list_leftovers(tagged("aenvq")) == []
