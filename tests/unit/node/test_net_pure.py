@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from workers.node.net import GUEST, EgressPolicy, render_rules, slot_address
@@ -54,3 +56,20 @@ def test_deny_beats_allow() -> None:
 def test_bad_cidr_is_rejected() -> None:
     with pytest.raises(ValueError, match="invalid CIDR"):
         EgressPolicy(allow=("not-a-net",))
+
+
+def test_a_sibling_stacks_slot_device_is_recognised_by_its_index_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two stacks on one host share the slot index space: the host end of another stack's
+    slot (whatever its prefix) is not a foreign route over our range. CI's CLI stack once
+    refused to start beside a developer's stack with prefix `clipm`."""
+    from workers.node.net import slot
+
+    monkeypatch.setattr(slot, "LOCK_DIR", tmp_path)
+    (tmp_path / "3.lock").write_text("clipm")
+    assert slot.is_slot_device("clipmh3")
+    assert not slot.is_slot_device("clipmh4")  # no lock for index 4
+    assert not slot.is_slot_device("otherh3")  # index 3 is clipm's
+    assert not slot.is_slot_device("eth0")
+    assert not slot.is_slot_device("docker0")

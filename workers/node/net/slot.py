@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import ipaddress
 import os
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,6 +174,17 @@ def host_addresses() -> tuple[str, ...]:
         )
 
 
+_SLOT_DEVICE = re.compile(r"^([a-z]{1,8})h(\d+)$")
+
+
+def is_slot_device(dev: str) -> bool:
+    """Whether `dev` is the host end of some aenv stack's slot (`<prefix>h<index>` whose
+    index lock names that prefix), whatever its prefix: stacks share the index space, so
+    a sibling's slot never overlaps one of ours."""
+    m = _SLOT_DEVICE.match(dev)
+    return m is not None and _lock_owner(int(m.group(2))) == m.group(1)
+
+
 def routed_overlap(cidr: str = DEFAULT_SLOT_CIDR, prefix: str = "aenv") -> list[str]:
     """Routes of the host (not ours: this prefix's slots, or a sibling aenv stack's) that
     overlap the slot range: starting over them is unsafe."""
@@ -186,7 +198,8 @@ def routed_overlap(cidr: str = DEFAULT_SLOT_CIDR, prefix: str = "aenv") -> list[
                 continue
             net = ipaddress.ip_network(f"{dst}/{r['dst_len']}", strict=False)
             dev = names.get(r.get_attr("RTA_OIF"), "")
-            if net.overlaps(ours) and not str(dev).startswith(("aenv", prefix)):
+            dev = str(dev)
+            if net.overlaps(ours) and not (dev.startswith(("aenv", prefix)) or is_slot_device(dev)):
                 hits.append(f"{net} dev {dev}")
     return hits
 
