@@ -25,7 +25,7 @@ from bus.nodes import has_room, is_gone
 from domain import DomainError
 from domain import sandbox as sb
 
-__all__ = ["RETRY_AFTER_S", "check_room", "no_room", "withdraw"]
+__all__ = ["RETRY_AFTER_S", "check_room", "no_room", "warm_nodes", "withdraw"]
 
 #: What a refused client is told to wait (the SDK honours it, up to 3 retries).
 RETRY_AFTER_S = 5
@@ -58,6 +58,17 @@ def check_room(
         f"{most.free_vcpus} vCPU / {most.free_mem_mib} MiB / {most.free} sandboxes left",
         headers=headers,
     )
+
+
+def warm_nodes(ctx: ApiContext, template_id: str) -> tuple[str, ...]:
+    """Nodes beating now whose heartbeat says they hold a warm VM of `template_id` (the
+    create's `warm_on` hint: they take it before a node that would restore it cold)."""
+    beats = ctx.nodes.current() if ctx.nodes is not None else None
+    if not beats:
+        return ()
+    now = time.time()
+    return tuple(sorted(b.node_id for b in beats.values()
+                        if b.warm.get(template_id, 0) > 0 and not is_gone(b, now)))  # fmt: skip
 
 
 async def withdraw(ctx: ApiContext, cmd: sb.CreateSandbox, actor: str | None) -> bool:

@@ -27,7 +27,7 @@ from api.hangup import watch_hangup
 from api.ids import is_sandbox_id
 from api.outcomes import send_and_wait
 from api.resume import LIVE, node_or_placement, resume
-from api.room import check_room, no_room, withdraw
+from api.room import check_room, no_room, warm_nodes, withdraw
 from bus.decisions import execute
 from bus.envelope import MessageContext
 from domain import sandbox as sb
@@ -153,8 +153,9 @@ async def create_sandbox(
         nonlocal withdrawn
         withdrawn = await withdraw(ctx, cmd, caller.key_id)
 
-    if node is None:  # placement: is there room anywhere?
+    if node is None:  # placement: is there room anywhere? a warm VM somewhere?
         check_room(ctx, cmd.cpu_count, cmd.memory_mb)
+        cmd = cmd.model_copy(update={"warm_on": warm_nodes(ctx, cmd.template_id)})
     async with watch_hangup(request) as hung_up:
         event, _ = await send_and_wait(
             ctx.bus, cmd, node_id=node, until=(sb.SandboxCreated,),

@@ -15,7 +15,7 @@ import time
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bus.kvwatch import kv_entries
 from bus.tasks import cancel_and_wait
@@ -58,6 +58,13 @@ class Heartbeat(BaseModel):
     #: how long the oldest has waited: a pause not yet durable (S3 down) made visible.
     uploads_waiting: int = 0
     oldest_upload_wait_s: float = 0.0
+    #: Its warm pool: VMs ready per template (a create of one of those is a hand-over,
+    #: not a restore), creates served by it and missed since the node started, and the
+    #: memory (MiB) those VMs hold — room its sandboxes get back first when they need it.
+    warm: dict[str, int] = Field(default_factory=dict)
+    warm_hits: int = 0
+    warm_misses: int = 0
+    warm_mem_mib: int = 0
 
 
 def describe_uploads(waiting: int, oldest_s: float) -> str:

@@ -29,6 +29,8 @@ def fleet_view(beats: Iterable[Heartbeat], now: float) -> dict[str, Any]:
                      "free_mem_mib": b.free_mem_mib, "sandboxes": b.capacity,
                      "free_sandboxes": b.free},
             "uploads_waiting": b.uploads_waiting,
+            "warm": {"ready": b.warm, "hits": b.warm_hits, "misses": b.warm_misses,
+                     "mem_mib": b.warm_mem_mib},
         })  # fmt: skip
     live = [b for b in listed if not is_gone(b, now)]
     running = [b.running for b in live]

@@ -95,7 +95,8 @@ async def _qemu_host(
     catalog = TemplateCatalog(runtime, progress=lambda m: say(f"  template: {m}"), base=base)
     await catalog.get("base")
     repository = await _repository(cfg, node_cfg, stack)
-    host = SandboxHost(runtime, catalog, capacity=node_cfg.capacity, repository=repository)
+    host = SandboxHost(runtime, catalog, capacity=node_cfg.capacity, repository=repository,
+                       warm=node_cfg.warm_policy())  # fmt: skip
     # captures become durable through the node's snapshot worker
     uploads = SnapshotWorker(bus, node_cfg.node_id, host, repository) if repository else None
     return host, uploads, image.rootfs.stat().st_size >> 20

@@ -51,9 +51,15 @@ class SandboxCommand(Command):
 
 class CreateSandbox(SandboxCommand, SandboxSpec):
     """Start a sandbox from a template (or as a fork child, then `forked_from` is set): a
-    spec (`SandboxSpec`) with the sandbox's id."""
+    spec (`SandboxSpec`) with the sandbox's id.
+
+    `warm_on`: a hint, not part of the spec — nodes whose heartbeat said they hold a warm
+    VM of the template (the API fills it). A node not among them, with none of its own,
+    passes the create on once (its first delivery), so that a node that hands a warm VM
+    over takes it rather than one that would restore cold. Placement stays pull-based."""
 
     creates: ClassVar[bool] = True
+    warm_on: tuple[str, ...] = ()
 
 
 class PauseSandbox(SandboxCommand):
@@ -97,10 +103,12 @@ class SnapshotSandbox(SandboxCommand):
 
 
 class CompleteCreate(SandboxCommand):
-    """Node: the VM booted/restored and envd answers (or `error` says why not)."""
+    """Node: the VM booted/restored and envd answers (or `error` says why not); `warm`:
+    it was a warm VM the node's pool handed over, not a restore."""
 
     node_id: str
     error: str | None = None
+    warm: bool = False
 
 
 class CompletePause(SandboxCommand):

@@ -288,6 +288,7 @@ def _complete_create(state: State, c: CompleteCreate) -> list[SandboxEvent]:
             at=c.at,
             node_id=c.node_id,
             end_at=c.at + timedelta(seconds=s.timeout_s),
+            warm=c.warm,
         )
     ]
 

@@ -61,10 +61,13 @@ class SandboxRequested(SandboxEvent):
 
 
 class SandboxCreated(SandboxEvent):
-    """The VM runs on `node_id` and envd answers; the TTL starts now."""
+    """The VM runs on `node_id` and envd answers; the TTL starts now. `warm`: the node
+    handed over a VM of its warm pool (restored before the request) instead of restoring
+    one for it — for audits and benchmarks; the sandbox is the same either way."""
 
     node_id: str
     end_at: AwareDatetime
+    warm: bool = False
 
 
 class SandboxFailed(SandboxEvent):

@@ -30,13 +30,15 @@ async def beat_forever(
         accel = host.accelerator
         waiting, oldest = uploads() if uploads is not None else (0, 0.0)
         r = room()
+        pool = host.warm_stats()
         beat = Heartbeat(
             node_id=node_id, at=time.time(), every_s=every_s, capacity=r.sandboxes,
             free=r.free_sandboxes, running=host.running, paused=host.paused_count,
             vcpus=r.vcpus, mem_mib=r.mem_mib, free_vcpus=r.free_vcpus,
             free_mem_mib=r.free_mem_mib, proxy=proxy, accelerator=accel.accel,
             accelerator_reason=accel.reason, qemu=accel.vmm, uploads_waiting=waiting,
-            oldest_upload_wait_s=oldest,
+            oldest_upload_wait_s=oldest, warm=pool.ready, warm_hits=pool.hits,
+            warm_misses=pool.misses, warm_mem_mib=pool.mem_mib,
         )  # fmt: skip
         try:
             await book.beat(beat)

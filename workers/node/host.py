@@ -34,6 +34,7 @@ from workers.node.ports import (
     ImageSource,
     ImportedImage,
     TemplateLocator,
+    WarmStats,
 )
 from workers.node.runtime import (
     ENVD_PORT,
@@ -46,6 +47,8 @@ from workers.node.runtime import (
 )
 from workers.node.templates import TemplateCatalog, TemplateSpec
 from workers.node.transfer import Transfers
+from workers.node.warm import WarmPool
+from workers.node.warmsize import WarmPolicy
 
 __all__ = ["GuestConfig", "HostError", "LocalCapture", "SandboxHost"]
 
@@ -61,6 +64,8 @@ class LiveSandbox:
     template_id: str
     vm: Vm
     guest: GuestConfig
+    #: handed over by the warm pool (not restored for it)
+    warm: bool = False
 
 
 @dataclass
@@ -96,11 +101,13 @@ class SandboxHost:
 
     def __init__(
         self, runtime: Runtime, templates: TemplateCatalog, *, capacity: int,
-        repository: CaptureRepository | None = None,
+        repository: CaptureRepository | None = None, warm: WarmPolicy | None = None,
     ) -> None:  # fmt: skip
         self.runtime = runtime
         self.templates = templates
         self._capacity = capacity
+        #: VMs restored and warmed before anyone asked (None: no pool)
+        self.warm = WarmPool(runtime, templates, warm) if warm is not None else None
         self.transfers = Transfers(runtime, templates, repository)
         self.sandboxes: dict[str, LiveSandbox] = {}
         self.paused: dict[str, PausedSandbox] = {}
@@ -209,14 +216,24 @@ class SandboxHost:
 
     # ---- lifecycle ----------------------------------------------------------------------
     async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None:
-        """Restore the template into a new VM; returns once envd in it has been initialised.
-        Idempotent: a redelivered create for a sandbox already running here returns."""
+        """A warm VM of the template handed over, else the template restored into a new
+        VM; returns once envd in it has been initialised. Idempotent: a redelivered create
+        for a sandbox already running here returns."""
         if sandbox_id in self.sandboxes:
             return
         if self.free <= 0:
             raise HostError("node is full")
+        t0 = time.monotonic()
         try:
             snap = await self.transfers.template(template_id)
+            warm = None
+            if self.warm is not None:
+                warm = await self.warm.claim(template_id, snap, guest, sandbox_id)
+            if warm is not None:
+                log.info("sandbox %s up: warm, claimed in %.1f ms", sandbox_id,
+                         (time.monotonic() - t0) * 1000)  # fmt: skip
+                self._running(LiveSandbox(sandbox_id, template_id, warm, guest, warm=True))
+                return
             vm, timing = await self.runtime.restore(
                 snap, vm_id=sandbox_id,
                 private_memory=False,  # a sandbox can be paused: its RAM must be its own file
@@ -231,6 +248,18 @@ class SandboxHost:
         log.info("sandbox %s up: running %.1f ms, envd %.1f ms", sandbox_id,
                  timing.running * 1000, timing.envd * 1000)  # fmt: skip
         self._running(LiveSandbox(sandbox_id, template_id, vm, guest))
+
+    def started_warm(self, sandbox_id: str) -> bool:
+        live = self.sandboxes.get(sandbox_id)
+        return live is not None and live.warm
+
+    def start_warm_pool(self, spare_mib: Callable[[], int]) -> None:
+        if self.warm is not None:
+            self.warm.spare_mib = spare_mib
+            self.warm.start()
+
+    def warm_stats(self) -> WarmStats:
+        return self.warm.stats() if self.warm is not None else WarmStats()
 
     async def pause(
         self, sandbox_id: str, *, keep_memory: bool = True,
@@ -454,6 +483,8 @@ class SandboxHost:
         old = self.templates.forget(name)
         self.templates.adopt(name, snap, live.guest.access_token, sandbox_id)
         if old is not None:  # a new build of an existing name replaces the old capture
+            if self.warm is not None:  # its warm VMs were restored from the old one
+                await self.warm.drain(name, forget=False)
             self.runtime.delete_snapshot(old)
         return Capture(snap.snapshot_id, live.template_id, _size(snap), snap.stopped_ms)
 
@@ -490,6 +521,8 @@ class SandboxHost:
         registry reference, converted (cached by content), booted once, captured and
         adopted (so a restart keeps it)."""
         image = await asyncio.to_thread(self._convert, name, source, progress)
+        if self.warm is not None:  # an import again under a name: the old VMs go
+            await self.warm.drain(name, forget=False)
         self.templates.register(TemplateSpec(name, vcpus=vcpus, mem_mib=mem_mib), lambda: image)
         if progress is not None:
             progress(f"booting {name} once until envd answers, then capturing it")
@@ -515,7 +548,9 @@ class SandboxHost:
         return build_from_oci(pulled.layout, f"tpl-{name}", progress=progress, ref="image",
                               blobs=pulled.blobs)  # fmt: skip
 
-    def forget_template(self, name: str) -> None:
+    async def forget_template(self, name: str) -> None:
+        if self.warm is not None:
+            await self.warm.drain(name)
         snap = self.templates.forget(name)
         if snap is not None:
             self.runtime.delete_snapshot(snap)
@@ -578,6 +613,8 @@ class SandboxHost:
                 log.info("fork capture %s freed: no child maps it", capture.snapshot_id)
 
     async def close(self) -> None:
+        if self.warm is not None:
+            await self.warm.close()
         for task in list(self._watchers):
             task.cancel()
         for sid in list(self.sandboxes):

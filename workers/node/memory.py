@@ -32,6 +32,7 @@ from workers.node.ports import (
     ImageSource,
     ImportedImage,
     TemplateLocator,
+    WarmStats,
 )
 
 __all__ = ["MemoryHost"]
@@ -111,6 +112,15 @@ class MemoryHost:
             raise HostError(f"template {template_id!r} not found on this node")
         await self._work()
         self.live[sandbox_id] = _Sandbox(template_id, guest)
+
+    def started_warm(self, sandbox_id: str) -> bool:
+        return False  # records have no VMs to keep warm
+
+    def start_warm_pool(self, spare_mib: Callable[[], int]) -> None:
+        return None
+
+    def warm_stats(self) -> WarmStats:
+        return WarmStats()
 
     async def flush_guest(self, sandbox_id: str) -> dict[str, object]:
         if sandbox_id not in self.live:
@@ -236,7 +246,7 @@ class MemoryHost:
         # would be refused), as a converted image's would be
         return ImportedImage(digest, 2048)
 
-    def forget_template(self, name: str) -> None:
+    async def forget_template(self, name: str) -> None:
         if name != "base":
             self.templates.discard(name)
 

@@ -36,6 +36,7 @@ __all__ = [
     "TemplateLocation",
     "TemplateLocator",
     "Uploaded",
+    "WarmStats",
 ]
 
 #: A snapshot template's capture in the repository: (key, guest token, source sandbox id).
@@ -68,6 +69,17 @@ class GuestConfig:
             "accessToken": self.access_token,
             "hostname": sandbox_id[:63],
         }
+
+
+@dataclass(frozen=True)
+class WarmStats:
+    """The warm pool of a node (`workers/node/warm.py`): VMs ready per template, claims
+    served by it and missed since start, and the memory (MiB, nominal) it holds."""
+
+    ready: dict[str, int] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+    mem_mib: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,7 +164,16 @@ class Host(Protocol):
 
     def set_template_locator(self, locate: TemplateLocator) -> None: ...
 
-    async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None: ...
+    async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None:
+        """Start the sandbox: a warm VM of the template if the pool has one, else a restore."""
+
+    def started_warm(self, sandbox_id: str) -> bool:
+        """Whether the running sandbox was a warm VM handed over (not a restore)."""
+
+    def start_warm_pool(self, spare_mib: Callable[[], int]) -> None:
+        """Keep warm VMs from now on, within `spare_mib` (room the sandboxes leave)."""
+
+    def warm_stats(self) -> WarmStats: ...
 
     async def pause(
         self, sandbox_id: str, *, keep_memory: bool = True,
@@ -229,7 +250,7 @@ class Host(Protocol):
         """An OCI image becomes template `name` on this node (booted once, captured);
         `progress` hears each step (called from a worker thread)."""
 
-    def forget_template(self, name: str) -> None: ...
+    async def forget_template(self, name: str) -> None: ...
 
     def collect_soon(self) -> None:
         """Free what killed sandboxes left behind, off the command path."""

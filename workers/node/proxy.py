@@ -34,10 +34,14 @@ def _answer(status: int, doc: object) -> App:
     return app
 
 
-def _node_routes(ready: Callable[[], bool], observer: GuestObserver | None) -> App:
+def _node_routes(
+    ready: Callable[[], bool], observer: GuestObserver | None,
+    warm: Callable[[], dict[str, int]],
+) -> App:  # fmt: skip
     """What this port answers besides sandbox traffic: the node's health, for a service
     manager's probes (Kubernetes, a load balancer): live once the process serves, ready
-    once the node worker has reconciled and pulls commands; and, for the API, what the node
+    once the node worker has reconciled and pulls commands (with its warm pool now: the
+    heartbeat says it only every few seconds); and, for the API, what the node
     observed of its guests (`observe.py`): `/sandboxes/{id}/metrics?start=&end=`,
     `/sandboxes/{id}/logs`, `/sandboxes/metrics?ids=a,b` (the latest of each)."""
 
@@ -49,7 +53,7 @@ def _node_routes(ready: Callable[[], bool], observer: GuestObserver | None) -> A
             await _answer(200, {"status": "live"})(scope, receive, send)
         elif path in ("/health/ready", "/health"):
             if ready():
-                await _answer(200, {"status": "ready"})(scope, receive, send)
+                await _answer(200, {"status": "ready", "warm": warm()})(scope, receive, send)
             else:
                 await _answer(503, {"code": 503, "message": "node is starting"})(
                     scope, receive, send
@@ -101,7 +105,7 @@ def node_proxy(
             raise SandboxUnavailable(sandbox_id)
         return Upstream(address, port, traffic_digest=digest)
 
-    proxy = SandboxProxy(_node_routes(ready, observer), resolve)
+    proxy = SandboxProxy(_node_routes(ready, observer, lambda: host.warm_stats().ready), resolve)
     host.on_gone(proxy.close_sandbox)
     return proxy
 

@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from workers.node.warmsize import WarmPolicy
+
 
 def _default_node_id() -> str:
     host = "".join(c for c in socket.gethostname().lower() if c.isalnum())
@@ -63,6 +65,22 @@ class NodeSettings(BaseSettings):
     #: How often the node samples its guests' resources and reads their consoles (E2B's
     #: sandbox metrics and logs, `observe.py`).
     metrics_every_s: float = Field(default=5.0, gt=0)
+    #: The warm pool (`warm.py`): memory (MiB, the templates' sizes) its warm VMs may hold
+    #: at most — 0 turns it off; at most `warm_pool_max` VMs of one template; the
+    #: templates kept warm before their first create (comma-separated); a template
+    #: without a create for `warm_pool_idle_s` keeps none.
+    warm_pool_mib: int = Field(default=4096, ge=0)
+    warm_pool_max: int = Field(default=8, ge=0, le=64)
+    warm_pool_keep: str = "base"
+    warm_pool_idle_s: float = Field(default=600.0, gt=0)
     #: vCPUs and RAM of the default `base` template.
     base_vcpus: int = Field(default=1, ge=1)
     base_mem_mib: int = Field(default=512, ge=128)
+
+    def warm_policy(self) -> WarmPolicy | None:
+        """The warm pool's sizing, or None when it is off."""
+        if self.warm_pool_mib <= 0 or self.warm_pool_max <= 0:
+            return None
+        keep = frozenset(t.strip() for t in self.warm_pool_keep.split(",") if t.strip())
+        return WarmPolicy(max_per_template=self.warm_pool_max, budget_mib=self.warm_pool_mib,
+                          idle_s=self.warm_pool_idle_s, keep=keep)  # fmt: skip

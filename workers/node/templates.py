@@ -72,6 +72,15 @@ class TemplateCatalog:
     def known(self) -> list[str]:
         return sorted(self._specs)
 
+    def mem_mib(self, name: str) -> int | None:
+        """The RAM of `name`'s VMs, if this node knows the template."""
+        spec = self._specs.get(name)
+        return spec.mem_mib if spec is not None else None
+
+    def ready(self, name: str) -> Snapshot | None:
+        """`name`'s capture if it is on this disk now (nothing is built or pulled)."""
+        return self._ready.get(name)
+
     def guest_token(self, name: str) -> str | None:
         """The envd access token the captured guest holds (a snapshot of a secure sandbox):
         a restore must present it to re-initialise envd with the new sandbox's own."""

@@ -29,6 +29,7 @@ from bus import (
     Delivery,
     MessageContext,
     PermanentError,
+    RetryableError,
 )
 from bus.decisions import execute
 from bus.nodes import NodeBook
@@ -49,6 +50,7 @@ from workers.node.ports import GuestConfig, Host, HostError, ImageSource, Templa
 from workers.node.reconcile import reconcile
 from workers.node.routes import RoutePublisher
 from workers.node.settings import NodeSettings
+from workers.node.warmsize import passes_on
 
 __all__ = ["NodeWorker", "completion_id", "egress_of"]
 
@@ -154,6 +156,8 @@ class NodeWorker:
                              self.capacity.room, self.uploads_waiting,
                              proxy=self.node_proxy)  # fmt: skip
         self._heartbeat = asyncio.create_task(beats)
+        # warm VMs live in the room the sandboxes leave: given up first when they need it
+        self.host.start_warm_pool(lambda: self.capacity.room().free_mem_mib)
         self.serving = True
 
     async def stop(self) -> None:
@@ -187,6 +191,9 @@ class NodeWorker:
         cmd, ctx = d.command, d.context
         match cmd:
             case sb.CreateSandbox():
+                if d.attempt == 1 and self._warm_elsewhere(cmd):
+                    raise RetryableError(f"passed on to {', '.join(cmd.warm_on)}, which hold "
+                                         f"a warm VM of {cmd.template_id}", delay_s=0)  # fmt: skip
                 await self._create(cmd, ctx)
             case sb.ResumeSandbox():
                 await self._resume(cmd, ctx)
@@ -205,9 +212,15 @@ class NodeWorker:
             case tp.ImportTemplateImage():
                 await self._import(cmd, ctx)
             case tp.DeleteTemplate():
-                self.host.forget_template(cmd.template_id)
+                await self.host.forget_template(cmd.template_id)
             case _:
                 raise Invalid(f"{type(cmd).__name__} is not supported by this node")
+
+    def _warm_elsewhere(self, cmd: sb.CreateSandbox) -> bool:
+        if cmd.forked_from is not None:  # a fork child starts beside its parent
+            return False
+        held = self.host.warm_stats().ready.get(cmd.template_id, 0)
+        return passes_on(cmd.warm_on, self.node_id, held)
 
     async def _operate(
         self, request: sb.AnySandboxCommand, ctx: MessageContext, expect: S, work: Work
@@ -355,6 +368,7 @@ class NodeWorker:
         token = state.traffic_access_token
         route = self._routes.beside(sid, token) if error is None else None
         done = sb.CompleteCreate(sandbox_id=sid, node_id=self.node_id, error=error,
+                                 warm=error is None and self.host.started_warm(sid),
                                  command_id=completion_id(cmd, "created"))  # fmt: skip
         try:
             state, _, events = await execute(self.bus.sandboxes, done, ctx,

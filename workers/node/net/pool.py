@@ -89,9 +89,14 @@ class SlotPool:
         self._in_use.add(slot.address.index)
         self._last_acquire = time.monotonic()
         self._wake.set()
+        await self.apply(slot, policy)
+        return slot
+
+    async def apply(self, slot: NetworkSlot, policy: EgressPolicy | None) -> None:
+        """Give a slot in use another egress policy (a warm VM claimed by a sandbox with
+        a policy of its own); nothing to do when it already has it."""
         if policy is not None and policy != slot.policy:
             await asyncio.to_thread(update_policy, slot, policy, self._host_addrs)
-        return slot
 
     async def release(self, slot: NetworkSlot, *, background: bool = False) -> None:
         """Destroy a used slot (conntrack and ARP state must not leak to the next guest);

@@ -119,3 +119,30 @@ async def wait_and_init(
             last = e
         await asyncio.sleep(0.003)
     raise VmTimeout(f"envd at {host}:{ENVD_PORT} did not accept /init within {timeout}s ({last})")
+
+
+#: What a warm VM runs once before it idles: the command a sandbox's first
+#: `commands.run` starts, the way the SDK starts it (a login bash), through envd's
+#: process table and its streaming Connect call — so that the code path a client's first
+#: command takes has run in this QEMU (its translated guest code, the guest pages it
+#: touches) before any client waits on it.
+WARM_COMMAND = ("/bin/bash", "-l", "-c", "true")
+
+
+async def run_first_command(
+    host: str, *, token: str | None, timeout: float = 30.0,
+    argv: tuple[str, ...] = WARM_COMMAND,
+) -> None:  # fmt: skip
+    """Start `argv` in the guest through envd's `process.Process/Start` (Connect, JSON
+    codec, server-streaming) and wait for its end event. Raises `InitRefused` on an error
+    status or a stream without an end."""
+    msg = json.dumps({"process": {"cmd": argv[0], "args": list(argv[1:]), "envs": {}},
+                      "stdin": False}).encode()  # fmt: skip
+    body = b"\x00" + len(msg).to_bytes(4, "big") + msg
+    headers = {"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
+    if token:
+        headers["X-Access-Token"] = token
+    status, payload = await http_request(host, ENVD_PORT, "POST", "/process.Process/Start",
+                                         body, headers, timeout=timeout)  # fmt: skip
+    if status != 200 or b'"end"' not in payload:
+        raise InitRefused(f"envd's first command answered {status}: {payload[-200:]!r}")

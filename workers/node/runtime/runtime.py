@@ -259,8 +259,13 @@ class Runtime:
         init_token: str | None = None,
         adopt_memory: bool = False,
         run: bool = True,
+        background: bool = False,
     ) -> tuple[Vm, Timing]:
         """Start a VM from `snap`.
+
+        background=True: a VM no client waits on (a warm pool's): not foreground work, and
+        its QEMU yields the CPU to every other VM (`QemuVm.set_background`) until told
+        otherwise.
 
         run=False leaves it loaded but stopped (no `cont`, no envd wait): a fork loads all
         its children before any of them runs, so guests do not compete with the launches.
@@ -282,7 +287,8 @@ class Runtime:
         t0 = time.monotonic()
         kept: asyncio.Task[Path | None] | None = None
         async with contextlib.AsyncExitStack() as stack:
-            stack.enter_context(self.foreground.busy())
+            if not background:
+                stack.enter_context(self.foreground.busy())
             slot = await self.pool.acquire(policy)
             stack.push_async_callback(self.pool.release, slot)
             workdir = self._vm_dir(vm_id)
@@ -328,6 +334,8 @@ class Runtime:
             )
             qemu = await QemuVm.launch(spec)
             stack.push_async_callback(qemu.kill)
+            if background:
+                qemu.set_background(True)
             if run:
                 if kept is not None:
                     await _keep_capture(snap, kept)

@@ -9,13 +9,15 @@ import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from workers.node.net import NetworkSlot
 from workers.node.runtime.guest import wait_and_init
 from workers.node.vmm import Machine, QemuVm, VmTimeout
 
 __all__ = ["Timing", "Vm", "caps", "init_vm_envd", "new_id", "race_exit", "sparse_like"]
+
+T = TypeVar("T")
 
 # QEMU's own memory beyond guest RAM: TCG translation cache, device emulation, heap.
 QEMU_OVERHEAD_MIB = 512
@@ -55,7 +57,7 @@ class Timing:
     envd: float  # envd answered /health
 
 
-async def race_exit(vm: Vm, work: Awaitable[float]) -> float:
+async def race_exit(vm: Vm, work: Awaitable[T]) -> T:
     """`work` on the VM, failing fast (with QEMU's output) if the VM dies meanwhile."""
     probe = asyncio.ensure_future(work)
     died = asyncio.ensure_future(vm.qemu.wait_exit())

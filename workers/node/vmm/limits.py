@@ -96,3 +96,22 @@ def read_limits(applied: Applied) -> Limits:
     q = int((cpu / "cpu.cfs_quota_us").read_text())
     p = int((cpu / "cpu.cfs_period_us").read_text())
     return Limits(int((mem / "memory.limit_in_bytes").read_text()), q / p)
+
+
+#: CPU weights (cgroup v2 `cpu.weight`, 1..10000, default 100): a VM nobody waits for yet
+#: (a warm pool's, restoring and warming up) yields the CPU to every VM a client waits on.
+WEIGHT_BACKGROUND = 1
+WEIGHT_DEFAULT = 100
+
+
+def set_weight(applied: Applied | None, weight: int) -> None:
+    """Set the cgroup's CPU weight (v1: `cpu.shares`, scaled); a no-op without a cgroup."""
+    if applied is None:
+        return
+    try:
+        if len(applied.dirs) == 1:
+            (applied.dirs[0] / "cpu.weight").write_text(str(weight))
+        else:
+            (applied.dirs[1] / "cpu.shares").write_text(str(max(2, weight * 1024 // 100)))
+    except OSError as e:  # a weight is a preference: never fail the VM for it
+        log.warning("cannot set the CPU weight of %s: %s", applied.dirs[-1], e)

@@ -221,6 +221,11 @@ class QemuVm:
             raise self.crash_error()
         raise VmTimeout(f"VM {self.spec.vm_id}: QMP {cmd} took longer than {timeout}s")
 
+    def set_background(self, on: bool) -> None:
+        """Whether this VM yields the CPU to the others (a warm pool's VM, which no client
+        waits on yet) or competes as usual (once a sandbox claimed it)."""
+        limits.set_weight(self.cgroup, limits.WEIGHT_BACKGROUND if on else limits.WEIGHT_DEFAULT)
+
     async def status(self) -> str:
         reply = await self.execute("query-status")
         return str(reply["status"])
