@@ -278,7 +278,8 @@ def test_a_killed_embedded_server_is_restarted_and_the_roles_reconnect(
                               60, f"{server} restarted")  # fmt: skip
             assert back
             eventually(lambda: _api_serves(stack), 90, "the API serves again")
-            assert c.get(f"/sandboxes/{sid}").json()["state"] == "running"
+            got = c.get(f"/sandboxes/{sid}")
+            assert got.status_code == 200 and got.json()["state"] == "running", got.text
             assert _history(stack, sid)[:2] == ["SandboxRequested", "SandboxCreated"]
             assert c.delete(f"/sandboxes/{sid}").status_code == 204
         log = stack.data_dir / "aenv.log"

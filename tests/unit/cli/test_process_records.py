@@ -20,8 +20,13 @@ def test_start_time_is_read_after_the_last_paren() -> None:
     assert parse_start_time(STAT.replace(") S ", ") Z ")) is None  # a zombie is gone
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_a_recorded_process_is_found_and_stopped(tmp_path: Path) -> None:
-    child = subprocess.Popen(["sleep", "60"])
+    # SIGINT at its default: a shell's background job (CI started with `&`) has it ignored
+    child = subprocess.Popen(["sleep", "60"], preexec_fn=_default_sigint)
     try:
         book = ProcessBook(tmp_path)
         book.note("sleeper", child.pid, stop_signal=signal.SIGINT)
