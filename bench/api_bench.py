@@ -62,8 +62,15 @@ class RigProcess:
 
     def cycle(self) -> dict[str, float]:
         """One create-like restore, a pause and resume of it, and the bare primitive."""
+        return self._ask("cycle")
+
+    def warm(self) -> dict[str, float]:
+        """The warm pool's hand-over (cont + /init) and the first command after it."""
+        return self._ask("warm")
+
+    def _ask(self, request: str) -> dict[str, float]:
         assert self.proc.stdin is not None
-        self.proc.stdin.write("cycle\n")
+        self.proc.stdin.write(f"{request}\n")
         self.proc.stdin.flush()
         return self._read()
 
@@ -98,7 +105,9 @@ def snapshot_pauses(log: Path) -> list[float]:
 
 def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
     port = free_port()
-    env = {**os.environ, "AENV_SLOT_PREFIX": "aenva", "AENV_NODE_ID": "bench"}
+    # the cold path: no warm pool (bench/warm_bench.py measures it, beside this path)
+    env = {**os.environ, "AENV_SLOT_PREFIX": "aenva", "AENV_NODE_ID": "bench",
+           "AENV_WARM_POOL_MIB": "0"}
     up = subprocess.run(
         [sys.executable, "-m", "aenv.cli", "up", "--data-dir", str(data), "--port", str(port)],
         capture_output=True, text=True, env=env, timeout=900,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.node.image import build_base, kernel_cmdline
-from workers.node.runtime import Runtime, init_envd
+from workers.node.runtime import Runtime, init_envd, run_first_command
 
 
 class RawRig:
@@ -66,6 +66,28 @@ class RawRig:
         await rt.destroy(vm)
         return out
 
+    async def warm(self) -> dict[str, float]:
+        """The warm pool's primitive: a VM restored, its first command run, its vCPUs
+        stopped (off the clock), then handed over — `cont` and envd's /init — on the clock;
+        and that VM's first command after the hand-over."""
+        rt = self.rt
+        vm, _ = await rt.restore(self.snap, private_memory=False, background=True,
+                                 init={"accessToken": "rig"})  # fmt: skip
+        try:
+            await run_first_command(vm.host, token="rig")
+            await vm.qemu.stop()
+            await asyncio.sleep(0.3)
+            t0 = time.monotonic()
+            vm.qemu.set_background(False)
+            await vm.qemu.cont()
+            await init_envd(vm.host, {"accessToken": "rig2"}, token="rig")
+            handover = time.monotonic() - t0
+            t0 = time.monotonic()
+            await run_first_command(vm.host, token="rig2", argv=("/bin/bash", "-l", "-c", "true"))
+            return {"handover": handover, "first_command": time.monotonic() - t0}
+        finally:
+            await rt.destroy(vm)
+
 
 async def serve(state: Path) -> None:
     rig = await RawRig.open(state)
@@ -76,6 +98,8 @@ async def serve(state: Path) -> None:
             line = (await loop.run_in_executor(None, sys.stdin.readline)).strip()
             if line == "cycle":
                 print(json.dumps(await rig.cycle()), flush=True)
+            elif line == "warm":
+                print(json.dumps(await rig.warm()), flush=True)
             elif line in ("close", ""):
                 return
             else:

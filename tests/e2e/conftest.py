@@ -69,7 +69,10 @@ def _stack(data: Path, hub: LocalRegistry) -> Iterator[Stack]:
            # sandbox traffic takes the multi-host path: API proxy -> node proxy -> guest
            "AENV_PROXY_VIA_NODE": "1",
            # small, so the pause/resume cycles of the e2e suite exercise chain compaction
-           "AENV_MAX_LAYER_DEPTH": "3"}  # fmt: skip
+           "AENV_MAX_LAYER_DEPTH": "3",
+           # the warm pool on, as for users, but its refills after a burst bounded: every
+           # warm VM is a restore's worth of CPU on CI's two cores
+           "AENV_WARM_POOL_MAX": "4"}  # fmt: skip
     with running_stack(data, env, prefix) as exports:
         info = json.loads((data / "stack.json").read_text())
         yield Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], info["nats_url"], hub)

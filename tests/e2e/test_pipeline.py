@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import uuid
 from datetime import UTC, datetime
 
@@ -108,10 +107,10 @@ async def test_a_create_the_log_refuses_leaves_no_vm_behind(stack: Stack) -> Non
     # the early VM really started (so this tested its removal), and is gone
     await eventually(lambda: logged(f"sandbox {sandbox_id} up:"), timeout=30, interval=0.2)
 
-    async def no_vm() -> bool:
-        ps = subprocess.run(["pgrep", "-f", f"qemu-system.*-name {sandbox_id}"],
-                            capture_output=True, text=True)  # fmt: skip
-        return ps.stdout.strip() == ""
+    vm_dir = stack.data_dir / "node" / "vms" / sandbox_id
+
+    async def no_vm() -> bool:  # its QEMU gone, then its directory (restored or warm alike)
+        return not vm_dir.exists()
 
     await eventually(no_vm, timeout=30, interval=0.2)
     assert not (stack.data_dir / "node" / "journal" / f"{sandbox_id}.json").exists()

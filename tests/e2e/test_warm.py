@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -44,8 +43,8 @@ def _node_warm(stack: Stack) -> dict[str, int]:
 
 
 def _warm_dirs(stack: Stack) -> set[str]:
-    """Ids of the warm VMs on the node's disk (their directories: `w` + hex)."""
-    return {p.name for p in (stack.data_dir / "node" / "vms").glob("w*") if p.is_dir()}
+    """Ids of the warm VMs on the node's disk (their directories, `warm-…` until claimed)."""
+    return {p.name for p in (stack.data_dir / "node" / "vms").glob("warm-*") if p.is_dir()}
 
 
 def _pool_has(stack: Stack, template: str, n: int = 1, timeout: float = 120) -> None:
@@ -87,6 +86,8 @@ def test_sandboxes_from_one_pool_are_each_their_own(stack: Stack) -> None:
     b = Sandbox.create(timeout=300, envs={"WHO": "b"})
     try:
         assert _created_warm(stack, a.sandbox_id) and _created_warm(stack, b.sandbox_id)
+        for sbx in (a, b):  # a claimed VM's directory is the sandbox's, like a restored one's
+            assert (stack.data_dir / "node" / "vms" / sbx.sandbox_id / "qemu.pid").exists()
         probe = ("head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; "
                  "python3 -c 'import uuid; print(uuid.uuid4())'; echo $WHO; hostname; "
                  "date +%s.%N")  # fmt: skip
@@ -129,11 +130,8 @@ def test_a_warm_vm_is_unreachable_before_its_claim(stack: Stack) -> None:
 def test_a_warm_vm_that_dies_is_replaced(stack: Stack) -> None:
     _pool_has(stack, "base")
     victim = sorted(_warm_dirs(stack))[0]
-    found = subprocess.run(["pgrep", "-f", f"qemu-system-x86_64 -name {victim} "],
-                           capture_output=True, text=True)  # fmt: skip
-    pids = [int(p) for p in found.stdout.split()]
-    assert len(pids) == 1, (victim, found.stdout)
-    os.kill(pids[0], signal.SIGKILL)
+    pid = int((stack.data_dir / "node" / "vms" / victim / "qemu.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
     eventually_sync(lambda: victim not in _warm_dirs(stack), timeout=30)
     _pool_has(stack, "base")
     assert _warm_dirs(stack) - {victim}

@@ -43,10 +43,13 @@ from workers.node.runtime import (
 from workers.node.templates import TemplateCatalog
 from workers.node.warmsize import Demand, WarmPolicy, targets
 
-__all__ = ["WarmPool", "WarmVm"]
+__all__ = ["WARM_PREFIX", "WarmPool", "WarmVm"]
 
 log = logging.getLogger(__name__)
 
+#: Warm VMs' ids (and directories, `<state>/vms/warm-…`) until claimed: never a sandbox id,
+#: which has no dash.
+WARM_PREFIX = "warm-"
 #: The refill loop looks again at least this often (demand decays with time).
 TICK_S = 1.0
 #: A claim's /init (the guest was running before its vCPUs stopped: it answers at once).
@@ -158,6 +161,10 @@ class WarmPool:
         await race_exit(vm, asyncio.wait_for(init, CLAIM_INIT_TIMEOUT_S))
         log.info("warm VM %s is sandbox %s: cont %.1f ms, /init %.1f ms", vm.vm_id, sandbox_id,
                  (t1 - t0) * 1000, (time.monotonic() - t1) * 1000)  # fmt: skip
+        try:
+            self.runtime.rename(vm, sandbox_id)
+        except OSError as e:  # its directory keeps the warm name: cosmetic, not fatal
+            log.warning("warm VM %s keeps its name for sandbox %s: %s", vm.vm_id, sandbox_id, e)
 
     # ---- refills ----------------------------------------------------------------------
     async def _run(self) -> None:
@@ -211,7 +218,8 @@ class WarmPool:
         t0 = time.monotonic()
         try:
             vm, _ = await self.runtime.restore(
-                snap, vm_id=f"w{new_id()[:19]}", private_memory=False, background=True,
+                snap, vm_id=f"{WARM_PREFIX}{new_id()[:16]}", private_memory=False,
+                background=True,
                 init={"accessToken": secret}, init_token=self.templates.guest_token(template_id),
             )  # fmt: skip
             try:

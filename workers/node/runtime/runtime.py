@@ -519,6 +519,21 @@ class Runtime:
         """Where a snapshot of this node lives (captured here, or pulled from a repository)."""
         return self.state_dir / "snapshots" / snapshot_id
 
+    def rename(self, vm: Vm, vm_id: str) -> None:
+        """Give a running VM another id — a warm VM the sandbox `vm_id` claimed — and its
+        directory that name, so that `<state>/vms/<sandbox>` is the sandbox's VM whichever
+        way it started. QEMU keeps its files open (RAM, console, QMP): only the paths the
+        node uses change."""
+        new_dir = self._vm_dir(vm_id)
+        os.rename(vm.dir, new_dir)  # refuses to replace a directory that is not empty
+        if self.vms.get(vm.vm_id) is vm:
+            del self.vms[vm.vm_id]
+        self.vms[vm_id] = vm
+        spec = vm.qemu.spec
+        mem = new_dir / vm.mem_file.name if vm.mem_file.parent == vm.dir else vm.mem_file
+        vm.qemu.spec = dataclasses.replace(spec, vm_id=vm_id, workdir=new_dir, mem_file=mem)
+        vm.vm_id, vm.dir, vm.mem_file = vm_id, new_dir, mem
+
     # ---- helpers -----------------------------------------------------------------------
     def _vm_dir(self, vm_id: str) -> Path:
         return self.state_dir / "vms" / vm_id

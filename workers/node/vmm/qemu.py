@@ -54,6 +54,10 @@ def _child_setup(netns_fd: int | None, die_with_parent: bool) -> Callable[[], No
     return setup
 
 
+#: In a VM's directory: its QEMU's pid.
+PID_FILE = "qemu.pid"
+
+
 class QemuVm:
     """A running QEMU process and its QMP session."""
 
@@ -95,6 +99,9 @@ class QemuVm:
             if netns_fd is not None:
                 os.close(netns_fd)
         vm = cls(spec, proc)
+        # which process is this VM's, for operators and tests (a command line names the
+        # directory the VM started in: a warm VM's is renamed when a sandbox claims it)
+        (spec.workdir / PID_FILE).write_text(f"{proc.pid}\n")
         try:
             await vm._connect_qmp()
             if isinstance(spec.start, Incoming):
