@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,7 +16,7 @@ import httpx
 import pytest
 from e2b import Sandbox
 
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import AENV, Stack
 from tests.support import eventually_sync
 
 pytestmark = pytest.mark.vm
@@ -111,6 +112,15 @@ def test_sandboxes_from_one_pool_are_each_their_own(stack: Stack) -> None:
         assert _envd_get(stack, a.sandbox_id, token_b) == 401
         assert _envd_get(stack, a.sandbox_id, "not-the-token") == 401
         assert _envd_get(stack, a.sandbox_id, None) == 401
+        # its log starts at its claim: the warm-up before (a login bash running `true`)
+        # was nobody's sandbox
+        def logs() -> str | None:
+            out = subprocess.run([*AENV, "logs", a.sandbox_id], env={**os.environ, **stack.env()},
+                                 capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+            return out if "head -c 32" in out else None
+
+        text = eventually_sync(logs, timeout=30, interval=1)
+        assert text is not None and "-c true" not in text, text
     finally:
         a.kill()
         b.kill()

@@ -66,6 +66,8 @@ class LiveSandbox:
     guest: GuestConfig
     #: handed over by the warm pool (not restored for it)
     warm: bool = False
+    #: where the sandbox's part of its VM's console starts (a warm VM's warm-up came first)
+    console_from: int = 0
 
 
 @dataclass
@@ -184,9 +186,9 @@ class SandboxHost:
             return None
         return doc if isinstance(doc, dict) else None
 
-    def console_log(self, sandbox_id: str) -> Path | None:
+    def console_log(self, sandbox_id: str) -> tuple[Path, int] | None:
         live = self.sandboxes.get(sandbox_id)
-        return live.vm.qemu.spec.console_log if live is not None else None
+        return (live.vm.qemu.spec.console_log, live.console_from) if live is not None else None
 
     def on_died(self, hook: Died) -> None:
         self._died = hook
@@ -232,7 +234,10 @@ class SandboxHost:
             if warm is not None:
                 log.info("sandbox %s up: warm, claimed in %.1f ms", sandbox_id,
                          (time.monotonic() - t0) * 1000)  # fmt: skip
-                self._running(LiveSandbox(sandbox_id, template_id, warm, guest, warm=True))
+                console = warm.qemu.spec.console_log
+                start = console.stat().st_size if console.exists() else 0
+                self._running(LiveSandbox(sandbox_id, template_id, warm, guest, warm=True,
+                                          console_from=start))  # fmt: skip
                 return
             vm, timing = await self.runtime.restore(
                 snap, vm_id=sandbox_id,

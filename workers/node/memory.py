@@ -163,7 +163,7 @@ class MemoryHost:
     async def guest_metrics(self, sandbox_id: str) -> dict[str, Any] | None:
         return None  # no guest, nothing measured
 
-    def console_log(self, sandbox_id: str) -> Path | None:
+    def console_log(self, sandbox_id: str) -> tuple[Path, int] | None:
         return None
 
     async def take_over_paused(

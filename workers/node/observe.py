@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from collections import deque
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from bus.tasks import cancel_and_wait
@@ -41,8 +41,8 @@ class GuestObserver:
         self.every_s = every_s
         self._samples: dict[str, deque[dict[str, Any]]] = {}
         self._logs: dict[str, deque[dict[str, Any]]] = {}
-        #: (console file, bytes of it already read) per sandbox
-        self._read: dict[str, tuple[Path, int]] = {}
+        #: (console file's inode, bytes of it already read) per sandbox
+        self._read: dict[str, tuple[int, int]] = {}
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -77,14 +77,16 @@ class GuestObserver:
             self._read_console(sid)
 
     def _read_console(self, sandbox_id: str) -> None:
-        path = self.host.console_log(sandbox_id)
-        if path is None:
+        console = self.host.console_log(sandbox_id)
+        if console is None:
             return
-        known, offset = self._read.get(sandbox_id, (path, 0))
-        if known != path:  # a new VM (a resume): its own console from its start
-            offset = 0
+        path, start = console
         try:
             with open(path, "rb") as f:
+                inode = os.fstat(f.fileno()).st_ino
+                known, offset = self._read.get(sandbox_id, (inode, start))
+                if known != inode:  # a new VM (a resume: the same path, another file)
+                    offset = start
                 f.seek(offset)
                 data = f.read(READ_CHUNK)
         except OSError:
@@ -92,7 +94,7 @@ class GuestObserver:
         complete = data.rfind(b"\n") + 1
         if complete == 0 and len(data) == READ_CHUNK:
             complete = len(data)  # one line longer than a whole chunk: cut
-        self._read[sandbox_id] = (path, offset + complete)
+        self._read[sandbox_id] = (inode, offset + complete)
         ring = self._logs.setdefault(sandbox_id, deque(maxlen=KEEP_LINES))
         for raw in data[:complete].splitlines():
             entry = _log_entry(raw)

@@ -205,8 +205,9 @@ class Host(Protocol):
         """envd's resource snapshot of a running guest (None: not running, no answer)."""
         ...
 
-    def console_log(self, sandbox_id: str) -> Path | None:
-        """The file a running guest's console writes to (None: none)."""
+    def console_log(self, sandbox_id: str) -> tuple[Path, int] | None:
+        """The file a running guest's console writes to, and where the sandbox's own part
+        of it starts (a warm VM wrote before its claim); None: none."""
         ...
 
     async def take_over_paused(
