@@ -20,8 +20,8 @@ from typing import Any
 
 from workers.node.image import GuestImage, build_base, kernel_cmdline
 from workers.node.image.build import guest_defaults
-from workers.node.runtime import Runtime, Snapshot, init_envd
-from workers.node.runtime.guest import http_request
+from workers.node.runtime import Runtime, Snapshot
+from workers.node.runtime.guest import http_request, wait_and_init
 
 # A service's start in an emulated (TCG) guest: the code interpreter's kernel imports
 # IPython, numpy, pandas and matplotlib before it listens (~1-3 min under TCG).
@@ -258,11 +258,9 @@ class TemplateCatalog:
         except BaseException:
             await self.runtime.destroy(vm)
             raise
-        # One /init before the capture: envd imports what /init needs lazily, and under TCG
-        # those imports would otherwise be paid by every sandbox's first request. It also
-        # sets the image's ENV, USER and WORKDIR as the template's defaults (OCI images).
-        await init_envd(vm.host, guest_defaults(image))
         if spec.ready_port is not None:
+            # first: the service's start (a kernel importing numpy, pandas, matplotlib)
+            # keeps an emulated guest's CPU busy; envd's /init then took over 2 s
             self.progress(f"{spec.name}: waiting for port {spec.ready_port}")
             try:
                 waited = await wait_port_ready(vm.host, spec.ready_port, timeout=READY_TIMEOUT_S)
@@ -270,6 +268,10 @@ class TemplateCatalog:
                 await self.runtime.destroy(vm)
                 raise
             self.progress(f"{spec.name}: port {spec.ready_port} ready after {waited:.1f}s")
+        # One /init before the capture: envd imports what /init needs lazily, and under TCG
+        # those imports would otherwise be paid by every sandbox's first request. It also
+        # sets the image's ENV, USER and WORKDIR as the template's defaults (OCI images).
+        await wait_and_init(vm.host, guest_defaults(image), timeout=60.0)
         self.progress(f"{spec.name}: envd answered after {took:.1f}s; capturing")
         if sdir.exists():  # a half-written capture from a crash: start over
             shutil.rmtree(sdir)
