@@ -17,6 +17,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 from jupyter_client.asynchronous.client import AsyncKernelClient
@@ -72,7 +73,7 @@ class PythonContext(Context):
         )  # fmt: skip
         client = AsyncKernelClient(connection_file=fname)
         client.load_connection_file()
-        client.start_channels()
+        client.start_channels(hb=False)
         self.client = client
         try:
             await asyncio.wait_for(self._ready(client), READY_TIMEOUT_S)
@@ -84,15 +85,25 @@ class PythonContext(Context):
                        asyncio.create_task(self._watch(self.proc))]  # fmt: skip
 
     async def _ready(self, client: AsyncKernelClient) -> None:
+        """Until the kernel answers kernel_info on shell and publishes on IOPub (a
+        subscriber that joined late would lose the first execution's output). Not
+        jupyter_client's wait_for_ready: it counts a missed heartbeat as a dead kernel,
+        and an emulated guest importing IPython misses many."""
         assert self.proc is not None
-        waiter = asyncio.ensure_future(client.wait_for_ready(timeout=READY_TIMEOUT_S))
-        died = asyncio.ensure_future(self.proc.wait())
-        done, _ = await asyncio.wait({waiter, died}, return_when=asyncio.FIRST_COMPLETED)
-        if died in done:
-            waiter.cancel()
-            raise KernelDied(f"the Python kernel exited at start ({self.proc.returncode})")
-        died.cancel()
-        waiter.result()
+        while True:
+            if self.proc.returncode is not None:
+                raise KernelDied(f"the Python kernel exited at start ({self.proc.returncode})")
+            msg_id = client.kernel_info()
+            try:
+                while True:
+                    reply = await client.get_shell_msg(timeout=2)
+                    if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                        break
+                while (await client.get_iopub_msg(timeout=2)).get("msg_type") != "status":
+                    pass
+                return
+            except Empty:
+                continue
 
     async def _route_iopub(self, client: AsyncKernelClient) -> None:
         while True:
