@@ -47,6 +47,10 @@ def up(
     port: Annotated[int, typer.Option(help="Port of the API and sandbox proxy.")] = 3000,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the stack.")] = 900,
+    code_interpreter: Annotated[bool, typer.Option(
+        "--code-interpreter",
+        help="Also serve E2B's code-interpreter-v1 template (e2b-code-interpreter's "
+             "default; built on first use, a few minutes, then cached).")] = False,
 ) -> None:
     """Start aenv in the background (embedded NATS, Postgres and S3 unless AENV_NATS_URL,
     AENV_DATABASE_URL, AENV_S3_ENDPOINT point elsewhere), build the default template if it is
@@ -66,6 +70,8 @@ def up(
     log = data_dir / "aenv.log"  # the stack's own log: it may hold secrets, like stack.json
     env = {**os.environ, "AENV_DATA_DIR": str(data_dir), "AENV_PORT": str(port),
            "AENV_HOST": host}  # fmt: skip
+    if code_interpreter:
+        env["AENV_CODE_INTERPRETER"] = "1"
     with open(log, "ab") as out:
         os.fchmod(out.fileno(), 0o600)
         start = out.tell()

@@ -87,8 +87,8 @@ async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> 
     """Delete a snapshot template (`Sandbox.delete_snapshot`) or a built one with all its
     tags; 404 when there is none. Running sandboxes started from it keep their own copies
     of what they need."""
-    if template_id == "base":
-        raise ApiError(409, "the default template cannot be deleted")
+    if template_id in tp.BUILTIN_TEMPLATES:
+        raise ApiError(409, f"the built-in template {template_id!r} cannot be deleted")
     if not is_template_ref(template_id):  # no subject could hold it: nothing to delete
         raise ApiError(404, f"template {template_id!r} not found")
     split = tg.split_capture_id(template_id)

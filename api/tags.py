@@ -131,7 +131,7 @@ async def list_tags(template_id: str, ctx: ApiContext, caller: Caller) -> list[d
     if row is None:
         raise ApiError(404, f"template '{template_id}' not found")
     tid = row["template_id"]
-    if tid != "base":
+    if tid not in tp.BUILTIN_TEMPLATES:
         team, _ = await reads.template_builder(ctx.engine, tid)
         if team != caller.team_id:
             raise ApiError(403, f"you don't have access to template '{template_id}'")

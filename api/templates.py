@@ -37,6 +37,7 @@ from bus.secrets import SecretBox
 from domain import build as bd
 from domain import sandbox as sb
 from domain import tags as tg
+from domain import template as tp
 from envd.version import ENVD_VERSION
 from projections import queries
 from shared.images import InvalidImageReference, parse_reference
@@ -61,8 +62,8 @@ def base_of(data: BuildStart) -> tuple[str | None, str | None]:
 def _template_name(raw: str) -> tuple[str, str | None]:
     """`[team/]name[:tag]` → (a valid template id, the tag if one was named)."""
     name, tag = parse_name(raw)
-    if name == "base":
-        raise ApiError(400, "'base' is the default template and cannot be rebuilt")
+    if name in tp.BUILTIN_TEMPLATES:
+        raise ApiError(400, f"{name!r} is a built-in template and cannot be rebuilt")
     return name, tag
 
 
@@ -297,7 +298,7 @@ def _template_body(row: dict[str, Any] | None, builds: list[dict[str, Any]]) -> 
         "templateID": tid,
         "buildID": latest["build_id"] if latest else "00000000-0000-0000-0000-000000000000",
         "cpuCount": src["cpu_count"], "memoryMB": src["memory_mb"],
-        "diskSizeMB": src["disk_size_mb"], "public": tid == "base",
+        "diskSizeMB": src["disk_size_mb"], "public": tid in tp.BUILTIN_TEMPLATES,
         "aliases": [(row or {}).get("alias") or tid], "names": [tid],
         "createdAt": _iso(created), "updatedAt": _iso(updated),
         "createdBy": None, "lastSpawnedAt": None, "spawnCount": 0, "buildCount": len(builds),
@@ -345,7 +346,7 @@ async def template_by_alias(alias: str, ctx: ApiContext, caller: Caller) -> dict
         row = None if state is None or state.deleted else row
     if row is None:
         raise ApiError(404, f"template alias '{alias}' not found")
-    return {"templateID": row["template_id"], "public": row["template_id"] == "base"}
+    return {"templateID": row["template_id"], "public": row["template_id"] in tp.BUILTIN_TEMPLATES}
 
 
 ROUTES = [request_build, file_upload_link, upload_files, start_build, build_status,

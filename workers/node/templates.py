@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,12 @@ from typing import Any
 
 from workers.node.image import GuestImage, build_base, kernel_cmdline
 from workers.node.image.build import guest_defaults
-from workers.node.runtime import Runtime, Snapshot, init_envd
+from workers.node.runtime import Runtime, Snapshot
+from workers.node.runtime.guest import http_request, wait_and_init
+
+# A service's start in an emulated (TCG) guest: the code interpreter's kernel imports
+# IPython, numpy, pandas and matplotlib before it listens (~1-3 min under TCG).
+READY_TIMEOUT_S = 900.0
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +52,9 @@ class TemplateSpec:
     name: str
     vcpus: int = 1
     mem_mib: int = 512
+    #: A guest port whose `GET /health` must answer 200 before the capture (a server the
+    #: image starts at boot, e.g. the code interpreter's 49999, with its kernel up).
+    ready_port: int | None = None
 
 
 class TemplateCatalog:
@@ -249,14 +258,41 @@ class TemplateCatalog:
         except BaseException:
             await self.runtime.destroy(vm)
             raise
+        if spec.ready_port is not None:
+            # first: the service's start (a kernel importing numpy, pandas, matplotlib)
+            # keeps an emulated guest's CPU busy; envd's /init then took over 2 s
+            self.progress(f"{spec.name}: waiting for port {spec.ready_port}")
+            try:
+                waited = await wait_port_ready(vm.host, spec.ready_port, timeout=READY_TIMEOUT_S)
+            except BaseException:
+                await self.runtime.destroy(vm)
+                raise
+            self.progress(f"{spec.name}: port {spec.ready_port} ready after {waited:.1f}s")
         # One /init before the capture: envd imports what /init needs lazily, and under TCG
         # those imports would otherwise be paid by every sandbox's first request. It also
         # sets the image's ENV, USER and WORKDIR as the template's defaults (OCI images).
-        await init_envd(vm.host, guest_defaults(image))
+        await wait_and_init(vm.host, guest_defaults(image), timeout=60.0)
         self.progress(f"{spec.name}: envd answered after {took:.1f}s; capturing")
         if sdir.exists():  # a half-written capture from a crash: start over
             shutil.rmtree(sdir)
         return await self.runtime.capture(vm, resume=False, snapshot_id=snap_id)
+
+
+async def wait_port_ready(host: str, port: int, *, timeout: float) -> float:
+    """Poll `GET /health` on a guest port until it answers 200; seconds waited."""
+    start = time.monotonic()
+    last: object = None
+    while time.monotonic() - start < timeout:
+        try:
+            status, _ = await http_request(host, port, "GET", "/health", timeout=5.0)
+            if status == 200:
+                return time.monotonic() - start
+            last = status
+        except (OSError, TimeoutError, ConnectionError) as e:
+            last = e
+        await asyncio.sleep(0.5)
+    raise TemplateError(f"port {port} of the template's guest not ready in {timeout:.0f}s "
+                        f"({last})")  # fmt: skip
 
 
 def _safe(name: str) -> str:

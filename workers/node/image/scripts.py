@@ -130,6 +130,19 @@ echo "AENV-INIT $($B cut -d' ' -f1 /proc/uptime)" > /dev/console
     $B sleep 0.5
   done
 ) &
+# An image's own services (the code interpreter's server): every executable in
+# /etc/aenv/services, on the image's userland, as root, restarted like envd
+for svc in /etc/aenv/services/*; do
+  [ -f "$svc" ] && [ -x "$svc" ] || continue
+  (
+    while :; do
+      $B env -i PATH={GUEST_PATH} HOME=/root USER=root LOGNAME=root LANG=C.UTF-8 \
+        "$svc" < /dev/null > /dev/console 2>&1
+      echo "AENV-SERVICE-EXIT $svc $?" > /dev/console
+      $B sleep 1
+    done
+  ) &
+done
 # PID 1 must reap re-parented orphans; ash's wait reaps any child while it blocks
 while :; do wait; $B sleep 1; done
 """
