@@ -69,7 +69,7 @@ def up(
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     log = data_dir / "aenv.log"  # the stack's own log: it may hold secrets, like stack.json
     env = {**os.environ, "AENV_DATA_DIR": str(data_dir), "AENV_PORT": str(port),
-           "AENV_HOST": host}  # fmt: skip
+           "AENV_HOST": host, "AENV_LOG_FILE": str(log)}  # fmt: skip
     if code_interpreter:
         env["AENV_CODE_INTERPRETER"] = "1"
     with open(log, "ab") as out:
@@ -83,26 +83,39 @@ def up(
     deadline = time.monotonic() + timeout
     seen = start
     while True:
+        if log.stat().st_size < seen:  # rotated (`AENV_LOG_MAX_MB`): the new file from its start
+            seen = 0
         with open(log, "rb") as f:
             f.seek(seen)
             chunk = f.read()
+        chunk = chunk[: chunk.rfind(b"\n") + 1]  # whole lines only: the last may be half written
         seen += len(chunk)
         for line in chunk.decode(errors="replace").splitlines():
-            if line.startswith('{"ts"'):
+            shown = _progress(line)
+            if shown is None:
                 continue  # structured logs stay in the log file
-            if line.startswith("AENV-READY"):
+            if shown.startswith("AENV-READY"):
                 info = _stack_info(data_dir)
                 if info is None:
                     fail("the stack said it was ready but left no stack.json")
                 _print_env(info, data_dir)
                 return
-            typer.echo(f"# {line}", err=True)
+            typer.echo(f"# {shown}", err=True)
         if proc.poll() is not None:
             fail(f"aenv exited during start-up (code {proc.returncode}); see {log}")
         if time.monotonic() > deadline:
             proc.terminate()
             fail(f"aenv not ready after {timeout:.0f}s; see {log}")
         time.sleep(0.2)
+
+
+def _progress(line: str) -> str | None:
+    """What `aenv up` shows of a line of the stack's log: a progress record's message, or a
+    line that is no record at all (a supervisor that died before its log was set up)."""
+    from aenv.logformat import PROGRESS, message_of
+
+    logger, msg = message_of(line)
+    return msg or None if logger in (PROGRESS, None) else None
 
 
 def _print_env(info: dict[str, object], data_dir: Path) -> None:

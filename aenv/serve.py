@@ -26,12 +26,13 @@ from typing import Any
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from aenv import eventloop
+from aenv import eventloop, logs
 from aenv.roles.api import run_api
 from aenv.roles.common import RoleSettings, say, write_private
 from aenv.roles.node import run_node
 from aenv.stack.process import ManagedProcess
 from aenv.stack.records import LOCK, ProcessBook
+from aenv.stack.stacklog import StackLog
 from aenv.stack.watch import keep_running
 from aenv.supervise import RoleProcess
 from aenv.tracing import setup_tracing
@@ -58,6 +59,11 @@ class StackSettings(BaseSettings):
     embedded_s3: bool = True
     #: Longest wait between restarts of a crashed role or embedded server (`aenv.backoff`).
     restart_cap_s: float = 30.0
+    #: The stack's log file (`aenv up` sets `<data dir>/aenv.log`); None: stdout/stderr, for
+    #: a service manager's journal. Rotated past `log_max_mb` MiB, `log_backups` kept.
+    log_file: Path | None = None
+    log_max_mb: float = 64.0
+    log_backups: int = 5
 
 
 def _async_url(url: str) -> str:
@@ -196,6 +202,7 @@ def _role_env(cfg: StackSettings, services: dict[str, Any]) -> dict[str, str]:
     env = {**os.environ, "AENV_DATA_DIR": str(cfg.data_dir), "AENV_HOST": cfg.host,
            "AENV_PORT": str(cfg.port), "AENV_NATS_URL": services["nats_url"],
            "AENV_DATABASE_URL": services["database_url"]}  # fmt: skip
+    env.pop("AENV_LOG_FILE", None)  # the supervisor's file: roles write to it through it
     s3 = services.get("s3")
     if s3:
         env.update({"AENV_S3_ENDPOINT": s3["url"], "AENV_S3_ACCESS_KEY": s3["access_key"] or "",
@@ -220,14 +227,22 @@ def main(role: str | None = None) -> None:
     """Run `role` in the foreground until SIGTERM: `all` supervises a whole stack (what
     `aenv up` starts), `node` and `api` run one role alone — a fleet's machines, each
     under its own supervisor (systemd, Kubernetes), every connection from `AENV_*`."""
-    logging.basicConfig(level=os.environ.get("AENV_LOG_LEVEL", "INFO"),
-                        format='{"ts":"%(asctime)s","level":"%(levelname)s",'
-                               '"logger":"%(name)s","msg":"%(message)s"}')  # fmt: skip
-    # a line per request of the health checks' S3 probe is noise, not news
-    for chatty in ("httpx", "httpcore"):
-        logging.getLogger(chatty).setLevel(logging.WARNING)
     if role is None:
         role = sys.argv[1] if len(sys.argv) > 1 else "all"
+    service = "aenv" if role == "all" else f"aenv-{role}"
+    stack_log = None
+    if role == "all" and (cfg := StackSettings()).log_file is not None:
+        stack_log = StackLog(cfg.log_file, max_bytes=int(cfg.log_max_mb * 2**20),
+                             backups=cfg.log_backups)  # fmt: skip
+    logs.configure(service)
+    try:
+        _main(role, service)
+    finally:
+        if stack_log is not None:
+            stack_log.close()
+
+
+def _main(role: str, service: str) -> None:
     # What the stack writes is its own: stack.json, credentials, logs, the servers' data.
     # Not the node's: it builds guest file systems, whose implicitly made dirs must keep
     # the usual 0755 (a guest user could not enter a 0700 one); its files sit in the
@@ -235,7 +250,7 @@ def main(role: str | None = None) -> None:
     os.umask(0o022 if role == "node" else 0o077)
     if role not in ROLES:
         raise SystemExit(f"usage: aenv serve --role {'|'.join(ROLES)} (got {role!r})")
-    setup_tracing("aenv" if role == "all" else f"aenv-{role}")
+    setup_tracing(service)
     log.info("event loop: %s", eventloop.loop_name())
 
     async def run() -> None:

@@ -1,6 +1,11 @@
-"""The supervisor's view of a role process: start it, relay its progress, know when it is
+"""The supervisor's view of a role process: start it, relay its output, know when it is
 ready, restart it when it dies (for ever, with capped backoff: `aenv.backoff`), stop it
-politely then firmly."""
+politely then firmly.
+
+Both of a role's output streams come through here, line by line, into the supervisor's
+stdout (the stack's log): its JSON records as they are, anything else — a traceback the
+interpreter printed, a library's print — wrapped into a record naming the role
+(`aenv.logs.wrap`)."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from collections.abc import Callable, Coroutine
 from typing import TypeVar
 
 from aenv.backoff import CAP_S, CrashRecord
+from aenv.logformat import marks, wrap
 from aenv.roles.common import READY
 from aenv.stack.process import die_with_parent
 
@@ -35,7 +41,7 @@ class RoleProcess:
         self.say = say
         self.proc: asyncio.subprocess.Process | None = None
         self.ready = asyncio.Event()
-        self._relay: asyncio.Task[None] | None = None
+        self._relays: list[asyncio.Task[None]] = []
         self.crashes = CrashRecord(cap_s=restart_cap_s)
         #: "starting", "ready" or "restarting" — what `aenv status` shows.
         self.state = "starting"
@@ -55,22 +61,33 @@ class RoleProcess:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "aenv.serve", self.role,
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            env=self.env, preexec_fn=die_with_parent(os.getpid()),
+            stderr=asyncio.subprocess.PIPE, env=self.env,
+            preexec_fn=die_with_parent(os.getpid()), limit=1 << 20,
         )  # fmt: skip
         # A SIGKILLed supervisor SIGTERMs the role (PDEATHSIG), which then drains within
         # its deadline; the record lets `aenv down`/`up` find it should it not.
         if self.on_start is not None:
             self.on_start(self.role, self.proc.pid)
-        self._relay = asyncio.create_task(self._relay_lines(self.proc))
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self._relays = [asyncio.create_task(self._relay_lines(self.proc.stdout, "stdout")),
+                        asyncio.create_task(self._relay_lines(self.proc.stderr, "stderr"))]
 
-    async def _relay_lines(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdout is not None
-        async for raw in proc.stdout:
+    async def _relay_lines(self, stream: asyncio.StreamReader, name: str) -> None:
+        service = f"aenv-{self.role}"
+        while True:
+            try:
+                raw = await stream.readline()
+            except ValueError:  # a line past the reader's limit (1 MiB): dropped
+                continue
+            if not raw:
+                return
             line = raw.decode(errors="replace").rstrip("\n")
-            if line == READY:
+            if not line.strip():
+                continue
+            if marks(line, READY):
                 self.ready.set()
             else:
-                self.say(line)
+                _emit(wrap(line, service=service, stream=name))
 
     async def wait_ready(self) -> None:
         """Until the role says it serves; RoleFailed if it exits first."""
@@ -89,9 +106,9 @@ class RoleProcess:
     async def wait_exit(self) -> int:
         assert self.proc is not None
         rc = await self.proc.wait()
-        if self._relay is not None:
+        for relay in self._relays:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._relay, 1.0)
+                await asyncio.wait_for(relay, 1.0)
         return rc
 
     async def supervise(self, stop: asyncio.Event, changed: Callable[[], object]) -> None:
@@ -131,6 +148,13 @@ class RoleProcess:
             self.say(f"{self.role} did not stop within {timeout:.0f}s; killing it")
             proc.kill()
             await proc.wait()
+
+
+def _emit(line: str) -> None:
+    """A role's line on the supervisor's stdout (the stack's log)."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 async def _unless_stopped(work: Coroutine[object, object, T], stop: asyncio.Event) -> T | None:

@@ -6,6 +6,7 @@ handlers and OpenAPI; the process that runs it (aenv serve) owns the resources i
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -21,6 +22,7 @@ from api.context import ApiContext
 from api.errors import HANDLERS
 from api.inputs import MAX_BODY, check_request
 from api.metrics import route_label
+from bus import logcontext
 from shared.proxy import ASGIApp, Receive, Resolver, SandboxProxy, Scope, Send, sandbox_target
 
 
@@ -43,6 +45,9 @@ def create_litestar(ctx: ApiContext) -> Litestar:
         request_max_body_size=MAX_BODY,  # the upload route takes more (`templates.MAX_UPLOAD`)
         openapi_config=OpenAPIConfig(title="aenv", version="0.1.0", path="/openapi"),
         debug=False,
+        # no logging set-up of its own: it replaced the process's root handler with a
+        # plain-text one (`aenv.logs` writes every record as JSON)
+        logging_config=None,
     )
     app.state.ctx = ctx
     return app
@@ -85,6 +90,16 @@ class _Traced:
                 span.set_attribute("http.response.status_code", status)
 
 
+#: A control-plane path about one sandbox (`/sandboxes/{id}…`, `/v2/sandboxes/{id}…`)
+_SANDBOX_PATH = re.compile(r"^/(?:v\d+/)?sandboxes/([a-z0-9]{1,63})(?:/|$)")
+
+
+def _sandbox_of(scope: Scope) -> str | None:
+    """The sandbox a control-plane request is about, for its log lines (None: none)."""
+    m = _SANDBOX_PATH.match(scope.get("path", ""))
+    return m.group(1) if m and m.group(1) != "metrics" else None
+
+
 class MeasuredApp:
     """Counts and times every response for /metrics, proxied sandbox traffic included: the
     outermost layer, in front of the sandbox proxy."""
@@ -103,7 +118,8 @@ class MeasuredApp:
             return
         start = time.monotonic()
         status = 500
-        proxied = sandbox_target(scope, self.ctx.settings.sandbox_domain) is not None
+        target = sandbox_target(scope, self.ctx.settings.sandbox_domain)
+        proxied = target is not None
 
         async def send_wrapper(message: dict[str, Any]) -> None:
             nonlocal status
@@ -112,7 +128,8 @@ class MeasuredApp:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_wrapper)
+            with logcontext.bound(sandbox_id=target[0] if target else _sandbox_of(scope)):
+                await self.app(scope, receive, send_wrapper)
         finally:
             # Litestar leaves the matched route's template in the scope it was handed
             route = route_label(scope.get("path_template"), proxied)

@@ -60,6 +60,7 @@ import httpx
 from nats.js.errors import NoKeysError
 
 from aenv.eventloop import run as run_loop
+from aenv.logformat import marks
 from aenv.stack.process import die_with_parent, free_port
 from bench.cluster import NatsCluster
 from bench.stats import emit, summary
@@ -339,7 +340,7 @@ class Child:
             if self.proc.poll() is not None:
                 raise SimError(f"{self.name} exited ({self.proc.returncode}):\n{self.tail()}")
             text = self.log.read_text(errors="replace") if self.log.exists() else ""
-            if any(ln.strip() == line for ln in text.splitlines()):
+            if any(marks(ln, line) for ln in text.splitlines()):
                 return
             await asyncio.sleep(0.2)
         raise SimError(f"{self.name} not ready after {timeout:.0f} s:\n{self.tail()}")

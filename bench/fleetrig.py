@@ -22,6 +22,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 
+from aenv.logformat import marks
 from aenv.stack import EmbeddedS3
 from aenv.stack.process import die_with_parent, free_port
 from bench.cluster import NatsCluster
@@ -79,7 +80,7 @@ class Role:
         if not self.log.exists():
             return 0
         return sum(1 for ln in self.log.read_text(errors="replace").splitlines()
-                   if ln.strip() == "ROLE-READY")  # fmt: skip
+                   if marks(ln, "ROLE-READY"))  # fmt: skip
 
     def kill9(self) -> None:
         assert self.proc is not None

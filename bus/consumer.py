@@ -28,6 +28,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
@@ -35,6 +36,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from pydantic import ValidationError
 
+from bus import logcontext
 from bus.commands import decode_command
 from bus.envelope import CommandEnvelope, MessageContext, decode_command_envelope
 from bus.errors import (
@@ -69,6 +71,11 @@ class Delivery:
     attempt: int
     last_attempt: bool
     _msg: Msg = field(repr=False)
+
+    @property
+    def stored_at(self) -> datetime:
+        """When JetStream stored the command (its queue time starts there)."""
+        return self._msg.metadata.timestamp
 
     @property
     def context(self) -> MessageContext:
@@ -144,7 +151,9 @@ class CommandConsumer:
 
     async def _run(self, delivery: Delivery) -> None:
         msg, env, attempt = delivery._msg, delivery.envelope, delivery.attempt
-        with consume_span(msg.subject, str(env.command_id), msg.headers, self._spec.durable):
+        about = {f"{env.kind}_id": env.aggregate_id} if env.kind else {}
+        with consume_span(msg.subject, str(env.command_id), msg.headers, self._spec.durable), \
+                logcontext.bound(**about):  # every line the handler logs names its aggregate
             try:
                 async with kept_alive(msg, self._spec.heartbeat_s):
                     await self._handler(delivery)

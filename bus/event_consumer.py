@@ -24,6 +24,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from pydantic import ValidationError
 
+from bus import logcontext
 from bus.errors import DecodeError, PermanentError, RetryableError
 from bus.feed import recorded
 from bus.pull import ConsumerSpec, PullLoop, confirm_ack, kept_alive
@@ -81,8 +82,10 @@ class EventConsumer:
             await msg.term()
             return
         delivery = EventDelivery(rec, attempt, msg)
-        with consume_span(msg.subject, str(rec.envelope.event_id), msg.headers,
-                          self._spec.durable):  # fmt: skip
+        env = rec.envelope
+        about = {f"{Names.kind_of(msg.subject)}_id": env.aggregate_id}
+        with consume_span(msg.subject, str(env.event_id), msg.headers, self._spec.durable), \
+                logcontext.bound(**about):  # every line the handler logs names its aggregate
             try:
                 async with kept_alive(msg, self._spec.heartbeat_s):
                     await self._handler(delivery)

@@ -128,6 +128,12 @@ class Names:
         """Inverse of `events`: the aggregate id is always the last token."""
         return subject.rsplit(".", 1)[-1]
 
+    @staticmethod
+    def kind_of(subject: str) -> str:
+        """Inverse of `events`: the aggregate's kind is the token before its id."""
+        parts = subject.rsplit(".", 2)
+        return parts[-2] if len(parts) == 3 else ""
+
     # -- command subjects ----------------------------------------------------------------
     @property
     def all_commands(self) -> str:

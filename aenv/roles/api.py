@@ -84,7 +84,8 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         routes.on_gone.append(app.close_sandbox)
         server = uvicorn.Server(
             uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
-                           lifespan="off", timeout_keep_alive=75, access_log=False)
+                           lifespan="off", timeout_keep_alive=75, access_log=False,
+                           log_config=None)  # its records go through ours (aenv.logs)
         )  # fmt: skip
         server_task = asyncio.create_task(server.serve())
         while not server.started:

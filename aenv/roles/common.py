@@ -11,6 +11,8 @@ from pathlib import Path
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from aenv.logformat import progress
+
 #: Last line a role prints once it serves; the supervisor waits for it.
 READY = "ROLE-READY"
 
@@ -45,11 +47,12 @@ class RoleSettings(BaseSettings):
 
 
 def say(msg: str) -> None:
-    """A progress line on stdout (the supervisor relays it to `aenv up`). A role whose
-    supervisor died writes into a pipe nobody reads: the line is dropped, not raised — a
-    BrokenPipeError in the SIGTERM handler left the role never stopping."""
+    """A progress line on stdout, as a JSON record of `aenv.progress` (the supervisor relays
+    it to the stack's log, `aenv up` shows it). A role whose supervisor died writes into a
+    pipe nobody reads: the line is dropped, not raised — a BrokenPipeError in the SIGTERM
+    handler left the role never stopping."""
     try:
-        print(msg, flush=True)
+        print(progress(msg), flush=True)
     except (BrokenPipeError, ValueError):  # ValueError: stdout already swapped and closed
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the process's life)

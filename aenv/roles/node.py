@@ -66,7 +66,7 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
                             on_killed=observer.forget)  # fmt: skip
         proxy = uvicorn.Server(uvicorn.Config(
             node_proxy(host, worker.ingress, lambda: worker.serving, observer),
-            log_level="warning", lifespan="off",
+            log_level="warning", lifespan="off", log_config=None,
             access_log=False, timeout_keep_alive=75,
         ))  # fmt: skip
         proxy_task = asyncio.create_task(proxy.serve(sockets=[sock]))

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from e2b import Sandbox
 
+from aenv.logformat import marks
 from tests.e2e.conftest import Stack
 from tests.support import tagged
 
@@ -43,7 +44,7 @@ def _start_node(stack: Stack, data: Path, **extra: str) -> subprocess.Popen[str]
     )  # fmt: skip
     assert proc.stdout is not None
     for line in proc.stdout:
-        if line.strip() == "ROLE-READY":
+        if marks(line, "ROLE-READY"):
             return proc
     pytest.fail(f"second node exited during start-up ({proc.wait()})")
 

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from e2b import Sandbox
 
+from aenv.logformat import marks
 from bus import Bus
 from domain import sandbox as sb
 from tests.vmless.conftest import VmlessStack
@@ -122,7 +123,7 @@ def _second_node(stack: VmlessStack, data: Path) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
     assert proc.stdout is not None
     for line in proc.stdout:
-        if line.strip() == "ROLE-READY":
+        if marks(line, "ROLE-READY"):
             return proc
     pytest.fail(f"second node exited during start-up ({proc.wait()})")
 
