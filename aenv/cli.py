@@ -176,7 +176,7 @@ def status(data_dir: DataDir = DEFAULT_DATA) -> None:
         typer.echo(json.dumps({"fleet": fleet}, indent=2))
     else:
         ready = _readiness(str(info["E2B_API_URL"]))
-        shown = {k: v for k, v in info.items() if k != "E2B_API_KEY"}
+        shown = {k: v for k, v in info.items() if k not in ("E2B_API_KEY", "metrics_token")}
         typer.echo(json.dumps({**shown, "ready": ready, "fleet": fleet}, indent=2))
         problems = stack_problems(info, ready) + problems
     if problems:

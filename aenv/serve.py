@@ -17,6 +17,7 @@ import fcntl
 import json
 import logging
 import os
+import secrets
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -179,7 +180,7 @@ def _publish(
     url = f"http://{cfg.host}:{cfg.port}"
     info = {"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": api_key,
             "nats_url": services["nats_url"], "database_url": services["database_url"],
-            "pid": os.getpid(),
+            "metrics_token": _metrics_token(cfg), "pid": os.getpid(),
             "roles": {n: r.proc.pid for n, r in roles.items() if r.proc},
             "role_status": {n: r.status() for n, r in roles.items()}}  # fmt: skip
     write_private(cfg.data_dir / "stack.json", json.dumps(info, indent=2))
@@ -203,6 +204,7 @@ def _role_env(cfg: StackSettings, services: dict[str, Any]) -> dict[str, str]:
            "AENV_PORT": str(cfg.port), "AENV_NATS_URL": services["nats_url"],
            "AENV_DATABASE_URL": services["database_url"]}  # fmt: skip
     env.pop("AENV_LOG_FILE", None)  # the supervisor's file: roles write to it through it
+    env["AENV_METRICS_TOKEN"] = _metrics_token(cfg)
     s3 = services.get("s3")
     if s3:
         env.update({"AENV_S3_ENDPOINT": s3["url"], "AENV_S3_ACCESS_KEY": s3["access_key"] or "",
@@ -210,6 +212,19 @@ def _role_env(cfg: StackSettings, services: dict[str, Any]) -> dict[str, str]:
     else:
         env.pop("AENV_S3_ENDPOINT", None)
     return env
+
+
+def _metrics_token(cfg: StackSettings) -> str:
+    """What Prometheus scrapes both roles' `/metrics` with: the operator's
+    (`AENV_METRICS_TOKEN`), else minted once and kept (0600) in the data dir and in
+    stack.json (`metrics_token`)."""
+    given = os.environ.get("AENV_METRICS_TOKEN")
+    if given:
+        return given
+    path = cfg.data_dir / "metrics-token"
+    if not path.exists():
+        write_private(path, secrets.token_urlsafe(24) + "\n")
+    return path.read_text().strip()
 
 
 def _dump_tasks() -> None:

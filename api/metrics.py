@@ -1,19 +1,25 @@
-"""A Prometheus text endpoint for the API: request counts and latency by route and status.
-
-Small on purpose: a counter and a fixed-bucket histogram are all the API needs, and the
-exposition format is a few lines of text.
+"""The API role's Prometheus series (`docs/observability.md`): requests by route and
+status, sandboxes by state and node, how far each projection is behind the log.
 
 Every label value comes from a closed set, so the number of series stays bounded whatever
 clients send: `route` is the matched route's template (`/sandboxes/{sandbox_id}`), never
 the raw path — an id per sandbox, or a scanner's random paths, would each start a new
 series; paths that match no route share `unmatched`, proxied sandbox traffic shares
-`sandbox-proxy`; methods outside HTTP's own set are `OTHER`. Values are still escaped
-as the exposition format says, so nothing in a label can end a line or a label early.
+`sandbox-proxy`; methods outside HTTP's own set are `OTHER`. Values are still escaped by
+the exposition (`prometheus-client`), so nothing in a label can end a line or a label.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from domain.sandbox import SandboxStatus
+from shared.metrics import Scrape
+
+__all__ = ["BUCKETS", "LIVE_STATES", "SANDBOX_PROXY", "UNMATCHED", "Metrics", "method_label",
+           "route_label"]  # fmt: skip
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -24,6 +30,15 @@ SANDBOX_PROXY = "sandbox-proxy"
 METHODS = frozenset(
     {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"}
 )
+#: The states `aenv_sandboxes` reports: every state a sandbox lives in (killed and failed
+#: ones are history: counted, they would only grow)
+LIVE_STATES = tuple(s.value for s in SandboxStatus if s not in (SandboxStatus.KILLED,
+                                                               SandboxStatus.FAILED))  # fmt: skip
+
+#: (state, node, count) rows of the read model
+Census = Callable[[], Awaitable[Iterable[tuple[str, str, int]]]]
+#: projection → events it has not applied yet (None: not known now)
+Lags = Callable[[], Awaitable[Mapping[str, int | None]]]
 
 
 def route_label(template: str | None, proxied: bool) -> str:
@@ -37,48 +52,52 @@ def method_label(method: str) -> str:
     return method if method in METHODS else "OTHER"
 
 
-def escape_label(value: str) -> str:
-    """A label value as the text exposition format writes it: backslash, double quote and
-    line feed escaped (the three characters that could otherwise end the value or line)."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 class Metrics:
-    def __init__(self) -> None:
-        self.requests: dict[tuple[str, str, int], int] = defaultdict(int)
-        self.latency: dict[str, list[int]] = defaultdict(lambda: [0] * (len(BUCKETS) + 1))
-        self.latency_sum: dict[str, float] = defaultdict(float)
-        self.gauges: dict[str, float] = {}
+    """The API's series in its process's registry (`scrape`)."""
+
+    def __init__(self, scrape: Scrape | None = None) -> None:
+        self.scrape = scrape or Scrape()
+        r = self.scrape.registry
+        self.requests = Counter("aenv_api_requests", "API requests by route and status.",
+                                ["method", "route", "status"], registry=r)  # fmt: skip
+        self.latency = Histogram("aenv_api_request_seconds", "API request latency.", ["route"],
+                                 buckets=BUCKETS, registry=r)  # fmt: skip
+        self.sandboxes = Gauge("aenv_sandboxes", "Sandboxes by state and node (read model).",
+                               ["state", "node"], registry=r)  # fmt: skip
+        self.projection_lag = Gauge(
+            "aenv_projection_lag_events",
+            "Events of its kind in the log that a projection has not applied yet.",
+            ["projection"], registry=r,
+        )  # fmt: skip
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.requests[(method_label(method), route, status)] += 1
-        counts = self.latency[route]
-        for i, b in enumerate(BUCKETS):
-            if seconds <= b:
-                counts[i] += 1
-        counts[-1] += 1
-        self.latency_sum[route] += seconds
+        self.requests.labels(method_label(method), route, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
 
-    def render(self) -> str:
-        lines = [
-            "# HELP aenv_api_requests_total API requests by route and status.",
-            "# TYPE aenv_api_requests_total counter",
-        ]
-        for (m, r, s), n in sorted(self.requests.items()):
-            m, r = escape_label(m), escape_label(r)
-            lines.append(f'aenv_api_requests_total{{method="{m}",route="{r}",status="{s}"}} {n}')
-        lines += [
-            "# HELP aenv_api_request_seconds API request latency.",
-            "# TYPE aenv_api_request_seconds histogram",
-        ]
-        for route, counts in sorted(self.latency.items()):
-            r = escape_label(route)
-            for b, n in zip(BUCKETS, counts, strict=False):
-                lines.append(f'aenv_api_request_seconds_bucket{{route="{r}",le="{b}"}} {n}')
-            lines.append(f'aenv_api_request_seconds_bucket{{route="{r}",le="+Inf"}} {counts[-1]}')
-            total = self.latency_sum[route]
-            lines.append(f'aenv_api_request_seconds_sum{{route="{r}"}} {total:.6f}')
-            lines.append(f'aenv_api_request_seconds_count{{route="{r}"}} {counts[-1]}')
-        for name, value in sorted(self.gauges.items()):
-            lines += [f"# TYPE {name} gauge", f"{name} {value}"]
-        return "\n".join(lines) + "\n"
+    def count_sandboxes(self, census: Census) -> None:
+        """Read `aenv_sandboxes` from the read model at each scrape."""
+
+        async def refresh() -> None:
+            rows = list(await census())
+            nodes = {node for _, node, _ in rows}
+            self.sandboxes.clear()  # a node without sandboxes any more: its series go
+            for node in nodes:  # every state of a node that has any: 0 is an answer too
+                for state in LIVE_STATES:
+                    self.sandboxes.labels(state, node).set(0)
+            for state, node, n in rows:
+                self.sandboxes.labels(state, node).set(n)
+
+        self.scrape.on_scrape("sandboxes", refresh)
+
+    def measure_projections(self, lags: Lags) -> None:
+        """Read `aenv_projection_lag_events` from the projectors at each scrape."""
+
+        async def refresh() -> None:
+            for name, lag in (await lags()).items():
+                if lag is not None:
+                    self.projection_lag.labels(name).set(lag)
+
+        self.scrape.on_scrape("projections", refresh)
+
+    async def render(self) -> bytes:
+        return await self.scrape.render()

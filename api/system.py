@@ -13,6 +13,7 @@ from api.auth import HEADER
 from api.context import ApiContext
 from api.errors import documented, error_body
 from api.scrape import authorize_scrape
+from shared.metrics import CONTENT_TYPE
 
 _NOT_READY = ResponseSpec(
     data_container=dict[str, Any], generate_examples=False,
@@ -53,11 +54,13 @@ async def live() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@get("/metrics", media_type="text/plain; version=0.0.4", responses=documented(500))
-async def metrics(ctx: ApiContext, request: Request[Any, Any, Any]) -> str:
+@get("/metrics", media_type=CONTENT_TYPE, responses=documented(500))
+async def metrics(ctx: ApiContext, request: Request[Any, Any, Any]) -> Response[bytes]:
+    """The API role's Prometheus series (`docs/observability.md`): an API key or
+    `Authorization: Bearer $AENV_METRICS_TOKEN`."""
     await authorize_scrape(ctx, request.headers.get(HEADER),
                            request.headers.get("authorization"))  # fmt: skip
-    return ctx.metrics.render()
+    return Response(await ctx.metrics.render(), media_type=CONTENT_TYPE)
 
 
 ROUTES = [health, ready, live, metrics]

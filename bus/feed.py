@@ -65,6 +65,14 @@ class EventFeed:
         self._received = msg.metadata.sequence.consumer
         await self._queue.put(msg)
 
+    async def behind(self) -> int:
+        """Matching events not handed out yet: what the server has not delivered (asked
+        now) and what arrived but waits in this feed's buffer."""
+        if self._sub is None:
+            raise RuntimeError("the feed is not open")
+        info = await self._sub.consumer_info()
+        return (info.num_pending or 0) + self._queue.qsize()
+
     def caught_up(self) -> bool:
         """True when every message that matched when last heard from has been handed out."""
         return self._pending == 0 and self._received >= self._delivered and self._queue.empty()

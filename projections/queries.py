@@ -37,6 +37,7 @@ __all__ = [
     "list_sandboxes",
     "list_snapshots",
     "released_captures",
+    "sandbox_census",
     "snapshot_node",
     "team_templates",
     "template_builder",
@@ -300,3 +301,16 @@ async def released_captures(conn: AsyncConnection) -> list[tuple[str, str, datet
         for capture, since in r["released"].items()
     ]
     return sorted(out, key=lambda x: (x[2], x[0], x[1]))
+
+
+async def sandbox_census(conn: AsyncConnection) -> list[tuple[str, str, int]]:
+    """(status, node, count) of the sandboxes not killed or failed — the `aenv_sandboxes`
+    gauge. One grouped scan of the not-killed rows (the partial index 0007), read at each
+    scrape; the node of a sandbox no node took yet is ''."""
+    rows = await conn.execute(
+        select(sandboxes.c.status, func.coalesce(sandboxes.c.node_id, ""), func.count())
+        .where(sandboxes.c.status.notin_((sb.SandboxStatus.KILLED.value,
+                                          sb.SandboxStatus.FAILED.value)))
+        .group_by(sandboxes.c.status, sandboxes.c.node_id)
+    )  # fmt: skip
+    return [(str(status), str(node), int(n)) for status, node, n in rows]

@@ -54,6 +54,8 @@ class Projector:
         self._position = 0
         self._advanced = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
+        #: the feed `run` follows (None between restarts)
+        self._following: EventFeed | None = None
 
     @property
     def name(self) -> str:
@@ -115,6 +117,7 @@ class Projector:
         while True:
             try:
                 async with self._feed(await self._start_seq()) as feed:
+                    self._following = feed
                     while True:
                         batch = await feed.next_batch(1.0, linger=self._linger_s)
                         if batch:
@@ -127,6 +130,14 @@ class Projector:
                     "projection %s failed; restarting from its checkpoint", self._projection.name
                 )
                 await asyncio.sleep(self._retry_delay_s)
+            finally:
+                self._following = None
+
+    async def lag(self) -> int | None:
+        """Events of this projection's kind in the log it has not applied yet (the batch
+        being applied counts as applied); None while it is not following the log."""
+        feed = self._following
+        return await feed.behind() if feed is not None else None
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self.run(), name=f"projector:{self.name}")

@@ -20,6 +20,7 @@ from api.app import create_app
 from api.auth import KeyChecker
 from api.captures import CaptureSweeper
 from api.context import ApiContext, ApiSettings
+from api.metrics import Metrics
 from api.resume import auto_resume
 from bus import Bus, BusSettings
 from bus.nodes import NodeBook
@@ -32,8 +33,10 @@ from projections import (
     migrate,
     queries,
 )
+from shared.metrics import ConsumerGauges
 from shared.proxy import RouteTable
 from workers.build.builder import Builder, BuildSettings
+from workers.build.metrics import BuildMetrics
 from workers.timer import Timer
 from workers.timer.settings import TimerSettings
 
@@ -71,8 +74,10 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
 
         files_dir = cfg.data_dir / "build-files"
         api_settings = ApiSettings(build_files_dir=files_dir, upload_secret=_secret(cfg))
+        metrics = _metrics(bus, engine, projectors)
         ctx = ApiContext(bus, engine, api_settings, KeyChecker(engine), wait_for=wait_for,
-                         wait_for_templates=wait_for_templates, nodes=nodes)  # fmt: skip
+                         wait_for_templates=wait_for_templates, nodes=nodes,
+                         metrics=metrics)  # fmt: skip
         routes = await RouteTable.open(bus, via_node=ctx.settings.proxy_via_node,
                                      resume=auto_resume(ctx),
                                      resume_timeout_s=ctx.settings.command_timeout_s)  # fmt: skip
@@ -98,7 +103,8 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         url = f"http://{cfg.host}:{cfg.port}"
         builder = Builder(bus, BuildSettings(proxy_url=url, files_dir=files_dir),
                           parallel=cfg.build_parallel,
-                          published=lambda name: ctx.forget(f"tpl:{name}"))  # fmt: skip
+                          published=lambda name: ctx.forget(f"tpl:{name}"),
+                          metrics=BuildMetrics(metrics.scrape))  # fmt: skip
         await builder.start()
         stack.push_async_callback(builder.stop)
         say(READY)
@@ -106,6 +112,26 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         say("api: draining requests")
         server.should_exit = True
         await server_task
+
+
+def _metrics(bus: Bus, engine: AsyncEngine, projectors: dict[str, Projector]) -> Metrics:
+    """The API role's series: its requests (counted by the app), the read model's sandboxes
+    by state and node, each projection's lag and the builders' consumer, read at each
+    scrape."""
+    metrics = Metrics()
+
+    async def census() -> list[tuple[str, str, int]]:
+        async with engine.connect() as conn:
+            return await queries.sandbox_census(conn)
+
+    async def lags() -> dict[str, int | None]:
+        return {name: await p.lag() for name, p in projectors.items()}
+
+    metrics.count_sandboxes(census)
+    metrics.measure_projections(lags)
+    ConsumerGauges(metrics.scrape, bus.js).watch(bus.names.command_stream,
+                                                 lambda: [bus.names.build_consumer])  # fmt: skip
+    return metrics
 
 
 async def _timer_start(engine: AsyncEngine) -> tuple[list[sb.Clock], int]:

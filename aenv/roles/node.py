@@ -16,12 +16,14 @@ from bus import Bus, BusSettings
 from bus.decisions import execute
 from domain import template as tp
 from envd.version import ENVD_VERSION
+from shared.metrics import ConsumerGauges, Scrape
 from workers.node.host import SandboxHost
 from workers.node.image import build_base, build_runtime
 from workers.node.image.codeint import PORT as CI_PORT
 from workers.node.image.codeint import TEMPLATE as CODE_INTERPRETER
 from workers.node.image.codeint import build_code_interpreter
 from workers.node.memory import MemoryHost
+from workers.node.metrics import NodeMetrics
 from workers.node.observe import GuestObserver
 from workers.node.ports import Host
 from workers.node.proxy import listen, node_proxy
@@ -30,6 +32,7 @@ from workers.node.settings import NodeSettings
 from workers.node.templates import TemplateCatalog, TemplateSpec
 from workers.node.worker import NodeWorker
 from workers.snapshot import BlobCache, S3Config, S3Store, SnapshotRepository
+from workers.snapshot.metrics import TransferMetrics
 from workers.snapshot.worker import SnapshotWorker
 
 
@@ -38,12 +41,13 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         bus = await Bus.connect(BusSettings(nats_url=cfg.nats_url), name="aenv-node")
         stack.push_async_callback(bus.close)
         node_cfg = NodeSettings(state_dir=cfg.data_dir / "node")
+        metrics = NodeMetrics(node_cfg.node_id, Scrape())
         host: Host
         if node_cfg.node_host == "memory":
             say("node host: in memory (no VMs: AENV_NODE_HOST=memory)")
             host, uploads, disk_mb = MemoryHost(capacity=node_cfg.capacity), None, 2048
         else:
-            host, uploads, disk_mb = await _qemu_host(cfg, node_cfg, bus, stack)
+            host, uploads, disk_mb = await _qemu_host(cfg, node_cfg, bus, stack, metrics.scrape)
         stack.push_async_callback(host.close)
         register = tp.RegisterTemplate(
             template_id="base", alias="base", envd_version=ENVD_VERSION,
@@ -63,9 +67,13 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         worker = NodeWorker(bus, host, node_cfg, node_proxy=node_cfg.proxy_advertise or bound,
                             on_moot=uploads.cancel if uploads else None,
                             uploads_waiting=uploads.waiting if uploads else None,
-                            on_killed=observer.forget)  # fmt: skip
+                            on_killed=observer.forget, metrics=metrics)  # fmt: skip
+        _watch(metrics, bus, worker, node_cfg.node_id, uploads is not None)
+        token = node_cfg.metrics_token
         proxy = uvicorn.Server(uvicorn.Config(
-            node_proxy(host, worker.ingress, lambda: worker.serving, observer),
+            node_proxy(host, worker.ingress, lambda: worker.serving, observer,
+                       exposition=metrics.scrape.render,
+                       metrics_token=token.get_secret_value() if token else None),
             log_level="warning", lifespan="off", log_config=None,
             access_log=False, timeout_keep_alive=75,
         ))  # fmt: skip
@@ -84,8 +92,25 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         say("node: draining in-flight work")
 
 
+def _watch(
+    metrics: NodeMetrics, bus: Bus, worker: NodeWorker, node_id: str, uploads: bool
+) -> None:
+    """What the node's scrape reads fresh: its room and VMs, and its JetStream consumers
+    (once its worker made them)."""
+    metrics.watch(worker.host, worker.capacity.room)
+    names = bus.names
+    jetstream = ConsumerGauges(metrics.scrape, bus.js)
+    jetstream.watch(names.command_stream, lambda: [names.node_consumer(node_id),
+                                                   names.place_consumer] if worker.serving
+                    else [])  # fmt: skip
+    if uploads:
+        jetstream.watch(names.event_stream, lambda: [names.snapshot_consumer(node_id)]
+                        if worker.serving else [])  # fmt: skip
+
+
 async def _qemu_host(
-    cfg: RoleSettings, node_cfg: NodeSettings, bus: Bus, stack: contextlib.AsyncExitStack
+    cfg: RoleSettings, node_cfg: NodeSettings, bus: Bus, stack: contextlib.AsyncExitStack,
+    scrape: Scrape,
 ) -> tuple[SandboxHost, SnapshotWorker | None, int]:
     """QEMU microVMs: the `base` image and template ready, the runtime open, and the
     snapshot worker when there is a repository; with the base image's size in MiB."""
@@ -105,7 +130,7 @@ async def _qemu_host(
     await catalog.get("base")
     if node_cfg.code_interpreter:
         await _code_interpreter(catalog, node_cfg)
-    repository = await _repository(cfg, node_cfg, stack)
+    repository = await _repository(cfg, node_cfg, stack, TransferMetrics(scrape))
     host = SandboxHost(runtime, catalog, capacity=node_cfg.capacity, repository=repository,
                        warm=node_cfg.warm_policy())  # fmt: skip
     # captures become durable through the node's snapshot worker
@@ -132,7 +157,8 @@ async def _stop_server(server: uvicorn.Server, task: asyncio.Task[None]) -> None
 
 
 async def _repository(
-    cfg: RoleSettings, node_cfg: NodeSettings, stack: contextlib.AsyncExitStack
+    cfg: RoleSettings, node_cfg: NodeSettings, stack: contextlib.AsyncExitStack,
+    metrics: TransferMetrics,
 ) -> SnapshotRepository | None:
     """Pauses upload to S3 when the stack has one (embedded SeaweedFS or AENV_S3_*)."""
     if not cfg.s3_endpoint:
@@ -144,4 +170,4 @@ async def _repository(
     stack.push_async_callback(store.close)
     cache = BlobCache(node_cfg.state_dir / "blob-cache", node_cfg.blob_cache_bytes)
     say(f"snapshot repository: S3 at {cfg.s3_endpoint}")
-    return SnapshotRepository(store, cache)
+    return SnapshotRepository(store, cache, metrics=metrics)

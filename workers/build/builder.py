@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime
 
 from bus import Bus, CommandConsumer, ConsumerSpec, Delivery, MessageContext
@@ -20,6 +21,7 @@ from bus.decisions import execute
 from domain import Invalid
 from domain import build as bd
 from envd.version import ENVD_VERSION
+from workers.build.metrics import BuildMetrics
 from workers.build.run import BuildRun, BuildSettings, Published, build_sandbox_id
 
 __all__ = ["BuildSettings", "Builder"]
@@ -29,7 +31,7 @@ log = logging.getLogger(__name__)
 class Builder:
     def __init__(
         self, bus: Bus, settings: BuildSettings, *, parallel: int = 1,
-        published: Published | None = None,
+        published: Published | None = None, metrics: BuildMetrics | None = None,
     ) -> None:  # fmt: skip
         self.bus = bus
         self.settings = settings
@@ -38,6 +40,14 @@ class Builder:
         #: lookups of the name: `default` moved)
         self.published: Published = published or (lambda _: None)
         self._consumer: CommandConsumer | None = None
+        self.metrics = metrics or BuildMetrics()
+        self.metrics.count_queue(self._waiting)
+
+    async def _waiting(self) -> int:
+        """Starts in the builders' queue no builder took yet."""
+        names = self.bus.names
+        info = await self.bus.js.consumer_info(names.command_stream, names.build_consumer)
+        return info.num_pending or 0
 
     async def start(self) -> None:
         spec = ConsumerSpec(
@@ -98,12 +108,19 @@ class Builder:
                     log.warning("build %s: log append failed: %s", build.build_id, e)
 
         run = BuildRun(self.bus, self.settings, build, emit, self.published)
+        t0 = time.monotonic()
+        self.metrics.running.inc()
         try:
             error, step = await run.execute()
         except Exception as e:
             log.exception("build %s crashed", build.build_id)
             error, step = f"internal builder error: {e}", None
+        finally:
+            self.metrics.running.dec()
         await self._verdict(build, ctx, error, step)
+        self.metrics.built(time.monotonic() - t0, ok=error is None)
+        log.info("build %s %s in %.1f s", build.build_id, "ready" if error is None else
+                 f"failed at {step or '?'}", time.monotonic() - t0)  # fmt: skip
 
     async def _verdict(
         self, build: bd.Build, ctx: MessageContext, error: str | None, step: str | None

@@ -33,6 +33,7 @@ from workers.node.ports import (
     HostError,
     ImageSource,
     ImportedImage,
+    Stage,
     TemplateLocator,
     WarmStats,
 )
@@ -125,6 +126,7 @@ class SandboxHost:
         #: one task per running VM, waiting for its QEMU to exit
         self._watchers: set[asyncio.Task[None]] = set()
         self._died: Died | None = None
+        self._stage: Stage = lambda op, stage, seconds: None
 
     # ---- what the node is -------------------------------------------------------------
     @property
@@ -193,6 +195,18 @@ class SandboxHost:
     def on_died(self, hook: Died) -> None:
         self._died = hook
 
+    def on_stage(self, hook: Stage) -> None:
+        self._stage = hook
+
+    def vm_pids(self) -> list[int]:
+        return [pid for live in self.sandboxes.values()
+                if live.vm.qemu.alive and (pid := live.vm.qemu.pid) is not None]  # fmt: skip
+
+    def _timed(self, op: str, running_s: float, envd_s: float) -> None:
+        """A restore's stages (`Timing`: both from its start) to the stage hook."""
+        self._stage(op, "restore", running_s)
+        self._stage(op, "envd_ready", envd_s - running_s)
+
     def _running(self, live: LiveSandbox) -> None:
         """Register a running VM and watch it: a QEMU that exits without being asked (the
         memory cgroup killed it, the guest panicked) must become an event, not a sandbox
@@ -208,10 +222,12 @@ class SandboxHost:
             if self.sandboxes.get(live.sandbox_id) is not live:
                 return
         tail = live.vm.qemu.console_tail(600).strip().splitlines()[-3:]
-        why = f"the VM exited unexpectedly (QEMU status {code})"
+        oom = live.vm.qemu.oom_killed()
+        why = (f"the VM ran out of memory (its cgroup's OOM killer ended QEMU, status {code})"
+               if oom else f"the VM exited unexpectedly (QEMU status {code})")  # fmt: skip
         log.warning("sandbox %s: %s; console: %s", live.sandbox_id, why, " | ".join(tail))
         if self._died is not None:
-            await self._died(live.sandbox_id, why)
+            await self._died(live.sandbox_id, why, "oom" if oom else "crash")
 
     def set_template_locator(self, locate: TemplateLocator) -> None:
         self.transfers.locate = locate
@@ -252,6 +268,7 @@ class SandboxHost:
             raise HostError(f"sandbox {sandbox_id} failed to start: {e}") from e
         log.info("sandbox %s up: running %.1f ms, envd %.1f ms", sandbox_id,
                  timing.running * 1000, timing.envd * 1000)  # fmt: skip
+        self._timed("create", timing.running, timing.envd)
         self._running(LiveSandbox(sandbox_id, template_id, vm, guest))
 
     def started_warm(self, sandbox_id: str) -> bool:
@@ -415,6 +432,7 @@ class SandboxHost:
             raise HostError(f"sandbox {sandbox_id} could not be resumed: {e}") from e
         log.info("sandbox %s resumed: running %.1f ms, envd %.1f ms", sandbox_id,
                  timing.running * 1000, timing.envd * 1000)  # fmt: skip
+        self._timed("resume", timing.running, timing.envd)
         del self.paused[sandbox_id]
         # kept until the resume is recorded (`resume_recorded`): a node that dies before
         # that still holds the sandbox as it was paused — its capture whole, the RAM copied
@@ -439,6 +457,7 @@ class SandboxHost:
         if self.free < len(children):
             raise HostError(f"node has room for {self.free} more sandboxes, not {len(children)}")
         ids = list(children)
+        t0 = time.monotonic()
         try:
             capture, vms = await self.runtime.fork(
                 parent.vm, len(ids), wait=False, vm_ids=ids, policy=parent.guest.egress
@@ -464,7 +483,9 @@ class SandboxHost:
             self._running(LiveSandbox(cid, parent.template_id, vm, guest))
             return None
 
+        running_s = time.monotonic() - t0
         errors = await asyncio.gather(*(init(c, v) for c, v in zip(ids, vms, strict=True)))
+        self._timed("fork", running_s, time.monotonic() - t0)
         return dict(zip(ids, errors, strict=True))
 
     async def snapshot(self, sandbox_id: str, name: str) -> Capture:

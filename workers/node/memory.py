@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from workers.node.ports import (
     HostError,
     ImageSource,
     ImportedImage,
+    Stage,
     TemplateLocator,
     WarmStats,
 )
@@ -58,6 +60,7 @@ class MemoryHost:
         self.paused: dict[str, _Sandbox] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._hooks: list[Callable[[str], None]] = []
+        self._stage: Stage = lambda op, stage, seconds: None
 
     @property
     def capacity(self) -> int:
@@ -97,6 +100,20 @@ class MemoryHost:
     def on_died(self, hook: Died) -> None:
         return None  # records do not die on their own
 
+    def on_stage(self, hook: Stage) -> None:
+        self._stage = hook
+
+    def vm_pids(self) -> list[int]:
+        return []  # no VMs: nothing costs the host
+
+    async def _started(self, op: str) -> None:
+        """A record's start, timed as a VM's would be: its `restore` is the simulated
+        work (`delay_s`), its envd answers at once."""
+        t0 = time.monotonic()
+        await self._work()
+        self._stage(op, "restore", time.monotonic() - t0)
+        self._stage(op, "envd_ready", 0.0)
+
     def set_template_locator(self, locate: TemplateLocator) -> None:
         return None  # templates are this process's own: nothing to take over
 
@@ -110,7 +127,7 @@ class MemoryHost:
             raise HostError("node is full")
         if template_id not in self.templates:
             raise HostError(f"template {template_id!r} not found on this node")
-        await self._work()
+        await self._started("create")
         self.live[sandbox_id] = _Sandbox(template_id, guest)
 
     def started_warm(self, sandbox_id: str) -> bool:
@@ -149,7 +166,7 @@ class MemoryHost:
         box = self.paused.pop(sandbox_id, None)
         if box is None:
             raise HostError(f"sandbox {sandbox_id} has no paused state on this node")
-        await self._work()
+        await self._started("resume")
         box.capture = None
         self.live[sandbox_id] = box
         return box.template_id
@@ -178,7 +195,7 @@ class MemoryHost:
             raise HostError(f"sandbox {parent_id} is not running on this node")
         if self.free < len(children):
             raise HostError(f"node has room for {self.free} more sandboxes, not {len(children)}")
-        await self._work()
+        await self._started("fork")
         for cid, guest in children.items():
             self.live[cid] = _Sandbox(parent.template_id, guest)
         return dict.fromkeys(children)

@@ -33,6 +33,7 @@ __all__ = [
     "ImageSource",
     "ImportedImage",
     "Manifest",
+    "Stage",
     "TemplateLocation",
     "TemplateLocator",
     "Uploaded",
@@ -43,8 +44,13 @@ __all__ = [
 TemplateLocation = tuple[str, str | None, str]
 #: Asks the log where a snapshot template taken elsewhere is durable (None: nowhere).
 TemplateLocator = Callable[[str], Awaitable[TemplateLocation | None]]
-#: told (sandbox id, why) when a running sandbox's VM died without being asked to
-Died = Callable[[str, str], Awaitable[None]]
+#: told (sandbox id, why, cause) when a running sandbox's VM died without being asked to;
+#: cause: "oom" (its memory cgroup killed it) or "crash" (anything else)
+Died = Callable[[str, str, str], Awaitable[None]]
+#: told (op, stage, seconds) of each stage of the host's work it timed: a create's, a
+#: resume's or a fork's `restore` (until the VM runs) and `envd_ready` (then until envd
+#: was initialised) — the node's `aenv_lifecycle_seconds`
+Stage = Callable[[str, str, float], None]
 
 
 class HostError(Exception):
@@ -160,7 +166,15 @@ class Host(Protocol):
         """Call `hook(sandbox_id)` when a sandbox's VM goes away (pause, kill, close)."""
 
     def on_died(self, hook: Died) -> None:
-        """Call `hook(sandbox_id, why)` when a running VM exits on its own."""
+        """Call `hook(sandbox_id, why, cause)` when a running VM exits on its own."""
+
+    def on_stage(self, hook: Stage) -> None:
+        """Call `hook(op, stage, seconds)` for each stage of a create, resume or fork."""
+
+    def vm_pids(self) -> list[int]:
+        """The processes of the VMs running here (what they cost the host is read from
+        them); none for a host without VMs."""
+        ...
 
     def set_template_locator(self, locate: TemplateLocator) -> None: ...
 

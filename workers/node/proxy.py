@@ -14,40 +14,70 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
+from shared.metrics import CONTENT_TYPE, bearer, is_token
 from shared.proxy import Receive, SandboxProxy, SandboxUnavailable, Scope, Send, Upstream
 from workers.node.observe import GuestObserver
 from workers.node.ports import Host
 
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
+#: The node's Prometheus exposition (`NodeMetrics.scrape.render`)
+Exposition = Callable[[], Awaitable[bytes]]
 
 
 def _answer(status: int, doc: object) -> App:
+    return _send(status, json.dumps(doc).encode(), b"application/json")
+
+
+def _send(status: int, body: bytes, content_type: bytes) -> App:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        body = json.dumps(doc).encode()
         await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
+                    "headers": [(b"content-type", content_type),
                                 (b"content-length", str(len(body)).encode())]})  # fmt: skip
         await send({"type": "http.response.body", "body": body})
 
     return app
 
 
+#: A scrape without the token (the API's wording, less the API key a node cannot check)
+_NO_TOKEN = {"code": 401, "message": "missing credentials: send Authorization: Bearer "
+                                     "<AENV_METRICS_TOKEN>"}  # fmt: skip
+
+
+def _metrics(scope: Scope, exposition: Exposition, token: str | None) -> App | None:
+    """`/metrics` with the metrics token; None when this is not a scrape."""
+    if scope.get("path") != "/metrics" or scope["type"] != "http":
+        return None
+    header = dict(scope.get("headers", ())).get(b"authorization", b"").decode("latin-1")
+    if not is_token(bearer(header), token):
+        return _answer(401, _NO_TOKEN)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await _send(200, await exposition(), CONTENT_TYPE.encode())(scope, receive, send)
+
+    return app
+
+
 def _node_routes(
     ready: Callable[[], bool], observer: GuestObserver | None,
-    warm: Callable[[], dict[str, int]],
+    warm: Callable[[], dict[str, int]], exposition: Exposition | None = None,
+    token: str | None = None,
 ) -> App:  # fmt: skip
     """What this port answers besides sandbox traffic: the node's health, for a service
     manager's probes (Kubernetes, a load balancer): live once the process serves, ready
     once the node worker has reconciled and pulls commands (with its warm pool now: the
-    heartbeat says it only every few seconds); and, for the API, what the node
-    observed of its guests (`observe.py`): `/sandboxes/{id}/metrics?start=&end=`,
-    `/sandboxes/{id}/logs`, `/sandboxes/metrics?ids=a,b` (the latest of each)."""
+    heartbeat says it only every few seconds); its Prometheus series
+    (`/metrics`, with `Authorization: Bearer $AENV_METRICS_TOKEN`: `metrics.py`); and,
+    for the API, what the node observed of its guests (`observe.py`):
+    `/sandboxes/{id}/metrics?start=&end=`, `/sandboxes/{id}/logs`,
+    `/sandboxes/metrics?ids=a,b` (the latest of each)."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if observer is not None and (found := _observed(observer, path, scope)) is not None:
+        if exposition is not None and (scrape := _metrics(scope, exposition, token)):
+            await scrape(scope, receive, send)
+        elif observer is not None and (found := _observed(observer, path, scope)) is not None:
             await _answer(200, found)(scope, receive, send)
         elif path == "/health/live":
             await _answer(200, {"status": "live"})(scope, receive, send)
@@ -93,10 +123,13 @@ def _observed(observer: GuestObserver, path: str, scope: Scope) -> Any:
 
 def node_proxy(
     host: Host, ingress: Ingress, ready: Callable[[], bool],
-    observer: GuestObserver | None = None,
+    observer: GuestObserver | None = None, *, exposition: Exposition | None = None,
+    metrics_token: str | None = None,
 ) -> SandboxProxy:  # fmt: skip
     """This node's proxy; `ingress` says who may reach a sandbox's guest ports. A VM that
-    runs but is not routed yet is not reachable: its token (if any) is not known here."""
+    runs but is not routed yet is not reachable: its token (if any) is not known here.
+    `exposition`: the node's `/metrics`, for whoever sends `metrics_token` (no token: no
+    one)."""
 
     async def resolve(sandbox_id: str, port: int, _token: str | None) -> Upstream:
         address = host.upstream(sandbox_id)
@@ -105,7 +138,8 @@ def node_proxy(
             raise SandboxUnavailable(sandbox_id)
         return Upstream(address, port, traffic_digest=digest)
 
-    proxy = SandboxProxy(_node_routes(ready, observer, lambda: host.warm_stats().ready), resolve)
+    proxy = SandboxProxy(_node_routes(ready, observer, lambda: host.warm_stats().ready,
+                                      exposition, metrics_token), resolve)
     host.on_gone(proxy.close_sandbox)
     return proxy
 

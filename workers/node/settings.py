@@ -6,7 +6,7 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers.node.warmsize import WarmPolicy
@@ -73,6 +73,9 @@ class NodeSettings(BaseSettings):
     warm_pool_max: int = Field(default=8, ge=0, le=64)
     warm_pool_keep: str = "base"
     warm_pool_idle_s: float = Field(default=600.0, gt=0)
+    #: What Prometheus sends to scrape the node's `/metrics` on its proxy port
+    #: (`Authorization: Bearer <token>`); the same token as the APIs'. None: no one may.
+    metrics_token: SecretStr | None = None
     #: vCPUs and RAM of the default `base` template.
     base_vcpus: int = Field(default=1, ge=1)
     base_mem_mib: int = Field(default=512, ge=128)

@@ -45,6 +45,7 @@ from workers.node.capacity import Size, ledger_of, no_room, size_of
 from workers.node.early import EarlyStarts
 from workers.node.heartbeat import beat_forever
 from workers.node.journal import Journal
+from workers.node.metrics import NodeMetrics
 from workers.node.net.firewall import EgressPolicy
 from workers.node.ports import GuestConfig, Host, HostError, ImageSource, TemplateLocation
 from workers.node.reconcile import reconcile
@@ -93,7 +94,7 @@ class NodeWorker:
         self, bus: Bus, host: Host, settings: NodeSettings, *, node_proxy: str | None = None,
         on_moot: Callable[[str], None] | None = None,
         uploads_waiting: Callable[[], tuple[int, float]] | None = None,
-        on_killed: Callable[[str], None] | None = None,
+        on_killed: Callable[[str], None] | None = None, metrics: NodeMetrics | None = None,
     ) -> None:  # fmt: skip
         self.bus = bus
         self.host = host
@@ -123,6 +124,9 @@ class NodeWorker:
         self._nodes: NodeBook | None = None
         host.set_template_locator(self._locate_template)
         host.on_died(self._vm_died)
+        #: the node's series (`metrics.py`): stages timed here and by the host
+        self.metrics = metrics or NodeMetrics(self.node_id)
+        host.on_stage(self.metrics.stage)
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -188,6 +192,10 @@ class NodeWorker:
 
     # ---- dispatch --------------------------------------------------------------------
     async def handle(self, d: Delivery) -> None:
+        with self.metrics.operation(d.command, d.stored_at):
+            await self._dispatch(d)
+
+    async def _dispatch(self, d: Delivery) -> None:
         cmd, ctx = d.command, d.context
         match cmd:
             case sb.CreateSandbox():
@@ -314,7 +322,8 @@ class NodeWorker:
         await self._routes.dropped()
         return held
 
-    async def _vm_died(self, sandbox_id: str, why: str) -> None:
+    async def _vm_died(self, sandbox_id: str, why: str, cause: str) -> None:
+        self.metrics.died(cause)
         cid = sb.derived_command_id(sandbox_id, "vm-died", why)
         try:
             await self._kill_lost(sb.KillSandbox(sandbox_id=sandbox_id, command_id=cid), why)

@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import shutil
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +32,7 @@ from workers.snapshot.manifest import (
     MemoryRef,
     SnapshotManifest,
 )
+from workers.snapshot.metrics import TransferMetrics
 from workers.snapshot.results import GcReport, LocalSnapshot, UploadResult
 from workers.snapshot.retry import RetryPolicy, retrying
 from workers.snapshot.store import BlobSource, SnapshotStore
@@ -94,9 +96,12 @@ class SnapshotRepository:
         retry: RetryPolicy | None = None,
         concurrency: int = 4,
         chunk_size: int = chunks.CHUNK_SIZE,
+        metrics: TransferMetrics | None = None,
     ):
         self.store = store
         self.cache = cache
+        #: bytes and time of each upload and download (the node's `/metrics`)
+        self.metrics = metrics or TransferMetrics()
         self.retry = retry or RetryPolicy()
         self.chunk_size = chunk_size
         # Bounds memory (one chunk per worker) and the connections a node opens to S3.
@@ -122,6 +127,20 @@ class SnapshotRepository:
         Idempotent: re-running after a crash uploads only blobs still missing. The base
         image is not uploaded; `base_image_digest` identifies it for the restoring node.
         """
+        t0 = time.monotonic()
+        try:
+            result = await self._upload(snapshot_dir, layers, base_image_digest=base_image_digest,
+                                        snapshot_id=snapshot_id, parent_id=parent_id)  # fmt: skip
+        except Exception:  # (a cancelled upload — its capture went moot — did not fail)
+            self.metrics.failed("upload")
+            raise
+        self.metrics.moved("upload", result.bytes_uploaded, time.monotonic() - t0)
+        return result
+
+    async def _upload(
+        self, snapshot_dir: Path, layers: Sequence[Path] | None, *, base_image_digest: str,
+        snapshot_id: str | None, parent_id: str | None,
+    ) -> UploadResult:  # fmt: skip
         doc = _read_node_manifest(snapshot_dir)
         for name in (STATE, MEM):
             if not (snapshot_dir / name).is_file():
@@ -227,6 +246,18 @@ class SnapshotRepository:
         be paused again after the snapshot directory is gone). A layer already there under
         its digest is reused as it is: a frozen layer always sits on the same chain.
         """
+        t0 = time.monotonic()
+        try:
+            local = await self._download(snapshot_id, dest_dir, base_image_path, layers_dir)
+        except Exception:
+            self.metrics.failed("download")
+            raise
+        self.metrics.moved("download", local.bytes_fetched, time.monotonic() - t0)
+        return local
+
+    async def _download(
+        self, snapshot_id: str, dest_dir: Path, base_image_path: Path, layers_dir: Path | None
+    ) -> LocalSnapshot:
         manifest = await self.get_manifest(snapshot_id)
         base_size = os.stat(base_image_path).st_size
         if base_size != manifest.base_image.size:

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from shared.metrics import Scrape
 from tests.contract.snapshot.builders import (
     MACHINE,
     MEM_SIZE,
@@ -31,6 +33,7 @@ from workers.snapshot import (
     SnapshotStore,
     StoreError,
 )
+from workers.snapshot.metrics import TransferMetrics
 
 BASE_DIGEST = "b" * 64
 MIB = 1 << 20
@@ -266,3 +269,36 @@ async def test_transient_store_errors_are_retried(store: SnapshotStore, tmp_path
     assert same_content(local.mem, snap.mem)
     n = len(up.manifest.blob_digests())
     assert len(flaky.failed) == 3 * n  # every has, put and get failed once and was retried
+
+
+async def test_transfers_are_measured_by_direction(store: SnapshotStore, tmp_path: Path) -> None:
+    """The node's `aenv_snapshot_transfer_*` series (issue 20): what each upload and
+    download moved, how long it took, which failed."""
+    scrape = Scrape()
+    repo = SnapshotRepository(store, BlobCache(tmp_path / "cache", 1 << 40),
+                              metrics=TransferMetrics(scrape))  # fmt: skip
+
+    async def samples() -> dict[tuple[str, str], float]:
+        text = (await scrape.render()).decode()
+        return {(s.name, s.labels.get("direction", "")): s.value
+                for f in text_string_to_metric_families(text) for s in f.samples
+                if not s.name.endswith("_bucket")}  # fmt: skip
+
+    snap = build_snapshot(tmp_path / "node-a")
+    up = await repo.upload(snap.dir, base_image_digest=BASE_DIGEST)
+    again = await repo.upload(snap.dir, base_image_digest=BASE_DIGEST)  # all stored already
+    assert up.bytes_uploaded > 0 and again.bytes_uploaded == 0
+    node_b = tmp_path / "node-b"
+    node_b.mkdir()
+    shutil.copyfile(snap.base, node_b / "base.raw")
+    local = await repo.download("snap-1", node_b / "snap-1", node_b / "base.raw")
+    with pytest.raises(ManifestNotFound):
+        await repo.download("no-such-snap", node_b / "x", node_b / "base.raw")
+    s = await samples()
+    assert s[("aenv_snapshot_transfer_bytes_total", "upload")] == up.bytes_uploaded
+    assert s[("aenv_snapshot_transfer_bytes_total", "download")] == local.bytes_fetched > 0
+    assert s[("aenv_snapshot_transfer_seconds_count", "upload")] == 2
+    assert s[("aenv_snapshot_transfer_seconds_count", "download")] == 1
+    assert s[("aenv_snapshot_transfer_seconds_sum", "upload")] > 0
+    assert s[("aenv_snapshot_transfer_failures_total", "download")] == 1
+    assert s[("aenv_snapshot_transfer_failures_total", "upload")] == 0

@@ -1,3 +1,4 @@
+import asyncio
 from urllib.parse import quote, urlencode
 
 import pytest
@@ -42,8 +43,8 @@ def test_metrics_histogram_is_cumulative() -> None:
     m = Metrics()
     m.observe("GET", "/x", 200, 0.004)
     m.observe("GET", "/x", 200, 0.2)
-    text = m.render()
-    assert 'aenv_api_requests_total{method="GET",route="/x",status="200"} 2' in text
-    assert 'aenv_api_request_seconds_bucket{route="/x",le="0.005"} 1' in text
-    assert 'aenv_api_request_seconds_bucket{route="/x",le="0.25"} 2' in text
-    assert 'aenv_api_request_seconds_count{route="/x"} 2' in text
+    text = asyncio.run(m.render()).decode()
+    assert 'aenv_api_requests_total{method="GET",route="/x",status="200"} 2.0' in text
+    assert 'aenv_api_request_seconds_bucket{le="0.005",route="/x"} 1.0' in text
+    assert 'aenv_api_request_seconds_bucket{le="0.25",route="/x"} 2.0' in text
+    assert 'aenv_api_request_seconds_count{route="/x"} 2.0' in text

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.metrics import SANDBOX_PROXY, UNMATCHED, Metrics, escape_label, method_label, route_label
+from api.metrics import LIVE_STATES, SANDBOX_PROXY, UNMATCHED, Metrics, method_label, route_label
 from api.scrape import bearer
+from shared.metrics import Scrape, is_token
 
 
 def families(text: str) -> dict[str, list[dict[str, str]]]:
@@ -14,18 +17,57 @@ def families(text: str) -> dict[str, list[dict[str, str]]]:
     return {f.name: [dict(s.labels) for s in f.samples] for f in parsed}
 
 
+def render(m: Metrics) -> str:
+    return asyncio.run(m.render()).decode()
+
+
 def test_label_values_cannot_end_the_value_or_the_line() -> None:
     forged = '/x"} 1\nforged_total{a="b\\'
     m = Metrics()
     m.observe("GET", forged, 200, 0.01)
-    parsed = families(m.render())
-    assert set(parsed) == {"aenv_api_requests", "aenv_api_request_seconds"}
-    assert {s["route"] for s in parsed["aenv_api_requests"]} == {forged}
+    text = render(m)
+    parsed = families(text)
+    assert set(parsed) == {"aenv_api_requests", "aenv_api_request_seconds", "aenv_sandboxes",
+                           "aenv_projection_lag_events", "aenv_scrape_errors"}  # fmt: skip
+    requests = [s for s in parsed["aenv_api_requests"] if "route" in s]
+    assert {s["route"] for s in requests} == {forged}
     assert {s["route"] for s in parsed["aenv_api_request_seconds"]} == {forged}
+    assert not any(line.startswith("forged") for line in text.splitlines())
 
 
-def test_escape_follows_the_exposition_format() -> None:
-    assert escape_label('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
+def test_sandboxes_by_state_and_node_come_from_the_census_at_each_scrape() -> None:
+    rows = [("running", "n1", 3), ("paused", "n1", 1), ("creating", "", 1)]
+
+    async def census() -> list[tuple[str, str, int]]:
+        return list(rows)
+
+    m = Metrics()
+    m.count_sandboxes(census)
+    got = {(s["state"], s["node"]): v for s, v in _samples(render(m), "aenv_sandboxes")}
+    assert got[("running", "n1")] == 3 and got[("paused", "n1")] == 1
+    assert got[("creating", "")] == 1 and got[("forking", "n1")] == 0
+    assert {state for state, _ in got} == set(LIVE_STATES)
+    rows[:] = [("running", "n2", 2)]  # n1 emptied: its series go, not stay at 3
+    got = {(s["state"], s["node"]): v for s, v in _samples(render(m), "aenv_sandboxes")}
+    assert {node for _, node in got} == {"n2"} and got[("running", "n2")] == 2
+
+
+def test_a_failing_refresh_is_counted_and_the_rest_still_answers() -> None:
+    async def broken() -> list[tuple[str, str, int]]:
+        raise ConnectionError("postgres is down")
+
+    m = Metrics()
+    m.count_sandboxes(broken)
+    m.observe("GET", "/health", 200, 0.001)
+    text = render(m)
+    errors = {s["source"]: v for s, v in _samples(text, "aenv_scrape_errors")}
+    assert errors == {"sandboxes": 1}
+    assert any(s.get("route") == "/health" for s, _ in _samples(text, "aenv_api_requests"))
+
+
+def _samples(text: str, family: str) -> list[tuple[dict[str, str], float]]:
+    return [(dict(s.labels), s.value) for f in text_string_to_metric_families(text)
+            if f.name == family for s in f.samples]  # fmt: skip
 
 
 def test_route_is_the_template_or_one_shared_value() -> None:
@@ -37,6 +79,18 @@ def test_route_is_the_template_or_one_shared_value() -> None:
 def test_unknown_methods_share_one_value() -> None:
     assert method_label("GET") == "GET"
     assert method_label("X" * 40) == method_label("get") == "OTHER"
+
+
+def test_the_metrics_token_is_compared_whole() -> None:
+    assert is_token("s3cret", "s3cret")
+    assert not is_token("s3cre", "s3cret") and not is_token("s3cret", None)
+    assert not is_token(None, "s3cret") and not is_token("", "")
+
+
+def test_a_scrape_has_its_own_registry() -> None:
+    a, b = Metrics(Scrape()), Metrics(Scrape())
+    a.observe("GET", "/health", 200, 0.001)
+    assert "/health" in render(a) and "/health" not in render(b)
 
 
 def test_bearer_credentials() -> None:

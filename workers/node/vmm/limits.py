@@ -86,6 +86,25 @@ def _apply_v1(pid: int, name: str, limits: Limits) -> Applied:
     return Applied((mem, cpu))
 
 
+def oom_kills(applied: Applied | None) -> int:
+    """How many processes the kernel's OOM killer ended in this cgroup (0 when unknown):
+    why a VM died. v2 counts them in `memory.events`, v1 (kernel ≥ 4.13) in
+    `memory.oom_control`."""
+    if applied is None:
+        return 0
+    for d in applied.dirs:
+        for name in ("memory.events", "memory.oom_control"):
+            try:
+                text = (d / name).read_text()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and value.strip().isdigit():
+                    return int(value)
+    return 0
+
+
 def read_limits(applied: Applied) -> Limits:
     """What the kernel holds for this cgroup (tests verify caps through this)."""
     if len(applied.dirs) == 1:

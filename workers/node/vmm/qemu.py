@@ -175,6 +175,11 @@ class QemuVm:
     async def wait_exit(self) -> int:
         return await asyncio.shield(self._exit_task)
 
+    def oom_killed(self) -> bool:
+        """Whether the kernel's OOM killer ended this QEMU in its memory cgroup (read before
+        `kill()` removes the cgroup)."""
+        return limits.oom_kills(self.cgroup) > 0
+
     async def quit(self, timeout: float = 5.0) -> None:
         """Ask QEMU to exit; SIGKILL if it does not within `timeout`."""
         if self.alive:

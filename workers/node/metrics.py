@@ -1,0 +1,154 @@
+"""The node role's Prometheus series (`docs/observability.md`), served on its proxy port.
+
+- `aenv_lifecycle_seconds{op, stage, start}`: how long each stage of a sandbox operation
+  took on this node — `queue` (stored in JetStream → the node starts on it), `restore`
+  (the VM restored until it runs), `envd_ready` (running → envd initialised), `total`
+  (stored → the outcome appended). `start` is `cold` (restored from a template's capture);
+  a warm pool's creates set `warm`.
+- `aenv_vm_deaths_total{cause}`: VMs that exited without being asked — `oom` (their memory
+  cgroup killed them) or `crash` (anything else).
+- Read at each scrape: the node's budget and what is left (`aenv_node_*`, label `node`),
+  its running VMs, their summed RSS and CPU time, its JetStream consumers.
+
+Labels stay bounded: ops, stages and causes are closed sets; `node` is one value per node.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from domain import Command
+from domain import sandbox as sb
+from shared.metrics import Scrape
+from workers.node.capacity import Room
+from workers.node.ports import Host
+from workers.node.usage import CpuTally, read_usage
+
+__all__ = ["CAUSES", "OPS", "STAGES", "NodeMetrics", "op_of"]
+
+log = logging.getLogger(__name__)
+
+#: A stage takes milliseconds (a queue when idle, envd after a restore) to a minute (a
+#: cold template pulled from the repository, a create queued behind a full fleet).
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+OPS: dict[type[Command], str] = {
+    sb.CreateSandbox: "create", sb.ResumeSandbox: "resume", sb.PauseSandbox: "pause",
+    sb.ForkSandbox: "fork", sb.SnapshotSandbox: "snapshot", sb.KillSandbox: "kill",
+}  # fmt: skip
+STAGES = ("queue", "restore", "envd_ready", "total")
+#: the stages each op has: only what starts a VM restores one
+_STAGES_OF = {op: STAGES if op in ("create", "resume", "fork") else ("queue", "total")
+              for op in OPS.values()}  # fmt: skip
+CAUSES = ("oom", "crash")
+COLD, WARM = "cold", "warm"
+
+
+def op_of(command: Command) -> str | None:
+    """The lifecycle op a command is (None: not one, e.g. a template import)."""
+    return OPS.get(type(command))
+
+
+class _VmCpu(Collector):
+    """`aenv_node_vm_cpu_seconds_total`: a counter whose value is read at the scrape."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.value = 0.0
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("aenv_node_vm_cpu_seconds",
+                                     "CPU time the node's VMs (QEMU processes) used.",
+                                     labels=["node"])  # fmt: skip
+        family.add_metric([self.node], self.value)
+        yield family
+
+
+class NodeMetrics:
+    def __init__(self, node_id: str, scrape: Scrape | None = None) -> None:
+        self.node = node_id
+        self.scrape = scrape or Scrape()
+        r = self.scrape.registry
+        self.lifecycle = Histogram("aenv_lifecycle_seconds",
+                                   "Sandbox operation stages on the node: queue, restore, "
+                                   "envd_ready, total.", ["op", "stage", "start"],
+                                   buckets=BUCKETS, registry=r)  # fmt: skip
+        for op, stages in _STAGES_OF.items():
+            for stage in stages:
+                self.lifecycle.labels(op, stage, COLD)
+        self.deaths = Counter("aenv_vm_deaths", "VMs that exited without being asked, by cause.",
+                              ["cause"], registry=r)  # fmt: skip
+        for cause in CAUSES:
+            self.deaths.labels(cause)
+        self._room = {name: Gauge(f"aenv_node_{name}", text, ["node"], registry=r)
+                      for name, text in _ROOM.items()}  # fmt: skip
+        self.vms = Gauge("aenv_node_vms", "VMs (running sandboxes) on the node.", ["node"],
+                         registry=r)  # fmt: skip
+        self.paused = Gauge("aenv_node_paused_sandboxes",
+                            "Paused sandboxes whose captures the node holds.", ["node"],
+                            registry=r)  # fmt: skip
+        self.rss = Gauge("aenv_node_vm_rss_bytes", "Resident memory of the node's VMs.",
+                         ["node"], registry=r)  # fmt: skip
+        self._cpu = _VmCpu(node_id)
+        r.register(self._cpu)
+        self._tally = CpuTally()
+
+    # ---- where things happen ----------------------------------------------------------
+    def stage(self, op: str, stage: str, seconds: float, start: str = COLD) -> None:
+        self.lifecycle.labels(op, stage, start).observe(max(0.0, seconds))
+
+    def died(self, cause: str) -> None:
+        self.deaths.labels(cause if cause in CAUSES else "crash").inc()
+
+    @contextmanager
+    def operation(self, command: Command, stored_at: datetime) -> Iterator[None]:
+        """Around a command's handling: its queue time now, its total once it succeeded
+        (a command passed on or failed is not an operation done)."""
+        op = op_of(command)
+        if op is None:
+            yield
+            return
+        t0 = time.monotonic()
+        queued = (datetime.now(UTC) - stored_at).total_seconds()
+        self.stage(op, "queue", queued)
+        yield
+        total = queued + time.monotonic() - t0
+        self.stage(op, "total", total)
+        log.info("%s done in %.0f ms (%.0f ms queued)", op, total * 1000, queued * 1000)
+
+    # ---- read at each scrape ----------------------------------------------------------
+    def watch(self, host: Host, room: Callable[[], Room]) -> None:
+        async def refresh() -> None:
+            self.read(host, room())
+
+        self.scrape.on_scrape("node", refresh)
+
+    def read(self, host: Host, room: Room) -> None:
+        node = self.node
+        for name, value in (("capacity_sandboxes", room.sandboxes),
+                            ("free_sandboxes", room.free_sandboxes), ("vcpus", room.vcpus),
+                            ("free_vcpus", room.free_vcpus), ("memory_mib", room.mem_mib),
+                            ("free_memory_mib", room.free_mem_mib)):  # fmt: skip
+            self._room[name].labels(node).set(value)
+        self.vms.labels(node).set(host.running)
+        self.paused.labels(node).set(host.paused_count)
+        usage = {pid: u for pid in host.vm_pids() if (u := read_usage(pid)) is not None}
+        self.rss.labels(node).set(sum(u.rss_bytes for u in usage.values()))
+        self._cpu.value = self._tally.total((pid, u.cpu_s) for pid, u in usage.items())
+
+
+_ROOM = {
+    "capacity_sandboxes": "Sandboxes the node holds at most.",
+    "free_sandboxes": "Sandboxes the node takes more of now.",
+    "vcpus": "vCPUs the node gives sandboxes (after overcommit).",
+    "free_vcpus": "vCPUs of that budget not taken.",
+    "memory_mib": "Memory (MiB) the node gives sandboxes (after overcommit).",
+    "free_memory_mib": "Memory (MiB) of that budget not taken.",
+}
