@@ -13,15 +13,15 @@ from typing import Any
 from litestar import Litestar, Request
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
-from opentelemetry import propagate, trace
-from opentelemetry.trace import SpanKind
+from opentelemetry import trace
+from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
 from api import observed, sandboxes, snapshots, system, tags, templates
 from api.auth import HEADER, Caller
 from api.context import ApiContext
 from api.errors import HANDLERS
 from api.inputs import MAX_BODY, check_request
-from api.metrics import route_label
+from api.metrics import method_label, route_label
 from bus import logcontext
 from shared.proxy import ASGIApp, Receive, Resolver, SandboxProxy, Scope, Send, sandbox_target
 
@@ -53,41 +53,43 @@ def create_litestar(ctx: ApiContext) -> Litestar:
     return app
 
 
-class _Traced:
-    """A SERVER span per control-plane request, named by the route it matched."""
+class _Routed:
+    """Names the request's SERVER span by the route it matched, once Litestar matched it:
+    the template (`POST /sandboxes/{sandbox_id}/pause`), never the path — one span name per
+    route, whatever the ids in it (the span starts named by the method alone)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500
+        span = trace.get_current_span()
 
-        async def send_wrapper(message: dict[str, Any]) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
+        async def named(message: dict[str, Any]) -> None:
+            # before the answer goes: the middleware ends the span with the response
+            if message["type"] == "http.response.start" and (
+                template := scope.get("path_template")
+            ):
+                span.update_name(f"{scope['method']} {template}")
+                span.set_attribute("http.route", template)
             await send(message)
 
-        method = scope["method"]
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        with trace.get_tracer("aenv.api").start_as_current_span(
-            method,
-            context=propagate.extract(headers),
-            kind=SpanKind.SERVER,
-            attributes={"http.request.method": method},
-        ) as span:
-            try:
-                await self.app(scope, receive, send_wrapper)
-            finally:
-                # the route is known once Litestar has matched it (the template, not the
-                # path: one span name per route, whatever the ids in it)
-                if template := scope.get("path_template"):
-                    span.update_name(f"{method} {template}")
-                    span.set_attribute("http.route", template)
-                span.set_attribute("http.response.status_code", status)
+        await self.app(scope, receive, named if scope["type"] == "http" else send)
+
+
+def _span_name(scope: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return method_label(scope.get("method", "")), {}
+
+
+def _traced(app: ASGIApp) -> ASGIApp:
+    """The control plane under OpenTelemetry's ASGI middleware (a SERVER span per request,
+    its parent from the caller's `traceparent`), when a tracer provider is installed."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return app
+    traced = OpenTelemetryMiddleware(
+        _Routed(app), default_span_details=_span_name, exclude_spans=["receive", "send"]
+    )
+    return traced  # type: ignore[return-value]  # ASGI-compatible (MutableMapping scope)
 
 
 #: A control-plane path about one sandbox (`/sandboxes/{id}…`, `/v2/sandboxes/{id}…`)
@@ -139,5 +141,5 @@ class MeasuredApp:
 def create_app(ctx: ApiContext, resolve: Resolver) -> MeasuredApp:
     """The ASGI app to serve: sandbox traffic to guests, the rest to the control plane."""
     inner: ASGIApp = create_litestar(ctx)  # type: ignore[assignment]  # ASGI-compatible
-    proxy = SandboxProxy(_Traced(inner), resolve, domain=ctx.settings.sandbox_domain)
+    proxy = SandboxProxy(_traced(inner), resolve, domain=ctx.settings.sandbox_domain)
     return MeasuredApp(proxy, ctx)

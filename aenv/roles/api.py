@@ -15,6 +15,7 @@ import uvicorn
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aenv.roles.common import READY, RoleSettings, say, write_private
+from aenv.tracing import instrument_engine
 from api.admin import create_api_key, ensure_api_key
 from api.app import create_app
 from api.auth import KeyChecker
@@ -50,6 +51,7 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         stack.push_async_callback(bus.close)
         await bus.answers()  # following the log before the first command, not on it
         engine = create_engine(cfg.database_url)
+        instrument_engine(engine)  # its statements as spans, when tracing is on
         stack.push_async_callback(engine.dispose)
         projectors = {p.name: Projector(engine, bus.js, bus_settings, p) for p in all_projections()}
         for p in projectors.values():

@@ -1,17 +1,28 @@
 """Seeing the fleet (issue 20) on a stack of its own — nothing else runs commands there, so
 counts are exact: both roles' `/metrics` after a build, create, pause, resume, fork,
 snapshot and kill, each series with the right count; the node's `/metrics` refused without
-the token."""
+the token; one trace per create, exported over OTLP/HTTP to a collector stand-in in this
+process, spanning API → NATS → node → projection; the log lines of that create carrying
+its trace and sandbox."""
 
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
+import threading
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import httpx
 import pytest
 from e2b import Template
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from bus import Bus
@@ -24,9 +35,74 @@ NODE = "vmless"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
+class Collector:
+    """An OTLP/HTTP trace receiver (what an OpenTelemetry Collector listens with on
+    :4318): `POST /v1/traces` with an `ExportTraceServiceRequest` in protobuf; each span
+    kept as a dict with its service."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                ok = self.path == "/v1/traces" and (
+                    self.headers.get("Content-Type") == "application/x-protobuf")  # fmt: skip
+                if ok:
+                    request = ExportTraceServiceRequest()
+                    request.ParseFromString(body)
+                    collector.take(request)
+                reply = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200 if ok else 400)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, *_: object) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def take(self, request: ExportTraceServiceRequest) -> None:
+        for rs in request.resource_spans:
+            resource = {a.key: a.value.string_value for a in rs.resource.attributes}
+            for ss in rs.scope_spans:
+                for span in ss.spans:
+                    with self.lock:
+                        self.spans.append({
+                            "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
+                            "parent_id": span.parent_span_id.hex() or None, "name": span.name,
+                            "kind": span.kind, "service": resource.get("service.name"),
+                            "attributes": {a.key: a.value.string_value for a in span.attributes},
+                        })  # fmt: skip
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+SERVER, PRODUCER, CONSUMER = 2, 4, 5  # opentelemetry.proto.trace.v1.Span.SpanKind
+
+
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
-    with vmless_stack(tmp_path_factory.mktemp("aenv-obs")) as s:
+def collector() -> Iterator[Collector]:
+    c = Collector()
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, collector: Collector) -> Iterator[VmlessStack]:
+    with vmless_stack(tmp_path_factory.mktemp("aenv-obs"),
+                      OTEL_EXPORTER_OTLP_ENDPOINT=collector.url,
+                      OTEL_BSP_SCHEDULE_DELAY="200") as s:  # fmt: skip
         yield s
 
 
@@ -168,3 +244,70 @@ def test_both_roles_count_a_whole_lifecycle(
     assert _get(after_api, "aenv_jetstream_consumer_pending", **build) == 0
     errors = {k: v for k, v in after_api.items() if k[0] == "aenv_scrape_errors_total" and v}
     assert errors == {}, errors
+
+
+def test_one_create_is_one_trace_from_the_api_to_the_read_model(
+    stack: VmlessStack, collector: Collector
+) -> None:
+    with httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key},
+                      timeout=30) as c:  # fmt: skip
+        r = c.post("/v2/sandboxes", json={"templateID": "base"})
+        assert r.status_code == 201, r.text
+        sid = r.json()["sandboxID"]
+        assert c.delete(f"/sandboxes/{sid}").status_code == 204
+
+    def tree() -> list[dict[str, Any]] | None:
+        with collector.lock:
+            spans = list(collector.spans)
+        ours = {s["trace_id"] for s in spans if s["name"].endswith(f"aenv.evt.sandbox.{sid}")}
+        roots = [s for s in spans if s["kind"] == SERVER and s["trace_id"] in ours
+                 and s["name"] == "POST /v2/sandboxes"]  # fmt: skip
+        if len(roots) != 1:
+            return None
+        trace = [s for s in spans if s["trace_id"] == roots[0]["trace_id"]]
+        group = "messaging.consumer.group.name"
+        projected = any(s["kind"] == CONSUMER and s["attributes"].get(group, "").startswith(
+            "projection:") for s in trace)  # fmt: skip
+        # each process exports its batches on its own: wait for the node's too (the span
+        # of its handling ends last, after those of its appends)
+        handled = any(s["kind"] == CONSUMER and s["name"].endswith("aenv.cmd.place.create")
+                      for s in trace)  # fmt: skip
+        return trace if projected and handled else None
+
+    trace = eventually_sync(tree, timeout=20, interval=0.2)
+    by_id = {s["span_id"]: s for s in trace}
+
+    def parent(s: dict[str, Any]) -> dict[str, Any] | None:
+        return by_id.get(s["parent_id"] or "")
+
+    (root,) = [s for s in trace if s["kind"] == SERVER]
+    assert root["service"] == "aenv-api" and root["parent_id"] is None
+    assert root["attributes"]["http.route"] == "/v2/sandboxes"
+    (send,) = [s for s in trace if s["kind"] == PRODUCER and s["name"].endswith(
+        "aenv.cmd.place.create")]  # fmt: skip
+    (handle,) = [s for s in trace if s["kind"] == CONSUMER and s["name"].endswith(
+        "aenv.cmd.place.create")]  # fmt: skip
+    assert parent(send) is root and parent(handle) is send
+    assert handle["service"] == "aenv-node"
+    appends = [s for s in trace if s["kind"] == PRODUCER and s["name"].endswith(sid)]
+    assert len(appends) >= 2 and all(parent(a) is handle for a in appends)  # requested, created
+    assert all(a["service"] == "aenv-node" for a in appends)
+    restore = [s for s in trace if s["name"] == "restore sandbox VM"]
+    assert len(restore) == 1 and parent(restore[0]) is handle
+    projected = [s for s in trace if s["kind"] == CONSUMER and s["name"].endswith(sid)]
+    assert projected and all(parent(p) in appends for p in projected)
+    assert all(p["service"] == "aenv-api" for p in projected)
+    # the read model's statements, traced by SQLAlchemy's instrumentation under the batch
+    sql = [s for s in trace if parent(s) in projected]
+    assert sql and all(s["attributes"].get("db.system") in ("postgresql", None) for s in sql)
+
+    # the node's log line for this create names its trace and its sandbox
+    def logged() -> dict[str, Any] | None:
+        for line in (stack.data_dir / "aenv.log").read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("trace_id") == root["trace_id"] and rec.get("sandbox_id") == sid:
+                return dict(rec)
+        return None
+
+    rec = eventually_sync(logged, timeout=10, interval=0.2)
+    assert rec["service"] == "aenv-node" and rec["span_id"] == handle["span_id"]
