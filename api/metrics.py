@@ -74,12 +74,13 @@ class Metrics:
         self.requests.labels(method_label(method), route, str(status)).inc()
         self.latency.labels(route).observe(seconds)
 
-    def count_sandboxes(self, census: Census) -> None:
-        """Read `aenv_sandboxes` from the read model at each scrape."""
+    def count_sandboxes(self, census: Census, beating: Callable[[], Iterable[str]] = tuple) -> None:
+        """Read `aenv_sandboxes` from the read model at each scrape; `beating`: the nodes
+        that beat now (an idle node's states read 0 rather than nothing)."""
 
         async def refresh() -> None:
             rows = list(await census())
-            nodes = {node for _, node, _ in rows}
+            nodes = {node for _, node, _ in rows} | set(beating())
             self.sandboxes.clear()  # a node without sandboxes any more: its series go
             for node in nodes:  # every state of a node that has any: 0 is an answer too
                 for state in LIVE_STATES:

@@ -76,7 +76,7 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
 
         files_dir = cfg.data_dir / "build-files"
         api_settings = ApiSettings(build_files_dir=files_dir, upload_secret=_secret(cfg))
-        metrics = _metrics(bus, engine, projectors)
+        metrics = _metrics(bus, engine, projectors, nodes)
         ctx = ApiContext(bus, engine, api_settings, KeyChecker(engine), wait_for=wait_for,
                          wait_for_templates=wait_for_templates, nodes=nodes,
                          metrics=metrics)  # fmt: skip
@@ -116,7 +116,9 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         await server_task
 
 
-def _metrics(bus: Bus, engine: AsyncEngine, projectors: dict[str, Projector]) -> Metrics:
+def _metrics(
+    bus: Bus, engine: AsyncEngine, projectors: dict[str, Projector], nodes: NodeBook
+) -> Metrics:
     """The API role's series: its requests (counted by the app), the read model's sandboxes
     by state and node, each projection's lag and the builders' consumer, read at each
     scrape."""
@@ -129,7 +131,7 @@ def _metrics(bus: Bus, engine: AsyncEngine, projectors: dict[str, Projector]) ->
     async def lags() -> dict[str, int | None]:
         return {name: await p.lag() for name, p in projectors.items()}
 
-    metrics.count_sandboxes(census)
+    metrics.count_sandboxes(census, lambda: (nodes.current() or {}).keys())
     metrics.measure_projections(lags)
     ConsumerGauges(metrics.scrape, bus.js).watch(bus.names.command_stream,
                                                  lambda: [bus.names.build_consumer])  # fmt: skip

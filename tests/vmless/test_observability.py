@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bus import Bus
 from bus.nodes import NodeBook
+from tests import series
 from tests.support import eventually_sync
 from tests.vmless.conftest import METRICS_TOKEN, VmlessStack, vmless_stack
 
@@ -244,6 +245,15 @@ def test_both_roles_count_a_whole_lifecycle(
     assert _get(after_api, "aenv_jetstream_consumer_pending", **build) == 0
     errors = {k: v for k, v in after_api.items() if k[0] == "aenv_scrape_errors_total" and v}
     assert errors == {}, errors
+    # every series the catalogue (and so the dashboard and the docs) names, found here
+    found_api = {name for name, _ in after_api}
+    found_node = {name for name, _ in after_node}
+    api_series = series.samples({**series.API, **series.COMMON})
+    node_series = series.samples({**series.NODE, **series.COMMON})
+    assert api_series <= found_api, api_series - found_api
+    assert node_series <= found_node, node_series - found_node
+    ours = {n for n in found_api | found_node if n.startswith("aenv_")}
+    assert ours <= api_series | node_series, "a series the catalogue lacks"
 
 
 def test_one_create_is_one_trace_from_the_api_to_the_read_model(

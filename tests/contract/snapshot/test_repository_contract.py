@@ -21,6 +21,7 @@ from tests.contract.snapshot.builders import (
     same_content,
     sha256,
 )
+from tests.series import SNAPSHOT, samples
 from workers.node.runtime.snapshot import Snapshot
 from workers.snapshot import (
     BlobCache,
@@ -278,7 +279,7 @@ async def test_transfers_are_measured_by_direction(store: SnapshotStore, tmp_pat
     repo = SnapshotRepository(store, BlobCache(tmp_path / "cache", 1 << 40),
                               metrics=TransferMetrics(scrape))  # fmt: skip
 
-    async def samples() -> dict[tuple[str, str], float]:
+    async def scraped() -> dict[tuple[str, str], float]:
         text = (await scrape.render()).decode()
         return {(s.name, s.labels.get("direction", "")): s.value
                 for f in text_string_to_metric_families(text) for s in f.samples
@@ -294,7 +295,7 @@ async def test_transfers_are_measured_by_direction(store: SnapshotStore, tmp_pat
     local = await repo.download("snap-1", node_b / "snap-1", node_b / "base.raw")
     with pytest.raises(ManifestNotFound):
         await repo.download("no-such-snap", node_b / "x", node_b / "base.raw")
-    s = await samples()
+    s = await scraped()
     assert s[("aenv_snapshot_transfer_bytes_total", "upload")] == up.bytes_uploaded
     assert s[("aenv_snapshot_transfer_bytes_total", "download")] == local.bytes_fetched > 0
     assert s[("aenv_snapshot_transfer_seconds_count", "upload")] == 2
@@ -302,3 +303,6 @@ async def test_transfers_are_measured_by_direction(store: SnapshotStore, tmp_pat
     assert s[("aenv_snapshot_transfer_seconds_sum", "upload")] > 0
     assert s[("aenv_snapshot_transfer_failures_total", "download")] == 1
     assert s[("aenv_snapshot_transfer_failures_total", "upload")] == 0
+    text = (await scrape.render()).decode()
+    names = {x.name for f in text_string_to_metric_families(text) for x in f.samples}
+    assert samples(SNAPSHOT) <= names, samples(SNAPSHOT) - names

@@ -52,6 +52,16 @@ def test_sandboxes_by_state_and_node_come_from_the_census_at_each_scrape() -> No
     assert {node for _, node in got} == {"n2"} and got[("running", "n2")] == 2
 
 
+def test_a_beating_node_without_sandboxes_reads_zero() -> None:
+    async def census() -> list[tuple[str, str, int]]:
+        return []
+
+    m = Metrics()
+    m.count_sandboxes(census, lambda: ["idle"])
+    got = {(s["state"], s["node"]): v for s, v in _samples(render(m), "aenv_sandboxes")}
+    assert got == {(state, "idle"): 0 for state in LIVE_STATES}
+
+
 def test_a_failing_refresh_is_counted_and_the_rest_still_answers() -> None:
     async def broken() -> list[tuple[str, str, int]]:
         raise ConnectionError("postgres is down")

@@ -1,0 +1,63 @@
+"""Every Prometheus series aenv exports, by the role that serves it — what the metrics tests
+found in real scrapes (each test asserts its part: `tests/vmless/test_observability.py` the
+API's and the node's, `tests/contract/snapshot/test_repository_contract.py` the snapshot
+transfers, which need a repository) and what the dashboard (`deploy/grafana/`) and the
+documentation (`docs/observability.md`) may name (`tests/deploy/test_grafana.py`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Kind = Literal["counter", "gauge", "histogram"]
+
+API: dict[str, Kind] = {
+    "aenv_api_requests": "counter",
+    "aenv_api_request_seconds": "histogram",
+    "aenv_sandboxes": "gauge",
+    "aenv_projection_lag_events": "gauge",
+    "aenv_template_build_queue": "gauge",
+    "aenv_template_builds_running": "gauge",
+    "aenv_template_build_seconds": "histogram",
+}
+NODE: dict[str, Kind] = {
+    "aenv_lifecycle_seconds": "histogram",
+    "aenv_vm_deaths": "counter",
+    "aenv_node_capacity_sandboxes": "gauge",
+    "aenv_node_free_sandboxes": "gauge",
+    "aenv_node_vcpus": "gauge",
+    "aenv_node_free_vcpus": "gauge",
+    "aenv_node_memory_mib": "gauge",
+    "aenv_node_free_memory_mib": "gauge",
+    "aenv_node_vms": "gauge",
+    "aenv_node_paused_sandboxes": "gauge",
+    "aenv_node_vm_rss_bytes": "gauge",
+    "aenv_node_vm_cpu_seconds": "counter",
+}
+#: both roles
+COMMON: dict[str, Kind] = {
+    "aenv_jetstream_consumer_pending": "gauge",
+    "aenv_jetstream_consumer_ack_pending": "gauge",
+    "aenv_jetstream_consumer_redelivered": "gauge",
+    "aenv_scrape_errors": "counter",
+}
+#: the node's, when it has a snapshot repository (S3)
+SNAPSHOT: dict[str, Kind] = {
+    "aenv_snapshot_transfer_bytes": "counter",
+    "aenv_snapshot_transfer_seconds": "histogram",
+    "aenv_snapshot_transfer_failures": "counter",
+}
+FAMILIES: dict[str, Kind] = {**API, **NODE, **COMMON, **SNAPSHOT}
+
+
+def samples(families: dict[str, Kind]) -> set[str]:
+    """The sample names the families expose (a counter's `_total`, a histogram's
+    `_bucket`, `_sum`, `_count`)."""
+    out: set[str] = set()
+    for name, kind in families.items():
+        if kind == "counter":
+            out.add(f"{name}_total")
+        elif kind == "histogram":
+            out |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+        else:
+            out.add(name)
+    return out
