@@ -11,6 +11,7 @@ access token).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import json
 import logging
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bus import logcontext
 from workers.node.image import GuestImage, build_from_oci
 from workers.node.image.registry import RegistryAuth, parse_reference, pull
 from workers.node.ports import (
@@ -212,11 +214,17 @@ class SandboxHost:
         memory cgroup killed it, the guest panicked) must become an event, not a sandbox
         that stays `running` until the next command fails."""
         self.sandboxes[live.sandbox_id] = live
-        task = asyncio.create_task(self._watch(live))
+        # a context of its own: the watch outlives the create that started it, and its
+        # lines (a death) must not read as part of that create's trace
+        task = asyncio.create_task(self._watch(live), context=contextvars.Context())
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
 
     async def _watch(self, live: LiveSandbox) -> None:
+        with logcontext.bound(sandbox_id=live.sandbox_id):
+            await self._await_death(live)
+
+    async def _await_death(self, live: LiveSandbox) -> None:
         code = await live.vm.qemu.wait_exit()
         async with self.lock(live.sandbox_id):  # a pause or kill under way asked for it
             if self.sandboxes.get(live.sandbox_id) is not live:

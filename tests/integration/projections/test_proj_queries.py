@@ -147,3 +147,28 @@ async def test_a_snapshot_stays_on_the_node_that_took_it(
     async with engine.connect() as conn:
         assert await queries.snapshot_node(conn, f"{sid}-s") == "taker"
         assert await queries.snapshot_node(conn, f"{sid}-old") == "elsewhere"
+
+
+async def test_sandbox_census_counts_live_states_by_node(
+    bus: Bus, engine: AsyncEngine, projectors: dict[str, Projector]
+) -> None:
+    """`aenv_sandboxes{state, node}` (issue 20): the not-killed, not-failed sandboxes."""
+    node = f"census-{secrets.token_hex(3)}"
+    ids = [new_sandbox_id() for _ in range(4)]
+    for sid in ids:
+        await step(bus, sb.CreateSandbox(sandbox_id=sid, template_id="base", team_id="t"))
+        v = await step(bus, sb.CompleteCreate(sandbox_id=sid, node_id=node))
+    await step(bus, sb.PauseSandbox(sandbox_id=ids[0]))
+    await step(bus, sb.CompletePause(sandbox_id=ids[0]))
+    await kill(bus, ids[1])
+    v = await step(bus, sb.CreateSandbox(sandbox_id=new_sandbox_id(), template_id="base",
+                                         team_id="t"))  # fmt: skip
+    await projectors["sandboxes"].wait_for(v.seq)
+    async with engine.connect() as conn:
+        rows = await queries.sandbox_census(conn)
+    ours = {(state, n): count for state, n, count in rows if n == node}
+    assert ours == {("running", node): 2, ("paused", node): 1}
+    assert all(state not in ("killed", "failed") for state, _, _ in rows)
+    assert any(n == "" and state == "creating" for state, n, _ in rows)  # not taken yet
+    lag = await projectors["sandboxes"].lag()
+    assert lag is not None and lag >= 0

@@ -1,0 +1,110 @@
+"""The node's series with real microVMs (issue 20): what its QEMU processes cost (RSS, CPU)
+while a sandbox runs, the restore and envd stages of a real create, and a VM that dies
+unasked — its QEMU SIGKILLed — counted as a crash, while the sandbox is killed as lost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+from e2b import Sandbox, SandboxNotFoundException
+from prometheus_client.parser import text_string_to_metric_families
+
+from bus import Bus, BusSettings
+from bus.nodes import NodeBook
+from tests.e2e.conftest import Stack
+from tests.support import eventually_sync
+
+pytestmark = pytest.mark.vm
+
+NODE = "e2e"
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def _node_url(stack: Stack) -> str:
+    async def read() -> str:
+        bus = await Bus.connect(BusSettings(nats_url=stack.nats_url), setup=False)
+        try:
+            beat = await (await NodeBook.open(bus.js, bus.names.nodes_bucket)).heartbeat(NODE)
+            assert beat is not None and beat.proxy
+            return f"http://{beat.proxy}"
+        finally:
+            await bus.close()
+
+    return asyncio.run(read())
+
+
+def _scrape(stack: Stack) -> Samples:
+    token = json.loads((stack.data_dir / "stack.json").read_text())["metrics_token"]
+    r = httpx.get(f"{_node_url(stack)}/metrics", headers={"Authorization": f"Bearer {token}"},
+                  timeout=10)  # fmt: skip
+    assert r.status_code == 200, r.text
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for f in text_string_to_metric_families(r.text) for s in f.samples}  # fmt: skip
+
+
+def _value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def _qemu_of(sandbox_id: str) -> int:
+    """The pid of the QEMU whose `-name` is the sandbox."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and b"qemu-system" in argv[0] and sandbox_id.encode() in argv:
+            return int(proc.name)
+    raise AssertionError(f"no QEMU for {sandbox_id}")
+
+
+def test_vm_cost_stages_and_a_crash(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in stack.env().items():
+        monkeypatch.setenv(k, v)
+    before = _scrape(stack)
+    sbx = Sandbox.create(timeout=300)
+    sbx.commands.run("sh -c 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done'")
+    running = _scrape(stack)
+    assert _value(running, "aenv_node_vms", node=NODE) >= 1
+    rss = _value(running, "aenv_node_vm_rss_bytes", node=NODE)
+    assert rss > 32 << 20, rss  # a QEMU with a guest in it: tens of MiB at least
+    cpu_before = _value(before, "aenv_node_vm_cpu_seconds_total", node=NODE)
+    assert _value(running, "aenv_node_vm_cpu_seconds_total", node=NODE) > cpu_before
+    for stage in ("queue", "restore", "envd_ready", "total"):
+        labels = {"op": "create", "stage": stage, "start": "cold"}
+        n = _value(running, "aenv_lifecycle_seconds_count", **labels) - _value(
+            before, "aenv_lifecycle_seconds_count", **labels)  # fmt: skip
+        assert n == 1, (stage, n)
+    restore = {"op": "create", "stage": "restore", "start": "cold"}
+    restore_s = _value(running, "aenv_lifecycle_seconds_sum", **restore) - _value(
+        before, "aenv_lifecycle_seconds_sum", **restore)  # fmt: skip
+    assert 0 < restore_s < 60
+
+    os.kill(_qemu_of(sbx.sandbox_id), signal.SIGKILL)  # dies unasked: no OOM, a crash
+
+    def counted() -> Samples | None:
+        s = _scrape(stack)
+        crashes = _value(s, "aenv_vm_deaths_total", cause="crash") - _value(
+            before, "aenv_vm_deaths_total", cause="crash")  # fmt: skip
+        return s if crashes == 1 else None
+
+    after = eventually_sync(counted, timeout=30, interval=0.5)
+    assert _value(after, "aenv_vm_deaths_total", cause="oom") == _value(
+        before, "aenv_vm_deaths_total", cause="oom")  # fmt: skip
+
+    def gone() -> bool:  # killed as lost: E2B's clients no longer find it
+        try:
+            Sandbox.get_info(sbx.sandbox_id)
+        except SandboxNotFoundException:
+            return True
+        return False
+
+    eventually_sync(gone, timeout=30)
