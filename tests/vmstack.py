@@ -5,6 +5,7 @@ with a leak check, and its log's tail in a failing test's report."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +29,19 @@ def add_log_tail(report: pytest.TestReport, data_dir: Path, lines: int) -> None:
     text = log.read_text(errors="replace").splitlines() if log.exists() else []
     text = [ln for ln in text if '"qemu.qmp.' not in ln][-lines:]
     report.sections.append(("aenv.log (tail)", "\n".join(text)))
+
+
+def not_json_lines(data_dir: Path) -> list[str]:
+    """Lines of the stack's log (rotated files too) that are not one JSON object each."""
+    bad = []
+    for log in sorted(data_dir.glob("aenv.log*")):
+        for line in log.read_text(errors="replace").splitlines():
+            try:
+                if not isinstance(json.loads(line), dict):
+                    bad.append(line)
+            except ValueError:
+                bad.append(line)
+    return bad
 
 
 @contextlib.contextmanager

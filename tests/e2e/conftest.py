@@ -14,7 +14,7 @@ import pytest
 from tests.registry import LocalRegistry, local_registry
 from tests.support import tagged
 from tests.vmstack import AENV as AENV  # the CLI, for the tests that drive it
-from tests.vmstack import add_log_tail, running_stack
+from tests.vmstack import add_log_tail, not_json_lines, running_stack
 
 pytestmark = pytest.mark.vm
 
@@ -79,3 +79,5 @@ def _stack(data: Path, hub: LocalRegistry) -> Iterator[Stack]:
     with running_stack(data, env, prefix) as exports:
         info = json.loads((data / "stack.json").read_text())
         yield Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], info["nats_url"], hub)
+    # the whole suite's life, VMs and all, then the stop: every line a JSON record (issue 20)
+    assert not_json_lines(data) == [], not_json_lines(data)[:5]
