@@ -6,7 +6,14 @@ documentation (`docs/observability.md`) may name (`tests/deploy/test_grafana.py`
 
 from __future__ import annotations
 
+import asyncio
 from typing import Literal
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from bus import Bus, BusSettings
+from bus.nodes import NodeBook
 
 Kind = Literal["counter", "gauge", "histogram"]
 
@@ -61,3 +68,32 @@ def samples(families: dict[str, Kind]) -> set[str]:
         else:
             out.add(name)
     return out
+
+
+#: (name, labels) → value of every sample of a scrape
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(url: str, token: str) -> Samples:
+    """`url`'s `/metrics` with the metrics token, every sample (the parser raises on a
+    malformed line)."""
+    r = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/plain")
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for f in text_string_to_metric_families(r.text) for s in f.samples}  # fmt: skip
+
+
+def node_url(settings: BusSettings, node_id: str) -> str:
+    """Where a node serves its proxy port (`/metrics` among it), from its heartbeat."""
+
+    async def read() -> str:
+        bus = await Bus.connect(settings, setup=False)
+        try:
+            beat = await (await NodeBook.open(bus.js, bus.names.nodes_bucket)).heartbeat(node_id)
+            assert beat is not None and beat.proxy, f"node {node_id} does not beat"
+            return f"http://{beat.proxy}"
+        finally:
+            await bus.close()
+
+    return asyncio.run(read())

@@ -4,48 +4,27 @@ unasked — its QEMU SIGKILLed — counted as a crash, while the sandbox is kill
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 from pathlib import Path
 
-import httpx
 import pytest
 from e2b import Sandbox, SandboxNotFoundException
-from prometheus_client.parser import text_string_to_metric_families
 
-from bus import Bus, BusSettings
-from bus.nodes import NodeBook
+from bus import BusSettings
 from tests.e2e.conftest import Stack
+from tests.series import Samples, node_url, scrape
 from tests.support import eventually_sync
 
 pytestmark = pytest.mark.vm
 
 NODE = "e2e"
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def _node_url(stack: Stack) -> str:
-    async def read() -> str:
-        bus = await Bus.connect(BusSettings(nats_url=stack.nats_url), setup=False)
-        try:
-            beat = await (await NodeBook.open(bus.js, bus.names.nodes_bucket)).heartbeat(NODE)
-            assert beat is not None and beat.proxy
-            return f"http://{beat.proxy}"
-        finally:
-            await bus.close()
-
-    return asyncio.run(read())
 
 
 def _scrape(stack: Stack) -> Samples:
     token = json.loads((stack.data_dir / "stack.json").read_text())["metrics_token"]
-    r = httpx.get(f"{_node_url(stack)}/metrics", headers={"Authorization": f"Bearer {token}"},
-                  timeout=10)  # fmt: skip
-    assert r.status_code == 200, r.text
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for f in text_string_to_metric_families(r.text) for s in f.samples}  # fmt: skip
+    return scrape(node_url(BusSettings(nats_url=stack.nats_url), NODE), token)
 
 
 def _value(samples: Samples, name: str, **labels: str) -> float:

@@ -7,7 +7,6 @@ its trace and sandbox."""
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import json
 import threading
@@ -23,17 +22,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from prometheus_client.parser import text_string_to_metric_families
 
-from bus import Bus
-from bus.nodes import NodeBook
 from tests import series
 from tests.support import eventually_sync
 from tests.vmless.conftest import METRICS_TOKEN, VmlessStack, vmless_stack
 
 NODE = "vmless"
-#: (name, labels) → value of every sample of a scrape
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+Samples = series.Samples
 
 
 class Collector:
@@ -108,29 +103,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory, collector: Collector) -> Ite
 
 
 def _node_url(stack: VmlessStack) -> str:
-    async def read() -> str:
-        bus = await Bus.connect(stack.bus_settings, setup=False)
-        try:
-            book = await NodeBook.open(bus.js, bus.names.nodes_bucket)
-            beat = await book.heartbeat(NODE)
-            assert beat is not None and beat.proxy
-            return f"http://{beat.proxy}"
-        finally:
-            await bus.close()
-
-    return asyncio.run(read())
+    return series.node_url(stack.bus_settings, NODE)
 
 
 def _scrape(url: str) -> Samples:
-    r = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"},
-                  timeout=10)  # fmt: skip
-    assert r.status_code == 200, r.text
-    assert r.headers["content-type"].startswith("text/plain")
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(r.text)  # raises on a malformed line
-        for s in family.samples
-    }
+    return series.scrape(url, METRICS_TOKEN)
 
 
 def _get(samples: Samples, name: str, **labels: str) -> float:
