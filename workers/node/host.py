@@ -128,7 +128,7 @@ class SandboxHost:
         #: one task per running VM, waiting for its QEMU to exit
         self._watchers: set[asyncio.Task[None]] = set()
         self._died: Died | None = None
-        self._stage: Stage = lambda op, stage, seconds: None
+        self._stage: Stage = lambda op, stage, seconds, start: None
 
     # ---- what the node is -------------------------------------------------------------
     @property
@@ -204,10 +204,11 @@ class SandboxHost:
         return [pid for live in self.sandboxes.values()
                 if live.vm.qemu.alive and (pid := live.vm.qemu.pid) is not None]  # fmt: skip
 
-    def _timed(self, op: str, running_s: float, envd_s: float) -> None:
-        """A restore's stages (`Timing`: both from its start) to the stage hook."""
-        self._stage(op, "restore", running_s)
-        self._stage(op, "envd_ready", envd_s - running_s)
+    def _timed(self, op: str, running_s: float, envd_s: float, start: str = "cold") -> None:
+        """A restore's stages (`Timing`: both from its start) to the stage hook; a warm
+        VM's "restore" is its hand-over (vCPUs running again)."""
+        self._stage(op, "restore", running_s, start)
+        self._stage(op, "envd_ready", envd_s - running_s, start)
 
     def _running(self, live: LiveSandbox) -> None:
         """Register a running VM and watch it: a QEMU that exits without being asked (the
@@ -252,12 +253,14 @@ class SandboxHost:
         t0 = time.monotonic()
         try:
             snap = await self.transfers.template(template_id)
-            warm = None
+            claimed = None
             if self.warm is not None:
-                warm = await self.warm.claim(template_id, snap, guest, sandbox_id)
-            if warm is not None:
+                claimed = await self.warm.claim(template_id, snap, guest, sandbox_id)
+            if claimed is not None:
+                warm, handed = claimed
                 log.info("sandbox %s up: warm, claimed in %.1f ms", sandbox_id,
                          (time.monotonic() - t0) * 1000)  # fmt: skip
+                self._timed("create", handed.running, handed.envd, start="warm")
                 console = warm.qemu.spec.console_log
                 start = console.stat().st_size if console.exists() else 0
                 self._running(LiveSandbox(sandbox_id, template_id, warm, guest, warm=True,

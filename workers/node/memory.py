@@ -60,7 +60,7 @@ class MemoryHost:
         self.paused: dict[str, _Sandbox] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._hooks: list[Callable[[str], None]] = []
-        self._stage: Stage = lambda op, stage, seconds: None
+        self._stage: Stage = lambda op, stage, seconds, start: None
 
     @property
     def capacity(self) -> int:
@@ -111,8 +111,8 @@ class MemoryHost:
         work (`delay_s`), its envd answers at once."""
         t0 = time.monotonic()
         await self._work()
-        self._stage(op, "restore", time.monotonic() - t0)
-        self._stage(op, "envd_ready", 0.0)
+        self._stage(op, "restore", time.monotonic() - t0, "cold")
+        self._stage(op, "envd_ready", 0.0, "cold")
 
     def set_template_locator(self, locate: TemplateLocator) -> None:
         return None  # templates are this process's own: nothing to take over

@@ -3,8 +3,8 @@
 - `aenv_lifecycle_seconds{op, stage, start}`: how long each stage of a sandbox operation
   took on this node — `queue` (stored in JetStream → the node starts on it), `restore`
   (the VM restored until it runs), `envd_ready` (running → envd initialised), `total`
-  (stored → the outcome appended). `start` is `cold` (restored from a template's capture);
-  a warm pool's creates set `warm`.
+  (stored → the outcome appended). `start` is `cold` (restored from a template's capture)
+  or `warm` (a create the warm pool's VM took: its `restore` is the hand-over).
 - `aenv_vm_deaths_total{cause}`: VMs that exited without being asked — `oom` (their memory
   cgroup killed them) or `crash` (anything else).
 - Read at each scrape: the node's budget and what is left (`aenv_node_*`, label `node`),
@@ -49,6 +49,10 @@ _STAGES_OF = {op: STAGES if op in ("create", "resume", "fork") else ("queue", "t
               for op in OPS.values()}  # fmt: skip
 CAUSES = ("oom", "crash")
 COLD, WARM = "cold", "warm"
+
+
+def _cold(_sandbox_id: str) -> bool:
+    return False
 
 
 def op_of(command: Command) -> str | None:
@@ -108,20 +112,26 @@ class NodeMetrics:
         self.deaths.labels(cause if cause in CAUSES else "crash").inc()
 
     @contextmanager
-    def operation(self, command: Command, stored_at: datetime) -> Iterator[None]:
-        """Around a command's handling: its queue time now, its total once it succeeded
-        (a command passed on or failed is not an operation done)."""
+    def operation(
+        self, command: Command, stored_at: datetime, warm: Callable[[str], bool] = _cold
+    ) -> Iterator[None]:
+        """Around a command's handling: once it succeeded, its queue time and its total (a
+        command passed on or failed is not an operation done); `warm(sandbox_id)`: whether
+        a create's sandbox was a warm VM (its start label)."""
         op = op_of(command)
         if op is None:
             yield
             return
         t0 = time.monotonic()
         queued = (datetime.now(UTC) - stored_at).total_seconds()
-        self.stage(op, "queue", queued)
         yield
         total = queued + time.monotonic() - t0
-        self.stage(op, "total", total)
-        log.info("%s done in %.0f ms (%.0f ms queued)", op, total * 1000, queued * 1000)
+        sandbox_id = getattr(command, "sandbox_id", "")
+        start = WARM if op == "create" and warm(sandbox_id) else COLD
+        self.stage(op, "queue", queued, start)
+        self.stage(op, "total", total, start)
+        log.info("%s done in %.0f ms (%.0f ms queued, %s)", op, total * 1000, queued * 1000,
+                 start)  # fmt: skip
 
     # ---- read at each scrape ----------------------------------------------------------
     def watch(self, host: Host, room: Callable[[], Room]) -> None:

@@ -47,10 +47,11 @@ TemplateLocator = Callable[[str], Awaitable[TemplateLocation | None]]
 #: told (sandbox id, why, cause) when a running sandbox's VM died without being asked to;
 #: cause: "oom" (its memory cgroup killed it) or "crash" (anything else)
 Died = Callable[[str, str, str], Awaitable[None]]
-#: told (op, stage, seconds) of each stage of the host's work it timed: a create's, a
-#: resume's or a fork's `restore` (until the VM runs) and `envd_ready` (then until envd
-#: was initialised) — the node's `aenv_lifecycle_seconds`
-Stage = Callable[[str, str, float], None]
+#: told (op, stage, seconds, start) of each stage of the host's work it timed: a create's,
+#: a resume's or a fork's `restore` (until the VM runs) and `envd_ready` (then until envd
+#: was initialised); `start` "warm" for a create a warm VM took, else "cold" — the node's
+#: `aenv_lifecycle_seconds`
+Stage = Callable[[str, str, float, str], None]
 
 
 class HostError(Exception):
@@ -169,7 +170,8 @@ class Host(Protocol):
         """Call `hook(sandbox_id, why, cause)` when a running VM exits on its own."""
 
     def on_stage(self, hook: Stage) -> None:
-        """Call `hook(op, stage, seconds)` for each stage of a create, resume or fork."""
+        """Call `hook(op, stage, seconds, start)` for each stage of a create, resume or
+        fork."""
 
     def vm_pids(self) -> list[int]:
         """The processes of the VMs running here (what they cost the host is read from

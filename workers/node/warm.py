@@ -34,6 +34,7 @@ from workers.node.ports import GuestConfig, WarmStats
 from workers.node.runtime import (
     Runtime,
     Snapshot,
+    Timing,
     Vm,
     init_envd,
     new_id,
@@ -121,11 +122,12 @@ class WarmPool:
     # ---- claims -----------------------------------------------------------------------
     async def claim(
         self, template_id: str, snap: Snapshot, guest: GuestConfig, sandbox_id: str
-    ) -> Vm | None:
-        """A warm VM of `snap` given `sandbox_id`'s identity, or None (a miss: the caller
-        restores cold). Only a sandbox with an access token takes one: envd must end up
-        holding the sandbox's token instead of the pool's secret, and /init can set a
-        token but never clear one."""
+    ) -> tuple[Vm, Timing] | None:
+        """A warm VM of `snap` given `sandbox_id`'s identity and how long its hand-over
+        took (`running`: until its vCPUs run again, `envd`: until its /init answered), or
+        None (a miss: the caller restores cold). Only a sandbox with an access token takes
+        one: envd must end up holding the sandbox's token instead of the pool's secret, and
+        /init can set a token but never clear one."""
         self.demand.record(template_id, time.monotonic())
         self._wake.set()
         if self._task is None or not guest.access_token:
@@ -139,18 +141,18 @@ class WarmPool:
             if w.watch is not None:
                 w.watch.cancel()  # the sandbox's own watcher takes over once it runs
             try:
-                await self._hand_over(w, guest, sandbox_id)
+                timing = await self._hand_over(w, guest, sandbox_id)
             except Exception as e:
                 log.warning("warm VM %s of %s could not be claimed (%s): restoring cold",
                             w.vm.vm_id, template_id, e)  # fmt: skip
                 await self._destroy(w)
                 continue
             self.hits += 1
-            return w.vm
+            return w.vm, timing
         self.misses += 1
         return None
 
-    async def _hand_over(self, w: WarmVm, guest: GuestConfig, sandbox_id: str) -> None:
+    async def _hand_over(self, w: WarmVm, guest: GuestConfig, sandbox_id: str) -> Timing:
         vm = w.vm
         t0 = time.monotonic()
         vm.qemu.set_background(False)
@@ -159,12 +161,14 @@ class WarmPool:
         t1 = time.monotonic()
         init = init_envd(vm.host, guest.init_body(sandbox_id), token=w.secret)
         await race_exit(vm, asyncio.wait_for(init, CLAIM_INIT_TIMEOUT_S))
+        t2 = time.monotonic()
         log.info("warm VM %s is sandbox %s: cont %.1f ms, /init %.1f ms", vm.vm_id, sandbox_id,
-                 (t1 - t0) * 1000, (time.monotonic() - t1) * 1000)  # fmt: skip
+                 (t1 - t0) * 1000, (t2 - t1) * 1000)  # fmt: skip
         try:
             self.runtime.rename(vm, sandbox_id)
         except OSError as e:  # its directory keeps the warm name: cosmetic, not fatal
             log.warning("warm VM %s keeps its name for sandbox %s: %s", vm.vm_id, sandbox_id, e)
+        return Timing(total=t2 - t0, running=t1 - t0, envd=t2 - t0)
 
     # ---- refills ----------------------------------------------------------------------
     async def _run(self) -> None:

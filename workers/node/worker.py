@@ -192,7 +192,7 @@ class NodeWorker:
 
     # ---- dispatch --------------------------------------------------------------------
     async def handle(self, d: Delivery) -> None:
-        with self.metrics.operation(d.command, d.stored_at):
+        with self.metrics.operation(d.command, d.stored_at, self.host.started_warm):
             await self._dispatch(d)
 
     async def _dispatch(self, d: Delivery) -> None:

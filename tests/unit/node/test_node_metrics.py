@@ -32,20 +32,31 @@ def _count(m: NodeMetrics, op: str, stage: str) -> float:
     return _samples(m)[key]
 
 
-def test_an_operation_counts_its_queue_then_its_total_only_when_done() -> None:
+def test_an_operation_counts_its_queue_and_total_only_when_done() -> None:
     m = NodeMetrics("n1")
     kill = sb.KillSandbox(sandbox_id="abc")
     stored = datetime.now(UTC) - timedelta(seconds=2)
     with m.operation(kill, stored):
-        assert _count(m, "kill", "queue") == 1 and _count(m, "kill", "total") == 0
-    assert _count(m, "kill", "total") == 1
+        assert _count(m, "kill", "queue") == 0 and _count(m, "kill", "total") == 0
+    assert _count(m, "kill", "queue") == 1 and _count(m, "kill", "total") == 1
     s = _samples(m)
     labels = frozenset({"op": "kill", "stage": "queue", "start": "cold"}.items())
     queue_sum = s[("aenv_lifecycle_seconds_sum", labels)]
     assert 2.0 <= queue_sum < 10
     with pytest.raises(RuntimeError), m.operation(kill, stored):
         raise RuntimeError("passed on: no room")
-    assert _count(m, "kill", "queue") == 2 and _count(m, "kill", "total") == 1
+    assert _count(m, "kill", "queue") == 1 and _count(m, "kill", "total") == 1
+
+
+def test_a_create_a_warm_vm_took_is_labelled_warm() -> None:
+    m = NodeMetrics("n1")
+    create = sb.CreateSandbox(sandbox_id="abc", template_id="base")
+    with m.operation(create, datetime.now(UTC), warm=lambda sid: sid == "abc"):
+        pass
+    s = _samples(m)
+    warm = frozenset({"op": "create", "stage": "total", "start": "warm"}.items())
+    assert s[("aenv_lifecycle_seconds_count", warm)] == 1
+    assert _count(m, "create", "total") == 0  # not counted as cold too
 
 
 def test_every_op_and_its_stages_exist_before_the_first_one() -> None:
