@@ -40,6 +40,13 @@ NODE: dict[str, Kind] = {
     "aenv_node_vm_rss_bytes": "gauge",
     "aenv_node_vm_cpu_seconds": "counter",
 }
+#: the node's warm pool (a node that runs VMs: `tests/e2e/test_warm.py` finds them)
+WARM: dict[str, Kind] = {
+    "aenv_node_warm_vms": "gauge",
+    "aenv_node_warm_memory_mib": "gauge",
+    "aenv_node_warm_rss_bytes": "gauge",
+    "aenv_node_warm_claims": "counter",
+}
 #: both roles
 COMMON: dict[str, Kind] = {
     "aenv_jetstream_consumer_pending": "gauge",
@@ -53,7 +60,7 @@ SNAPSHOT: dict[str, Kind] = {
     "aenv_snapshot_transfer_seconds": "histogram",
     "aenv_snapshot_transfer_failures": "counter",
 }
-FAMILIES: dict[str, Kind] = {**API, **NODE, **COMMON, **SNAPSHOT}
+FAMILIES: dict[str, Kind] = {**API, **NODE, **WARM, **COMMON, **SNAPSHOT}
 
 
 def samples(families: dict[str, Kind]) -> set[str]:

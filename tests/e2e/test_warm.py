@@ -6,6 +6,7 @@ burst larger than the pool served cold."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,9 @@ import httpx
 import pytest
 from e2b import Sandbox
 
+from bus import BusSettings
 from tests.e2e.conftest import AENV, Stack
+from tests.series import Samples, node_url, scrape
 from tests.support import eventually_sync
 
 pytestmark = pytest.mark.vm
@@ -168,17 +171,31 @@ def test_a_snapshot_template_gets_a_pool_and_its_delete_drains_it(stack: Stack) 
     finally:
         second.kill()
     _pool_has(stack, name)
-    before = _warm_dirs(stack)
+    before, held = _warm_dirs(stack), _node_warm(stack)[name]
     assert Sandbox.delete_snapshot(name)
     eventually_sync(lambda: name not in _node_warm(stack), timeout=60, interval=0.5)
     eventually_sync(lambda: name not in _beat_warm(stack), timeout=30, interval=0.5)
-    # its VMs went; the base pool's stay
-    assert len(_warm_dirs(stack)) < len(before)
+    # its VMs went (the base pool may have grown meanwhile: count what left)
+    eventually_sync(lambda: len(before - _warm_dirs(stack)) >= held, timeout=30, interval=0.5)
+
+
+def _scrape(stack: Stack) -> Samples:
+    token = json.loads((stack.data_dir / "stack.json").read_text())["metrics_token"]
+    return scrape(node_url(BusSettings(nats_url=stack.nats_url), "e2e"), token)
+
+
+def _claims(samples: Samples, result: str) -> float:
+    return samples.get(("aenv_node_warm_claims_total",
+                        frozenset({"node": "e2e", "result": result}.items())), 0.0)  # fmt: skip
 
 
 def test_a_burst_larger_than_the_pool_falls_back_to_cold_creates(stack: Stack) -> None:
     n = 6
     _pool_has(stack, "base")
+    before = _scrape(stack)
+    assert before[("aenv_node_warm_vms", frozenset({"node": "e2e", "template": "base"}.items()))]
+    assert before[("aenv_node_warm_rss_bytes", frozenset({"node": "e2e"}.items()))] > 16 << 20
+    assert before[("aenv_node_warm_memory_mib", frozenset({"node": "e2e"}.items()))] >= 512
     with ThreadPoolExecutor(n) as ex:
         made = list(ex.map(lambda i: Sandbox.create(timeout=120, envs={"I": str(i)}), range(n)))
     try:
@@ -186,6 +203,9 @@ def test_a_burst_larger_than_the_pool_falls_back_to_cold_creates(stack: Stack) -
             assert sbx.commands.run("echo $I").stdout.strip() == str(i)
         warm = [_created_warm(stack, s.sandbox_id) for s in made]
         assert any(warm) and not all(warm), warm  # some handed over, the rest restored
+        after = _scrape(stack)  # the node counted them as the log says
+        assert _claims(after, "hit") - _claims(before, "hit") == sum(warm)
+        assert _claims(after, "miss") - _claims(before, "miss") == n - sum(warm)
     finally:
         for sbx in made:
             sbx.kill()

@@ -8,7 +8,8 @@
 - `aenv_vm_deaths_total{cause}`: VMs that exited without being asked — `oom` (their memory
   cgroup killed them) or `crash` (anything else).
 - Read at each scrape: the node's budget and what is left (`aenv_node_*`, label `node`),
-  its running VMs, their summed RSS and CPU time, its JetStream consumers.
+  its running VMs, their summed RSS and CPU time, its JetStream consumers, and its warm
+  pool (`aenv_node_warm_*`: VMs by template, their memory, creates it served or missed).
 
 Labels stay bounded: ops, stages and causes are closed sets; `node` is one value per node.
 """
@@ -75,6 +76,24 @@ class _VmCpu(Collector):
         yield family
 
 
+class _WarmClaims(Collector):
+    """`aenv_node_warm_claims_total{node, result}`: creates the warm pool served (`hit`) or
+    could not (`miss`), counted by the pool and read at the scrape."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.hits = 0
+        self.misses = 0
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("aenv_node_warm_claims",
+                                     "Creates the warm pool handed a VM (hit) or could not (miss).",
+                                     labels=["node", "result"])  # fmt: skip
+        family.add_metric([self.node, "hit"], self.hits)
+        family.add_metric([self.node, "miss"], self.misses)
+        yield family
+
+
 class NodeMetrics:
     def __init__(self, node_id: str, scrape: Scrape | None = None) -> None:
         self.node = node_id
@@ -103,6 +122,16 @@ class NodeMetrics:
         self._cpu = _VmCpu(node_id)
         r.register(self._cpu)
         self._tally = CpuTally()
+        self.warm_vms = Gauge("aenv_node_warm_vms", "Warm VMs ready for a create, by template.",
+                              ["node", "template"], registry=r)  # fmt: skip
+        self.warm_mem = Gauge("aenv_node_warm_memory_mib",
+                              "Memory (MiB, the templates' sizes) the warm pool holds.", ["node"],
+                              registry=r)  # fmt: skip
+        self.warm_rss = Gauge("aenv_node_warm_rss_bytes",
+                              "Resident memory of the warm pool's QEMU processes.", ["node"],
+                              registry=r)  # fmt: skip
+        self._claims = _WarmClaims(node_id)
+        r.register(self._claims)
 
     # ---- where things happen ----------------------------------------------------------
     def stage(self, op: str, stage: str, seconds: float, start: str = COLD) -> None:
@@ -152,6 +181,14 @@ class NodeMetrics:
         usage = {pid: u for pid in host.vm_pids() if (u := read_usage(pid)) is not None}
         self.rss.labels(node).set(sum(u.rss_bytes for u in usage.values()))
         self._cpu.value = self._tally.total((pid, u.cpu_s) for pid, u in usage.items())
+        pool = host.warm_stats()
+        self.warm_vms.clear()  # a template the pool no longer keeps goes from the scrape
+        for template, n in pool.ready.items():
+            self.warm_vms.labels(node, template).set(n)
+        self.warm_mem.labels(node).set(pool.mem_mib)
+        self.warm_rss.labels(node).set(sum(u.rss_bytes for pid in pool.pids
+                                           if (u := read_usage(pid)) is not None))  # fmt: skip
+        self._claims.hits, self._claims.misses = pool.hits, pool.misses
 
 
 _ROOM = {

@@ -87,6 +87,8 @@ class WarmStats:
     hits: int = 0
     misses: int = 0
     mem_mib: int = 0
+    #: the warm VMs' QEMU processes
+    pids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

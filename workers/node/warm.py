@@ -93,9 +93,10 @@ class WarmPool:
 
     # ---- what it is -------------------------------------------------------------------
     def stats(self) -> WarmStats:
+        every = [w for vms in self._ready.values() for w in vms]
         sizes = {t: len(vms) for t, vms in self._ready.items() if vms}
-        mem = sum(w.mem_mib for vms in self._ready.values() for w in vms)
-        return WarmStats(sizes, self.hits, self.misses, mem)
+        pids = tuple(p for w in every if (p := w.vm.qemu.pid) is not None and w.vm.qemu.alive)
+        return WarmStats(sizes, self.hits, self.misses, sum(w.mem_mib for w in every), pids)
 
     # ---- lifecycle --------------------------------------------------------------------
     def start(self) -> None:

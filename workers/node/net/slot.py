@@ -191,14 +191,17 @@ def routed_overlap(cidr: str = DEFAULT_SLOT_CIDR, prefix: str = "aenv") -> list[
     ours = ipaddress.ip_network(cidr)
     hits: list[str] = []
     with IPRoute() as ipr:
+        # routes first, then the links: a link another stack removed in between (its slot
+        # torn down) leaves a route to no device, which is nobody's — it was named "" and
+        # taken for a foreign route over the range
+        routes = ipr.get_routes(family=2)
         names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
-        for r in ipr.get_routes(family=2):
-            dst = r.get_attr("RTA_DST")
-            if dst is None:
+        for r in routes:
+            dst, oif = r.get_attr("RTA_DST"), r.get_attr("RTA_OIF")
+            if dst is None or (oif is not None and oif not in names):
                 continue
             net = ipaddress.ip_network(f"{dst}/{r['dst_len']}", strict=False)
-            dev = names.get(r.get_attr("RTA_OIF"), "")
-            dev = str(dev)
+            dev = str(names.get(oif, ""))  # no device at all: a blackhole, say — foreign
             if net.overlaps(ours) and not (dev.startswith(("aenv", prefix)) or is_slot_device(dev)):
                 hits.append(f"{net} dev {dev}")
     return hits
