@@ -106,9 +106,8 @@ class Segment:
 
     state: str
     seconds: float
-    #: its width on the bar (a moment-long transition still gets a sliver)
-    weight: float
-    #: its fraction of the bar (a label fits only on a wide enough segment)
+    #: its fraction of the bar (a moment-long transition still gets a sliver; a label
+    #: fits only on a wide enough one)
     share: float
 
 
@@ -134,4 +133,4 @@ def lifeline(points: Sequence[tuple[datetime, str]], now: datetime) -> list[Segm
     total = sum(s for _, s in spans) or 1.0
     weights = [max(s, total * _MIN_SHARE) for _, s in spans]
     drawn = sum(weights) or 1.0
-    return [Segment(state, s, w, w / drawn) for (state, s), w in zip(spans, weights, strict=True)]
+    return [Segment(state, s, w / drawn) for (state, s), w in zip(spans, weights, strict=True)]

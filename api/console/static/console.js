@@ -106,7 +106,10 @@
     if (xhr.status === 401) { signOut("The API refused the key: sign in again."); return; }
     let message = xhr.statusText;
     try { message = JSON.parse(xhr.responseText).message || message; } catch (err) { /* */ }
-    e.detail.target.innerHTML =
+    const target = e.detail.target;
+    if (target.id === "history") { target.innerHTML = ""; return; } // the header says why
+    if (target.id === "sandbox" && $("#actions")) $("#actions").hidden = true;
+    target.innerHTML =
       '<div class="error-box" data-code="' + xhr.status + '">' + esc(message) + "</div>";
   });
 
@@ -120,6 +123,7 @@
       const head = $(".head", e.detail.target);
       if (!head) return;
       enableActions(head.dataset.status);
+      $("#actions").hidden = false;
       if (head.dataset.revision !== revision) {
         const first = revision === null;
         revision = head.dataset.revision;

@@ -1,0 +1,61 @@
+"""Playwright driving Debian's Chromium (headless) for the console's browser tests — the
+vmless tier's and the e2e tier's. `playwright install` would download a browser build of
+its own (the internet); `scripts/setup.sh` installs Debian's instead and this points
+Playwright at it. Screenshots go under the pytest basetemp (never committed), at the
+1280×800 the issue asks the pages to look right at."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+CHROMIUM = "/usr/bin/chromium"
+VIEWPORT = {"width": 1280, "height": 800}
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Browser]:
+    if shutil.which(CHROMIUM) is None:
+        pytest.fail(f"{CHROMIUM} is missing: scripts/setup.sh installs Debian's chromium")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def new_page(browser: Browser) -> Page:
+    """A tab of its own (its own session storage: a key entered in one is not in another)."""
+    return browser.new_context(viewport=VIEWPORT).new_page()  # type: ignore[arg-type]
+
+
+class Shots:
+    """Numbered full-page screenshots of a run, in one directory of the basetemp."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.n = 0
+
+    def __call__(self, page: Page, name: str) -> Path:
+        self.n += 1
+        path = self.root / f"{self.n:02d}-{re.sub(r'[^a-z0-9-]+', '-', name)}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Shots:
+    return Shots(tmp_path_factory.mktemp("console-shots", numbered=True))
+
+
+def sign_in(page: Page, api_url: str, key: str) -> None:
+    """Open the console and enter `key` in its form, as a person would."""
+    page.goto(api_url + "/console")
+    page.fill("#key", key)
+    page.click("#login-form button[type=submit]")
