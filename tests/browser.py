@@ -2,7 +2,7 @@
 vmless tier's and the e2e tier's. `playwright install` would download a browser build of
 its own (the internet); `scripts/setup.sh` installs Debian's instead and this points
 Playwright at it. Screenshots go under the pytest basetemp (never committed), at the
-1280×800 the issue asks the pages to look right at."""
+1280x800 the issue asks the pages to look right at."""
 
 from __future__ import annotations
 

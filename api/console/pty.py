@@ -102,7 +102,7 @@ class GuestPty:
     async def _events(self) -> AsyncIterator[dict[str, Any]]:
         assert self._response is not None
         frames = _Frames()
-        async for chunk in self._response.aiter_raw():
+        async for chunk in self._chunks():
             for flags, payload in frames.feed(chunk):
                 msg = json.loads(payload or b"{}")
                 if flags & _END_STREAM:
@@ -112,6 +112,14 @@ class GuestPty:
                 event = msg.get("event") or {}
                 if "keepalive" not in event:
                     yield event
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        assert self._response is not None
+        try:
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+        except httpx.HTTPError as e:  # the guest went away mid-stream (killed, paused)
+            raise PtyError(f"the shell's stream broke off ({type(e).__name__})") from e
 
     async def output(self) -> AsyncIterator[bytes | int]:
         """What the shell prints, then its exit code once it ends (-1: killed)."""

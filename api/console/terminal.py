@@ -110,13 +110,20 @@ async def _from_browser(socket: WebSocket[Any, Any, Any], pty: GuestPty) -> None
                     await pty.send(str(control.get("data", "")).encode())
 
 
+async def _stopped(ctx: ApiContext, sandbox_id: str) -> str | None:
+    """Why the sandbox's shell cannot go on (`the sandbox is paused`), or None: it runs."""
+    state, _ = await ctx.bus.sandboxes.load(sandbox_id)
+    if state is None or state.status not in _RUNNING:
+        return f"the sandbox is {state.status.value if state is not None else 'gone'}"
+    return None
+
+
 async def _watch(ctx: ApiContext, sandbox_id: str) -> str:
-    """Returns once the sandbox stopped running (what it is now)."""
+    """Returns once the sandbox stopped running, saying so."""
     while True:
         await asyncio.sleep(CHECK_S)
-        state, _ = await ctx.bus.sandboxes.load(sandbox_id)
-        if state is None or state.status not in _RUNNING:
-            return state.status.value if state is not None else "gone"
+        if why := await _stopped(ctx, sandbox_id):
+            return why
 
 
 @websocket("/console/ws/sandboxes/{sandbox_id:str}/terminal", include_in_schema=False)
@@ -130,18 +137,19 @@ async def terminal(socket: WebSocket[Any, Any, Any], sandbox_id: str) -> None:
         await socket.close(code=4000 + e.status, reason=e.message.encode()[:120].decode(
             errors="ignore"))  # fmt: skip
         return
-    tasks = [asyncio.create_task(_to_browser(socket, pty), name="pty-out"),
-             asyncio.create_task(_from_browser(socket, pty), name="pty-in"),
-             asyncio.create_task(_watch(ctx, sandbox_id), name="pty-watch")]  # fmt: skip
+    tasks: list[asyncio.Task[Any]] = []
     try:
-        await socket.send_text(json.dumps({"type": "ready", "pid": pty.pid}))
+        await socket.send_text(json.dumps({"type": "ready", "pid": pty.pid}))  # before output
+        tasks = [asyncio.create_task(_to_browser(socket, pty), name="pty-out"),
+                 asyncio.create_task(_from_browser(socket, pty), name="pty-in"),
+                 asyncio.create_task(_watch(ctx, sandbox_id), name="pty-watch")]  # fmt: skip
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             exc = task.exception()
             if task.get_name() == "pty-watch" and exc is None:
-                why: str | None = f"the sandbox is {task.result()}"
-            elif isinstance(exc, PtyError):
-                why = str(exc)
+                why: str | None = task.result()
+            elif isinstance(exc, PtyError):  # a stream cut by a kill or pause says so
+                why = await _stopped(ctx, sandbox_id) or str(exc)
             else:  # the browser left, or the shell ended (its exit was sent)
                 why = None
                 if exc is not None:
