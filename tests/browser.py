@@ -31,8 +31,31 @@ def chromium() -> Iterator[Browser]:
 
 
 def new_page(browser: Browser) -> Page:
-    """A tab of its own (its own session storage: a key entered in one is not in another)."""
-    return browser.new_context(viewport=VIEWPORT).new_page()  # type: ignore[arg-type]
+    """A tab of its own (its own session storage: a key entered in one is not in another).
+    Script errors and refusals of the page's Content-Security-Policy are collected in
+    `page_errors(page)`; a 4xx the page asked for (and shows) is not one."""
+    page = browser.new_context(viewport=VIEWPORT).new_page()  # type: ignore[arg-type]
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(f"script error: {e}"))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error"
+            and not m.text.startswith(_SHOWN) else None)  # fmt: skip
+    page.on("response", lambda r: errors.append(f"(answered {r.status}: {r.url})")
+            if r.status >= 400 else None)  # fmt: skip
+    _ERRORS[id(page)] = errors
+    return page
+
+
+_ERRORS: dict[int, list[str]] = {}
+#: What Chromium and htmx log for an answer >= 400: the page shows those (a wrong key,
+#: another team's sandbox), they are the page working.
+_SHOWN = ("Failed to load resource", "Response Status Error Code")
+
+
+def page_errors(page: Page) -> list[str]:
+    """What went wrong in the page; the answers >= 400 it had are kept alongside (in
+    parentheses) to tell an error's cause, but are no error themselves."""
+    found = _ERRORS.get(id(page), [])
+    return found if any(not e.startswith("(answered") for e in found) else []
 
 
 class Shots:

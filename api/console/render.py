@@ -86,7 +86,17 @@ def render(name: str, **context: Any) -> str:
     return _ENV.get_template(name).render(**context)
 
 
+#: The pages run our script and the vendored ones, nothing inline and no eval (htmx is told
+#: so too): the API key sits in the tab's session storage, where an injected script could
+#: read it. Styles may be inline (the bars' widths; xterm.js writes its own); no framing
+#: (a Kill button must not be clickable through someone else's page).
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+       "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; "
+       "form-action 'none'")  # fmt: skip
+
+
 def html(name: str, status_code: int = 200, **context: Any) -> Response[str]:
     """A rendered template as the response; never cached (the pages are live views)."""
     return Response(render(name, **context), media_type=MediaType.HTML, status_code=status_code,
-                    headers={"Cache-Control": "no-store"})  # fmt: skip
+                    headers={"Cache-Control": "no-store", "Content-Security-Policy": CSP,
+                             "X-Content-Type-Options": "nosniff"})  # fmt: skip

@@ -18,7 +18,7 @@ import pytest
 from e2b import NotFoundException, Sandbox
 from playwright.sync_api import Browser, Page, expect
 
-from tests.browser import Shots, chromium, new_page, shots, sign_in
+from tests.browser import Shots, chromium, new_page, page_errors, shots, sign_in
 from tests.e2e.conftest import AENV, Stack
 from tests.support import eventually_sync
 
@@ -36,6 +36,7 @@ def page(chromium: Browser) -> Iterator[Page]:
     p.set_default_timeout(TIMEOUT_MS)
     yield p
     p.context.close()
+    assert page_errors(p) == []  # no script error, nothing the page's CSP refused
 
 
 def _state(sid: str) -> str | None:

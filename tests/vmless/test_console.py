@@ -58,6 +58,9 @@ def test_pages_hold_no_data_and_fragments_need_a_valid_key(vmless: VmlessStack,
             page = httpx.get(vmless.api_url + path)  # no key
             assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
             assert "/console/static/console.js" in page.text
+            # the key lives in session storage: no inline or foreign script may run here
+            assert "script-src 'self';" in page.headers["content-security-policy"]
+            assert "<script>" not in page.text and " on" not in re.sub(r">[^<]*<", "><", page.text)
             # a shell: no state, no row of any sandbox (the fragments bring those)
             assert 'data-status="' not in page.text and "<tr data-sid" not in page.text
         for path in ("/console/f/fleet", "/console/f/sandboxes", "/console/f/whoami",

@@ -1,9 +1,10 @@
 """The console in a browser (Playwright, Debian's Chromium, headless) on the real stack
 (VM-less): a wrong key sees nothing; with the key, a sandbox the SDK creates appears in the
 live list; its page shows its timeline; Pause and Resume on the page are what the SDK then
-sees; Fork draws the tree; Kill asks first; another team's key gets "not found"; a build's
-log streams. Screenshots of each page under the basetemp (`console-shots*`).
-The live terminal needs a VM: `tests/e2e/test_console.py`."""
+sees; Snapshot takes one the REST API lists; Fork draws the tree; Kill asks first; another
+team's key gets "not found"; a build's log streams. No script error, nothing the pages'
+Content-Security-Policy refuses. Screenshots of each page under the basetemp
+(`console-shots*`). The live terminal needs a VM: `tests/e2e/test_console.py`."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import re
 import secrets
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from e2b import BuildException, NotFoundException, Sandbox, Template
 from playwright.sync_api import Browser, Page, expect
 
-from tests.browser import Shots, chromium, new_page, shots, sign_in
+from tests.browser import Shots, chromium, new_page, page_errors, shots, sign_in
 from tests.support import eventually_sync
 from tests.vmless.conftest import VmlessStack
 
@@ -37,6 +39,7 @@ def page(chromium: Browser) -> Iterator[Page]:
     p.set_default_timeout(TIMEOUT_MS)
     yield p
     p.context.close()
+    assert page_errors(p) == []  # no script error, nothing the page's CSP refused
 
 
 def _state(sid: str) -> str | None:
@@ -76,6 +79,11 @@ def test_the_sandbox_lifecycle_from_the_page(vmless: VmlessStack, page: Page,
         expect(row).to_contain_text("running")
         expect(row).to_contain_text("agent=browser-test")
         shots(page, "sandboxes")
+        page.select_option("#filters select[name=status]", "paused")  # filters apply at once
+        expect(page.locator("#count")).to_contain_text("0 sandboxes")
+        assert "status=paused" in page.url  # and stay in the address, for a link or reload
+        page.select_option("#filters select[name=status]", "live")
+        expect(row).to_be_visible()
         page.click(f"a[href='/console/sandboxes/{sid}']")
         expect(page.locator("#sandbox .head")).to_have_attribute("data-status", "running")
         expect(page.locator("#timeline tr[data-type='SandboxCreated']")).to_be_visible()
@@ -94,6 +102,15 @@ def test_the_sandbox_lifecycle_from_the_page(vmless: VmlessStack, page: Page,
         # every event's actor is the key the page signed in with: the SDK's, the page's
         actors = set(page.locator("#timeline td.nw.small").all_inner_texts())
         assert len(actors) == 1 and actors.pop().startswith("key "), actors
+
+        snap = f"console-snap-{run}"
+        page.fill("#snapshot-name", snap)
+        page.click("#actions [data-act=snapshot]")
+        expect(page.locator("#flash")).to_contain_text(f"Snapshot {snap} taken")
+        expect(page.locator("#timeline tr[data-type='SnapshotTaken']")).to_be_visible()
+        listed = httpx.get(f"{vmless.api_url}/snapshots", params={"sandboxID": sid},
+                           headers={"X-API-KEY": vmless.api_key}).json()  # fmt: skip
+        assert [s["snapshotID"] for s in listed] == [snap]  # what the REST API lists
 
         page.fill("#fork-count", "2")
         page.click("#actions [data-act=fork]")

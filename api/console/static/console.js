@@ -5,7 +5,6 @@
   "use strict";
   const KEY = "aenv.apiKey";
   const key = () => sessionStorage.getItem(KEY);
-  window.aenvKey = () => Boolean(key());
   const $ = (sel, root) => (root || document).querySelector(sel);
   const $$ = (sel, root) => Array.from((root || document).querySelectorAll(sel));
 
@@ -76,6 +75,7 @@
   }
 
   document.addEventListener("submit", async (e) => {
+    if (e.target.id === "filters") { e.preventDefault(); return; } // they apply as typed
     if (e.target.id !== "login-form") return;
     e.preventDefault();
     const input = $("#key");
@@ -98,7 +98,8 @@
   /* --- htmx: every fragment request carries the key ---------------------------------- */
 
   document.addEventListener("htmx:configRequest", (e) => {
-    e.detail.headers["X-API-KEY"] = key() || "";
+    if (!key()) { e.preventDefault(); return; } // signed out: the polls wait for a key
+    e.detail.headers["X-API-KEY"] = key();
   });
 
   document.addEventListener("htmx:responseError", async (e) => {
@@ -220,9 +221,9 @@
   });
 
   document.addEventListener("click", (e) => {
-    const b = e.target.closest("[data-page]");
+    const b = e.target.closest("#view [data-goto]");
     if (!b || b.disabled || !$("#filters")) return;
-    $("#filters").elements.page.value = b.dataset.page;
+    $("#filters").elements.page.value = b.dataset.goto;
     filtersChanged(false);
   });
 
