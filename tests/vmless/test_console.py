@@ -218,8 +218,7 @@ def test_a_builds_log_streams_until_the_build_ends(c: httpx.Client, other_key: s
     with pytest.raises(BuildException):
         Template.build(Template().from_image("busybox:latest").run_cmd("echo hi"), name)
     listing = c.get("/console/f/templates").text
-    build_id = re.search(rf'data-build="([0-9a-f-]+)">\s*<td[^>]*>.*?</td>\s*<td>{name}</td>',
-                         listing, re.S)  # fmt: skip
+    build_id = re.search(rf'data-build="([0-9a-f-]+)" data-template="{name}"', listing)
     assert build_id is not None, listing
     bid = build_id.group(1)
     with c.stream("GET", f"/console/f/builds/{bid}/log") as r:
