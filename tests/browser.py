@@ -78,7 +78,15 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Shots:
 
 
 def sign_in(page: Page, api_url: str, key: str) -> None:
-    """Open the console and enter `key` in its form, as a person would."""
+    """Open the console and enter `key` in its form, as a person would; returns once the
+    console took it (the team shows) or refused it (the form says why): a page opened
+    before that would find no key in the tab."""
     page.goto(api_url + "/console")
+    submit(page, key)
+
+
+def submit(page: Page, key: str) -> None:
     page.fill("#key", key)
     page.click("#login-form button[type=submit]")
+    # a locator, not a script: the page's CSP forbids the eval a predicate string needs
+    page.locator("#who:not([hidden]), #login-error:not(:empty)").first.wait_for()

@@ -18,7 +18,7 @@ import pytest
 from e2b import NotFoundException, Sandbox
 from playwright.sync_api import Browser, Page, expect
 
-from tests.browser import Shots, chromium, new_page, page_errors, shots, sign_in
+from tests.browser import Shots, chromium, new_page, page_errors, shots, sign_in, submit
 from tests.e2e.conftest import AENV, Stack
 from tests.support import eventually_sync
 
@@ -62,8 +62,7 @@ def test_the_console_drives_a_real_sandbox(stack: Stack, page: Page, shots: Shot
     shots(page, "e2e-wrong-key")
 
     run = secrets.token_hex(3)
-    page.fill("#key", stack.api_key)
-    page.click("#login-form button[type=submit]")
+    submit(page, stack.api_key)
     expect(page.locator("#nodes tr[data-node='e2e']")).to_contain_text("beating")
     shots(page, "e2e-fleet")
     page.goto(f"{stack.api_url}/console/sandboxes?metadata=run%3D{run}")
