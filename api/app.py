@@ -18,12 +18,23 @@ from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
 from api import observed, sandboxes, snapshots, system, tags, templates
 from api.auth import HEADER, Caller
+from api.console.routes import ROUTES as CONSOLE
 from api.context import ApiContext
 from api.errors import HANDLERS
 from api.inputs import MAX_BODY, check_request
 from api.metrics import method_label, route_label
 from bus import logcontext
-from shared.proxy import ASGIApp, Receive, Resolver, SandboxProxy, Scope, Send, sandbox_target
+from shared.proxy import (
+    ASGIApp,
+    Receive,
+    Resolver,
+    SandboxProxy,
+    SandboxUnavailable,
+    Scope,
+    Send,
+    Upstream,
+    sandbox_target,
+)
 
 
 async def _ctx(request: Request[Any, Any, Any]) -> ApiContext:
@@ -35,10 +46,16 @@ async def _caller(request: Request[Any, Any, Any], ctx: ApiContext) -> Caller:
     return await ctx.keys.caller(request.headers.get(HEADER))
 
 
-def create_litestar(ctx: ApiContext) -> Litestar:
+async def _no_route(sandbox_id: str, port: int, token: str | None) -> Upstream:
+    raise SandboxUnavailable(sandbox_id)
+
+
+def create_litestar(ctx: ApiContext, resolve: Resolver = _no_route) -> Litestar:
+    """The control plane; `resolve` finds a sandbox's guest (the console's terminal talks
+    to its envd the way the proxy does)."""
     app = Litestar(
         route_handlers=[*observed.ROUTES, *sandboxes.ROUTES, *snapshots.ROUTES,
-                        *templates.ROUTES, *tags.ROUTES, *system.ROUTES],
+                        *templates.ROUTES, *tags.ROUTES, *system.ROUTES, *CONSOLE],
         dependencies={"ctx": Provide(_ctx), "caller": Provide(_caller)},
         exception_handlers=HANDLERS,
         before_request=check_request,
@@ -50,6 +67,7 @@ def create_litestar(ctx: ApiContext) -> Litestar:
         logging_config=None,
     )
     app.state.ctx = ctx
+    app.state.resolve = resolve
     return app
 
 
@@ -140,6 +158,6 @@ class MeasuredApp:
 
 def create_app(ctx: ApiContext, resolve: Resolver) -> MeasuredApp:
     """The ASGI app to serve: sandbox traffic to guests, the rest to the control plane."""
-    inner: ASGIApp = create_litestar(ctx)  # type: ignore[assignment]  # ASGI-compatible
+    inner: ASGIApp = create_litestar(ctx, resolve)  # type: ignore[assignment]  # ASGI-compatible
     proxy = SandboxProxy(_traced(inner), resolve, domain=ctx.settings.sandbox_domain)
     return MeasuredApp(proxy, ctx)

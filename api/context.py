@@ -91,11 +91,14 @@ class ApiContext:
     #: use and read per call).
     nodes: NodeBook | None = None
 
-    async def node_gone(self, node_id: str) -> bool:
-        """Whether a node stopped beating."""
+    async def node_book(self) -> NodeBook:
         if self.nodes is None:
             self.nodes = await NodeBook.open(self.bus.js, self.bus.names.nodes_bucket)
-        return await self.nodes.gone(node_id)
+        return self.nodes
+
+    async def node_gone(self, node_id: str) -> bool:
+        """Whether a node stopped beating."""
+        return await (await self.node_book()).gone(node_id)
 
     async def fenced_to(self, sandbox_id: str) -> None:
         """Before reading one sandbox: wait until the read model shows its latest event,

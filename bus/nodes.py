@@ -11,9 +11,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Iterable
+from typing import Any
 
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError
+from nats.js.errors import KeyNotFoundError, NoKeysError
 from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -22,7 +24,10 @@ from bus.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MISSED_BEATS", "Heartbeat", "NodeBook", "describe_uploads", "has_room", "is_gone"]
+__all__ = [
+    "MISSED_BEATS", "Heartbeat", "NodeBook", "describe_uploads", "fleet_view", "has_room",
+    "is_gone",
+]  # fmt: skip
 
 #: Beats a node may miss before it counts as gone (one late beat is a busy host).
 MISSED_BEATS = 3
@@ -89,6 +94,37 @@ def is_gone(beat: Heartbeat | None, now: float) -> bool:
     return beat is None or now - beat.at > MISSED_BEATS * beat.every_s
 
 
+def fleet_view(beats: Iterable[Heartbeat], now: float) -> dict[str, Any]:
+    """The fleet as `aenv status` and the web console show it: nodes (sorted by id) with
+    their room, warm pool and sandboxes; totals; placement skew — the most running
+    sandboxes on one live node over the mean (1.0: evenly spread)."""
+    nodes: list[dict[str, Any]] = []
+    listed = sorted(beats, key=lambda b: b.node_id)
+    for b in listed:
+        nodes.append({
+            "node": b.node_id, "state": "gone" if is_gone(b, now) else "beating",
+            "last_beat_s": round(now - b.at, 1), "accelerator": b.accelerator,
+            "running": b.running, "paused": b.paused,
+            "room": {"vcpus": b.vcpus, "free_vcpus": b.free_vcpus, "mem_mib": b.mem_mib,
+                     "free_mem_mib": b.free_mem_mib, "sandboxes": b.capacity,
+                     "free_sandboxes": b.free},
+            "uploads_waiting": b.uploads_waiting,
+            "warm": {"ready": b.warm, "hits": b.warm_hits, "misses": b.warm_misses,
+                     "mem_mib": b.warm_mem_mib},
+        })  # fmt: skip
+    live = [b for b in listed if not is_gone(b, now)]
+    running = [b.running for b in live]
+    mean = sum(running) / len(running) if running else 0.0
+    return {
+        "nodes": nodes,
+        "beating": len(live),
+        "gone": len(nodes) - len(live),
+        "running": sum(running),
+        "paused": sum(b.paused for b in live),
+        "placement_skew": round(max(running) / mean, 2) if mean else None,
+    }
+
+
 class NodeBook:
     """Typed access to the nodes bucket, opened once (opening it is a round trip).
 
@@ -139,6 +175,18 @@ class NodeBook:
         """Every node's latest beat, from the mirror; None until the mirror holds the
         bucket's values (`follow()` not called, or its watch still filling)."""
         return dict(self.beats) if self._synced else None
+
+    async def all(self) -> list[Heartbeat]:
+        """Every node's latest beat: the mirror's, else read from the bucket."""
+        mirrored = self.current()
+        if mirrored is not None:
+            return list(mirrored.values())
+        try:
+            keys = list(await self.kv.keys())
+        except NoKeysError:
+            return []
+        beats = [await self.heartbeat(key) for key in keys]
+        return [b for b in beats if b is not None]
 
     async def beat(self, heartbeat: Heartbeat) -> None:
         await self.kv.put(heartbeat.node_id, heartbeat.model_dump_json().encode())

@@ -10,11 +10,12 @@ Imports the domain and `bus`, never `api/` or `workers/`. Public API::
     history(store, id) / history_line(rec) / format_line — `aenv events [<id>] [--follow]`
     queries: get_sandbox, list_sandboxes (E2B paging), list_snapshots,
              template_by_id_or_alias, released_captures, api_key_by_hash
+    console: the web console's reads (every state, counts, fork families, builds)
     template_state(row)                                — a templates row as the aggregate
     tables: sandboxes, snapshots, templates, api_keys, nodes (view), projection_checkpoints
 """
 
-from projections import checkpoints, queries, tables
+from projections import checkpoints, console, queries, tables
 from projections.base import Projection
 from projections.catalog import (
     ApiKeyProjection,
@@ -51,6 +52,7 @@ __all__ = [
     "alembic_config",
     "all_projections",
     "checkpoints",
+    "console",
     "create_engine",
     "format_history",
     "format_line",

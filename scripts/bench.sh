@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${VENV:-.venv}/bin/python
-for b in envd_bench events_bench runtime_bench api_bench image_bench; do
+for b in envd_bench events_bench runtime_bench api_bench image_bench console_bench; do
     echo "== $b" >&2
     "$PY" -m "bench.$b"
 done

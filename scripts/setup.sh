@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 
 APT_PKGS=(qemu-system-x86 qemu-utils debootstrap busybox-static iptables e2fsprogs cpio skopeo
           util-linux kmod ca-certificates systemd
-          docker-registry apache2-utils)  # the last two: a registry on loopback for the tests
+          docker-registry apache2-utils  # these two: a registry on loopback for the tests
+          chromium)  # the web console's browser tests (Playwright drives it headless)
 missing=()
 for p in "${APT_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -14,35 +14,11 @@ __all__ = ["fleet_view", "read_beats"]
 
 
 def fleet_view(beats: Iterable[Heartbeat], now: float) -> dict[str, Any]:
-    """Nodes (sorted by id) with their room and sandboxes; totals; placement skew — the
-    most running sandboxes on one live node over the mean (1.0: evenly spread)."""
-    from bus.nodes import is_gone
+    """Nodes with their room and sandboxes, totals, placement skew (`bus.nodes.fleet_view`,
+    which the web console shows too)."""
+    from bus.nodes import fleet_view as view
 
-    nodes: list[dict[str, Any]] = []
-    listed = sorted(beats, key=lambda b: b.node_id)
-    for b in listed:
-        nodes.append({
-            "node": b.node_id, "state": "gone" if is_gone(b, now) else "beating",
-            "last_beat_s": round(now - b.at, 1), "accelerator": b.accelerator,
-            "running": b.running, "paused": b.paused,
-            "room": {"vcpus": b.vcpus, "free_vcpus": b.free_vcpus, "mem_mib": b.mem_mib,
-                     "free_mem_mib": b.free_mem_mib, "sandboxes": b.capacity,
-                     "free_sandboxes": b.free},
-            "uploads_waiting": b.uploads_waiting,
-            "warm": {"ready": b.warm, "hits": b.warm_hits, "misses": b.warm_misses,
-                     "mem_mib": b.warm_mem_mib},
-        })  # fmt: skip
-    live = [b for b in listed if not is_gone(b, now)]
-    running = [b.running for b in live]
-    mean = sum(running) / len(running) if running else 0.0
-    return {
-        "nodes": nodes,
-        "beating": len(live),
-        "gone": len(nodes) - len(live),
-        "running": sum(running),
-        "paused": sum(b.paused for b in live),
-        "placement_skew": round(max(running) / mean, 2) if mean else None,
-    }
+    return view(beats, now)
 
 
 async def read_beats(nats_url: str) -> list[Heartbeat]:
@@ -52,21 +28,7 @@ async def read_beats(nats_url: str) -> list[Heartbeat]:
 
     bus = await Bus.connect(BusSettings(nats_url=nats_url), setup=False, retry=False)
     try:
-        book = await NodeBook.open(bus.js, bus.names.nodes_bucket)
-        out: list[Heartbeat] = []
-        for key in await _keys(book):
-            beat = await book.heartbeat(key)
-            if beat is not None:
-                out.append(beat)
-        return out
+        return await (await NodeBook.open(bus.js, bus.names.nodes_bucket)).all()
     finally:
         await bus.close()
 
-
-async def _keys(book: Any) -> list[str]:
-    from nats.js.errors import NoKeysError
-
-    try:
-        return list(await book.kv.keys())
-    except NoKeysError:
-        return []
