@@ -20,6 +20,7 @@ from codeint.base import RunAs
 from codeint.contexts import Contexts
 from codeint.httpd import serve_connection
 from codeint.pykernel import PythonContext
+from codeint.sandbox_env import SandboxEnv
 from codeint.server import Server
 
 #: Imported in the default kernel before the template is captured (those installed).
@@ -35,6 +36,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rundir", default="/run/codeint", help="connection files, scripts")
     p.add_argument("--python", default=sys.executable, help="interpreter of Python kernels")
     p.add_argument("--warm", default=DEFAULT_WARM, help="modules the default kernel imports")
+    p.add_argument("--envd", default="127.0.0.1:49983",
+                   help="envd, whose GET /envs has the sandbox's env vars ('': none)")
     return p.parse_args(argv)
 
 
@@ -48,7 +51,11 @@ async def run(opts: argparse.Namespace, stop: asyncio.Event | None = None) -> No
     if opts.warm:
         await ctx.warm([m for m in opts.warm.split(",") if m])
     await contexts.default("bash")
-    server = Server(contexts)
+    envd = None
+    if opts.envd:
+        host, _, port = opts.envd.rpartition(":")
+        envd = SandboxEnv((host, int(port)))
+    server = Server(contexts, envd)
     listener = await asyncio.start_server(
         functools.partial(serve_connection, server.handle), opts.host, opts.port,
         limit=1 << 20,

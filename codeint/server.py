@@ -22,13 +22,16 @@ from codeint import wire
 from codeint.base import Context, valid_env
 from codeint.contexts import BadRequest, Contexts, UnknownContext
 from codeint.httpd import HttpError, Request
+from codeint.sandbox_env import SandboxEnv
 
 log = logging.getLogger("codeint")
 
 
 class Server:
-    def __init__(self, contexts: Contexts) -> None:
+    def __init__(self, contexts: Contexts, sandbox_env: SandboxEnv | None = None) -> None:
         self.contexts = contexts
+        #: the sandbox's own env vars (None: none, the server's tests on a host)
+        self.sandbox_env = sandbox_env
 
     async def handle(self, req: Request) -> None:
         try:
@@ -77,6 +80,8 @@ class Server:
         if context_id and language:
             raise BadRequest("give context_id or language, not both")
         env = valid_env(body.get("env_vars"))
+        if self.sandbox_env is not None:  # the sandbox's own, under the request's
+            env = {**await self.sandbox_env.get(), **env}
         ctx = self.contexts.get(context_id) if context_id else await self.contexts.default(language)
         async with ctx.lock:
             await ctx.prepare()

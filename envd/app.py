@@ -109,6 +109,11 @@ class App:
             return
         if path == "/files" or (method == "POST" and path == "/init"):
             pass  # /files checks token-or-signature itself; /init checks the token itself
+        elif path == "/envs" and method == "GET" and req.conn.from_loopback:
+            # the sandbox's env vars, to a process in the guest (what E2B's code
+            # interpreter asks at localhost:49983 without a token); processes envd starts
+            # get them anyway, so this reveals nothing a guest process did not have
+            pass
         elif not auth.token_ok(self.state, req):
             log.warn("request without a valid access token", path=path)
             raise HttpError(401, auth.UNAUTHORIZED)

@@ -37,6 +37,15 @@ class Connection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
 
+    @property
+    def from_loopback(self) -> bool:
+        """Whether the peer is this guest itself (a process in it dialling 127.0.0.1):
+        the control plane and clients come from outside, through the slot's address."""
+        peer: tuple[str, int] | None = (
+            self.transport.get_extra_info("peername") if self.transport else None
+        )
+        return peer is not None and str(peer[0]) in ("127.0.0.1", "::1")
+
     # --- protocol callbacks -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

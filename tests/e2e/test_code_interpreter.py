@@ -24,12 +24,15 @@ NPM = Path(__file__).resolve().parents[2] / ".npm-e2b-ci"
 
 def test_run_code_speaks_e2bs_protocol(stack: Stack) -> None:
     t0 = time.monotonic()
-    sbx = Sandbox.create(timeout=600)  # the SDK's default template: code-interpreter-v1
+    # the SDK's default template: code-interpreter-v1
+    sbx = Sandbox.create(timeout=600, envs={"FROM_CREATE": "sandbox-env"})
     try:
         first = sbx.run_code("x = 1")
         took = time.monotonic() - t0
         assert first.error is None, first.error
         assert sbx.run_code("x + 1").results[0].text == "2"
+        # the sandbox's env vars reach the kernels (E2B's server reads envd's /envs)
+        assert sbx.run_code("import os; os.environ['FROM_CREATE']").text == "sandbox-env"
         print(f"create + first run_code: {took:.2f}s")
 
         seen: list[tuple[str, str]] = []

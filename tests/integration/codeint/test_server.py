@@ -21,6 +21,8 @@ import httpx
 import pytest
 from e2b_code_interpreter.models import Context, Execution, OutputMessage, parse_output
 
+from tests.integration.envd.conftest import Envd, init_envd, start_envd, stop_envd
+
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
                                 reason="needs root and unshare (a UTS namespace)")  # fmt: skip
@@ -46,12 +48,22 @@ class Guest:
 
 
 @pytest.fixture(scope="module")
-def guest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guest]:
+def envd() -> Iterator[Envd]:
+    """The guest's envd, initialised as a create does: a token and the sandbox's env vars."""
+    e = start_envd()
+    init_envd(e, "tok", envVars={"SANDBOX_VAR": "from-create", "BOTH": "sandbox"})
+    yield e
+    stop_envd(e)
+
+
+@pytest.fixture(scope="module")
+def guest(tmp_path_factory: pytest.TempPathFactory, envd: Envd) -> Iterator[Guest]:
     tmp = tmp_path_factory.mktemp("codeint")
     log = (tmp / "server.log").open("w")
     proc = subprocess.Popen(
         ["unshare", "--uts", sys.executable, "-m", "codeint", "--host", "127.0.0.1",
-         "--port", "0", "--rundir", str(tmp / "run"), "--cwd", str(tmp)],
+         "--port", "0", "--rundir", str(tmp / "run"), "--cwd", str(tmp),
+         "--envd", f"127.0.0.1:{envd.port}"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True,
     )  # fmt: skip
     try:
@@ -104,6 +116,23 @@ def test_an_exception_is_an_error(guest: Guest) -> None:
     assert (e.error.name, e.error.value) == ("ValueError", "bad value")
     assert "f()" in e.error.traceback and "ValueError" in e.error.traceback
     assert guest.run("1").text == "1"  # the context goes on
+
+
+def test_the_sandboxs_env_vars_reach_every_execution_under_the_requests(
+    guest: Guest, envd: Envd
+) -> None:
+    """`Sandbox.create(envs=...)` reaches the kernels (read from envd's /envs, as E2B's
+    server reads it); a request's `env_vars` win; a new sandbox (a renamed host: envd's
+    /init names it after each) reads its own."""
+    assert guest.run("import os; os.environ.get('SANDBOX_VAR')").text == "from-create"
+    e = guest.run("import os; os.environ['BOTH']", env_vars={"BOTH": "request"})
+    assert e.text == "request"
+    e = guest.run('echo "$SANDBOX_VAR"', language="bash")
+    assert e.logs.stdout == ["from-create\n"]
+    init_envd(envd, "tok", envVars={"SANDBOX_VAR": "next-sandbox"})
+    assert guest.run("import os; os.environ.get('SANDBOX_VAR')").text == "from-create"
+    guest.rename("next-sandbox-id")
+    assert guest.run("import os; os.environ.get('SANDBOX_VAR')").text == "next-sandbox"
 
 
 def test_env_vars_hold_for_one_execution(guest: Guest) -> None:

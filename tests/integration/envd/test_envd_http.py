@@ -63,7 +63,15 @@ def test_envs_and_metrics(envd: Envd) -> None:
     assert r.status_code == 200 and r.json()["SANDBOX_VAR"] == "from-init"
     m = httpx.get(f"{envd.url}/metrics", headers=h).json()
     assert m["cpu_count"] >= 1 and m["mem_total"] > 0 and m["disk_total"] > 0
-    assert httpx.get(f"{envd.url}/envs").status_code == 401
+    # without the token: refused to anyone but the guest itself (127.0.0.1 — what E2B's
+    # code interpreter dials for the sandbox's env vars); here, a peer at 127.0.0.2 stands
+    # for the control plane and clients, which come through the slot's address
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as outside:
+        assert outside.get(f"{envd.url}/envs").status_code == 401
+        assert outside.get(f"{envd.url}/metrics").status_code == 401
+    inside = httpx.get(f"{envd.url}/envs")
+    assert inside.status_code == 200 and inside.json()["SANDBOX_VAR"] == "from-init"
+    assert httpx.get(f"{envd.url}/metrics").status_code == 401  # only the env vars
 
 
 def test_wrong_token_is_refused(envd: Envd, workdir: str) -> None:
