@@ -45,8 +45,26 @@ def _start_node(stack: Stack, data: Path, **extra: str) -> subprocess.Popen[str]
     assert proc.stdout is not None
     for line in proc.stdout:
         if marks(line, "ROLE-READY"):
+            _wait_warm(stack, "e2e-two")
             return proc
     pytest.fail(f"second node exited during start-up ({proc.wait()})")
+
+
+def _wait_warm(stack: Stack, node_id: str) -> None:
+    """Until the node's heartbeat says it holds a warm VM of `base`: before, the API names
+    only the first node in a create's `warm_on`, and the new node, which would restore
+    cold, passes every create on to it — placement these tests leave to chance must see
+    both nodes alike."""
+    import asyncio
+
+    from aenv.ops.fleet import read_beats
+    from tests.support import eventually_sync
+
+    def warm() -> bool:
+        beats = asyncio.run(read_beats(stack.nats_url))
+        return any(b.node_id == node_id and b.warm.get("base", 0) > 0 for b in beats)
+
+    eventually_sync(warm, timeout=180, interval=0.5)
 
 
 def _stop_node(proc: subprocess.Popen[str]) -> None:

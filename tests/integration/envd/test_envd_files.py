@@ -200,9 +200,11 @@ def test_100mib_round_trip_with_checksum(sandbox: Sandbox, envd: Envd, workdir: 
 
 
 def test_read_file_without_a_size(sandbox: Sandbox) -> None:
-    """procfs files report size 0; their content must still arrive."""
-    text = sandbox.files.read("/proc/self/status")
-    assert "Name:" in text
+    """procfs files report size 0; their content must still arrive. (`self` is envd: the
+    child a file operation runs in was gone before the read, 2 times in 5.)"""
+    for _ in range(10):
+        text = sandbox.files.read("/proc/self/status")
+        assert "Name:" in text
 
 
 async def test_async_files(async_sandbox: AsyncSandbox, workdir: str) -> None:
@@ -242,7 +244,8 @@ def test_reading_a_file_that_is_being_rewritten_never_hangs(
         f.write(versions[0])
     writer = subprocess.Popen([sys.executable, "-c", rewrite, path])
     try:
-        eventually_sync(lambda: Path(path).read_bytes()[:1] not in (b"", b"0"), timeout=10)
+        # the writer has started (a loaded CI host may take a while to schedule it)
+        eventually_sync(lambda: Path(path).read_bytes()[:1] not in (b"", b"0"), timeout=60)
         for _ in range(500):
             got = bytes(sandbox.files.read(path, format="bytes", request_timeout=3))
             assert any(v.startswith(got) for v in versions)  # a version, or part of one
