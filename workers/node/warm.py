@@ -236,6 +236,9 @@ class WarmPool:
         except asyncio.CancelledError:
             raise
         except Exception as e:
+            if self.templates.ready(template_id) is not snap:  # deleted or rebuilt meanwhile
+                log.info("warming a VM of %s stopped: the template changed (%s)", template_id, e)
+                return
             self._failed_at[template_id] = time.monotonic()
             log.warning("warming a VM of %s failed: %s", template_id, e)
             return
