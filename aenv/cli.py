@@ -1,5 +1,6 @@
 """The `aenv` command line. Exit codes: 0 ok, 1 the command failed in the sandbox, 2 usage,
-3 server or network error — each with a one-line message (`--debug` shows tracebacks)."""
+3 server or network error, 124 a command's `exec -t` passed — each with a one-line message
+(`--debug` shows tracebacks)."""
 
 from __future__ import annotations
 

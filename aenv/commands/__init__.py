@@ -16,7 +16,8 @@ EPILOG = (
     "local stack in --data-dir.\n\n"
     "Exit codes: 0 ok, 1 the command failed in the sandbox (exec mirrors its code) or what "
     "it names does not exist, "
-    "2 usage, 3 server or network error. `aenv --debug COMMAND` shows tracebacks. "
+    "2 usage, 3 server or network error, 124 `exec -t` timed out. `aenv --debug COMMAND` "
+    "shows tracebacks. "
     "Reference: docs/cli.md."
 )
 

@@ -6,6 +6,7 @@ exercises exactly the path an SDK user takes.
 
 from __future__ import annotations
 
+import sys
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
@@ -93,7 +94,8 @@ def start(
     if detach:
         typer.echo(sbx.sandbox_id)
         return
-    typer.echo(f"aenv: sandbox {sbx.sandbox_id} ({template}); Ctrl-D to leave", err=True)
+    leave = "Ctrl-D to leave" if sys.stdin.isatty() else "its shell reads our stdin"
+    typer.echo(f"aenv: sandbox {sbx.sandbox_id} ({template}); {leave}", err=True)
     try:
         code = _shell(sbx)  # on failure: typer.Exit with the one-line message already out
     finally:
@@ -117,7 +119,7 @@ def cn(
     from e2b import Sandbox
 
     conn = connection(api_url, api_key, data_dir)
-    with sdk_errors(f"cn {sandbox_id}"):
+    with sdk_errors(f"cn {sandbox_id}", sandbox_id=sandbox_id):
         sbx = Sandbox.connect(sandbox_id, timeout=timeout, **conn.sdk_opts())
         _wait_for_envd(sbx)
     raise typer.Exit(_shell(sbx))
@@ -189,7 +191,7 @@ def pause(
     from e2b import Sandbox
 
     conn = connection(api_url, api_key, data_dir)
-    with sdk_errors(f"pause {sandbox_id}"):
+    with sdk_errors(f"pause {sandbox_id}", sandbox_id=sandbox_id):
         Sandbox.pause(sandbox_id, **conn.sdk_opts())
 
 
@@ -204,7 +206,7 @@ def resume(
     from e2b import Sandbox
 
     conn = connection(api_url, api_key, data_dir)
-    with sdk_errors(f"resume {sandbox_id}"):
+    with sdk_errors(f"resume {sandbox_id}", sandbox_id=sandbox_id):
         Sandbox.connect(sandbox_id, timeout=timeout, **conn.sdk_opts())
 
 
@@ -219,7 +221,7 @@ def timeout(
     from e2b import Sandbox
 
     conn = connection(api_url, api_key, data_dir)
-    with sdk_errors(f"timeout {sandbox_id}"):
+    with sdk_errors(f"timeout {sandbox_id}", sandbox_id=sandbox_id):
         if seconds is not None:
             Sandbox.set_timeout(sandbox_id, seconds, **conn.sdk_opts())
             return
@@ -261,7 +263,7 @@ def fork(
     from e2b import Sandbox
 
     conn = connection(api_url, api_key, data_dir)
-    with sdk_errors(f"fork {sandbox_id}"):
+    with sdk_errors(f"fork {sandbox_id}", sandbox_id=sandbox_id):
         results = Sandbox.fork(sandbox_id, count=count, timeout=timeout, **conn.sdk_opts())
     errors = [r for r in results if not isinstance(r, Sandbox)]
     for r in results:
