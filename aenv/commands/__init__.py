@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from aenv.commands import auth, exec, observe, sandboxes, templates
+from aenv.commands import auth, exec, listing, observe, sandboxes, templates
 from aenv.commands.snapshots import snapshot_app
 
 __all__ = ["EPILOG", "register"]
@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
     and exit codes."""
     auth.register(app)
     sandboxes.register(app)
+    listing.register(app)
     exec.register(app)
     observe.register(app)
     app.add_typer(snapshot_app, name="snapshot")

@@ -31,6 +31,7 @@ __all__ = [
     "connection",
     "die",
     "no_such_sandbox",
+    "pairs",
     "sdk_errors",
 ]
 
@@ -77,6 +78,17 @@ def connection(api_url: str | None, api_key: str | None, data_dir: Path) -> Conn
         return resolve(api_url, api_key, data_dir)
     except ConfigError as e:
         die(str(e), EXIT_USAGE)
+
+
+def pairs(values: list[str] | None, what: str) -> dict[str, str]:
+    """`-m K=V`/`-e K=V` options as a dict; anything else is a usage error."""
+    out: dict[str, str] = {}
+    for v in values or []:
+        k, sep, x = v.partition("=")
+        if not sep or not k:
+            die(f"{what} must be KEY=VALUE, got {v!r}", EXIT_USAGE)
+        out[k] = x
+    return out
 
 
 def no_such_sandbox(sandbox_id: str) -> str:

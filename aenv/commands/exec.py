@@ -39,10 +39,10 @@ __all__ = ["register"]
 
 
 def _connect(sandbox_id: str, conn: Connection) -> Sandbox:
-    """A handle with envd's token; a paused sandbox is resumed, as `Sandbox.connect` does."""
-    from e2b import Sandbox
+    """A handle with envd's token; a paused sandbox is resumed for the time it kept."""
+    from aenv.commands.sandbox_api import connect
 
-    return Sandbox.connect(sandbox_id, **conn.sdk_opts())
+    return connect(sandbox_id, conn)
 
 
 def exec_(

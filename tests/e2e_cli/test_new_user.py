@@ -3,7 +3,9 @@ line that says what happened and what to do, with the exit code docs/cli.md give
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -72,3 +74,68 @@ def test_messages_say_what_happened_and_what_to_do(
     assert r.returncode == 2 and "is a directory" in _one_line(r.stderr)
     r = run_aenv("upload", sandbox, str(tmp_path / "nope"), "/x", env=env)
     assert r.returncode == 1 and "no such file" in _one_line(r.stderr)
+
+
+def _rows(stack: CliStack, *args: str) -> dict[str, dict[str, object]]:
+    r = run_aenv("ls", *args, env=stack.env())  # piped: JSON without asking
+    assert r.returncode == 0, r.stderr.decode()
+    return {row["sandbox_id"]: row for row in json.loads(r.stdout)}
+
+
+def test_info_rm_by_metadata_and_the_time_a_paused_sandbox_keeps(cli_stack: CliStack) -> None:
+    """E2B's CLI verbs `sandbox info` and `sandbox kill -a/-m`, a fork child's timeout (its
+    parent's, from the CLI too), and a paused sandbox's time left: what it kept, the same
+    in `ls`, `info` and `timeout`, unchanged while paused, and what `resume` gives it — not
+    `EXPIRES IN -19m08s`."""
+    env = cli_stack.env()
+    tag = f"suite=verbs-{uuid.uuid4().hex[:6]}"
+    ids = []
+    for _ in range(2):
+        r = run_aenv("start", "-d", "-m", tag, "-t", "700", env=env)
+        assert r.returncode == 0, r.stderr.decode()
+        ids.append(r.stdout.decode().strip())
+    running, paused = ids
+    try:
+        r = run_aenv("fork", running, env=env)
+        assert r.returncode == 0, r.stderr.decode()
+        child = r.stdout.decode().strip()
+        assert 660 <= int(run_aenv("timeout", child, env=env).stdout) <= 700
+
+        assert run_aenv("pause", paused, env=env).returncode == 0
+        kept = int(run_aenv("timeout", paused, env=env).stdout)
+        assert 640 <= kept <= 700
+        assert _rows(cli_stack, "-m", tag)[paused]["remaining_s"] == kept
+        table = run_aenv("ls", "-o", "table", "-m", tag, env=cli_stack.env(COLUMNS="200"))
+        [line] = [ln for ln in table.stdout.decode().splitlines() if ln.startswith(paused)]
+        assert "(paused)" in line and " -" not in line, line
+        time.sleep(2)  # paused time does not consume it
+        assert int(run_aenv("timeout", paused, env=env).stdout) == kept
+
+        r = run_aenv("info", paused, "-o", "json", env=env)
+        assert r.returncode == 0, r.stderr.decode()
+        got = json.loads(r.stdout)
+        assert (got["state"], got["template"], got["node_id"]) == ("paused", "base", "cli")
+        assert got["remaining_s"] == kept and got["disk_mb"] > 0 and got["metadata"]
+        assert "envdAccessToken" not in r.stdout.decode()
+        r = run_aenv("info", running, "-o", "table", env=cli_stack.env(COLUMNS="200"))
+        fields = dict(ln.split(None, 1) for ln in r.stdout.decode().splitlines()[1:] if ln)
+        assert fields["state"].strip() == "running" and fields["node"].strip() == "cli"
+        assert "MiB" in fields["memory"] and "MiB" in fields["disk"]
+        r = run_aenv("info", "nosuch", env=env)
+        assert r.returncode == 1 and "no such sandbox" in _one_line(r.stderr)
+
+        assert run_aenv("resume", paused, env=env).returncode == 0  # for the time it kept
+        assert kept - 10 <= int(run_aenv("timeout", paused, env=env).stdout) <= kept
+    finally:
+        r = run_aenv("rm", "--all", "-m", tag, env=env)
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode().startswith("killed 3 ") and not _rows(cli_stack, "-m", tag)
+    r = run_aenv("rm", "-m", tag, env=env)
+    assert (r.returncode, r.stdout.decode().split()[:2]) == (0, ["killed", "0"])
+    r = run_aenv("rm", "-s", "paused", env=env)
+    assert r.returncode == 2 and "--all" in _one_line(r.stderr)
+
+
+def test_template_logs_of_a_template_never_built_says_why(cli_stack: CliStack) -> None:
+    r = run_aenv("template", "logs", "base", env=cli_stack.env())
+    assert r.returncode == 1 and "no build log" in _one_line(r.stderr)
