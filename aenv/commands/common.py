@@ -125,10 +125,18 @@ def sdk_errors(what: str = "", sandbox_id: str | None = None) -> Iterator[None]:
             die(f"{prefix}{_first_line(e) or 'not found'}", EXIT_FAILED)
         if isinstance(e, ex.InvalidArgumentException):
             die(f"{prefix}{_first_line(e)}", EXIT_USAGE)
+        if isinstance(e, ex.AuthenticationException) and "invalid username" in str(e):
+            # envd's answer to a user the image lacks, not the API refusing the key
+            die(f"{prefix}{_first_line(e)}: -u names a user of the sandbox's image (`user` "
+                "by default, `root`)", EXIT_USAGE)  # fmt: skip
         if isinstance(e, ex.AuthenticationException):
             die(f"{prefix}authentication failed ({_first_line(e)}); check the API key "
                 "(aenv auth)", EXIT_SERVER)  # fmt: skip
         if status == 409:  # the sandbox's state forbids it (paused, busy), a name is taken
+            paused = sandbox_id is not None and "paused" in str(e)
+            hint = f"; `aenv resume {sandbox_id}` first" if paused else ""
+            die(f"{prefix}{_first_line(e)}{hint}", EXIT_FAILED)
+        if status == 404:  # a template, a snapshot: what it names is not there
             die(f"{prefix}{_first_line(e)}", EXIT_FAILED)
         if status == 400:  # the server refused the arguments (e.g. an invalid name)
             die(f"{prefix}{_first_line(e)}", EXIT_USAGE)

@@ -73,13 +73,19 @@ def start(
     Ctrl-D or `exit` leaves the shell; the sandbox keeps running unless --rm.
     With -d, print the new sandbox's ID and return instead.
     """
-    from e2b import Sandbox
+    from e2b import Sandbox, SandboxException
 
     conn = connection(api_url, api_key, data_dir)
     meta, envs = pairs(metadata, "--metadata"), pairs(env, "--env")
     with sdk_errors("start"):
-        sbx = Sandbox.create(template, timeout=timeout, metadata=meta or None,
-                             envs=envs or None, **conn.sdk_opts())  # fmt: skip
+        try:
+            sbx = Sandbox.create(template, timeout=timeout, metadata=meta or None,
+                                 envs=envs or None, **conn.sdk_opts())  # fmt: skip
+        except SandboxException as e:
+            if e.status_code == 404:
+                die(f"start: no such template {template}: `aenv template ls` lists them, "
+                    "`aenv snapshot ls` the snapshots", EXIT_FAILED)  # fmt: skip
+            raise
         _wait_for_envd(sbx)
     if detach:
         typer.echo(sbx.sandbox_id)

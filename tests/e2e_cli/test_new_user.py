@@ -75,6 +75,15 @@ def test_messages_say_what_happened_and_what_to_do(
     r = run_aenv("upload", sandbox, str(tmp_path / "nope"), "/x", env=env)
     assert r.returncode == 1 and "no such file" in _one_line(r.stderr)
 
+    # an unknown template; a user the image lacks (envd's, not the API key refused)
+    r = run_aenv("start", "-d", "no-such-template", env=env)
+    assert r.returncode == 1 and "aenv template ls" in _one_line(r.stderr)
+    r = run_aenv("exec", "-u", "nobodyx", sandbox, "--", "true", env=env)
+    assert r.returncode == 2 and "-u" in _one_line(r.stderr) and "API key" not in r.stderr.decode()
+    # usage errors: one line too, naming the command's help
+    r = run_aenv("timeout", sandbox, "0", env=env)
+    assert r.returncode == 2 and "aenv timeout --help" in _one_line(r.stderr)
+
 
 def _rows(stack: CliStack, *args: str) -> dict[str, dict[str, object]]:
     r = run_aenv("ls", *args, env=stack.env())  # piped: JSON without asking
@@ -102,6 +111,8 @@ def test_info_rm_by_metadata_and_the_time_a_paused_sandbox_keeps(cli_stack: CliS
         assert 660 <= int(run_aenv("timeout", child, env=env).stdout) <= 700
 
         assert run_aenv("pause", paused, env=env).returncode == 0
+        r = run_aenv("fork", paused, env=env)  # its state forbids it: what to do first
+        assert r.returncode == 1 and f"aenv resume {paused}" in _one_line(r.stderr)
         kept = int(run_aenv("timeout", paused, env=env).stdout)
         assert 640 <= kept <= 700
         assert _rows(cli_stack, "-m", tag)[paused]["remaining_s"] == kept
