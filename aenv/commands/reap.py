@@ -22,7 +22,6 @@ __all__ = ["kill_matching"]
 
 #: kills in flight at once: each waits for its sandbox's node to answer
 PARALLEL = 8
-STATES = ("running", "paused")
 
 
 def kill_matching(conn: Connection, *, states: Sequence[str], metadata: dict[str, str]) -> int:
@@ -31,6 +30,7 @@ def kill_matching(conn: Connection, *, states: Sequence[str], metadata: dict[str
     meanwhile is not counted."""
     from e2b import Sandbox
 
+    from aenv.commands.listing import STATES
     from aenv.commands.sandbox_api import listing
 
     if bad := [s for s in states if s not in STATES]:
