@@ -111,7 +111,9 @@ def test_the_base_template_carries_what_e2bs_does(stack: Stack) -> None:
         for cmd in ("python -c 1", "python3 -m pip --version", "python3 -m venv /tmp/v",
                     "node -e 'process.exit(0)'", "npm --version", "curl --version",
                     "git --version"):  # fmt: skip
-            r = sbx.commands.run(cmd, timeout=120)
+            # quiet for a long while on a loaded TCG host (venv's ensurepip, npm): the SDK's
+            # 60 s read timeout would end the stream before the command (seen at load 9)
+            r = sbx.commands.run(cmd, timeout=300, request_timeout=300)
             assert r.exit_code == 0, (cmd, r.stderr)
         repo = "/home/user/repo"
         sbx.git.init(repo, initial_branch="main")
