@@ -16,7 +16,7 @@ import httpx
 
 from aenv.dockerfile import Dockerfile
 
-__all__ = ["BuildClient", "BuildError", "BuildResult"]
+__all__ = ["BuildClient", "BuildError", "BuildResult", "NoBuilds"]
 
 Progress = Callable[[str], None]
 
@@ -27,6 +27,10 @@ class BuildError(Exception):
     def __init__(self, message: str, step: str | None = None) -> None:
         super().__init__(message)
         self.step = step
+
+
+class NoBuilds(Exception):
+    """The template was never built here (`base`, a snapshot): there is no build log."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +162,9 @@ class BuildClient:
             info = self._json(self.http.get(f"/templates/{template}"))
             builds = info.get("builds") or []
             if not builds:
-                raise BuildError(f"template {template} has no builds")
+                raise NoBuilds(f"template {template} was not built from a Dockerfile or an "
+                               "image (base, a snapshot), so it has no build log; `aenv "
+                               "template ls` counts each template's builds")
             build_id = str(builds[0]["buildID"])
         entries: tuple[dict[str, Any], ...] = ()
         while True:

@@ -1,5 +1,6 @@
 """The `aenv` command line. Exit codes: 0 ok, 1 the command failed in the sandbox, 2 usage,
-3 server or network error — each with a one-line message (`--debug` shows tracebacks)."""
+3 server or network error, 124 a command's `exec -t` passed — each with a one-line message
+(`--debug` shows tracebacks)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
+from typer.exceptions import TyperException
 
 from aenv.commands import register as register_sandbox_commands
 from aenv.ops import register as register_operator_commands
@@ -255,13 +257,35 @@ def schema() -> None:
     typer.echo(json.dumps(export_json_schema(), indent=2))
 
 
+def _usage(e: TyperException) -> str:
+    """A usage error (Typer's click's UsageError: bad or missing arguments, an unknown
+    command) as one line naming the command and where its help is — Typer's own is the usage
+    text and a box of several lines."""
+    ctx = getattr(e, "ctx", None)
+    sub = ctx.command_path[len(ctx.find_root().command_path):].strip() if ctx else ""
+    text = " ".join(e.format_message().split())
+    if ctx is None:  # not a usage error: no command to send the user to
+        return f"aenv: {text}"
+    return f"aenv: {sub + ': ' if sub else ''}{text} (see `{f'aenv {sub}'.strip()} --help`)"
+
+
 def main() -> None:
     head = sys.argv[: sys.argv.index("--")] if "--" in sys.argv else sys.argv
     debug = "--debug" in head  # after `--`, arguments belong to the guest (aenv exec)
     if debug:
         sys.argv.remove("--debug")
     try:
-        app()
+        # not standalone: usage errors come here to be said in one line; an Exit (ours,
+        # --help, Ctrl-C's 130) comes back as its code
+        code = app(standalone_mode=False)
+    except TyperException as e:
+        if type(e).__name__ == "NoArgsIsHelpError":
+            sys.exit(e.exit_code)  # the help is out already
+        typer.echo(_usage(e), err=True)
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        typer.echo("aenv: aborted", err=True)
+        sys.exit(1)
     except SystemExit:
         raise
     except Exception as e:
@@ -271,6 +295,7 @@ def main() -> None:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         typer.echo(f"aenv: {type(e).__name__}: {first}", err=True)
         sys.exit(3)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

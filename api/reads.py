@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api import wire
 from api.errors import ApiError
+from domain import sandbox as sb
 from domain import tags as tg
 from projections import queries, template_state
 
@@ -33,6 +34,7 @@ def detail(r: Row) -> wire.SandboxDetail:
         state=r["state"],
         alias=r["alias"],
         metadata=dict(r["metadata"] or {}),
+        **_paused(r),
         envd_access_token=r["envd_access_token"],
         traffic_access_token=r["traffic_access_token"],
         allow_internet_access=r["allow_internet_access"],
@@ -41,6 +43,14 @@ def detail(r: Row) -> wire.SandboxDetail:
         forked_from=r["forked_from"],
         node_id=r["node_id"],
     )
+
+
+def _paused(r: Row) -> dict[str, Any]:
+    """A paused sandbox's pause time and the TTL its resume gives it (`ListedSandbox`)."""
+    if r["state"] != "paused" or r["status"] == sb.SandboxStatus.PAUSING:
+        return {}  # running, or its pause not done: what it keeps is not decided yet
+    ttl = sb.ttl_on_resume(r["remaining_s"], r["timeout_s"])
+    return {"paused_at": r["paused_at"], "remaining_s": max(1, round(ttl))}
 
 
 def _network(raw: dict[str, Any] | None) -> wire.SandboxNetwork | None:

@@ -143,6 +143,11 @@ class ListedSandbox(BaseModel):
     state: Literal["running", "paused"]
     alias: str | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
+    #: not in E2B's, for a paused sandbox only: when it was paused, and the seconds it runs
+    #: once resumed without a new timeout (`domain.sandbox.ttl_on_resume`) — its `endAt` is
+    #: the end it had when it was paused, which paused time does not bring closer
+    paused_at: datetime | None = Field(None, serialization_alias="pausedAt")
+    remaining_s: int | None = Field(None, serialization_alias="remainingS")
 
 
 class SandboxNetwork(BaseModel):

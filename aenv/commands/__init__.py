@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from aenv.commands import auth, exec, observe, sandboxes, templates
+from aenv.commands import auth, exec, listing, observe, sandboxes, templates
 from aenv.commands.snapshots import snapshot_app
 
 __all__ = ["EPILOG", "register"]
@@ -16,7 +16,8 @@ EPILOG = (
     "local stack in --data-dir.\n\n"
     "Exit codes: 0 ok, 1 the command failed in the sandbox (exec mirrors its code) or what "
     "it names does not exist, "
-    "2 usage, 3 server or network error. `aenv --debug COMMAND` shows tracebacks. "
+    "2 usage, 3 server or network error, 124 `exec -t` timed out. `aenv --debug COMMAND` "
+    "shows tracebacks. "
     "Reference: docs/cli.md."
 )
 
@@ -27,6 +28,7 @@ def register(app: typer.Typer) -> None:
     and exit codes."""
     auth.register(app)
     sandboxes.register(app)
+    listing.register(app)
     exec.register(app)
     observe.register(app)
     app.add_typer(snapshot_app, name="snapshot")

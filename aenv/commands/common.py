@@ -2,7 +2,8 @@
 network errors become exit codes with a one-line message.
 
 Exit codes: 0 ok; 1 the command failed in the sandbox (or the sandbox/file is not there);
-2 usage (bad arguments, nothing configured); 3 server or network error.
+2 usage (bad arguments, nothing configured); 3 server or network error; 124 a command's
+`--timeout` passed (as `timeout(1)`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_DATA",
     "EXIT_FAILED",
     "EXIT_SERVER",
+    "EXIT_TIMED_OUT",
     "EXIT_USAGE",
     "ApiKey",
     "ApiUrl",
@@ -28,10 +30,15 @@ __all__ = [
     "SandboxId",
     "connection",
     "die",
+    "no_such_sandbox",
+    "pairs",
     "sdk_errors",
 ]
 
 EXIT_FAILED, EXIT_USAGE, EXIT_SERVER = 1, 2, 3
+#: a guest command ran past its `--timeout` and was killed: timeout(1)'s code, so scripts
+#: tell it from the command's own failure and from the server's
+EXIT_TIMED_OUT = 124
 
 ApiUrl = Annotated[
     str | None,
@@ -73,10 +80,28 @@ def connection(api_url: str | None, api_key: str | None, data_dir: Path) -> Conn
         die(str(e), EXIT_USAGE)
 
 
+def pairs(values: list[str] | None, what: str) -> dict[str, str]:
+    """`-m K=V`/`-e K=V` options as a dict; anything else is a usage error."""
+    out: dict[str, str] = {}
+    for v in values or []:
+        k, sep, x = v.partition("=")
+        if not sep or not k:
+            die(f"{what} must be KEY=VALUE, got {v!r}", EXIT_USAGE)
+        out[k] = x
+    return out
+
+
+def no_such_sandbox(sandbox_id: str) -> str:
+    """The one wording of an unknown sandbox, whatever the SDK's call said ("Paused sandbox
+    X not found" from a connect, "sandbox "X" not found" from a fork)."""
+    return f"no such sandbox {sandbox_id} (killed, or never there): `aenv ls` lists yours"
+
+
 @contextmanager
-def sdk_errors(what: str = "") -> Iterator[None]:
+def sdk_errors(what: str = "", sandbox_id: str | None = None) -> Iterator[None]:
     """Map what the e2b SDK and httpx raise to (message, exit code); `--debug` re-raises so
-    the traceback is there when it is wanted."""
+    the traceback is there when it is wanted. With `sandbox_id`, a 404 that is not about a
+    file means that sandbox is not there."""
     import httpx
     from e2b import exceptions as ex
 
@@ -89,16 +114,29 @@ def sdk_errors(what: str = "") -> Iterator[None]:
         if debug_requested():
             raise
         if isinstance(e, ex.SandboxNotRunningException):
-            die(f"{prefix}the sandbox is gone (killed, or its timeout passed)", EXIT_FAILED)
+            die(f"{prefix}the sandbox stopped running (killed, or paused by its timeout: "
+                "`aenv ls` shows which, `aenv resume` brings a paused one back)", EXIT_FAILED)
+        status = getattr(e, "status_code", None) if isinstance(e, ex.SandboxException) else None
+        if sandbox_id is not None and not isinstance(e, ex.FileNotFoundException) and (
+            isinstance(e, ex.SandboxNotFoundException) or status == 404
+        ):
+            die(no_such_sandbox(sandbox_id), EXIT_FAILED)  # says all: no prefix
         if isinstance(e, ex.NotFoundException):
             die(f"{prefix}{_first_line(e) or 'not found'}", EXIT_FAILED)
         if isinstance(e, ex.InvalidArgumentException):
             die(f"{prefix}{_first_line(e)}", EXIT_USAGE)
+        if isinstance(e, ex.AuthenticationException) and "invalid username" in str(e):
+            # envd's answer to a user the image lacks, not the API refusing the key
+            die(f"{prefix}{_first_line(e)}: -u names a user of the sandbox's image (`user` "
+                "by default, `root`)", EXIT_USAGE)  # fmt: skip
         if isinstance(e, ex.AuthenticationException):
             die(f"{prefix}authentication failed ({_first_line(e)}); check the API key "
                 "(aenv auth)", EXIT_SERVER)  # fmt: skip
-        status = getattr(e, "status_code", None) if isinstance(e, ex.SandboxException) else None
         if status == 409:  # the sandbox's state forbids it (paused, busy), a name is taken
+            paused = sandbox_id is not None and "paused" in str(e)
+            hint = f"; `aenv resume {sandbox_id}` first" if paused else ""
+            die(f"{prefix}{_first_line(e)}{hint}", EXIT_FAILED)
+        if status == 404:  # a template, a snapshot: what it names is not there
             die(f"{prefix}{_first_line(e)}", EXIT_FAILED)
         if status == 400:  # the server refused the arguments (e.g. an invalid name)
             die(f"{prefix}{_first_line(e)}", EXIT_USAGE)

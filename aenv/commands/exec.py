@@ -7,10 +7,10 @@ with the guest command's own exit code, so `aenv exec ID -- make test && …` co
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated, BinaryIO
 
@@ -19,6 +19,7 @@ import typer
 from aenv.commands.common import (
     DEFAULT_DATA,
     EXIT_FAILED,
+    EXIT_TIMED_OUT,
     EXIT_USAGE,
     ApiKey,
     ApiUrl,
@@ -37,30 +38,11 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 
-
 def _connect(sandbox_id: str, conn: Connection) -> Sandbox:
-    """A handle with envd's token; a paused sandbox is resumed, as `Sandbox.connect` does."""
-    from e2b import Sandbox
+    """A handle with envd's token; a paused sandbox is resumed for the time it kept."""
+    from aenv.commands.sandbox_api import connect
 
-    return Sandbox.connect(sandbox_id, **conn.sdk_opts())
-
-
-def _pump_stdin(sbx: Sandbox, pid: int) -> None:
-    """Copy our stdin to the guest process on a thread (the output streams meanwhile), then
-    close its stdin so `cat`, `wc` and friends see end of input."""
-    import threading
-
-    fd = sys.stdin.fileno()
-
-    def pump() -> None:
-        try:
-            while chunk := os.read(fd, 64 * 1024):
-                sbx.commands.send_stdin(pid, chunk)
-            sbx.commands.close_stdin(pid)
-        except Exception:
-            pass  # the process ended first: what it printed and its exit code tell the story
-
-    threading.Thread(target=pump, name="exec-stdin", daemon=True).start()
+    return connect(sandbox_id, conn)
 
 
 def exec_(
@@ -74,7 +56,8 @@ def exec_(
     env: Annotated[list[str] | None, typer.Option("--env", "-e",
                    help="KEY=VALUE environment variable, repeatable.")] = None,
     timeout: Annotated[float, typer.Option("--timeout", "-t", min=0,
-                       help="Seconds before the command is killed; 0 waits forever.")] = 0,
+                       help="Seconds before the command is killed (then exit 124, as "
+                       "timeout(1)); 0 waits forever.")] = 0,
     interactive: Annotated[bool, typer.Option("--interactive", "-i",
                            help="Forward our stdin to the command; end of input closes its "
                            "stdin (`aenv exec -i ID -- wc -l < file`).")] = False,
@@ -84,7 +67,7 @@ def exec_(
 
     Example: aenv exec SANDBOX_ID -- python3 -c 'print(42)'
     """
-    from e2b import CommandExitException
+    from aenv.commands.piped import CommandTimedOut, run_piped
 
     envs: dict[str, str] = {}
     for v in env or []:
@@ -94,31 +77,15 @@ def exec_(
         envs[k] = x
     line = command[0] if len(command) == 1 else shlex.join(command)
     conn = connection(api_url, api_key, data_dir)
-
-    def out(s: str) -> None:
-        sys.stdout.write(s)
-        sys.stdout.flush()
-
-    def err(s: str) -> None:
-        sys.stderr.write(s)
-        sys.stderr.flush()
-
-    with sdk_errors(f"exec {sandbox_id}"):
+    with sdk_errors(f"exec {sandbox_id}", sandbox_id=sandbox_id):
         sbx = _connect(sandbox_id, conn)
         try:
-            if interactive:
-                handle = sbx.commands.run(line, background=True, stdin=True, cwd=cwd, user=user,
-                                          envs=envs or None, timeout=timeout)  # fmt: skip
-                _pump_stdin(sbx, handle.pid)
-                handle.wait(on_stdout=out, on_stderr=err)
-            else:
-                sbx.commands.run(line, on_stdout=out, on_stderr=err, cwd=cwd, user=user,
-                                 envs=envs or None, timeout=timeout, stdin=False,
-                                 retain_output=False)  # fmt: skip
-        except CommandExitException as e:
-            # a guest killed by a signal reports no code in 1..255: call that a plain failure
-            code = e.exit_code if 0 < e.exit_code < 256 else EXIT_FAILED
-            raise typer.Exit(code) from None
+            code = run_piped(sbx, line, stdin=interactive, timeout=timeout, cwd=cwd, user=user,
+                             envs=envs or None)  # fmt: skip
+        except CommandTimedOut as e:
+            die(f"exec {sandbox_id}: the command timed out after {e.seconds:g} s and was "
+                "killed; give -t more seconds (0: no limit)", EXIT_TIMED_OUT)
+    raise typer.Exit(code)
 
 
 #: How much of a stream each upload chunk holds: few syscalls and HTTP chunks for a fast
@@ -167,12 +134,14 @@ def upload(
         if local == "-":
             die("give a file name for REMOTE when uploading stdin", EXIT_USAGE)
         remote += Path(local).name
-    if local != "-" and not Path(local).exists():
-        die(f"{local}: no such file", EXIT_FAILED)
     if local != "-" and Path(local).is_dir():
-        die(f"{local}: is a directory", EXIT_USAGE)
+        die(f"{local} is a directory and upload sends one file: send it as an archive, "
+            f"`tar c -C {local} . | aenv upload {sandbox_id} - /tmp/dir.tar`, then "
+            f"`aenv exec {sandbox_id} -- tar x -f /tmp/dir.tar -C DEST`", EXIT_USAGE)
+    if local != "-" and not Path(local).exists():
+        die(f"{local}: no such file on this machine", EXIT_FAILED)
     conn = connection(api_url, api_key, data_dir)
-    with sdk_errors(f"upload {remote}"):
+    with _file_errors("upload", sandbox_id, remote):
         sbx = _connect(sandbox_id, conn)
         try:
             if local == "-":
@@ -182,6 +151,28 @@ def upload(
                     send_stream(sbx, f, remote)
         except (OSError, UploadMismatch) as e:  # reading our side failed, or a short file
             die(f"upload {remote}: {e}", EXIT_FAILED)
+
+
+@contextmanager
+def _file_errors(verb: str, sandbox_id: str, remote: str) -> Iterator[None]:
+    """`sdk_errors`, and what to give instead when REMOTE is a directory: envd refuses to
+    write or read one as a file ("path … is a directory", the SDK's
+    InvalidArgumentException)."""
+    from e2b import InvalidArgumentException
+
+    with sdk_errors(f"{verb} {remote}", sandbox_id=sandbox_id):
+        try:
+            yield
+        except InvalidArgumentException as e:
+            if "is a directory" not in str(e):
+                raise
+            sid = sandbox_id
+            hint = (f"end REMOTE with / to put the file in it ({remote.rstrip('/')}/)"
+                    if verb == "upload" else
+                    f"download copies one file: pack it first, `aenv exec {sid} -- tar cf "
+                    f"/tmp/dir.tar -C {remote} .`, then `aenv download {sid} /tmp/dir.tar .`"
+                    )  # fmt: skip
+            die(f"{verb} {remote}: it is a directory in the sandbox: {hint}", EXIT_USAGE)
 
 
 def download(
@@ -197,7 +188,7 @@ def download(
     if local != "-" and target.is_dir():
         target = target / PurePosixPath(remote).name
     conn = connection(api_url, api_key, data_dir)
-    with sdk_errors(f"download {remote}"):
+    with _file_errors("download", sandbox_id, remote):
         sbx = _connect(sandbox_id, conn)
         chunks = sbx.files.read(remote, format="stream")
         if local == "-":

@@ -1,4 +1,4 @@
-"""Sandbox lifecycle from the command line: start, cn, ls, pause, resume, timeout, rm, fork.
+"""Sandbox lifecycle from the command line: start, cn, pause, resume, timeout, rm, fork.
 
 Every command is a thin use of the e2b SDK against the resolved connection, so the CLI
 exercises exactly the path an SDK user takes.
@@ -6,9 +6,10 @@ exercises exactly the path an SDK user takes.
 
 from __future__ import annotations
 
+import sys
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,26 +23,16 @@ from aenv.commands.common import (
     SandboxId,
     connection,
     die,
+    pairs,
     sdk_errors,
 )
-from aenv.output import Format, emit
 
 if TYPE_CHECKING:
-    from e2b import Sandbox, SandboxInfo
+    from e2b import Sandbox
 
 __all__ = ["register"]
 
 ENVD_READY_S = 120  # a fresh guest under TCG can take tens of seconds to answer
-
-
-def _pairs(values: list[str] | None, what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for v in values or []:
-        k, sep, x = v.partition("=")
-        if not sep or not k:
-            die(f"{what} must be KEY=VALUE, got {v!r}", EXIT_USAGE)
-        out[k] = x
-    return out
 
 
 def _wait_for_envd(sbx: Sandbox) -> None:
@@ -82,18 +73,25 @@ def start(
     Ctrl-D or `exit` leaves the shell; the sandbox keeps running unless --rm.
     With -d, print the new sandbox's ID and return instead.
     """
-    from e2b import Sandbox
+    from e2b import Sandbox, SandboxException
 
     conn = connection(api_url, api_key, data_dir)
-    meta, envs = _pairs(metadata, "--metadata"), _pairs(env, "--env")
+    meta, envs = pairs(metadata, "--metadata"), pairs(env, "--env")
     with sdk_errors("start"):
-        sbx = Sandbox.create(template, timeout=timeout, metadata=meta or None,
-                             envs=envs or None, **conn.sdk_opts())  # fmt: skip
+        try:
+            sbx = Sandbox.create(template, timeout=timeout, metadata=meta or None,
+                                 envs=envs or None, **conn.sdk_opts())  # fmt: skip
+        except SandboxException as e:
+            if e.status_code == 404:
+                die(f"start: no such template {template}: `aenv template ls` lists them, "
+                    "`aenv snapshot ls` the snapshots", EXIT_FAILED)  # fmt: skip
+            raise
         _wait_for_envd(sbx)
     if detach:
         typer.echo(sbx.sandbox_id)
         return
-    typer.echo(f"aenv: sandbox {sbx.sandbox_id} ({template}); Ctrl-D to leave", err=True)
+    leave = "Ctrl-D to leave" if sys.stdin.isatty() else "its shell reads our stdin"
+    typer.echo(f"aenv: sandbox {sbx.sandbox_id} ({template}); {leave}", err=True)
     try:
         code = _shell(sbx)  # on failure: typer.Exit with the one-line message already out
     finally:
@@ -113,72 +111,16 @@ def cn(
                        help="Make the sandbox live at least this many more seconds.")] = None,
     api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
 ) -> None:  # fmt: skip
-    """Connect to SANDBOX_ID with an interactive shell, resuming it first if it is paused."""
-    from e2b import Sandbox
+    """Connect to SANDBOX_ID with an interactive shell, resuming it first if it is paused
+    (for the time it kept, unless -t). With stdin not a terminal, the shell reads its
+    commands from it: `aenv cn ID < script.sh`."""
+    from aenv.commands.sandbox_api import connect
 
     conn = connection(api_url, api_key, data_dir)
-    with sdk_errors(f"cn {sandbox_id}"):
-        sbx = Sandbox.connect(sandbox_id, timeout=timeout, **conn.sdk_opts())
+    with sdk_errors(f"cn {sandbox_id}", sandbox_id=sandbox_id):
+        sbx = connect(sandbox_id, conn, timeout)
         _wait_for_envd(sbx)
     raise typer.Exit(_shell(sbx))
-
-
-def _row(info: SandboxInfo) -> dict[str, Any]:
-    return {
-        "sandbox_id": info.sandbox_id,
-        "template": info.name or info.template_id,
-        "template_id": info.template_id,
-        "state": info.state.value,
-        "started_at": info.started_at.isoformat(),
-        "end_at": info.end_at.isoformat(),
-        "cpu_count": info.cpu_count,
-        "memory_mb": info.memory_mb,
-        "metadata": info.metadata,
-    }
-
-
-def _ago(seconds: float) -> str:
-    s = int(abs(seconds))
-    text = f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-    return text if seconds >= 0 else f"-{text}"
-
-
-def _human(row: dict[str, Any]) -> dict[str, Any]:
-    """Table form of a row: how long ago it started and how long it has left."""
-    now = datetime.now(UTC)
-    started = datetime.fromisoformat(row["started_at"])
-    ends = datetime.fromisoformat(row["end_at"])
-    return {**row, "age": _ago((now - started).total_seconds()),
-            "expires_in": _ago((ends - now).total_seconds())}  # fmt: skip
-
-
-def ls(
-    output: Annotated[Format, typer.Option("--output", "-o",
-                      help="table on a terminal, json when piped; or force one.")
-                      ] = Format.auto,
-    state: Annotated[list[str] | None, typer.Option("--state", "-s",
-                     help="Only sandboxes in this state (running, paused), repeatable.")] = None,
-    metadata: Annotated[list[str] | None, typer.Option("--metadata", "-m",
-                        help="Only sandboxes with this KEY=VALUE metadata, repeatable.")] = None,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
-    """List running and paused sandboxes."""
-    from e2b import Sandbox, SandboxQuery, SandboxState
-
-    conn = connection(api_url, api_key, data_dir)
-    try:
-        states = [SandboxState(s) for s in state] if state else None
-    except ValueError:
-        die(f"--state must be one of: {', '.join(s.value for s in SandboxState)}", EXIT_USAGE)
-    query = SandboxQuery(metadata=_pairs(metadata, "--metadata") or None, state=states)
-    rows: list[dict[str, Any]] = []
-    with sdk_errors("ls"):
-        pages = Sandbox.list(query=query, **conn.sdk_opts())
-        while pages.has_next:
-            rows.extend(_row(i) for i in pages.next_items())
-    rows.sort(key=lambda r: str(r["started_at"]))
-    columns = ["sandbox_id", "template", "state", "age", "expires_in", "metadata"]
-    emit(rows, columns, output, human=_human)
 
 
 def pause(
@@ -189,23 +131,23 @@ def pause(
     from e2b import Sandbox
 
     conn = connection(api_url, api_key, data_dir)
-    with sdk_errors(f"pause {sandbox_id}"):
+    with sdk_errors(f"pause {sandbox_id}", sandbox_id=sandbox_id):
         Sandbox.pause(sandbox_id, **conn.sdk_opts())
 
 
 def resume(
     sandbox_id: SandboxId,
     timeout: Annotated[int | None, typer.Option("--timeout", "-t", min=1,
-                       help="Seconds the resumed sandbox lives (default: the server's).")
-                       ] = None,
+                       help="Seconds the resumed sandbox lives (default: the time it kept, "
+                       "as `aenv timeout ID` shows it).")] = None,
     api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
 ) -> None:  # fmt: skip
     """Resume a paused SANDBOX_ID where it left off (a running one just stays running)."""
-    from e2b import Sandbox
+    from aenv.commands.sandbox_api import connect
 
     conn = connection(api_url, api_key, data_dir)
-    with sdk_errors(f"resume {sandbox_id}"):
-        Sandbox.connect(sandbox_id, timeout=timeout, **conn.sdk_opts())
+    with sdk_errors(f"resume {sandbox_id}", sandbox_id=sandbox_id):
+        connect(sandbox_id, conn, timeout)
 
 
 def timeout(
@@ -215,28 +157,54 @@ def timeout(
                        ] = None,
     api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
 ) -> None:  # fmt: skip
-    """Set SANDBOX_ID to expire SECONDS from now, or print the seconds it has left."""
+    """Set SANDBOX_ID to expire SECONDS from now, or print the seconds it has left. A
+    paused sandbox's clock stands still: it has what it kept (the seconds it runs once
+    resumed), and SECONDS sets that."""
     from e2b import Sandbox
 
+    from aenv.commands.listing import left_s, row
+    from aenv.commands.sandbox_api import detail
+
     conn = connection(api_url, api_key, data_dir)
-    with sdk_errors(f"timeout {sandbox_id}"):
+    with sdk_errors(f"timeout {sandbox_id}", sandbox_id=sandbox_id):
         if seconds is not None:
             Sandbox.set_timeout(sandbox_id, seconds, **conn.sdk_opts())
             return
-        info = Sandbox.get_info(sandbox_id, **conn.sdk_opts())
-    left = (info.end_at - datetime.now(UTC)).total_seconds()
+        left = left_s(row(detail(sandbox_id, conn)), datetime.now(UTC))
     typer.echo(str(max(0, round(left))))
 
 
 def rm(
-    sandbox_ids: Annotated[list[str], typer.Argument(help="IDs of the sandboxes to kill.",
-                           show_default=False)],
+    sandbox_ids: Annotated[list[str] | None, typer.Argument(show_default=False,
+                           help="IDs of the sandboxes to kill.")] = None,
+    all_: Annotated[bool, typer.Option("--all", "-a",
+                    help="Kill every sandbox (running and paused; narrow with -s, -m).")
+                    ] = False,
+    state: Annotated[list[str] | None, typer.Option("--state", "-s",
+                     help="With --all or -m: only sandboxes in this state (running, "
+                     "paused), repeatable.")] = None,
+    metadata: Annotated[list[str] | None, typer.Option("--metadata", "-m",
+                        help="Kill the sandboxes with this KEY=VALUE metadata, repeatable "
+                        "(all must match).")] = None,
     api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
 ) -> None:  # fmt: skip
-    """Kill sandboxes (running or paused) and delete their state; exit 1 if one is unknown."""
+    """Kill sandboxes (running or paused) and delete their state: those named (exit 1 if
+    one is unknown), or every one with --all, or those with -m metadata — printing how
+    many were killed (E2B's `sandbox kill [IDS] -a -s -m`)."""
     from e2b import Sandbox
 
+    from aenv.commands.reap import kill_matching
+
+    if (all_ or metadata) and sandbox_ids:
+        die("give sandbox IDs, or --all / -m KEY=VALUE, not both", EXIT_USAGE)
+    if state and not (all_ or metadata):
+        die("-s narrows --all or -m: add one of them", EXIT_USAGE)
     conn = connection(api_url, api_key, data_dir)
+    if all_ or metadata:
+        kill_matching(conn, states=state or (), metadata=pairs(metadata, "--metadata"))
+        return
+    if not sandbox_ids:
+        die("give the IDs of the sandboxes to kill, or --all, or -m KEY=VALUE", EXIT_USAGE)
     missing = []
     for sid in sandbox_ids:
         with sdk_errors(f"rm {sid}"):
@@ -261,7 +229,7 @@ def fork(
     from e2b import Sandbox
 
     conn = connection(api_url, api_key, data_dir)
-    with sdk_errors(f"fork {sandbox_id}"):
+    with sdk_errors(f"fork {sandbox_id}", sandbox_id=sandbox_id):
         results = Sandbox.fork(sandbox_id, count=count, timeout=timeout, **conn.sdk_opts())
     errors = [r for r in results if not isinstance(r, Sandbox)]
     for r in results:
@@ -274,5 +242,5 @@ def fork(
 
 
 def register(app: typer.Typer) -> None:
-    for fn in (start, cn, ls, pause, resume, timeout, rm, fork):
+    for fn in (start, cn, pause, resume, timeout, rm, fork):
         app.command()(fn)

@@ -54,7 +54,7 @@ def create(
 
     opts = connection(api_url, api_key, data_dir).sdk_opts()
     opts["request_timeout"] = CREATE_REQUEST_TIMEOUT_S
-    with sdk_errors(f"snapshot create {sandbox_id}"):
+    with sdk_errors(f"snapshot create {sandbox_id}", sandbox_id=sandbox_id):
         info = Sandbox.create_snapshot(sandbox_id, name=name, **opts)
     typer.echo(info.snapshot_id)
 

@@ -62,12 +62,14 @@ class _Errors:
     ) -> Literal[False]:
         import httpx
 
-        from aenv.build_client import BuildError
+        from aenv.build_client import BuildError, NoBuilds
         from aenv.commands.common import debug_requested
         from aenv.dockerfile import DockerfileError
 
         if e is None or isinstance(e, typer.Exit | KeyboardInterrupt) or debug_requested():
             return False
+        if isinstance(e, NoBuilds):
+            die(str(e), EXIT_FAILED)
         if isinstance(e, BuildError):
             at = f" at step {e.step}" if e.step else ""
             die(f"{self.what} failed{at}: {e}", EXIT_FAILED)

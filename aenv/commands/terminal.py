@@ -2,7 +2,8 @@
 
 Keystrokes go to the guest unchanged (so Ctrl-C, Ctrl-D, arrows and tab completion act
 there, not here); output comes back on a reader thread; SIGWINCH resizes the guest PTY.
-The terminal is always restored, whatever ends the session.
+The terminal is always restored, whatever ends the session. With stdin not a terminal
+there is no PTY: our input is the shell's script (`aenv.commands.piped`), as with ssh.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ IDLE_CHECK_S = 3.0
 def _gone(sandbox_id: str) -> Exception:
     from e2b import SandboxNotRunningException
 
-    return SandboxNotRunningException(f"sandbox {sandbox_id} is gone")
+    return SandboxNotRunningException(f"sandbox {sandbox_id} stopped running")
 
 
 def _size(fd: int) -> PtySize:
@@ -49,9 +50,6 @@ def _size(fd: int) -> PtySize:
 
 @contextlib.contextmanager
 def _raw(fd: int) -> Iterator[None]:
-    if not os.isatty(fd):
-        yield
-        return
     saved = termios.tcgetattr(fd)
     try:
         tty.setraw(fd)
@@ -61,10 +59,20 @@ def _raw(fd: int) -> Iterator[None]:
 
 
 def attach(sbx: Sandbox) -> int:
-    """Run a login shell in `sbx` on this terminal until it exits; return its exit code."""
-    from e2b import CommandExitException
+    """Run a login shell in `sbx` on this terminal until it exits; return its exit code.
+    Our stdin not a terminal (a pipe, a file): the shell reads its commands from it, its
+    output and errors come back apart, and it ends at end of input."""
+    from aenv.commands.piped import SHELL_SCRIPT, run_piped
 
     fd_in = sys.stdin.fileno()
+    if not os.isatty(fd_in):
+        return run_piped(sbx, SHELL_SCRIPT, stdin=True)
+    return _interactive(sbx, fd_in)
+
+
+def _interactive(sbx: Sandbox, fd_in: int) -> int:
+    from e2b import CommandExitException
+
     out = sys.stdout.buffer
     # timeout=0: an interactive session lasts as long as the user wants it to
     handle = sbx.pty.create(_size(fd_in), timeout=0)
@@ -109,7 +117,7 @@ def attach(sbx: Sandbox) -> int:
                         sbx.pty.resize(handle.pid, _size(fd_in))
                     if fd_in in ready:
                         data = os.read(fd_in, 4096)
-                        # stdin closed (not a terminal): end the shell as Ctrl-D would
+                        # the terminal hung up: end the shell as Ctrl-D at its prompt would
                         stdin_open = bool(data)
                         sbx.pty.send_stdin(handle.pid, data or b"\x04")
                 except Exception:

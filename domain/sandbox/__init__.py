@@ -8,7 +8,7 @@ from domain.sandbox.events import *  # noqa: F403
 from domain.sandbox.events import __all__ as _events
 from domain.sandbox.evolve import State, evolve, fold
 from domain.sandbox.spec import SPEC_FIELDS, SandboxSpec, upcast_requested_v1
-from domain.sandbox.state import RECENT_COMMANDS, Sandbox
+from domain.sandbox.state import RECENT_COMMANDS, Sandbox, ttl_on_resume
 from domain.sandbox.timer import (
     drop_command,
     expiry_command,
@@ -41,5 +41,6 @@ __all__ = [
     "orphan_commands",
     "retention_command",
     "tick",
+    "ttl_on_resume",
     "upcast_requested_v1",
 ]

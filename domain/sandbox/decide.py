@@ -314,8 +314,7 @@ def _complete_resume(state: State, c: CompleteResume) -> list[SandboxEvent]:
         return []
     if c.error is not None:  # the capture is untouched: still paused, resumable later
         return [SandboxResumeFailed(sandbox_id=s.sandbox_id, at=c.at, reason=c.error)]
-    # A sandbox paused by its own expiry has nothing left: it gets its last full timeout.
-    ttl = s.remaining_s if s.remaining_s else float(s.timeout_s)
+    ttl = s.ttl_on_resume  # a sandbox paused by its own expiry: its last full timeout
     return [
         SandboxResumed(
             sandbox_id=s.sandbox_id,

@@ -10,11 +10,19 @@ from pydantic import ConfigDict
 from domain.sandbox.spec import SandboxSpec
 from domain.sandbox.values import SandboxStatus
 
-__all__ = ["RECENT_COMMANDS", "Sandbox"]
+__all__ = ["RECENT_COMMANDS", "Sandbox", "ttl_on_resume"]
 
 #: How many accepted command ids a sandbox remembers, to recognise redeliveries. A command is
 #: redelivered only while it is in flight, so a short window suffices.
 RECENT_COMMANDS = 16
+
+
+def ttl_on_resume(remaining_s: float | None, timeout_s: int) -> float:
+    """The seconds a paused sandbox runs once resumed without a new timeout: the TTL it had
+    left when paused (paused time does not consume it), or — paused by its own expiry,
+    nothing left — its last full timeout again. What `aenv ls` and `aenv timeout` show for
+    a paused sandbox, and what its resume gives it."""
+    return remaining_s if remaining_s else float(timeout_s)
 
 
 class Sandbox(SandboxSpec):
@@ -41,6 +49,11 @@ class Sandbox(SandboxSpec):
     #: when it was paused (None while it runs): how long it has been kept so
     paused_at: datetime | None = None
     recent_commands: tuple[UUID, ...] = ()
+
+    @property
+    def ttl_on_resume(self) -> float:
+        """`ttl_on_resume` of this sandbox (meaningful while it is paused)."""
+        return ttl_on_resume(self.remaining_s, self.timeout_s)
 
     @property
     def resumable_anywhere(self) -> bool:

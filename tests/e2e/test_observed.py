@@ -1,7 +1,8 @@
 """A sandbox's metrics and logs the way E2B's clients ask for them: `Sandbox.get_metrics()`
 in the Python SDK and the JavaScript SDK, `e2b sandbox metrics|logs` of E2B's CLI, and
 `aenv metrics|logs` — samples of CPU, memory and disk over the sandbox's life (across a
-pause), and the lines its envd logged."""
+pause), and the lines its envd logged; E2B's CLI reads the v1 logs route, aenv's the v2 one,
+and `GET /sandboxes/metrics` answers each sandbox's latest sample."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 from e2b import Sandbox
 
@@ -40,6 +42,13 @@ def test_metrics_and_logs_over_a_sandboxs_life(stack: Stack) -> None:
         assert samples is not None
         assert [s.timestamp for s in samples] == sorted(s.timestamp for s in samples)
         assert samples[0].timestamp == first[0].timestamp  # the history before the pause
+        # E2B's multi-sandbox route: each sandbox's latest sample (no SDK method calls it)
+        many = httpx.get(f"{stack.api_url}/sandboxes/metrics", timeout=30,
+                         params={"sandbox_ids": f"{sbx.sandbox_id},nosuchsandbox0000000"},
+                         headers={"X-API-KEY": stack.api_key})  # fmt: skip
+        assert many.status_code == 200, many.text
+        latest = many.json()["sandboxes"]
+        assert list(latest) == [sbx.sandbox_id] and latest[sbx.sandbox_id]["cpuCount"] >= 1
         env = {**os.environ, **stack.env()}
         cli = subprocess.run([*AENV, "metrics", sbx.sandbox_id, "-o", "json"], env=env,
                              capture_output=True, text=True, timeout=60)  # fmt: skip

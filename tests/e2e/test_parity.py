@@ -111,7 +111,9 @@ def test_the_base_template_carries_what_e2bs_does(stack: Stack) -> None:
         for cmd in ("python -c 1", "python3 -m pip --version", "python3 -m venv /tmp/v",
                     "node -e 'process.exit(0)'", "npm --version", "curl --version",
                     "git --version"):  # fmt: skip
-            r = sbx.commands.run(cmd, timeout=120)
+            # quiet for a long while on a loaded TCG host (venv's ensurepip, npm): the SDK's
+            # 60 s read timeout would end the stream before the command (seen at load 9)
+            r = sbx.commands.run(cmd, timeout=300, request_timeout=300)
             assert r.exit_code == 0, (cmd, r.stderr)
         repo = "/home/user/repo"
         sbx.git.init(repo, initial_branch="main")
@@ -133,14 +135,15 @@ def _boot_id(sbx: Sandbox) -> str:
 
 
 def test_a_filesystem_only_pause_keeps_the_disk_and_boots_again(stack: Stack) -> None:
-    """`sbx.pause(mode="filesystem")` (or the older `keep_memory=False`): E2B keeps the
-    files and cold-boots on resume — a new boot id, no process of before."""
+    """`sbx.pause(keep_memory=False)`, the issue's call (`mode="filesystem"` is the same
+    `memory: false` to the API): E2B keeps the files and cold-boots on resume — a new boot
+    id, no process of before."""
     sbx = Sandbox.create(timeout=300)
     try:
         before = _boot_id(sbx)
         sbx.files.write("/home/user/kept.txt", "written before the pause")
         sbx.commands.run("sleep 600", background=True)
-        assert sbx.pause(mode="filesystem")
+        assert sbx.pause(keep_memory=False)
         back = Sandbox.connect(sbx.sandbox_id, timeout=300)
         assert back.files.read("/home/user/kept.txt") == "written before the pause"
         assert _boot_id(back) != before
@@ -156,9 +159,10 @@ def test_a_filesystem_only_pause_keeps_the_disk_and_boots_again(stack: Stack) ->
 
 
 def test_a_timeout_pause_without_memory(stack: Stack) -> None:
-    """`lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}}`: the timeout's
+    """`lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}}`, the issue's
+    call (`"mode": "filesystem"` sends the same `autoPauseMemory: false`): the timeout's
     pause is a filesystem-only one."""
-    fs_pause = {"on_timeout": {"action": "pause", "mode": "filesystem"}}
+    fs_pause = {"on_timeout": {"action": "pause", "keep_memory": False}}
     sbx = Sandbox.create(timeout=300, lifecycle=fs_pause)  # type: ignore[arg-type]
     try:
         before = _boot_id(sbx)

@@ -67,7 +67,7 @@ def test_a_sandbox_killed_under_the_shell_ends_it_with_one_line(cli_stack: CliSt
     sid = child.match.group(1).decode()
     child.expect(PROMPT)
     assert run_aenv("rm", sid, env=cli_stack.env()).returncode == 0
-    child.expect("aenv: shell: the sandbox is gone", timeout=30)  # idle check: every 3 s
+    child.expect("aenv: shell: the sandbox stopped running", timeout=30)  # idle check: every 3 s
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 1

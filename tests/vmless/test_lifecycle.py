@@ -9,6 +9,7 @@ import asyncio
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -74,6 +75,39 @@ def test_create_pause_resume_fork_kill(vmless: VmlessStack) -> None:
         "SandboxKillRequested", "SandboxKilled",
     ]  # fmt: skip
     assert time.monotonic() - t0 < 60
+
+
+def test_a_paused_sandbox_shows_the_time_it_keeps(vmless: VmlessStack) -> None:
+    """Its `endAt` is the end it had when paused (paused time does not bring it closer), so
+    aenv's own `pausedAt` and `remainingS` say what it runs once resumed — the same in the
+    detail and the listing, unchanged while it stays paused; a sandbox its timeout paused
+    gets its whole timeout again (issue 18: `aenv ls` showed `-19m08s`)."""
+    sbx = Sandbox.create(timeout=600)
+    expired = Sandbox.create(timeout=3, lifecycle={"on_timeout": "pause"})
+    with _client(vmless) as c:
+        assert "remainingS" not in c.get(f"/sandboxes/{sbx.sandbox_id}").json()
+        sbx.pause()
+        first = c.get(f"/sandboxes/{sbx.sandbox_id}").json()
+        assert 580 <= first["remainingS"] <= 600 and first["pausedAt"], first
+        time.sleep(2)
+        later = c.get(f"/sandboxes/{sbx.sandbox_id}").json()
+        assert later["remainingS"] == first["remainingS"]
+        listed = {s["sandboxID"]: s for s in c.get("/v2/sandboxes").json()}
+        assert listed[sbx.sandbox_id]["remainingS"] == first["remainingS"]
+        deadline = time.monotonic() + 20
+        while Sandbox.get_info(expired.sandbox_id).state != "paused":
+            assert time.monotonic() < deadline, "the TTL did not pause the sandbox"
+            time.sleep(0.2)
+        assert c.get(f"/sandboxes/{expired.sandbox_id}").json()["remainingS"] == 3
+        # a resume without a timeout (the resume route, the proxy's auto-resume) gives it
+        # what it kept (the SDK's `connect` asks for 300 s unless told: `aenv` tells it)
+        assert c.post(f"/sandboxes/{sbx.sandbox_id}/resume").status_code == 201
+        end = datetime.fromisoformat(c.get(f"/sandboxes/{sbx.sandbox_id}").json()["endAt"])
+        left = (end - datetime.now(UTC)).total_seconds()
+        assert abs(left - first["remainingS"]) < 10, (left, first)
+        assert "remainingS" not in c.get(f"/sandboxes/{sbx.sandbox_id}").json()
+    for s in (sbx.sandbox_id, expired.sandbox_id):
+        Sandbox.kill(s)
 
 
 def test_refusals_are_answered_not_timed_out(vmless: VmlessStack) -> None:

@@ -51,3 +51,28 @@ def test_a_paused_sandbox_is_killed_once_its_retention_is_over(short: VmlessStac
         assert c.get(f"/sandboxes/{resumed['sandboxID']}").json()["state"] == "running"
         assert _kills(short, resumed["sandboxID"]) == []
         c.delete(f"/sandboxes/{resumed['sandboxID']}")
+
+
+@pytest.fixture(scope="module")
+def e2b_like(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
+    with vmless_stack(tmp_path_factory.mktemp("aenv-kill-on-timeout"),
+                      AENV_DEFAULT_ON_TIMEOUT="kill") as stack:  # fmt: skip
+        yield stack
+
+
+def test_e2bs_kill_on_timeout_is_one_setting_away(e2b_like: VmlessStack) -> None:
+    """`AENV_DEFAULT_ON_TIMEOUT=kill` (docs: E2B's behaviour): a sandbox created with no
+    `lifecycle` (no `autoPause`) — as E2B's CLI `sandbox create` does — is killed when its
+    timeout ends, not left paused; one that asks for a pause still gets it."""
+    with httpx.Client(base_url=e2b_like.api_url, headers={"X-API-KEY": e2b_like.api_key},
+                      timeout=30) as c:  # fmt: skip
+        plain = c.post("/v2/sandboxes", json={"templateID": "base", "timeout": 2}).json()
+        asked = c.post("/v2/sandboxes", json={"templateID": "base", "timeout": 2,
+                                              "autoPause": True}).json()  # the SDK's lifecycle
+        assert c.get(f"/sandboxes/{plain['sandboxID']}").json()["lifecycle"]["onTimeout"] == "kill"
+        eventually_sync(lambda: c.get(f"/sandboxes/{plain['sandboxID']}").status_code == 404,
+                        timeout=30, interval=0.5)  # fmt: skip
+        assert _kills(e2b_like, plain["sandboxID"]) == ["timeout"]
+        eventually_sync(lambda: c.get(f"/sandboxes/{asked['sandboxID']}").json()["state"]
+                        == "paused", timeout=30, interval=0.5)  # fmt: skip
+        c.delete(f"/sandboxes/{asked['sandboxID']}")

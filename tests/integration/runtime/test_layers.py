@@ -29,13 +29,34 @@ async def test_chain_and_collect_keep_what_live_tops_need(tmp_path: Path) -> Non
 
 
 async def test_compact_flattens_a_chain_over_the_base(tmp_path: Path) -> None:
+    """The flat layer reads as the chain did: what every layer wrote, not only the top's
+    (`qemu-img convert -B` kept the top's alone: a cold boot after a compacted pause read
+    zeros where the files were), and the base where no layer wrote."""
+    import subprocess
+
     base = tmp_path / "base.raw"
     with open(base, "wb") as f:
         f.truncate(16 << 20)
+        f.seek(8 << 20)
+        f.write(b"\x5a" * 65536)
     store = LayerStore(tmp_path / "layers")
-    top = await store.create_top(await store.create_top(base, backing_raw=True))
+
+    def io(cmd: str, image: Path) -> str:
+        return subprocess.run(["qemu-io", "-c", cmd, str(image)], capture_output=True,
+                              text=True, check=True).stdout  # fmt: skip
+
+    l0 = await store.create_top(base, backing_raw=True)
+    io("write -P 0x61 0 64k", l0)  # under the top: what was lost
+    l1 = await store.create_top(l0)
+    io("write -P 0x62 1M 64k", l1)
+    top = await store.create_top(l1)
+    io("write -P 0x63 2M 4k", top)
+    io("write -P 0x64 0 4k", top)  # over a lower layer's write
     flat = await store.compact(top)
     assert await store.chain(flat) == [flat, base]
+    for cmd in ("read -P 0x64 0 4k", "read -P 0x61 4k 60k", "read -P 0x62 1M 64k",
+                "read -P 0x63 2M 4k", f"read -P 0x5a {8 << 20} 64k", "read -P 0 4M 64k"):
+        assert "Pattern verification failed" not in io(cmd, flat), cmd
 
 
 async def test_in_process_overlays_are_valid_qcow2(tmp_path: Path) -> None:

@@ -156,6 +156,16 @@ class TestTtl:
         s = step(s, sb.CompleteResume(sandbox_id=SID, node_id="n1", at=at(100)))
         assert s is not None and s.end_at == at(160)
 
+    def test_a_paused_sandbox_keeps_what_its_resume_gives(self) -> None:
+        """`ttl_on_resume`: what `aenv ls` and the API show of a paused sandbox is what
+        the resume then gives it."""
+        s = paused()
+        assert s is not None and s.ttl_on_resume == pytest.approx(40)
+        expired = step(running(), sb.PauseSandbox(sandbox_id=SID, at=at(61), reason="timeout"))
+        expired = step(expired, sb.CompletePause(sandbox_id=SID, at=at(70)))
+        assert expired is not None and expired.ttl_on_resume == 60
+        assert sb.ttl_on_resume(None, 300) == 300 and sb.ttl_on_resume(12.5, 300) == 12.5
+
     def test_set_timeout_running(self) -> None:
         s = step(running(), sb.SetSandboxTimeout(sandbox_id=SID, at=at(10), timeout_s=5))
         assert s is not None and s.end_at == at(15) and s.timeout_s == 5

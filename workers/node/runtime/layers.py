@@ -78,13 +78,24 @@ class LayerStore:
         return dead
 
     async def compact(self, top: Path) -> Path:
-        """Flatten `top`'s chain above the raw base into one new qcow2 layer over that base."""
+        """Flatten `top`'s chain above the raw base into one new qcow2 layer over that base:
+        an empty overlay on `top`, rebased onto the base — qemu-img's (safe) rebase writes
+        into it every cluster where the chain reads differently from the base, and only
+        looks at the clusters allocated above the base, so it costs what the layers hold.
+
+        Not `qemu-img convert -B base top`: with a backing file for its target, convert
+        copies only what `top` itself allocates and takes the rest to equal the base — it
+        dropped every write below the top layer (a cold boot of the disk, a filesystem-only
+        pause's resume, read zeros where the files were)."""
         chain = await self.chain(top)
         base = chain[-1]
         flat = self.new_path()
-        await _qemu_img(
-            "convert", "-q", "-O", "qcow2", "-B", str(base), "-F", "raw", str(top), str(flat)
-        )
+        create_overlay(flat, top.resolve(), "qcow2")
+        try:
+            await _qemu_img("rebase", "-q", "-b", str(base), "-F", "raw", str(flat))
+        except BaseException:
+            flat.unlink(missing_ok=True)
+            raise
         self.backing[flat] = base
         return flat
 
