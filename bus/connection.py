@@ -19,7 +19,14 @@ from bus.publisher import JetStreamPublisher
 from bus.records import RecordedEvent
 from bus.settings import BusSettings
 from bus.setup import ensure_streams
-from bus.store import ApiKeyStore, BuildStore, EventStore, SandboxStore, TemplateStore
+from bus.store import (
+    ApiKeyStore,
+    BuildStore,
+    EventStore,
+    SandboxStore,
+    TemplateStore,
+    VolumeStore,
+)
 from bus.subjects import AggregateKind, Names
 from domain import CommandRejected, Event
 from domain import sandbox as sb
@@ -42,6 +49,7 @@ class Bus:
     templates: TemplateStore
     api_keys: ApiKeyStore
     builds: BuildStore
+    volumes: VolumeStore
     commands: CommandBus
     _answers: Answers | None = field(default=None, init=False, repr=False)
     _answers_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
@@ -100,6 +108,7 @@ class Bus:
             templates=EventStore.templates(js, pub, settings),
             api_keys=EventStore.api_keys(js, pub, settings),
             builds=EventStore.builds(js, pub, settings),
+            volumes=EventStore.volumes(js, pub, settings),
             commands=CommandBus(pub, settings),
         )
 
@@ -112,6 +121,7 @@ class Bus:
             AggregateKind.TEMPLATE: self.templates,
             AggregateKind.APIKEY: self.api_keys,
             AggregateKind.BUILD: self.builds,
+            AggregateKind.VOLUME: self.volumes,
         }
 
     async def answers(self) -> Answers:

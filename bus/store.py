@@ -37,6 +37,7 @@ from domain import apikey as ak
 from domain import build as bd
 from domain import sandbox as sb
 from domain import template as tp
+from domain import volume as vo
 
 __all__ = [
     "ApiKeyStore",
@@ -46,6 +47,7 @@ __all__ = [
     "SandboxStore",
     "TemplateStore",
     "Version",  # re-exported
+    "VolumeStore",
 ]
 
 S = TypeVar("S")
@@ -115,6 +117,13 @@ class EventStore(Generic[S, C]):
     ) -> BuildStore:
         return EventStore(js, publisher, settings, AggregateKind.BUILD, bd.evolve_build,
                           bd.decide_build)  # fmt: skip
+
+    @classmethod
+    def volumes(
+        cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
+    ) -> VolumeStore:
+        return EventStore(js, publisher, settings, AggregateKind.VOLUME, vo.evolve_volume,
+                          vo.decide_volume)  # fmt: skip
 
     @property
     def kind(self) -> AggregateKind:
@@ -358,3 +367,4 @@ SandboxStore: TypeAlias = EventStore[sb.Sandbox, sb.AnySandboxCommand]
 TemplateStore: TypeAlias = EventStore[tp.Template, tp.AnyTemplateCommand]
 ApiKeyStore: TypeAlias = EventStore[ak.ApiKey, ak.AnyApiKeyCommand]
 BuildStore: TypeAlias = EventStore[bd.Build, bd.AnyBuildCommand]
+VolumeStore: TypeAlias = EventStore[vo.Volume, vo.AnyVolumeCommand]

@@ -4,7 +4,8 @@ subject literals are written; everyone else calls these builders.
 Layout (with an empty prefix)::
 
     stream AENV_EVT   aenv.evt.<kind>.<id>         kind: sandbox | template | snapshot |
-                                                        node | apikey | build  (the event log)
+                                                        node | apikey | build | volume
+                                                        (the event log)
     stream AENV_CMD   aenv.cmd.node.<node>.<verb>  commands on a sandbox a node holds
                       aenv.cmd.place.<verb>        creates, pulled by any node with room
                       aenv.cmd.build.<verb>        template builds, pulled by any builder
@@ -40,6 +41,7 @@ class AggregateKind(StrEnum):
     NODE = "node"
     APIKEY = "apikey"
     BUILD = "build"
+    VOLUME = "volume"
 
 
 #: Subject verb of each command type that travels over AENV_CMD.

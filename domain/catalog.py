@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from domain import apikey, build, template
+from domain import apikey, build, template, volume
 from domain.messages import Command, CommandRejected, Event, Message
 from domain.sandbox import commands as sc
 from domain.sandbox import events as se
@@ -35,6 +35,7 @@ COMMAND_TYPES: dict[str, type[Command]] = _by_name(
     apikey.CreateApiKey, apikey.RevokeApiKey,
     build.RequestTemplateBuild, build.StartTemplateBuild, build.LogTemplateBuild,
     build.CompleteTemplateBuild, build.ClaimTemplateBuild,
+    volume.CreateVolume, volume.DestroyVolume, volume.AttachVolume, volume.ReleaseVolume,
 )  # fmt: skip
 
 EVENT_TYPES: dict[str, type[Event]] = _by_name(
@@ -50,6 +51,7 @@ EVENT_TYPES: dict[str, type[Event]] = _by_name(
     apikey.ApiKeyCreated, apikey.ApiKeyRevoked,
     build.TemplateBuildRequested, build.TemplateBuildStarted, build.TemplateBuildLogged,
     build.TemplateBuilt, build.TemplateBuildFailed, build.TemplateBuildClaimed,
+    volume.VolumeCreated, volume.VolumeDestroyed, volume.VolumeAttached, volume.VolumeReleased,
     CommandRejected,
 )  # fmt: skip
 

@@ -52,7 +52,8 @@ from domain.sandbox.events import (
 )
 from domain.sandbox.evolve import State
 from domain.sandbox.state import Sandbox
-from domain.sandbox.values import Policy, SandboxStatus, fork_child_ids
+from domain.sandbox.values import MAX_VOLUME_MOUNTS, Policy, SandboxStatus, fork_child_ids
+from domain.volume import check_mount_path
 
 __all__ = ["DEFAULT_POLICY", "State", "decide"]
 
@@ -143,6 +144,32 @@ def _check_ingress(c: CreateSandbox) -> None:
         raise Invalid("a traffic access token is only for allowPublicTraffic=false")
 
 
+def _check_volumes(c: CreateSandbox) -> None:
+    """At most one volume per slot, each once, each at a path of its own (normalised)."""
+    mounts = c.volume_mounts
+    if len(mounts) > MAX_VOLUME_MOUNTS:
+        raise Invalid(f"at most {MAX_VOLUME_MOUNTS} volumes can be mounted, got {len(mounts)}")
+    paths = [check_mount_path(m.path) for m in mounts]
+    if paths != [m.path for m in mounts]:
+        raise Invalid(f"volume mount paths must be normalised: {[m.path for m in mounts]}")
+    if len(set(paths)) != len(paths):
+        raise Invalid("two volumes are mounted at the same path")
+    nested = [p for p in paths for q in paths if p != q and p.startswith(q + "/")]
+    if nested:
+        raise Invalid(f"volume mount {nested[0]} is inside another volume's mount")
+    if len({m.volume_id for m in mounts}) != len(mounts):
+        raise Invalid("a volume can be mounted once per sandbox")
+
+
+def _no_volumes(s: Sandbox, what: str) -> None:
+    """A volume is an ext4 on one block device: a copy of the guest would be a second
+    kernel writing it (fork), or a template whose every sandbox did (snapshot)."""
+    if s.volume_mounts:
+        names = ", ".join(m.name for m in s.volume_mounts)
+        raise Conflict(f"cannot {what} a sandbox with volumes mounted ({names}): a volume "
+                       "is attached to one sandbox at a time, and its copies would share it")
+
+
 def _create(state: State, c: CreateSandbox, policy: Policy) -> list[SandboxEvent]:
     if state is not None:
         if state.seen(c.command_id):
@@ -154,6 +181,7 @@ def _create(state: State, c: CreateSandbox, policy: Policy) -> list[SandboxEvent
     if c.disk_size_mb < 1:
         raise Invalid(f"diskSizeMB must be positive, got {c.disk_size_mb}")
     _check_ingress(c)
+    _check_volumes(c)
     return [
         SandboxRequested(
             sandbox_id=c.sandbox_id, at=c.at, command_id=c.command_id, spec=c.spec
@@ -238,6 +266,7 @@ def _fork(s: Sandbox, c: ForkSandbox, policy: Policy) -> list[SandboxEvent]:
         return []
     if s.status is not S.RUNNING:
         raise Conflict(f"cannot fork a sandbox that is {s.status}")
+    _no_volumes(s, "fork")
     return [
         SandboxForkRequested(
             sandbox_id=s.sandbox_id,
@@ -254,6 +283,7 @@ def _snapshot(s: Sandbox, c: SnapshotSandbox) -> list[SandboxEvent]:
         return []
     if s.status is not S.RUNNING:
         raise Conflict(f"cannot snapshot a sandbox that is {s.status}")
+    _no_volumes(s, "snapshot")
     return [
         SnapshotRequested(
             sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id, snapshot_id=c.snapshot_id

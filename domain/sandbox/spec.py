@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.sandbox.values import Lifecycle, NetworkPolicy, SandboxId
+from domain.sandbox.values import Lifecycle, NetworkPolicy, SandboxId, VolumeMount
 
 __all__ = ["SPEC_FIELDS", "SandboxSpec", "upcast_requested_v1"]
 
@@ -39,6 +39,9 @@ class SandboxSpec(BaseModel):
     lifecycle: Lifecycle = Lifecycle()
     network: NetworkPolicy = NetworkPolicy()
     forked_from: SandboxId | None = None
+    #: volumes mounted into the guest, each attached to this sandbox alone while it lives
+    #: (`domain/volume.py`); none for every sandbox requested before volumes existed
+    volume_mounts: tuple[VolumeMount, ...] = ()
     node_id: str | None = Field(None, description="set by the node that placed it, if known")
 
     @property

@@ -84,6 +84,7 @@ def fork_child_command(
         raise Invalid(f"{child_id} is not a child of this fork")
     spec = parent.spec.model_copy(update={
         "timeout_s": fork.timeout_s, "forked_from": parent.sandbox_id,
+        "volume_mounts": (),  # never shared: a fork of a sandbox with volumes is refused
     })  # fmt: skip
     return CreateSandbox(
         **spec.model_dump(),

@@ -13,12 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 __all__ = [
     "ID_NAMESPACE",
+    "MAX_VOLUME_MOUNTS",
     "Lifecycle",
     "NetworkPolicy",
     "Policy",
     "PublicState",
     "SandboxId",
     "SandboxStatus",
+    "VolumeMount",
     "derived_command_id",
     "derived_sandbox_id",
     "fork_child_ids",
@@ -89,6 +91,22 @@ class NetworkPolicy(BaseModel):
     allow_public_traffic: bool = True
     allow_out: tuple[str, ...] = ()
     deny_out: tuple[str, ...] = ()
+
+
+#: Volumes one sandbox may mount: every VM has this many volume slots (block devices
+#: attached at boot, each given a volume's image on restore; `docs/volumes.md`).
+MAX_VOLUME_MOUNTS = 4
+
+
+class VolumeMount(BaseModel):
+    """A volume mounted into a sandbox at `path` (E2B's `volumeMounts[]`: `name`, `path`),
+    with the id its name stands for (`domain.volume.volume_id_of`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    path: str = Field(min_length=1)
+    volume_id: str = Field(pattern=r"^[a-z0-9]{1,63}$")
 
 
 class Policy(BaseModel):
