@@ -16,7 +16,7 @@ from litestar.openapi import OpenAPIConfig
 from opentelemetry import trace
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
-from api import observed, sandboxes, snapshots, system, tags, templates
+from api import observed, sandboxes, snapshots, system, tags, templates, volumes
 from api.auth import HEADER, Caller
 from api.console.routes import ROUTES as CONSOLE
 from api.context import ApiContext
@@ -55,7 +55,8 @@ def create_litestar(ctx: ApiContext, resolve: Resolver = _no_route) -> Litestar:
     to its envd the way the proxy does)."""
     app = Litestar(
         route_handlers=[*observed.ROUTES, *sandboxes.ROUTES, *snapshots.ROUTES,
-                        *templates.ROUTES, *tags.ROUTES, *system.ROUTES, *CONSOLE],
+                        *templates.ROUTES, *tags.ROUTES, *system.ROUTES, *CONSOLE,
+                        *volumes.ROUTES],
         dependencies={"ctx": Provide(_ctx), "caller": Provide(_caller)},
         exception_handlers=HANDLERS,
         before_request=check_request,

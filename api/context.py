@@ -78,6 +78,8 @@ class ApiContext:
     #: The same for the templates projection (a deleted template or snapshot must be gone
     #: from listings once the DELETE answered).
     wait_for_templates: WaitFor = _no_wait
+    #: The same for the volumes projection (a listing after a create shows it).
+    wait_for_volumes: WaitFor = _no_wait
     #: Slowly changing lookups (templates, where a snapshot lives), off the create path.
     lookups: LookupCache = field(default_factory=LookupCache)
 

@@ -42,6 +42,7 @@ def detail(r: Row) -> wire.SandboxDetail:
         lifecycle=wire.Lifecycle(auto_resume=r["auto_resume"], on_timeout=r["on_timeout"]),
         forked_from=r["forked_from"],
         node_id=r["node_id"],
+        volume_mounts=_mounts(r),
     )
 
 
@@ -51,6 +52,11 @@ def _paused(r: Row) -> dict[str, Any]:
         return {}  # running, or its pause not done: what it keeps is not decided yet
     ttl = sb.ttl_on_resume(r["remaining_s"], r["timeout_s"])
     return {"paused_at": r["paused_at"], "remaining_s": max(1, round(ttl))}
+
+
+def _mounts(r: Row) -> list[wire.MountedVolume]:
+    return [wire.MountedVolume(name=m["name"], path=m["path"])
+            for m in r.get("volume_mounts") or ()]  # fmt: skip
 
 
 def _network(raw: dict[str, Any] | None) -> wire.SandboxNetwork | None:

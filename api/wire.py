@@ -53,6 +53,14 @@ class NetworkConfig(BaseModel):
     deny_out: list[str] = Field(default_factory=list, alias="denyOut")
 
 
+class VolumeMount(BaseModel):
+    """One of a create's `volumeMounts`: volume `name` mounted at `path`."""
+
+    model_config = _REQ
+    name: str = Field(min_length=1, max_length=63)
+    path: str = Field(min_length=1, max_length=1024)
+
+
 class NewSandbox(BaseModel):
     """Body of `POST /v2/sandboxes` (and, with `secure`, of v1 `POST /sandboxes`)."""
 
@@ -72,6 +80,8 @@ class NewSandbox(BaseModel):
     allow_internet_access: bool | None = None
     network: NetworkConfig | None = None
     secure: bool | None = None
+    volume_mounts: list[VolumeMount] = Field(default_factory=list, alias="volumeMounts",
+                                             max_length=16)
 
 
 class TimeoutBody(BaseModel):
@@ -129,6 +139,12 @@ class Lifecycle(BaseModel):
     on_timeout: Literal["kill", "pause"] = Field(serialization_alias="onTimeout")
 
 
+class MountedVolume(BaseModel):
+    model_config = _RESP
+    name: str
+    path: str
+
+
 class ListedSandbox(BaseModel):
     model_config = _RESP
     template_id: str = Field(serialization_alias="templateID")
@@ -148,6 +164,8 @@ class ListedSandbox(BaseModel):
     #: the end it had when it was paused, which paused time does not bring closer
     paused_at: datetime | None = Field(None, serialization_alias="pausedAt")
     remaining_s: int | None = Field(None, serialization_alias="remainingS")
+    volume_mounts: list[MountedVolume] = Field(default_factory=list,
+                                               serialization_alias="volumeMounts")
 
 
 class SandboxNetwork(BaseModel):
@@ -170,6 +188,28 @@ class SandboxDetail(ListedSandbox):
     lifecycle: Lifecycle | None = None
     forked_from: str | None = Field(None, serialization_alias="forkedFrom")
     node_id: str | None = Field(None, serialization_alias="nodeID")
+
+
+class NewVolume(BaseModel):
+    """Body of `POST /volumes`."""
+
+    model_config = _REQ
+    name: str = Field(min_length=1, max_length=63)
+
+
+class Volume(BaseModel):
+    """E2B's `Volume` (a listing's item)."""
+
+    model_config = _RESP
+    volume_id: str = Field(serialization_alias="volumeID")
+    name: str
+
+
+class VolumeAndToken(Volume):
+    """E2B's `VolumeAndToken`: what create and get answer; `token` authorises the volume's
+    content API (`Authorization: Bearer`)."""
+
+    token: str
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Awaitable, Callable
 
@@ -65,6 +66,9 @@ class App:
             # boot's /init must tell envd again (a built template's ENV, USER, WORKDIR)
             ("POST", "/sync"): self._sync,
             ("GET", "/defaults"): self._defaults,
+            # aenv's, before the node stops a VM that mounts volumes: their writes on
+            # their devices, each unmounted (or frozen, if busy) — `envd/volumes.py`
+            ("POST", "/volumes/release"): self._release_volumes,
         }
 
     async def _envs(self, req: Request) -> None:
@@ -76,6 +80,18 @@ class App:
     async def _sync(self, req: Request) -> None:
         await asyncio.to_thread(os.sync)
         await req.respond_json(200, {})
+
+    async def _release_volumes(self, req: Request) -> None:
+        from envd import volumes
+
+        try:
+            body = json.loads(await req.read_all(64 * 1024) or b"{}")
+            paths = body.get("paths") if isinstance(body, dict) else None
+            if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+                raise ValueError("paths must be a list of strings")
+        except ValueError as e:
+            raise HttpError(400, f"invalid request: {e}") from e
+        await req.respond_json(200, await asyncio.to_thread(volumes.release_all, paths))
 
     async def _defaults(self, req: Request) -> None:
         s = self.state

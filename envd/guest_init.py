@@ -9,6 +9,7 @@ failure is a logged warning, never a failed /init.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -155,6 +156,12 @@ async def handle_init(state: State, req: Request) -> None:
         entropy = base64.b64decode(entropy_raw) if isinstance(entropy_raw, str) else b""
     except (ValueError, binascii.Error) as e:
         raise HttpError(400, f"invalid init request: {e}") from e
+    from envd import volumes  # preloaded (`envd.preload`): free by the time a sandbox runs
+
+    try:
+        mounts = volumes.parse_mounts(body.get("volumeMounts"))
+    except ValueError as e:
+        raise HttpError(400, f"invalid init request: {e}") from e
     env_vars = body.get("envVars")
     if env_vars is not None and not (
         isinstance(env_vars, dict) and all(isinstance(v, str) for v in env_vars.values())
@@ -174,5 +181,13 @@ async def handle_init(state: State, req: Request) -> None:
     if isinstance(body.get("defaultWorkdir"), str) and body["defaultWorkdir"]:
         state.default_workdir = body["defaultWorkdir"]
     await state.preload.wait()
-    log.info("init", clock=clock, rng=rng, env_vars=len(env_vars or {}), token=token is not None)
+    if mounts:
+        user = state.default_user
+        try:
+            await asyncio.to_thread(volumes.mount_all, mounts, user.uid, user.gid)
+        except (volumes.VolumeError, OSError) as e:
+            log.error("volume mount failed", error=str(e))
+            raise HttpError(500, f"volumes could not be mounted: {e}") from e
+    log.info("init", clock=clock, rng=rng, env_vars=len(env_vars or {}), token=token is not None,
+             volumes=len(mounts))
     await req.respond(204, headers=[("Cache-Control", "no-store")])

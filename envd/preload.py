@@ -36,6 +36,7 @@ MODULES = (
     "urllib.parse",
     "envd.multipart",
     "envd.inotify",
+    "envd.volumes",
 )
 
 

@@ -15,6 +15,7 @@ from projections.builds import BuildProjection
 from projections.folding import Row, fold_batch, upsert
 from projections.sandboxes import SandboxProjection
 from projections.tables import api_keys, templates
+from projections.volumes import VolumeProjection
 
 __all__ = ["ApiKeyProjection", "TemplateProjection", "all_projections", "template_state"]
 
@@ -117,4 +118,5 @@ class ApiKeyProjection:
 
 def all_projections() -> list[Projection]:
     """Every read model the API needs, in the order a rebuild runs them."""
-    return [SandboxProjection(), TemplateProjection(), ApiKeyProjection(), BuildProjection()]
+    return [SandboxProjection(), TemplateProjection(), ApiKeyProjection(), BuildProjection(),
+            VolumeProjection()]  # fmt: skip

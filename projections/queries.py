@@ -25,6 +25,7 @@ from projections.tables import (
     sandboxes,
     snapshots,
     templates,
+    volumes,
 )
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "sandbox_census",
     "snapshot_node",
     "team_templates",
+    "team_volumes",
     "template_builder",
     "template_by_id_or_alias",
 ]
@@ -314,3 +316,10 @@ async def sandbox_census(conn: AsyncConnection) -> list[tuple[str, str, int]]:
         .group_by(sandboxes.c.status, sandboxes.c.node_id)
     )  # fmt: skip
     return [(str(status), str(node), int(n)) for status, node, n in rows]
+
+
+async def team_volumes(conn: AsyncConnection, team_id: str) -> list[Row]:
+    """A team's volumes that exist (not destroyed), by name."""
+    q = (select(volumes).where(volumes.c.team_id == team_id, volumes.c.status != "destroyed")
+         .order_by(volumes.c.name))  # fmt: skip
+    return [dict(r) for r in (await conn.execute(q)).mappings()]

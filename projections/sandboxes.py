@@ -50,6 +50,7 @@ def sandbox_row(s: sb.Sandbox, rec: RecordedEvent, _prior: Row | None = None) ->
         "failure_reason": s.failure_reason,
         "pending_children": list(s.pending_children),
         "pending_snapshot_id": s.pending_snapshot_id,
+        "volume_mounts": [m.model_dump(mode="json") for m in s.volume_mounts],
         "updated_at": rec.time,
     }
 
@@ -90,6 +91,7 @@ def sandbox_from_row(r: Row) -> sb.Sandbox:
         failure_reason=r["failure_reason"],
         pending_children=tuple(r["pending_children"]),
         pending_snapshot_id=r["pending_snapshot_id"],
+        volume_mounts=tuple(sb.VolumeMount.model_validate(m) for m in r["volume_mounts"]),
         recent_commands=(),
     )
 

@@ -36,6 +36,7 @@ __all__ = [
     "sandboxes",
     "snapshots",
     "templates",
+    "volumes",
 ]
 
 metadata = MetaData()
@@ -86,6 +87,8 @@ sandboxes = Table(
     Column("failure_reason", Text),
     Column("pending_children", JSONB, nullable=False),
     Column("pending_snapshot_id", Text),
+    # the volumes it mounts: [{name, path, volume_id}] (0010)
+    Column("volume_mounts", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     _tz("updated_at", nullable=False),
     *_position(),
 )
@@ -179,6 +182,28 @@ build_logs = Table(
     Column("message", Text, nullable=False),
 )
 
+#: One row per volume (`domain.volume`, migration 0010): a team's volumes by name, who
+#: holds each, its latest durable version.
+volumes = Table(
+    "volumes",
+    metadata,
+    Column("volume_id", Text, primary_key=True),
+    Column("team_id", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("token_sha256", Text, nullable=False),
+    Column("incarnation", Text, nullable=False),
+    Column("status", Text, nullable=False),  # available | attached | destroyed
+    Column("holder", Text),
+    Column("holder_node", Text),
+    Column("version_key", Text),
+    Column("version_size", BigInteger),
+    Column("version_node", Text),
+    _tz("created_at", nullable=False),
+    _tz("attached_at"),
+    _tz("updated_at", nullable=False),
+    *_position(),
+)
+
 projection_checkpoints = Table(
     "projection_checkpoints",
     metadata,
@@ -214,6 +239,7 @@ Index("ix_snapshots_team", snapshots.c.team_id)
 Index("ix_templates_alias", templates.c.alias)
 Index("ix_api_keys_team", api_keys.c.team_id)
 Index("ix_template_builds_template", builds.c.template_id, builds.c.requested_at)
+Index("ix_volumes_team_name", volumes.c.team_id, volumes.c.name)
 
 #: A view (see the migration): live capacity used per node, derived from `sandboxes`.
 nodes = Table(

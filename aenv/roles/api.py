@@ -74,11 +74,15 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         async def wait_for_templates(seq: int) -> None:
             await projectors["templates"].wait_for(seq)
 
+        async def wait_for_volumes(seq: int) -> None:
+            await projectors["volumes"].wait_for(seq)
+
         files_dir = cfg.data_dir / "build-files"
         api_settings = ApiSettings(build_files_dir=files_dir, upload_secret=_secret(cfg))
         metrics = _metrics(bus, engine, projectors, nodes)
         ctx = ApiContext(bus, engine, api_settings, KeyChecker(engine), wait_for=wait_for,
-                         wait_for_templates=wait_for_templates, nodes=nodes,
+                         wait_for_templates=wait_for_templates,
+                         wait_for_volumes=wait_for_volumes, nodes=nodes,
                          metrics=metrics)  # fmt: skip
         routes = await RouteTable.open(bus, via_node=ctx.settings.proxy_via_node,
                                      resume=auto_resume(ctx),

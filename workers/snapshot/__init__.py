@@ -22,6 +22,7 @@ from workers.snapshot.manifest import (
     LayerRef,
     MemoryRef,
     SnapshotManifest,
+    VolumeManifest,
 )
 from workers.snapshot.posix import PosixStore
 from workers.snapshot.repository import SnapshotRepository
@@ -56,5 +57,6 @@ __all__ = [
     "SnapshotStore",
     "StoreError",
     "UploadResult",
+    "VolumeManifest",
     "walk_chain",
 ]

@@ -7,6 +7,7 @@ are kept out (extra="forbid") so a typo never silently drops data; new fields ge
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any, Literal
 
@@ -123,3 +124,38 @@ class SnapshotManifest(_Frozen):
     @classmethod
     def from_json(cls, data: bytes) -> SnapshotManifest:
         return cls.model_validate_json(data)
+
+
+class VolumeManifest(_Frozen):
+    """One image of a volume (`docs/volumes.md`): a sparse file of fixed size, stored as
+    content-addressed chunks like guest RAM (holes and zero chunks are never stored, so a
+    64 GiB volume holding 10 MiB stores about that). `key` is its name among the
+    manifests: a released version (`vol-<id>-…`) or the volume as a paused sandbox left it
+    (`<capture>-v<slot>`)."""
+
+    format: Literal[1] = 1
+    kind: Literal["volume"] = "volume"
+    key: str
+    volume_id: str
+    created_at: datetime
+    image: MemoryRef
+
+    _key = field_validator("key")(check_snapshot_id)
+
+    def blob_digests(self) -> set[str]:
+        return {c for c in self.image.chunks if c is not None}
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json().encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> VolumeManifest:
+        return cls.model_validate_json(data)
+
+
+def parse_manifest(data: bytes) -> SnapshotManifest | VolumeManifest:
+    """A stored manifest document of either kind (they share one namespace of ids)."""
+    doc = json.loads(data)
+    if isinstance(doc, dict) and doc.get("kind") == "volume":
+        return VolumeManifest.model_validate(doc)
+    return SnapshotManifest.model_validate(doc)

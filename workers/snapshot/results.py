@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.snapshot.manifest import SnapshotManifest
+from workers.snapshot.manifest import SnapshotManifest, VolumeManifest
 
 
 @dataclass(frozen=True)
 class UploadResult:
     """A durable snapshot, and what this upload had to send (the rest was already stored)."""
 
-    manifest: SnapshotManifest
+    manifest: SnapshotManifest | VolumeManifest
     blobs_uploaded: int
     bytes_uploaded: int
     blobs_reused: int

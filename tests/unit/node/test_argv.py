@@ -1,8 +1,18 @@
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from workers.node.vmm import Boot, Incoming, LaunchSpec, Machine, qemu_argv
+from workers.node.vmm import (
+    BASE_DEVICES,
+    VOLUME_BYTES,
+    VOLUME_SLOTS,
+    Boot,
+    Incoming,
+    LaunchSpec,
+    Machine,
+    qemu_argv,
+)
 
 
 def machine(**kw: object) -> Machine:
@@ -72,3 +82,34 @@ def test_smp_matches_vcpus(vcpus: int) -> None:
         mem_shared=True, disk=Path("/d"), runtime_disk=Path("/rt"), start=Incoming(Path("/s")),
     )  # fmt: skip
     assert opt(qemu_argv(s), "-smp") == [str(vcpus)]
+
+
+def test_every_vm_has_volume_slots_with_placeholders_after_its_other_devices() -> None:
+    argv = qemu_argv(spec(Boot(Path("/k"), Path("/i"), "console=ttyS0")))
+    devices = opt(argv, "-device")
+    assert len(devices) == 3 + VOLUME_SLOTS
+    assert devices[3:] == [f"virtio-blk-device,drive=vol{i},serial=aenv-vol{i}"
+                           for i in range(VOLUME_SLOTS)]  # fmt: skip
+    drives = opt(argv, "-drive")[2:]
+    assert all("driver=null-co" in d and f"size={VOLUME_BYTES}" in d for d in drives)
+
+
+def test_a_restore_gives_a_slot_the_volumes_image_with_the_same_devices() -> None:
+    base = spec(Incoming(Path("/s")))
+    with_volume = replace(base, volumes=(None, Path("/v/img")))
+    a, b = qemu_argv(base), qemu_argv(with_volume)
+    assert opt(a, "-device") == opt(b, "-device")
+    drive = opt(b, "-drive")[3]
+    assert drive.startswith("id=vol1,file=/v/img,format=raw") and "discard=unmap" in drive
+    assert "null-co" in opt(b, "-drive")[2]
+
+
+def test_a_machine_from_before_volumes_keeps_its_devices() -> None:
+    old = machine(devices=BASE_DEVICES)
+    assert old.volume_slots == 0 and machine().volume_slots == VOLUME_SLOTS
+    argv = qemu_argv(replace(spec(Incoming(Path("/s"))), machine=old))
+    assert len(opt(argv, "-device")) == 3
+    with pytest.raises(ValueError, match="volume slots"):
+        qemu_argv(replace(spec(Incoming(Path("/s"))), machine=old, volumes=(Path("/v"),)))
+    # and its fingerprint is not the new machine's: built templates are captured again
+    assert old.fingerprint() != machine().fingerprint()

@@ -33,6 +33,7 @@ from workers.node.runtime.ramstage import RamStage
 from workers.node.runtime.snapshot import Snapshot
 from workers.node.runtime.vm import Timing, Vm, caps, init_vm_envd, new_id, race_exit
 from workers.node.vmm import (
+    BASE_DEVICES,
     AccelChoice,
     Boot,
     Incoming,
@@ -260,6 +261,7 @@ class Runtime:
         adopt_memory: bool = False,
         run: bool = True,
         background: bool = False,
+        volumes: tuple[Path | None, ...] = (),
     ) -> tuple[Vm, Timing]:
         """Start a VM from `snap`.
 
@@ -275,8 +277,10 @@ class Runtime:
         file (a sparse copy), which is what a sandbox that will later pause needs.
         adopt_memory=True (with private_memory=False) takes the snapshot's RAM file itself:
         the resume of a pause, where nobody else will ever restore that snapshot.
+        `volumes`: the image each volume slot gets instead of its placeholder (in slot
+        order; None leaves a slot empty).
         """
-        self._check_compatible(snap)
+        self._check_compatible(snap, volumes)
         if snap.disk_only:
             raise SnapshotIncompatible(f"{snap.snapshot_id} is a filesystem-only capture: it "
                                        "boots (boot_disk), it does not restore")  # fmt: skip
@@ -330,6 +334,7 @@ class Runtime:
                 runtime_disk=snap.runtime_disk,
                 start=Incoming(snap.state, ram_in_stream=snap.ram_in_state),
                 netns=slot.netns_path,
+                volumes=volumes,
                 **caps(snap.machine),
             )
             qemu = await QemuVm.launch(spec)
@@ -371,11 +376,13 @@ class Runtime:
     async def boot_disk(
         self, snap: Snapshot, *, vm_id: str, policy: EgressPolicy | None = None,
         init: dict[str, object] | None = None, init_token: str | None = None,
+        volumes: tuple[Path | None, ...] = (),
     ) -> tuple[Vm, Timing]:  # fmt: skip
         """A VM cold-booted from a filesystem-only capture's disk (a fresh top layer over
         its frozen chain; the image's kernel and initrd): its files as they were, no
         process of before, a new boot id. envd's /init gets the capture's `guest_defaults`
         and then `init` (the sandbox's env vars, token, hostname) over them."""
+        self._check_compatible(snap, volumes)
         image = GuestImage.load(snap.base_image.parent)
         t0 = time.monotonic()
         async with contextlib.AsyncExitStack() as stack:
@@ -390,7 +397,7 @@ class Runtime:
                 vm_id=vm_id, machine=snap.machine, workdir=workdir, mem_file=workdir / "mem",
                 mem_shared=True, disk=top, runtime_disk=snap.runtime_disk,
                 start=Boot(image.kernel, image.initrd, kernel_cmdline(image)),
-                netns=slot.netns_path, **caps(snap.machine),
+                netns=slot.netns_path, volumes=volumes, **caps(snap.machine),
             )  # fmt: skip
             qemu = await QemuVm.launch(spec)
             stack.push_async_callback(qemu.kill)
@@ -538,8 +545,18 @@ class Runtime:
     def _vm_dir(self, vm_id: str) -> Path:
         return self.state_dir / "vms" / vm_id
 
-    def _check_compatible(self, snap: Snapshot) -> None:
+    def _check_compatible(self, snap: Snapshot, volumes: tuple[Path | None, ...] = ()) -> None:
         here = self.machine(vcpus=snap.machine.vcpus, mem_mib=snap.machine.mem_mib)
+        if snap.machine.devices == BASE_DEVICES:
+            # captured before volume slots: it restores as it was (no slots), so snapshot
+            # templates of an older aenv keep working; only volumes cannot be given to it
+            here = dataclasses.replace(here, devices=BASE_DEVICES)
+        wanted = sum(v is not None for v in volumes)
+        if wanted and len(volumes) > snap.machine.volume_slots:
+            raise SnapshotIncompatible(
+                f"snapshot {snap.snapshot_id} was captured without volume slots (before aenv "
+                "had volumes): a sandbox of it cannot mount volumes; capture it again"
+            )
         diff = here.mismatch(snap.machine)
         if diff:
             raise SnapshotIncompatible(

@@ -6,7 +6,7 @@ devices differ from the snapshotting VM's fails inside QEMU in ways that are har
 
 from __future__ import annotations
 
-from workers.node.vmm.spec import Boot, Incoming, LaunchSpec
+from workers.node.vmm.spec import VOLUME_BYTES, VOLUME_SERIAL, Boot, Incoming, LaunchSpec
 
 QEMU_BINARY = "qemu-system-x86_64"
 
@@ -35,6 +35,7 @@ def qemu_argv(spec: LaunchSpec, binary: str = QEMU_BINARY) -> list[str]:
         "-netdev", f"tap,id=n0,ifname={spec.tap},script=no,downscript=no",
         "-device", f"virtio-net-device,netdev=n0,mac={m.guest_mac}",
     ]  # fmt: skip
+    argv += volume_slots(spec)
     if isinstance(spec.start, Boot):
         argv += ["-kernel", str(spec.start.kernel), "-initrd", str(spec.start.initrd)]
         argv += ["-append", spec.start.cmdline]
@@ -44,3 +45,26 @@ def qemu_argv(spec: LaunchSpec, binary: str = QEMU_BINARY) -> list[str]:
     # spec.netns is entered by the launcher (setns in the child before exec), not by an
     # `nsenter` exec: one process start less per VM on the restore/fork path.
     return argv
+
+
+def volume_slots(spec: LaunchSpec) -> list[str]:
+    """The machine's volume slots, after every other device (a capture taken before volumes
+    existed has none, and its devices must stay as they were). A slot without a volume is
+    a `null-co` drive of the same size: no file, it reads zeros and drops writes, so a
+    guest writing its placeholder leaks nothing to the next VM. A volume's image is a raw
+    sparse file; zero writes and discards punch holes in it (the guest mounts with discard),
+    so a file deleted in the guest is space freed on the host and chunks never uploaded."""
+    slots = spec.machine.volume_slots
+    if len(spec.volumes) > slots:
+        raise ValueError(f"{len(spec.volumes)} volumes for a machine with {slots} volume slots")
+    out: list[str] = []
+    for i in range(slots):
+        image = spec.volumes[i] if i < len(spec.volumes) else None
+        if image is None:
+            drive = f"id=vol{i},driver=null-co,size={VOLUME_BYTES},read-zeroes=on,if=none"
+        else:
+            drive = (f"id=vol{i},file={image},format=raw,if=none,cache=writeback,"
+                     "discard=unmap,detect-zeroes=unmap")  # fmt: skip
+        out += ["-drive", drive, "-device",
+                f"virtio-blk-device,drive=vol{i},serial={VOLUME_SERIAL.format(i)}"]  # fmt: skip
+    return out

@@ -10,6 +10,20 @@ from typing import Literal
 
 Accel = Literal["kvm", "tcg"]
 
+#: The devices of a machine from before volumes: root disk, envd's runtime disk
+#: (read-only), network. Captures taken then restore with exactly these.
+BASE_DEVICES: tuple[str, ...] = ("virtio-blk-device", "virtio-blk-device", "virtio-net-device")
+#: Volume slots every VM gets at boot (microvm has no device hotplug): each a block device
+#: whose drive is a placeholder, or — on a restore — a volume's image (`docs/volumes.md`).
+VOLUME_SLOTS = 4
+DEVICES: tuple[str, ...] = BASE_DEVICES + ("virtio-blk-device",) * VOLUME_SLOTS
+#: The size of every volume slot and of every volume's image (sparse: holes cost nothing).
+#: One size for all, so the guest's idea of a slot's size never changes across restores.
+VOLUME_BYTES = 64 << 30
+#: The serial of slot i as the guest sees it (/sys/block/vdX/serial): envd finds a
+#: volume's device by it, whatever order the kernel probed the disks in.
+VOLUME_SERIAL = "aenv-vol{}"
+
 
 @dataclass(frozen=True)
 class Machine:
@@ -25,8 +39,15 @@ class Machine:
     mem_mib: int
     guest_mac: str
     machine: str = "microvm"
-    #: root disk, envd's runtime disk (read-only), network
-    devices: tuple[str, ...] = ("virtio-blk-device", "virtio-blk-device", "virtio-net-device")
+    #: root disk, envd's runtime disk (read-only), network, then the volume slots
+    devices: tuple[str, ...] = DEVICES
+
+    @property
+    def volume_slots(self) -> int:
+        """How many volume slots this machine has (0: captured before volumes existed)."""
+        if self.devices[: len(BASE_DEVICES)] != BASE_DEVICES:
+            return 0
+        return len(self.devices) - len(BASE_DEVICES)
 
     def fingerprint(self) -> str:
         blob = json.dumps(asdict(self), sort_keys=True).encode()
@@ -81,6 +102,9 @@ class LaunchSpec:
     mem_limit_bytes: int | None = None
     cpu_limit: float | None = None
     extra_args: tuple[str, ...] = field(default=())
+    #: each volume slot's image (None: the slot's placeholder, which reads zeros and drops
+    #: writes); as many as the machine has slots, at most
+    volumes: tuple[Path | None, ...] = ()
 
     @property
     def qmp_socket(self) -> Path:
