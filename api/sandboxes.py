@@ -25,7 +25,7 @@ from api.errors import ERRORS, ApiError
 from api.guards import node_answers, not_found, visible
 from api.hangup import watch_hangup
 from api.ids import is_sandbox_id
-from api.outcomes import send_and_wait
+from api.outcomes import REJECTION_STATUS, send_and_wait
 from api.resume import LIVE, node_or_placement, resume
 from api.room import check_room, no_room, warm_nodes, withdraw
 from bus.decisions import execute
@@ -168,7 +168,8 @@ async def create_sandbox(
     if withdrawn:
         raise no_room(cmd, ctx.settings.placement_timeout_s)
     if isinstance(event, sb.SandboxFailed):
-        raise ApiError(500, f"sandbox {sandbox_id} failed to start: {event.reason}")
+        status = REJECTION_STATUS.get(event.code, 500) if event.code else 500
+        raise ApiError(status, f"sandbox {sandbox_id} failed to start: {event.reason}")
     if left and not idempotency_key and isinstance(event, sb.SandboxCreated):
         # nobody will ever know its id: it must not live out its TTL (api/hangup.py)
         kill = sb.KillSandbox(sandbox_id=sandbox_id,

@@ -207,6 +207,7 @@ class SimCapture:
     dir: Path
     base_image_digest: str = "simulated"
     size_bytes: int = 0
+    volumes: tuple[tuple[int, str, Path], ...] = ()
 
 
 class NoRepository:
@@ -214,6 +215,9 @@ class NoRepository:
 
     async def upload(self, snapshot_dir: Path, *, base_image_digest: str, snapshot_id: str
                      ) -> object:  # fmt: skip
+        return None
+
+    async def upload_volume(self, image: Path, *, key: str, volume_id: str) -> object:
         return None
 
 

@@ -181,6 +181,11 @@ class Names:
         captures are on that node's disk: nobody else can upload them)."""
         return self._lower(f"snapshot-{_token(node_id, 'node id')}")
 
+    def volume_consumer(self, node_id: str) -> str:
+        """Durable consumer of the sandbox events for one node's volume releaser (the
+        images its ended sandboxes wrote are on that node's disk)."""
+        return self._lower(f"volumes-{_token(node_id, 'node id')}")
+
     @property
     def place_consumer(self) -> str:
         """Durable pull consumer shared by every node: whoever pulls first places."""

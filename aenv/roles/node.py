@@ -1,4 +1,5 @@
-"""The node role: this host's microVMs — runtime, templates, node worker, snapshot worker.
+"""The node role: this host's microVMs — runtime, templates, node worker, snapshot worker,
+volume releaser.
 
 Alone in its process so a restore never waits behind HTTP parsing or a projection's SQL on
 the same event loop: the control plane's share of a create is then only the bus hops.
@@ -30,6 +31,7 @@ from workers.node.proxy import listen, node_proxy
 from workers.node.runtime import Runtime
 from workers.node.settings import NodeSettings
 from workers.node.templates import TemplateCatalog, TemplateSpec
+from workers.node.volumes.releaser import VolumeReleaser
 from workers.node.worker import NodeWorker
 from workers.snapshot import BlobCache, S3Config, S3Store, SnapshotRepository
 from workers.snapshot.metrics import TransferMetrics
@@ -86,6 +88,9 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         if uploads is not None:  # after the worker took back this node's paused sandboxes
             await uploads.start()
             stack.push_async_callback(uploads.stop)
+        releaser = VolumeReleaser(bus, host, node_cfg.node_id)  # what ended sandboxes left
+        await releaser.start()
+        stack.push_async_callback(releaser.stop)
         say(f"node {node_cfg.node_id} serving (sandbox proxy on {bound})")
         say(READY)
         await stop.wait()

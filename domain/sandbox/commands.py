@@ -24,6 +24,7 @@ __all__ = [
     "CompleteResume",
     "CompleteSnapshot",
     "CreateSandbox",
+    "FailureCode",
     "ForkChildResult",
     "ForkSandbox",
     "KillSandbox",
@@ -38,6 +39,10 @@ __all__ = [
 #: who wanted it: a client, the TTL, the node that lost the VM (a crash, a dead VM), or
 #: the retention of paused sandboxes (paused longer than `AENV_PAUSED_RETENTION_S`)
 Reason = Literal["request", "timeout", "lost", "retention"]
+
+
+#: What kind of refusal a failed create is for its client (HTTP 409, 400, 404).
+FailureCode = Literal["conflict", "invalid", "not_found"]
 
 
 class SandboxCommand(Command):
@@ -104,11 +109,14 @@ class SnapshotSandbox(SandboxCommand):
 
 class CompleteCreate(SandboxCommand):
     """Node: the VM booted/restored and envd answers (or `error` says why not); `warm`:
-    it was a warm VM the node's pool handed over, not a restore."""
+    it was a warm VM the node's pool handed over, not a restore; `code`: what kind of
+    refusal a failure is for the client, when the request itself could not work — a
+    volume another sandbox holds, a template without volume slots."""
 
     node_id: str
     error: str | None = None
     warm: bool = False
+    code: FailureCode | None = None
 
 
 class CompletePause(SandboxCommand):

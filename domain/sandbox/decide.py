@@ -311,7 +311,8 @@ def _complete_create(state: State, c: CompleteCreate) -> list[SandboxEvent]:
     if s is None:
         return []
     if c.error is not None:
-        return _failed(s, c, "create", c.error)
+        return [SandboxFailed(sandbox_id=s.sandbox_id, at=c.at, operation="create",
+                              reason=c.error, code=c.code)]  # fmt: skip
     return [
         SandboxCreated(
             sandbox_id=s.sandbox_id,

@@ -13,6 +13,7 @@ from uuid import UUID
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from domain.messages import Event
+from domain.sandbox.commands import FailureCode
 from domain.sandbox.spec import SandboxSpec
 
 __all__ = [
@@ -71,10 +72,12 @@ class SandboxCreated(SandboxEvent):
 
 
 class SandboxFailed(SandboxEvent):
-    """An operation failed and left the sandbox unusable; only kill is possible now."""
+    """An operation failed and left the sandbox unusable; only kill is possible now.
+    `code`: a create refused for a reason of the client's (see `CompleteCreate.code`)."""
 
     operation: str
     reason: str
+    code: FailureCode | None = None
 
 
 class SandboxPauseRequested(SandboxEvent):

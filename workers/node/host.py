@@ -52,6 +52,7 @@ from workers.node.templates import TemplateCatalog, TemplateSpec
 from workers.node.transfer import Transfers
 from workers.node.warm import WarmPool
 from workers.node.warmsize import WarmPolicy
+from workers.node.volumes.images import VolumeImages
 
 __all__ = ["GuestConfig", "HostError", "LocalCapture", "SandboxHost"]
 
@@ -85,16 +86,19 @@ class PausedSandbox:
 
 @dataclass(frozen=True)
 class LocalCapture:
-    """A capture for the snapshot worker to upload."""
+    """A capture for the snapshot worker to upload; `volumes`: (slot, volume id, image) of
+    the volumes its paused sandbox holds, uploaded with it (a take-over needs them)."""
 
     snapshot_id: str
     dir: Path
     base_image_digest: str
     size_bytes: int
+    volumes: tuple[tuple[int, str, Path], ...] = ()
 
     @classmethod
-    def of(cls, snap: Snapshot) -> LocalCapture:
-        return cls(snap.snapshot_id, snap.dir, snap.base_image.parent.name, _size(snap))
+    def of(cls, snap: Snapshot, volumes: tuple[tuple[int, str, Path], ...] = ()) -> LocalCapture:
+        return cls(snap.snapshot_id, snap.dir, snap.base_image.parent.name, _size(snap),
+                   volumes)  # fmt: skip
 
 
 def _size(snap: Snapshot) -> int:
@@ -114,6 +118,7 @@ class SandboxHost:
         #: VMs restored and warmed before anyone asked (None: no pool)
         self.warm = WarmPool(runtime, templates, warm) if warm is not None else None
         self.transfers = Transfers(runtime, templates, repository)
+        self._volumes = VolumeImages(runtime.state_dir / "volumes", repository)
         self.sandboxes: dict[str, LiveSandbox] = {}
         self.paused: dict[str, PausedSandbox] = {}
         #: captures of resumed sandboxes whose resume the log does not hold yet
@@ -131,6 +136,14 @@ class SandboxHost:
         self._stage: Stage = lambda op, stage, seconds, start: None
 
     # ---- what the node is -------------------------------------------------------------
+    @property
+    def volumes(self) -> VolumeImages:
+        return self._volumes
+
+    def _images(self, guest: GuestConfig) -> tuple[Path | None, ...]:
+        """The image of each volume slot the guest mounts (slot i: its i-th volume)."""
+        return tuple(self._volumes.image(v.volume_id) for v in guest.volumes)
+
     @property
     def capacity(self) -> int:
         return self._capacity
@@ -242,6 +255,15 @@ class SandboxHost:
         self.transfers.locate = locate
 
     # ---- lifecycle ----------------------------------------------------------------------
+    async def volume_slots(self, template_id: str) -> int:
+        try:
+            snap = await self.transfers.template(template_id)
+        except HostError:
+            raise
+        except Exception as e:
+            raise HostError(f"template {template_id!r} is not available here: {e}") from e
+        return snap.machine.volume_slots
+
     async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None:
         """A warm VM of the template handed over, else the template restored into a new
         VM; returns once envd in it has been initialised. Idempotent: a redelivered create
@@ -254,7 +276,7 @@ class SandboxHost:
         try:
             snap = await self.transfers.template(template_id)
             claimed = None
-            if self.warm is not None:
+            if self.warm is not None and not guest.volumes:  # its slots hold placeholders
                 claimed = await self.warm.claim(template_id, snap, guest, sandbox_id)
             if claimed is not None:
                 warm, handed = claimed
@@ -271,6 +293,7 @@ class SandboxHost:
                 private_memory=False,  # a sandbox can be paused: its RAM must be its own file
                 policy=guest.egress, init=guest.init_body(sandbox_id),
                 init_token=self.templates.guest_token(template_id),
+                volumes=self._images(guest),
             )  # fmt: skip
         except HostError:
             raise
@@ -311,6 +334,10 @@ class SandboxHost:
                 return self._capture(self.paused[sandbox_id])
             raise HostError(f"sandbox {sandbox_id} is not running on this node")
         snap_id = f"{sandbox_id}-p{uuid.uuid4().hex[:8]}"
+        if keep_memory and live.guest.volumes:
+            # its volumes' writes on their images: a paused sandbox killed before it runs
+            # again (its page cache gone with it) must not lose them
+            await self._envd(live, "POST", "/sync", None, timeout=60.0)
         try:
             if keep_memory:
                 snap = await self.runtime.capture(
@@ -353,6 +380,25 @@ class SandboxHost:
         doc = json.loads(body)
         return doc if isinstance(doc, dict) else {}
 
+    async def _envd(
+        self, live: LiveSandbox, method: str, path: str, body: object, *, timeout: float
+    ) -> bool:
+        """A best-effort request to a running guest's envd: whether it answered 2xx."""
+        token = live.guest.access_token
+        headers = {"X-Access-Token": token} if token else {}
+        data = json.dumps(body).encode() if body is not None else b""
+        try:
+            status, answer = await http_request(live.vm.host, ENVD_PORT, method, path,
+                                                headers=headers, body=data,
+                                                timeout=timeout)  # fmt: skip
+        except (OSError, TimeoutError, ConnectionError) as e:
+            log.warning("sandbox %s: envd %s %s failed: %s", live.sandbox_id, method, path, e)
+            return False
+        if status >= 300:
+            log.warning("sandbox %s: envd %s %s answered %s: %s", live.sandbox_id, method, path,
+                        status, answer[:200])  # fmt: skip
+        return status < 300
+
     @staticmethod
     def _capture(paused: PausedSandbox) -> Capture:
         snap = paused.snapshot
@@ -365,6 +411,18 @@ class SandboxHost:
         """A paused sandbox whose node is gone: its capture comes from the repository (then
         `resume` it as any other), the disk chain rebuilt over this node's base image."""
         snap = await self.transfers.fetch_foreign(snapshot_id, f"the capture of {sandbox_id}")
+        for slot, volume in enumerate(guest.volumes):  # as the paused guest left them
+            repository = self.transfers.require(f"volume {volume.name} is on another node")
+            part = self.runtime.state_dir / "volumes" / f".{volume.volume_id}.take-over"
+            part.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                await repository.download_volume(f"{snapshot_id}-v{slot}", part)
+            except Exception as e:
+                part.unlink(missing_ok=True)
+                raise HostError(f"volume {volume.name} of {sandbox_id} could not be fetched: "
+                                f"{e}") from e  # fmt: skip
+            async with self._volumes.lock(volume.volume_id):
+                self._volumes.adopt(volume.volume_id, sandbox_id, part)
         self.paused[sandbox_id] = PausedSandbox(sandbox_id, template_id, snap, guest)
 
     def adopt_paused(
@@ -431,12 +489,13 @@ class SandboxHost:
                 vm, timing = await self.runtime.boot_disk(
                     paused.snapshot, vm_id=sandbox_id, policy=paused.guest.egress,
                     init=paused.guest.init_body(sandbox_id), init_token=paused.guest.access_token,
+                    volumes=self._images(paused.guest),
                 )  # fmt: skip
             else:
                 vm, timing = await self.runtime.restore(
                     paused.snapshot, vm_id=sandbox_id, private_memory=False, adopt_memory=True,
                     policy=paused.guest.egress, init=paused.guest.init_body(sandbox_id),
-                    init_token=paused.guest.access_token,
+                    init_token=paused.guest.access_token, volumes=self._images(paused.guest),
                 )  # fmt: skip
         except Exception as e:
             log.exception("resume %s failed", sandbox_id)
@@ -531,6 +590,12 @@ class SandboxHost:
         if paused is not None:
             self.runtime.delete_snapshot(paused.snapshot)
         self.resume_recorded(sandbox_id)  # (a capture kept for a resume: moot now)
+        live = self.sandboxes.get(sandbox_id)
+        if live is not None and live.guest.volumes and live.vm.qemu.alive:
+            # best effort: the volumes' writes flushed and each unmounted (or frozen), so
+            # the images the releaser uploads are clean file systems
+            paths = [v.path for v in live.guest.volumes]
+            await self._envd(live, "POST", "/volumes/release", {"paths": paths}, timeout=15.0)
         live = self.sandboxes.pop(sandbox_id, None)
         self.collect_soon()
         if live is None:
@@ -599,7 +664,9 @@ class SandboxHost:
         if paused is None or paused.snapshot.snapshot_id != snapshot_id:
             return None
         await self.runtime.settled(snapshot_id)  # the paused QEMU is gone: nothing writes
-        return LocalCapture.of(paused.snapshot)
+        volumes = tuple((slot, v.volume_id, self._volumes.image(v.volume_id))
+                        for slot, v in enumerate(paused.guest.volumes))  # fmt: skip
+        return LocalCapture.of(paused.snapshot, volumes)
 
     def template_capture(self, name: str) -> LocalCapture | None:
         snap = self.templates.capture_of(name)

@@ -37,7 +37,7 @@ from workers.node.ports import (
     WarmStats,
 )
 
-__all__ = ["MemoryHost"]
+__all__ = ["MemoryHost", "MemoryVolumes"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,34 @@ class _Sandbox:
     template_id: str
     guest: GuestConfig
     capture: str | None = None  # paused: its capture's id
+
+
+class MemoryVolumes:
+    """Volume images as records: the VM-less tier attaches and releases volumes in the log
+    like any node, but has no file system to make durable (a release keeps the version)."""
+
+    def __init__(self) -> None:
+        self._holders: dict[str, str] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def lock(self, volume_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(volume_id, asyncio.Lock())
+
+    def held_by(self, holder: str) -> list[str]:
+        return sorted(v for v, h in self._holders.items() if h == holder)
+
+    async def prepare(self, volume_id: str, version: str | None, holder: str) -> Path:
+        self._holders[volume_id] = holder
+        return Path("/dev/null")
+
+    async def upload(self, volume_id: str, holder: str) -> tuple[str, int] | None:
+        return None
+
+    def released(self, volume_id: str, version: str | None) -> None:
+        self._holders.pop(volume_id, None)
+
+    def forget_holder(self, volume_id: str) -> None:
+        self._holders.pop(volume_id, None)
 
 
 class MemoryHost:
@@ -61,6 +89,11 @@ class MemoryHost:
         self._locks: dict[str, asyncio.Lock] = {}
         self._hooks: list[Callable[[str], None]] = []
         self._stage: Stage = lambda op, stage, seconds, start: None
+        self._volumes = MemoryVolumes()
+
+    @property
+    def volumes(self) -> MemoryVolumes:
+        return self._volumes
 
     @property
     def capacity(self) -> int:
@@ -119,6 +152,9 @@ class MemoryHost:
 
     async def _work(self) -> None:
         await asyncio.sleep(self.delay_s)
+
+    async def volume_slots(self, template_id: str) -> int:
+        return 4  # as many as a VM has (`workers.node.vmm.VOLUME_SLOTS`)
 
     async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None:
         if sandbox_id in self.live:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from workers.node.net.firewall import EgressPolicy
+from workers.node.vmm.spec import VOLUME_SERIAL
 
 __all__ = [
     "Accelerator",
@@ -28,10 +29,12 @@ __all__ = [
     "Died",
     "Fetched",
     "GuestConfig",
+    "GuestVolume",
     "Host",
     "HostError",
     "ImageSource",
     "ImportedImage",
+    "LocalVolumes",
     "Manifest",
     "Stage",
     "TemplateLocation",
@@ -55,7 +58,22 @@ Stage = Callable[[str, str, float, str], None]
 
 
 class HostError(Exception):
-    """A sandbox operation on this node failed; the message is safe to show a user."""
+    """A sandbox operation on this node failed; the message is safe to show a user.
+    `code`: what kind of failure it is for the client, when not the node's own (`invalid`:
+    the request cannot work here; `conflict`: something else holds what it needs)."""
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class GuestVolume:
+    """A volume the sandbox mounts: in volume slot i for the i-th of them."""
+
+    volume_id: str
+    name: str
+    path: str
 
 
 @dataclass(frozen=True)
@@ -65,17 +83,24 @@ class GuestConfig:
     env_vars: dict[str, str] = field(default_factory=dict)
     access_token: str | None = None
     egress: EgressPolicy = field(default_factory=EgressPolicy)
+    volumes: tuple[GuestVolume, ...] = ()
 
     def init_body(self, sandbox_id: str) -> dict[str, object]:
         """No `defaultUser`/`defaultWorkdir`: the restored guest keeps the ones it was
         captured with — envd's own (`user`, its home) for `base`, a built template's USER
         and WORKDIR for that template. `envVars` merge over the captured ones (a built
         template's ENV), so the sandbox's own values win."""
-        return {
+        body: dict[str, object] = {
             "envVars": self.env_vars,
             "accessToken": self.access_token,
             "hostname": sandbox_id[:63],
         }
+        if self.volumes:  # E2B's /init field; mounted by envd (idempotent on a resume)
+            body["volumeMounts"] = [
+                {"name": v.name, "path": v.path, "serial": VOLUME_SERIAL.format(i)}
+                for i, v in enumerate(self.volumes)
+            ]
+        return body
 
 
 @dataclass(frozen=True)
@@ -133,6 +158,37 @@ class Accelerator:
     vmm: str
 
 
+class LocalVolumes(Protocol):
+    """A node's volume images (`workers/node/volumes/images.py`; records only in the
+    VM-less `MemoryHost`), as the worker and its releaser use them."""
+
+    def lock(self, volume_id: str) -> asyncio.Lock:
+        """One operation on a volume's image at a time on this node."""
+        ...
+
+    def held_by(self, holder: str) -> list[str]:
+        """The volumes `holder` has attached here (what its end must release)."""
+        ...
+
+    async def prepare(self, volume_id: str, version: str | None, holder: str) -> Path:
+        """The image `holder` attaches, holding `version` (pulled or made if need be);
+        recorded as held first. Under `lock`."""
+        ...
+
+    async def upload(self, volume_id: str, holder: str) -> tuple[str, int] | None:
+        """What `holder` left in the image, as a new version in the repository: (its
+        key, its stored size); None where nothing can be made durable. Under `lock`."""
+        ...
+
+    def released(self, volume_id: str, version: str | None) -> None:
+        """The log released the volume: the image here is `version` now."""
+        ...
+
+    def forget_holder(self, volume_id: str) -> None:
+        """The holder recorded here no longer has the volume (the log moved it on)."""
+        ...
+
+
 class Host(Protocol):
     """The sandboxes of one node. Every method is idempotent where a redelivered command
     could call it twice (a create of a sandbox that runs returns; a kill of one that is
@@ -182,8 +238,20 @@ class Host(Protocol):
 
     def set_template_locator(self, locate: TemplateLocator) -> None: ...
 
+    @property
+    def volumes(self) -> LocalVolumes:
+        """This node's volume images."""
+        ...
+
+    async def volume_slots(self, template_id: str) -> int:
+        """How many volumes a sandbox of the template can mount (0: its capture is from
+        before volume slots); `HostError` when the template is not to be had."""
+        ...
+
     async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None:
-        """Start the sandbox: a warm VM of the template if the pool has one, else a restore."""
+        """Start the sandbox: a warm VM of the template if the pool has one (not for a
+        sandbox with volumes: a warm VM's slots are placeholders), else a restore; its
+        `guest.volumes` must have been prepared (`volumes`)."""
 
     def started_warm(self, sandbox_id: str) -> bool:
         """Whether the running sandbox was a warm VM handed over (not a restore)."""
@@ -323,3 +391,7 @@ class CaptureRepository(Protocol):
         self, snapshot_id: str, dest_dir: Path, base_image_path: Path,
         *, layers_dir: Path | None = None,
     ) -> Fetched: ...  # fmt: skip
+
+    async def upload_volume(self, image: Path, *, key: str, volume_id: str) -> object: ...
+
+    async def download_volume(self, key: str, dest: Path) -> object: ...

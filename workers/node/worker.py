@@ -38,6 +38,7 @@ from bus.tasks import cancel_and_wait
 from domain import Command, DomainError, Invalid, NotFound
 from domain import sandbox as sb
 from domain import template as tp
+from domain import volume as vo
 from domain.sandbox import SandboxStatus as S
 from envd.version import ENVD_VERSION
 from workers.node.buildlog import BuildLog
@@ -47,7 +48,14 @@ from workers.node.heartbeat import beat_forever
 from workers.node.journal import Journal
 from workers.node.metrics import NodeMetrics
 from workers.node.net.firewall import EgressPolicy
-from workers.node.ports import GuestConfig, Host, HostError, ImageSource, TemplateLocation
+from workers.node.ports import (
+    GuestConfig,
+    GuestVolume,
+    Host,
+    HostError,
+    ImageSource,
+    TemplateLocation,
+)
 from workers.node.reconcile import reconcile
 from workers.node.routes import RoutePublisher
 from workers.node.settings import NodeSettings
@@ -178,6 +186,7 @@ class NodeWorker:
             env_vars=dict(state.env_vars),
             access_token=state.envd_access_token,
             egress=egress_of(state.network, self.settings.egress_enabled),
+            volumes=tuple(GuestVolume(m.volume_id, m.name, m.path) for m in state.volume_mounts),
         )
 
     def ingress(self, sandbox_id: str) -> tuple[bool, str | None]:
@@ -353,7 +362,8 @@ class NodeWorker:
         # taken — the same event id, so JetStream keeps the first claim
         cmd = cmd.model_copy(update={"node_id": self.node_id})
         early = None
-        if self.early.creates(self.bus.sandboxes, cmd):
+        # with volumes, nothing starts before the volumes are attached (after the claim)
+        if not cmd.volume_mounts and self.early.creates(self.bus.sandboxes, cmd):
             early = await self.early.start(
                 sid, lambda: self._start(sid, cmd.template_id, self._guest(cmd))
             )
@@ -370,13 +380,16 @@ class NodeWorker:
             elif state is not None and state.status is S.CREATING:
                 await self._taken_elsewhere(cmd, state, ctx)
             return
-        if early is None:
-            error, _ = await self._start(sid, state.template_id, self._guest(state))
-        else:
+        code = None
+        if early is not None:
             error, _ = await early
+        else:
+            error, code = await self._attach(state, cmd, ctx)
+            if error is None:
+                error, _ = await self._start(sid, state.template_id, self._guest(state))
         token = state.traffic_access_token
         route = self._routes.beside(sid, token) if error is None else None
-        done = sb.CompleteCreate(sandbox_id=sid, node_id=self.node_id, error=error,
+        done = sb.CompleteCreate(sandbox_id=sid, node_id=self.node_id, error=error, code=code,
                                  warm=error is None and self.host.started_warm(sid),
                                  command_id=completion_id(cmd, "created"))  # fmt: skip
         try:
@@ -390,6 +403,54 @@ class NodeWorker:
         ):  # killed while we were creating it: the VM must not outlive its sandbox
             late = sb.KillSandbox(sandbox_id=sid, command_id=completion_id(cmd, "kill-late"))
             await self._kill(late, ctx)
+
+    async def _attach(
+        self, state: sb.Sandbox, cmd: sb.CreateSandbox, ctx: MessageContext
+    ) -> tuple[str | None, sb.FailureCode | None]:
+        """The sandbox's volumes attached to it in the log (one holder at a time: a volume
+        another sandbox holds refuses the create, 409) and their images ready here. What
+        was attached before a failure stays attached to the failed sandbox; its end
+        releases it (`volumes/releaser.py`)."""
+        mounts = state.volume_mounts
+        if not mounts:
+            return None, None
+        slots = await self.host.volume_slots(state.template_id)
+        if slots < len(mounts):
+            return (f"template {state.template_id!r} was captured without volume slots (before "
+                    "aenv had volumes): build or snapshot it again to mount volumes",
+                    "invalid")  # fmt: skip
+        for m in mounts:
+            attach = vo.AttachVolume(volume_id=m.volume_id, holder=state.sandbox_id,
+                                     node_id=self.node_id,
+                                     command_id=completion_id(cmd, f"attach-{m.volume_id}"))
+            try:
+                volume, _, _ = await execute(self.bus.volumes, attach, ctx)
+            except DomainError as e:
+                code: sb.FailureCode = "not_found" if isinstance(e, NotFound) else "conflict"
+                return f"volume '{m.name}': {e.message}", code
+            version = volume.version.key if volume is not None and volume.version else None
+            try:
+                async with self.host.volumes.lock(m.volume_id):
+                    await self.host.volumes.prepare(m.volume_id, version, state.sandbox_id)
+            except Exception as e:  # a pull that failed (S3 down), a full disk
+                log.exception("volume %s for %s could not be prepared", m.volume_id,
+                              state.sandbox_id)  # fmt: skip
+                return f"volume '{m.name}' could not be made ready on this node: {e}", None
+        return None, None
+
+    async def _move_volumes(self, state: sb.Sandbox) -> None:
+        """A paused sandbox taken over here: its volumes' attachment moves with it (the
+        node it left, should it come back, then releases nothing it no longer holds)."""
+        for m in state.volume_mounts:
+            move = vo.AttachVolume(volume_id=m.volume_id, holder=state.sandbox_id,
+                                   node_id=self.node_id,
+                                   command_id=sb.derived_command_id(
+                                       state.sandbox_id, "take-over", m.volume_id,
+                                       str(state.paused_snapshot_id), self.node_id))  # fmt: skip
+            try:
+                await execute(self.bus.volumes, move, MessageContext(actor=f"node:{self.node_id}"))
+            except DomainError as e:
+                raise HostError(f"volume '{m.name}' cannot move here: {e.message}") from e
 
     async def _taken_elsewhere(
         self, cmd: sb.CreateSandbox, state: sb.Sandbox, ctx: MessageContext
@@ -500,6 +561,7 @@ class NodeWorker:
                     ):
                         raise HostError(f"sandbox {sid} is not paused on this node and its "
                                         "capture is not in the repository")  # fmt: skip
+                    await self._move_volumes(state)
                     await self.host.take_over_paused(sid, state.template_id,
                                                      state.paused_snapshot_id,
                                                      self._guest(state))  # fmt: skip

@@ -64,6 +64,12 @@ class LocalCapture(Protocol):
     @property
     def size_bytes(self) -> int: ...
 
+    @property
+    def volumes(self) -> tuple[tuple[int, str, Path], ...]:
+        """(slot, volume id, image) of the volumes a paused sandbox holds: uploaded with
+        its capture (`<capture>-v<slot>`), since a take-over on another node needs them."""
+        ...
+
 
 class LocalCaptures(Protocol):
     """The node's side of the port."""
@@ -87,6 +93,8 @@ class CaptureStore(Protocol):
     async def upload(
         self, snapshot_dir: Path, *, base_image_digest: str, snapshot_id: str
     ) -> object: ...
+
+    async def upload_volume(self, image: Path, *, key: str, volume_id: str) -> object: ...
 
 
 class SnapshotWorker:
@@ -207,6 +215,10 @@ class SnapshotWorker:
         return True
 
     async def _store(self, capture: LocalCapture) -> None:
+        for slot, volume_id, image in capture.volumes:  # before the capture: it is durable
+            sent = await self.repository.upload_volume(  # only once they are
+                image, key=f"{capture.snapshot_id}-v{slot}", volume_id=volume_id)
+            log.info("uploaded volume %s of %s: %s", volume_id, capture.snapshot_id, _sent(sent))
         result = await self.repository.upload(
             capture.dir, base_image_digest=capture.base_image_digest,
             snapshot_id=capture.snapshot_id,

@@ -31,6 +31,7 @@ class _Capture:
     dir: Path
     base_image_digest: str = "sha256:base"
     size_bytes: int = 1
+    volumes: tuple[tuple[int, str, Path], ...] = ()
 
 
 class _Repository:
