@@ -16,7 +16,16 @@ from litestar.openapi import OpenAPIConfig
 from opentelemetry import trace
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
-from api import observed, sandboxes, snapshots, system, tags, templates, volumes
+from api import (
+    observed,
+    sandboxes,
+    snapshots,
+    system,
+    tags,
+    templates,
+    volume_content,
+    volumes,
+)
 from api.auth import HEADER, Caller
 from api.console.routes import ROUTES as CONSOLE
 from api.context import ApiContext
@@ -56,7 +65,7 @@ def create_litestar(ctx: ApiContext, resolve: Resolver = _no_route) -> Litestar:
     app = Litestar(
         route_handlers=[*observed.ROUTES, *sandboxes.ROUTES, *snapshots.ROUTES,
                         *templates.ROUTES, *tags.ROUTES, *system.ROUTES, *CONSOLE,
-                        *volumes.ROUTES],
+                        *volumes.ROUTES, *volume_content.ROUTES],
         dependencies={"ctx": Provide(_ctx), "caller": Provide(_caller)},
         exception_handlers=HANDLERS,
         before_request=check_request,

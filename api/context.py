@@ -54,6 +54,9 @@ class ApiSettings(BaseSettings):
     #: moment earlier — through another API's lookup cache (≤ 30 s), or waiting for room
     #: — still start it.
     capture_grace_s: float = Field(default=120.0, ge=0)
+    #: How long a create waits for a volume its last holder (ended) is still releasing
+    #: (uploading what it wrote), before it answers 409 with Retry-After.
+    volume_wait_s: float = Field(default=30.0, ge=0)
     #: The stack's snapshot store (`AENV_S3_ENDPOINT`, set by the supervisor): readiness
     #: checks that it answers. None: the stack has none, nothing to check.
     s3_endpoint: str | None = None

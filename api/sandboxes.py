@@ -25,6 +25,7 @@ from api.errors import ERRORS, ApiError
 from api.guards import node_answers, not_found, visible
 from api.hangup import watch_hangup
 from api.ids import is_sandbox_id
+from api.mounts import preferred_node, resolve_mounts
 from api.outcomes import REJECTION_STATUS, send_and_wait
 from api.resume import LIVE, node_or_placement, resume
 from api.room import check_room, no_room, warm_nodes, withdraw
@@ -116,6 +117,8 @@ async def create_sandbox(
         raise ApiError(400, "autoResume cannot be combined with autoPauseMemory false")
     net = data.network or wire.NetworkConfig()
     public = True if net.allow_public_traffic is None else net.allow_public_traffic
+    mounts, volumes = ((), []) if not data.volume_mounts else (
+        await resolve_mounts(ctx, caller, data.volume_mounts, sandbox_id))
     cmd = sb.CreateSandbox(
         sandbox_id=sandbox_id,
         command_id=command_id,
@@ -145,8 +148,13 @@ async def create_sandbox(
             allow_out=tuple(net.allow_out),
             deny_out=tuple(net.deny_out),
         ),
+        volume_mounts=mounts,
     )
+    if mounts:
+        sb.decide(None, cmd)  # too many, nested or doubled mounts: 400 before any work
     node = await _template_node(ctx, tpl)
+    if node is None and volumes:
+        node = _room_on(ctx, preferred_node(ctx, volumes), cmd)
     withdrawn = False
 
     async def unclaimed() -> None:
@@ -185,6 +193,17 @@ async def create_sandbox(
         traffic_access_token=cmd.traffic_access_token, domain=ctx.settings.sandbox_domain,
     )  # fmt: skip
     return Response(wire.dump(body), status_code=201)
+
+
+def _room_on(ctx: ApiContext, node: str | None, cmd: sb.CreateSandbox) -> str | None:
+    """`node` if it has room for the create (then it goes there), else None (placement)."""
+    if node is None:
+        return None
+    try:
+        check_room(ctx, cmd.cpu_count, cmd.memory_mb, node=node)
+    except ApiError:
+        return None
+    return node
 
 
 async def _template_node(ctx: ApiContext, tpl: dict[str, Any]) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Generic, TypeAlias, TypeVar
 from uuid import UUID
 
@@ -233,6 +234,11 @@ class EventStore(Generic[S, C]):
         except NotFoundError:
             return 0
         return raw.seq or 0
+
+    async def last_event_at(self, aggregate_id: str) -> datetime | None:
+        """When the aggregate's latest event happened (None: no events)."""
+        _, rec = await self._last(aggregate_id)
+        return rec.envelope.occurred_at if rec is not None else None
 
     async def version(self, aggregate_id: str) -> Version:
         """The aggregate's current version, from its last message only."""

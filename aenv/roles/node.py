@@ -31,6 +31,7 @@ from workers.node.proxy import listen, node_proxy
 from workers.node.runtime import Runtime
 from workers.node.settings import NodeSettings
 from workers.node.templates import TemplateCatalog, TemplateSpec
+from workers.node.volumes.endpoint import VolumeEndpoint, release_content_writes
 from workers.node.volumes.releaser import VolumeReleaser
 from workers.node.worker import NodeWorker
 from workers.snapshot import BlobCache, S3Config, S3Store, SnapshotRepository
@@ -72,10 +73,13 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
                             on_killed=observer.forget, metrics=metrics)  # fmt: skip
         _watch(metrics, bus, worker, node_cfg.node_id, uploads is not None)
         token = node_cfg.metrics_token
+        volumes = (VolumeEndpoint(bus, host.volumes, node_cfg.node_id)
+                   if isinstance(host, SandboxHost) else None)  # fmt: skip
         proxy = uvicorn.Server(uvicorn.Config(
             node_proxy(host, worker.ingress, lambda: worker.serving, observer,
                        exposition=metrics.scrape.render,
-                       metrics_token=token.get_secret_value() if token else None),
+                       metrics_token=token.get_secret_value() if token else None,
+                       volumes=volumes),
             log_level="warning", lifespan="off", log_config=None,
             access_log=False, timeout_keep_alive=75,
         ))  # fmt: skip
@@ -88,6 +92,8 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         if uploads is not None:  # after the worker took back this node's paused sandboxes
             await uploads.start()
             stack.push_async_callback(uploads.stop)
+        if isinstance(host, SandboxHost):  # volume API writes a crash cut short
+            await release_content_writes(bus, host.volumes, node_cfg.node_id)
         releaser = VolumeReleaser(bus, host, node_cfg.node_id)  # what ended sandboxes left
         await releaser.start()
         stack.push_async_callback(releaser.stop)

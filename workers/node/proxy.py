@@ -62,7 +62,7 @@ def _metrics(scope: Scope, exposition: Exposition, token: str | None) -> App | N
 def _node_routes(
     ready: Callable[[], bool], observer: GuestObserver | None,
     warm: Callable[[], dict[str, int]], exposition: Exposition | None = None,
-    token: str | None = None,
+    token: str | None = None, volumes: App | None = None,
 ) -> App:  # fmt: skip
     """What this port answers besides sandbox traffic: the node's health, for a service
     manager's probes (Kubernetes, a load balancer): live once the process serves, ready
@@ -71,11 +71,18 @@ def _node_routes(
     (`/metrics`, with `Authorization: Bearer $AENV_METRICS_TOKEN`: `metrics.py`); and,
     for the API, what the node observed of its guests (`observe.py`):
     `/sandboxes/{id}/metrics?start=&end=`, `/sandboxes/{id}/logs`,
-    `/sandboxes/metrics?ids=a,b` (the latest of each)."""
+    `/sandboxes/metrics?ids=a,b` (the latest of each); and the volume content operations
+    the API relays (`/volumes/{id}/…`, `volumes/endpoint.py`)."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if exposition is not None and (scrape := _metrics(scope, exposition, token)):
+        if path.startswith("/volumes/") and scope["type"] == "http":
+            if volumes is None:
+                await _answer(501, {"code": 501, "message": "this node serves no volume "
+                                    "content (it runs no VMs)"})(scope, receive, send)
+            else:
+                await volumes(scope, receive, send)
+        elif exposition is not None and (scrape := _metrics(scope, exposition, token)):
             await scrape(scope, receive, send)
         elif observer is not None and (found := _observed(observer, path, scope)) is not None:
             await _answer(200, found)(scope, receive, send)
@@ -124,7 +131,7 @@ def _observed(observer: GuestObserver, path: str, scope: Scope) -> Any:
 def node_proxy(
     host: Host, ingress: Ingress, ready: Callable[[], bool],
     observer: GuestObserver | None = None, *, exposition: Exposition | None = None,
-    metrics_token: str | None = None,
+    metrics_token: str | None = None, volumes: App | None = None,
 ) -> SandboxProxy:  # fmt: skip
     """This node's proxy; `ingress` says who may reach a sandbox's guest ports. A VM that
     runs but is not routed yet is not reachable: its token (if any) is not known here.
@@ -139,7 +146,7 @@ def node_proxy(
         return Upstream(address, port, traffic_digest=digest)
 
     proxy = SandboxProxy(_node_routes(ready, observer, lambda: host.warm_stats().ready,
-                                      exposition, metrics_token), resolve)
+                                      exposition, metrics_token, volumes), resolve)
     host.on_gone(proxy.close_sandbox)
     return proxy
 
