@@ -121,7 +121,10 @@ def _progress(line: str) -> str | None:
 
 
 def _print_env(info: dict[str, object], data_dir: Path) -> None:
-    for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY"):
+    # E2B's volume content API (`Volume.read_file` …) is this API too: its SDKs go to
+    # E2B_VOLUME_API_URL (a stack.json of an older aenv has none: the API's URL it is)
+    info = {"E2B_VOLUME_API_URL": info["E2B_API_URL"], **info}
+    for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL", "E2B_API_KEY"):
         typer.echo(f"export {k}={info[k]}")
 
 

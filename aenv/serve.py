@@ -178,7 +178,8 @@ def _publish(
     """stack.json (0600): what `aenv up/down/status` and the CLI read to find the stack."""
     api_key = (cfg.data_dir / "api-key").read_text().strip()
     url = f"http://{cfg.host}:{cfg.port}"
-    info = {"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": api_key,
+    info = {"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_VOLUME_API_URL": url,
+            "E2B_API_KEY": api_key,
             "nats_url": services["nats_url"], "database_url": services["database_url"],
             "metrics_token": _metrics_token(cfg), "pid": os.getpid(),
             "roles": {n: r.proc.pid for n, r in roles.items() if r.proc},

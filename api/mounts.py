@@ -32,7 +32,7 @@ from domain import sandbox as sb
 from domain import volume as vo
 from domain.sandbox import SandboxStatus
 
-__all__ = ["preferred_node", "resolve_mounts"]
+__all__ = ["free_volume", "preferred_node", "resolve_mounts"]
 
 _ENDED = (SandboxStatus.KILLED, SandboxStatus.FAILED)
 _POLL_S = 0.2
@@ -49,29 +49,37 @@ async def resolve_mounts(
             raise ApiError(404, f"volume '{m.name}' not found")
         path = vo.check_mount_path(m.path)
         vid = vo.volume_id_of(caller.team_id, m.name)
-        volumes.append(await _free(ctx, caller, vid, m.name, sandbox_id))
+        volumes.append(await free_volume(ctx, vid, m.name, team_id=caller.team_id,
+                                         holder=sandbox_id, actor=caller.key_id))  # fmt: skip
         mounts.append(sb.VolumeMount(name=m.name, path=path, volume_id=vid))
     return tuple(mounts), volumes
 
 
-async def _free(
-    ctx: ApiContext, caller: Caller, volume_id: str, name: str, sandbox_id: str
-) -> vo.Volume:
+async def free_volume(
+    ctx: ApiContext, volume_id: str, name: str, *, team_id: str | None, holder: str | None,
+    actor: str | None,
+) -> vo.Volume:  # fmt: skip
+    """The volume once nothing holds it (or `holder` does already): a live sandbox's is a
+    409 at once; an ended holder's release is waited for (then 409 with Retry-After); a
+    lost node's is released on its behalf. `team_id` None: the caller showed the volume's
+    token instead of a key."""
     deadline = time.monotonic() + ctx.settings.volume_wait_s
+    wanted = holder
     while True:
         state, _ = await ctx.bus.volumes.load(volume_id)
-        if state is None or state.destroyed or state.team_id != caller.team_id:
+        if state is None or state.destroyed or team_id not in (None, state.team_id):
             raise ApiError(404, f"volume '{name}' not found")
         holder = state.holder
-        if holder is None or holder == sandbox_id:
+        if holder is None or holder == wanted:
             return state
         content = holder.startswith(vo.CONTENT_HOLDER_PREFIX)
         if not content and not await _ended(ctx, holder):
             raise ApiError(409, f"volume '{name}' is mounted by sandbox {holder}: a volume "
-                                "is mounted by one sandbox at a time (kill that one first)")
+                                "is mounted by one sandbox at a time (kill that one first; "
+                                "its files are reachable through it meanwhile)")
         ended_at = state.attached_at if content else await ctx.bus.sandboxes.last_event_at(holder)
         if await _lost(ctx, state, ended_at):
-            await _release_for(ctx, caller, state)
+            await _release_for(ctx, actor, state)
             continue
         if time.monotonic() >= deadline:
             what = ("a write through the volume API" if holder.startswith(vo.CONTENT_HOLDER_PREFIX)
@@ -97,12 +105,12 @@ async def _lost(ctx: ApiContext, volume: vo.Volume, ended_at: datetime | None) -
     return ended_at is None or (datetime.now(UTC) - ended_at).total_seconds() > lost_after
 
 
-async def _release_for(ctx: ApiContext, caller: Caller, volume: vo.Volume) -> None:
+async def _release_for(ctx: ApiContext, actor: str | None, volume: vo.Volume) -> None:
     holder = volume.holder or ""
     release = vo.ReleaseVolume(volume_id=volume.volume_id, holder=holder, node_id=None,
                                command_id=sb.derived_command_id(holder, "release-lost",
                                                                 volume.volume_id))  # fmt: skip
-    await execute(ctx.bus.volumes, release, MessageContext(actor=caller.key_id))
+    await execute(ctx.bus.volumes, release, MessageContext(actor=actor))
 
 
 def preferred_node(ctx: ApiContext, volumes: list[vo.Volume]) -> str | None:

@@ -30,6 +30,7 @@ from litestar.response import Stream
 from api.context import ApiContext
 from api.errors import ApiError, documented
 from api.ids import is_sandbox_id
+from api.mounts import free_volume
 from api.volumes import token_sha256
 from bus.nodes import is_gone
 from domain import volume as vo
@@ -67,17 +68,6 @@ async def authorised(ctx: ApiContext, volume_id: str, token: str) -> vo.Volume:
     return state
 
 
-def _busy(state: vo.Volume) -> ApiError | None:
-    if state.holder is None:
-        return None
-    if state.holder.startswith(vo.CONTENT_HOLDER_PREFIX):
-        return ApiError(409, f"volume '{state.name}' is being written through the volume API; "
-                             "retry in a moment", headers={"Retry-After": "1"})  # fmt: skip
-    return ApiError(409, f"volume '{state.name}' is mounted by sandbox {state.holder}: the "
-                         "volume API works on a volume no sandbox mounts (kill the sandbox, "
-                         "or read and write its files through the sandbox)")  # fmt: skip
-
-
 def _node_proxy(ctx: ApiContext, state: vo.Volume) -> str:
     """The proxy of the node to do it: the one that released the volume last, else any."""
     beats = ctx.nodes.current() if ctx.nodes is not None else None
@@ -108,8 +98,9 @@ async def volume_content(
         raise ApiError(404, f"no volume content route {op!r}")
     token = _token(request)
     state = await authorised(ctx, volume_id, token)
-    if (busy := _busy(state)) is not None:
-        raise busy
+    # a volume whose sandbox ended is still being released: wait for that, as a create does
+    state = await free_volume(ctx, volume_id, state.name, team_id=None, holder=None,
+                              actor=f"volume:{volume_id}")  # fmt: skip
     proxy = _node_proxy(ctx, state)
     url = f"http://{proxy}/volumes/{volume_id}/{op}"
     headers = {"authorization": f"Bearer {token}"}

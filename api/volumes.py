@@ -25,6 +25,7 @@ from api.auth import Caller
 from api.context import ApiContext
 from api.errors import ERRORS, ApiError
 from api.ids import is_sandbox_id
+from api.mounts import free_volume
 from bus.decisions import execute
 from bus.envelope import MessageContext
 from domain import volume as vo
@@ -102,9 +103,11 @@ async def get_volume(volume_id: str, ctx: ApiContext, caller: Caller) -> dict[st
 
 @delete("/volumes/{volume_id:str}", status_code=204, responses=ERRORS)
 async def destroy_volume(volume_id: str, ctx: ApiContext, caller: Caller) -> Response[None]:
-    """Refused (409) while a sandbox mounts it, or while its last holder's content is
-    still being made durable."""
-    await visible_volume(ctx, caller, volume_id)
+    """Refused (409) while a sandbox mounts it; one that ended is waited for (its content
+    is being made durable), as a create waits."""
+    state = await visible_volume(ctx, caller, volume_id)
+    await free_volume(ctx, volume_id, state.name, team_id=caller.team_id, holder=None,
+                      actor=caller.key_id)  # fmt: skip
     _, version, _ = await execute(ctx.bus.volumes, vo.DestroyVolume(volume_id=volume_id),
                                   MessageContext(actor=caller.key_id))  # fmt: skip
     await ctx.wait_for_volumes(version.seq)

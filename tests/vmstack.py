@@ -18,7 +18,7 @@ from aenv.stack.process import free_port
 
 AENV = [sys.executable, "-m", "aenv.cli"]
 #: what the SDK reads to find a stack, as `aenv up` exports it
-SDK_ENV = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
+SDK_ENV = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL", "E2B_API_KEY")
 
 
 def add_log_tail(report: pytest.TestReport, data_dir: Path, lines: int) -> None:

@@ -7,6 +7,7 @@ import typer
 
 from aenv.commands import auth, exec, listing, observe, sandboxes, templates
 from aenv.commands.snapshots import snapshot_app
+from aenv.commands.volumes import volume_app
 
 __all__ = ["EPILOG", "register"]
 
@@ -24,7 +25,7 @@ EPILOG = (
 
 def register(app: typer.Typer) -> None:
     """Add auth, start, cn, exec, upload, download, ls, pause, resume, timeout, rm, fork,
-    snapshot, build, pull, template ls|rm, and the top-level help's epilog on configuration
+    snapshot, volume, build, pull, template ls|rm, and the top-level help's epilog on configuration
     and exit codes."""
     auth.register(app)
     sandboxes.register(app)
@@ -32,6 +33,7 @@ def register(app: typer.Typer) -> None:
     exec.register(app)
     observe.register(app)
     app.add_typer(snapshot_app, name="snapshot")
+    app.add_typer(volume_app, name="volume")
     templates.register(app)
     if not app.info.epilog:
         app.info.epilog = EPILOG

@@ -66,6 +66,9 @@ def start(
                    help="KEY=VALUE environment variable for processes, repeatable.")] = None,
     rm: Annotated[bool, typer.Option("--rm", help="Kill the sandbox when the shell exits.")
                   ] = False,
+    volume: Annotated[list[str] | None, typer.Option("--volume", "-v",
+                      help="NAME:/PATH: mount volume NAME at /PATH, repeatable (aenv volume)."
+                      )] = None,
     api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
 ) -> None:  # fmt: skip
     """Start a sandbox from TEMPLATE (default: base) and open a shell in it.
@@ -77,12 +80,14 @@ def start(
 
     conn = connection(api_url, api_key, data_dir)
     meta, envs = pairs(metadata, "--metadata"), pairs(env, "--env")
+    mounts = _mounts(volume)
     with sdk_errors("start"):
         try:
             sbx = Sandbox.create(template, timeout=timeout, metadata=meta or None,
-                                 envs=envs or None, **conn.sdk_opts())  # fmt: skip
+                                 envs=envs or None, volume_mounts=mounts or None,
+                                 **conn.sdk_opts())  # fmt: skip
         except SandboxException as e:
-            if e.status_code == 404:
+            if e.status_code == 404 and "volume" not in str(e):  # (a volume's 404 says so)
                 die(f"start: no such template {template}: `aenv template ls` lists them, "
                     "`aenv snapshot ls` the snapshots", EXIT_FAILED)  # fmt: skip
             raise
@@ -103,6 +108,17 @@ def start(
                    f"`aenv cn {sbx.sandbox_id}` to return, `aenv rm` to end it",
                    err=True)  # fmt: skip
     raise typer.Exit(code)
+
+
+def _mounts(raw: list[str] | None) -> dict[str, str | Any]:
+    """`--volume NAME:/PATH` options as the SDK's `volume_mounts` ({path: name})."""
+    out: dict[str, str | Any] = {}
+    for item in raw or ():
+        name, sep, path = item.partition(":")
+        if not sep or not name or not path.startswith("/"):
+            die(f"--volume {item!r}: expected NAME:/PATH", EXIT_USAGE)
+        out[path] = name
+    return out
 
 
 def cn(

@@ -36,6 +36,7 @@ class Stack:
         return {
             "E2B_API_URL": self.api_url,
             "E2B_SANDBOX_URL": self.api_url,
+            "E2B_VOLUME_API_URL": self.api_url,
             "E2B_API_KEY": self.api_key,
         }
 
