@@ -1,8 +1,8 @@
-"""Golden histories: the recorded events of real sandboxes', templates' (tags included),
-builds' and API keys' lives (`histories/`, recorded from a running stack by
-`tests/golden/record.py`, never edited) must decode with today's code — older schema
-versions upcast — and fold to the state recorded with them. A change that cannot read
-yesterday's log fails here, not in production on replay."""
+"""Golden histories: the recorded events of real sandboxes' (volume mounts included),
+templates' (tags included), builds', API keys' and volumes' lives (`histories/`, recorded
+from a running stack by `tests/golden/record.py`, never edited) must decode with today's
+code — older schema versions upcast — and fold to the state recorded with them. A change
+that cannot read yesterday's log fails here, not in production on replay."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from domain import apikey as ak
 from domain import build as bd
 from domain import sandbox as sb
 from domain import template as tp
+from domain import volume as vo
 
 HISTORIES = Path(__file__).parent / "histories"
 EVOLVE: dict[str, Callable[[Any, Event], Any]] = {
@@ -27,6 +28,7 @@ EVOLVE: dict[str, Callable[[Any, Event], Any]] = {
     "template": tp.evolve_template,
     "apikey": ak.evolve_api_key,
     "build": bd.evolve_build,
+    "volume": vo.evolve_volume,
 }
 
 
@@ -88,4 +90,5 @@ def test_the_histories_cover_every_lifecycle_step() -> None:
         "TemplateBuildPublished", "TemplateTagsAssigned", "TemplateTagsRemoved",
         "TemplateCaptureDropped", "TemplateBuildRequested", "TemplateBuildStarted",
         "TemplateBuildClaimed", "TemplateBuilt",
+        "VolumeCreated", "VolumeAttached", "VolumeReleased", "VolumeDestroyed",
     } <= types  # fmt: skip

@@ -76,7 +76,7 @@ def vmless_stack(data: Path, **extra_env: str) -> Iterator[VmlessStack]:
            "AENV_DATABASE_URL": f"{PG}/{db}", "AENV_EMBEDDED_S3": "0",
            "AENV_HEARTBEAT_S": "0.5", "AENV_METRICS_TOKEN": METRICS_TOKEN,
            **extra_env}  # fmt: skip
-    for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY"):
+    for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL", "E2B_API_KEY"):
         env.pop(k, None)
     for k in [k for k, v in env.items() if k.startswith("AENV_") and v == ""]:
         env.pop(k)

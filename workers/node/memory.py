@@ -36,6 +36,7 @@ from workers.node.ports import (
     TemplateLocator,
     WarmStats,
 )
+from workers.node.volumes.images import version_key
 
 __all__ = ["MemoryHost", "MemoryVolumes"]
 
@@ -51,7 +52,8 @@ class _Sandbox:
 
 class MemoryVolumes:
     """Volume images as records: the VM-less tier attaches and releases volumes in the log
-    like any node, but has no file system to make durable (a release keeps the version)."""
+    like any node. Like its pauses' captures, the version a holder leaves is a name with
+    nothing behind it (`vol-<id>-<holder>`, 0 bytes): the log's shape, not durability."""
 
     def __init__(self) -> None:
         self._holders: dict[str, str] = {}
@@ -68,7 +70,9 @@ class MemoryVolumes:
         return Path("/dev/null")
 
     async def upload(self, volume_id: str, holder: str) -> tuple[str, int] | None:
-        return None
+        if self._holders.get(volume_id) != holder:
+            return None
+        return version_key(volume_id, holder), 0
 
     def released(self, volume_id: str, version: str | None) -> None:
         self._holders.pop(volume_id, None)
