@@ -13,9 +13,11 @@ from sqlalchemy import Table, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from bus import AggregateKind, Bus, MessageContext, RecordedEvent
+from bus import AggregateKind, Bus, MessageContext, RecordedEvent, Version
+from bus.decisions import execute
 from domain import apikey as ak
 from domain import template as tp
+from domain import volume as vo
 from domain.sandbox.values import new_sandbox_id
 from projections import (
     Projector,
@@ -118,11 +120,14 @@ async def test_rebuild_reproduces_the_live_tables(
         ),
     )
     builds = [await build_lifecycle(bus, str(uuid.uuid4()), fail=f) for f in (False, True)]
+    volumes = [await _volume_lifecycle(bus, name, destroy=d)
+               for name, d in (("kept", False), ("gone", True))]  # fmt: skip
     last = await bus.sandboxes.version(sid)
     await projectors["sandboxes"].wait_for(last.seq)
     await projectors["template_builds"].wait_for(max(b.seq for b in builds))
     await projectors["templates"].wait_for(t.seq)
     await projectors["api_keys"].wait_for(k.seq)
+    await projectors["volumes"].wait_for(max(v.seq for v in volumes))
 
     for projection in all_projections():
         before = await _dump(engine, projection.tables)
@@ -138,6 +143,26 @@ async def test_rebuild_reproduces_the_live_tables(
             )
         assert leftovers == 0
     assert before  # the last projection's tables were not empty either
+
+
+async def _volume_lifecycle(bus: Bus, name: str, *, destroy: bool) -> Version:
+    """A volume created, attached to a sandbox, released with a version, destroyed or not."""
+    vid = vo.volume_id_of("team1", name)
+    steps: list[vo.AnyVolumeCommand] = [
+        vo.CreateVolume(volume_id=vid, team_id="team1", name=name, token_sha256="a" * 64, at=T0),
+        vo.AttachVolume(volume_id=vid, holder="sbx1", node_id="n1", at=T0),
+        vo.ReleaseVolume(volume_id=vid, holder="sbx1", node_id="n1", at=T0,
+                         version=vo.VolumeVersion(key=f"vol-{vid}-sbx1", size_bytes=4096,
+                                                  node_id="n1")),
+        vo.AttachVolume(volume_id=vid, holder="sbx2", node_id="n2", at=T0),
+    ]  # fmt: skip
+    if destroy:
+        steps += [vo.ReleaseVolume(volume_id=vid, holder="sbx2", at=T0),
+                  vo.DestroyVolume(volume_id=vid, at=T0)]  # fmt: skip
+    version = bus.volumes.NEW
+    for cmd in steps:
+        _, version, _ = await execute(bus.volumes, cmd)
+    return version
 
 
 async def _dump(engine: AsyncEngine, tables: Sequence[Table]) -> dict[str, list[dict[str, object]]]:
