@@ -7,6 +7,7 @@ API waits for it). The images are the memory host's records: nothing is made dur
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 
 import httpx
@@ -124,3 +125,22 @@ def test_two_creates_racing_for_a_volume_are_settled_by_the_log(vmless: VmlessSt
 def _held(stack: VmlessStack, volume_id: str) -> bool:
     state = vo.fold_volume(_events(stack, "volume", volume_id))  # type: ignore[arg-type]
     return state is not None and state.held
+
+
+def test_the_cli_creates_lists_and_removes_volumes(vmless: VmlessStack) -> None:
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    made = vmless.aenv("volume", "create", name)
+    assert made.returncode == 0, made.stderr
+    volume_id = made.stdout.strip()
+    assert volume_id == vo.volume_id_of("default", name) or len(volume_id) == 20
+    again = vmless.aenv("volume", "create", name)
+    assert again.returncode == 1 and "already exists" in again.stderr
+    listed = vmless.aenv("volume", "ls", "-o", "json")
+    assert listed.returncode == 0 and {"volume_id": volume_id, "name": name} in json.loads(
+        listed.stdout)
+    bad = vmless.aenv("start", "-d", "-v", "no-colon")
+    assert bad.returncode == 2 and "NAME:/PATH" in bad.stderr
+    gone = vmless.aenv("volume", "rm", name)
+    assert gone.returncode == 0, gone.stderr
+    missing = vmless.aenv("volume", "rm", name)
+    assert missing.returncode == 1 and "no such volume" in missing.stderr

@@ -27,6 +27,7 @@ from bus.subjects import AggregateKind
 from domain import sandbox as sb
 from domain import volume as vo
 from workers.node.ports import Host
+from workers.node.volumes.images import version_key
 
 __all__ = ["RELEASE_ATTEMPTS", "VolumeReleaser", "release_held"]
 
@@ -57,9 +58,14 @@ async def release_held(
         async with volumes.lock(vid):
             if not ours:
                 if vid in volumes.held_by(holder):
-                    log.info("volume %s: %s no longer holds it; dropping its image here",
-                             vid, holder)  # fmt: skip
-                    volumes.forget_holder(vid)
+                    mine = state is not None and state.version is not None and (
+                        state.version.key == version_key(vid, holder))
+                    if mine:  # released by an earlier delivery that died before noting it
+                        volumes.released(vid, version_key(vid, holder))
+                    else:
+                        log.info("volume %s: %s no longer holds it; dropping its image here",
+                                 vid, holder)  # fmt: skip
+                        volumes.forget_holder(vid)
                 continue
             uploaded = await volumes.upload(vid, holder) if vid in volumes.held_by(holder) else None
             version = None
@@ -71,8 +77,11 @@ async def release_held(
                                        command_id=sb.derived_command_id(holder, "release",
                                                                         vid))  # fmt: skip
             after, _, events = await execute(bus.volumes, release, context)
-            if after is not None and after.holder != holder:
-                volumes.released(vid, after.version.key if after.version else None)
+            recorded = after.version.key if after is not None and after.version else None
+            if version is not None and recorded == version.key:
+                volumes.released(vid, version.key)  # (also a redelivery: the same key)
+            elif uploaded is not None:  # released otherwise meanwhile: the image is no version
+                volumes.forget_holder(vid)
             if events:
                 done += 1
                 log.info("volume %s released by %s: %s", vid, holder,
