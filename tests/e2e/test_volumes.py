@@ -20,7 +20,7 @@ import pytest
 from e2b import Sandbox, Volume
 from e2b.exceptions import SandboxException, VolumeException, VolumeNotFoundException
 
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import AENV, Stack
 
 pytestmark = pytest.mark.vm
 
@@ -214,3 +214,30 @@ def test_the_npm_sdk_volume_api_is_the_same(stack: Stack) -> None:
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got == {"listed": True, "text": "from node", "entries": ["hello.txt"], "token": True,
                    "destroyed": True}  # fmt: skip
+
+
+def test_the_cli_moves_files_in_and_out_of_a_volume(stack: Stack, tmp_path: Path) -> None:
+    """`aenv volume files put|ls|get|rm` (the volume's own API, on the stack's node)."""
+    env = {**os.environ, **stack.env()}
+
+    def aenv(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*AENV, *args], env=env, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+
+    name = _name()
+    assert aenv("volume", "create", name).returncode == 0
+    local = tmp_path / "in.bin"
+    local.write_bytes(BIG[:100_000])
+    put = aenv("volume", "files", "put", name, str(local), "/deep/dir/in.bin", "--mode", "600")
+    assert put.returncode == 0, put.stderr
+    listed = aenv("volume", "files", "ls", name, "/deep", "-d", "2", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["path"]: r for r in json.loads(listed.stdout)}
+    row = rows["/deep/dir/in.bin"]
+    assert row["mode"] == "0600" and row["size"] == 100_000 and rows["/deep/dir"]
+    got = aenv("volume", "files", "get", name, "/deep/dir/in.bin", str(tmp_path / "out.bin"))
+    assert got.returncode == 0 and (tmp_path / "out.bin").read_bytes() == BIG[:100_000]
+    assert aenv("volume", "files", "rm", name, "/deep").returncode == 0
+    missing = aenv("volume", "files", "get", name, "/deep/dir/in.bin")
+    assert missing.returncode == 1, missing.stderr
+    assert aenv("volume", "rm", name).returncode == 0
