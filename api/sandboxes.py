@@ -163,7 +163,8 @@ async def create_sandbox(
 
     if node is None:  # placement: is there room anywhere? a warm VM somewhere?
         check_room(ctx, cmd.cpu_count, cmd.memory_mb)
-        cmd = cmd.model_copy(update={"warm_on": warm_nodes(ctx, cmd.template_id)})
+        if not mounts:  # a warm VM's volume slots hold placeholders: it cannot take one
+            cmd = cmd.model_copy(update={"warm_on": warm_nodes(ctx, cmd.template_id)})
     async with watch_hangup(request) as hung_up:
         event, _ = await send_and_wait(
             ctx.bus, cmd, node_id=node, until=(sb.SandboxCreated,),

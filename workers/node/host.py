@@ -50,9 +50,9 @@ from workers.node.runtime import (
 )
 from workers.node.templates import TemplateCatalog, TemplateSpec
 from workers.node.transfer import Transfers
+from workers.node.volumes.images import VolumeImages
 from workers.node.warm import WarmPool
 from workers.node.warmsize import WarmPolicy
-from workers.node.volumes.images import VolumeImages
 
 __all__ = ["GuestConfig", "HostError", "LocalCapture", "SandboxHost"]
 
