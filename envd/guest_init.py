@@ -140,6 +140,16 @@ def _authorized(state: State, req: Request, body: dict[str, Any]) -> bool:
     return isinstance(token, str) and same_secret(token, current)
 
 
+_MOUNT_LOCK: asyncio.Lock | None = None
+
+
+def _mounting() -> asyncio.Lock:
+    global _MOUNT_LOCK
+    if _MOUNT_LOCK is None:
+        _MOUNT_LOCK = asyncio.Lock()
+    return _MOUNT_LOCK
+
+
 async def handle_init(state: State, req: Request) -> None:
     raw = await req.read_all(1024 * 1024)
     try:
@@ -184,7 +194,11 @@ async def handle_init(state: State, req: Request) -> None:
     if mounts:
         user = state.default_user
         try:
-            await asyncio.to_thread(volumes.mount_all, mounts, user.uid, user.gid)
+            # one at a time: the host retries an /init that took longer than its request
+            # timeout (a mount under a loaded TCG host), and a second mount of a device
+            # still being mounted fails (EBUSY); after the first, it is "mounted already"
+            async with _mounting():
+                await asyncio.to_thread(volumes.mount_all, mounts, user.uid, user.gid)
         except (volumes.VolumeError, OSError) as e:
             log.error("volume mount failed", error=str(e))
             raise HttpError(500, f"volumes could not be mounted: {e}") from e

@@ -241,3 +241,41 @@ def test_the_cli_moves_files_in_and_out_of_a_volume(stack: Stack, tmp_path: Path
     missing = aenv("volume", "files", "get", name, "/deep/dir/in.bin")
     assert missing.returncode == 1, missing.stderr
     assert aenv("volume", "rm", name).returncode == 0
+
+
+def test_a_paused_sandbox_with_a_volume_resumes_on_another_node(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The volume travels with the pause: its image is uploaded with the capture, and a
+    node that takes the sandbox over (its own node gone) pulls both and moves the
+    attachment to itself; the kill there releases the volume with what was written."""
+    from tests.e2e.test_pause import _uploaded
+    from tests.e2e.test_two_nodes import _node_of, _second_node
+    from tests.support import eventually_sync
+
+    with _second_node(stack, tmp_path / "n2", AENV_HEARTBEAT_S="0.5") as node:
+        sbx, vol = None, None
+        for _ in range(12):  # placement is whoever pulls first: a fresh volume each try
+            vol = Volume.create(_name())
+            sbx = Sandbox.create(timeout=600, volume_mounts={MOUNT: vol})
+            if _node_of(stack, sbx.sandbox_id) == "e2e-two":
+                break
+            Sandbox.kill(sbx.sandbox_id)
+        assert sbx is not None and vol is not None and _node_of(stack, sbx.sandbox_id) == "e2e-two"
+        node.sandboxes.append(sbx)
+        sbx.files.write(f"{MOUNT}/travels.txt", "with its sandbox")
+        assert sbx.pause()
+        eventually_sync(lambda: _uploaded(stack, sbx.sandbox_id), timeout=120, interval=1)
+        node.die()
+        back = Sandbox.connect(sbx.sandbox_id, timeout=600)
+        assert _node_of(stack, sbx.sandbox_id) != "e2e-two"
+        assert back.files.read(f"{MOUNT}/travels.txt") == "with its sandbox"
+        back.files.write(f"{MOUNT}/after-move.txt", "written on the new node")
+        Sandbox.kill(sbx.sandbox_id)
+        vol = Volume.connect(vol.volume_id)  # (its reads wait for the new node's release)
+        assert vol.read_file("/after-move.txt") == "written on the new node"
+        assert vol.read_file("/travels.txt") == "with its sandbox"
+        attached = [e for e in _volume_log(stack, vol.volume_id)
+                    if type(e).__name__ == "VolumeAttached"]  # fmt: skip
+        assert [getattr(e, "node_id", None) for e in attached][-2:] == ["e2e-two", "e2e"]
+    Volume.destroy(vol.volume_id)
