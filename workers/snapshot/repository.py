@@ -195,7 +195,8 @@ class SnapshotRepository:
     async def upload_volume(self, image: Path, *, key: str, volume_id: str) -> UploadResult:
         """Store a volume's image under `key` (chunks with data, then the manifest): only
         the chunks the store lacks are sent, so a volume released again after a few writes
-        costs those writes."""
+        costs those writes. Measured as every upload (`aenv_snapshot_transfer_*`)."""
+        t0 = time.monotonic()
         sender = _Sender(self)
         fd = os.open(image, os.O_RDONLY)
         try:
@@ -204,8 +205,12 @@ class SnapshotRepository:
                                       image=ref)  # fmt: skip
             await self._call(lambda: self.store.put_manifest(key, manifest.to_json()))
             await sender.recheck_reused()
+        except Exception:
+            self.metrics.failed("upload")
+            raise
         finally:
             os.close(fd)
+        self.metrics.moved("upload", sender.bytes, time.monotonic() - t0)
         return UploadResult(manifest, sender.uploaded, sender.bytes, len(sender.reused))
 
     async def get_volume_manifest(self, key: str) -> VolumeManifest:
@@ -217,17 +222,26 @@ class SnapshotRepository:
 
     async def download_volume(self, key: str, dest: Path) -> VolumeManifest:
         """Rebuild the volume image `key` at `dest` (sparse, written whole before it takes
-        that name)."""
-        manifest = await self.get_volume_manifest(key)
+        that name). Measured as every download."""
+        t0 = time.monotonic()
+        fetched = [0]
 
         async def load(digest: str) -> Path:
             async def get(path: Path) -> int:
-                return await self._call(lambda: self.store.get_blob_to(digest, path))
+                n = await self._call(lambda: self.store.get_blob_to(digest, path))
+                fetched[0] += n
+                return n
 
             return await self.cache.fetch(digest, get)
 
-        with self.cache.hold(manifest.blob_digests()):
-            await self._download_memory(manifest.image, dest, load)
+        try:
+            manifest = await self.get_volume_manifest(key)
+            with self.cache.hold(manifest.blob_digests()):
+                await self._download_memory(manifest.image, dest, load)
+        except Exception:
+            self.metrics.failed("download")
+            raise
+        self.metrics.moved("download", fetched[0], time.monotonic() - t0)
         return manifest
 
     async def _upload_memory(self, fd: int, mem: Path, sender: _Sender) -> MemoryRef:
