@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
