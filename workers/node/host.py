@@ -13,19 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import json
 import logging
 import shutil
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bus import logcontext
-from workers.node.image import GuestImage, build_from_oci
-from workers.node.image.registry import RegistryAuth, parse_reference, pull
+from workers.node import guestcalls
+from workers.node.garbage import Garbage
+from workers.node.hosted import LiveSandbox, LocalCapture, PausedSandbox, capture_size
+from workers.node.imports import convert_image
 from workers.node.ports import (
     Accelerator,
     Capture,
@@ -40,12 +40,9 @@ from workers.node.ports import (
     WarmStats,
 )
 from workers.node.runtime import (
-    ENVD_PORT,
     Runtime,
     Snapshot,
     Vm,
-    allocated_bytes,
-    http_request,
     wait_and_init,
 )
 from workers.node.templates import TemplateCatalog, TemplateSpec
@@ -57,53 +54,6 @@ from workers.node.warmsize import WarmPolicy
 __all__ = ["GuestConfig", "HostError", "LocalCapture", "SandboxHost"]
 
 log = logging.getLogger(__name__)
-
-#: Layer GC runs this long after the kill/resume/delete that asked for it.
-GC_DELAY_S = 3.0
-
-
-@dataclass
-class LiveSandbox:
-    sandbox_id: str
-    template_id: str
-    vm: Vm
-    guest: GuestConfig
-    #: handed over by the warm pool (not restored for it)
-    warm: bool = False
-    #: where the sandbox's part of its VM's console starts (a warm VM's warm-up came first)
-    console_from: int = 0
-
-
-@dataclass
-class PausedSandbox:
-    """A paused sandbox: its capture on this node's disk, and what its guest must be told."""
-
-    sandbox_id: str
-    template_id: str
-    snapshot: Snapshot
-    guest: GuestConfig
-
-
-@dataclass(frozen=True)
-class LocalCapture:
-    """A capture for the snapshot worker to upload; `volumes`: (slot, volume id, image) of
-    the volumes its paused sandbox holds, uploaded with it (a take-over needs them)."""
-
-    snapshot_id: str
-    dir: Path
-    base_image_digest: str
-    size_bytes: int
-    volumes: tuple[tuple[int, str, Path], ...] = ()
-
-    @classmethod
-    def of(cls, snap: Snapshot, volumes: tuple[tuple[int, str, Path], ...] = ()) -> LocalCapture:
-        return cls(snap.snapshot_id, snap.dir, snap.base_image.parent.name, _size(snap),
-                   volumes)  # fmt: skip
-
-
-def _size(snap: Snapshot) -> int:
-    return sum(allocated_bytes(p) for p in (snap.mem, snap.state, snap.disk_top))
-
 
 class SandboxHost:
     """Creates, kills and locates this node's sandboxes."""
@@ -124,12 +74,11 @@ class SandboxHost:
         #: captures of resumed sandboxes whose resume the log does not hold yet
         self._resumed: dict[str, Snapshot] = {}
         self._gone_hooks: list[Callable[[str], None]] = []
-        self._gc_lock = asyncio.Lock()
-        self._gc: asyncio.Task[None] | None = None
         self._busy: dict[str, asyncio.Lock] = {}
-        #: captures made for forks: their RAM file is mapped by the running children, so
-        #: each is kept until none of its children runs any more (see `collect_garbage`)
-        self._fork_captures: list[Snapshot] = []
+        #: disk layers and fork captures nothing needs any more, freed off the command path
+        self.garbage = Garbage(
+            runtime, lambda: [p.snapshot for p in self.paused.values()] + templates.captures()
+        )
         #: one task per running VM, waiting for its QEMU to exit
         self._watchers: set[asyncio.Task[None]] = set()
         self._died: Died | None = None
@@ -188,20 +137,7 @@ class SandboxHost:
         live = self.sandboxes.get(sandbox_id)
         if live is None or not live.vm.qemu.alive:
             return None
-        token = live.guest.access_token
-        headers = {"X-Access-Token": token} if token else {}
-        try:
-            status, body = await http_request(live.vm.host, ENVD_PORT, "GET", "/metrics",
-                                              headers=headers, timeout=2.0)  # fmt: skip
-        except (OSError, TimeoutError, ConnectionError):
-            return None
-        if status != 200:
-            return None
-        try:
-            doc = json.loads(body)
-        except ValueError:
-            return None
-        return doc if isinstance(doc, dict) else None
+        return await guestcalls.metrics(live)
 
     def console_log(self, sandbox_id: str) -> tuple[Path, int] | None:
         live = self.sandboxes.get(sandbox_id)
@@ -337,7 +273,7 @@ class SandboxHost:
         if keep_memory and live.guest.volumes:
             # its volumes' writes on their images: a paused sandbox killed before it runs
             # again (its page cache gone with it) must not lose them
-            await self._envd(live, "POST", "/sync", None, timeout=60.0)
+            await guestcalls.call(live, "POST", "/sync", None, timeout=60.0)
         try:
             if keep_memory:
                 snap = await self.runtime.capture(
@@ -359,45 +295,10 @@ class SandboxHost:
         return self._capture(paused)
 
     async def flush_guest(self, sandbox_id: str) -> dict[str, object]:
-        """The guest's writes on its disk (envd /sync) and what envd was told (its
-        defaults), for a filesystem-only pause. A guest that does not answer is not
-        paused: E2B refuses a filesystem pause of an unresponsive guest too."""
         live = self.sandboxes.get(sandbox_id)
         if live is None:
             raise HostError(f"sandbox {sandbox_id} is not running on this node")
-        token = live.guest.access_token
-        headers = {"X-Access-Token": token} if token else {}
-        host = live.vm.host
-        try:
-            status, body = await http_request(host, ENVD_PORT, "GET", "/defaults",
-                                              headers=headers, timeout=10.0)  # fmt: skip
-            synced, _ = await http_request(host, ENVD_PORT, "POST", "/sync", headers=headers,
-                                           timeout=60.0)  # fmt: skip
-        except (OSError, TimeoutError, ConnectionError) as e:
-            raise HostError(f"the guest did not answer for a filesystem pause: {e}") from e
-        if status != 200 or synced != 200:
-            raise HostError(f"the guest refused a filesystem pause ({status}, {synced})")
-        doc = json.loads(body)
-        return doc if isinstance(doc, dict) else {}
-
-    async def _envd(
-        self, live: LiveSandbox, method: str, path: str, body: object, *, timeout: float
-    ) -> bool:
-        """A best-effort request to a running guest's envd: whether it answered 2xx."""
-        token = live.guest.access_token
-        headers = {"X-Access-Token": token} if token else {}
-        data = json.dumps(body).encode() if body is not None else b""
-        try:
-            status, answer = await http_request(live.vm.host, ENVD_PORT, method, path,
-                                                headers=headers, body=data,
-                                                timeout=timeout)  # fmt: skip
-        except (OSError, TimeoutError, ConnectionError) as e:
-            log.warning("sandbox %s: envd %s %s failed: %s", live.sandbox_id, method, path, e)
-            return False
-        if status >= 300:
-            log.warning("sandbox %s: envd %s %s answered %s: %s", live.sandbox_id, method, path,
-                        status, answer[:200])  # fmt: skip
-        return status < 300
+        return await guestcalls.flush(live)
 
     @staticmethod
     def _capture(paused: PausedSandbox) -> Capture:
@@ -536,8 +437,8 @@ class SandboxHost:
             log.exception("fork of %s failed", parent_id)
             raise HostError(f"sandbox {parent_id} could not be captured for a fork: {e}") from e
         # The capture stays on disk while children map its RAM file copy-on-write (a child's
-        # pause copies what it needs); `collect_garbage` deletes it after the last child.
-        self._fork_captures.append(capture)
+        # pause copies what it needs); the garbage collector deletes it after the last child.
+        self.garbage.fork_captures.append(capture)
         log.info("sandbox %s fork into %d: paused %.1f ms", parent_id, len(ids), capture.stopped_ms)
 
         async def init(cid: str, vm: Vm | BaseException) -> str | None:
@@ -582,7 +483,7 @@ class SandboxHost:
             if self.warm is not None:  # its warm VMs were restored from the old one
                 await self.warm.drain(name, forget=False)
             self.runtime.delete_snapshot(old)
-        return Capture(snap.snapshot_id, live.template_id, _size(snap), snap.stopped_ms)
+        return Capture(snap.snapshot_id, live.template_id, capture_size(snap), snap.stopped_ms)
 
     async def kill(self, sandbox_id: str) -> bool:
         """Destroy the sandbox's VM or paused capture; False if neither was here."""
@@ -595,7 +496,8 @@ class SandboxHost:
             # best effort: the volumes' writes flushed and each unmounted (or frozen), so
             # the images the releaser uploads are clean file systems
             paths = [v.path for v in live.guest.volumes]
-            await self._envd(live, "POST", "/volumes/release", {"paths": paths}, timeout=15.0)
+            await guestcalls.call(live, "POST", "/volumes/release", {"paths": paths},
+                                  timeout=15.0)  # fmt: skip
         live = self.sandboxes.pop(sandbox_id, None)
         self.collect_soon()
         if live is None:
@@ -622,7 +524,7 @@ class SandboxHost:
         """An image becomes a template on this node: pulled into the layer cache if it is a
         registry reference, converted (cached by content), booted once, captured and
         adopted (so a restart keeps it)."""
-        image = await asyncio.to_thread(self._convert, name, source, progress)
+        image = await asyncio.to_thread(convert_image, name, source, progress)
         if self.warm is not None:  # an import again under a name: the old VMs go
             await self.warm.drain(name, forget=False)
         self.templates.register(TemplateSpec(name, vcpus=vcpus, mem_mib=mem_mib), lambda: image)
@@ -631,24 +533,6 @@ class SandboxHost:
         snap = await self.templates.get(name)
         self.templates.adopt(name, snap, None)
         return ImportedImage(image.digest, image.rootfs.stat().st_size >> 20)
-
-    @staticmethod
-    def _convert(
-        name: str, source: ImageSource, tell: Callable[[str], None] | None
-    ) -> GuestImage:
-        def progress(message: str) -> None:
-            log.info("import %s: %s", name, message)
-            if tell is not None:
-                tell(message)
-
-        if source.ref is None:
-            return build_from_oci(Path(source.path or ""), f"tpl-{name}", progress=progress)
-        auth = None
-        if source.username is not None:
-            auth = RegistryAuth(source.username, source.password or "")
-        pulled = pull(parse_reference(source.ref), auth=auth, progress=progress)
-        return build_from_oci(pulled.layout, f"tpl-{name}", progress=progress, ref="image",
-                              blobs=pulled.blobs)  # fmt: skip
 
     async def forget_template(self, name: str) -> None:
         if self.warm is not None:
@@ -682,39 +566,10 @@ class SandboxHost:
 
     # ---- housekeeping -------------------------------------------------------------------
     def collect_soon(self) -> None:
-        """Layer GC off the command path, a few seconds later (it reads every chain with
-        qemu-img: CPU the next create or resume should not share); many kills and resumes
-        in a row coalesce into one run."""
-        if self._gc is None or self._gc.done():
-            self._gc = asyncio.create_task(self._collect())
-
-    async def _collect(self) -> None:
-        await asyncio.sleep(GC_DELAY_S)
-        await self.runtime.foreground.settled()  # housekeeping: after the restores
-        try:
-            freed = await self.collect_garbage()
-            if freed:
-                log.info("freed %d unused disk layers", freed)
-        except Exception as e:  # GC is best effort; the next kill retries
-            log.warning("layer GC failed: %s", e)
+        self.garbage.collect_soon()
 
     async def collect_garbage(self) -> int:
-        """Free disk layers nothing needs any more (killed sandboxes, compacted chains).
-        Roots: live VMs (the runtime knows them), paused captures and template captures."""
-        async with self._gc_lock:
-            self._drop_unmapped_fork_captures()
-            keep = [p.snapshot for p in self.paused.values()] + self.templates.captures()
-            return await self.runtime.collect_layers(keep)
-
-    def _drop_unmapped_fork_captures(self) -> None:
-        """A fork capture's own files (RAM, device state) go once no running VM maps its
-        RAM; its disk layer stays as long as a child's chain stacks on it (layer GC)."""
-        mapped = {vm.mem_file for vm in self.runtime.vms.values()}
-        for capture in list(self._fork_captures):
-            if capture.mem not in mapped:
-                self.runtime.delete_snapshot(capture)
-                self._fork_captures.remove(capture)
-                log.info("fork capture %s freed: no child maps it", capture.snapshot_id)
+        return await self.garbage.collect()
 
     async def close(self) -> None:
         if self.warm is not None:
@@ -723,5 +578,4 @@ class SandboxHost:
             task.cancel()
         for sid in list(self.sandboxes):
             await self.kill(sid)
-        if self._gc is not None:
-            self._gc.cancel()
+        self.garbage.close()

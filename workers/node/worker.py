@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from collections.abc import Awaitable, Callable
-from uuid import UUID
 
 from opentelemetry import trace
 
@@ -33,17 +31,16 @@ from bus import (
 )
 from bus.decisions import execute
 from bus.nodes import NodeBook
-from bus.secrets import SecretBox
 from bus.tasks import cancel_and_wait
-from domain import Command, DomainError, Invalid, NotFound
+from domain import DomainError, Invalid, NotFound
 from domain import sandbox as sb
 from domain import template as tp
 from domain import volume as vo
 from domain.sandbox import SandboxStatus as S
-from envd.version import ENVD_VERSION
-from workers.node.buildlog import BuildLog
 from workers.node.capacity import Size, ledger_of, no_room, size_of
+from workers.node.completions import completion_id
 from workers.node.early import EarlyStarts
+from workers.node.forks import fork
 from workers.node.heartbeat import beat_forever
 from workers.node.journal import Journal
 from workers.node.metrics import NodeMetrics
@@ -53,12 +50,12 @@ from workers.node.ports import (
     GuestVolume,
     Host,
     HostError,
-    ImageSource,
     TemplateLocation,
 )
 from workers.node.reconcile import reconcile
 from workers.node.routes import RoutePublisher
 from workers.node.settings import NodeSettings
+from workers.node.template_work import import_template, locate_template
 from workers.node.warmsize import passes_on
 
 __all__ = ["NodeWorker", "completion_id", "egress_of"]
@@ -85,12 +82,6 @@ def egress_of(net: sb.NetworkPolicy, enabled: bool) -> EgressPolicy:
         allow=net.allow_out if enabled else (),
         deny=net.deny_out,
     )
-
-
-def completion_id(request: Command, what: str) -> UUID:
-    """The id of the command that completes `request`: derived, so a redelivered request
-    completes once."""
-    return sb.derived_command_id(str(request.command_id), what)
 
 
 def _tracer() -> trace.Tracer:
@@ -143,8 +134,8 @@ class NodeWorker:
             log.info("re-adopted %d snapshot templates", restored)
         self.routes = await RoutePublisher.open(self.bus, self.host, self.node_id,
                                                 self.node_proxy)  # fmt: skip
-        await reconcile(self.bus.sandboxes, self.host, self.journal, self.node_id, self._guest,
-                        self._kill_lost)  # fmt: skip
+        await reconcile(self.bus.sandboxes, self.host, self.journal, self.node_id,
+                        self.guest_config, self._kill_lost)  # fmt: skip
         swept = await self.host.sweep_leftovers()
         if swept:
             log.info("removed %d directories left by a crash", swept)
@@ -180,7 +171,7 @@ class NodeWorker:
         # its KV put is a nats-py request, whose wait_for can swallow one cancel
         await cancel_and_wait(self._heartbeat)
 
-    def _guest(self, state: sb.Sandbox | sb.CreateSandbox) -> GuestConfig:
+    def guest_config(self, state: sb.Sandbox | sb.CreateSandbox) -> GuestConfig:
         """What envd is told: from a sandbox's state, or from a fork child's create."""
         return GuestConfig(
             env_vars=dict(state.env_vars),
@@ -195,7 +186,7 @@ class NodeWorker:
         return self.routes.ingress(sandbox_id) if self.routes is not None else (False, None)
 
     @property
-    def _routes(self) -> RoutePublisher:
+    def route_publisher(self) -> RoutePublisher:
         assert self.routes is not None, "start() first"
         return self.routes
 
@@ -273,7 +264,7 @@ class NodeWorker:
                 self.journal.add(cmd.sandbox_id, capture.template_id, snap_id)
             except HostError as e:
                 error = str(e)
-        await self._routes.dropped()
+        await self.route_publisher.dropped()
         return sb.CompletePause(sandbox_id=cmd.sandbox_id, snapshot_id=snap_id, error=error,
                                 memory=memory, command_id=completion_id(cmd, "paused"))  # fmt: skip
 
@@ -328,7 +319,7 @@ class NodeWorker:
         async with self.host.lock(sandbox_id):
             held = await self.host.kill(sandbox_id)
             self.journal.remove(sandbox_id)
-        await self._routes.dropped()
+        await self.route_publisher.dropped()
         return held
 
     async def _vm_died(self, sandbox_id: str, why: str, cause: str) -> None:
@@ -365,7 +356,7 @@ class NodeWorker:
         # with volumes, nothing starts before the volumes are attached (after the claim)
         if not cmd.volume_mounts and self.early.creates(self.bus.sandboxes, cmd):
             early = await self.early.start(
-                sid, lambda: self._start(sid, cmd.template_id, self._guest(cmd))
+                sid, lambda: self._start(sid, cmd.template_id, self.guest_config(cmd))
             )
         try:
             state, version, _ = await execute(self.bus.sandboxes, cmd, ctx)
@@ -376,7 +367,7 @@ class NodeWorker:
             await self.early.undo(sid, early, self.journal)
             # redelivery of a create that already finished: its route may not have made it
             if state is not None and state.status is S.RUNNING and state.node_id == self.node_id:
-                await self._routes.put(sid, state.traffic_access_token)
+                await self.route_publisher.put(sid, state.traffic_access_token)
             elif state is not None and state.status is S.CREATING:
                 await self._taken_elsewhere(cmd, state, ctx)
             return
@@ -386,9 +377,9 @@ class NodeWorker:
         else:
             error, code = await self._attach(state, cmd, ctx)
             if error is None:
-                error, _ = await self._start(sid, state.template_id, self._guest(state))
+                error, _ = await self._start(sid, state.template_id, self.guest_config(state))
         token = state.traffic_access_token
-        route = self._routes.beside(sid, token) if error is None else None
+        route = self.route_publisher.beside(sid, token) if error is None else None
         done = sb.CompleteCreate(sandbox_id=sid, node_id=self.node_id, error=error, code=code,
                                  warm=error is None and self.host.started_warm(sid),
                                  command_id=completion_id(cmd, "created"))  # fmt: skip
@@ -529,12 +520,12 @@ class NodeWorker:
             if state is None or not running_here:
                 await self.early.undo(sid, early, self.journal)
             else:  # a redelivery: see _create
-                await self._routes.put(sid, state.traffic_access_token)
+                await self.route_publisher.put(sid, state.traffic_access_token)
                 self.host.resume_recorded(sid)
             return
         error, _ = await (early if early is not None else self._bring_back(sid, state))
         token = state.traffic_access_token
-        route = self._routes.beside(sid, token) if error is None else None
+        route = self.route_publisher.beside(sid, token) if error is None else None
         done = sb.CompleteResume(sandbox_id=sid, node_id=self.node_id, error=error,
                                  command_id=completion_id(cmd, "resumed"))  # fmt: skip
         try:
@@ -564,141 +555,19 @@ class NodeWorker:
                     await self._move_volumes(state)
                     await self.host.take_over_paused(sid, state.template_id,
                                                      state.paused_snapshot_id,
-                                                     self._guest(state))  # fmt: skip
+                                                     self.guest_config(state))  # fmt: skip
                 template = await self.host.resume(sid)
                 self.journal.add(sid, template)
             except HostError as e:
                 return str(e), False
             return None, started
 
-    # ---- forks -----------------------------------------------------------------------
+    # ---- forks and template imports: modules of their own ------------------------------
     async def _fork(self, cmd: sb.ForkSandbox, ctx: MessageContext) -> None:
-        """One capture of the parent, `count` copy-on-write children on this node. Each
-        child is a sandbox of its own (its create decided on its own stream, with a fresh
-        access token and `forked_from` lineage); the parent's stream records the outcome."""
-        state, _, _ = await execute(self.bus.sandboxes, cmd, ctx)
-        if state is None or state.status is not S.FORKING:
-            return
-        try:
-            await self._fork_children(cmd, ctx, state)
-        finally:
-            for cid in state.pending_children:
-                if not self.host.runs(cid):
-                    self.capacity.release(cid)
+        await fork(self, cmd, ctx)
 
-    async def _fork_children(
-        self, cmd: sb.ForkSandbox, ctx: MessageContext, state: sb.Sandbox
-    ) -> None:
-        creates: dict[str, sb.CreateSandbox] = {}
-        #: each child's traffic token as its log has it (a redone fork minted new ones)
-        tokens: dict[str, str | None] = {}
-        for cid in state.pending_children:
-            create = sb.fork_child_command(state, cid, cmd)
-            if state.envd_access_token is not None:
-                create = create.model_copy(update={"envd_access_token": secrets.token_urlsafe(24)})
-            if state.traffic_access_token is not None:  # a child's guest ports: its own key
-                create = create.model_copy(
-                    update={"traffic_access_token": secrets.token_urlsafe(24)}
-                )
-            placed = create.model_copy(update={"node_id": self.node_id})
-            # journaled before its request is in the log: a node that dies from here on
-            # leaves the child to its reconcile (lost), never `creating` for ever
-            self.journal.add(cid, state.template_id)
-            child, _, _ = await execute(self.bus.sandboxes, placed, ctx)
-            if child is not None and child.status is S.CREATING:
-                # the tokens the log has: a redone fork (its child requested by an earlier
-                # delivery) minted new ones the log never took, which its guest must not get
-                creates[cid] = create.model_copy(
-                    update={"envd_access_token": child.envd_access_token}
-                )
-                tokens[cid] = child.traffic_access_token
-        for cid in state.pending_children:
-            if cid not in creates and not self.host.runs(cid):
-                self.journal.remove(cid)  # not ours to start (it existed already)
-        errors: dict[str, str | None] = {}
-        size, new = size_of(state), [cid for cid in creates if not self.capacity.holds(cid)]
-        if self.capacity.fits(size, len(new)):
-            for cid in new:
-                self.capacity.take(cid, size)
-            creates_to_start = creates
-        else:  # each child told why: the fork answers, its children fail
-            room = self.capacity.room()
-            why = (f"node {self.node_id} has no room for {len(new)} more sandboxes of "
-                   f"{size.vcpus} vCPU / {size.mem_mib} MiB ({room.free_vcpus} vCPU, "
-                   f"{room.free_mem_mib} MiB, {room.free_sandboxes} sandboxes left)")  # fmt: skip
-            errors = dict.fromkeys(creates, why)
-            creates_to_start = {}
-        async with self.host.lock(cmd.sandbox_id):
-            try:
-                guests = {cid: self._guest(c) for cid, c in creates_to_start.items()}
-                if guests:
-                    errors = await self.host.fork(cmd.sandbox_id, guests)
-            except HostError as e:
-                errors = {cid: str(e) for cid in creates}
-        await asyncio.gather(*(self._routes.put(cid, tokens[cid]) for cid in creates
-                               if errors.get(cid) is None))  # fmt: skip
-        for cid, create in creates.items():
-            if errors.get(cid) is not None:
-                self.journal.remove(cid)
-            done = sb.CompleteCreate(sandbox_id=cid, node_id=self.node_id, error=errors.get(cid),
-                                     command_id=completion_id(create, "created"))  # fmt: skip
-            await execute(self.bus.sandboxes, done, ctx)
-        results = tuple(
-            sb.ForkChildResult(sandbox_id=cid, error=errors.get(cid, "child already existed"))
-            if cid in creates else sb.ForkChildResult(sandbox_id=cid, error=None)
-            for cid in state.pending_children
-        )  # fmt: skip
-        finished = sb.CompleteFork(sandbox_id=cmd.sandbox_id, children=results,
-                                   command_id=completion_id(cmd, "forked"))  # fmt: skip
-        await execute(self.bus.sandboxes, finished, ctx)
-
-    # ---- templates -------------------------------------------------------------------
     async def _import(self, cmd: tp.ImportTemplateImage, ctx: MessageContext) -> None:
-        """An image becomes a template on this node, then registered and answered."""
-        name = cmd.template_id
-        source = await self._image_source(cmd)
-        async with BuildLog(self.bus, cmd.build_id, ctx) as build_log:
-            try:
-                image = await self.host.import_image(name, source, vcpus=cmd.cpu_count,
-                                                     mem_mib=cmd.memory_mb,
-                                                     progress=build_log.line)  # fmt: skip
-            except Exception as e:
-                # the consumer answers it on the template's subject, where the requester waits
-                log.exception("import of %s as %s failed", source, name)
-                raise PermanentError(f"image {source}: {e}") from e
-        register = tp.RegisterTemplate(
-            template_id=name, alias=cmd.alias, envd_version=ENVD_VERSION,
-            cpu_count=cmd.cpu_count, memory_mb=cmd.memory_mb, disk_size_mb=image.disk_size_mb,
-            command_id=completion_id(cmd, "registered"),
-        )  # fmt: skip
-        await execute(self.bus.templates, register, ctx)
-        # the answer the requester waits for: after the registration
-        done = tp.CompleteTemplateImport(template_id=name, image_digest=image.digest,
-                                         node_id=self.node_id,
-                                         command_id=completion_id(cmd, "imported"))  # fmt: skip
-        await execute(self.bus.templates, done, ctx)
-
-    async def _image_source(self, cmd: tp.ImportTemplateImage) -> ImageSource:
-        """Where the image comes from; a private registry's login from the secrets bucket
-        (the command names it, the log never holds it)."""
-        if cmd.credentials is None:
-            return ImageSource(path=cmd.image_path, ref=cmd.image_ref)
-        box = await SecretBox.open(self.bus.js, self.bus.names.secrets_bucket)
-        login = await box.get(cmd.credentials)
-        if login is None:
-            raise PermanentError(f"image {cmd.image}: its registry login is gone (kept "
-                                 f"{self.bus.settings.secret_ttl_s:.0f} s): start the build "
-                                 "again")  # fmt: skip
-        return ImageSource(ref=cmd.image_ref, username=str(login.get("username", "")),
-                           password=str(login.get("password", "")))  # fmt: skip
+        await import_template(self.bus, self.host, self.node_id, cmd, ctx)
 
     async def _locate_template(self, name: str) -> TemplateLocation | None:
-        """Where the log says a snapshot template taken elsewhere is durable, with the
-        envd token its captured guest holds (its source sandbox's)."""
-        tpl, _ = await self.bus.templates.load(name)
-        if tpl is None or tpl.deleted or tpl.capture_key is None or tpl.capture_of is None:
-            return None
-        source, _ = await self.bus.sandboxes.load(tpl.capture_of)
-        token = source.envd_access_token if source is not None else None
-        return tpl.capture_key, token, tpl.capture_of
-
+        return await locate_template(self.bus, name)

@@ -1,0 +1,55 @@
+"""What the node's host keeps of each sandbox it holds: a running one's VM, a paused one's
+capture, and a capture as the snapshot worker uploads it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from workers.node.ports import GuestConfig
+from workers.node.runtime import Snapshot, Vm, allocated_bytes
+
+__all__ = ["LiveSandbox", "LocalCapture", "PausedSandbox", "capture_size"]
+
+
+@dataclass
+class LiveSandbox:
+    sandbox_id: str
+    template_id: str
+    vm: Vm
+    guest: GuestConfig
+    #: handed over by the warm pool (not restored for it)
+    warm: bool = False
+    #: where the sandbox's part of its VM's console starts (a warm VM's warm-up came first)
+    console_from: int = 0
+
+
+@dataclass
+class PausedSandbox:
+    """A paused sandbox: its capture on this node's disk, and what its guest must be told."""
+
+    sandbox_id: str
+    template_id: str
+    snapshot: Snapshot
+    guest: GuestConfig
+
+
+@dataclass(frozen=True)
+class LocalCapture:
+    """A capture for the snapshot worker to upload; `volumes`: (slot, volume id, image) of
+    the volumes its paused sandbox holds, uploaded with it (a take-over needs them)."""
+
+    snapshot_id: str
+    dir: Path
+    base_image_digest: str
+    size_bytes: int
+    volumes: tuple[tuple[int, str, Path], ...] = ()
+
+    @classmethod
+    def of(cls, snap: Snapshot, volumes: tuple[tuple[int, str, Path], ...] = ()) -> LocalCapture:
+        return cls(snap.snapshot_id, snap.dir, snap.base_image.parent.name, capture_size(snap),
+                   volumes)  # fmt: skip
+
+
+def capture_size(snap: Snapshot) -> int:
+    return sum(allocated_bytes(p) for p in (snap.mem, snap.state, snap.disk_top))
