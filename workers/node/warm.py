@@ -130,9 +130,19 @@ class WarmPool:
         one: envd must end up holding the sandbox's token instead of the pool's secret, and
         /init can set a token but never clear one."""
         self.demand.record(template_id, time.monotonic())
-        self._wake.set()
-        if self._task is None or not guest.access_token:
-            return None
+        try:
+            if self._task is None or not guest.access_token:
+                return None
+            # foreground work: the refill it wakes waits until it (and the create's answer,
+            # the client's first command) had the CPU to themselves for a moment
+            with self.runtime.foreground.busy():
+                return await self._claim(template_id, snap, guest, sandbox_id)
+        finally:
+            self._wake.set()
+
+    async def _claim(
+        self, template_id: str, snap: Snapshot, guest: GuestConfig, sandbox_id: str
+    ) -> tuple[Vm, Timing] | None:
         ready = self._ready.get(template_id, [])
         while ready:
             w = ready.pop()  # the most recently warmed: its pages the likeliest in cache

@@ -33,7 +33,7 @@ from .kernel import (
     ensure_kernel,
     resolve_package_cached,
 )
-from .rootfs import DebootstrapSpec, debootstrap
+from .rootfs import LOGIN_PROFILE_VERSION, DebootstrapSpec, debootstrap, tune_login_profile
 from .scripts import ENVD_PORT, initramfs_init
 
 # Bumped when what the builder writes changes in a way the inputs below do not capture.
@@ -241,7 +241,7 @@ def build_base(
     root = _cache.cache_root(cache)
     spec = spec or DebootstrapSpec()
     common = _common(root, size, progress)
-    source = spec.key()
+    source = {**spec.key(), "login_profile": LOGIN_PROFILE_VERSION}
     digest = _cache.digest_of(common.digest_inputs(source))
     if not force and (img := _cached(root, digest)) is not None:
         progress(f"image {digest} is cached")
@@ -254,6 +254,7 @@ def build_base(
         def populate(dst: Path) -> None:
             with step(progress, "link the cached debootstrap tree"):
                 _link_tree(tree, dst)
+                tune_login_profile(dst)
             return None
 
         img = _assemble(root, digest, common, source, populate, progress)

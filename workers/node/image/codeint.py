@@ -31,7 +31,13 @@ from .build import (
 )
 from .disk import DEFAULT_SIZE
 from .errors import ImageError
-from .rootfs import DebootstrapSpec, apt_install, prune
+from .rootfs import (
+    LOGIN_PROFILE_VERSION,
+    DebootstrapSpec,
+    apt_install,
+    prune,
+    tune_login_profile,
+)
 
 NAME = "code-interpreter"  # the image's name in the cache (`names/`)
 TEMPLATE = "code-interpreter-v1"  # E2B's template name: what the SDK creates by default
@@ -109,6 +115,7 @@ def build_code_interpreter(
             b"".join(n.encode() + b"\0" + d for n, d in files.items())
         ).hexdigest(),
         "service": hashlib.sha256(_SERVICE_SCRIPT.encode()).hexdigest(),
+        "login_profile": LOGIN_PROFILE_VERSION,
     }
     digest = _cache.digest_of(common.digest_inputs(source))
     img = _cached(root, digest)
@@ -121,6 +128,7 @@ def build_code_interpreter(
                 def populate(dst: Path) -> None:
                     with step(progress, "link the code-interpreter tree, add the server"):
                         _link_tree(tree, dst)
+                        tune_login_profile(dst)
                         pkg = dst / GUEST_DIR / "codeint"
                         pkg.mkdir(parents=True)
                         for name, data in files.items():

@@ -335,12 +335,11 @@ class Runtime:
                 start=Incoming(snap.state, ram_in_stream=snap.ram_in_state),
                 netns=slot.netns_path,
                 volumes=volumes,
+                background=background,
                 **caps(snap.machine),
             )
             qemu = await QemuVm.launch(spec)
             stack.push_async_callback(qemu.kill)
-            if background:
-                qemu.set_background(True)
             if run:
                 if kept is not None:
                     await _keep_capture(snap, kept)

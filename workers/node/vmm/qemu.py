@@ -73,6 +73,8 @@ class QemuVm:
         if spec.mem_limit_bytes is not None and proc.pid is not None:
             cap = limits.Limits(spec.mem_limit_bytes, spec.cpu_limit or spec.machine.vcpus)
             self.cgroup = limits.apply(proc.pid, f"{spec.vm_id}-{proc.pid}", cap)
+            if spec.background:
+                self.set_background(True)
 
     # ---- lifecycle -------------------------------------------------------------------
     @classmethod

@@ -101,6 +101,9 @@ class LaunchSpec:
     # Host-side caps on the QEMU process; None leaves it uncapped.
     mem_limit_bytes: int | None = None
     cpu_limit: float | None = None
+    #: A VM no client waits on yet (a warm pool's): it yields the CPU to every other from
+    #: its first moment — its state load included — until `QemuVm.set_background(False)`.
+    background: bool = False
     extra_args: tuple[str, ...] = field(default=())
     #: each volume slot's image (None: the slot's placeholder, which reads zeros and drops
     #: writes); as many as the machine has slots, at most
