@@ -13,8 +13,11 @@ from typing import Any
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import ResponseSpec
+from nats.errors import Error as NatsError
+from sqlalchemy.exc import DBAPIError
 
 from api.wire import Error
+from bus.errors import PublishError
 from domain import Conflict, DomainError, Invalid, NotFound
 
 log = logging.getLogger(__name__)
@@ -60,7 +63,34 @@ def on_http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     return _response(exc.status_code, str(exc.detail), dict(exc.headers or {}))
 
 
+#: What a client is told to wait before it retries a request cut by a fault of ours.
+TRANSIENT_RETRY_S = 2
+
+
+def _transient(exc: Exception) -> str | None:
+    """What of ours was not answering, if `exc` is an outage rather than a bug: the bus
+    (a NATS server restarting, a JetStream leader being elected — its requests time out
+    for a few seconds) or the read-model database. The request did nothing the client
+    cannot repeat, so a 503 with Retry-After says the truth; a 500 said "bug"."""
+    if isinstance(exc, NatsError | PublishError):
+        return "the message bus"
+    if isinstance(exc, DBAPIError) and (
+        exc.connection_invalidated or isinstance(exc.orig, OSError | ConnectionError)
+        or type(exc).__name__ in ("OperationalError", "InterfaceError")
+    ):  # fmt: skip
+        return "the read-model database"
+    if isinstance(exc, ConnectionError):
+        return "a service of ours"
+    return None
+
+
 def on_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    if (what := _transient(exc)) is not None:
+        log.warning("%s %s: %s is not answering (%r); 503", request.method, request.url.path,
+                    what, exc)  # fmt: skip
+        return _response(503, f"{what} is not answering right now ({type(exc).__name__}); "
+                         f"retry in {TRANSIENT_RETRY_S} s",
+                         {"Retry-After": str(TRANSIENT_RETRY_S)})  # fmt: skip
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return _response(500, f"internal error ({type(exc).__name__})")
 
@@ -85,7 +115,8 @@ _MEANING = {
     500: "Internal error",
     501: "Not configured on this server",
     503: "No node can take it now (none has room, or the one holding the sandbox is not "
-         "running): retry after Retry-After seconds",
+    "running), or the message bus or database is failing over: retry after Retry-After "
+    "seconds",
     504: "The command did not finish in time; it continues in the background",
 }
 #: What any authenticated route may answer, whatever it does.

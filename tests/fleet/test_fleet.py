@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 from e2b import Sandbox
 
+from bench.fleetrig import Role
 from bus import BusSettings, RecordedEvent
 from domain import sandbox as sb
 from projections.audit import audit, read_log
@@ -121,6 +122,30 @@ def _read_mark(fleet: Fleet, t: Tracked, api: int) -> str:
     return str(sbx.files.read(MARK)).strip()
 
 
+def _durable(fleet: Fleet, node: Role, paused: list[Tracked]) -> None:
+    """Wait until every paused sandbox's capture is in the repository; if not, say where
+    each one stands and what its node said of it (a bare timeout told nothing in CI)."""
+    try:
+        eventually_sync(lambda: all(_states(fleet)[t.sandbox_id].resumable_anywhere
+                                    for t in paused), timeout=180, interval=1)  # fmt: skip
+    except AssertionError:
+        states = _states(fleet)
+        where = [f"{t.sandbox_id}: {states[t.sandbox_id].status.value} paused "
+                 f"{states[t.sandbox_id].paused_snapshot_id} durable "
+                 f"{states[t.sandbox_id].durable_snapshot_id}" for t in paused]  # fmt: skip
+        said = [
+            line
+            for line in node.tail(4000).splitlines()
+            if any(t.sandbox_id in line for t in paused) or "upload" in line
+        ]
+        raise AssertionError(
+            "captures not durable in 180 s:\n"
+            + "\n".join(where)
+            + "\nthe node said:\n"
+            + "\n".join(said[-60:])
+        ) from None
+
+
 @pytest.mark.timeout(2400)
 def test_a_fleet_under_faults(fleet: Fleet) -> None:
     counts: dict[str, object] = {}
@@ -175,10 +200,9 @@ def test_a_fleet_under_faults(fleet: Fleet) -> None:
     victim_node = next(n for n in fleet.nodes if n.name == node_id)
     on_it = [t for t in tracked if states[t.sandbox_id].node_id == node_id]
     to_pause = on_it[: max(1, len(on_it) // 2)]
-    for t in to_pause:
-        Sandbox.connect(t.sandbox_id, **fleet.sdk(0)).pause()
-    eventually_sync(lambda: all(_states(fleet)[t.sandbox_id].resumable_anywhere for t in to_pause),
-                    timeout=180, interval=1)  # fmt: skip
+    for t in to_pause:  # False: 409, the SDK's "already paused" — not so here
+        assert Sandbox.connect(t.sandbox_id, **fleet.sdk(0)).pause(), t.sandbox_id
+    _durable(fleet, victim_node, to_pause)
     running_there = [t for t in on_it if t not in to_pause]
     victim_node.kill9()
     # what the APIs know of it comes from its heartbeats: gone once it missed three
@@ -192,9 +216,7 @@ def test_a_fleet_under_faults(fleet: Fleet) -> None:
     counts["paused_moved"], counts["running_lost"] = len(to_pause), len(running_there)
     _settled(fleet)
     report = audit(_log(fleet))
-    assert report.duplicated == 0 and report.unanswered == 0 and report.stuck == 0, (
-        report.findings
-    )
+    assert report.duplicated == 0 and report.unanswered == 0 and report.stuck == 0, report.findings
     rebuild = fleet.aenv("projections", "rebuild")
     assert rebuild.returncode == 0, rebuild.stdout + rebuild.stderr
     status = fleet.aenv("status")
