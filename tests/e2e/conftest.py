@@ -82,3 +82,11 @@ def _stack(data: Path, hub: LocalRegistry) -> Iterator[Stack]:
         yield Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], info["nats_url"], hub)
     # the whole suite's life, VMs and all, then the stop: every line a JSON record (issue 20)
     assert not_json_lines(data) == [], not_json_lines(data)[:5]
+
+
+@pytest.fixture(scope="package")
+def n2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The data dir of the second node the two-node tests start, one for the package as a
+    host keeps its disk: a node's first start readies the `base` template (30 s under TCG),
+    a start with the dir in place takes 2 s. Their assertions name their own sandboxes."""
+    return tmp_path_factory.mktemp("n2")

@@ -76,8 +76,8 @@ def _stop_node(proc: subprocess.Popen[str]) -> None:
 
 
 @pytest.fixture
-def second_node(stack: Stack, tmp_path: Path) -> Iterator[str]:
-    proc = _start_node(stack, tmp_path / "n2")
+def second_node(stack: Stack, n2: Path) -> Iterator[str]:
+    proc = _start_node(stack, n2)
     try:
         yield "e2e-two"
     finally:
@@ -164,7 +164,7 @@ def _second_node(stack: Stack, data: Path, **env: str) -> Iterator[SecondNode]:
 
 
 def test_a_paused_sandbox_resumes_on_another_node_when_its_node_is_gone(
-    stack: Stack, tmp_path: Path
+    stack: Stack, n2: Path
 ) -> None:
     """Nothing is lost with a node: a sandbox paused there (its capture uploaded) resumes on
     the remaining node from S3, processes and files intact; when the dead node comes back,
@@ -172,7 +172,7 @@ def test_a_paused_sandbox_resumes_on_another_node_when_its_node_is_gone(
     from tests.e2e.test_pause import COUNTER, _count, _uploaded
     from tests.support import eventually_sync
 
-    data = tmp_path / "n2"
+    data = n2
     # gone after 3 missed beats: 1.5 s
     with _second_node(stack, data, AENV_HEARTBEAT_S="0.5") as node:
         sbx = node.place()
@@ -200,7 +200,7 @@ def test_a_paused_sandbox_resumes_on_another_node_when_its_node_is_gone(
 
 
 def test_a_request_wakes_a_sandbox_whose_node_is_gone_on_another_node(
-    stack: Stack, tmp_path: Path
+    stack: Stack, n2: Path
 ) -> None:
     """Auto-resume through the proxy follows the same resume policy as the resume route:
     the sandbox's node is gone and its capture durable, so the first request that reaches
@@ -209,7 +209,7 @@ def test_a_request_wakes_a_sandbox_whose_node_is_gone_on_another_node(
     from tests.e2e.test_pause import _uploaded
     from tests.support import eventually_sync
 
-    with _second_node(stack, tmp_path / "n2", AENV_HEARTBEAT_S="0.5") as node:
+    with _second_node(stack, n2, AENV_HEARTBEAT_S="0.5") as node:
         sbx = node.place(lifecycle={"on_timeout": "pause", "auto_resume": True})
         sbx.files.write("/home/user/woken.txt", "woken elsewhere")
         assert sbx.pause()
@@ -223,10 +223,10 @@ def test_a_request_wakes_a_sandbox_whose_node_is_gone_on_another_node(
 
 
 def test_a_paused_sandbox_whose_node_is_gone_before_its_upload_is_a_clear_503(
-    stack: Stack, tmp_path: Path
+    stack: Stack, n2: Path
 ) -> None:
     # its pauses stay local
-    with _second_node(stack, tmp_path / "n2", AENV_HEARTBEAT_S="0.5", AENV_S3_ENDPOINT="") as node:
+    with _second_node(stack, n2, AENV_HEARTBEAT_S="0.5", AENV_S3_ENDPOINT="") as node:
         sbx = node.place()
         assert sbx.pause()
         node.die()
@@ -236,13 +236,11 @@ def test_a_paused_sandbox_whose_node_is_gone_before_its_upload_is_a_clear_503(
         assert "not running" in r.json()["message"]
 
 
-def test_commands_for_sandboxes_on_a_gone_node_answer_at_once(
-    stack: Stack, tmp_path: Path
-) -> None:
+def test_commands_for_sandboxes_on_a_gone_node_answer_at_once(stack: Stack, n2: Path) -> None:
     """A command put on a dead node's queue would wait there for the command timeout:
     a pause answers 503 at once, a kill kills in the log; the node, back, drops the
     capture of the sandbox killed while it was away."""
-    data = tmp_path / "n2"
+    data = n2
     headers = {"X-API-KEY": stack.api_key}
     with _second_node(stack, data, AENV_HEARTBEAT_S="0.5", AENV_S3_ENDPOINT="") as node:
         running = node.place()
@@ -260,7 +258,8 @@ def test_commands_for_sandboxes_on_a_gone_node_answer_at_once(
             assert time.monotonic() - t0 < 10  # not a command timeout
         node.start()  # reconciles: both are killed in the log
         assert not any((data / "node" / "snapshots").glob(f"{paused.sandbox_id}-p*"))
-        assert not list((data / "node" / "journal").glob("*.json"))
+        for sbx in (running, paused):
+            assert not (data / "node" / "journal" / f"{sbx.sandbox_id}.json").exists()
 
 
 def _template_durable(stack: Stack, name: str) -> str | None:
@@ -280,16 +279,14 @@ def _template_durable(stack: Stack, name: str) -> str | None:
     return asyncio.run(read())
 
 
-def test_a_snapshot_whose_node_is_gone_starts_on_another_node(
-    stack: Stack, tmp_path: Path
-) -> None:
+def test_a_snapshot_whose_node_is_gone_starts_on_another_node(stack: Stack, n2: Path) -> None:
     """A persistent snapshot outlives the node that took it: once its capture is in S3 (the
     log says so), creates from it go to a live node, which pulls it — files and the token
     its guest holds included."""
     from tests.support import eventually_sync
 
     name = f"moving-{time.time_ns() % 10**8}"
-    with _second_node(stack, tmp_path / "n2", AENV_HEARTBEAT_S="0.5") as node:
+    with _second_node(stack, n2, AENV_HEARTBEAT_S="0.5") as node:
         try:
             src = node.place()
             src.files.write("/home/user/snap.txt", "taken on the second node")
@@ -310,7 +307,7 @@ def test_a_snapshot_whose_node_is_gone_starts_on_another_node(
                 Sandbox.kill(s.sandbox_id)
             # the node that took it comes back with its own copy: a delete must reach both
             # (one command id sent to two queues is one message to JetStream)
-            theirs = tmp_path / "n2" / "node" / "snapshot-templates" / f"{name}.json"
+            theirs = n2 / "node" / "snapshot-templates" / f"{name}.json"
             node.start()
             assert theirs.exists()
             eventually_sync(lambda: _beats(stack, "e2e-two"), timeout=10)

@@ -123,8 +123,10 @@ def test_a_volume_outlives_its_sandboxes_and_is_one_sandboxs_at_a_time(stack: St
     try:
         got = b.files.read(f"{MOUNT}/big.bin", format="bytes")
         assert hashlib.sha256(bytes(got)).digest() == hashlib.sha256(BIG).digest()
-        out = b.commands.run(f"cd {MOUNT} && stat -c '%n %a' notes/small.txt run.sh && "
-                             "readlink link && ./run.sh && cat after-resume.txt").stdout
+        out = b.commands.run(
+            f"cd {MOUNT} && stat -c '%n %a' notes/small.txt run.sh && "
+            "readlink link && ./run.sh && cat after-resume.txt"
+        ).stdout
         assert out.splitlines() == ["notes/small.txt 600", "run.sh 755", "notes/small.txt",
                                     "hi", "still mounted"]  # fmt: skip
     finally:
@@ -243,9 +245,7 @@ def test_the_cli_moves_files_in_and_out_of_a_volume(stack: Stack, tmp_path: Path
     assert aenv("volume", "rm", name).returncode == 0
 
 
-def test_a_paused_sandbox_with_a_volume_resumes_on_another_node(
-    stack: Stack, tmp_path: Path
-) -> None:
+def test_a_paused_sandbox_with_a_volume_resumes_on_another_node(stack: Stack, n2: Path) -> None:
     """The volume travels with the pause: its image is uploaded with the capture, and a
     node that takes the sandbox over (its own node gone) pulls both and moves the
     attachment to itself; the kill there releases the volume with what was written."""
@@ -253,7 +253,7 @@ def test_a_paused_sandbox_with_a_volume_resumes_on_another_node(
     from tests.e2e.test_two_nodes import _node_of, _second_node
     from tests.support import eventually_sync
 
-    with _second_node(stack, tmp_path / "n2", AENV_HEARTBEAT_S="0.5") as node:
+    with _second_node(stack, n2, AENV_HEARTBEAT_S="0.5") as node:
         sbx, vol = None, None
         for _ in range(12):  # placement is whoever pulls first: a fresh volume each try
             vol = Volume.create(_name())
