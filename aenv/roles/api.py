@@ -98,7 +98,7 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
                            lifespan="off", timeout_keep_alive=75, access_log=False,
                            log_config=None)  # its records go through ours (aenv.logs)
         )  # fmt: skip
-        server_task = asyncio.create_task(server.serve())
+        server_task = asyncio.create_task(_serve(server))
         while not server.started:
             if server_task.done():
                 await server_task
@@ -118,6 +118,17 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         say("api: draining requests")
         server.should_exit = True
         await server_task
+
+
+async def _serve(server: uvicorn.Server) -> None:
+    """uvicorn's serve, whose `sys.exit(1)` when it cannot bind stays inside this task: a
+    SystemExit out of a task stops the event loop at once, and the role's shutdown then ran
+    among cancelled tasks — its NATS drain waited 30 s for subscriptions nobody read, and a
+    crash-looping API (its port taken) took half a minute per attempt to say so."""
+    try:
+        await server.serve()
+    except SystemExit:
+        return  # uvicorn logged why; the role sees the task done before `started`
 
 
 def _metrics(
