@@ -27,7 +27,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from bus.feed import recorded
+from bus.feed import ORDERED_HEARTBEAT_S, recorded
 from bus.records import RecordedEvent
 
 __all__ = ["Answers"]
@@ -72,6 +72,7 @@ class Answers:
             stream=self._stream,
             cb=self._on_msg,
             ordered_consumer=True,
+            idle_heartbeat=ORDERED_HEARTBEAT_S,
             config=ConsumerConfig(
                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=self._seen + 1
             ),

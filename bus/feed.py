@@ -19,7 +19,12 @@ from bus.records import RecordedEvent
 from bus.settings import BusSettings
 from bus.subjects import Names
 
-__all__ = ["EventFeed", "recorded", "stream_last_seq"]
+__all__ = ["ORDERED_HEARTBEAT_S", "EventFeed", "recorded", "stream_last_seq"]
+
+#: Idle heartbeat of our ordered consumers. nats-py recreates one after two missed beats;
+#: with its default (5 s, checked every 10 s) the first answers after a NATS restart came
+#: 15-20 s late — an API's kill waited that long for the event it had caused.
+ORDERED_HEARTBEAT_S = 1.0
 
 
 async def stream_last_seq(js: JetStreamContext, settings: BusSettings) -> int:
@@ -87,6 +92,7 @@ class EventFeed:
             stream=self._stream,
             cb=self._on_msg,
             ordered_consumer=True,
+            idle_heartbeat=ORDERED_HEARTBEAT_S,
             config=config,
         )
         info = await self._sub.consumer_info()
