@@ -14,7 +14,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import ResponseSpec
 from nats.errors import Error as NatsError
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from api.wire import Error
 from bus.errors import PublishError
@@ -74,10 +74,9 @@ def _transient(exc: Exception) -> str | None:
     cannot repeat, so a 503 with Retry-After says the truth; a 500 said "bug"."""
     if isinstance(exc, NatsError | PublishError):
         return "the message bus"
-    if isinstance(exc, DBAPIError) and (
-        exc.connection_invalidated or isinstance(exc.orig, OSError | ConnectionError)
-        or type(exc).__name__ in ("OperationalError", "InterfaceError")
-    ):  # fmt: skip
+    lost = isinstance(exc, DBAPIError) and (exc.connection_invalidated
+                                           or isinstance(exc.orig, OSError))  # fmt: skip
+    if lost or isinstance(exc, OperationalError | InterfaceError):
         return "the read-model database"
     if isinstance(exc, ConnectionError):
         return "a service of ours"
