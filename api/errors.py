@@ -70,8 +70,9 @@ TRANSIENT_RETRY_S = 2
 def _transient(exc: Exception) -> str | None:
     """What of ours was not answering, if `exc` is an outage rather than a bug: the bus
     (a NATS server restarting, a JetStream leader being elected — its requests time out
-    for a few seconds) or the read-model database. The request did nothing the client
-    cannot repeat, so a 503 with Retry-After says the truth; a 500 said "bug"."""
+    for a few seconds) or the read-model database. Retrying later is the client's move,
+    which a 503 with Retry-After says; a 500 said "bug". (A command cut this way may still
+    have been stored, as after any timeout: the listing shows what happened.)"""
     if isinstance(exc, NatsError | PublishError):
         return "the message bus"
     lost = isinstance(exc, DBAPIError) and (exc.connection_invalidated
