@@ -81,3 +81,15 @@ def snapshot_id_from_key(key: str, prefix: str = "") -> str | None:
         return None
     sid = key[len(root) : -len(MANIFEST_SUFFIX)]
     return sid if _SNAPSHOT_ID.match(sid) else None
+
+
+#: The sha256 of no bytes: the one digest whose blob may be empty.
+EMPTY_DIGEST = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+def complete_size(digest: str, size: int) -> bool:
+    """Whether a stored object of `size` bytes can be the whole blob `digest`. A PUT cut
+    short (its upload cancelled by the sandbox's resume) left an empty object under the
+    blob's key on SeaweedFS; judged present, it was never sent again, and a capture that
+    named it could not be restored on another node (the fleet test under CPU load)."""
+    return size > 0 or digest == EMPTY_DIGEST

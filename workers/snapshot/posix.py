@@ -43,7 +43,12 @@ class PosixStore:
         return self.root / key
 
     async def has_blob(self, digest: str) -> bool:
-        return await asyncio.to_thread(self._path(paths.blob_key(digest, self.prefix)).is_file)
+        path = self._path(paths.blob_key(digest, self.prefix))
+        try:
+            size = (await asyncio.to_thread(path.stat)).st_size
+        except FileNotFoundError:
+            return False
+        return path.is_file() and paths.complete_size(digest, size)
 
     async def put_blob(self, digest: str, source: BlobSource) -> None:
         dest = self._path(paths.blob_key(digest, self.prefix))

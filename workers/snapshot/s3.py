@@ -146,14 +146,14 @@ class S3Store:
     async def has_blob(self, digest: str) -> bool:
         key = paths.blob_key(digest, self.prefix)
         try:
-            await self._s3.head_object(Bucket=self.config.bucket, Key=key)
-            return True
+            head = await self._s3.head_object(Bucket=self.config.bucket, Key=key)
         except ClientError as e:
             if _code(e) in _MISSING_CODES:
                 return False
             raise self._error(e, f"head blob {digest}") from e
         except _DRIVER_ERRORS as e:
             raise self._error(e, f"head blob {digest}") from e
+        return paths.complete_size(digest, int(head.get("ContentLength", 0)))
 
     async def put_blob(self, digest: str, source: BlobSource) -> None:
         key = paths.blob_key(digest, self.prefix)

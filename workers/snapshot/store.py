@@ -32,7 +32,8 @@ class SnapshotStore(Protocol):
     """Where snapshots live durably. Implementations: `S3Store`, `PosixStore`."""
 
     async def has_blob(self, digest: str) -> bool:
-        """Whether a complete blob with this digest is stored."""
+        """Whether a complete blob with this digest is stored (an empty object under a
+        digest of some bytes is the remains of a cut upload: not stored)."""
         ...
 
     async def put_blob(self, digest: str, source: BlobSource) -> None:

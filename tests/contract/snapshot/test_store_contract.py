@@ -69,6 +69,22 @@ async def test_corrupt_blob_is_refused_and_leaves_no_file(
     assert list(out.iterdir()) == []
 
 
+async def test_an_empty_object_left_by_a_cut_upload_is_not_a_blob(
+    store: SnapshotStore, tmp_path: Path
+) -> None:
+    """A PUT cut short left an empty object under the blob's key (SeaweedFS, an upload
+    cancelled by a resume): the next upload must send the blob again, not reuse it."""
+    data = b"the blob's bytes"
+    digest = sha(data)
+    await store.put_blob(digest, b"")  # what the cut upload left
+    assert not await store.has_blob(digest)
+    await store.put_blob(digest, data)
+    assert await store.has_blob(digest)
+    assert await store.get_blob_to(digest, tmp_path / "x") == len(data)
+    await store.put_blob(sha(b""), b"")  # the empty blob itself is a blob
+    assert await store.has_blob(sha(b""))
+
+
 async def test_manifests_put_get_list_delete(store: SnapshotStore) -> None:
     assert await store.list_manifests() == []
     await store.put_manifest("snap-b", b'{"v": 1}')
