@@ -115,8 +115,8 @@ _MEANING = {
     500: "Internal error",
     501: "Not configured on this server",
     503: "No node can take it now (none has room, or the one holding the sandbox is not "
-    "running), or the message bus or database is failing over: retry after Retry-After "
-    "seconds",
+         "running), or the message bus or database is failing over: retry after "
+         "Retry-After seconds",
     504: "The command did not finish in time; it continues in the background",
 }
 #: What any authenticated route may answer, whatever it does.

@@ -123,10 +123,8 @@ def test_a_volume_outlives_its_sandboxes_and_is_one_sandboxs_at_a_time(stack: St
     try:
         got = b.files.read(f"{MOUNT}/big.bin", format="bytes")
         assert hashlib.sha256(bytes(got)).digest() == hashlib.sha256(BIG).digest()
-        out = b.commands.run(
-            f"cd {MOUNT} && stat -c '%n %a' notes/small.txt run.sh && "
-            "readlink link && ./run.sh && cat after-resume.txt"
-        ).stdout
+        out = b.commands.run(f"cd {MOUNT} && stat -c '%n %a' notes/small.txt run.sh && "
+                             "readlink link && ./run.sh && cat after-resume.txt").stdout
         assert out.splitlines() == ["notes/small.txt 600", "run.sh 755", "notes/small.txt",
                                     "hi", "still mounted"]  # fmt: skip
     finally:

@@ -216,7 +216,9 @@ def test_a_fleet_under_faults(fleet: Fleet) -> None:
     counts["paused_moved"], counts["running_lost"] = len(to_pause), len(running_there)
     _settled(fleet)
     report = audit(_log(fleet))
-    assert report.duplicated == 0 and report.unanswered == 0 and report.stuck == 0, report.findings
+    assert report.duplicated == 0 and report.unanswered == 0 and report.stuck == 0, (
+        report.findings
+    )
     rebuild = fleet.aenv("projections", "rebuild")
     assert rebuild.returncode == 0, rebuild.stdout + rebuild.stderr
     status = fleet.aenv("status")

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import stat
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -45,10 +46,10 @@ class PosixStore:
     async def has_blob(self, digest: str) -> bool:
         path = self._path(paths.blob_key(digest, self.prefix))
         try:
-            size = (await asyncio.to_thread(path.stat)).st_size
+            st = await asyncio.to_thread(path.stat)
         except FileNotFoundError:
             return False
-        return path.is_file() and paths.complete_size(digest, size)
+        return stat.S_ISREG(st.st_mode) and paths.complete_size(digest, st.st_size)
 
     async def put_blob(self, digest: str, source: BlobSource) -> None:
         dest = self._path(paths.blob_key(digest, self.prefix))
