@@ -89,8 +89,9 @@ class BuildClient:
         for step in df.steps:
             wire: dict[str, Any] = {"type": step.type, "args": list(step.args), "force": False}
             if step.copy is not None:
-                wire["filesHash"] = self._upload(tid, step.copy.src, step.copy.dest, context,
-                                                 progress)  # fmt: skip
+                wire["filesHash"] = self._upload(
+                    tid, step.copy.src, step.copy.dest, context, progress
+                )
             steps.append(wire)
         start: dict[str, Any] = {"steps": steps, "force": False}
         if from_image is not None:
@@ -113,8 +114,9 @@ class BuildClient:
 
         ignore = read_dockerignore(str(context))
         try:
-            files_hash = calculate_files_hash(src, dest, str(context), ignore, RESOLVE_SYMLINKS,
-                                              None)  # fmt: skip
+            files_hash = calculate_files_hash(
+                src, dest, str(context), ignore, RESOLVE_SYMLINKS, None
+            )
         except ValueError as e:
             raise BuildError(f"COPY {src}: {e}") from e
         link = self._json(self.http.get(f"/templates/{tid}/files/{files_hash}"))
@@ -126,8 +128,9 @@ class BuildClient:
             size = archive.seek(0, 2)
             archive.seek(0)
             progress(f"upload {src} ({size / 1024:.1f} KiB)")
-            r = self.http.put(link["url"], content=archive, timeout=3600,
-                              headers={"Content-Length": str(size)})  # fmt: skip
+            r = self.http.put(
+                link["url"], content=archive, timeout=3600, headers={"Content-Length": str(size)}
+            )
             self._json(r)
         finally:
             archive.close()
@@ -136,8 +139,11 @@ class BuildClient:
     def _follow(self, tid: str, bid: str, progress: Progress, poll_s: float) -> None:
         offset = 0
         while True:
-            st = self._json(self.http.get(f"/templates/{tid}/builds/{bid}/status",
-                                          params={"logsOffset": offset}))  # fmt: skip
+            st = self._json(
+                self.http.get(
+                    f"/templates/{tid}/builds/{bid}/status", params={"logsOffset": offset}
+                )
+            )
             for e in st["logEntries"]:
                 progress(f"  {e['message']}")
             offset += len(st["logEntries"])
@@ -162,14 +168,20 @@ class BuildClient:
             info = self._json(self.http.get(f"/templates/{template}"))
             builds = info.get("builds") or []
             if not builds:
-                raise NoBuilds(f"template {template} was not built from a Dockerfile or an "
-                               "image (base, a snapshot), so it has no build log; `aenv "
-                               "template ls` counts each template's builds")
+                raise NoBuilds(
+                    f"template {template} was not built from a Dockerfile or an "
+                    "image (base, a snapshot), so it has no build log; `aenv "
+                    "template ls` counts each template's builds"
+                )
             build_id = str(builds[0]["buildID"])
         entries: tuple[dict[str, Any], ...] = ()
         while True:
-            st = self._json(self.http.get(f"/templates/{template}/builds/{build_id}/status",
-                                          params={"logsOffset": len(entries)}))  # fmt: skip
+            st = self._json(
+                self.http.get(
+                    f"/templates/{template}/builds/{build_id}/status",
+                    params={"logsOffset": len(entries)},
+                )
+            )
             if not st["logEntries"]:
                 return entries, st
             entries += tuple(st["logEntries"])

@@ -49,10 +49,14 @@ def up(
     port: Annotated[int, typer.Option(help="Port of the API and sandbox proxy.")] = 3000,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the stack.")] = 900,
-    code_interpreter: Annotated[bool, typer.Option(
-        "--code-interpreter",
-        help="Also serve E2B's code-interpreter-v1 template (e2b-code-interpreter's "
-             "default; built on first use, a few minutes, then cached).")] = False,
+    code_interpreter: Annotated[
+        bool,
+        typer.Option(
+            "--code-interpreter",
+            help="Also serve E2B's code-interpreter-v1 template (e2b-code-interpreter's "
+            "default; built on first use, a few minutes, then cached).",
+        ),
+    ] = False,
 ) -> None:
     """Start aenv in the background (embedded NATS, Postgres and S3 unless AENV_NATS_URL,
     AENV_DATABASE_URL, AENV_S3_ENDPOINT point elsewhere), build the default template if it is
@@ -64,23 +68,34 @@ def up(
     from aenv.stack.records import stop_leftovers, supervisor_alive  # only when it runs
 
     if supervisor_alive(data_dir):  # starting (no stack.json yet) or stopping
-        fail(f"an aenv supervisor is starting or stopping under {data_dir}; "
-             "wait for it, or aenv down")  # fmt: skip
+        fail(
+            f"an aenv supervisor is starting or stopping under {data_dir}; "
+            "wait for it, or aenv down"
+        )
     if left := stop_leftovers(data_dir, 30):  # its supervisor was SIGKILLed: start clean
         typer.echo(f"# stopped what a dead aenv left running: {', '.join(left)}", err=True)
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     log = data_dir / "aenv.log"  # the stack's own log: it may hold secrets, like stack.json
-    env = {**os.environ, "AENV_DATA_DIR": str(data_dir), "AENV_PORT": str(port),
-           "AENV_HOST": host, "AENV_LOG_FILE": str(log)}  # fmt: skip
+    env = {
+        **os.environ,
+        "AENV_DATA_DIR": str(data_dir),
+        "AENV_PORT": str(port),
+        "AENV_HOST": host,
+        "AENV_LOG_FILE": str(log),
+    }
     if code_interpreter:
         env["AENV_CODE_INTERPRETER"] = "1"
     with open(log, "ab") as out:
         os.fchmod(out.fileno(), 0o600)
         start = out.tell()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "aenv.serve"], stdin=subprocess.DEVNULL, stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True, env=env,
-        )  # fmt: skip
+            [sys.executable, "-m", "aenv.serve"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
     (data_dir / "aenv.pid").write_text(str(proc.pid))
     deadline = time.monotonic() + timeout
     seen = start
@@ -138,8 +153,11 @@ def down(data_dir: DataDir = DEFAULT_DATA, timeout: float = 60) -> None:
     if info is None:
         left = stop_leftovers(data_dir, timeout)
         (data_dir / "stack.json").unlink(missing_ok=True)
-        typer.echo(f"aenv's supervisor was gone; stopped {', '.join(left)}" if left
-                   else "aenv is not running")  # fmt: skip
+        typer.echo(
+            f"aenv's supervisor was gone; stopped {', '.join(left)}"
+            if left
+            else "aenv is not running"
+        )
         return
     pid = int(str(info["pid"]))
     os.kill(pid, signal.SIGTERM)
@@ -175,8 +193,11 @@ def status(data_dir: DataDir = DEFAULT_DATA) -> None:
     problems: list[str] = [str(fleet["error"])] if "error" in fleet else []
     if not fleet.get("beating", 1):
         problems.append("no node is beating")
-    problems += [f"node {n['node']} is gone (last beat {n['last_beat_s']} s ago)"
-                 for n in fleet.get("nodes", []) if n["state"] == "gone"]  # fmt: skip
+    problems += [
+        f"node {n['node']} is gone (last beat {n['last_beat_s']} s ago)"
+        for n in fleet.get("nodes", [])
+        if n["state"] == "gone"
+    ]
     if info is None:
         typer.echo(json.dumps({"fleet": fleet}, indent=2))
     else:
@@ -200,8 +221,6 @@ def _readiness(api_url: str) -> dict[str, object]:
     return body
 
 
-
-
 @projections_app.command("rebuild")
 def projections_rebuild(data_dir: DataDir = DEFAULT_DATA) -> None:
     """Refold every read model from sequence 0, compare with the live tables, swap."""
@@ -221,9 +240,11 @@ def projections_rebuild(data_dir: DataDir = DEFAULT_DATA) -> None:
             for p in all_projections():
                 r = await rebuild(engine, bus.js, settings, p)
                 ok = ok and r.identical
-                typer.echo(f"{r.projection}: {sum(r.rows.values())} rows at seq {r.seq}, "
-                           f"{'identical' if r.identical else f'DIFFERS {r.differences}'}, "
-                           f"{r.seconds:.2f}s")  # fmt: skip
+                typer.echo(
+                    f"{r.projection}: {sum(r.rows.values())} rows at seq {r.seq}, "
+                    f"{'identical' if r.identical else f'DIFFERS {r.differences}'}, "
+                    f"{r.seconds:.2f}s"
+                )
         finally:
             await engine.dispose()
             await bus.close()
@@ -235,11 +256,16 @@ def projections_rebuild(data_dir: DataDir = DEFAULT_DATA) -> None:
 
 @app.command()
 def serve(
-    role: Annotated[str, typer.Option(help="What this machine runs: `api` (HTTP API, envd "
-                                      "proxy, projections, timer, builds), `node` (microVMs), "
-                                      "or `all` (a whole stack, supervised, as aenv up).")] = "all",
+    role: Annotated[
+        str,
+        typer.Option(
+            help="What this machine runs: `api` (HTTP API, envd "
+            "proxy, projections, timer, builds), `node` (microVMs), "
+            "or `all` (a whole stack, supervised, as aenv up)."
+        ),
+    ] = "all",
     data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+) -> None:
     """Run one role in the foreground until SIGTERM, for a service manager (systemd,
     Kubernetes). Every connection comes from the environment: AENV_NATS_URL (several
     servers: comma-separated), AENV_DATABASE_URL, AENV_S3_ENDPOINT… (docs/deploy.md)."""
@@ -265,7 +291,7 @@ def _usage(e: TyperException) -> str:
     command) as one line naming the command and where its help is — Typer's own is the usage
     text and a box of several lines."""
     ctx = getattr(e, "ctx", None)
-    sub = ctx.command_path[len(ctx.find_root().command_path):].strip() if ctx else ""
+    sub = ctx.command_path[len(ctx.find_root().command_path) :].strip() if ctx else ""
     text = " ".join(e.format_message().split())
     if ctx is None:  # not a usage error: no command to send the user to
         return f"aenv: {text}"

@@ -50,8 +50,7 @@ class Connection:
     def sdk_opts(self) -> ApiParams:
         """Keyword arguments for every SDK call (`ApiParams`), so the process environment
         never has to be mutated."""
-        return {"api_url": self.api_url, "api_key": self.api_key,
-                "sandbox_url": self.sandbox_url}  # fmt: skip
+        return {"api_url": self.api_url, "api_key": self.api_key, "sandbox_url": self.sandbox_url}
 
 
 def credentials_path(env: Mapping[str, str] | None = None) -> Path:
@@ -111,15 +110,21 @@ def resolve(
         ("AENV_*", env.get("AENV_API_URL"), env.get("AENV_API_KEY"), None),
         ("E2B_*", env.get("E2B_API_URL"), env.get("E2B_API_KEY"), env.get("E2B_SANDBOX_URL")),
         (str(credentials_path(env)), creds.get("api_url"), creds.get("api_key"), None),
-        ("stack.json", stack.get("E2B_API_URL"), stack.get("E2B_API_KEY"),
-         stack.get("E2B_SANDBOX_URL")),
-    ]  # fmt: skip
+        (
+            "stack.json",
+            stack.get("E2B_API_URL"),
+            stack.get("E2B_API_KEY"),
+            stack.get("E2B_SANDBOX_URL"),
+        ),
+    ]
     url = next(((src, u, s) for src, u, _, s in layers if u), None)
     key = next(((src, k) for src, _, k, _ in layers if k), None)
     if url is None or key is None:
         missing = " and ".join(n for n, v in (("API URL", url), ("API key", key)) if v is None)
-        raise ConfigError(f"no {missing} configured: run `aenv auth`, set AENV_API_URL/"
-                          "AENV_API_KEY, or start a local stack with `aenv up`")  # fmt: skip
+        raise ConfigError(
+            f"no {missing} configured: run `aenv auth`, set AENV_API_URL/"
+            "AENV_API_KEY, or start a local stack with `aenv up`"
+        )
     url_src, url_val, sandbox_url = url
     url_val = url_val.rstrip("/")
     return Connection(url_val, key[1], (sandbox_url or url_val).rstrip("/"), (url_src, key[0]))

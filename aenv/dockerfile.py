@@ -91,12 +91,13 @@ def _instructions(text: str) -> tuple[list[_Instruction], list[str]]:
     out = []
     for ins in ast.instructions:
         original = ins.original.strip()
-        rest = original[len(ins.name):].strip() if original.upper().startswith(ins.name) else ""
-        docs = tuple((h.name, _chomp(h.content) if h.chomp else h.content)
-                     for h in ins.heredocs)  # fmt: skip
+        rest = original[len(ins.name) :].strip() if original.upper().startswith(ins.name) else ""
+        docs = tuple((h.name, _chomp(h.content) if h.chomp else h.content) for h in ins.heredocs)
         out.append(_Instruction(ins.start_line, ins.name.upper(), rest, docs))
-    warnings = [f"line {w.line}: {w.message}" if getattr(w, "line", None) else str(w)
-                for w in getattr(ast, "warnings", [])]  # fmt: skip
+    warnings = [
+        f"line {w.line}: {w.message}" if getattr(w, "line", None) else str(w)
+        for w in getattr(ast, "warnings", [])
+    ]
     return out, warnings
 
 

@@ -31,8 +31,14 @@ def record_of(
     msg: str, *, logger: str, level: str = "INFO", service: str | None = None, **fields: Any
 ) -> str:
     """One line in the format `configure` writes, for text that did not go through logging."""
-    doc = {"ts": _now(), "level": level, "logger": logger, "msg": msg,
-           "service": service or _service, **fields}  # fmt: skip
+    doc = {
+        "ts": _now(),
+        "level": level,
+        "logger": logger,
+        "msg": msg,
+        "service": service or _service,
+        **fields,
+    }
     return json.dumps(doc, ensure_ascii=False, default=str)
 
 

@@ -53,9 +53,11 @@ class _Json(JsonFormatter):
 
 def _formatter(service: str) -> logging.Formatter:
     return _Json(
-        ["levelname", "name", "message"], timestamp="ts", static_fields={"service": service},
+        ["levelname", "name", "message"],
+        timestamp="ts",
+        static_fields={"service": service},
         rename_fields={"levelname": "level", "name": "logger", "message": "msg"},
-    )  # fmt: skip
+    )
 
 
 def configure(service: str, level: str | None = None) -> None:

@@ -115,16 +115,18 @@ async def _services(
         out.urls["database_url"] = _async_url(await pg.start("aenv"))
         stack.push_async_callback(pg.stop)
     if cfg.s3_endpoint:
-        out.urls["s3"] = {"url": cfg.s3_endpoint, "access_key": cfg.s3_access_key,
-                          "secret_key": cfg.s3_secret_key}  # fmt: skip
+        out.urls["s3"] = {
+            "url": cfg.s3_endpoint,
+            "access_key": cfg.s3_access_key,
+            "secret_key": cfg.s3_secret_key,
+        }
     elif cfg.embedded_s3:
         s3 = EmbeddedS3(data)
         embed(s3.process, s3.start)
         say(f"starting embedded S3 (SeaweedFS) on 127.0.0.1:{s3.s3_port}")
         ep = await s3.start()
         stack.push_async_callback(s3.stop)
-        out.urls["s3"] = {"url": ep.url, "access_key": ep.access_key,
-                          "secret_key": ep.secret_key}  # fmt: skip
+        out.urls["s3"] = {"url": ep.url, "access_key": ep.access_key, "secret_key": ep.secret_key}
     return out
 
 
@@ -154,9 +156,17 @@ async def serve(cfg: StackSettings, stop: asyncio.Event) -> None:
         urls = services.urls
         env = _role_env(cfg, urls)  # (the api role migrates the read-model database)
         drain_s = RoleSettings().drain_s
-        roles = {name: RoleProcess(name, env, say, restart_cap_s=cfg.restart_cap_s,
-                                   stop_timeout_s=drain_s + 10, on_start=book.note)
-                 for name in ("node", "api")}  # fmt: skip
+        roles = {
+            name: RoleProcess(
+                name,
+                env,
+                say,
+                restart_cap_s=cfg.restart_cap_s,
+                stop_timeout_s=drain_s + 10,
+                on_start=book.note,
+            )
+            for name in ("node", "api")
+        }
         for role in roles.values():
             await role.start()
             stack.push_async_callback(role.stop)  # api stops first (pushed last), then node
@@ -166,8 +176,7 @@ async def serve(cfg: StackSettings, stop: asyncio.Event) -> None:
         say(f"{READY} {json.dumps({k: info[k] for k in ('E2B_API_URL', 'E2B_SANDBOX_URL')})}")
         async with asyncio.TaskGroup() as group:
             for process, start in services.embedded:
-                group.create_task(keep_running(process, start, stop, say,
-                                               cap_s=cfg.restart_cap_s))  # fmt: skip
+                group.create_task(keep_running(process, start, stop, say, cap_s=cfg.restart_cap_s))
             group.create_task(_watch(roles, stop, lambda: _publish(cfg, urls, roles)))
         say("stopping: draining in-flight work")
 
@@ -178,12 +187,18 @@ def _publish(
     """stack.json (0600): what `aenv up/down/status` and the CLI read to find the stack."""
     api_key = (cfg.data_dir / "api-key").read_text().strip()
     url = f"http://{cfg.host}:{cfg.port}"
-    info = {"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_VOLUME_API_URL": url,
-            "E2B_API_KEY": api_key,
-            "nats_url": services["nats_url"], "database_url": services["database_url"],
-            "metrics_token": _metrics_token(cfg), "pid": os.getpid(),
-            "roles": {n: r.proc.pid for n, r in roles.items() if r.proc},
-            "role_status": {n: r.status() for n, r in roles.items()}}  # fmt: skip
+    info = {
+        "E2B_API_URL": url,
+        "E2B_SANDBOX_URL": url,
+        "E2B_VOLUME_API_URL": url,
+        "E2B_API_KEY": api_key,
+        "nats_url": services["nats_url"],
+        "database_url": services["database_url"],
+        "metrics_token": _metrics_token(cfg),
+        "pid": os.getpid(),
+        "roles": {n: r.proc.pid for n, r in roles.items() if r.proc},
+        "role_status": {n: r.status() for n, r in roles.items()},
+    }
     write_private(cfg.data_dir / "stack.json", json.dumps(info, indent=2))
     return info
 
@@ -201,15 +216,25 @@ async def _watch(
 
 def _role_env(cfg: StackSettings, services: dict[str, Any]) -> dict[str, str]:
     """What a role needs to find the services (the supervisor's choice, not the user's)."""
-    env = {**os.environ, "AENV_DATA_DIR": str(cfg.data_dir), "AENV_HOST": cfg.host,
-           "AENV_PORT": str(cfg.port), "AENV_NATS_URL": services["nats_url"],
-           "AENV_DATABASE_URL": services["database_url"]}  # fmt: skip
+    env = {
+        **os.environ,
+        "AENV_DATA_DIR": str(cfg.data_dir),
+        "AENV_HOST": cfg.host,
+        "AENV_PORT": str(cfg.port),
+        "AENV_NATS_URL": services["nats_url"],
+        "AENV_DATABASE_URL": services["database_url"],
+    }
     env.pop("AENV_LOG_FILE", None)  # the supervisor's file: roles write to it through it
     env["AENV_METRICS_TOKEN"] = _metrics_token(cfg)
     s3 = services.get("s3")
     if s3:
-        env.update({"AENV_S3_ENDPOINT": s3["url"], "AENV_S3_ACCESS_KEY": s3["access_key"] or "",
-                    "AENV_S3_SECRET_KEY": s3["secret_key"] or ""})  # fmt: skip
+        env.update(
+            {
+                "AENV_S3_ENDPOINT": s3["url"],
+                "AENV_S3_ACCESS_KEY": s3["access_key"] or "",
+                "AENV_S3_SECRET_KEY": s3["secret_key"] or "",
+            }
+        )
     else:
         env.pop("AENV_S3_ENDPOINT", None)
     return env
@@ -248,8 +273,9 @@ def main(role: str | None = None) -> None:
     service = "aenv" if role == "all" else f"aenv-{role}"
     stack_log = None
     if role == "all" and (cfg := StackSettings()).log_file is not None:
-        stack_log = StackLog(cfg.log_file, max_bytes=int(cfg.log_max_mb * 2**20),
-                             backups=cfg.log_backups)  # fmt: skip
+        stack_log = StackLog(
+            cfg.log_file, max_bytes=int(cfg.log_max_mb * 2**20), backups=cfg.log_backups
+        )
     logs.configure(service)
     try:
         _main(role, service)

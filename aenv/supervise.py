@@ -32,10 +32,15 @@ class RoleFailed(Exception):
 
 class RoleProcess:
     def __init__(
-        self, role: str, env: dict[str, str], say: Callable[[str], None], *,
-        restart_cap_s: float = CAP_S, stop_timeout_s: float = 60.0,
+        self,
+        role: str,
+        env: dict[str, str],
+        say: Callable[[str], None],
+        *,
+        restart_cap_s: float = CAP_S,
+        stop_timeout_s: float = 60.0,
         on_start: Callable[[str, int], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.role = role
         self.env = env
         self.say = say
@@ -51,26 +56,38 @@ class RoleProcess:
         self.on_start = on_start
 
     def status(self) -> dict[str, object]:
-        return {"state": self.state, "pid": self.proc.pid if self.proc else None,
-                "restarts": self.crashes.total, "last_exit": self.last_exit}  # fmt: skip
+        return {
+            "state": self.state,
+            "pid": self.proc.pid if self.proc else None,
+            "restarts": self.crashes.total,
+            "last_exit": self.last_exit,
+        }
 
     async def start(self) -> None:
         self.ready.clear()
         self.state = "starting"
         self.crashes.started(time.monotonic())
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "aenv.serve", self.role,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=self.env,
-            preexec_fn=die_with_parent(os.getpid()), limit=1 << 20,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "aenv.serve",
+            self.role,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self.env,
+            preexec_fn=die_with_parent(os.getpid()),
+            limit=1 << 20,
+        )
         # A SIGKILLed supervisor SIGTERMs the role (PDEATHSIG), which then drains within
         # its deadline; the record lets `aenv down`/`up` find it should it not.
         if self.on_start is not None:
             self.on_start(self.role, self.proc.pid)
         assert self.proc.stdout is not None and self.proc.stderr is not None
-        self._relays = [asyncio.create_task(self._relay_lines(self.proc.stdout, "stdout")),
-                        asyncio.create_task(self._relay_lines(self.proc.stderr, "stderr"))]
+        self._relays = [
+            asyncio.create_task(self._relay_lines(self.proc.stdout, "stdout")),
+            asyncio.create_task(self._relay_lines(self.proc.stderr, "stderr")),
+        ]
 
     async def _relay_lines(self, stream: asyncio.StreamReader, name: str) -> None:
         service = f"aenv-{self.role}"
@@ -122,8 +139,10 @@ class RoleProcess:
             delay = self.crashes.crashed(time.monotonic())
             self.state = "restarting"
             changed()
-            self.say(f"{self.role} exited unexpectedly (code {rc}, {self.crashes.streak} in a "
-                     f"row); restarting it in {delay:.1f}s")  # fmt: skip
+            self.say(
+                f"{self.role} exited unexpectedly (code {rc}, {self.crashes.streak} in a "
+                f"row); restarting it in {delay:.1f}s"
+            )
             if await _unless_stopped(asyncio.sleep(delay, True), stop) is None:
                 return
             await self.start()

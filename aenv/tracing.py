@@ -47,17 +47,22 @@ class JsonLinesExporter(SpanExporter):
             ctx = s.get_span_context()
             if ctx is None:
                 continue
-            lines.append(json.dumps({
-                "trace_id": f"{ctx.trace_id:032x}",
-                "span_id": f"{ctx.span_id:016x}",
-                "parent_id": f"{s.parent.span_id:016x}" if s.parent else None,
-                "name": s.name,
-                "kind": s.kind.name,
-                "start": s.start_time,
-                "end": s.end_time,
-                "attributes": dict(s.attributes or {}),
-                "service": s.resource.attributes.get("service.name"),
-            }, default=str))  # fmt: skip
+            lines.append(
+                json.dumps(
+                    {
+                        "trace_id": f"{ctx.trace_id:032x}",
+                        "span_id": f"{ctx.span_id:016x}",
+                        "parent_id": f"{s.parent.span_id:016x}" if s.parent else None,
+                        "name": s.name,
+                        "kind": s.kind.name,
+                        "start": s.start_time,
+                        "end": s.end_time,
+                        "attributes": dict(s.attributes or {}),
+                        "service": s.resource.attributes.get("service.name"),
+                    },
+                    default=str,
+                )
+            )
         with self._lock, open(self._path, "a") as f:
             f.write("".join(line + "\n" for line in lines))
         return SpanExportResult.SUCCESS
@@ -70,8 +75,9 @@ def otlp_wanted(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
         return False
     if "otlp" in exporters:
         return True
-    return bool(env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                or env.get("OTEL_EXPORTER_OTLP_ENDPOINT"))  # fmt: skip
+    return bool(
+        env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
 
 
 def setup_tracing(service: str) -> bool:

@@ -28,20 +28,26 @@ async def create_api_key(bus: Bus, *, team_id: str = "default", name: str = "") 
     return key_id, raw
 
 
-async def ensure_api_key(bus: Bus, raw: str, *, team_id: str = "default",
-                         name: str = "") -> str:  # fmt: skip
+async def ensure_api_key(bus: Bus, raw: str, *, team_id: str = "default", name: str = "") -> str:
     """Register a key the operator chose (every API process of a fleet does at start): its
     id derives from its hash, so the second registration finds the first and changes
     nothing — nor brings back a key an operator revoked since. Returns the key id."""
     if not ak.is_well_formed(raw):
-        raise ValueError("AENV_API_KEY must be e2b_ and at least 32 lowercase hex digits "
-                         "(aenv keys create prints one)")
+        raise ValueError(
+            "AENV_API_KEY must be e2b_ and at least 32 lowercase hex digits "
+            "(aenv keys create prints one)"
+        )
     digest = ak.hash_api_key(raw)
     key_id = f"op{digest[:14]}"
     state, _ = await bus.api_keys.load(key_id)
     if state is None:
-        cmd = ak.CreateApiKey(key_id=key_id, team_id=team_id, name=name,
-                              prefix=ak.display_prefix(raw), key_sha256=digest)  # fmt: skip
+        cmd = ak.CreateApiKey(
+            key_id=key_id,
+            team_id=team_id,
+            name=name,
+            prefix=ak.display_prefix(raw),
+            key_sha256=digest,
+        )
         with contextlib.suppress(Conflict):  # another API registered it meanwhile
             await execute(bus.api_keys, cmd)
     return key_id

@@ -63,9 +63,17 @@ def create_litestar(ctx: ApiContext, resolve: Resolver = _no_route) -> Litestar:
     """The control plane; `resolve` finds a sandbox's guest (the console's terminal talks
     to its envd the way the proxy does)."""
     app = Litestar(
-        route_handlers=[*observed.ROUTES, *sandboxes.ROUTES, *snapshots.ROUTES,
-                        *templates.ROUTES, *tags.ROUTES, *system.ROUTES, *CONSOLE,
-                        *volumes.ROUTES, *volume_content.ROUTES],
+        route_handlers=[
+            *observed.ROUTES,
+            *sandboxes.ROUTES,
+            *snapshots.ROUTES,
+            *templates.ROUTES,
+            *tags.ROUTES,
+            *system.ROUTES,
+            *CONSOLE,
+            *volumes.ROUTES,
+            *volume_content.ROUTES,
+        ],
         dependencies={"ctx": Provide(_ctx), "caller": Provide(_caller)},
         exception_handlers=HANDLERS,
         before_request=check_request,

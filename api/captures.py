@@ -61,9 +61,10 @@ async def drop_capture(ctx: ApiContext, template_id: str, capture_id: str) -> bo
     ctx.forget(f"tpl:{capture_id}")
     ctx.forget(f"tpl-node:{capture_id}")
     done = tp.DropTemplateCapture(
-        template_id=template_id, capture_id=capture_id,
+        template_id=template_id,
+        capture_id=capture_id,
         command_id=sb.derived_command_id("capture-drop", template_id, capture_id),
-    )  # fmt: skip
+    )
     _, _, events = await execute(ctx.bus.templates, done)
     return bool(events)
 
@@ -100,7 +101,11 @@ class CaptureSweeper:
         dropped = 0
         for template_id, capture_id, since in await reads.released_captures(self.ctx.engine):
             if since <= horizon and await drop_capture(self.ctx, template_id, capture_id):
-                log.info("template %s: dropped capture %s (untagged since %s)", template_id,
-                         capture_id, since.isoformat())  # fmt: skip
+                log.info(
+                    "template %s: dropped capture %s (untagged since %s)",
+                    template_id,
+                    capture_id,
+                    since.isoformat(),
+                )
                 dropped += 1
         return dropped

@@ -36,8 +36,12 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 
 
 def _response(status: int, message: str, headers: dict[str, str] | None = None) -> Response[Any]:
-    return Response(content=error_body(status, message), status_code=status, headers=headers,
-                    media_type="application/json")  # fmt: skip
+    return Response(
+        content=error_body(status, message),
+        status_code=status,
+        headers=headers,
+        media_type="application/json",
+    )
 
 
 def on_api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[Any]:
@@ -75,8 +79,9 @@ def _transient(exc: Exception) -> str | None:
     have been stored, as after any timeout: the listing shows what happened.)"""
     if isinstance(exc, NatsError | PublishError):
         return "the message bus"
-    lost = isinstance(exc, DBAPIError) and (exc.connection_invalidated
-                                           or isinstance(exc.orig, OSError))  # fmt: skip
+    lost = isinstance(exc, DBAPIError) and (
+        exc.connection_invalidated or isinstance(exc.orig, OSError)
+    )
     if lost or isinstance(exc, OperationalError | InterfaceError):
         return "the read-model database"
     if isinstance(exc, ConnectionError):
@@ -86,11 +91,15 @@ def _transient(exc: Exception) -> str | None:
 
 def on_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     if (what := _transient(exc)) is not None:
-        log.warning("%s %s: %s is not answering (%r); 503", request.method, request.url.path,
-                    what, exc)  # fmt: skip
-        return _response(503, f"{what} is not answering right now ({type(exc).__name__}); "
-                         f"retry in {TRANSIENT_RETRY_S} s",
-                         {"Retry-After": str(TRANSIENT_RETRY_S)})  # fmt: skip
+        log.warning(
+            "%s %s: %s is not answering (%r); 503", request.method, request.url.path, what, exc
+        )
+        return _response(
+            503,
+            f"{what} is not answering right now ({type(exc).__name__}); "
+            f"retry in {TRANSIENT_RETRY_S} s",
+            {"Retry-After": str(TRANSIENT_RETRY_S)},
+        )
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return _response(500, f"internal error ({type(exc).__name__})")
 
@@ -115,8 +124,8 @@ _MEANING = {
     500: "Internal error",
     501: "Not configured on this server",
     503: "No node can take it now (none has room, or the one holding the sandbox is not "
-         "running), or the message bus or database is failing over: retry after "
-         "Retry-After seconds",
+    "running), or the message bus or database is failing over: retry after "
+    "Retry-After seconds",
     504: "The command did not finish in time; it continues in the background",
 }
 #: What any authenticated route may answer, whatever it does.

@@ -29,5 +29,8 @@ async def node_answers(ctx: ApiContext, state: sb.Sandbox, what: str) -> None:
     """A command for a running sandbox goes to its node's queue: a node that stopped
     beating would leave the caller waiting for the command timeout. Say so at once."""
     if state.node_id is not None and await ctx.node_gone(state.node_id):
-        raise ApiError(503, f"cannot {what} sandbox {state.sandbox_id}: its node "
-                            f"{state.node_id} is not running (its VM went with it)")  # fmt: skip
+        raise ApiError(
+            503,
+            f"cannot {what} sandbox {state.sandbox_id}: its node "
+            f"{state.node_id} is not running (its VM went with it)",
+        )

@@ -95,8 +95,11 @@ def warnings(ctx: ApiContext) -> dict[str, str]:
     if ctx.nodes is None:
         return {}
     now = time.time()
-    late = [f"{describe_uploads(b.uploads_waiting, b.oldest_upload_wait_s)} on node {b.node_id}"
-            for b in ctx.nodes.beats.values() if b.uploads_waiting and not is_gone(b, now)]
+    late = [
+        f"{describe_uploads(b.uploads_waiting, b.oldest_upload_wait_s)} on node {b.node_id}"
+        for b in ctx.nodes.beats.values()
+        if b.uploads_waiting and not is_gone(b, now)
+    ]
     out = {"uploads": "; ".join(late)} if late else {}
     if not ctx.settings.ready_needs_node and not _beating(ctx):
         out["node"] = "no node is beating: creates are refused until one is"

@@ -18,8 +18,15 @@ from prometheus_client import Counter, Gauge, Histogram
 from domain.sandbox import SandboxStatus
 from shared.metrics import Scrape
 
-__all__ = ["BUCKETS", "LIVE_STATES", "SANDBOX_PROXY", "UNMATCHED", "Metrics", "method_label",
-           "route_label"]  # fmt: skip
+__all__ = [
+    "BUCKETS",
+    "LIVE_STATES",
+    "SANDBOX_PROXY",
+    "UNMATCHED",
+    "Metrics",
+    "method_label",
+    "route_label",
+]
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -32,8 +39,9 @@ METHODS = frozenset(
 )
 #: The states `aenv_sandboxes` reports: every state a sandbox lives in (killed and failed
 #: ones are history: counted, they would only grow)
-LIVE_STATES = tuple(s.value for s in SandboxStatus if s not in (SandboxStatus.KILLED,
-                                                               SandboxStatus.FAILED))  # fmt: skip
+LIVE_STATES = tuple(
+    s.value for s in SandboxStatus if s not in (SandboxStatus.KILLED, SandboxStatus.FAILED)
+)
 
 #: (state, node, count) rows of the read model
 Census = Callable[[], Awaitable[Iterable[tuple[str, str, int]]]]
@@ -58,17 +66,31 @@ class Metrics:
     def __init__(self, scrape: Scrape | None = None) -> None:
         self.scrape = scrape or Scrape()
         r = self.scrape.registry
-        self.requests = Counter("aenv_api_requests", "API requests by route and status.",
-                                ["method", "route", "status"], registry=r)  # fmt: skip
-        self.latency = Histogram("aenv_api_request_seconds", "API request latency.", ["route"],
-                                 buckets=BUCKETS, registry=r)  # fmt: skip
-        self.sandboxes = Gauge("aenv_sandboxes", "Sandboxes by state and node (read model).",
-                               ["state", "node"], registry=r)  # fmt: skip
+        self.requests = Counter(
+            "aenv_api_requests",
+            "API requests by route and status.",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "aenv_api_request_seconds",
+            "API request latency.",
+            ["route"],
+            buckets=BUCKETS,
+            registry=r,
+        )
+        self.sandboxes = Gauge(
+            "aenv_sandboxes",
+            "Sandboxes by state and node (read model).",
+            ["state", "node"],
+            registry=r,
+        )
         self.projection_lag = Gauge(
             "aenv_projection_lag_events",
             "Events of its kind in the log that a projection has not applied yet.",
-            ["projection"], registry=r,
-        )  # fmt: skip
+            ["projection"],
+            registry=r,
+        )
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method_label(method), route, str(status)).inc()

@@ -49,16 +49,24 @@ async def resolve_mounts(
             raise ApiError(404, f"volume '{m.name}' not found")
         path = vo.check_mount_path(m.path)
         vid = vo.volume_id_of(caller.team_id, m.name)
-        volumes.append(await free_volume(ctx, vid, m.name, team_id=caller.team_id,
-                                         holder=sandbox_id, actor=caller.key_id))  # fmt: skip
+        volumes.append(
+            await free_volume(
+                ctx, vid, m.name, team_id=caller.team_id, holder=sandbox_id, actor=caller.key_id
+            )
+        )
         mounts.append(sb.VolumeMount(name=m.name, path=path, volume_id=vid))
     return tuple(mounts), volumes
 
 
 async def free_volume(
-    ctx: ApiContext, volume_id: str, name: str, *, team_id: str | None, holder: str | None,
+    ctx: ApiContext,
+    volume_id: str,
+    name: str,
+    *,
+    team_id: str | None,
+    holder: str | None,
     actor: str | None,
-) -> vo.Volume:  # fmt: skip
+) -> vo.Volume:
     """The volume once nothing holds it (or `holder` does already): a live sandbox's is a
     409 at once; an ended holder's release is waited for (then 409 with Retry-After); a
     lost node's is released on its behalf. `team_id` None: the caller showed the volume's
@@ -74,18 +82,27 @@ async def free_volume(
             return state
         content = holder.startswith(vo.CONTENT_HOLDER_PREFIX)
         if not content and not await _ended(ctx, holder):
-            raise ApiError(409, f"volume '{name}' is mounted by sandbox {holder}: a volume "
-                                "is mounted by one sandbox at a time (kill that one first; "
-                                "its files are reachable through it meanwhile)")
+            raise ApiError(
+                409,
+                f"volume '{name}' is mounted by sandbox {holder}: a volume "
+                "is mounted by one sandbox at a time (kill that one first; "
+                "its files are reachable through it meanwhile)",
+            )
         ended_at = state.attached_at if content else await ctx.bus.sandboxes.last_event_at(holder)
         if await _lost(ctx, state, ended_at):
             await _release_for(ctx, actor, state)
             continue
         if time.monotonic() >= deadline:
-            what = ("a write through the volume API" if holder.startswith(vo.CONTENT_HOLDER_PREFIX)
-                    else f"sandbox {holder}, which ended: what it wrote is being made durable")
-            raise ApiError(409, f"volume '{name}' is being released by {what}; retry in a few "
-                                "seconds", headers={"Retry-After": str(RETRY_AFTER_S)})
+            what = (
+                "a write through the volume API"
+                if holder.startswith(vo.CONTENT_HOLDER_PREFIX)
+                else f"sandbox {holder}, which ended: what it wrote is being made durable"
+            )
+            raise ApiError(
+                409,
+                f"volume '{name}' is being released by {what}; retry in a few seconds",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
         await asyncio.sleep(_POLL_S)
 
 
@@ -107,9 +124,12 @@ async def _lost(ctx: ApiContext, volume: vo.Volume, ended_at: datetime | None) -
 
 async def _release_for(ctx: ApiContext, actor: str | None, volume: vo.Volume) -> None:
     holder = volume.holder or ""
-    release = vo.ReleaseVolume(volume_id=volume.volume_id, holder=holder, node_id=None,
-                               command_id=sb.derived_command_id(holder, "release-lost",
-                                                                volume.volume_id))  # fmt: skip
+    release = vo.ReleaseVolume(
+        volume_id=volume.volume_id,
+        holder=holder,
+        node_id=None,
+        command_id=sb.derived_command_id(holder, "release-lost", volume.volume_id),
+    )
     await execute(ctx.bus.volumes, release, MessageContext(actor=actor))
 
 

@@ -33,8 +33,9 @@ ASK_TIMEOUT_S = 3.0
 _LEVELS = ("debug", "info", "warn", "error")
 
 
-async def _ask(ctx: ApiContext, node_id: str | None, path: str,
-               params: dict[str, str] | None = None) -> Any:  # fmt: skip
+async def _ask(
+    ctx: ApiContext, node_id: str | None, path: str, params: dict[str, str] | None = None
+) -> Any:
     """The node's answer to `path` on its proxy, or None."""
     beat = await ctx.nodes.heartbeat(node_id) if ctx.nodes and node_id else None
     if beat is None or not beat.proxy:
@@ -50,9 +51,12 @@ async def _ask(ctx: ApiContext, node_id: str | None, path: str,
 
 @get("/sandboxes/{sandbox_id:str}/metrics", responses=ERRORS)
 async def sandbox_metrics(
-    sandbox_id: str, ctx: ApiContext, caller: Caller,
-    start: int | None = None, end: int | None = None,
-) -> list[dict[str, Any]]:  # fmt: skip
+    sandbox_id: str,
+    ctx: ApiContext,
+    caller: Caller,
+    start: int | None = None,
+    end: int | None = None,
+) -> list[dict[str, Any]]:
     """The sandbox's resource samples (every few seconds while it runs) between unix
     times `start` and `end`."""
     state = await visible(ctx, caller, sandbox_id)
@@ -70,17 +74,20 @@ MAX_IDS_QUERY = 4000
 
 @get("/sandboxes/metrics", responses=ERRORS)
 async def sandboxes_metrics(
-    ctx: ApiContext, caller: Caller,
+    ctx: ApiContext,
+    caller: Caller,
     sandbox_ids: Annotated[str, Parameter(query="sandbox_ids", max_length=MAX_IDS_QUERY)] = "",
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The latest sample of each of these sandboxes (the caller's; others are left out)."""
     by_node: dict[str | None, list[str]] = defaultdict(list)
     for sid in dict.fromkeys(i for i in sandbox_ids.split(",") if i):
         if not is_sandbox_id(sid):
             continue
         state, _ = await ctx.bus.sandboxes.load(sid)
-        if state is not None and state.team_id == caller.team_id and (
-            sb.public_state(state.status) is not None
+        if (
+            state is not None
+            and state.team_id == caller.team_id
+            and (sb.public_state(state.status) is not None)
         ):
             by_node[state.node_id].append(sid)
     out: dict[str, Any] = {}
@@ -113,38 +120,56 @@ def _ms(entry: dict[str, Any]) -> int:
 
 @get("/sandboxes/{sandbox_id:str}/logs", responses=ERRORS)
 async def sandbox_logs(
-    sandbox_id: str, ctx: ApiContext, caller: Caller,
-    start: int | None = None, limit: Annotated[int, Parameter(ge=1, le=10_000)] = 1000,
-) -> dict[str, Any]:  # fmt: skip
+    sandbox_id: str,
+    ctx: ApiContext,
+    caller: Caller,
+    start: int | None = None,
+    limit: Annotated[int, Parameter(ge=1, le=10_000)] = 1000,
+) -> dict[str, Any]:
     """E2B's v1 logs: lines from unix milliseconds `start` on, at most `limit`."""
-    entries = [e for e in await _entries(ctx, caller, sandbox_id)
-               if start is None or _ms(e) >= start][:limit]  # fmt: skip
-    return {"logs": [{"timestamp": e["timestamp"], "line": _line(e)} for e in entries],
-            "logEntries": entries}  # fmt: skip
+    entries = [
+        e for e in await _entries(ctx, caller, sandbox_id) if start is None or _ms(e) >= start
+    ][:limit]
+    return {
+        "logs": [{"timestamp": e["timestamp"], "line": _line(e)} for e in entries],
+        "logEntries": entries,
+    }
 
 
 def _line(entry: dict[str, Any]) -> str:
     """A v1 `line` is one JSON log record, as E2B's envd writes them: its CLI parses each
     (`level` and `logger` read, the rest printed as fields)."""
     fields = entry.get("fields") or {}
-    return json.dumps({**fields, "level": entry.get("level", "info"), "logger": "envd",
-                       "message": entry.get("message", "")}, default=str)  # fmt: skip
+    return json.dumps(
+        {
+            **fields,
+            "level": entry.get("level", "info"),
+            "logger": "envd",
+            "message": entry.get("message", ""),
+        },
+        default=str,
+    )
 
 
 @get("/v2/sandboxes/{sandbox_id:str}/logs", responses=ERRORS)
 async def sandbox_logs_v2(
-    sandbox_id: str, ctx: ApiContext, caller: Caller,
-    cursor: int | None = None, limit: Annotated[int, Parameter(ge=1, le=10_000)] = 1000,
+    sandbox_id: str,
+    ctx: ApiContext,
+    caller: Caller,
+    cursor: int | None = None,
+    limit: Annotated[int, Parameter(ge=1, le=10_000)] = 1000,
     direction: Annotated[str, Parameter(pattern="^(forward|backward)$")] = "forward",
     level: Annotated[str | None, Parameter(pattern="^(debug|info|warn|error)$")] = None,
     search: Annotated[str | None, Parameter(max_length=1000)] = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """E2B's v2 logs: from the cursor (unix milliseconds) forward or backward, at least
     `level`, containing `search`."""
     floor = _LEVELS.index(level) if level else 0
-    entries = [e for e in await _entries(ctx, caller, sandbox_id)
-               if _LEVELS.index(e["level"]) >= floor
-               and (search is None or search in e.get("message", ""))]  # fmt: skip
+    entries = [
+        e
+        for e in await _entries(ctx, caller, sandbox_id)
+        if _LEVELS.index(e["level"]) >= floor and (search is None or search in e.get("message", ""))
+    ]
     if direction == "backward":
         entries = [e for e in reversed(entries) if cursor is None or _ms(e) <= cursor]
     else:

@@ -7,6 +7,7 @@ subscription, which also delivers appends the stream refused. Here a refusal
 (`CommandRejected`) maps to the HTTP error it stands for; silence past the deadline is a
 504 naming the command, whose work still completes and shows up later.
 """
+
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
@@ -16,8 +17,13 @@ from bus import Bus
 from domain import CommandRejected, Event
 from domain import sandbox as sb
 
-REJECTION_STATUS = {"not_found": 404, "conflict": 409, "invalid": 400, "permanent": 400,
-                    "unavailable": 503}  # fmt: skip
+REJECTION_STATUS = {
+    "not_found": 404,
+    "conflict": 409,
+    "invalid": 400,
+    "permanent": 400,
+    "unavailable": 503,
+}
 
 
 async def send_and_wait(
@@ -35,9 +41,14 @@ async def send_and_wait(
     failure) with its aggregate version; a rejection as the error it stands for; silence
     as a 504."""
     rec = await bus.send_and_wait(
-        command, node_id=node_id, until=until, timeout=timeout, actor=actor,
-        unclaimed=unclaimed, claim_within=claim_within,
-    )  # fmt: skip
+        command,
+        node_id=node_id,
+        until=until,
+        timeout=timeout,
+        actor=actor,
+        unclaimed=unclaimed,
+        claim_within=claim_within,
+    )
     if rec is None:
         raise ApiError(
             504,
@@ -48,6 +59,7 @@ async def send_and_wait(
     if isinstance(rec.event, CommandRejected):
         raise ApiError(REJECTION_STATUS.get(rec.event.code, 500), rec.event.reason)
     if isinstance(rec.event, sb.SandboxKilled) and sb.SandboxKilled not in until:
-        raise ApiError(404, f"sandbox {command.sandbox_id} was killed before "
-                            f"{type(command).__name__} finished")  # fmt: skip
+        raise ApiError(
+            404, f"sandbox {command.sandbox_id} was killed before {type(command).__name__} finished"
+        )
     return rec.event, rec.envelope.aggregate_version

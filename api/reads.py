@@ -55,8 +55,9 @@ def _paused(r: Row) -> dict[str, Any]:
 
 
 def _mounts(r: Row) -> list[wire.MountedVolume]:
-    return [wire.MountedVolume(name=m["name"], path=m["path"])
-            for m in r.get("volume_mounts") or ()]  # fmt: skip
+    return [
+        wire.MountedVolume(name=m["name"], path=m["path"]) for m in r.get("volume_mounts") or ()
+    ]
 
 
 def _network(raw: dict[str, Any] | None) -> wire.SandboxNetwork | None:
@@ -112,10 +113,16 @@ async def list_sandboxes(
     try:
         async with engine.connect() as conn:
             page = await queries.list_sandboxes(
-                conn, team_id, states=states, metadata=metadata, template=template,
-                started_after=started_after, descending=order == "desc", limit=limit,
+                conn,
+                team_id,
+                states=states,
+                metadata=metadata,
+                template=template,
+                started_after=started_after,
+                descending=order == "desc",
+                limit=limit,
                 next_token=next_token,
-            )  # fmt: skip
+            )
     except queries.InvalidToken as e:
         raise ApiError(400, "invalid nextToken") from e
     return [listed(r) for r in page.rows], page.next_token

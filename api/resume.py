@@ -63,27 +63,36 @@ async def resume(
     if state.status in LIVE:
         return state
     node = await node_or_placement(
-        ctx, state.node_id, durable=state.resumable_anywhere,
+        ctx,
+        state.node_id,
+        durable=state.resumable_anywhere,
         stranded=f"sandbox {state.sandbox_id} is paused on node {state.node_id}, which is "
-                 "not running, and its capture has not reached the snapshot repository: "
-                 "it resumes once that node is back",
-    )  # fmt: skip
+        "not running, and its capture has not reached the snapshot repository: "
+        "it resumes once that node is back",
+    )
     if node is None:  # its node is gone: another must have room for it
         check_room(ctx, state.cpu_count, state.memory_mb)
     event, _ = await send_and_wait(
-        ctx.bus, sb.ResumeSandbox(sandbox_id=state.sandbox_id, timeout_s=timeout_s),
-        node_id=node, until=(sb.SandboxResumed, sb.SandboxResumeFailed),
-        timeout=ctx.settings.command_timeout_s, actor=actor,
-    )  # fmt: skip
+        ctx.bus,
+        sb.ResumeSandbox(sandbox_id=state.sandbox_id, timeout_s=timeout_s),
+        node_id=node,
+        until=(sb.SandboxResumed, sb.SandboxResumeFailed),
+        timeout=ctx.settings.command_timeout_s,
+        actor=actor,
+    )
     if isinstance(event, sb.SandboxResumeFailed):
-        raise ApiError(500, f"sandbox {state.sandbox_id} could not be resumed and stays "
-                            f"paused (try again later): {event.reason}")  # fmt: skip
+        raise ApiError(
+            500,
+            f"sandbox {state.sandbox_id} could not be resumed and stays "
+            f"paused (try again later): {event.reason}",
+        )
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"sandbox {state.sandbox_id} failed to resume: {event.reason}")
     assert isinstance(event, sb.SandboxResumed)
     # what the answer needs changed only by this event: no reload on the response path
-    return state.model_copy(update={"status": SandboxStatus.RUNNING,
-                                    "node_id": event.node_id, "end_at": event.end_at})
+    return state.model_copy(
+        update={"status": SandboxStatus.RUNNING, "node_id": event.node_id, "end_at": event.end_at}
+    )
 
 
 def auto_resume(ctx: ApiContext) -> AutoResume:

@@ -67,24 +67,32 @@ def warm_nodes(ctx: ApiContext, template_id: str) -> tuple[str, ...]:
     if not beats:
         return ()
     now = time.time()
-    return tuple(sorted(b.node_id for b in beats.values()
-                        if b.warm.get(template_id, 0) > 0 and not is_gone(b, now)))  # fmt: skip
+    return tuple(
+        sorted(
+            b.node_id
+            for b in beats.values()
+            if b.warm.get(template_id, 0) > 0 and not is_gone(b, now)
+        )
+    )
 
 
 async def withdraw(ctx: ApiContext, cmd: sb.CreateSandbox, actor: str | None) -> bool:
     """No node took `cmd` in time: record it failed, unless a node claimed it meanwhile.
     True when the failure is the API's (the answer is then `no_room`)."""
-    context = MessageContext(causation_id=cmd.command_id, correlation_id=cmd.command_id,
-                             actor=actor)  # fmt: skip
-    why = (f"no node took it within {ctx.settings.placement_timeout_s:.0f} s: none had room "
-           "for it")  # fmt: skip
+    context = MessageContext(
+        causation_id=cmd.command_id, correlation_id=cmd.command_id, actor=actor
+    )
+    why = f"no node took it within {ctx.settings.placement_timeout_s:.0f} s: none had room for it"
     try:
         state, _, ours = await execute(ctx.bus.sandboxes, cmd, context)
         if not ours or state is None or state.status is not sb.SandboxStatus.CREATING:
             return False  # a node's claim came first: its outcome answers
-        failed = sb.CompleteCreate(sandbox_id=cmd.sandbox_id, node_id="", error=why,
-                                   command_id=sb.derived_command_id(str(cmd.command_id),
-                                                                    "unplaced"))  # fmt: skip
+        failed = sb.CompleteCreate(
+            sandbox_id=cmd.sandbox_id,
+            node_id="",
+            error=why,
+            command_id=sb.derived_command_id(str(cmd.command_id), "unplaced"),
+        )
         _, _, done = await execute(ctx.bus.sandboxes, failed, context)
         return bool(done)
     except DomainError:  # a node finished it meanwhile: its outcome answers
@@ -92,5 +100,8 @@ async def withdraw(ctx: ApiContext, cmd: sb.CreateSandbox, actor: str | None) ->
 
 
 def no_room(cmd: sb.CreateSandbox, timeout_s: float) -> ApiError:
-    return ApiError(503, f"no node took sandbox {cmd.sandbox_id} within {timeout_s:.0f} s: "
-                         "none had room for it", headers=_RETRY)  # fmt: skip
+    return ApiError(
+        503,
+        f"no node took sandbox {cmd.sandbox_id} within {timeout_s:.0f} s: none had room for it",
+        headers=_RETRY,
+    )

@@ -117,8 +117,11 @@ async def create_sandbox(
         raise ApiError(400, "autoResume cannot be combined with autoPauseMemory false")
     net = data.network or wire.NetworkConfig()
     public = True if net.allow_public_traffic is None else net.allow_public_traffic
-    mounts, volumes = ((), []) if not data.volume_mounts else (
-        await resolve_mounts(ctx, caller, data.volume_mounts, sandbox_id))
+    mounts, volumes = (
+        ((), [])
+        if not data.volume_mounts
+        else (await resolve_mounts(ctx, caller, data.volume_mounts, sandbox_id))
+    )
     cmd = sb.CreateSandbox(
         sandbox_id=sandbox_id,
         command_id=command_id,
@@ -167,11 +170,15 @@ async def create_sandbox(
             cmd = cmd.model_copy(update={"warm_on": warm_nodes(ctx, cmd.template_id)})
     async with watch_hangup(request) as hung_up:
         event, _ = await send_and_wait(
-            ctx.bus, cmd, node_id=node, until=(sb.SandboxCreated,),
-            timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
+            ctx.bus,
+            cmd,
+            node_id=node,
+            until=(sb.SandboxCreated,),
+            timeout=ctx.settings.create_timeout_s,
+            actor=caller.key_id,
             unclaimed=unclaimed if node is None else None,
             claim_within=ctx.settings.placement_timeout_s,
-        )  # fmt: skip
+        )
         await asyncio.sleep(0)  # a hang-up already read lands before we look
         left = hung_up.done()
     if withdrawn:
@@ -181,18 +188,23 @@ async def create_sandbox(
         raise ApiError(status, f"sandbox {sandbox_id} failed to start: {event.reason}")
     if left and not idempotency_key and isinstance(event, sb.SandboxCreated):
         # nobody will ever know its id: it must not live out its TTL (api/hangup.py)
-        kill = sb.KillSandbox(sandbox_id=sandbox_id,
-                              command_id=sb.derived_command_id(str(command_id), "hung-up"))
-        await ctx.bus.commands.to_node(event.node_id, kill,
-                                       context=MessageContext(actor=caller.key_id))  # fmt: skip
+        kill = sb.KillSandbox(
+            sandbox_id=sandbox_id, command_id=sb.derived_command_id(str(command_id), "hung-up")
+        )
+        await ctx.bus.commands.to_node(
+            event.node_id, kill, context=MessageContext(actor=caller.key_id)
+        )
         raise ApiError(499, f"the client hung up; sandbox {sandbox_id} was killed")
     body = wire.Sandbox(
-        template_id=tg.shown_template(cmd.template_id), sandbox_id=sandbox_id,
+        template_id=tg.shown_template(cmd.template_id),
+        sandbox_id=sandbox_id,
         client_id=reads.CLIENT_ID,
-        envd_version=cmd.envd_version, alias=cmd.alias,
+        envd_version=cmd.envd_version,
+        alias=cmd.alias,
         envd_access_token=cmd.envd_access_token,
-        traffic_access_token=cmd.traffic_access_token, domain=ctx.settings.sandbox_domain,
-    )  # fmt: skip
+        traffic_access_token=cmd.traffic_access_token,
+        domain=ctx.settings.sandbox_domain,
+    )
     return Response(wire.dump(body), status_code=201)
 
 
@@ -215,10 +227,12 @@ async def _template_node(ctx: ApiContext, tpl: dict[str, Any]) -> str | None:
         f"tpl-node:{tpl_id}", lambda: reads.snapshot_node(ctx.engine, tpl_id)
     )
     return await node_or_placement(
-        ctx, node, durable=bool(tpl.get("capture_key")),
+        ctx,
+        node,
+        durable=bool(tpl.get("capture_key")),
         stranded=f"snapshot {tpl_id!r} is on node {node}, which is not running, and its "
-                 "capture has not reached the snapshot repository",
-    )  # fmt: skip
+        "capture has not reached the snapshot repository",
+    )
 
 
 @get("/sandboxes/{sandbox_id:str}", responses=ERRORS)
@@ -246,10 +260,13 @@ async def _kill(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> None:
         await _kill_in_log(ctx, caller, state)
     else:
         await send_and_wait(
-            ctx.bus, sb.KillSandbox(sandbox_id=sandbox_id), node_id=state.node_id,
-            until=(sb.SandboxKilled,), timeout=ctx.settings.command_timeout_s,
+            ctx.bus,
+            sb.KillSandbox(sandbox_id=sandbox_id),
+            node_id=state.node_id,
+            until=(sb.SandboxKilled,),
+            timeout=ctx.settings.command_timeout_s,
             actor=caller.key_id,
-        )  # fmt: skip
+        )
 
 
 async def _kill_in_log(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> None:
@@ -260,13 +277,16 @@ async def _kill_in_log(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> No
     msg = MessageContext(actor=caller.key_id)
     kill = sb.KillSandbox(sandbox_id=state.sandbox_id)
     await execute(ctx.bus.sandboxes, kill, msg)
-    done = sb.CompleteKill(sandbox_id=state.sandbox_id,
-                           command_id=sb.derived_command_id(str(kill.command_id), "killed"),
-                           error=f"node {state.node_id} is gone; killed in the log by the API")
-    await execute(ctx.bus.sandboxes, done, msg)  # fmt: skip
+    done = sb.CompleteKill(
+        sandbox_id=state.sandbox_id,
+        command_id=sb.derived_command_id(str(kill.command_id), "killed"),
+        error=f"node {state.node_id} is gone; killed in the log by the API",
+    )
+    await execute(ctx.bus.sandboxes, done, msg)
     if state.node_id is not None:  # a node that only lost NATS drops its VM when back
-        await ctx.bus.commands.to_node(state.node_id, sb.drop_command(state.sandbox_id,
-                                                                      str(kill.command_id)))
+        await ctx.bus.commands.to_node(
+            state.node_id, sb.drop_command(state.sandbox_id, str(kill.command_id))
+        )
 
 
 async def _set_timeout(
@@ -337,10 +357,13 @@ async def _pause(
         return
     await node_answers(ctx, state, "pause")
     event, _ = await send_and_wait(
-        ctx.bus, sb.PauseSandbox(sandbox_id=sandbox_id, keep_memory=keep_memory),
-        node_id=state.node_id, until=(sb.SandboxPaused,),
-        timeout=ctx.settings.command_timeout_s, actor=caller.key_id,
-    )  # fmt: skip
+        ctx.bus,
+        sb.PauseSandbox(sandbox_id=sandbox_id, keep_memory=keep_memory),
+        node_id=state.node_id,
+        until=(sb.SandboxPaused,),
+        timeout=ctx.settings.command_timeout_s,
+        actor=caller.key_id,
+    )
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"sandbox {sandbox_id} failed to pause: {event.reason}")
 
@@ -380,9 +403,13 @@ async def fork_sandbox(
     await node_answers(ctx, state, "fork")
     check_room(ctx, state.cpu_count, state.memory_mb, node=state.node_id, count=count)
     event, _ = await send_and_wait(
-        ctx.bus, cmd, node_id=state.node_id, until=(sb.SandboxForked,),
-        timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
-    )  # fmt: skip
+        ctx.bus,
+        cmd,
+        node_id=state.node_id,
+        until=(sb.SandboxForked,),
+        timeout=ctx.settings.create_timeout_s,
+        actor=caller.key_id,
+    )
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"fork of {sandbox_id} failed: {event.reason}")
     assert isinstance(event, sb.SandboxForked)
@@ -421,10 +448,16 @@ async def list_v2(
 ) -> Response[list[dict[str, Any]]]:
     await ctx.fenced_to_tail()
     items, token = await reads.list_sandboxes(
-        ctx.engine, caller.team_id, states=_states(state_filter),
-        metadata=reads.parse_metadata_filter(metadata), template=template,
-        started_after=started_after, order=order, limit=limit, next_token=next_token,
-    )  # fmt: skip
+        ctx.engine,
+        caller.team_id,
+        states=_states(state_filter),
+        metadata=reads.parse_metadata_filter(metadata),
+        template=template,
+        started_after=started_after,
+        order=order,
+        limit=limit,
+        next_token=next_token,
+    )
     headers = {"X-Next-Token": token} if token else {}
     return Response([wire.dump(i) for i in items], headers=headers)
 
@@ -435,10 +468,16 @@ async def list_v1(
 ) -> list[dict[str, Any]]:
     await ctx.fenced_to_tail()
     items, _ = await reads.list_sandboxes(
-        ctx.engine, caller.team_id, states=["running"],
-        metadata=reads.parse_metadata_filter(metadata), template=None, started_after=None,
-        order="desc", limit=1000, next_token=None,
-    )  # fmt: skip
+        ctx.engine,
+        caller.team_id,
+        states=["running"],
+        metadata=reads.parse_metadata_filter(metadata),
+        template=None,
+        started_after=None,
+        order="desc",
+        limit=1000,
+        next_token=None,
+    )
     return [wire.dump(i) for i in items]
 
 

@@ -15,8 +15,10 @@ from shared.metrics import bearer, is_token
 
 __all__ = ["MISSING", "authorize_scrape", "bearer"]
 
-MISSING = ("missing credentials: send X-API-KEY: <api key>, or Authorization: Bearer "
-           "<AENV_METRICS_TOKEN or api key>")  # fmt: skip
+MISSING = (
+    "missing credentials: send X-API-KEY: <api key>, or Authorization: Bearer "
+    "<AENV_METRICS_TOKEN or api key>"
+)
 
 
 async def authorize_scrape(ctx: ApiContext, api_key: str | None, authorization: str | None) -> None:

@@ -61,9 +61,13 @@ async def create_snapshot(
     sb.decide(state, cmd)  # a paused or busy sandbox: 409 before any work
     await node_answers(ctx, state, "snapshot")
     event, _ = await send_and_wait(
-        ctx.bus, cmd, node_id=state.node_id, until=(sb.SnapshotTaken, sb.SnapshotFailed),
-        timeout=ctx.settings.create_timeout_s, actor=caller.key_id,
-    )  # fmt: skip
+        ctx.bus,
+        cmd,
+        node_id=state.node_id,
+        until=(sb.SnapshotTaken, sb.SnapshotFailed),
+        timeout=ctx.settings.create_timeout_s,
+        actor=caller.key_id,
+    )
     if isinstance(event, sb.SnapshotFailed | sb.SandboxFailed):
         raise ApiError(500, f"snapshot of {sandbox_id} failed: {event.reason}")
     return snapshot_info(caller.team_id, name)
@@ -95,8 +99,11 @@ async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> 
     if split is not None:  # a build's capture: only once no tag of its template names it
         owner, _ = await ctx.bus.templates.load(split[0])
         if owner is not None and template_id in tg.captures(owner.effective_tags()):
-            raise ApiError(409, f"{template_id!r} is a build of template {split[0]!r} that "
-                                "a tag names: remove its tags instead")  # fmt: skip
+            raise ApiError(
+                409,
+                f"{template_id!r} is a build of template {split[0]!r} that "
+                "a tag names: remove its tags instead",
+            )
     nodes = await holders(ctx, template_id)
     cmd = tp.DeleteTemplate(template_id=template_id)
     state, version, events = await execute(ctx.bus.templates, cmd)

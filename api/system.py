@@ -16,18 +16,21 @@ from api.scrape import authorize_scrape
 from shared.metrics import CONTENT_TYPE
 
 _NOT_READY = ResponseSpec(
-    data_container=dict[str, Any], generate_examples=False,
+    data_container=dict[str, Any],
+    generate_examples=False,
     description="Not ready: `{code, message, checks, warnings}`, the message naming what "
-                "is down (NATS, Postgres, S3, no node beating)",
-)  # fmt: skip
+    "is down (NATS, Postgres, S3, no node beating)",
+)
 _READINESS = {**documented(500), 503: _NOT_READY}
 
 
 async def _ready(ctx: ApiContext) -> Response[dict[str, Any]]:
     results = await checks.run(checks.probes(ctx))
     status, message = checks.verdict(results)
-    more = {"checks": {name: why or "ok" for name, why in results.items()},
-            "warnings": checks.warnings(ctx)}  # fmt: skip
+    more = {
+        "checks": {name: why or "ok" for name, why in results.items()},
+        "warnings": checks.warnings(ctx),
+    }
     if status == 200:  # the body `/health` always had on success, with the checks' states
         return Response({"status": "ok", "nats": True, **more}, status_code=200)
     return Response({**error_body(status, message), **more}, status_code=status)
@@ -58,8 +61,7 @@ async def live() -> dict[str, str]:
 async def metrics(ctx: ApiContext, request: Request[Any, Any, Any]) -> Response[bytes]:
     """The API role's Prometheus series (`docs/observability.md`): an API key or
     `Authorization: Bearer $AENV_METRICS_TOKEN`."""
-    await authorize_scrape(ctx, request.headers.get(HEADER),
-                           request.headers.get("authorization"))  # fmt: skip
+    await authorize_scrape(ctx, request.headers.get(HEADER), request.headers.get("authorization"))
     return Response(await ctx.metrics.render(), media_type=CONTENT_TYPE)
 
 

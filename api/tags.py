@@ -136,10 +136,17 @@ async def list_tags(template_id: str, ctx: ApiContext, caller: Caller) -> list[d
         if team != caller.team_id:
             raise ApiError(403, f"you don't have access to template '{template_id}'")
     created: datetime = row["created_at"]
-    tagged = sorted(template_state(row).effective_tags().items(),
-                    key=lambda kv: (kv[1].at or created, kv[0]))  # fmt: skip
-    return [{"tag": tag, "buildID": await _build_id(ctx, tid, b),
-             "createdAt": (b.at or created).isoformat()} for tag, b in tagged]  # fmt: skip
+    tagged = sorted(
+        template_state(row).effective_tags().items(), key=lambda kv: (kv[1].at or created, kv[0])
+    )
+    return [
+        {
+            "tag": tag,
+            "buildID": await _build_id(ctx, tid, b),
+            "createdAt": (b.at or created).isoformat(),
+        }
+        for tag, b in tagged
+    ]
 
 
 ROUTES = [assign_tags, remove_tags, list_tags]

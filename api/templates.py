@@ -83,15 +83,26 @@ async def request_build(data: NewTemplateBuild, ctx: ApiContext, caller: Caller)
     tags = tg.normalize_tags([*([tag] if tag else []), *data.tags])  # Invalid → 400
     build_id = str(uuid.uuid4())
     cmd = bd.RequestTemplateBuild(
-        build_id=build_id, template_id=name, alias=name, team_id=caller.team_id,
-        cpu_count=data.cpu_count or 2, memory_mb=data.memory_mb or 512,
-        disk_size_mb=data.min_free_disk_mb or 0, tags=tags,
-    )  # fmt: skip
+        build_id=build_id,
+        template_id=name,
+        alias=name,
+        team_id=caller.team_id,
+        cpu_count=data.cpu_count or 2,
+        memory_mb=data.memory_mb or 512,
+        disk_size_mb=data.min_free_disk_mb or 0,
+        tags=tags,
+    )
     await execute(ctx.bus.builds, cmd)
     # what the build will be called once it succeeds: its tags, and `default` (the latest)
     named = list(dict.fromkeys([*tags, tg.DEFAULT_TAG]))
-    return {"templateID": name, "buildID": build_id, "public": False, "names": [name],
-            "tags": named, "aliases": [name]}  # fmt: skip
+    return {
+        "templateID": name,
+        "buildID": build_id,
+        "public": False,
+        "names": [name],
+        "tags": named,
+        "aliases": [name],
+    }
 
 
 def _upload_token(ctx: ApiContext, template_id: str, files_hash: str) -> str:
@@ -115,23 +126,35 @@ def _check_files(template_id: str, files_hash: str) -> None:
         raise ApiError(400, "invalid template id or files hash")
 
 
-@get("/templates/{template_id:str}/files/{files_hash:str}", status_code=201,
-     responses=documented(*COMMON, 501))  # fmt: skip
+@get(
+    "/templates/{template_id:str}/files/{files_hash:str}",
+    status_code=201,
+    responses=documented(*COMMON, 501),
+)
 async def file_upload_link(
-    request: Request[Any, Any, Any], template_id: str, files_hash: str, ctx: ApiContext,
+    request: Request[Any, Any, Any],
+    template_id: str,
+    files_hash: str,
+    ctx: ApiContext,
     caller: Caller,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Where to PUT the tar(.gz) of one COPY step's files; `present` if we have it."""
     _check_files(template_id, files_hash)
     path = files_path(_files_root(ctx), template_id, files_hash)
     base = str(request.base_url).rstrip("/")
     token = _upload_token(ctx, template_id, files_hash)
-    return {"present": path.exists(),
-            "url": f"{base}/templates/{template_id}/files/{files_hash}?token={token}"}  # fmt: skip
+    return {
+        "present": path.exists(),
+        "url": f"{base}/templates/{template_id}/files/{files_hash}?token={token}",
+    }
 
 
-@put("/templates/{template_id:str}/files/{files_hash:str}", status_code=200,
-     request_max_body_size=MAX_UPLOAD, responses=documented(400, 403, 413, 500, 501))  # fmt: skip
+@put(
+    "/templates/{template_id:str}/files/{files_hash:str}",
+    status_code=200,
+    request_max_body_size=MAX_UPLOAD,
+    responses=documented(400, 403, 413, 500, 501),
+)
 async def upload_files(
     request: Request[Any, Any, Any],
     template_id: str,
@@ -173,9 +196,12 @@ async def _registry_login(
         return None
     kind = login.get("type")
     if kind != "registry":
-        raise ApiError(400, f"registry type {kind!r} is not supported: use type 'registry' "
-                            "with a username and password (push images from ECR or GCR to "
-                            "a registry that accepts those)")  # fmt: skip
+        raise ApiError(
+            400,
+            f"registry type {kind!r} is not supported: use type 'registry' "
+            "with a username and password (push images from ECR or GCR to "
+            "a registry that accepts those)",
+        )
     username, password = login.get("username"), login.get("password")
     if not isinstance(username, str) or not username or not isinstance(password, str):
         raise ApiError(400, "fromImageRegistry needs a username and a password")
@@ -207,13 +233,22 @@ async def start_build(
             raise ApiError(400, str(e)) from e
     username = await _registry_login(ctx, build_id, from_image, data.from_image_registry)
     spec = bd.BuildSpec(
-        from_template=from_template, from_image=from_image, from_image_username=username,
-        steps=tuple(bd.BuildStep(type=s.type.upper(), args=tuple(s.args),
-                                 files_hash=s.files_hash, force=bool(s.force))
-                    for s in data.steps),
-        start_cmd=data.start_cmd or None, ready_cmd=data.ready_cmd or None,
+        from_template=from_template,
+        from_image=from_image,
+        from_image_username=username,
+        steps=tuple(
+            bd.BuildStep(
+                type=s.type.upper(),
+                args=tuple(s.args),
+                files_hash=s.files_hash,
+                force=bool(s.force),
+            )
+            for s in data.steps
+        ),
+        start_cmd=data.start_cmd or None,
+        ready_cmd=data.ready_cmd or None,
         force=bool(data.force),
-    )  # fmt: skip
+    )
     node = None
     if spec.from_template:
         base = await reads.template_for(ctx.engine, spec.from_template)  # `name:tag` too
@@ -254,10 +289,13 @@ def _entry(r: dict[str, Any]) -> dict[str, Any]:
 
 @get("/templates/{template_id:str}/builds/{build_id:str}/status", responses=ERRORS)
 async def build_status(
-    template_id: str, build_id: str, ctx: ApiContext, caller: Caller,
+    template_id: str,
+    build_id: str,
+    ctx: ApiContext,
+    caller: Caller,
     logs_offset: Annotated[int, Parameter(query="logsOffset", ge=0)] = 0,
     limit: Annotated[int, Parameter(ge=1, le=100)] = _LOG_PAGE,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Status from the event log (always current), log lines from the read model (which
     may trail by a moment: we wait briefly for lines the build already has)."""
     state = await _build(ctx, caller, template_id, build_id)
@@ -273,9 +311,12 @@ async def build_status(
         rows = await _log_entries(ctx, build_id, logs_offset, limit)
     entries = [_entry(r) for r in rows]
     body: dict[str, Any] = {
-        "templateID": template_id, "buildID": build_id, "status": status,
-        "logEntries": entries, "logs": [f"{e['timestamp']} {e['message']}" for e in entries],
-    }  # fmt: skip
+        "templateID": template_id,
+        "buildID": build_id,
+        "status": status,
+        "logEntries": entries,
+        "logs": [f"{e['timestamp']} {e['message']}" for e in entries],
+    }
     if state.status is bd.BuildStatus.ERROR:
         reason: dict[str, Any] = {"message": state.reason or "build failed"}
         if state.failed_step is not None:
@@ -297,18 +338,25 @@ def _template_body(row: dict[str, Any] | None, builds: list[dict[str, Any]]) -> 
     return {
         "templateID": tid,
         "buildID": latest["build_id"] if latest else "00000000-0000-0000-0000-000000000000",
-        "cpuCount": src["cpu_count"], "memoryMB": src["memory_mb"],
-        "diskSizeMB": src["disk_size_mb"], "public": tid in tp.BUILTIN_TEMPLATES,
-        "aliases": [(row or {}).get("alias") or tid], "names": [tid],
-        "createdAt": _iso(created), "updatedAt": _iso(updated),
-        "createdBy": None, "lastSpawnedAt": None, "spawnCount": 0, "buildCount": len(builds),
+        "cpuCount": src["cpu_count"],
+        "memoryMB": src["memory_mb"],
+        "diskSizeMB": src["disk_size_mb"],
+        "public": tid in tp.BUILTIN_TEMPLATES,
+        "aliases": [(row or {}).get("alias") or tid],
+        "names": [tid],
+        "createdAt": _iso(created),
+        "updatedAt": _iso(updated),
+        "createdBy": None,
+        "lastSpawnedAt": None,
+        "spawnCount": 0,
+        "buildCount": len(builds),
         "envdVersion": src.get("envd_version") or ENVD_VERSION,
         "buildStatus": latest["status"] if latest is not None else "ready",
         "isDefault": tid == "base",
         # aenv's: why the last build failed, and where (E2B shows it in the build status)
         "buildReason": latest["reason"] if latest is not None else None,
         "buildStep": latest["failed_step"] if latest is not None else None,
-    }  # fmt: skip
+    }
 
 
 @get(["/templates", "/v2/templates"], responses=ERRORS)
@@ -323,13 +371,19 @@ async def get_template(template_id: str, ctx: ApiContext, caller: Caller) -> dic
         if template_id in names or (builds and builds[0]["template_id"] == template_id):
             body = _template_body(row, builds)
             body["builds"] = [
-                {"buildID": b["build_id"], "status": b["status"],
-                 "createdAt": _iso(b["requested_at"]), "updatedAt": _iso(b["updated_at"]),
-                 "finishedAt": _iso(b["finished_at"]), "cpuCount": b["cpu_count"],
-                 "memoryMB": b["memory_mb"], "diskSizeMB": b["disk_size_mb"],
-                 "envdVersion": b["envd_version"] or ENVD_VERSION}
+                {
+                    "buildID": b["build_id"],
+                    "status": b["status"],
+                    "createdAt": _iso(b["requested_at"]),
+                    "updatedAt": _iso(b["updated_at"]),
+                    "finishedAt": _iso(b["finished_at"]),
+                    "cpuCount": b["cpu_count"],
+                    "memoryMB": b["memory_mb"],
+                    "diskSizeMB": b["disk_size_mb"],
+                    "envdVersion": b["envd_version"] or ENVD_VERSION,
+                }
                 for b in builds
-            ]  # fmt: skip
+            ]
             for b in body["builds"]:
                 if b["finishedAt"] is None:
                     del b["finishedAt"]
@@ -349,5 +403,13 @@ async def template_by_alias(alias: str, ctx: ApiContext, caller: Caller) -> dict
     return {"templateID": row["template_id"], "public": row["template_id"] in tp.BUILTIN_TEMPLATES}
 
 
-ROUTES = [request_build, file_upload_link, upload_files, start_build, build_status,
-          list_templates, get_template, template_by_alias]  # fmt: skip
+ROUTES = [
+    request_build,
+    file_upload_link,
+    upload_files,
+    start_build,
+    build_status,
+    list_templates,
+    get_template,
+    template_by_alias,
+]

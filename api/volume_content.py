@@ -52,8 +52,11 @@ def _token(request: Request[Any, Any, Any]) -> str:
     raw = request.headers.get("authorization") or ""
     scheme, _, token = raw.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(401, "missing volume token: Authorization: Bearer <token> (the token "
-                            "Volume.create or Volume.connect returns)")  # fmt: skip
+        raise ApiError(
+            401,
+            "missing volume token: Authorization: Bearer <token> (the token "
+            "Volume.create or Volume.connect returns)",
+        )
     return token.strip()
 
 
@@ -72,24 +75,32 @@ def _node_proxy(ctx: ApiContext, state: vo.Volume) -> str:
     """The proxy of the node to do it: the one that released the volume last, else any."""
     beats = ctx.nodes.current() if ctx.nodes is not None else None
     if not beats:
-        raise ApiError(503, "no node is running: volume content is served by the nodes",
-                       headers={"Retry-After": "5"})  # fmt: skip
+        raise ApiError(
+            503,
+            "no node is running: volume content is served by the nodes",
+            headers={"Retry-After": "5"},
+        )
     now = time.time()
     live = {n: b for n, b in beats.items() if not is_gone(b, now) and b.proxy}
     home = state.version.node_id if state.version else None
     if home in live:
         return str(live[home].proxy)
     if not live:
-        raise ApiError(503, "no node is running: volume content is served by the nodes",
-                       headers={"Retry-After": "5"})  # fmt: skip
+        raise ApiError(
+            503,
+            "no node is running: volume content is served by the nodes",
+            headers={"Retry-After": "5"},
+        )
     best = max(live.values(), key=lambda b: (b.free, b.node_id))
     return str(best.proxy)
 
 
-@route("/volumecontent/{volume_id:str}/{op:str}",
-       http_method=["GET", "PUT", "POST", "PATCH", "DELETE"],
-       request_max_body_size=MAX_FILE,
-       responses=documented(400, 401, 404, 409, 413, 500, 503))  # fmt: skip
+@route(
+    "/volumecontent/{volume_id:str}/{op:str}",
+    http_method=["GET", "PUT", "POST", "PATCH", "DELETE"],
+    request_max_body_size=MAX_FILE,
+    responses=documented(400, 401, 404, 409, 413, 500, 503),
+)
 async def volume_content(
     volume_id: str, op: str, request: Request[Any, Any, Any], ctx: ApiContext
 ) -> Response[Any]:
@@ -99,8 +110,9 @@ async def volume_content(
     token = _token(request)
     state = await authorised(ctx, volume_id, token)
     # a volume whose sandbox ended is still being released: wait for that, as a create does
-    state = await free_volume(ctx, volume_id, state.name, team_id=None, holder=None,
-                              actor=f"volume:{volume_id}")  # fmt: skip
+    state = await free_volume(
+        ctx, volume_id, state.name, team_id=None, holder=None, actor=f"volume:{volume_id}"
+    )
     proxy = _node_proxy(ctx, state)
     url = f"http://{proxy}/volumes/{volume_id}/{op}"
     headers = {"authorization": f"Bearer {token}"}
@@ -109,14 +121,18 @@ async def volume_content(
     client = httpx.AsyncClient(timeout=RELAY_TIMEOUT)
     try:
         body = request.stream() if request.method in ("PUT", "POST", "PATCH") else None
-        upstream = client.build_request(request.method, url, params=dict(request.query_params),
-                                        headers=headers, content=body)  # fmt: skip
+        upstream = client.build_request(
+            request.method, url, params=dict(request.query_params), headers=headers, content=body
+        )
         answer = await client.send(upstream, stream=True)
     except httpx.HTTPError as e:
         await client.aclose()
         log.warning("volume %s: node at %s did not answer: %s", volume_id, proxy, e)
-        raise ApiError(503, f"the node serving volume content did not answer: {e}",
-                       headers={"Retry-After": "5"}) from e  # fmt: skip
+        raise ApiError(
+            503,
+            f"the node serving volume content did not answer: {e}",
+            headers={"Retry-After": "5"},
+        ) from e
 
     async def relay() -> AsyncIterator[bytes]:
         try:

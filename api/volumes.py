@@ -38,8 +38,9 @@ TOKEN_PREFIX = "vol_"
 
 def mint_token(secret: str, volume_id: str, incarnation: UUID) -> str:
     """The token of one incarnation of a volume (a name created again gets another)."""
-    mac = hmac.new(secret.encode(), f"volume-token|{volume_id}|{incarnation}".encode(),
-                   hashlib.sha256).digest()  # fmt: skip
+    mac = hmac.new(
+        secret.encode(), f"volume-token|{volume_id}|{incarnation}".encode(), hashlib.sha256
+    ).digest()
     return TOKEN_PREFIX + base64.urlsafe_b64encode(mac).decode().rstrip("=")
 
 
@@ -65,21 +66,32 @@ def _with_token(ctx: ApiContext, v: vo.Volume) -> wire.VolumeAndToken:
     token = mint_token(ctx.settings.upload_secret, v.volume_id, v.incarnation)
     if not hmac.compare_digest(token_sha256(token), v.token_sha256):
         # the APIs' secret is not the one this volume was created under
-        raise ApiError(500, f"volume {v.volume_id}: its token cannot be derived here "
-                            "(AENV_UPLOAD_SECRET differs from the one it was created with)")
+        raise ApiError(
+            500,
+            f"volume {v.volume_id}: its token cannot be derived here "
+            "(AENV_UPLOAD_SECRET differs from the one it was created with)",
+        )
     return wire.VolumeAndToken(volume_id=v.volume_id, name=v.name, token=token)
 
 
 @post("/volumes", status_code=201, responses=ERRORS)
 async def create_volume(data: wire.NewVolume, ctx: ApiContext, caller: Caller) -> dict[str, Any]:
     if not vo.is_volume_name(data.name):
-        raise ApiError(400, f"invalid volume name {data.name!r}: use letters, digits, '.', "
-                            "'_' and '-' (at most 63, starting with a letter or digit)")
+        raise ApiError(
+            400,
+            f"invalid volume name {data.name!r}: use letters, digits, '.', "
+            "'_' and '-' (at most 63, starting with a letter or digit)",
+        )
     vid = vo.volume_id_of(caller.team_id, data.name)
     incarnation = uuid.uuid4()
     token = mint_token(ctx.settings.upload_secret, vid, incarnation)
-    cmd = vo.CreateVolume(volume_id=vid, command_id=incarnation, team_id=caller.team_id,
-                          name=data.name, token_sha256=token_sha256(token))  # fmt: skip
+    cmd = vo.CreateVolume(
+        volume_id=vid,
+        command_id=incarnation,
+        team_id=caller.team_id,
+        name=data.name,
+        token_sha256=token_sha256(token),
+    )
     state, version, _ = await execute(ctx.bus.volumes, cmd, MessageContext(actor=caller.key_id))
     assert state is not None
     await ctx.wait_for_volumes(version.seq)
@@ -106,10 +118,12 @@ async def destroy_volume(volume_id: str, ctx: ApiContext, caller: Caller) -> Res
     """Refused (409) while a sandbox mounts it; one that ended is waited for (its content
     is being made durable), as a create waits."""
     state = await visible_volume(ctx, caller, volume_id)
-    await free_volume(ctx, volume_id, state.name, team_id=caller.team_id, holder=None,
-                      actor=caller.key_id)  # fmt: skip
-    _, version, _ = await execute(ctx.bus.volumes, vo.DestroyVolume(volume_id=volume_id),
-                                  MessageContext(actor=caller.key_id))  # fmt: skip
+    await free_volume(
+        ctx, volume_id, state.name, team_id=caller.team_id, holder=None, actor=caller.key_id
+    )
+    _, version, _ = await execute(
+        ctx.bus.volumes, vo.DestroyVolume(volume_id=volume_id), MessageContext(actor=caller.key_id)
+    )
     await ctx.wait_for_volumes(version.seq)
     return Response(None, status_code=204)
 

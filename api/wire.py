@@ -80,8 +80,9 @@ class NewSandbox(BaseModel):
     allow_internet_access: bool | None = None
     network: NetworkConfig | None = None
     secure: bool | None = None
-    volume_mounts: list[VolumeMount] = Field(default_factory=list, alias="volumeMounts",
-                                             max_length=16)
+    volume_mounts: list[VolumeMount] = Field(
+        default_factory=list, alias="volumeMounts", max_length=16
+    )
 
 
 class TimeoutBody(BaseModel):
@@ -164,8 +165,9 @@ class ListedSandbox(BaseModel):
     #: the end it had when it was paused, which paused time does not bring closer
     paused_at: datetime | None = Field(None, serialization_alias="pausedAt")
     remaining_s: int | None = Field(None, serialization_alias="remainingS")
-    volume_mounts: list[MountedVolume] = Field(default_factory=list,
-                                               serialization_alias="volumeMounts")
+    volume_mounts: list[MountedVolume] = Field(
+        default_factory=list, serialization_alias="volumeMounts"
+    )
 
 
 class SandboxNetwork(BaseModel):

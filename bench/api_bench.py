@@ -48,8 +48,10 @@ class RigProcess:
     def __init__(self, state: Path) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.raw_rig", str(state)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.accel = self._read()["accel"]
 
     def _read(self) -> dict[str, Any]:
@@ -106,12 +108,19 @@ def snapshot_pauses(log: Path) -> list[float]:
 def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
     port = free_port()
     # the cold path: no warm pool (bench/warm_bench.py measures it, beside this path)
-    env = {**os.environ, "AENV_SLOT_PREFIX": "aenva", "AENV_NODE_ID": "bench",
-           "AENV_WARM_POOL_MIB": "0"}
+    env = {
+        **os.environ,
+        "AENV_SLOT_PREFIX": "aenva",
+        "AENV_NODE_ID": "bench",
+        "AENV_WARM_POOL_MIB": "0",
+    }
     up = subprocess.run(
         [sys.executable, "-m", "aenv.cli", "up", "--data-dir", str(data), "--port", str(port)],
-        capture_output=True, text=True, env=env, timeout=900,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     if up.returncode != 0:
         raise SystemExit(f"aenv up failed: {up.stderr[-2000:]}")
     info = json.loads((data / "stack.json").read_text())
@@ -119,17 +128,30 @@ def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
     import httpx
     from e2b import Sandbox
 
-    s: dict[str, list[float]] = {k: [] for k in (
-        "create", "first_command", "kill", "pause", "resume", "resume_after_wait", "snapshot",
-        "http_create",
-        "raw_same", "raw_pause", "raw_resume", "raw_bare",
-    )}  # fmt: skip
+    s: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "create",
+            "first_command",
+            "kill",
+            "pause",
+            "resume",
+            "resume_after_wait",
+            "snapshot",
+            "http_create",
+            "raw_same",
+            "raw_pause",
+            "raw_resume",
+            "raw_bare",
+        )
+    }
     created: list[tuple[str, float]] = []
     http_created: list[tuple[str, float]] = []
     resumed: list[tuple[str, float]] = []
     resumed_after_wait: list[tuple[str, float]] = []
-    http = httpx.Client(base_url=info["E2B_API_URL"], headers={"X-API-KEY": info["E2B_API_KEY"]},
-                        timeout=120)  # fmt: skip
+    http = httpx.Client(
+        base_url=info["E2B_API_URL"], headers={"X-API-KEY": info["E2B_API_KEY"]}, timeout=120
+    )
     rig: RigProcess | None = None
     try:
         rig = RigProcess(raw_state)
@@ -186,8 +208,11 @@ def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
         http.close()
         if rig is not None:
             rig.close()
-        subprocess.run([sys.executable, "-m", "aenv.cli", "down", "--data-dir", str(data)],
-                       capture_output=True, timeout=120)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "aenv.cli", "down", "--data-dir", str(data)],
+            capture_output=True,
+            timeout=120,
+        )
 
     def paired(samples: list[tuple[str, float]], kind: str, nth: int = 0) -> list[float]:
         """Each API latency minus the node's own restore of that sandbox (its nth)."""
@@ -200,8 +225,11 @@ def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
 
     def own(samples: list[tuple[str, float]], kind: str, nth: int = 0) -> list[float]:
         """The node's own restore of each of these sandboxes (its nth)."""
-        return [restores[(sid, kind)][nth] for sid, _ in samples
-                if len(restores.get((sid, kind), [])) > nth]  # fmt: skip
+        return [
+            restores[(sid, kind)][nth]
+            for sid, _ in samples
+            if len(restores.get((sid, kind), [])) > nth
+        ]
 
     return {
         **s,
@@ -227,40 +255,45 @@ def main() -> None:
     create, restore = summary(r["create"]), summary(r["raw_same"])
     http_create = summary(r["http_create"])
     resume, raw_resume = summary(r["resume"]), summary(r["raw_resume"])
-    emit("api", {
-        "accelerator": r["accel"],
-        "create_to_envd_ready": create,
-        "raw_restore_to_envd_ready": restore,
-        "control_plane_overhead_ms_p50": round(create["p50"] - restore["p50"], 3),
-        "control_plane_overhead_ms_hodges_lehmann": shift(r["create"], r["raw_same"]),
-        "create_via_http_to_envd_ready": http_create,
-        "control_plane_overhead_http_ms_p50": round(http_create["p50"] - restore["p50"], 3),
-        "control_plane_overhead_http_ms_hodges_lehmann": shift(r["http_create"], r["raw_same"]),
-        "paired_overhead_create": summary(r["paired_create"]),
-        "paired_overhead_create_http": summary(r["paired_http_create"]),
-        # what the differences of medians above also carry: the restores of the two
-        # groups of sandboxes differ by themselves (TCG restores fall into a few modes)
-        "node_restore_in_sdk_creates": summary(r["node_restore_create"]),
-        "node_restore_in_http_creates": summary(r["node_restore_http_create"]),
-        "bare_cow_restore_to_envd_ready": summary(r["raw_bare"]),
-        "first_command_through_proxy": summary(r["first_command"]),
-        "kill": summary(r["kill"]),
-        "pause_via_sdk": summary(r["pause"]),
-        "raw_pause_capture_and_release": summary(r["raw_pause"]),
-        "resume_via_sdk_to_envd_ready": resume,
-        "raw_resume_to_envd_ready": raw_resume,
-        "resume_overhead_ms_p50": round(resume["p50"] - raw_resume["p50"], 3),
-        "resume_overhead_ms_hodges_lehmann": shift(r["resume"], r["raw_resume"]),
-        "paired_overhead_resume": summary(r["paired_resume"]),
-        "resume_after_wait_to_envd_ready": summary(r["resume_after_wait"]),
-        "resume_after_wait_overhead_ms_p50": round(
-            summary(r["resume_after_wait"])["p50"] - raw_resume["p50"], 3),
-        "resume_after_wait_overhead_ms_hodges_lehmann": shift(r["resume_after_wait"],
-                                                              r["raw_resume"]),
-        "paired_overhead_resume_after_wait": summary(r["paired_resume_after_wait"]),
-        "persistent_snapshot_via_sdk": summary(r["snapshot"]),
-        "persistent_snapshot_sandbox_paused": summary(r["snapshot_paused"]),
-    })  # fmt: skip
+    emit(
+        "api",
+        {
+            "accelerator": r["accel"],
+            "create_to_envd_ready": create,
+            "raw_restore_to_envd_ready": restore,
+            "control_plane_overhead_ms_p50": round(create["p50"] - restore["p50"], 3),
+            "control_plane_overhead_ms_hodges_lehmann": shift(r["create"], r["raw_same"]),
+            "create_via_http_to_envd_ready": http_create,
+            "control_plane_overhead_http_ms_p50": round(http_create["p50"] - restore["p50"], 3),
+            "control_plane_overhead_http_ms_hodges_lehmann": shift(r["http_create"], r["raw_same"]),
+            "paired_overhead_create": summary(r["paired_create"]),
+            "paired_overhead_create_http": summary(r["paired_http_create"]),
+            # what the differences of medians above also carry: the restores of the two
+            # groups of sandboxes differ by themselves (TCG restores fall into a few modes)
+            "node_restore_in_sdk_creates": summary(r["node_restore_create"]),
+            "node_restore_in_http_creates": summary(r["node_restore_http_create"]),
+            "bare_cow_restore_to_envd_ready": summary(r["raw_bare"]),
+            "first_command_through_proxy": summary(r["first_command"]),
+            "kill": summary(r["kill"]),
+            "pause_via_sdk": summary(r["pause"]),
+            "raw_pause_capture_and_release": summary(r["raw_pause"]),
+            "resume_via_sdk_to_envd_ready": resume,
+            "raw_resume_to_envd_ready": raw_resume,
+            "resume_overhead_ms_p50": round(resume["p50"] - raw_resume["p50"], 3),
+            "resume_overhead_ms_hodges_lehmann": shift(r["resume"], r["raw_resume"]),
+            "paired_overhead_resume": summary(r["paired_resume"]),
+            "resume_after_wait_to_envd_ready": summary(r["resume_after_wait"]),
+            "resume_after_wait_overhead_ms_p50": round(
+                summary(r["resume_after_wait"])["p50"] - raw_resume["p50"], 3
+            ),
+            "resume_after_wait_overhead_ms_hodges_lehmann": shift(
+                r["resume_after_wait"], r["raw_resume"]
+            ),
+            "paired_overhead_resume_after_wait": summary(r["paired_resume_after_wait"]),
+            "persistent_snapshot_via_sdk": summary(r["snapshot"]),
+            "persistent_snapshot_sandbox_paused": summary(r["snapshot_paused"]),
+        },
+    )
 
 
 if __name__ == "__main__":

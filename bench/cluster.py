@@ -50,8 +50,9 @@ class NatsCluster:
         for i in range(self.size):
             d = self.root / f"n{i}"
             d.mkdir(parents=True, exist_ok=True)
-            self.servers.append(_Server(f"n{i}", free_port(), free_port(), free_port(),
-                                        d / "js", d / "nats.log"))  # fmt: skip
+            self.servers.append(
+                _Server(f"n{i}", free_port(), free_port(), free_port(), d / "js", d / "nats.log")
+            )
 
     @property
     def url(self) -> str:
@@ -83,8 +84,9 @@ class NatsCluster:
             conf.write_text(self._config(s))
             os.chmod(conf, 0o600)
             with open(s.log, "ab") as out:
-                s.proc = subprocess.Popen([NATS_SERVER, "-c", str(conf)], stdout=out,
-                                          stderr=subprocess.STDOUT)  # fmt: skip
+                s.proc = subprocess.Popen(
+                    [NATS_SERVER, "-c", str(conf)], stdout=out, stderr=subprocess.STDOUT
+                )
 
     def kill(self, i: int) -> None:
         """kill -9 of server `i`."""
@@ -110,8 +112,9 @@ class NatsCluster:
             if all(self.healthy(i) for i in range(self.size) if self.running(i)):
                 return
             time.sleep(0.2)
-        bad = [s.name for i, s in enumerate(self.servers)
-               if self.running(i) and not self.healthy(i)]  # fmt: skip
+        bad = [
+            s.name for i, s in enumerate(self.servers) if self.running(i) and not self.healthy(i)
+        ]
         raise AssertionError(f"NATS servers not healthy after {timeout:.0f} s: {bad}")
 
     def leader_of(self, stream: str) -> int:
@@ -120,8 +123,11 @@ class NatsCluster:
             if not self.running(i):
                 continue
             with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
-                r = httpx.get(f"http://127.0.0.1:{self.servers[i].monitor}/jsz",
-                              params={"streams": "true"}, timeout=2)  # fmt: skip
+                r = httpx.get(
+                    f"http://127.0.0.1:{self.servers[i].monitor}/jsz",
+                    params={"streams": "true"},
+                    timeout=2,
+                )
                 for account in r.json().get("account_details", []):
                     for st in account.get("stream_detail", []):
                         if st["name"] == stream:

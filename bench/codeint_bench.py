@@ -30,10 +30,22 @@ def run(n: int, data: Path) -> dict[str, Any]:
     env = {**os.environ, "AENV_SLOT_PREFIX": "aenvci", "AENV_NODE_ID": "cibench"}
     t0 = time.monotonic()
     up = subprocess.run(
-        [sys.executable, "-m", "aenv.cli", "up", "--data-dir", str(data), "--port", str(port),
-         "--code-interpreter"],
-        capture_output=True, text=True, env=env, timeout=3600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "aenv.cli",
+            "up",
+            "--data-dir",
+            str(data),
+            "--port",
+            str(port),
+            "--code-interpreter",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3600,
+    )
     if up.returncode != 0:
         raise SystemExit(f"aenv up failed: {up.stderr[-2000:]}")
     stack_up = time.monotonic() - t0
@@ -42,10 +54,18 @@ def run(n: int, data: Path) -> dict[str, Any]:
     from e2b import Sandbox as Plain
     from e2b_code_interpreter import Sandbox
 
-    s: dict[str, list[float]] = {k: [] for k in (
-        "ci_create", "ci_first_run_code", "ci_create_to_first_result", "ci_second_run_code",
-        "plain_create", "plain_first_command", "plain_create_to_first_output",
-    )}  # fmt: skip
+    s: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "ci_create",
+            "ci_first_run_code",
+            "ci_create_to_first_result",
+            "ci_second_run_code",
+            "plain_create",
+            "plain_first_command",
+            "plain_create_to_first_output",
+        )
+    }
     try:
         for _ in range(n):
             t = time.monotonic()
@@ -73,8 +93,12 @@ def run(n: int, data: Path) -> dict[str, Any]:
             s["plain_first_command"].append(t2 - t1)
             s["plain_create_to_first_output"].append(t2 - t)
     finally:
-        subprocess.run([sys.executable, "-m", "aenv.cli", "down", "--data-dir", str(data)],
-                       capture_output=True, env=env, timeout=300)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "aenv.cli", "down", "--data-dir", str(data)],
+            capture_output=True,
+            env=env,
+            timeout=300,
+        )
     return {"samples": s, "stack_up_s": round(stack_up, 1)}
 
 

@@ -37,20 +37,33 @@ P50_BAR_MS = 200.0
 
 
 def _up(data: Path, sandboxes: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AENV_", "E2B_"))}  # fmt: skip
-    env.update({
-        "AENV_NODE_HOST": "memory", "AENV_NODE_ID": "bench", "AENV_EMBEDDED_S3": "0",
-        # room for every sandbox on the one in-memory node (it enforces capacity)
-        "AENV_CAPACITY": str(sandboxes + 100), "AENV_VCPUS": str(sandboxes),
-        "AENV_MEMORY_MIB": str(512 * sandboxes), "AENV_HEARTBEAT_S": "1",
-    })  # fmt: skip
-    up = subprocess.run([*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
-                        capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AENV_", "E2B_"))}
+    env.update(
+        {
+            "AENV_NODE_HOST": "memory",
+            "AENV_NODE_ID": "bench",
+            "AENV_EMBEDDED_S3": "0",
+            # room for every sandbox on the one in-memory node (it enforces capacity)
+            "AENV_CAPACITY": str(sandboxes + 100),
+            "AENV_VCPUS": str(sandboxes),
+            "AENV_MEMORY_MIB": str(512 * sandboxes),
+            "AENV_HEARTBEAT_S": "1",
+        }
+    )
+    up = subprocess.run(
+        [*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     if up.returncode != 0:
         raise SystemExit(f"aenv up failed: {up.stderr[-2000:]}")
-    return dict(line.removeprefix("export ").split("=", 1)
-                for line in up.stdout.splitlines() if line.startswith("export "))  # fmt: skip
+    return dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in up.stdout.splitlines()
+        if line.startswith("export ")
+    )
 
 
 async def _fill(c: httpx.AsyncClient, n: int) -> dict[str, Any]:
@@ -60,9 +73,14 @@ async def _fill(c: httpx.AsyncClient, n: int) -> dict[str, Any]:
 
     async def create(i: int) -> None:
         async with sem:
-            r = await c.post("/v2/sandboxes", json={
-                "templateID": "base", "timeout": 3600,
-                "metadata": {"bench": "console", "i": str(i), "group": str(i % 10)}})
+            r = await c.post(
+                "/v2/sandboxes",
+                json={
+                    "templateID": "base",
+                    "timeout": 3600,
+                    "metadata": {"bench": "console", "i": str(i), "group": str(i % 10)},
+                },
+            )
             r.raise_for_status()
             ids.append(r.json()["sandboxID"])
 
@@ -76,14 +94,20 @@ async def _fill(c: httpx.AsyncClient, n: int) -> dict[str, Any]:
 
     async def act(method: str, path: str) -> None:
         async with sem:
-            (await c.request(method, path, json={} if method == "POST" else None)
-             ).raise_for_status()  # fmt: skip
+            (
+                await c.request(method, path, json={} if method == "POST" else None)
+            ).raise_for_status()
 
     rest = ids[1:]
     await asyncio.gather(*(act("POST", f"/sandboxes/{s}/pause") for s in rest[:300]))
     await asyncio.gather(*(act("DELETE", f"/sandboxes/{s}") for s in rest[300:400]))
-    return {"fill_s": round(time.monotonic() - t0, 1), "root": root, "kid": kid,
-            "family": len(family), "sandboxes": len(ids) + len(family) - 1}  # fmt: skip
+    return {
+        "fill_s": round(time.monotonic() - t0, 1),
+        "root": root,
+        "kid": kid,
+        "family": len(family),
+        "sandboxes": len(ids) + len(family) - 1,
+    }
 
 
 async def _time(c: httpx.AsyncClient, path: str, n: int) -> dict[str, Any]:
@@ -99,8 +123,7 @@ async def _time(c: httpx.AsyncClient, path: str, n: int) -> dict[str, Any]:
 
 
 async def run(api_url: str, key: str, sandboxes: int, n: int) -> dict[str, Any]:
-    async with httpx.AsyncClient(base_url=api_url, headers={"X-API-KEY": key},
-                                 timeout=120) as c:  # fmt: skip
+    async with httpx.AsyncClient(base_url=api_url, headers={"X-API-KEY": key}, timeout=120) as c:
         filled = await _fill(c, sandboxes)
         root, kid = filled["root"], filled["kid"]
         pages = {
@@ -118,8 +141,13 @@ async def run(api_url: str, key: str, sandboxes: int, n: int) -> dict[str, Any]:
         }
         timed = {name: await _time(c, path, n) for name, path in pages.items()}
     worst = max(t["p50"] for t in timed.values())
-    return {"filled": filled, "pages": timed, "worst_p50_ms": worst,
-            "bar_p50_ms": P50_BAR_MS, "meets_bar": worst < P50_BAR_MS}  # fmt: skip
+    return {
+        "filled": filled,
+        "pages": timed,
+        "worst_p50_ms": worst,
+        "bar_p50_ms": P50_BAR_MS,
+        "meets_bar": worst < P50_BAR_MS,
+    }
 
 
 def main() -> None:
@@ -131,11 +159,13 @@ def main() -> None:
         data = Path(tmp) / "stack"
         exports = _up(data, args.sandboxes)
         try:
-            doc = asyncio.run(run(exports["E2B_API_URL"], exports["E2B_API_KEY"],
-                                  args.sandboxes, args.n))  # fmt: skip
+            doc = asyncio.run(
+                run(exports["E2B_API_URL"], exports["E2B_API_KEY"], args.sandboxes, args.n)
+            )
         finally:
-            subprocess.run([*AENV, "down", "--data-dir", str(data)], capture_output=True,
-                           timeout=120)  # fmt: skip
+            subprocess.run(
+                [*AENV, "down", "--data-dir", str(data)], capture_output=True, timeout=120
+            )
     emit("console", {"sandboxes": args.sandboxes, "requests_per_page": args.n, **doc})
     if not doc["meets_bar"]:
         raise SystemExit(f"a page answered slower than {P50_BAR_MS} ms p50")

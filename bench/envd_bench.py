@@ -41,8 +41,9 @@ def _until_line(argv: list[str], prefix: str | None) -> tuple[float, float]:
     """Wall and CPU seconds from exec until `prefix` is printed (or the process exits)."""
     cpu0 = _child_cpu()
     t0 = time.perf_counter()
-    p = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                         text=True)
+    p = subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     assert p.stdout is not None
     line = p.stdout.readline()
     wall = time.perf_counter() - t0
@@ -54,8 +55,10 @@ def _until_line(argv: list[str], prefix: str | None) -> tuple[float, float]:
 
 
 def bench_cold_start(n: int) -> dict[str, Any]:
-    envd = [_until_line([PYTHON, "-m", "envd", "--host", "127.0.0.1", "--port", "0"],
-                        "ENVD-READY") for _ in range(n)]
+    envd = [
+        _until_line([PYTHON, "-m", "envd", "--host", "127.0.0.1", "--port", "0"], "ENVD-READY")
+        for _ in range(n)
+    ]
     floor = [_until_line([PYTHON, "-c", "print('x')"], None) for _ in range(n)]
     envd_wall = summary([w for w, _ in envd])
     floor_wall = summary([w for w, _ in floor])
@@ -83,8 +86,11 @@ def bench_user() -> tuple[str, str]:
     try:
         pw = pwd.getpwnam(BENCH_USER)
     except KeyError:
-        subprocess.run(["useradd", "-M", "-d", BENCH_HOME, "-s", "/bin/bash", BENCH_USER],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["useradd", "-M", "-d", BENCH_HOME, "-s", "/bin/bash", BENCH_USER],
+            check=True,
+            capture_output=True,
+        )
         pw = pwd.getpwnam(BENCH_USER)
     os.makedirs(pw.pw_dir, exist_ok=True)
     os.chown(pw.pw_dir, pw.pw_uid, pw.pw_gid)
@@ -94,8 +100,11 @@ def bench_user() -> tuple[str, str]:
 def start_envd(user: str) -> tuple[subprocess.Popen[str], str, str]:
     p = subprocess.Popen(
         [PYTHON, "-m", "envd", "--host", "127.0.0.1", "--port", "0", "--default-user", user],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert p.stdout is not None
     line = p.stdout.readline()
     url = f"http://127.0.0.1:{int(line.split()[1])}"
@@ -115,18 +124,26 @@ def make_sandbox(url: str, token: str) -> Any:
 
     headers = {"E2b-Sandbox-Id": "bench", "E2b-Sandbox-Port": "49983", "X-Access-Token": token}
     return Sandbox(
-        sandbox_id="bench", sandbox_domain=None, envd_version=Version(ENVD_VERSION),
-        envd_access_token=token, traffic_access_token=None,
-        connection_config=ConnectionConfig(sandbox_url=url, api_key="unused",
-                                           extra_sandbox_headers=headers),
-    )  # fmt: skip
+        sandbox_id="bench",
+        sandbox_domain=None,
+        envd_version=Version(ENVD_VERSION),
+        envd_access_token=token,
+        traffic_access_token=None,
+        connection_config=ConnectionConfig(
+            sandbox_url=url, api_key="unused", extra_sandbox_headers=headers
+        ),
+    )
 
 
 def _floor_kwargs(user: str, home: str) -> dict[str, Any]:
     """What envd does for the same command: same user, env, cwd, pipes."""
     kw: dict[str, Any] = {
-        "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "USER": user,
-                "LOGNAME": user},
+        "env": {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": home,
+            "USER": user,
+            "LOGNAME": user,
+        },
         "cwd": home,
         "stdin": subprocess.DEVNULL,
         "capture_output": True,
@@ -329,8 +346,11 @@ def _conditions() -> dict[str, Any]:
 
 def _spread(xs: list[float], digits: int = 3) -> dict[str, float]:
     ys = sorted(xs)
-    return {"p50": round(statistics.median(ys), digits), "min": round(ys[0], digits),
-            "max": round(ys[-1], digits)}  # fmt: skip
+    return {
+        "p50": round(statistics.median(ys), digits),
+        "min": round(ys[0], digits),
+        "max": round(ys[-1], digits),
+    }
 
 
 def _bound(floor_cpu: float, cpu: list[float]) -> float | None:
@@ -400,26 +420,39 @@ def bench_throughput(
                 "reference: shutil.copyfile (sendfile(2) file to file, no user-space pass)",
                 lambda d: shutil.copyfile(src, d),
             ),
-            "upload": ("SDK files.write(path, open(src,'rb')): octet-stream, Content-Length",
-                       sdk_upload),
-            "upload_multipart": ("SDK files.write(path, file, use_octet_stream=False): "
-                                 "multipart/form-data", sdk_upload_multipart),
-            "upload_chunked": (f"SDK files.write(path, iterator of {ITER_CHUNK >> 10} KiB "
-                               "pieces): octet-stream, Transfer-Encoding: chunked",
-                               sdk_upload_chunked),
-            "envd_receive": ("POST /files octet-stream from a bare socket (sendfile): envd's "
-                             "side of an upload alone", lambda d: _raw_upload(url, token, src,
-                                                                            str(d))),
-            "envd_receive_multipart": ("POST /files multipart (SDK-shaped) from a bare socket "
-                                       "(sendfile): envd's multipart parsing alone",
-                                       lambda d: _raw_upload_multipart(url, token, src,
-                                                                       str(d))),
-            "download_to_file": ("SDK files.read(format='stream') written to a new local file",
-                                 sdk_download_to_file),
+            "upload": (
+                "SDK files.write(path, open(src,'rb')): octet-stream, Content-Length",
+                sdk_upload,
+            ),
+            "upload_multipart": (
+                "SDK files.write(path, file, use_octet_stream=False): multipart/form-data",
+                sdk_upload_multipart,
+            ),
+            "upload_chunked": (
+                f"SDK files.write(path, iterator of {ITER_CHUNK >> 10} KiB "
+                "pieces): octet-stream, Transfer-Encoding: chunked",
+                sdk_upload_chunked,
+            ),
+            "envd_receive": (
+                "POST /files octet-stream from a bare socket (sendfile): envd's "
+                "side of an upload alone",
+                lambda d: _raw_upload(url, token, src, str(d)),
+            ),
+            "envd_receive_multipart": (
+                "POST /files multipart (SDK-shaped) from a bare socket "
+                "(sendfile): envd's multipart parsing alone",
+                lambda d: _raw_upload_multipart(url, token, src, str(d)),
+            ),
+            "download_to_file": (
+                "SDK files.read(format='stream') written to a new local file",
+                sdk_download_to_file,
+            ),
             "download_to_memory": ("SDK files.read(format='bytes')", sdk_download_to_memory),
-            "envd_serve": ("GET /files read off a bare socket and dropped: envd's side alone "
-                           "(sendfile)", envd_serve),
-        }  # fmt: skip
+            "envd_serve": (
+                "GET /files read off a bare socket and dropped: envd's side alone (sendfile)",
+                envd_serve,
+            ),
+        }
         names = list(kinds)
         wall: dict[str, list[float]] = {k: [] for k in names}
         envd_cpu: dict[str, list[float]] = {k: [] for k in names}
@@ -455,9 +488,9 @@ def bench_throughput(
                 "mib_s": _spread([size_mib / t for t in wall[name]], 1),
                 "ratio": _spread(per_round),
                 "ratio_vs_kernel_copy": round(
-                    statistics.median(
-                        wall["kernel_copy"][i] / t for i, t in enumerate(wall[name])
-                    ), 3),
+                    statistics.median(wall["kernel_copy"][i] / t for i, t in enumerate(wall[name])),
+                    3,
+                ),
                 "envd_cpu_ms_per_gib": round(statistics.median(envd_cpu[name]) * 1000 / gib),
                 "client_cpu_ms_per_gib": round(statistics.median(own_cpu[name]) * 1000 / gib),
                 # The ratio a host with no spare core would see: floor CPU / total CPU.
@@ -466,7 +499,7 @@ def bench_throughput(
                 # envd and its client limits the transfer.
                 "envd_bound_ratio": _bound(floor_cpu, envd_cpu[name]),
                 "client_bound_ratio": _bound(floor_cpu, own_cpu[name]),
-            }  # fmt: skip
+            }
 
         def p50(name: str) -> float:
             return float(out[name]["ratio"]["p50"])
@@ -503,8 +536,11 @@ def main() -> None:
     ap.add_argument("--starts", type=int, default=15, help="cold starts to time")
     ap.add_argument("--size-mib", type=int, default=256, help="transfer size")
     ap.add_argument("--rounds", type=int, default=7, help="rounds of transfers to time")
-    ap.add_argument("--only", choices=("cold_start", "round_trip", "throughput"),
-                    help="run one part (the JSON then goes to envd-<part>.json)")  # fmt: skip
+    ap.add_argument(
+        "--only",
+        choices=("cold_start", "round_trip", "throughput"),
+        help="run one part (the JSON then goes to envd-<part>.json)",
+    )
     args = ap.parse_args()
     doc: dict[str, Any] = {"python": PYTHON}
     if args.only in (None, "cold_start"):

@@ -47,8 +47,9 @@ from workers.node.image import build_base, kernel_cmdline
 from workers.node.runtime import Runtime, init_envd
 
 
-def creates(root: Path, nodes: int, n: int, concurrency: int,
-            sequential: int = 8) -> dict[str, Any]:  # fmt: skip
+def creates(
+    root: Path, nodes: int, n: int, concurrency: int, sequential: int = 8
+) -> dict[str, Any]:
     with fleet_rig(root, apis=1, nodes=nodes) as fleet:
         url, key = fleet.api_url(0), fleet.api_key
         Sandbox.create(timeout=120, api_url=url, sandbox_url=url, api_key=key).kill()  # warm-up
@@ -110,8 +111,11 @@ def _created_on(nats_url: str, ids: set[str]) -> dict[str, str]:
         bus = await Bus.connect(settings, setup=False, retry=False)
         try:
             log = await read_log(bus.js, settings)
-            return {r.envelope.aggregate_id: r.event.node_id for r in log
-                    if isinstance(r.event, sb.SandboxCreated) and r.envelope.aggregate_id in ids}
+            return {
+                r.envelope.aggregate_id: r.event.node_id
+                for r in log
+                if isinstance(r.event, sb.SandboxCreated) and r.envelope.aggregate_id in ids
+            }
         finally:
             await bus.close()
 
@@ -122,11 +126,17 @@ async def raw_primitive(samples: int) -> dict[str, Any]:
     """QEMU restoring the base guest to envd answering, with no control plane."""
     image = build_base(progress=lambda m: None)
     state = Path(tempfile.mkdtemp(prefix="aenv-fleetbench-", dir="/var/tmp"))
-    rt = await Runtime.open(state, kernel_for_probe=image.kernel, pool_target=2,
-                            slot_prefix="aenvq")  # fmt: skip
+    rt = await Runtime.open(
+        state, kernel_for_probe=image.kernel, pool_target=2, slot_prefix="aenvq"
+    )
     try:
-        vm = await rt.boot(kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
-                           cmdline=kernel_cmdline(image), mem_mib=512)  # fmt: skip
+        vm = await rt.boot(
+            kernel=image.kernel,
+            initrd=image.initrd,
+            rootfs=image.rootfs,
+            cmdline=kernel_cmdline(image),
+            mem_mib=512,
+        )
         await rt.wait_envd(vm)
         await init_envd(vm.host, None)
         template = await rt.capture(vm, resume=False)
@@ -137,8 +147,9 @@ async def raw_primitive(samples: int) -> dict[str, Any]:
         shutil.rmtree(state, ignore_errors=True)
 
 
-async def bus_rate(nats_url: str, replicas: int, sandboxes: int, events: int,
-                   concurrency: int) -> dict[str, Any]:  # fmt: skip
+async def bus_rate(
+    nats_url: str, replicas: int, sandboxes: int, events: int, concurrency: int
+) -> dict[str, Any]:
     prefix = f"b{secrets.token_hex(4)}"
     settings = BusSettings(nats_url=nats_url, bus_prefix=prefix, replicas=replicas)
     db = f"aenv_bench_{secrets.token_hex(4)}"
@@ -153,15 +164,18 @@ async def bus_rate(nats_url: str, replicas: int, sandboxes: int, events: int,
         latencies: list[float] = []
         append_s = await append_phase(bus, sandboxes, events, concurrency, latencies)
         proc = multiprocessing.get_context("spawn").Process(
-            target=_projector, args=(nats_url, prefix, url), daemon=True)  # fmt: skip
+            target=_projector, args=(nats_url, prefix, url), daemon=True
+        )
         proc.start()
         try:
-            await checkpoints.wait_for(engine, "sandboxes",
-                                       await stream_last_seq(bus.js, settings), timeout=300)
+            await checkpoints.wait_for(
+                engine, "sandboxes", await stream_last_seq(bus.js, settings), timeout=300
+            )
             t = time.perf_counter()
             await append_phase(bus, sandboxes, events, concurrency, [])
-            await checkpoints.wait_for(engine, "sandboxes",
-                                       await stream_last_seq(bus.js, settings), timeout=300)
+            await checkpoints.wait_for(
+                engine, "sandboxes", await stream_last_seq(bus.js, settings), timeout=300
+            )
             live_s = time.perf_counter() - t
         finally:
             proc.terminate()
@@ -196,16 +210,21 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         raw = asyncio.run(raw_primitive(args.raw))
         runs = [creates(root / f"n{n}", n, args.creates, args.concurrency) for n in (1, 3)]
         for r in runs:
-            r["create_alone_p50_ratio_to_raw_restore"] = ratio(r["create_alone"],
-                                                              raw["restore_to_envd"])  # fmt: skip
+            r["create_alone_p50_ratio_to_raw_restore"] = ratio(
+                r["create_alone"], raw["restore_to_envd"]
+            )
         cluster = NatsCluster(root / "bus-cluster")
         cluster.start()
         try:
             cluster.wait_healthy()
-            r1 = asyncio.run(bus_rate("nats://127.0.0.1:4222", 1, args.sandboxes, args.events,
-                                      args.bus_concurrency))  # fmt: skip
-            r3 = asyncio.run(bus_rate(cluster.url, 3, args.sandboxes, args.events,
-                                      args.bus_concurrency))  # fmt: skip
+            r1 = asyncio.run(
+                bus_rate(
+                    "nats://127.0.0.1:4222", 1, args.sandboxes, args.events, args.bus_concurrency
+                )
+            )
+            r3 = asyncio.run(
+                bus_rate(cluster.url, 3, args.sandboxes, args.events, args.bus_concurrency)
+            )
         finally:
             cluster.stop()
         rate = round(r3["append_events_per_s"] / r1["append_events_per_s"], 2)

@@ -213,8 +213,9 @@ class SimCapture:
 class NoRepository:
     """A snapshot repository that stores nothing, at once."""
 
-    async def upload(self, snapshot_dir: Path, *, base_image_digest: str, snapshot_id: str
-                     ) -> object:  # fmt: skip
+    async def upload(
+        self, snapshot_dir: Path, *, base_image_digest: str, snapshot_id: str
+    ) -> object:
         return None
 
     async def upload_volume(self, image: Path, *, key: str, volume_id: str) -> object:
@@ -227,8 +228,9 @@ class SimulatedHost(MemoryHost):
     resume and drops it on pause and kill as a real node does (the routes bucket's load and
     every API's route mirror are real), and the snapshot worker's `LocalCaptures` port."""
 
-    def __init__(self, *, capacity: int, delay_s: float, index: int, routes: bool,
-                 state_dir: Path) -> None:  # fmt: skip
+    def __init__(
+        self, *, capacity: int, delay_s: float, index: int, routes: bool, state_dir: Path
+    ) -> None:
         super().__init__(capacity=capacity, delay_s=delay_s)
         self.address = f"192.0.2.{index % 254 + 1}:49983"
         self.routes = routes
@@ -259,19 +261,36 @@ class SimulatedNode:
         state = root / "nodes" / node_id(index)
         # room: `capacity` sandboxes of the base size bind before memory or vCPUs do
         self.settings = NodeSettings(
-            node_id=node_id(index), node_host="memory", state_dir=state, capacity=capacity,
-            memory_mib=capacity * BASE_MEM_MIB, vcpus=capacity * BASE_VCPUS,
-            base_vcpus=BASE_VCPUS, base_mem_mib=BASE_MEM_MIB, heartbeat_s=args.heartbeat_s,
-        )  # fmt: skip
-        self.host = SimulatedHost(capacity=capacity, delay_s=args.host_delay_ms / 1000,
-                                  index=index, routes=args.routes, state_dir=state)  # fmt: skip
-        self.uploads = (SnapshotWorker(bus, self.settings.node_id, self.host, NoRepository())
-                        if args.snapshot_workers else None)  # fmt: skip
+            node_id=node_id(index),
+            node_host="memory",
+            state_dir=state,
+            capacity=capacity,
+            memory_mib=capacity * BASE_MEM_MIB,
+            vcpus=capacity * BASE_VCPUS,
+            base_vcpus=BASE_VCPUS,
+            base_mem_mib=BASE_MEM_MIB,
+            heartbeat_s=args.heartbeat_s,
+        )
+        self.host = SimulatedHost(
+            capacity=capacity,
+            delay_s=args.host_delay_ms / 1000,
+            index=index,
+            routes=args.routes,
+            state_dir=state,
+        )
+        self.uploads = (
+            SnapshotWorker(bus, self.settings.node_id, self.host, NoRepository())
+            if args.snapshot_workers
+            else None
+        )
         self.worker = NodeWorker(
-            bus, self.host, self.settings, node_proxy=None,
+            bus,
+            self.host,
+            self.settings,
+            node_proxy=None,
             on_moot=self.uploads.cancel if self.uploads else None,
             uploads_waiting=self.uploads.waiting if self.uploads else None,
-        )  # fmt: skip
+        )
 
     async def start(self) -> None:
         await self.worker.start()
@@ -304,8 +323,11 @@ async def serve_nodes(args: argparse.Namespace) -> None:
     try:
         t = time.perf_counter()
         await asyncio.gather(*(start(n) for n in nodes))
-        print(f"{count} simulated nodes from {node_id(first)} started in "
-              f"{time.perf_counter() - t:.1f} s", flush=True)  # fmt: skip
+        print(
+            f"{count} simulated nodes from {node_id(first)} started in "
+            f"{time.perf_counter() - t:.1f} s",
+            flush=True,
+        )
         print(NODES_READY, flush=True)
         await stop.wait()
     finally:
@@ -328,9 +350,15 @@ class Child:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
             # its own session: a Ctrl-C reaches us, and we stop it in order
-            self.proc = subprocess.Popen(self.argv, env=self.env, cwd=REPO, stdout=out,
-                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=die_with_parent(os.getpid()))  # fmt: skip
+            self.proc = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent(os.getpid()),
+            )
 
     @property
     def pid(self) -> int:
@@ -381,8 +409,9 @@ class Tally:
     ops: int = 0
 
 
-async def _call(tally: Tally, op: str, request: Awaitable[httpx.Response], ok: int
-                ) -> httpx.Response | None:  # fmt: skip
+async def _call(
+    tally: Tally, op: str, request: Awaitable[httpx.Response], ok: int
+) -> httpx.Response | None:
     t = time.perf_counter()
     try:
         r = await request
@@ -422,8 +451,9 @@ async def lifecycle(clients: list[httpx.AsyncClient], i: int, tally: Tally) -> b
     return ok and killed
 
 
-async def run_load(clients: list[httpx.AsyncClient], indices: Iterator[int], concurrency: int,
-                   tally: Tally) -> None:  # fmt: skip
+async def run_load(
+    clients: list[httpx.AsyncClient], indices: Iterator[int], concurrency: int, tally: Tally
+) -> None:
     async def worker() -> None:
         for i in indices:  # shared: each index is taken by one worker
             await lifecycle(clients, i, tally)
@@ -449,22 +479,22 @@ async def _checkpoint(pg: Any) -> int:
     return int(seq or 0)
 
 
-async def sample(bus: Bus, pg: Any, stop: asyncio.Event, out: Samples, snapshots: bool
-                 ) -> None:  # fmt: skip
+async def sample(bus: Bus, pg: Any, stop: asyncio.Event, out: Samples, snapshots: bool) -> None:
     while not stop.is_set():
         try:
             last = await stream_last_seq(bus.js, bus.settings)
             out.lag.append(max(0, last - await _checkpoint(pg)))
-            info = await bus.js.consumer_info(bus.names.command_stream,
-                                              bus.names.place_consumer)  # fmt: skip
+            info = await bus.js.consumer_info(bus.names.command_stream, bus.names.place_consumer)
             out.place_pending.append(info.num_pending or 0)
             out.place_in_flight.append(info.num_ack_pending or 0)
             out.place_waiting_pulls.append(info.num_waiting or 0)
             if snapshots:
-                info = await bus.js.consumer_info(bus.names.event_stream,
-                                                  bus.names.snapshot_consumer(node_id(0)))
-                out.snapshot_backlog_one_node.append((info.num_pending or 0)
-                                                     + (info.num_ack_pending or 0))
+                info = await bus.js.consumer_info(
+                    bus.names.event_stream, bus.names.snapshot_consumer(node_id(0))
+                )
+                out.snapshot_backlog_one_node.append(
+                    (info.num_pending or 0) + (info.num_ack_pending or 0)
+                )
         except Exception:  # a sample lost is no reason to stop the run
             out.failures += 1
         with contextlib.suppress(TimeoutError):
@@ -478,9 +508,12 @@ async def progress(tally: Tally, total: int, samples: Samples, stop: asyncio.Eve
             await asyncio.wait_for(stop.wait(), 10.0)
         s = time.perf_counter() - t0
         lag = int(samples.lag[-1]) if samples.lag else "?"
-        print(f"fleet_sim: {tally.lifecycles_ok}/{total} lifecycles, {tally.ops / s:.0f} ops/s, "
-              f"{sum(tally.errors.values())} errors, projection lag {lag} events",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"fleet_sim: {tally.lifecycles_ok}/{total} lifecycles, {tally.ops / s:.0f} ops/s, "
+            f"{sum(tally.errors.values())} errors, projection lag {lag} events",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 # ---- set-up and report -----------------------------------------------------------------
@@ -504,8 +537,9 @@ async def snapshot_backlog(bus: Bus, nodes: int) -> dict[str, int]:
     sandbox event (summed and worst over the fleet)."""
     pending, in_flight, worst = 0, 0, 0
     for i in range(nodes):
-        info = await bus.js.consumer_info(bus.names.event_stream,
-                                          bus.names.snapshot_consumer(node_id(i)))  # fmt: skip
+        info = await bus.js.consumer_info(
+            bus.names.event_stream, bus.names.snapshot_consumer(node_id(i))
+        )
         n = (info.num_pending or 0) + (info.num_ack_pending or 0)
         pending += info.num_pending or 0
         in_flight += info.num_ack_pending or 0
@@ -520,8 +554,11 @@ async def _drain_snapshot_workers(bus: Bus, nodes: int, timeout: float) -> dict[
     while left["worst_node"] and time.perf_counter() - t < timeout:
         await asyncio.sleep(0.5)
         left = await snapshot_backlog(bus, nodes)
-    return {"backlog_when_load_ended": at_start, "left": left,
-            "drain_s": round(time.perf_counter() - t, 2)}
+    return {
+        "backlog_when_load_ended": at_start,
+        "left": left,
+        "drain_s": round(time.perf_counter() - t, 2),
+    }
 
 
 async def _first_lifecycles(clients: list[httpx.AsyncClient], timeout: float) -> None:
@@ -544,36 +581,56 @@ async def _monitoring(cluster: NatsCluster, bus: Bus) -> dict[str, Any]:
     for s in cluster.servers:
         with contextlib.suppress(httpx.HTTPError, ValueError):
             v = httpx.get(f"http://127.0.0.1:{s.monitor}/varz", timeout=5).json()
-            j = httpx.get(f"http://127.0.0.1:{s.monitor}/jsz", params={"streams": "true"},
-                          timeout=10).json()  # fmt: skip
-            servers.append({
-                **{k: v.get(k) for k in ("server_name", "cpu", "connections",
-                                         "subscriptions", "slow_consumers")},
-                "mem_mib": round((v.get("mem") or 0) / 2**20, 1),
-                "js_streams": j.get("streams"), "js_consumers": j.get("consumers"),
-                "js_storage_mib": round((j.get("storage") or 0) / 2**20, 1),
-                "js_api_total": (j.get("api") or {}).get("total"),
-                "js_api_errors": (j.get("api") or {}).get("errors"),
-            })  # fmt: skip
+            j = httpx.get(
+                f"http://127.0.0.1:{s.monitor}/jsz", params={"streams": "true"}, timeout=10
+            ).json()
+            servers.append(
+                {
+                    **{
+                        k: v.get(k)
+                        for k in (
+                            "server_name",
+                            "cpu",
+                            "connections",
+                            "subscriptions",
+                            "slow_consumers",
+                        )
+                    },
+                    "mem_mib": round((v.get("mem") or 0) / 2**20, 1),
+                    "js_streams": j.get("streams"),
+                    "js_consumers": j.get("consumers"),
+                    "js_storage_mib": round((j.get("storage") or 0) / 2**20, 1),
+                    "js_api_total": (j.get("api") or {}).get("total"),
+                    "js_api_errors": (j.get("api") or {}).get("errors"),
+                }
+            )
             for acc in j.get("account_details", []):
                 for st in acc.get("stream_detail", []):
                     state = st.get("state", {})
-                    subjects.setdefault(st["name"], {
-                        "num_subjects": state.get("num_subjects", 0),
-                        "num_deleted": state.get("num_deleted", 0),
-                    })  # fmt: skip
+                    subjects.setdefault(
+                        st["name"],
+                        {
+                            "num_subjects": state.get("num_subjects", 0),
+                            "num_deleted": state.get("num_deleted", 0),
+                        },
+                    )
     streams = {}
     for name in subjects:
         with contextlib.suppress(Exception):
             info = await bus.js.stream_info(name)
-            streams[name] = {"messages": info.state.messages, "bytes": info.state.bytes,
-                             "consumers": info.state.consumer_count, **subjects[name]}
+            streams[name] = {
+                "messages": info.state.messages,
+                "bytes": info.state.bytes,
+                "consumers": info.state.consumer_count,
+                **subjects[name],
+            }
     return {"servers": servers, "streams": streams}
 
 
 async def _report_db(pg: Any, nodes: int) -> dict[str, Any]:
-    rows = await pg.fetch("SELECT node_id, count(*) AS n FROM sandboxes "
-                          "WHERE node_id IS NOT NULL GROUP BY node_id")  # fmt: skip
+    rows = await pg.fetch(
+        "SELECT node_id, count(*) AS n FROM sandboxes WHERE node_id IS NOT NULL GROUP BY node_id"
+    )
     statuses = await pg.fetch("SELECT status, count(*) AS n FROM sandboxes GROUP BY status")
     return {
         "placement": skew({r["node_id"]: int(r["n"]) for r in rows}, nodes),
@@ -602,55 +659,109 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         db_url = f"postgresql+asyncpg://{args.pg.split('://', 1)[1]}/{db}"
         bus = await Bus.connect(BusSettings(nats_url=cluster.url, replicas=3), name="aenv-sim")
         # what a node role does at start; here once for the whole simulated fleet
-        await execute(bus.templates, tp.RegisterTemplate(
-            template_id="base", alias="base", envd_version=ENVD_VERSION, cpu_count=BASE_VCPUS,
-            memory_mb=BASE_MEM_MIB, disk_size_mb=2048,
-        ))  # fmt: skip
+        await execute(
+            bus.templates,
+            tp.RegisterTemplate(
+                template_id="base",
+                alias="base",
+                envd_version=ENVD_VERSION,
+                cpu_count=BASE_VCPUS,
+                memory_mb=BASE_MEM_MIB,
+                disk_size_mb=2048,
+            ),
+        )
         api_key, upload_secret = "e2b_" + secrets.token_hex(20), secrets.token_hex(16)
-        common = {**_base_env(), "AENV_NATS_URL": cluster.url, "AENV_REPLICAS": "3",
-                  "AENV_DRAIN_S": "10"}  # fmt: skip
+        common = {
+            **_base_env(),
+            "AENV_NATS_URL": cluster.url,
+            "AENV_REPLICAS": "3",
+            "AENV_DRAIN_S": "10",
+        }
         ports = []
         for i in range(args.apis):
             port = free_port()
             ports.append(port)
-            env = {**common, "AENV_DATABASE_URL": db_url, "AENV_HOST": "127.0.0.1",
-                   "AENV_PORT": str(port), "AENV_API_KEY": api_key,
-                   "AENV_UPLOAD_SECRET": upload_secret, "AENV_PROXY_VIA_NODE": "1"}
-            children.append(Child(f"api-{i}", [sys.executable, "-m", "aenv.cli", "serve",
-                                               "--role", "api", "--data-dir",
-                                               str(root / f"api-{i}")],
-                                  env, root / f"api-{i}.log"))  # fmt: skip
+            env = {
+                **common,
+                "AENV_DATABASE_URL": db_url,
+                "AENV_HOST": "127.0.0.1",
+                "AENV_PORT": str(port),
+                "AENV_API_KEY": api_key,
+                "AENV_UPLOAD_SECRET": upload_secret,
+                "AENV_PROXY_VIA_NODE": "1",
+            }
+            children.append(
+                Child(
+                    f"api-{i}",
+                    [
+                        sys.executable,
+                        "-m",
+                        "aenv.cli",
+                        "serve",
+                        "--role",
+                        "api",
+                        "--data-dir",
+                        str(root / f"api-{i}"),
+                    ],
+                    env,
+                    root / f"api-{i}.log",
+                )
+            )
         n_apis = len(children)
         for first, count in split_fleet(args.nodes, args.node_processes):
-            argv = [sys.executable, "-m", "bench.fleet_sim", "--serve-nodes", str(first),
-                    str(count), "--root", str(root), *_node_flags(args)]  # fmt: skip
-            children.append(Child(f"nodes-{first}", argv, dict(common),
-                                  root / f"nodes-{first}.log"))  # fmt: skip
+            argv = [
+                sys.executable,
+                "-m",
+                "bench.fleet_sim",
+                "--serve-nodes",
+                str(first),
+                str(count),
+                "--root",
+                str(root),
+                *_node_flags(args),
+            ]
+            children.append(
+                Child(f"nodes-{first}", argv, dict(common), root / f"nodes-{first}.log")
+            )
         t = time.perf_counter()
         # every process at once, as a fleet's machines start (the APIs migrate one at a time)
         apis, nodes = children[:n_apis], children[n_apis:]
         for c in children:
             c.start()
-        await asyncio.gather(*(c.wait_for(ROLE_READY, 600) for c in apis),
-                             *(c.wait_for(NODES_READY, 600) for c in nodes))  # fmt: skip
+        await asyncio.gather(
+            *(c.wait_for(ROLE_READY, 600) for c in apis),
+            *(c.wait_for(NODES_READY, 600) for c in nodes),
+        )
         await _wait_beats(bus, args.nodes, 120)
         fleet_start_s = time.perf_counter() - t
-        print(f"fleet_sim: {args.nodes} simulated nodes in {len(children) - n_apis} processes "
-              f"and {n_apis} APIs ready in {fleet_start_s:.1f} s", file=sys.stderr)  # fmt: skip
+        print(
+            f"fleet_sim: {args.nodes} simulated nodes in {len(children) - n_apis} processes "
+            f"and {n_apis} APIs ready in {fleet_start_s:.1f} s",
+            file=sys.stderr,
+        )
 
         pg = await asyncpg.connect(f"{args.pg}/{db}")
-        limits = httpx.Limits(max_connections=args.concurrency,
-                              max_keepalive_connections=args.concurrency)  # fmt: skip
-        clients = [httpx.AsyncClient(base_url=f"http://127.0.0.1:{p}", limits=limits,
-                                     headers={"X-API-KEY": api_key}, timeout=180)
-                   for p in ports]  # fmt: skip
+        limits = httpx.Limits(
+            max_connections=args.concurrency, max_keepalive_connections=args.concurrency
+        )
+        clients = [
+            httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{p}",
+                limits=limits,
+                headers={"X-API-KEY": api_key},
+                timeout=180,
+            )
+            for p in ports
+        ]
         await _first_lifecycles(clients, 60)
         warm = Tally()
         await run_load(clients, iter(range(args.warmup)), min(args.concurrency, 8), warm)
 
-        groups = {"nats": [s.proc.pid for s in cluster.servers if s.proc is not None],
-                  "apis": [c.pid for c in children[:n_apis]],
-                  "node_processes": [c.pid for c in children[n_apis:]]}  # fmt: skip
+        groups = {
+            "nats": [s.proc.pid for s in cluster.servers if s.proc is not None],
+            "apis": [c.pid for c in children[:n_apis]],
+            "node_processes": [c.pid for c in children[n_apis:]],
+        }
         if args.snapshot_workers:  # the warm-up's events, at every node, before "idle"
             await _drain_snapshot_workers(bus, args.nodes, 300)
         before = cpu_reading(groups)
@@ -659,8 +770,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
         tally, samples, stop = Tally(), Samples(), asyncio.Event()
         seq0 = await stream_last_seq(bus.js, bus.settings)
-        watchers = [asyncio.create_task(sample(bus, pg, stop, samples, args.snapshot_workers)),
-                    asyncio.create_task(progress(tally, args.lifecycles, samples, stop))]
+        watchers = [
+            asyncio.create_task(sample(bus, pg, stop, samples, args.snapshot_workers)),
+            asyncio.create_task(progress(tally, args.lifecycles, samples, stop)),
+        ]
         before = cpu_reading(groups)
         t0 = time.perf_counter()
         await run_load(clients, iter(range(args.lifecycles)), args.concurrency, tally)
@@ -674,25 +787,32 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         while await _checkpoint(pg) < seq1 and time.perf_counter() - t < 600:
             await asyncio.sleep(0.01)
         catch_up_s = time.perf_counter() - t
-        uploads = (await _drain_snapshot_workers(bus, args.nodes, 600)
-                   if args.snapshot_workers else None)  # fmt: skip
+        uploads = (
+            await _drain_snapshot_workers(bus, args.nodes, 600) if args.snapshot_workers else None
+        )
         checkpoint = await _checkpoint(pg)
         await asyncio.sleep(2)  # late route drops and heartbeats settle before the census
         place = await bus.js.consumer_info(bus.names.command_stream, bus.names.place_consumer)
         events = seq1 - seq0
         doc: dict[str, Any] = {
             "simulated": "nodes run no VMs (SimulatedHost): latencies are control-plane "
-                         "overhead only",
+            "overhead only",
             "params": {k: v for k, v in vars(args).items() if k not in ("serve_nodes", "root")},
-            "fleet": {"nodes": args.nodes, "node_processes": len(children) - n_apis,
-                      "apis": n_apis, "start_s": round(fleet_start_s, 2),
-                      "node_capacity": args.node_capacity},
+            "fleet": {
+                "nodes": args.nodes,
+                "node_processes": len(children) - n_apis,
+                "apis": n_apis,
+                "start_s": round(fleet_start_s, 2),
+                "node_capacity": args.node_capacity,
+            },
             "load": {
-                "lifecycles": args.lifecycles, "lifecycles_ok": tally.lifecycles_ok,
+                "lifecycles": args.lifecycles,
+                "lifecycles_ok": tally.lifecycles_ok,
                 "seconds": round(wall, 3),
                 "lifecycles_per_s": round(tally.lifecycles_ok / wall, 1),
                 "commands_per_s": round(tally.ops / wall, 1),
-                "events": events, "events_per_s": round(events / wall, 1),
+                "events": events,
+                "events_per_s": round(events / wall, 1),
                 "events_per_lifecycle": round(events / max(1, args.lifecycles), 2),
             },
             "api_latency": {op: summary(xs) for op, xs in tally.latencies.items()},
@@ -703,11 +823,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 "sampled_each_s_events": summary(samples.lag, unit="events", scale=1.0),
                 "catch_up_after_load_s": round(catch_up_s, 3),
                 "caught_up": checkpoint >= seq1,
-                "checkpoint": checkpoint, "stream_last_seq": seq1,
+                "checkpoint": checkpoint,
+                "stream_last_seq": seq1,
             },
-            "snapshot_workers": None if uploads is None else {
-                **uploads, "sampled_backlog_of_one_node": summary(
-                    samples.snapshot_backlog_one_node, unit="events", scale=1.0),
+            "snapshot_workers": None
+            if uploads is None
+            else {
+                **uploads,
+                "sampled_backlog_of_one_node": summary(
+                    samples.snapshot_backlog_one_node, unit="events", scale=1.0
+                ),
             },
             "place_queue": {
                 # fleet-wide limits of the one shared durable, whatever the fleet's size
@@ -721,17 +846,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "cpu_cores": {
                 "under_load": under_load,
                 # CPU milliseconds each lifecycle (4 commands, ~8 events) cost each group
-                "ms_per_lifecycle": {k: round(v * wall / max(1, tally.lifecycles_ok) * 1000, 2)
-                                     for k, v in under_load.items()},
+                "ms_per_lifecycle": {
+                    k: round(v * wall / max(1, tally.lifecycles_ok) * 1000, 2)
+                    for k, v in under_load.items()
+                },
                 "idle_fleet": idle,
                 "note": "cores = CPU seconds / wall seconds. postgres_all is every postgres "
-                        "process on this machine (it serves other databases too); host_busy "
-                        "is the whole machine, other workloads included",
+                "process on this machine (it serves other databases too); host_busy "
+                "is the whole machine, other workloads included",
             },
             "rss_mib": {name: [rss_mib(p) for p in pids] for name, pids in groups.items()},
             **await _report_db(pg, args.nodes),
             "nats": await _monitoring(cluster, bus),
-        }  # fmt: skip
+        }
         return doc
     except Exception:  # what the fleet said before it failed (an interruption is no failure)
         for c in children:
@@ -741,9 +868,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await _teardown(cluster, children, clients, pg, bus, admin, db, root, args.keep)
 
 
-async def _teardown(cluster: NatsCluster, children: list[Child], clients: list[httpx.AsyncClient],
-                    pg: Any, bus: Bus | None, admin: Any, db: str, root: Path, keep: bool
-                    ) -> None:  # fmt: skip
+async def _teardown(
+    cluster: NatsCluster,
+    children: list[Child],
+    clients: list[httpx.AsyncClient],
+    pg: Any,
+    bus: Bus | None,
+    admin: Any,
+    db: str,
+    root: Path,
+    keep: bool,
+) -> None:
     """Everything the run started, in order, each step whatever the others did."""
     for client in clients:
         with contextlib.suppress(Exception):
@@ -775,8 +910,14 @@ async def _teardown(cluster: NatsCluster, children: list[Child], clients: list[h
 
 def _node_flags(args: argparse.Namespace) -> list[str]:
     """The node-side options, handed on to each node process."""
-    flags = ["--node-capacity", str(args.node_capacity), "--host-delay-ms",
-             str(args.host_delay_ms), "--heartbeat-s", str(args.heartbeat_s)]  # fmt: skip
+    flags = [
+        "--node-capacity",
+        str(args.node_capacity),
+        "--host-delay-ms",
+        str(args.host_delay_ms),
+        "--heartbeat-s",
+        str(args.heartbeat_s),
+    ]
     if not args.routes:
         flags.append("--no-routes")
     if args.snapshot_workers:
@@ -792,20 +933,36 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lifecycles", type=int, default=20000)
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--warmup", type=int, default=32, help="unmeasured lifecycles first")
-    p.add_argument("--idle-s", type=float, default=10.0,
-                   help="seconds the idle fleet's CPU is measured before the load")
+    p.add_argument(
+        "--idle-s",
+        type=float,
+        default=10.0,
+        help="seconds the idle fleet's CPU is measured before the load",
+    )
     p.add_argument("--node-capacity", type=int, default=32, help="sandboxes per node")
-    p.add_argument("--host-delay-ms", type=float, default=0.0,
-                   help="simulated time of each host operation (0: none)")
+    p.add_argument(
+        "--host-delay-ms",
+        type=float,
+        default=0.0,
+        help="simulated time of each host operation (0: none)",
+    )
     p.add_argument("--heartbeat-s", type=float, default=5.0)
-    p.add_argument("--no-routes", dest="routes", action="store_false",
-                   help="simulated nodes put no routes (a real node puts one per run)")
-    p.add_argument("--snapshot-workers", action="store_true",
-                   help="run each node's snapshot worker (a node with a repository does)")
+    p.add_argument(
+        "--no-routes",
+        dest="routes",
+        action="store_false",
+        help="simulated nodes put no routes (a real node puts one per run)",
+    )
+    p.add_argument(
+        "--snapshot-workers",
+        action="store_true",
+        help="run each node's snapshot worker (a node with a repository does)",
+    )
     p.add_argument("--pg", default=PG, help="Postgres (superuser) to create the database on")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, stores)")
-    p.add_argument("--serve-nodes", nargs=2, type=int, metavar=("FIRST", "COUNT"),
-                   help=argparse.SUPPRESS)
+    p.add_argument(
+        "--serve-nodes", nargs=2, type=int, metavar=("FIRST", "COUNT"), help=argparse.SUPPRESS
+    )
     p.add_argument("--root", help=argparse.SUPPRESS)
     return p
 
@@ -818,8 +975,9 @@ def cli() -> None:
     try:
         doc = asyncio.run(main(args))
     except (KeyboardInterrupt, asyncio.CancelledError):
-        print("fleet_sim: interrupted; everything it started is stopped and removed",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "fleet_sim: interrupted; everything it started is stopped and removed", file=sys.stderr
+        )
         raise SystemExit(130) from None
     emit("fleet_sim", doc)
 

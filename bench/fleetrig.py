@@ -32,8 +32,11 @@ __all__ = ["NODES", "Fleet", "RigError", "Role", "fleet_rig"]
 PG = "postgresql://postgres@127.0.0.1:5432"
 AENV = [sys.executable, "-m", "aenv.cli"]
 #: node ids, slot prefixes (letters only) and slot ranges, apart from other stacks'
-NODES = (("fleet-a", "flta", "10.221.0.0/16"), ("fleet-b", "fltb", "10.222.0.0/16"),
-         ("fleet-c", "fltc", "10.223.0.0/16"))  # fmt: skip
+NODES = (
+    ("fleet-a", "flta", "10.221.0.0/16"),
+    ("fleet-b", "fltb", "10.222.0.0/16"),
+    ("fleet-c", "fltc", "10.223.0.0/16"),
+)
 
 
 class RigError(Exception):
@@ -59,9 +62,11 @@ class Role:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [*AENV, "serve", "--role", self.kind, "--data-dir", str(self.data_dir)],
-                env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent(os.getpid()),
-            )  # fmt: skip
+            )
 
     def wait_ready(self, timeout: float = 600) -> None:
         """Until it prints one more ROLE-READY than it had (a restart's)."""
@@ -79,8 +84,9 @@ class Role:
     def _ready_lines(self) -> int:
         if not self.log.exists():
             return 0
-        return sum(1 for ln in self.log.read_text(errors="replace").splitlines()
-                   if marks(ln, "ROLE-READY"))  # fmt: skip
+        return sum(
+            1 for ln in self.log.read_text(errors="replace").splitlines() if marks(ln, "ROLE-READY")
+        )
 
     def kill9(self) -> None:
         assert self.proc is not None
@@ -120,13 +126,21 @@ class Fleet:
 
     def operator_env(self) -> dict[str, str]:
         """What an operator's shell on a fleet machine holds (its roles' env file)."""
-        return {**os.environ, "AENV_NATS_URL": self.nats.url,
-                "AENV_DATABASE_URL": self.database_url, "AENV_REPLICAS": "3"}  # fmt: skip
+        return {
+            **os.environ,
+            "AENV_NATS_URL": self.nats.url,
+            "AENV_DATABASE_URL": self.database_url,
+            "AENV_REPLICAS": "3",
+        }
 
     def aenv(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*AENV, *args, "--data-dir", str(self.root / "operator")],
-                              capture_output=True, text=True, timeout=timeout,
-                              env=self.operator_env())  # fmt: skip
+        return subprocess.run(
+            [*AENV, *args, "--data-dir", str(self.root / "operator")],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.operator_env(),
+        )
 
     def api_ok(self, i: int) -> bool:
         try:
@@ -135,15 +149,24 @@ class Fleet:
             return False
 
 
-def _common_env(nats: NatsCluster, s3: dict[str, str], api_key: str,
-                extra: dict[str, str]) -> dict[str, str]:  # fmt: skip
+def _common_env(
+    nats: NatsCluster, s3: dict[str, str], api_key: str, extra: dict[str, str]
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AENV_", "E2B_"))}
-    env.update({
-        "AENV_NATS_URL": nats.url, "AENV_REPLICAS": "3", "AENV_S3_ENDPOINT": s3["url"],
-        "AENV_S3_ACCESS_KEY": s3["access_key"], "AENV_S3_SECRET_KEY": s3["secret_key"],
-        "AENV_PROXY_VIA_NODE": "1", "AENV_API_KEY": api_key,
-        "AENV_UPLOAD_SECRET": secrets.token_hex(16), "AENV_DRAIN_S": "10", **extra,
-    })  # fmt: skip
+    env.update(
+        {
+            "AENV_NATS_URL": nats.url,
+            "AENV_REPLICAS": "3",
+            "AENV_S3_ENDPOINT": s3["url"],
+            "AENV_S3_ACCESS_KEY": s3["access_key"],
+            "AENV_S3_SECRET_KEY": s3["secret_key"],
+            "AENV_PROXY_VIA_NODE": "1",
+            "AENV_API_KEY": api_key,
+            "AENV_UPLOAD_SECRET": secrets.token_hex(16),
+            "AENV_DRAIN_S": "10",
+            **extra,
+        }
+    )
     return env
 
 
@@ -156,8 +179,9 @@ async def _sql(sql: str) -> None:
 
 
 @contextlib.contextmanager
-def fleet_rig(root: Path, *, apis: int = 2, nodes: int = 3, env: dict[str, str] | None = None,
-              tag: str = "") -> Iterator[Fleet]:  # fmt: skip
+def fleet_rig(
+    root: Path, *, apis: int = 2, nodes: int = 3, env: dict[str, str] | None = None, tag: str = ""
+) -> Iterator[Fleet]:
     """The fleet, started (the first node builds or finds the guest image before the
     others start), until the block ends; then every process stopped and the database
     dropped. Raises `RigError` with the role's log when one does not come up. `tag` ends
@@ -172,19 +196,48 @@ def fleet_rig(root: Path, *, apis: int = 2, nodes: int = 3, env: dict[str, str] 
         nats.start()
         nats.wait_healthy()
         ep = asyncio.run(s3.start())
-        common = _common_env(nats, {"url": ep.url, "access_key": ep.access_key,
-                                    "secret_key": ep.secret_key}, api_key, env or {})  # fmt: skip
+        common = _common_env(
+            nats,
+            {"url": ep.url, "access_key": ep.access_key, "secret_key": ep.secret_key},
+            api_key,
+            env or {},
+        )
         for i in range(apis):
             port = free_port()
-            fleet.apis.append(Role(f"api-{i}", "api", root / f"api-{i}", {
-                **common, "AENV_HOST": "127.0.0.1", "AENV_PORT": str(port),
-                "AENV_DATABASE_URL": fleet.database_url}, port))  # fmt: skip
+            fleet.apis.append(
+                Role(
+                    f"api-{i}",
+                    "api",
+                    root / f"api-{i}",
+                    {
+                        **common,
+                        "AENV_HOST": "127.0.0.1",
+                        "AENV_PORT": str(port),
+                        "AENV_DATABASE_URL": fleet.database_url,
+                    },
+                    port,
+                )
+            )
         for node_id, prefix, cidr in NODES[:nodes]:
             port = free_port()
-            fleet.nodes.append(Role(node_id, "node", root / node_id, {
-                **common, "AENV_NODE_ID": node_id, "AENV_SLOT_PREFIX": prefix + tag,
-                "AENV_SLOT_CIDR": cidr, "AENV_SLOT_POOL": "4", "AENV_PROXY_HOST": "127.0.0.1",
-                "AENV_PROXY_PORT": str(port), "AENV_CAPACITY": "24"}, port))  # fmt: skip
+            fleet.nodes.append(
+                Role(
+                    node_id,
+                    "node",
+                    root / node_id,
+                    {
+                        **common,
+                        "AENV_NODE_ID": node_id,
+                        "AENV_SLOT_PREFIX": prefix + tag,
+                        "AENV_SLOT_CIDR": cidr,
+                        "AENV_SLOT_POOL": "4",
+                        "AENV_PROXY_HOST": "127.0.0.1",
+                        "AENV_PROXY_PORT": str(port),
+                        "AENV_CAPACITY": "24",
+                    },
+                    port,
+                )
+            )
         fleet.nodes[0].start()
         fleet.nodes[0].wait_ready()
         for role in [*fleet.nodes[1:], *fleet.apis]:

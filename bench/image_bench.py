@@ -66,8 +66,18 @@ def _image(root: Path, gib: float) -> tuple[Path, Path, int, list[str]]:
 
 def _raw_pull(ref: str, dest: Path) -> float:
     t0 = time.monotonic()
-    subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false", f"docker://{ref}",
-                    f"oci:{dest}:image"], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            "skopeo",
+            "copy",
+            "--quiet",
+            "--src-tls-verify=false",
+            f"docker://{ref}",
+            f"oci:{dest}:image",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return time.monotonic() - t0
 
 
@@ -92,8 +102,9 @@ def _raw_convert(layout: Path, work: Path) -> float:
 
 def _convert(layout: Path, name: str, blobs: Path) -> tuple[float, Path]:
     t0 = time.monotonic()
-    img = build_from_oci(layout, name, progress=lambda m: None, force=True, ref="image",
-                         blobs=blobs)  # fmt: skip
+    img = build_from_oci(
+        layout, name, progress=lambda m: None, force=True, ref="image", blobs=blobs
+    )
     took = time.monotonic() - t0
     shutil.rmtree(img.rootfs.parent, ignore_errors=True)
     (img.rootfs.parent.parent / "names" / name).unlink(missing_ok=True)
@@ -102,9 +113,17 @@ def _convert(layout: Path, name: str, blobs: Path) -> tuple[float, Path]:
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="aenv-imgbench-", dir="/var/tmp"))
-    samples: dict[str, list[float]] = {k: [] for k in (
-        "pull_cold", "pull_warm", "raw_pull", "convert_cold", "convert_warm",
-        "raw_convert")}  # fmt: skip
+    samples: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "pull_cold",
+            "pull_warm",
+            "raw_pull",
+            "convert_cold",
+            "convert_warm",
+            "raw_convert",
+        )
+    }
     try:
         _say(f"making a {args.gib} GiB image")
         one, two, size, diff_ids = _image(work / "src", args.gib)

@@ -35,8 +35,12 @@ class RawRig:
     async def open(cls, state: Path) -> RawRig:
         image = build_base(progress=lambda m: print(m, file=sys.stderr))
         rt = await Runtime.open(state, kernel_for_probe=image.kernel, slot_prefix="aenvr")
-        vm = await rt.boot(kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
-                           cmdline=kernel_cmdline(image))  # fmt: skip
+        vm = await rt.boot(
+            kernel=image.kernel,
+            initrd=image.initrd,
+            rootfs=image.rootfs,
+            cmdline=kernel_cmdline(image),
+        )
         await rt.wait_envd(vm)
         await init_envd(vm.host, None)  # the same warm-up as TemplateCatalog's captures
         snap = await rt.capture(vm, resume=False)
@@ -71,8 +75,9 @@ class RawRig:
         stopped (off the clock), then handed over — `cont` and envd's /init — on the clock;
         and that VM's first command after the hand-over."""
         rt = self.rt
-        vm, _ = await rt.restore(self.snap, private_memory=False, background=True,
-                                 init={"accessToken": "rig"})  # fmt: skip
+        vm, _ = await rt.restore(
+            self.snap, private_memory=False, background=True, init={"accessToken": "rig"}
+        )
         try:
             await run_first_command(vm.host, token="rig")
             await vm.qemu.stop()

@@ -37,10 +37,16 @@ async def raw_restore(rt: Runtime, snap: Snapshot, workdir: Path) -> tuple[float
     slot = await rt.pool.acquire()
     top = await rt.layers.create_top(snap.disk_top)
     spec = LaunchSpec(
-        vm_id="raw", machine=snap.machine, workdir=workdir, mem_file=snap.mem,
-        mem_shared=False, disk=top, runtime_disk=snap.runtime_disk, start=Incoming(snap.state),
+        vm_id="raw",
+        machine=snap.machine,
+        workdir=workdir,
+        mem_file=snap.mem,
+        mem_shared=False,
+        disk=top,
+        runtime_disk=snap.runtime_disk,
+        start=Incoming(snap.state),
         netns=slot.netns_path,
-    )  # fmt: skip
+    )
     t0 = time.monotonic()
     vm = await QemuVm.launch(spec)
     await vm.cont()
@@ -71,9 +77,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for i in range(args.boots):
             t0 = time.monotonic()
             vm = await rt.boot(
-                kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
-                cmdline=kernel_cmdline(image), mem_mib=args.mem,
-            )  # fmt: skip
+                kernel=image.kernel,
+                initrd=image.initrd,
+                rootfs=image.rootfs,
+                cmdline=kernel_cmdline(image),
+                mem_mib=args.mem,
+            )
             await rt.wait_envd(vm)
             boots.append(time.monotonic() - t0)
             if i == args.boots - 1:
@@ -154,8 +163,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
         # pause (= capture and release the VM) must not grow with guest RAM
         for mem in args.pause_sizes:
-            vm = await rt.boot(kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
-                               cmdline=kernel_cmdline(image), mem_mib=mem)  # fmt: skip
+            vm = await rt.boot(
+                kernel=image.kernel,
+                initrd=image.initrd,
+                rootfs=image.rootfs,
+                cmdline=kernel_cmdline(image),
+                mem_mib=mem,
+            )
             await rt.wait_envd(vm)
             await init_envd(vm.host, None)
             tpl = await rt.capture(vm, resume=False)
@@ -214,8 +228,9 @@ async def fs_pause(
         _, body = await http_request(sbx.host, ENVD_PORT, "GET", "/defaults", timeout=10.0)
         status, _ = await http_request(sbx.host, ENVD_PORT, "POST", "/sync", timeout=60.0)
         assert status == 200, f"envd /sync answered {status}"
-        snap = await rt.capture_disk(sbx, snapshot_id=f"fs-{mem}-{i}",
-                                     guest_defaults=json.loads(body))  # fmt: skip
+        snap = await rt.capture_disk(
+            sbx, snapshot_id=f"fs-{mem}-{i}", guest_defaults=json.loads(body)
+        )
         pause.append(time.monotonic() - t0)
         disk.append(snap.disk_top.stat().st_blocks * 512 / 2**20)  # what it keeps
         vm, timing = await rt.boot_disk(snap, vm_id=f"fs-{mem}-{i}")
@@ -249,8 +264,13 @@ async def density(rt: Runtime, image: Any, args: argparse.Namespace) -> dict[str
     fork to after the idle wait (everything the fork cost the host, page cache included;
     noisier, since other processes move it too)."""
     mem, n = args.density_mem, args.density_children
-    vm = await rt.boot(kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
-                       cmdline=kernel_cmdline(image), mem_mib=mem)  # fmt: skip
+    vm = await rt.boot(
+        kernel=image.kernel,
+        initrd=image.initrd,
+        rootfs=image.rootfs,
+        cmdline=kernel_cmdline(image),
+        mem_mib=mem,
+    )
     await rt.wait_envd(vm)
     await init_envd(vm.host, None)
     tpl = await rt.capture(vm, resume=False)

@@ -103,9 +103,14 @@ def touch_one_page(mem: Path) -> None:
 
 
 async def measure(
-    name: str, make_store: Callable[[str], Awaitable[SnapshotStore]], snap: Path, work: Path,
-    rounds: int, mib: float, cp: dict[str, Any],
-) -> dict[str, Any]:  # fmt: skip
+    name: str,
+    make_store: Callable[[str], Awaitable[SnapshotStore]],
+    snap: Path,
+    work: Path,
+    rounds: int,
+    mib: float,
+    cp: dict[str, Any],
+) -> dict[str, Any]:
     up, up_again, up_incr, down_cold, down_warm = [], [], [], [], []
     base = snap.parent / "base.raw"
     for r in range(rounds):
@@ -125,9 +130,13 @@ async def measure(
         shutil.rmtree(dest, ignore_errors=True)
         shutil.rmtree(cache.root, ignore_errors=True)
     out: dict[str, Any] = {}
-    for key, xs in (("upload", up), ("reupload_all_present", up_again),
-                    ("upload_one_page_changed", up_incr),
-                    ("download_cold", down_cold), ("download_cached", down_warm)):  # fmt: skip
+    for key, xs in (
+        ("upload", up),
+        ("reupload_all_present", up_again),
+        ("upload_one_page_changed", up_incr),
+        ("download_cold", down_cold),
+        ("download_cached", down_warm),
+    ):
         s = summary(xs)
         out[key] = {
             **s,
@@ -149,10 +158,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         async def s3_store(tag: str) -> SnapshotStore:
             return await S3Store.open(
                 S3Config(
-                    bucket="bench", endpoint_url=ep.url, access_key=ep.access_key,
-                    secret_key=ep.secret_key, region=ep.region, prefix=tag,
+                    bucket="bench",
+                    endpoint_url=ep.url,
+                    access_key=ep.access_key,
+                    secret_key=ep.secret_key,
+                    region=ep.region,
+                    prefix=tag,
                 )
-            )  # fmt: skip
+            )
 
         async def posix_store(tag: str) -> SnapshotStore:
             return PosixStore(work / "posix" / tag)

@@ -48,9 +48,12 @@ class BenchStack:
         port = free_port()
         full = {**os.environ, "AENV_SLOT_PREFIX": prefix, "AENV_NODE_ID": "bench", **env}
         up = subprocess.run(
-            [sys.executable, "-m", "aenv.cli", "up", "--data-dir", str(data), "--port",
-             str(port)], capture_output=True, text=True, env=full, timeout=900,
-        )  # fmt: skip
+            [sys.executable, "-m", "aenv.cli", "up", "--data-dir", str(data), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            env=full,
+            timeout=900,
+        )
         if up.returncode != 0:
             raise SystemExit(f"aenv up failed: {up.stderr[-2000:]}")
         self.info = json.loads((data / "stack.json").read_text())
@@ -58,8 +61,11 @@ class BenchStack:
             os.environ[k] = self.info[k]
 
     def down(self) -> None:
-        subprocess.run([sys.executable, "-m", "aenv.cli", "down", "--data-dir", str(self.data)],
-                       capture_output=True, timeout=180)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "aenv.cli", "down", "--data-dir", str(self.data)],
+            capture_output=True,
+            timeout=180,
+        )
 
     def warm(self) -> dict[str, int]:
         """The node's pool now (its readiness answer)."""
@@ -83,8 +89,7 @@ class BenchStack:
         from domain import sandbox as sb
 
         async def read() -> dict[str, bool]:
-            bus = await Bus.connect(BusSettings(nats_url=str(self.info["nats_url"])),
-                                    setup=False)  # fmt: skip
+            bus = await Bus.connect(BusSettings(nats_url=str(self.info["nats_url"])), setup=False)
             try:
                 out = {}
                 for sid in sandbox_ids:
@@ -99,8 +104,11 @@ class BenchStack:
 
     def warm_pids(self) -> list[int]:
         vms = self.data / "node" / "vms"
-        return [int((d / "qemu.pid").read_text()) for d in vms.glob("warm-*")
-                if (d / "qemu.pid").exists()]  # fmt: skip
+        return [
+            int((d / "qemu.pid").read_text())
+            for d in vms.glob("warm-*")
+            if (d / "qemu.pid").exists()
+        ]
 
 
 def _timed_create(template: str) -> tuple[Any, float, float]:
@@ -120,11 +128,24 @@ def part1(n: int, data: Path, rig: RigProcess) -> dict[str, Any]:
     from e2b import Sandbox
 
     st = BenchStack(data, "aenvwa", {"AENV_WARM_POOL_MAX": "1"})
-    s: dict[str, list[float]] = {k: [] for k in (
-        "hit", "hit_first_command", "hit_total", "cold", "cold_first_command", "cold_total",
-        "snap_hit", "snap_hit_first_command", "snap_cold", "snap_cold_first_command",
-        "raw_restore", "raw_handover", "raw_handover_first_command",
-    )}  # fmt: skip
+    s: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "hit",
+            "hit_first_command",
+            "hit_total",
+            "cold",
+            "cold_first_command",
+            "cold_total",
+            "snap_hit",
+            "snap_hit_first_command",
+            "snap_cold",
+            "snap_cold_first_command",
+            "raw_restore",
+            "raw_handover",
+            "raw_handover_first_command",
+        )
+    }
     misclassified = 0
     try:
         src = Sandbox.create(timeout=600)
@@ -176,8 +197,9 @@ def _cpu_ticks(pid: int) -> int:
 def part2(data: Path) -> dict[str, Any]:
     from e2b import Sandbox
 
-    st = BenchStack(data, "aenvwb", {"AENV_WARM_POOL_MAX": str(BURST),
-                                     "AENV_WARM_POOL_MIB": str(BURST * 512)})  # fmt: skip
+    st = BenchStack(
+        data, "aenvwb", {"AENV_WARM_POOL_MAX": str(BURST), "AENV_WARM_POOL_MIB": str(BURST * 512)}
+    )
     try:
         with ThreadPoolExecutor(BURST) as ex:  # prime the demand: a burst of 16
             for sbx in ex.map(lambda _: Sandbox.create(timeout=300), range(BURST)):
@@ -212,10 +234,15 @@ def part2(data: Path) -> dict[str, Any]:
         "pss_mib_per_warm_vm": summary([p / 1000 for p in pss], unit="MiB"),
         "idle_cpu_pct_of_a_core_for_the_pool": round(idle_cpu_pct, 2),
         "idle_cpu_pct_of_a_core_per_8_warm_vms": round(idle_cpu_pct * 8 / max(1, len(pids)), 2),
-        "burst": {"n": BURST, "hit_rate": round(len(hits) / BURST, 3), "wall_s": round(wall, 3),
-                  "create": summary([t for _, t in made]), "hits": summary(hits),
-                  "misses": summary([t for sid, t in made if not kinds.get(sid)])},
-    }  # fmt: skip
+        "burst": {
+            "n": BURST,
+            "hit_rate": round(len(hits) / BURST, 3),
+            "wall_s": round(wall, 3),
+            "create": summary([t for _, t in made]),
+            "hits": summary(hits),
+            "misses": summary([t for sid, t in made if not kinds.get(sid)]),
+        },
+    }
 
 
 def main() -> None:
@@ -239,29 +266,32 @@ def main() -> None:
     s = one["samples"]
     hit, cold, raw = summary(s["hit"]), summary(s["cold"]), summary(s["raw_restore"])
     handover = summary(s["raw_handover"])
-    emit("warm", {
-        "accelerator": accel,
-        "create_to_envd_ready_pool_hit": hit,
-        "create_to_envd_ready_cold": cold,
-        "raw_restore_to_envd_ready": raw,
-        "raw_warm_handover_cont_and_init": handover,
-        "ratio_hit_to_raw_handover_p50": ratio(hit, handover),
-        "ratio_cold_to_raw_restore_p50": ratio(cold, raw),
-        "ratio_hit_to_raw_restore_p50": ratio(hit, raw),
-        "create_plus_first_command_pool_hit": summary(s["hit_total"]),
-        "create_plus_first_command_cold": summary(s["cold_total"]),
-        "first_command_after_hit": summary(s["hit_first_command"]),
-        "first_command_after_cold": summary(s["cold_first_command"]),
-        "raw_first_command_after_handover": summary(s["raw_handover_first_command"]),
-        "snapshot_template": {
-            "create_pool_hit": summary(s["snap_hit"]),
-            "create_cold": summary(s["snap_cold"]),
-            "first_command_after_hit": summary(s["snap_hit_first_command"]),
-            "first_command_after_cold": summary(s["snap_cold_first_command"]),
+    emit(
+        "warm",
+        {
+            "accelerator": accel,
+            "create_to_envd_ready_pool_hit": hit,
+            "create_to_envd_ready_cold": cold,
+            "raw_restore_to_envd_ready": raw,
+            "raw_warm_handover_cont_and_init": handover,
+            "ratio_hit_to_raw_handover_p50": ratio(hit, handover),
+            "ratio_cold_to_raw_restore_p50": ratio(cold, raw),
+            "ratio_hit_to_raw_restore_p50": ratio(hit, raw),
+            "create_plus_first_command_pool_hit": summary(s["hit_total"]),
+            "create_plus_first_command_cold": summary(s["cold_total"]),
+            "first_command_after_hit": summary(s["hit_first_command"]),
+            "first_command_after_cold": summary(s["cold_first_command"]),
+            "raw_first_command_after_handover": summary(s["raw_handover_first_command"]),
+            "snapshot_template": {
+                "create_pool_hit": summary(s["snap_hit"]),
+                "create_cold": summary(s["snap_cold"]),
+                "first_command_after_hit": summary(s["snap_hit_first_command"]),
+                "first_command_after_cold": summary(s["snap_cold_first_command"]),
+            },
+            "rounds_not_hit_then_miss": one["misclassified_rounds"],
+            **two,
         },
-        "rounds_not_hit_then_miss": one["misclassified_rounds"],
-        **two,
-    })  # fmt: skip
+    )
 
 
 if __name__ == "__main__":

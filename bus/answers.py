@@ -90,9 +90,14 @@ class Answers:
         self._aggregate_of.clear()
 
     def expect(
-        self, command_id: str, match: Match, *, aggregate_id: str | None = None,
-        overtaken: Match | None = None, progress: Callable[[RecordedEvent], None] | None = None,
-    ) -> asyncio.Future[RecordedEvent]:  # fmt: skip
+        self,
+        command_id: str,
+        match: Match,
+        *,
+        aggregate_id: str | None = None,
+        overtaken: Match | None = None,
+        progress: Callable[[RecordedEvent], None] | None = None,
+    ) -> asyncio.Future[RecordedEvent]:
         """The first stored event caused by `command_id` that `match`es — or, given
         `aggregate_id` and `overtaken`, any event of that aggregate `overtaken` accepts;
         `progress` hears the command's other events as they are stored. Register before

@@ -26,6 +26,7 @@ from domain import Command
 
 __all__ = ["CommandBus", "CommandReceipt", "aggregate_id_of", "decode_command", "verb_of"]
 
+
 def aggregate_id_of(command: Command) -> str:
     """The id of the aggregate a command addresses (its subject's last token)."""
     try:
@@ -113,8 +114,9 @@ class CommandBus:
         }
         with publish_span(subject, cid, hdrs):
             try:
-                ack, _ = await self._publisher.publish_stored(subject, data, hdrs,
-                                                              budget_s=self._retry_s)  # fmt: skip
+                ack, _ = await self._publisher.publish_stored(
+                    subject, data, hdrs, budget_s=self._retry_s
+                )
             except NoStreamResponseError as e:
                 raise PublishError(f"{subject}: no stream stores it") from e
             except (APIError, NatsTimeoutError, TimeoutError) as e:

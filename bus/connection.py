@@ -65,7 +65,6 @@ class Bus:
         instead of being retried (and logged) until someone presses Ctrl-C.
         """
         if retry:
-
             redo: set[asyncio.Task[None]] = set()
 
             async def setup_again() -> None:
@@ -87,13 +86,24 @@ class Bus:
                     redo.add(task)
                     task.add_done_callback(redo.discard)
 
-            nc = await nats.connect(settings.servers, name=name, max_reconnect_attempts=-1,
-                                    reconnected_cb=reconnected, **settings.login())  # fmt: skip
+            nc = await nats.connect(
+                settings.servers,
+                name=name,
+                max_reconnect_attempts=-1,
+                reconnected_cb=reconnected,
+                **settings.login(),
+            )
         else:
             # nats-py retries forever with 0 attempts; 1 means one retry after the first try
-            nc = await nats.connect(settings.servers, name=name, max_reconnect_attempts=1,
-                                    reconnect_time_wait=0.5, connect_timeout=3,
-                                    error_cb=_ignore, **settings.login())  # fmt: skip
+            nc = await nats.connect(
+                settings.servers,
+                name=name,
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0.5,
+                connect_timeout=3,
+                error_cb=_ignore,
+                **settings.login(),
+            )
         js = nc.jetstream(timeout=settings.request_timeout_s)  # (the callback's, once set)
         if setup:
             await ensure_streams(js, settings)
@@ -170,10 +180,12 @@ class Bus:
         answer = answers.expect(
             # its own aggregate's: a fork's children are caused by the fork too, and a
             # child that failed to start answered the fork as failed
-            key, lambda rec: isinstance(rec.event, kinds) and rec.envelope.aggregate_id == own,
-            aggregate_id=command.sandbox_id, overtaken=lambda rec: isinstance(rec.event, ends),
+            key,
+            lambda rec: isinstance(rec.event, kinds) and rec.envelope.aggregate_id == own,
+            aggregate_id=command.sandbox_id,
+            overtaken=lambda rec: isinstance(rec.event, ends),
             progress=lambda _: claimed.set(),
-        )  # fmt: skip
+        )
         try:
             ctx = MessageContext(correlation_id=command.command_id, actor=actor)
             if node_id is None:
@@ -184,8 +196,9 @@ class Bus:
                 if unclaimed is not None:
                     taken: asyncio.Future[Any] = asyncio.ensure_future(claimed.wait())
                     pending: set[asyncio.Future[Any]] = {answer, taken}
-                    done, _ = await asyncio.wait(pending, timeout=claim_within,
-                                                 return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                    done, _ = await asyncio.wait(
+                        pending, timeout=claim_within, return_when=asyncio.FIRST_COMPLETED
+                    )
                     taken.cancel()
                     if not done:
                         await unclaimed()

@@ -115,8 +115,9 @@ class CommandConsumer:
         self._handler = handler
         #: by aggregate kind: a template command's rejection lands on the template's subject
         self._rejections = dict(rejections)
-        self._loop = PullLoop(js, Names(settings.bus_prefix).command_stream, spec, self._handle,
-                              ready=ready)  # fmt: skip
+        self._loop = PullLoop(
+            js, Names(settings.bus_prefix).command_stream, spec, self._handle, ready=ready
+        )
         #: commands a delivery of which is being handled here: settled when it is
         self._running: dict[UUID, asyncio.Future[None]] = {}
 
@@ -152,8 +153,10 @@ class CommandConsumer:
     async def _run(self, delivery: Delivery) -> None:
         msg, env, attempt = delivery._msg, delivery.envelope, delivery.attempt
         about = {f"{env.kind}_id": env.aggregate_id} if env.kind else {}
-        with consume_span(msg.subject, str(env.command_id), msg.headers, self._spec.durable), \
-                logcontext.bound(**about):  # every line the handler logs names its aggregate
+        with (
+            consume_span(msg.subject, str(env.command_id), msg.headers, self._spec.durable),
+            logcontext.bound(**about),
+        ):  # every line the handler logs names its aggregate
             try:
                 async with kept_alive(msg, self._spec.heartbeat_s):
                     await self._handler(delivery)
@@ -196,8 +199,14 @@ class CommandConsumer:
         envelope names a kind this process keeps no store for (nobody could wait there)."""
         sink = self._rejections.get(env.kind or "")
         if sink is None:
-            log.error("rejected %s %s (%s: %s); no store for aggregate kind %r", env.type,
-                      env.command_id, code, reason, env.kind)  # fmt: skip
+            log.error(
+                "rejected %s %s (%s: %s); no store for aggregate kind %r",
+                env.type,
+                env.command_id,
+                code,
+                reason,
+                env.kind,
+            )
             return
         rejection = CommandRejected(
             aggregate_id=env.aggregate_id,
@@ -222,8 +231,14 @@ class CommandConsumer:
 
 
 def _code(code: str) -> RejectionCode:
-    known: tuple[RejectionCode, ...] = ("not_found", "conflict", "invalid", "permanent",
-                                        "unavailable", "internal")  # fmt: skip
+    known: tuple[RejectionCode, ...] = (
+        "not_found",
+        "conflict",
+        "invalid",
+        "permanent",
+        "unavailable",
+        "internal",
+    )
     for k in known:
         if k == code:
             return k

@@ -96,6 +96,7 @@ def _caused(context: MessageContext | None, command: Command) -> MessageContext:
     if ctx.causation_id is not None:
         return ctx
     return dataclasses.replace(
-        ctx, causation_id=command.command_id,
+        ctx,
+        causation_id=command.command_id,
         correlation_id=ctx.correlation_id or command.command_id,
-    )  # fmt: skip
+    )

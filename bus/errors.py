@@ -63,9 +63,12 @@ class RetryableError(BusError):
     no node had room, which the API answers 503, not 500)."""
 
     def __init__(
-        self, message: str, *, delay_s: float | None = None,
+        self,
+        message: str,
+        *,
+        delay_s: float | None = None,
         final_code: RejectionCode = "internal",
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(message)
         self.delay_s = delay_s
         self.final_code: RejectionCode = final_code

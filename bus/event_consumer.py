@@ -59,9 +59,12 @@ class EventConsumer:
     """Runs `handler` over a durable pull consumer of AENV_EVT until stopped."""
 
     def __init__(
-        self, js: JetStreamContext, settings: BusSettings, spec: ConsumerSpec,
+        self,
+        js: JetStreamContext,
+        settings: BusSettings,
+        spec: ConsumerSpec,
         handler: EventHandler,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._spec = spec
         self._handler = handler
         self._loop = PullLoop(js, Names(settings.bus_prefix).event_stream, spec, self._handle)
@@ -84,8 +87,10 @@ class EventConsumer:
         delivery = EventDelivery(rec, attempt, msg)
         env = rec.envelope
         about = {f"{Names.kind_of(msg.subject)}_id": env.aggregate_id}
-        with consume_span(msg.subject, str(env.event_id), msg.headers, self._spec.durable), \
-                logcontext.bound(**about):  # every line the handler logs names its aggregate
+        with (
+            consume_span(msg.subject, str(env.event_id), msg.headers, self._spec.durable),
+            logcontext.bound(**about),
+        ):  # every line the handler logs names its aggregate
             try:
                 async with kept_alive(msg, self._spec.heartbeat_s):
                     await self._handler(delivery)
@@ -96,8 +101,14 @@ class EventConsumer:
                 await msg.term()
             except Exception as e:
                 delay = self._spec.delay(attempt)
-                log.warning("%s on %s failed (attempt %d, again in %.0f s): %s",
-                            rec.envelope.type, msg.subject, attempt, delay, e)  # fmt: skip
+                log.warning(
+                    "%s on %s failed (attempt %d, again in %.0f s): %s",
+                    rec.envelope.type,
+                    msg.subject,
+                    attempt,
+                    delay,
+                    e,
+                )
                 await msg.nak(delay=delay)
             else:
                 await confirm_ack(msg, self._spec.ack_confirm_timeout_s)

@@ -138,6 +138,9 @@ def recorded(msg: Msg) -> RecordedEvent:
     """A stream delivery, decoded, with its stream sequence and headers."""
     env, event = decode_event(msg.data)
     return RecordedEvent(
-        seq=msg.metadata.sequence.stream, subject=msg.subject, envelope=env, event=event,
+        seq=msg.metadata.sequence.stream,
+        subject=msg.subject,
+        envelope=env,
+        event=event,
         headers=msg.headers,
     )

@@ -17,9 +17,7 @@ from types import MappingProxyType
 
 __all__ = ["bound", "current"]
 
-_FIELDS: ContextVar[Mapping[str, str]] = ContextVar(
-    "aenv_log_fields", default=MappingProxyType({})
-)
+_FIELDS: ContextVar[Mapping[str, str]] = ContextVar("aenv_log_fields", default=MappingProxyType({}))
 
 
 @contextmanager

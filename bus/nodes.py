@@ -25,9 +25,14 @@ from bus.tasks import cancel_and_wait
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "MISSED_BEATS", "Heartbeat", "NodeBook", "describe_uploads", "fleet_view", "has_room",
+    "MISSED_BEATS",
+    "Heartbeat",
+    "NodeBook",
+    "describe_uploads",
+    "fleet_view",
+    "has_room",
     "is_gone",
-]  # fmt: skip
+]
 
 #: Beats a node may miss before it counts as gone (one late beat is a busy host).
 MISSED_BEATS = 3
@@ -101,17 +106,31 @@ def fleet_view(beats: Iterable[Heartbeat], now: float) -> dict[str, Any]:
     nodes: list[dict[str, Any]] = []
     listed = sorted(beats, key=lambda b: b.node_id)
     for b in listed:
-        nodes.append({
-            "node": b.node_id, "state": "gone" if is_gone(b, now) else "beating",
-            "last_beat_s": round(now - b.at, 1), "accelerator": b.accelerator,
-            "running": b.running, "paused": b.paused,
-            "room": {"vcpus": b.vcpus, "free_vcpus": b.free_vcpus, "mem_mib": b.mem_mib,
-                     "free_mem_mib": b.free_mem_mib, "sandboxes": b.capacity,
-                     "free_sandboxes": b.free},
-            "uploads_waiting": b.uploads_waiting,
-            "warm": {"ready": b.warm, "hits": b.warm_hits, "misses": b.warm_misses,
-                     "mem_mib": b.warm_mem_mib},
-        })  # fmt: skip
+        nodes.append(
+            {
+                "node": b.node_id,
+                "state": "gone" if is_gone(b, now) else "beating",
+                "last_beat_s": round(now - b.at, 1),
+                "accelerator": b.accelerator,
+                "running": b.running,
+                "paused": b.paused,
+                "room": {
+                    "vcpus": b.vcpus,
+                    "free_vcpus": b.free_vcpus,
+                    "mem_mib": b.mem_mib,
+                    "free_mem_mib": b.free_mem_mib,
+                    "sandboxes": b.capacity,
+                    "free_sandboxes": b.free,
+                },
+                "uploads_waiting": b.uploads_waiting,
+                "warm": {
+                    "ready": b.warm,
+                    "hits": b.warm_hits,
+                    "misses": b.warm_misses,
+                    "mem_mib": b.warm_mem_mib,
+                },
+            }
+        )
     live = [b for b in listed if not is_gone(b, now)]
     running = [b.running for b in live]
     mean = sum(running) / len(running) if running else 0.0

@@ -102,9 +102,14 @@ class PullLoop:
     """Runs `settle(msg)` for every message of a durable pull consumer until stopped."""
 
     def __init__(
-        self, js: JetStreamContext, stream: str, spec: ConsumerSpec,
-        settle: Callable[[Msg], Awaitable[None]], *, ready: Callable[[], bool] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        js: JetStreamContext,
+        stream: str,
+        spec: ConsumerSpec,
+        settle: Callable[[Msg], Awaitable[None]],
+        *,
+        ready: Callable[[], bool] | None = None,
+    ) -> None:
         self._js = js
         #: whether to ask for more now (a node with no room for a sandbox pulls no create:
         #: another node takes it)
@@ -138,9 +143,13 @@ class PullLoop:
             config.opt_start_time = info.config.opt_start_time
             config.opt_start_seq = info.config.opt_start_seq
         if config.max_waiting is not None and info.config.max_waiting != config.max_waiting:
-            log.warning("consumer %s keeps max_waiting %s (JetStream cannot change it; "
-                        "recreate the consumer for %s)", self._spec.durable,
-                        info.config.max_waiting, config.max_waiting)  # fmt: skip
+            log.warning(
+                "consumer %s keeps max_waiting %s (JetStream cannot change it; "
+                "recreate the consumer for %s)",
+                self._spec.durable,
+                info.config.max_waiting,
+                config.max_waiting,
+            )
             config.max_waiting = info.config.max_waiting
         return config
 
@@ -220,5 +229,6 @@ async def confirm_ack(msg: Msg, timeout_s: float) -> None:
     try:
         await msg.ack_sync(timeout=timeout_s)
     except (NatsTimeoutError, TimeoutError):
-        log.warning("ack of %s unconfirmed; it may be redelivered (handlers are idempotent)",
-                    msg.subject)  # fmt: skip
+        log.warning(
+            "ack of %s unconfirmed; it may be redelivered (handlers are idempotent)", msg.subject
+        )

@@ -102,29 +102,33 @@ class EventStore(Generic[S, C]):
     def templates(
         cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
     ) -> TemplateStore:
-        return EventStore(js, publisher, settings, AggregateKind.TEMPLATE, tp.evolve_template,
-                          tp.decide_template)  # fmt: skip
+        return EventStore(
+            js, publisher, settings, AggregateKind.TEMPLATE, tp.evolve_template, tp.decide_template
+        )
 
     @classmethod
     def api_keys(
         cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
     ) -> ApiKeyStore:
-        return EventStore(js, publisher, settings, AggregateKind.APIKEY, ak.evolve_api_key,
-                          ak.decide_api_key)  # fmt: skip
+        return EventStore(
+            js, publisher, settings, AggregateKind.APIKEY, ak.evolve_api_key, ak.decide_api_key
+        )
 
     @classmethod
     def builds(
         cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
     ) -> BuildStore:
-        return EventStore(js, publisher, settings, AggregateKind.BUILD, bd.evolve_build,
-                          bd.decide_build)  # fmt: skip
+        return EventStore(
+            js, publisher, settings, AggregateKind.BUILD, bd.evolve_build, bd.decide_build
+        )
 
     @classmethod
     def volumes(
         cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
     ) -> VolumeStore:
-        return EventStore(js, publisher, settings, AggregateKind.VOLUME, vo.evolve_volume,
-                          vo.decide_volume)  # fmt: skip
+        return EventStore(
+            js, publisher, settings, AggregateKind.VOLUME, vo.evolve_volume, vo.decide_volume
+        )
 
     @property
     def kind(self) -> AggregateKind:
@@ -198,8 +202,9 @@ class EventStore(Generic[S, C]):
         except NoStreamResponseError as e:
             raise PublishError(f"{subject}: no stream stores it") from e
         except (NatsTimeoutError, TimeoutError) as e:
-            raise PublishError(f"{subject}: no ack within "
-                               f"{self._settings.publish_retry_s:.0f} s") from e  # fmt: skip
+            raise PublishError(
+                f"{subject}: no ack within {self._settings.publish_retry_s:.0f} s"
+            ) from e
 
     async def append_rejection(
         self, aggregate_id: str, rejection: CommandRejected, *, context: MessageContext
@@ -229,8 +234,9 @@ class EventStore(Generic[S, C]):
         on the kind's wildcard subject; 0 when there is none): what a projection of this
         kind must have folded to show everything stored so far."""
         try:
-            raw = await self._js.get_last_msg(self._stream, self._names.events_of_kind(self._kind),
-                                              direct=self._direct)  # fmt: skip
+            raw = await self._js.get_last_msg(
+                self._stream, self._names.events_of_kind(self._kind), direct=self._direct
+            )
         except NotFoundError:
             return 0
         return raw.seq or 0

@@ -36,8 +36,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rundir", default="/run/codeint", help="connection files, scripts")
     p.add_argument("--python", default=sys.executable, help="interpreter of Python kernels")
     p.add_argument("--warm", default=DEFAULT_WARM, help="modules the default kernel imports")
-    p.add_argument("--envd", default="127.0.0.1:49983",
-                   help="envd, whose GET /envs has the sandbox's env vars ('': none)")
+    p.add_argument(
+        "--envd",
+        default="127.0.0.1:49983",
+        help="envd, whose GET /envs has the sandbox's env vars ('': none)",
+    )
     return p.parse_args(argv)
 
 
@@ -57,9 +60,11 @@ async def run(opts: argparse.Namespace, stop: asyncio.Event | None = None) -> No
         envd = SandboxEnv((host, int(port)))
     server = Server(contexts, envd)
     listener = await asyncio.start_server(
-        functools.partial(serve_connection, server.handle), opts.host, opts.port,
+        functools.partial(serve_connection, server.handle),
+        opts.host,
+        opts.port,
         limit=1 << 20,
-    )  # fmt: skip
+    )
     port = listener.sockets[0].getsockname()[1]
     print(f"CODEINT-READY {port} {time.monotonic() - t0:.1f}s", flush=True)
     stop = stop or asyncio.Event()
@@ -74,8 +79,9 @@ async def run(opts: argparse.Namespace, stop: asyncio.Event | None = None) -> No
 
 
 def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="codeint %(levelname)s %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="codeint %(levelname)s %(message)s"
+    )
     asyncio.run(run(parse_args(sys.argv[1:] if argv is None else argv)))
 
 

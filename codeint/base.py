@@ -47,9 +47,14 @@ def base_env(runas: RunAs | None) -> dict[str, str]:
     user = runas.name if runas else os.environ.get("USER", "root")
     return {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME": home, "USER": user, "LOGNAME": user, "SHELL": "/bin/bash",
-        "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "xterm-256color",
-    }  # fmt: skip
+        "HOME": home,
+        "USER": user,
+        "LOGNAME": user,
+        "SHELL": "/bin/bash",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TERM": "xterm-256color",
+    }
 
 
 def valid_env(env: object) -> dict[str, str]:

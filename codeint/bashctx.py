@@ -36,8 +36,9 @@ _PRELUDE = "trap 'return 130 2>/dev/null' INT\n"
 class BashContext(Context):
     language = "bash"
 
-    def __init__(self, cwd: str, runas: RunAs | None, rundir: Path,
-                 context_id: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, cwd: str, runas: RunAs | None, rundir: Path, context_id: str | None = None
+    ) -> None:
         super().__init__(cwd, runas, context_id)
         self.rundir = rundir
         self.proc: asyncio.subprocess.Process | None = None
@@ -48,11 +49,18 @@ class BashContext(Context):
     async def start(self) -> None:
         self.rundir.mkdir(parents=True, exist_ok=True)
         self.proc = await asyncio.create_subprocess_exec(
-            "bash", "--norc", "--noprofile", cwd=self.cwd, env=base_env(self.runas),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=1 << 20,
+            "bash",
+            "--norc",
+            "--noprofile",
+            cwd=self.cwd,
+            env=base_env(self.runas),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            limit=1 << 20,
             **(self.runas.popen_kwargs() if self.runas else {}),
-        )  # fmt: skip
+        )
         await self._send(_PRELUDE)
 
     async def stop(self) -> None:
@@ -70,8 +78,9 @@ class BashContext(Context):
             os.killpg(proc.pid, signal.SIGINT)
         # bash does not always run its trap (a builtin loop after an earlier interrupt):
         # a shell still busy after the grace is killed, and the next execution starts anew
-        asyncio.get_running_loop().call_later(INTERRUPT_GRACE_S, self._kill_if_busy, proc,
-                                              self.count)  # fmt: skip
+        asyncio.get_running_loop().call_later(
+            INTERRUPT_GRACE_S, self._kill_if_busy, proc, self.count
+        )
 
     def _kill_if_busy(self, proc: asyncio.subprocess.Process, count: int) -> None:
         if self.proc is proc and self.count == count and self._busy:
@@ -99,8 +108,9 @@ class BashContext(Context):
                 raise ValueError(f"env var name {name!r} is not a shell variable name")
         return self._run_script(code, env=env)
 
-    async def _run_script(self, code: str, env: Mapping[str, str] | None = None,
-                          quiet: bool = False) -> AsyncIterator[dict[str, Any]]:  # fmt: skip
+    async def _run_script(
+        self, code: str, env: Mapping[str, str] | None = None, quiet: bool = False
+    ) -> AsyncIterator[dict[str, Any]]:
         assert self.proc is not None and self.proc.stdout and self.proc.stderr
         script = self.rundir / f"bash-{self.id}.sh"
         fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -118,8 +128,10 @@ class BashContext(Context):
             self.count += 1
             yield wire.execution_count(self.count)
         queue: _Queue = asyncio.Queue()
-        readers = [asyncio.create_task(self._read(self.proc.stdout, "stdout", queue)),
-                   asyncio.create_task(self._read(self.proc.stderr, "stderr", queue))]  # fmt: skip
+        readers = [
+            asyncio.create_task(self._read(self.proc.stdout, "stdout", queue)),
+            asyncio.create_task(self._read(self.proc.stderr, "stderr", queue)),
+        ]
         status: int | None = 0
         self._busy = True
         try:
@@ -177,8 +189,11 @@ def _env_lines(env: Mapping[str, str]) -> tuple[str, str]:
         return "", ""
     sets, restores = [], []
     for i, (name, value) in enumerate(sorted(env.items())):
-        sets.append(f'if [ -n "${{{name}+x}}" ]; then __aenv_s{i}=${name}; __aenv_h{i}=1; '
-                    f"else __aenv_h{i}=0; fi; export {name}={shlex.quote(value)}; ")  # fmt: skip
-        restores.append(f'if [ "$__aenv_h{i}" = 1 ]; then export {name}="$__aenv_s{i}"; '
-                        f"else unset {name}; fi; ")  # fmt: skip
+        sets.append(
+            f'if [ -n "${{{name}+x}}" ]; then __aenv_s{i}=${name}; __aenv_h{i}=1; '
+            f"else __aenv_h{i}=0; fi; export {name}={shlex.quote(value)}; "
+        )
+        restores.append(
+            f'if [ "$__aenv_h{i}" = 1 ]; then export {name}="$__aenv_s{i}"; else unset {name}; fi; '
+        )
     return "".join(sets), "".join(restores)

@@ -38,8 +38,9 @@ class Contexts:
             return PythonContext(cwd, self.runas, self.rundir, python=self.python)
         if language == "bash":
             return BashContext(cwd, self.runas, self.rundir)
-        raise BadRequest(f"unsupported language {language!r} (supported: "
-                         f"{', '.join(wire.LANGUAGES)})")  # fmt: skip
+        raise BadRequest(
+            f"unsupported language {language!r} (supported: {', '.join(wire.LANGUAGES)})"
+        )
 
     async def create(self, language: str | None, cwd: str | None) -> Context:
         lang = wire.normalize_language(language)

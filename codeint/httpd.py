@@ -18,9 +18,17 @@ from typing import Any
 
 MAX_BODY = 64 * 1024 * 1024  # code and env vars; a notebook cell is far below this
 MAX_HEADER_LINES = 100
-REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 404: "Not Found",
-           405: "Method Not Allowed", 409: "Conflict", 413: "Payload Too Large",
-           500: "Internal Server Error", 503: "Service Unavailable"}  # fmt: skip
+REASONS = {
+    200: "OK",
+    204: "No Content",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Payload Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 class HttpError(Exception):
@@ -54,8 +62,9 @@ class Request:
             raise HttpError(400, "the body must be a JSON object")
         return doc
 
-    async def respond(self, status: int, body: bytes = b"",
-                      content_type: str = "text/plain; charset=utf-8") -> None:  # fmt: skip
+    async def respond(
+        self, status: int, body: bytes = b"", content_type: str = "text/plain; charset=utf-8"
+    ) -> None:
         head = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}"]
         if status != 204:
             head += [f"Content-Type: {content_type}", f"Content-Length: {len(body)}"]
@@ -102,8 +111,9 @@ class Request:
 Handler = Callable[[Request], Awaitable[None]]
 
 
-async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                        ) -> Request | None:  # fmt: skip
+async def _read_request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> Request | None:
     line = await reader.readline()
     if not line:
         return None
@@ -145,17 +155,20 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
         await reader.readline()
 
 
-async def serve_connection(handler: Handler, reader: asyncio.StreamReader,
-                           writer: asyncio.StreamWriter) -> None:  # fmt: skip
+async def serve_connection(
+    handler: Handler, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
     """Requests of one connection, one after the other, until either side closes."""
     try:
         while True:
             try:
                 req = await _read_request(reader, writer)
             except HttpError as e:
-                writer.write(f"HTTP/1.1 {e.status} {REASONS.get(e.status, 'Error')}\r\n"
-                             f"Content-Length: {len(e.message)}\r\nConnection: close\r\n\r\n"
-                             f"{e.message}".encode())  # fmt: skip
+                writer.write(
+                    f"HTTP/1.1 {e.status} {REASONS.get(e.status, 'Error')}\r\n"
+                    f"Content-Length: {len(e.message)}\r\nConnection: close\r\n\r\n"
+                    f"{e.message}".encode()
+                )
                 await writer.drain()
                 return
             if req is None:

@@ -52,8 +52,13 @@ def _base(ax: Any) -> dict[str, Any]:
 
 def _two_d(ax: Any) -> dict[str, Any]:
     x_label, y_label = ax.get_xlabel() or None, ax.get_ylabel() or None
-    return {**_base(ax), "x_label": x_label, "y_label": y_label,
-            "x_unit": _unit(x_label), "y_unit": _unit(y_label)}  # fmt: skip
+    return {
+        **_base(ax),
+        "x_label": x_label,
+        "y_label": y_label,
+        "x_unit": _unit(x_label),
+        "y_unit": _unit(y_label),
+    }
 
 
 def _ticks(ax: Any) -> dict[str, Any]:
@@ -95,8 +100,9 @@ def chart_of_axes(ax: Any) -> dict[str, Any]:
                     at, value = rect.get_y() + rect.get_height() / 2, rect.get_width()
                 else:
                     at, value = rect.get_x() + rect.get_width() / 2, rect.get_height()
-                elements.append({"label": _label_at(pos, names, at), "value": _num(value),
-                                 "group": group})  # fmt: skip
+                elements.append(
+                    {"label": _label_at(pos, names, at), "value": _num(value), "group": group}
+                )
         chart = {"type": "bar", **_two_d(ax), "elements": elements}
         if horizontal:  # the value axis is x: swap so y is always the value's
             chart["x_label"], chart["y_label"] = chart["y_label"], chart["x_label"]
@@ -104,19 +110,44 @@ def chart_of_axes(ax: Any) -> dict[str, Any]:
         return chart
     wedges = [p for p in ax.patches if isinstance(p, Wedge)]
     if wedges and len(wedges) == len(ax.patches):
-        return {"type": "pie", **_base(ax), "elements": [
-            {"label": w.get_label(), "angle": abs(round(w.theta2 - w.theta1, 4)),
-             "radius": _num(w.r)} for w in wedges]}  # fmt: skip
+        return {
+            "type": "pie",
+            **_base(ax),
+            "elements": [
+                {
+                    "label": w.get_label(),
+                    "angle": abs(round(w.theta2 - w.theta1, 4)),
+                    "radius": _num(w.r),
+                }
+                for w in wedges
+            ],
+        }
     if ax.lines and not ax.collections and not ax.patches:
-        return {"type": "line", **_two_d(ax), **_ticks(ax), "elements": [
-            {"label": line.get_label(),
-             "points": [[_num(x), _num(y)] for x, y in zip(line.get_xdata(), line.get_ydata(),
-                                                           strict=False)]}
-            for line in ax.lines]}  # fmt: skip
+        return {
+            "type": "line",
+            **_two_d(ax),
+            **_ticks(ax),
+            "elements": [
+                {
+                    "label": line.get_label(),
+                    "points": [
+                        [_num(x), _num(y)]
+                        for x, y in zip(line.get_xdata(), line.get_ydata(), strict=False)
+                    ],
+                }
+                for line in ax.lines
+            ],
+        }
     if ax.collections and not ax.lines and not ax.patches:
-        return {"type": "scatter", **_two_d(ax), **_ticks(ax), "elements": [
-            {"label": c.get_label(), "points": [[_num(x), _num(y)] for x, y in c.get_offsets()]}
-            for c in ax.collections]}  # fmt: skip
+        return {
+            "type": "scatter",
+            **_two_d(ax),
+            **_ticks(ax),
+            "elements": [
+                {"label": c.get_label(), "points": [[_num(x), _num(y)] for x, y in c.get_offsets()]}
+                for c in ax.collections
+            ],
+        }
     return {"type": "unknown", **_base(ax), "elements": []}
 
 
@@ -127,16 +158,21 @@ def chart_of_figure(fig: Any) -> dict[str, Any] | None:
     if len(axes) == 1:
         return chart_of_axes(axes[0])
     title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else None
-    return {"type": "superchart", "title": title or None,
-            "elements": [chart_of_axes(ax) for ax in axes]}  # fmt: skip
+    return {
+        "type": "superchart",
+        "title": title or None,
+        "elements": [chart_of_axes(ax) for ax in axes],
+    }
 
 
 def data_of_frame(df: Any) -> dict[str, Any] | None:
     """A DataFrame as {column: [values]} (E2B's `e2b/data`), JSON-safe."""
     if df.size > MAX_DATA_CELLS:
         return None
-    return {str(col): json.loads(df[col].to_json(orient="values", date_format="iso"))
-            for col in df.columns}  # fmt: skip
+    return {
+        str(col): json.loads(df[col].to_json(orient="values", date_format="iso"))
+        for col in df.columns
+    }
 
 
 def _is(obj: Any, names: tuple[str, ...]) -> bool:
@@ -176,8 +212,10 @@ def install(ip: Any) -> None:
         return E2BFormatter
 
     display = ip.display_formatter
-    for mime, names, fn in (("e2b/chart", _FIGURE, chart_of_figure),
-                            ("e2b/data", _FRAME, data_of_frame)):  # fmt: skip
+    for mime, names, fn in (
+        ("e2b/chart", _FIGURE, chart_of_figure),
+        ("e2b/data", _FRAME, data_of_frame),
+    ):
         display.formatters[mime] = formatter(mime, names, fn)(parent=display)
         if display.active_types and mime not in display.active_types:
             display.active_types = [*display.active_types, mime]

@@ -47,8 +47,14 @@ class KernelDied(Exception):
 class PythonContext(Context):
     language = "python"
 
-    def __init__(self, cwd: str, runas: RunAs | None, rundir: Path,
-                 context_id: str | None = None, python: str = sys.executable) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cwd: str,
+        runas: RunAs | None,
+        rundir: Path,
+        context_id: str | None = None,
+        python: str = sys.executable,
+    ) -> None:
         super().__init__(cwd, runas, context_id)
         self.rundir, self.python = rundir, python
         self.proc: asyncio.subprocess.Process | None = None
@@ -63,14 +69,25 @@ class PythonContext(Context):
         fname, _ = write_connection_file(str(conn), ip="127.0.0.1", key=key, kernel_name="python3")
         if self.runas:
             os.chown(fname, self.runas.uid, self.runas.gid)
-        argv = [self.python, "-m", "ipykernel_launcher", "-f", fname,
-                f"--IPKernelApp.exec_lines={_STARTUP_LINE}",
-                "--HistoryManager.enabled=False"]  # fmt: skip
+        argv = [
+            self.python,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            fname,
+            f"--IPKernelApp.exec_lines={_STARTUP_LINE}",
+            "--HistoryManager.enabled=False",
+        ]
         self.proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=self.cwd, env=base_env(self.runas), stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-            start_new_session=True, **(self.runas.popen_kwargs() if self.runas else {}),
-        )  # fmt: skip
+            *argv,
+            cwd=self.cwd,
+            env=base_env(self.runas),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+            **(self.runas.popen_kwargs() if self.runas else {}),
+        )
         client = AsyncKernelClient(connection_file=fname)
         client.load_connection_file()
         client.start_channels(hb=False)
@@ -80,9 +97,11 @@ class PythonContext(Context):
         except BaseException:
             await self.stop()
             raise
-        self._tasks = [asyncio.create_task(self._route_iopub(client)),
-                       asyncio.create_task(self._drain_shell(client)),
-                       asyncio.create_task(self._watch(self.proc))]  # fmt: skip
+        self._tasks = [
+            asyncio.create_task(self._route_iopub(client)),
+            asyncio.create_task(self._drain_shell(client)),
+            asyncio.create_task(self._watch(self.proc)),
+        ]
 
     async def _ready(self, client: AsyncKernelClient) -> None:
         """Until the kernel answers kernel_info on shell and publishes on IOPub (a
@@ -148,8 +167,9 @@ class PythonContext(Context):
         """The IOPub messages of one execution until the kernel is idle again."""
         if self.client is None:
             raise KernelDied("the Python kernel is not running")
-        msg_id = self.client.execute(code, silent=silent, store_history=not silent,
-                                     allow_stdin=False, stop_on_error=True)  # fmt: skip
+        msg_id = self.client.execute(
+            code, silent=silent, store_history=not silent, allow_stdin=False, stop_on_error=True
+        )
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._pending[msg_id] = queue
         try:

@@ -40,8 +40,10 @@ class SandboxEnv:
             async with asyncio.timeout(TIMEOUT_S):
                 reader, writer = await asyncio.open_connection(host, port)
                 try:
-                    writer.write(f"GET /envs HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                                 "Connection: close\r\n\r\n".encode())  # fmt: skip
+                    writer.write(
+                        f"GET /envs HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                        "Connection: close\r\n\r\n".encode()
+                    )
                     raw = await reader.read()
                 finally:
                     writer.close()

@@ -62,8 +62,12 @@ class Server:
         elif len(parts) == 2 and parts[0] == "contexts" and method == "DELETE":
             await self.contexts.remove(parts[1])
             await req.respond(204)
-        elif len(parts) == 3 and parts[0] == "contexts" and parts[2] == "restart" \
-                and method == "POST":  # fmt: skip
+        elif (
+            len(parts) == 3
+            and parts[0] == "contexts"
+            and parts[2] == "restart"
+            and method == "POST"
+        ):
             await self.contexts.restart(parts[1])
             await req.respond(204)
         elif parts and parts[0] in ("health", "execute", "contexts"):
@@ -89,8 +93,9 @@ class Server:
             await self._stream(req, ctx, ctx.run(code, env))
         await req.end_stream()
 
-    async def _stream(self, req: Request, ctx: Context,
-                      lines: AsyncIterator[dict[str, Any]]) -> None:  # fmt: skip
+    async def _stream(
+        self, req: Request, ctx: Context, lines: AsyncIterator[dict[str, Any]]
+    ) -> None:
         """Relay the execution's lines; on a hang-up interrupt it and drain it to its end."""
         hangup = req.hangup()
         gone = False

@@ -95,8 +95,9 @@ def context(context_id: str, language: str, cwd: str) -> dict[str, Any]:
     return {"id": context_id, "language": language, "cwd": cwd}
 
 
-def from_jupyter(msg_type: str, content: dict[str, Any], date_ns: int | None = None
-                 ) -> dict[str, Any] | None:  # fmt: skip
+def from_jupyter(
+    msg_type: str, content: dict[str, Any], date_ns: int | None = None
+) -> dict[str, Any] | None:
     """The E2B line for one IOPub message of an execution (None: nothing to send)."""
     if msg_type == "stream":
         return stream(content.get("name", "stdout"), content.get("text", ""), date_ns)
@@ -105,8 +106,9 @@ def from_jupyter(msg_type: str, content: dict[str, Any], date_ns: int | None = N
     if msg_type == "display_data":
         return result(content.get("data", {}), is_main=False)
     if msg_type == "error":
-        return error(content.get("ename", "Error"), content.get("evalue", ""),
-                     content.get("traceback", []))  # fmt: skip
+        return error(
+            content.get("ename", "Error"), content.get("evalue", ""), content.get("traceback", [])
+        )
     if msg_type == "execute_input":
         return execution_count(int(content.get("execution_count", 0)))
     return None

@@ -61,8 +61,10 @@ def is_well_formed(raw: str) -> bool:
     """Whether a key an operator chose would pass the SDKs' own check (`e2b_` + hex) and
     is long enough not to be guessed (at least 128 bits)."""
     body = raw.removeprefix(KEY_PREFIX)
-    return raw.startswith(KEY_PREFIX) and len(body) >= 32 and all(
-        c in "0123456789abcdef" for c in body
+    return (
+        raw.startswith(KEY_PREFIX)
+        and len(body) >= 32
+        and all(c in "0123456789abcdef" for c in body)
     )
 
 

@@ -175,9 +175,12 @@ class CompleteTemplateBuild(TemplateBuildCommand):
 
 #: The closed set of build commands (`decide_build` matches it exhaustively).
 AnyBuildCommand = (
-    RequestTemplateBuild | StartTemplateBuild | ClaimTemplateBuild | LogTemplateBuild
+    RequestTemplateBuild
+    | StartTemplateBuild
+    | ClaimTemplateBuild
+    | LogTemplateBuild
     | CompleteTemplateBuild
-)  # fmt: skip
+)
 
 
 # ---- events -----------------------------------------------------------------------------
@@ -276,8 +279,9 @@ def decide_build(state: Build | None, command: AnyBuildCommand) -> list[Event]:
             if not valid_template_name(command.template_id):
                 raise Invalid(f"invalid template name {command.template_id!r}")
             fields = command.model_dump(exclude={"command_id", "at", "tags"})
-            return [TemplateBuildRequested(**fields, tags=normalize_tags(command.tags),
-                                           at=command.at)]  # fmt: skip
+            return [
+                TemplateBuildRequested(**fields, tags=normalize_tags(command.tags), at=command.at)
+            ]
         case StartTemplateBuild():
             state = _requested(state, command.build_id)
             if state.status is not BuildStatus.WAITING:
@@ -358,11 +362,21 @@ def _check_spec(spec: BuildSpec) -> None:
 
 #: The closed set of build events (`evolve_build` matches it exhaustively).
 AnyBuildEvent = (
-    TemplateBuildRequested | TemplateBuildStarted | TemplateBuildClaimed
-    | TemplateBuildLogged | TemplateBuilt | TemplateBuildFailed
-)  # fmt: skip
-BUILD_EVENTS = (TemplateBuildRequested, TemplateBuildStarted, TemplateBuildClaimed,
-                TemplateBuildLogged, TemplateBuilt, TemplateBuildFailed)  # fmt: skip
+    TemplateBuildRequested
+    | TemplateBuildStarted
+    | TemplateBuildClaimed
+    | TemplateBuildLogged
+    | TemplateBuilt
+    | TemplateBuildFailed
+)
+BUILD_EVENTS = (
+    TemplateBuildRequested,
+    TemplateBuildStarted,
+    TemplateBuildClaimed,
+    TemplateBuildLogged,
+    TemplateBuilt,
+    TemplateBuildFailed,
+)
 
 
 def evolve_build(state: Build | None, event: Event) -> Build | None:

@@ -59,7 +59,9 @@ class TaggedBuild(BaseModel):
 
     def same_build(self, other: TaggedBuild | None) -> bool:
         return other is not None and (other.build_id, other.capture_id) == (
-            self.build_id, self.capture_id)  # fmt: skip
+            self.build_id,
+            self.capture_id,
+        )
 
 
 def valid_tag(tag: str) -> bool:

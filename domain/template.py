@@ -167,9 +167,15 @@ class DropTemplateCapture(TemplateCommand):
 #: The template commands `decide_template` decides (closed; matched exhaustively). An
 #: `ImportTemplateImage` is work for a node, answered by its `CompleteTemplateImport`.
 AnyTemplateCommand = (
-    RegisterTemplate | DeleteTemplate | RecordTemplateUpload | CompleteTemplateImport
-    | PublishTemplateBuild | AssignTemplateTags | RemoveTemplateTags | DropTemplateCapture
-)  # fmt: skip
+    RegisterTemplate
+    | DeleteTemplate
+    | RecordTemplateUpload
+    | CompleteTemplateImport
+    | PublishTemplateBuild
+    | AssignTemplateTags
+    | RemoveTemplateTags
+    | DropTemplateCapture
+)
 
 
 class TemplateImported(Event):
@@ -286,8 +292,9 @@ def decide_template(state: Template | None, command: AnyTemplateCommand) -> list
                 raise NotFound(f"template {command.template_id} not found")
             # its own capture is dropped by the delete itself (every node hears it)
             released = tuple(sorted(captures(state.tags) - {state.template_id}))
-            return [TemplateDeleted(template_id=command.template_id, released=released,
-                                    at=command.at)]  # fmt: skip
+            return [
+                TemplateDeleted(template_id=command.template_id, released=released, at=command.at)
+            ]
         case RecordTemplateUpload():
             if state is None or state.deleted or state.capture_key == command.key:
                 return []
@@ -304,8 +311,14 @@ def decide_template(state: Template | None, command: AnyTemplateCommand) -> list
         case CompleteTemplateImport():
             if state is None or state.deleted:
                 raise NotFound(f"template {command.template_id} was not registered")
-            return [TemplateImported(template_id=command.template_id, node_id=command.node_id,
-                                     image_digest=command.image_digest, at=command.at)]  # fmt: skip
+            return [
+                TemplateImported(
+                    template_id=command.template_id,
+                    node_id=command.node_id,
+                    image_digest=command.image_digest,
+                    at=command.at,
+                )
+            ]
         case RegisterTemplate():
             fields = command.model_dump(exclude={"command_id", "at"})
             if state is not None and not state.deleted:
@@ -313,8 +326,12 @@ def decide_template(state: Template | None, command: AnyTemplateCommand) -> list
                     return []
                 _check_alias(state, command.alias)
             return [TemplateRegistered(**fields, at=command.at)]
-        case (PublishTemplateBuild() | AssignTemplateTags() | RemoveTemplateTags()
-              | DropTemplateCapture()):  # fmt: skip
+        case (
+            PublishTemplateBuild()
+            | AssignTemplateTags()
+            | RemoveTemplateTags()
+            | DropTemplateCapture()
+        ):
             return _decide_tags(state, command)
         case _:
             assert_never(command)
@@ -342,9 +359,11 @@ def _decide_tags(state: Template | None, command: TagCommand) -> list[Event]:
                 return []
             after = {**before, **dict.fromkeys(wanted, target)}
             fields = command.model_dump(exclude={"command_id", "at", "tags"})
-            return [TemplateBuildPublished(**fields, tags=wanted,
-                                           released=released_by(before, after),
-                                           at=command.at)]  # fmt: skip
+            return [
+                TemplateBuildPublished(
+                    **fields, tags=wanted, released=released_by(before, after), at=command.at
+                )
+            ]
         case AssignTemplateTags():
             wanted = normalize_tags(command.tags)
             if not wanted:
@@ -357,10 +376,16 @@ def _decide_tags(state: Template | None, command: TagCommand) -> list[Event]:
             if all(source.same_build(before.get(t)) for t in wanted):
                 return []
             after = {**before, **dict.fromkeys(wanted, source)}
-            return [TemplateTagsAssigned(template_id=tid, build_id=source.build_id,
-                                         capture_id=source.capture_id, tags=wanted,
-                                         released=released_by(before, after),
-                                         at=command.at)]  # fmt: skip
+            return [
+                TemplateTagsAssigned(
+                    template_id=tid,
+                    build_id=source.build_id,
+                    capture_id=source.capture_id,
+                    tags=wanted,
+                    released=released_by(before, after),
+                    at=command.at,
+                )
+            ]
         case RemoveTemplateTags():
             wanted = normalize_tags(command.tags)
             if not wanted:
@@ -373,14 +398,22 @@ def _decide_tags(state: Template | None, command: TagCommand) -> list[Event]:
             if not present:
                 return []
             after = {t: b for t, b in before.items() if t not in present}
-            return [TemplateTagsRemoved(template_id=tid, tags=present,
-                                        released=released_by(before, after),
-                                        at=command.at)]  # fmt: skip
+            return [
+                TemplateTagsRemoved(
+                    template_id=tid,
+                    tags=present,
+                    released=released_by(before, after),
+                    at=command.at,
+                )
+            ]
         case DropTemplateCapture():
             if state is None or command.capture_id not in state.released:
                 return []
-            return [TemplateCaptureDropped(template_id=tid, capture_id=command.capture_id,
-                                           at=command.at)]  # fmt: skip
+            return [
+                TemplateCaptureDropped(
+                    template_id=tid, capture_id=command.capture_id, at=command.at
+                )
+            ]
         case _:
             assert_never(command)
 
@@ -398,13 +431,25 @@ def _check_alias(state: Template, alias: str | None) -> None:
 
 #: The closed set of template events (`evolve_template` matches it exhaustively).
 AnyTemplateEvent = (
-    TemplateRegistered | TemplateDeleted | TemplateUploaded | TemplateImported
-    | TemplateBuildPublished | TemplateTagsAssigned | TemplateTagsRemoved
+    TemplateRegistered
+    | TemplateDeleted
+    | TemplateUploaded
+    | TemplateImported
+    | TemplateBuildPublished
+    | TemplateTagsAssigned
+    | TemplateTagsRemoved
     | TemplateCaptureDropped
-)  # fmt: skip
-TEMPLATE_EVENTS = (TemplateRegistered, TemplateDeleted, TemplateUploaded, TemplateImported,
-                   TemplateBuildPublished, TemplateTagsAssigned, TemplateTagsRemoved,
-                   TemplateCaptureDropped)  # fmt: skip
+)
+TEMPLATE_EVENTS = (
+    TemplateRegistered,
+    TemplateDeleted,
+    TemplateUploaded,
+    TemplateImported,
+    TemplateBuildPublished,
+    TemplateTagsAssigned,
+    TemplateTagsRemoved,
+    TemplateCaptureDropped,
+)
 
 
 def evolve_template(state: Template | None, event: Event) -> Template | None:
@@ -436,8 +481,7 @@ def _evolve_template(state: Template | None, event: AnyTemplateEvent) -> Templat
             return _published(state, event)
         case TemplateTagsAssigned():
             s = _existing(state, event)
-            target = TaggedBuild(build_id=event.build_id, capture_id=event.capture_id,
-                                 at=event.at)  # fmt: skip
+            target = TaggedBuild(build_id=event.build_id, capture_id=event.capture_id, at=event.at)
             tags = {**s.effective_tags(), **dict.fromkeys(event.tags, target)}
             return _retagged(s, tags, event.released, event.at)
         case TemplateTagsRemoved():
@@ -453,8 +497,9 @@ def _evolve_template(state: Template | None, event: AnyTemplateEvent) -> Templat
 
 
 def _published(state: Template | None, event: TemplateBuildPublished) -> Template:
-    fields = event.model_dump(include={"template_id", "alias", "envd_version", "cpu_count",
-                                       "memory_mb", "disk_size_mb"})  # fmt: skip
+    fields = event.model_dump(
+        include={"template_id", "alias", "envd_version", "cpu_count", "memory_mb", "disk_size_mb"}
+    )
     target = TaggedBuild(build_id=event.build_id, capture_id=event.capture_id, at=event.at)
     if state is None or state.deleted:  # a new template (or a name used again): no tags yet
         base = Template(**fields, released=state.released if state is not None else {})
@@ -462,8 +507,9 @@ def _published(state: Template | None, event: TemplateBuildPublished) -> Templat
     else:
         base = state.model_copy(update=fields)
         before = base.effective_tags()
-    return _retagged(base, {**before, **dict.fromkeys(event.tags, target)}, event.released,
-                     event.at)  # fmt: skip
+    return _retagged(
+        base, {**before, **dict.fromkeys(event.tags, target)}, event.released, event.at
+    )
 
 
 def _retagged(

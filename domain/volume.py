@@ -226,38 +226,70 @@ def decide_volume(state: Volume | None, command: AnyVolumeCommand) -> list[Event
         case CreateVolume():
             if state is not None and not state.destroyed:
                 raise Conflict(f"volume '{command.name}' already exists")
-            return [VolumeCreated(volume_id=vid, command_id=cid, team_id=command.team_id,
-                                  name=command.name, token_sha256=command.token_sha256,
-                                  at=at)]  # fmt: skip
+            return [
+                VolumeCreated(
+                    volume_id=vid,
+                    command_id=cid,
+                    team_id=command.team_id,
+                    name=command.name,
+                    token_sha256=command.token_sha256,
+                    at=at,
+                )
+            ]
         case DestroyVolume():
             live = _live(state, vid)
             if live.holder is not None:
-                raise Conflict(f"volume '{live.name}' is in use by {holder_label(live.holder)}: "
-                               "kill the sandbox first (a volume is destroyed only when "
-                               "nothing mounts it)")  # fmt: skip
+                raise Conflict(
+                    f"volume '{live.name}' is in use by {holder_label(live.holder)}: "
+                    "kill the sandbox first (a volume is destroyed only when "
+                    "nothing mounts it)"
+                )
             return [VolumeDestroyed(volume_id=vid, command_id=cid, at=at)]
         case AttachVolume():
             live = _live(state, vid)
             if live.holder == command.holder:
                 if command.node_id in (None, live.holder_node):
                     return []
-                return [VolumeAttached(volume_id=vid, command_id=cid, holder=command.holder,
-                                       node_id=command.node_id, at=at)]  # fmt: skip
+                return [
+                    VolumeAttached(
+                        volume_id=vid,
+                        command_id=cid,
+                        holder=command.holder,
+                        node_id=command.node_id,
+                        at=at,
+                    )
+                ]
             if live.holder is not None and live.holder != command.replaces:
-                raise Conflict(f"volume '{live.name}' is in use by "
-                               f"{holder_label(live.holder)}: a volume is mounted by one "
-                               "sandbox at a time")  # fmt: skip
-            return [VolumeAttached(volume_id=vid, command_id=cid, holder=command.holder,
-                                   node_id=command.node_id, replaced=live.holder,
-                                   at=at)]  # fmt: skip
+                raise Conflict(
+                    f"volume '{live.name}' is in use by "
+                    f"{holder_label(live.holder)}: a volume is mounted by one "
+                    "sandbox at a time"
+                )
+            return [
+                VolumeAttached(
+                    volume_id=vid,
+                    command_id=cid,
+                    holder=command.holder,
+                    node_id=command.node_id,
+                    replaced=live.holder,
+                    at=at,
+                )
+            ]
         case ReleaseVolume():
             if state is None or state.destroyed or state.holder != command.holder:
                 return []  # moot: released already, or taken over
             if command.node_id is not None and state.holder_node not in (None, command.node_id):
                 return []  # a node that no longer has it (the holder moved on)
-            return [VolumeReleased(volume_id=vid, command_id=cid, holder=command.holder,
-                                   version=command.version, forced=command.node_id is None,
-                                   at=at)]  # fmt: skip
+            return [
+                VolumeReleased(
+                    volume_id=vid,
+                    command_id=cid,
+                    holder=command.holder,
+                    version=command.version,
+                    forced=command.node_id is None,
+                    at=at,
+                )
+            ]
         case _:
             assert_never(command)
 
@@ -284,28 +316,44 @@ def _evolve(state: Volume | None, event: AnyVolumeEvent) -> Volume:
         case VolumeCreated():
             if state is not None and not state.destroyed:
                 raise CorruptHistory(f"volume {event.volume_id} created twice")
-            return Volume(volume_id=event.volume_id, team_id=event.team_id, name=event.name,
-                          token_sha256=event.token_sha256, incarnation=event.command_id,
-                          created_at=event.at)  # fmt: skip
+            return Volume(
+                volume_id=event.volume_id,
+                team_id=event.team_id,
+                name=event.name,
+                token_sha256=event.token_sha256,
+                incarnation=event.command_id,
+                created_at=event.at,
+            )
         case VolumeDestroyed():
             return _existing(state, event).model_copy(update={"destroyed": True})
         case VolumeAttached():
-            return _existing(state, event).model_copy(update={
-                "holder": event.holder, "holder_node": event.node_id, "attached_at": event.at,
-            })  # fmt: skip
+            return _existing(state, event).model_copy(
+                update={
+                    "holder": event.holder,
+                    "holder_node": event.node_id,
+                    "attached_at": event.at,
+                }
+            )
         case VolumeReleased():
             s = _existing(state, event)
             version = event.version if event.version is not None else s.version
-            return s.model_copy(update={"holder": None, "holder_node": None,
-                                        "attached_at": None, "version": version})  # fmt: skip
+            return s.model_copy(
+                update={
+                    "holder": None,
+                    "holder_node": None,
+                    "attached_at": None,
+                    "version": version,
+                }
+            )
         case _:
             assert_never(event)
 
 
 def _existing(state: Volume | None, event: VolumeEvent) -> Volume:
     if state is None:
-        raise CorruptHistory(f"{type(event).__name__} of volume {event.volume_id} before it "
-                             "was created")  # fmt: skip
+        raise CorruptHistory(
+            f"{type(event).__name__} of volume {event.volume_id} before it was created"
+        )
     return state
 
 

@@ -96,6 +96,7 @@ async def serve(opts: Options) -> None:
     loop = asyncio.get_running_loop()
     state = State(default_user_name=opts.default_user, default_workdir=opts.default_workdir)
     app = App(state, loop)
+
     async def serve_one(conn: Connection) -> None:
         await serve_connection(conn, app.handle)
 
@@ -108,8 +109,13 @@ async def serve(opts: Options) -> None:
     sys.stdout.write(f"ENVD-READY {port}\n")
     sys.stdout.flush()
     state.preload.start(then=app.process.warm)
-    log.info("envd listening", host=opts.host, port=port, version=ENVD_VERSION,
-             default_user=state.default_user.name)
+    log.info(
+        "envd listening",
+        host=opts.host,
+        port=port,
+        version=ENVD_VERSION,
+        default_user=state.default_user.name,
+    )
     try:
         await stop.wait()
     finally:

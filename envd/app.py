@@ -95,8 +95,7 @@ class App:
 
     async def _defaults(self, req: Request) -> None:
         s = self.state
-        body: dict[str, object] = {"envVars": dict(s.env_vars),
-                                   "defaultUser": s.default_user_name}  # fmt: skip
+        body: dict[str, object] = {"envVars": dict(s.env_vars), "defaultUser": s.default_user_name}
         if s.default_workdir:
             body["defaultWorkdir"] = s.default_workdir
         await req.respond_json(200, body)

@@ -87,9 +87,13 @@ async def _call(
 
 
 def _child(
-    sock: socket.socket, user: User, groups: list[int], wants_fd: bool,
-    fn: Callable[..., Any], args: tuple[Any, ...],
-) -> None:  # fmt: skip
+    sock: socket.socket,
+    user: User,
+    groups: list[int],
+    wants_fd: bool,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+) -> None:
     fds: list[int] = []
     try:
         signal.set_wakeup_fd(-1)  # the parent loop's: a signal here must not wake it
@@ -103,9 +107,13 @@ def _child(
         payload: dict[str, Any] = {"ok": result}
         data = json.dumps(payload).encode()
     except OSError as e:
-        data = json.dumps({"errno": e.errno, "strerror": e.strerror,
-                           "filename": e.filename if isinstance(e.filename, str) else None}
-                          ).encode()  # fmt: skip
+        data = json.dumps(
+            {
+                "errno": e.errno,
+                "strerror": e.strerror,
+                "filename": e.filename if isinstance(e.filename, str) else None,
+            }
+        ).encode()
     except BaseException as e:  # a bug, reported rather than lost with the child
         data = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
     message = _HEADER.pack(len(data)) + data

@@ -230,7 +230,3 @@ class Connection(asyncio.BufferedProtocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
-
-
-
-

@@ -98,9 +98,7 @@ async def download(state: State, req: Request) -> None:
 def _metadata(req: Request) -> dict[str, str]:
     prefix = "x-metadata-"
     return {
-        k[len(prefix) :]: v
-        for k, v in req.headers.items()
-        if k.startswith(prefix) and k != prefix
+        k[len(prefix) :]: v for k, v in req.headers.items() if k.startswith(prefix) and k != prefix
     }
 
 
@@ -209,8 +207,10 @@ async def upload(state: State, req: Request) -> None:
                 if any(isinstance(ev, PartStart) for ev in events):
                     # opening a part's file awaits (a fork: envd.asuser), and meanwhile the
                     # connection may refill its buffer: data after it must not stay a view
-                    events = [PartData(bytes(ev.data)) if isinstance(ev, PartData) else ev
-                              for ev in events]  # fmt: skip
+                    events = [
+                        PartData(bytes(ev.data)) if isinstance(ev, PartData) else ev
+                        for ev in events
+                    ]
                 for ev in events:
                     if isinstance(ev, PartStart):
                         target = query_path or ev.filename or ""

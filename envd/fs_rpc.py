@@ -208,4 +208,3 @@ class FilesystemService:
         for polled in self.watchers.values():
             polled.watcher.close()
         self.watchers.clear()
-

@@ -202,6 +202,12 @@ async def handle_init(state: State, req: Request) -> None:
         except (volumes.VolumeError, OSError) as e:
             log.error("volume mount failed", error=str(e))
             raise HttpError(500, f"volumes could not be mounted: {e}") from e
-    log.info("init", clock=clock, rng=rng, env_vars=len(env_vars or {}), token=token is not None,
-             volumes=len(mounts))
+    log.info(
+        "init",
+        clock=clock,
+        rng=rng,
+        env_vars=len(env_vars or {}),
+        token=token is not None,
+        volumes=len(mounts),
+    )
     await req.respond(204, headers=[("Cache-Control", "no-store")])

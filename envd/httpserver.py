@@ -322,8 +322,10 @@ async def serve_connection(conn: Connection, handler: Handler) -> None:
             except asyncio.IncompleteReadError:
                 return
             except asyncio.LimitOverrunError:
-                conn.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-                           b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+                conn.write(
+                    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                    b"Content-Length: 0\r\nConnection: close\r\n\r\n"
+                )
                 return
             req = _parse_head(conn, head)
             await handler(req)

@@ -161,9 +161,7 @@ class Proc:
         if self.subscribers:
             prefix = self._readers[fd]
             self._broadcast(prefix + wire.b64(data).encode() + b'"}}}')
-            if not self.paused and any(
-                s.queue.qsize() > QUEUE_HIGH for s in self.subscribers
-            ):
+            if not self.paused and any(s.queue.qsize() > QUEUE_HIGH for s in self.subscribers):
                 self.paused = True
                 for rfd in self._readers:
                     self.table.loop.remove_reader(rfd)
@@ -383,8 +381,13 @@ class ProcessTable:
         self._watch_exit(proc)
         # the sandbox's log (`e2b sandbox logs`, `aenv logs`) says what ran: the command,
         # never its environment (where secrets are passed)
-        log.info("process started", pid=proc.pid, user=user.name,
-                 cmd=" ".join(spec.argv)[:200], tag=spec.tag)  # fmt: skip
+        log.info(
+            "process started",
+            pid=proc.pid,
+            user=user.name,
+            cmd=" ".join(spec.argv)[:200],
+            tag=spec.tag,
+        )
         if spec.timeout_s is not None:
             proc._timer = loop.call_later(spec.timeout_s, proc.signal, signal.SIGKILL)
         return proc
@@ -410,4 +413,3 @@ class ProcessTable:
     def kill_all(self) -> None:
         for proc in list(self.procs.values()):
             proc.signal(signal.SIGKILL)
-

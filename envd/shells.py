@@ -19,9 +19,7 @@ RUNTIME_BUSYBOX = "/opt/aenv/bin/busybox"
 _BASH = ("/bin/bash", "/usr/bin/bash", "bash")
 
 
-def resolve_argv(
-    argv: list[str], exists: Callable[[str], bool] = os.path.exists
-) -> list[str]:
+def resolve_argv(argv: list[str], exists: Callable[[str], bool] = os.path.exists) -> list[str]:
     """`argv` as it can run in this guest (`exists` is the file check, for tests)."""
     check = exists
     if not argv or argv[0] not in _BASH or check("/bin/bash") or check("/usr/bin/bash"):

@@ -41,8 +41,13 @@ def _lib() -> ctypes.CDLL:
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
-                                ctypes.c_ulong, ctypes.c_char_p]  # fmt: skip
+        _libc.mount.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_ulong,
+            ctypes.c_char_p,
+        ]
         _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
     return _libc
 
@@ -105,8 +110,12 @@ def mounted_from(path: str) -> str | None:
 
 
 def _unescape(field: str) -> str:
-    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n") \
-        .replace("\\134", "\\")  # fmt: skip
+    return (
+        field.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+    )
 
 
 def mount_one(m: Mount, uid: int, gid: int) -> str:
@@ -123,8 +132,9 @@ def mount_one(m: Mount, uid: int, gid: int) -> str:
     lib = _lib()
     if lib.mount(device.encode(), m.path.encode(), b"ext4", MS_NOATIME, OPTIONS) != 0:
         e = ctypes.get_errno()
-        raise VolumeError(f"volume {m.name}: mount of {device} at {m.path} failed: "
-                          f"{os.strerror(e)}")  # fmt: skip
+        raise VolumeError(
+            f"volume {m.name}: mount of {device} at {m.path} failed: {os.strerror(e)}"
+        )
     # a fresh file system's root is root's: the sandbox's default user may write it
     st = os.stat(m.path)
     if st.st_uid == 0 and set(os.listdir(m.path)) <= {"lost+found"} and uid != 0:

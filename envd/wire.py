@@ -175,9 +175,7 @@ def entry_info(path: str, st: os.stat_result | None = None) -> dict[str, Any]:
         entry["isSymlink"] = True
         try:
             target = os.readlink(path)
-            entry["symlinkTarget"] = os.path.normpath(
-                os.path.join(os.path.dirname(path), target)
-            )
+            entry["symlinkTarget"] = os.path.normpath(os.path.join(os.path.dirname(path), target))
         except OSError:
             pass
         try:

@@ -68,10 +68,12 @@ class AuditReport:
     def summary(self) -> str:
         reqs = ", ".join(f"{k} {v}" for k, v in sorted(self.requests.items()))
         states = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
-        return (f"{self.sandboxes} sandboxes, {self.events} events; requests: {reqs}; "
-                f"answered {self.answered}, overtaken by a kill {self.overtaken}, "
-                f"unanswered {self.unanswered}, answered twice {self.duplicated}; "
-                f"stuck {self.stuck}; states: {states}")  # fmt: skip
+        return (
+            f"{self.sandboxes} sandboxes, {self.events} events; requests: {reqs}; "
+            f"answered {self.answered}, overtaken by a kill {self.overtaken}, "
+            f"unanswered {self.unanswered}, answered twice {self.duplicated}; "
+            f"stuck {self.stuck}; states: {states}"
+        )
 
 
 def audit(records: Iterable[RecordedEvent]) -> AuditReport:
@@ -105,9 +107,10 @@ def _audit_one(sid: str, recs: list[RecordedEvent], report: AuditReport) -> None
         report.requests[kind] += 1
         cause = rec.envelope.causation_id
         n = sum(
-            1 for r in recs[i + 1 :]
+            1
+            for r in recs[i + 1 :]
             if r.envelope.causation_id == cause and isinstance(r.event, (*answers, CommandRejected))
-        )  # fmt: skip
+        )
         if n == 1:
             report.answered += 1
         elif n > 1:

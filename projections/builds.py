@@ -22,10 +22,23 @@ from projections.tables import build_logs, builds
 __all__ = ["BuildProjection"]
 
 _STATE_FIELDS = (
-    "build_id", "template_id", "alias", "team_id", "cpu_count", "memory_mb", "disk_size_mb",
-    "node_id", "reason", "failed_step", "sandbox_id", "envd_version", "log_count",
-    "requested_at", "started_at", "finished_at",
-)  # fmt: skip
+    "build_id",
+    "template_id",
+    "alias",
+    "team_id",
+    "cpu_count",
+    "memory_mb",
+    "disk_size_mb",
+    "node_id",
+    "reason",
+    "failed_step",
+    "sandbox_id",
+    "envd_version",
+    "log_count",
+    "requested_at",
+    "started_at",
+    "finished_at",
+)
 
 
 def _row(b: bd.Build, rec: RecordedEvent, _prior: Row | None) -> Row:
@@ -51,15 +64,27 @@ class BuildProjection:
 
     async def apply(self, conn: AsyncConnection, batch: Sequence[RecordedEvent]) -> None:
         rows = await fold_batch(
-            conn, builds, "build_id", batch,
-            evolve=bd.evolve_build, from_row=_from_row, to_row=_row,
-        )  # fmt: skip
+            conn,
+            builds,
+            "build_id",
+            batch,
+            evolve=bd.evolve_build,
+            from_row=_from_row,
+            to_row=_row,
+        )
         await upsert(conn, builds, "build_id", rows)
         lines = [
-            {"build_id": rec.event.build_id, "idx": rec.event.first_index + i, "at": e.at,
-             "level": e.level, "step": e.step, "message": e.message}
-            for rec in batch if isinstance(rec.event, bd.TemplateBuildLogged)
+            {
+                "build_id": rec.event.build_id,
+                "idx": rec.event.first_index + i,
+                "at": e.at,
+                "level": e.level,
+                "step": e.step,
+                "message": e.message,
+            }
+            for rec in batch
+            if isinstance(rec.event, bd.TemplateBuildLogged)
             for i, e in enumerate(rec.event.entries)
-        ]  # fmt: skip
+        ]
         if lines:
             await conn.execute(insert(build_logs).on_conflict_do_nothing(), lines)

@@ -39,9 +39,18 @@ def _template_row(t: tp.Template, rec: RecordedEvent, prior: Row | None) -> Row:
 
 
 _STATE_FIELDS = (
-    "template_id", "alias", "envd_version", "cpu_count", "memory_mb", "disk_size_mb",
-    "deleted", "capture_key", "capture_of", "tags", "released",
-)  # fmt: skip
+    "template_id",
+    "alias",
+    "envd_version",
+    "cpu_count",
+    "memory_mb",
+    "disk_size_mb",
+    "deleted",
+    "capture_key",
+    "capture_of",
+    "tags",
+    "released",
+)
 
 
 def template_state(r: Row) -> tp.Template:
@@ -118,5 +127,10 @@ class ApiKeyProjection:
 
 def all_projections() -> list[Projection]:
     """Every read model the API needs, in the order a rebuild runs them."""
-    return [SandboxProjection(), TemplateProjection(), ApiKeyProjection(), BuildProjection(),
-            VolumeProjection()]  # fmt: skip
+    return [
+        SandboxProjection(),
+        TemplateProjection(),
+        ApiKeyProjection(),
+        BuildProjection(),
+        VolumeProjection(),
+    ]

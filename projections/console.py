@@ -37,10 +37,23 @@ _MAX_DEPTH = 64
 
 #: Columns of a listing row: what the table shows, never tokens or env vars.
 _LISTED = (
-    "sandbox_id", "status", "state", "template_id", "alias", "node_id", "forked_from",
-    "cpu_count", "memory_mb", "metadata", "requested_at", "started_at", "end_at",
-    "remaining_s", "failure_reason", "updated_at",
-)  # fmt: skip
+    "sandbox_id",
+    "status",
+    "state",
+    "template_id",
+    "alias",
+    "node_id",
+    "forked_from",
+    "cpu_count",
+    "memory_mb",
+    "metadata",
+    "requested_at",
+    "started_at",
+    "end_at",
+    "remaining_s",
+    "failure_reason",
+    "updated_at",
+)
 
 
 async def status_counts(conn: AsyncConnection, team_id: str) -> dict[str, int]:
@@ -134,12 +147,22 @@ async def team_builds(conn: AsyncConnection, team_id: str, limit: int = 20) -> l
     """The team's latest template builds, newest first."""
     c = builds.c
     q = (
-        select(c.build_id, c.template_id, c.alias, c.status, c.reason, c.failed_step,
-               c.log_count, c.requested_at, c.started_at, c.finished_at)
+        select(
+            c.build_id,
+            c.template_id,
+            c.alias,
+            c.status,
+            c.reason,
+            c.failed_step,
+            c.log_count,
+            c.requested_at,
+            c.started_at,
+            c.finished_at,
+        )
         .where(c.team_id == team_id)
         .order_by(c.requested_at.desc())
         .limit(limit)
-    )  # fmt: skip
+    )
     return [dict(r) for r in (await conn.execute(q)).mappings()]
 
 
@@ -148,4 +171,3 @@ async def team_build(conn: AsyncConnection, build_id: str, team_id: str) -> Row 
     q = select(builds).where(builds.c.build_id == build_id, builds.c.team_id == team_id)
     row = (await conn.execute(q)).mappings().first()
     return dict(row) if row else None
-

@@ -60,9 +60,7 @@ def history_line(rec: RecordedEvent) -> HistoryLine:
     fields = rec.event.model_dump(mode="json")  # today's shape, older schemas upcast
     fields.update(fields.pop("spec", None) or {})  # a request's spec, read as its fields
     details = {
-        k: ("<redacted>" if k in _REDACTED else v)
-        for k, v in fields.items()
-        if k not in _HIDDEN
+        k: ("<redacted>" if k in _REDACTED else v) for k, v in fields.items() if k not in _HIDDEN
     }
     return HistoryLine(
         rec.seq,

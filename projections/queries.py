@@ -193,8 +193,6 @@ async def api_key_by_hash(conn: AsyncConnection, key_sha256: str) -> Row | None:
     return dict(row) if row else None
 
 
-
-
 async def timer_start(conn: AsyncConnection, projection: str) -> tuple[list[sb.Clock], int]:
     """Where a TTL timer starts: the clock of every sandbox not killed, and the
     stream sequence the sandboxes projection had folded when they were read — the timer
@@ -206,10 +204,9 @@ async def timer_start(conn: AsyncConnection, projection: str) -> tuple[list[sb.C
     s = sandboxes.c
     # (a sandbox paused before 0008 recorded when: since its row last changed)
     paused_at = func.coalesce(s.paused_at, s.updated_at).label("paused_at")
-    q = select(s.sandbox_id, s.status, s.node_id, s.end_at, s.on_timeout, s.pause_memory,
-               paused_at).where(
-        s.status != sb.SandboxStatus.KILLED.value
-    )
+    q = select(
+        s.sandbox_id, s.status, s.node_id, s.end_at, s.on_timeout, s.pause_memory, paused_at
+    ).where(s.status != sb.SandboxStatus.KILLED.value)
     clocks = [
         sb.Clock(
             sandbox_id=r.sandbox_id,
@@ -311,15 +308,21 @@ async def sandbox_census(conn: AsyncConnection) -> list[tuple[str, str, int]]:
     scrape; the node of a sandbox no node took yet is ''."""
     rows = await conn.execute(
         select(sandboxes.c.status, func.coalesce(sandboxes.c.node_id, ""), func.count())
-        .where(sandboxes.c.status.notin_((sb.SandboxStatus.KILLED.value,
-                                          sb.SandboxStatus.FAILED.value)))
+        .where(
+            sandboxes.c.status.notin_(
+                (sb.SandboxStatus.KILLED.value, sb.SandboxStatus.FAILED.value)
+            )
+        )
         .group_by(sandboxes.c.status, sandboxes.c.node_id)
-    )  # fmt: skip
+    )
     return [(str(status), str(node), int(n)) for status, node, n in rows]
 
 
 async def team_volumes(conn: AsyncConnection, team_id: str) -> list[Row]:
     """A team's volumes that exist (not destroyed), by name."""
-    q = (select(volumes).where(volumes.c.team_id == team_id, volumes.c.status != "destroyed")
-         .order_by(volumes.c.name))  # fmt: skip
+    q = (
+        select(volumes)
+        .where(volumes.c.team_id == team_id, volumes.c.status != "destroyed")
+        .order_by(volumes.c.name)
+    )
     return [dict(r) for r in (await conn.execute(q)).mappings()]

@@ -76,7 +76,8 @@ def sandbox_from_row(r: Row) -> sb.Sandbox:
         metadata=r["metadata"],
         env_vars=r["env_vars"],
         lifecycle=sb.Lifecycle.model_construct(
-            on_timeout=r["on_timeout"], auto_resume=r["auto_resume"],
+            on_timeout=r["on_timeout"],
+            auto_resume=r["auto_resume"],
             pause_memory=r["pause_memory"],
         ),
         network=sb.NetworkPolicy.model_validate(r["network"]),

@@ -47,15 +47,22 @@ def volume_from_row(r: Row) -> vo.Volume:
     """The state a row was written from (minus the write side's recent command ids)."""
     version = None
     if r["version_key"] is not None:
-        version = vo.VolumeVersion(key=r["version_key"], size_bytes=r["version_size"] or 0,
-                                   node_id=r["version_node"])  # fmt: skip
+        version = vo.VolumeVersion(
+            key=r["version_key"], size_bytes=r["version_size"] or 0, node_id=r["version_node"]
+        )
     return vo.Volume(
-        volume_id=r["volume_id"], team_id=r["team_id"], name=r["name"],
-        token_sha256=r["token_sha256"], incarnation=UUID(r["incarnation"]),
-        created_at=r["created_at"], destroyed=r["status"] == "destroyed",
-        holder=r["holder"], holder_node=r["holder_node"], attached_at=r["attached_at"],
+        volume_id=r["volume_id"],
+        team_id=r["team_id"],
+        name=r["name"],
+        token_sha256=r["token_sha256"],
+        incarnation=UUID(r["incarnation"]),
+        created_at=r["created_at"],
+        destroyed=r["status"] == "destroyed",
+        holder=r["holder"],
+        holder_node=r["holder_node"],
+        attached_at=r["attached_at"],
         version=version,
-    )  # fmt: skip
+    )
 
 
 class VolumeProjection:
@@ -66,6 +73,13 @@ class VolumeProjection:
     tables: tuple[Table, ...] = (volumes,)
 
     async def apply(self, conn: AsyncConnection, batch: Sequence[RecordedEvent]) -> None:
-        rows = await fold_batch(conn, volumes, "volume_id", batch, evolve=vo.evolve_volume,
-                                from_row=volume_from_row, to_row=_row)  # fmt: skip
+        rows = await fold_batch(
+            conn,
+            volumes,
+            "volume_id",
+            batch,
+            evolve=vo.evolve_volume,
+            from_row=volume_from_row,
+            to_row=_row,
+        )
         await upsert(conn, volumes, "volume_id", rows)

@@ -8,8 +8,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-__all__ = ["DOCKER_HUB", "ImageRef", "InvalidImageReference", "mirrored", "parse_mirrors",
-           "parse_reference"]
+__all__ = [
+    "DOCKER_HUB",
+    "ImageRef",
+    "InvalidImageReference",
+    "mirrored",
+    "parse_mirrors",
+    "parse_reference",
+]
 
 DOCKER_HUB = "docker.io"
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")

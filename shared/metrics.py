@@ -61,9 +61,12 @@ class Scrape:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self._refresh: list[tuple[str, Refresh]] = []
-        self._errors = Counter("aenv_scrape_errors",
-                               "Refreshes of scraped gauges that failed, by source.",
-                               ["source"], registry=self.registry)  # fmt: skip
+        self._errors = Counter(
+            "aenv_scrape_errors",
+            "Refreshes of scraped gauges that failed, by source.",
+            ["source"],
+            registry=self.registry,
+        )
 
     def on_scrape(self, source: str, refresh: Refresh) -> None:
         """Run `refresh` before each exposition (`source` names it in errors)."""
@@ -111,15 +114,24 @@ class ConsumerGauges:
         self._js = js
         self._watched: list[tuple[str, Callable[[], Iterable[str]]]] = []
         r, labels = scrape.registry, ["stream", "consumer"]
-        self.pending = Gauge("aenv_jetstream_consumer_pending",
-                             "Messages a durable consumer has not delivered yet.", labels,
-                             registry=r)  # fmt: skip
-        self.ack_pending = Gauge("aenv_jetstream_consumer_ack_pending",
-                                 "Messages delivered and not acknowledged yet.", labels,
-                                 registry=r)  # fmt: skip
-        self.redelivered = Gauge("aenv_jetstream_consumer_redelivered",
-                                 "Messages delivered more than once and not acknowledged.",
-                                 labels, registry=r)  # fmt: skip
+        self.pending = Gauge(
+            "aenv_jetstream_consumer_pending",
+            "Messages a durable consumer has not delivered yet.",
+            labels,
+            registry=r,
+        )
+        self.ack_pending = Gauge(
+            "aenv_jetstream_consumer_ack_pending",
+            "Messages delivered and not acknowledged yet.",
+            labels,
+            registry=r,
+        )
+        self.redelivered = Gauge(
+            "aenv_jetstream_consumer_redelivered",
+            "Messages delivered more than once and not acknowledged.",
+            labels,
+            registry=r,
+        )
         scrape.on_scrape("jetstream", self.refresh)
 
     def watch(self, stream: str, durables: Callable[[], Iterable[str]]) -> None:

@@ -37,10 +37,16 @@ def new_page(browser: Browser) -> Page:
     page = browser.new_context(viewport=VIEWPORT).new_page()  # type: ignore[arg-type]
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(f"script error: {e}"))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error"
-            and not m.text.startswith(_SHOWN) else None)  # fmt: skip
-    page.on("response", lambda r: errors.append(f"(answered {r.status}: {r.url})")
-            if r.status >= 400 else None)  # fmt: skip
+    page.on(
+        "console",
+        lambda m: (
+            errors.append(m.text) if m.type == "error" and not m.text.startswith(_SHOWN) else None
+        ),
+    )
+    page.on(
+        "response",
+        lambda r: errors.append(f"(answered {r.status}: {r.url})") if r.status >= 400 else None,
+    )
     _ERRORS[id(page)] = errors
     return page
 

@@ -21,8 +21,9 @@ class FirstEvent:
         self.sandbox_id: str | None = None
         self.seen = threading.Event()
         self.subscribed = threading.Event()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._run(nats_url),),
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=asyncio.run, args=(self._run(nats_url),), daemon=True
+        )
         self._thread.start()
         assert self.subscribed.wait(10)
 

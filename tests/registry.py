@@ -41,16 +41,20 @@ def local_registry(root: Path, *, login: tuple[str, str] | None = None) -> Itera
     auth = ""
     if login is not None:
         htpasswd = root / "htpasswd"
-        line = subprocess.run(["htpasswd", "-Bbn", *login], capture_output=True, text=True,
-                              check=True).stdout  # fmt: skip
+        line = subprocess.run(
+            ["htpasswd", "-Bbn", *login], capture_output=True, text=True, check=True
+        ).stdout
         htpasswd.write_text(line)
         auth = f"auth:\n  htpasswd:\n    realm: aenv-tests\n    path: {htpasswd}\n"
     (root / "config.yml").write_text(
         f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
         f"    rootdirectory: {root / 'data'}\n{auth}http:\n  addr: 127.0.0.1:{port}\n"
     )
-    proc = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        ["docker-registry", "serve", str(root / "config.yml")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -76,8 +80,7 @@ def push(layout: Path, registry: LocalRegistry, repository: str, tag: str = "1")
     argv = ["skopeo", "copy", "--quiet", "--dest-tls-verify=false"]
     if registry.username is not None:
         argv += ["--dest-creds", f"{registry.username}:{registry.password}"]
-    subprocess.run([*argv, f"oci:{layout}", f"docker://{ref}"], check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run([*argv, f"oci:{layout}", f"docker://{ref}"], check=True, capture_output=True)
     return ref
 
 
@@ -110,8 +113,12 @@ def _shared_libs(binary: str) -> list[str]:
 def debian_tree(root: Path, *programs: str) -> Path:
     """A usr-merged glibc root in Debian's layout: this Debian host's `programs` (bash and
     coreutils) with the libraries they load, its os-release, and nothing else."""
-    for top, target in (("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"),
-                        ("lib64", "usr/lib64")):  # fmt: skip
+    for top, target in (
+        ("bin", "usr/bin"),
+        ("sbin", "usr/sbin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+    ):
         (root / target).mkdir(parents=True, exist_ok=True)
         (root / top).symlink_to(target)
     files = {shutil.which(p) or p for p in programs}

@@ -87,8 +87,11 @@ def scrape(url: str, token: str) -> Samples:
     r = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10)
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/plain")
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for f in text_string_to_metric_families(r.text) for s in f.samples}  # fmt: skip
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for f in text_string_to_metric_families(r.text)
+        for s in f.samples
+    }
 
 
 def node_url(settings: BusSettings, node_id: str) -> str:

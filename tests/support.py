@@ -53,9 +53,7 @@ async def eventually(
         await asyncio.sleep(interval)
 
 
-def eventually_sync(
-    probe: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.05
-) -> T:
+def eventually_sync(probe: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.05) -> T:
     """Synchronous twin of `eventually` for tests that drive blocking clients (the e2b SDK)."""
     deadline = time.monotonic() + timeout
     last: BaseException | None = None

@@ -49,13 +49,21 @@ def running_stack(data: Path, env: dict[str, str], slot_prefix: str) -> Iterator
     """`aenv up` (the test fails with the log if it does not come up); yields its exports
     with the SDK's settings pointing at it; then `aenv down`, and no process of the stack
     nor network namespace of `slot_prefix` may be left — a node some test SIGKILLed too."""
-    up = subprocess.run([*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
-                        capture_output=True, text=True, timeout=900, env=env)  # fmt: skip
+    up = subprocess.run(
+        [*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
     if up.returncode != 0:
         log = (data / "aenv.log").read_text(errors="replace")[-4000:]
         pytest.fail(f"aenv up failed ({up.returncode}): {up.stderr[-2000:]}\n--- log\n{log}")
-    exports = dict(line.removeprefix("export ").split("=", 1)
-                   for line in up.stdout.splitlines() if line.startswith("export "))  # fmt: skip
+    exports = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in up.stdout.splitlines()
+        if line.startswith("export ")
+    )
     saved = {k: os.environ.get(k) for k in SDK_ENV}
     os.environ.update({k: exports[k] for k in SDK_ENV})
     try:
@@ -66,8 +74,9 @@ def running_stack(data: Path, env: dict[str, str], slot_prefix: str) -> Iterator
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        down = subprocess.run([*AENV, "down", "--data-dir", str(data)], capture_output=True,
-                              text=True, timeout=120)  # fmt: skip
+        down = subprocess.run(
+            [*AENV, "down", "--data-dir", str(data)], capture_output=True, text=True, timeout=120
+        )
         assert down.returncode == 0, down.stderr
         leftovers = subprocess.run(["pgrep", "-af", str(data)], capture_output=True, text=True)
         assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"

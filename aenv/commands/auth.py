@@ -17,15 +17,29 @@ __all__ = ["register"]
 
 
 def auth(
-    api_url: Annotated[str | None, typer.Option("--api-url", show_default=False,
-                       help="aenv API URL, e.g. http://127.0.0.1:3000 (prompted if absent).")
-                       ] = None,
-    api_key: Annotated[str | None, typer.Option("--api-key", show_default=False,
-                       help="API key from `aenv up` or `aenv keys create` (prompted if "
-                       "absent, without echo).")] = None,
-    verify: Annotated[bool, typer.Option("--verify/--no-verify",
-                      help="Check URL and key against the server before saving.")] = True,
-) -> None:  # fmt: skip
+    api_url: Annotated[
+        str | None,
+        typer.Option(
+            "--api-url",
+            show_default=False,
+            help="aenv API URL, e.g. http://127.0.0.1:3000 (prompted if absent).",
+        ),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            show_default=False,
+            help="API key from `aenv up` or `aenv keys create` (prompted if absent, without echo).",
+        ),
+    ] = None,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify/--no-verify", help="Check URL and key against the server before saving."
+        ),
+    ] = True,
+) -> None:
     """Save the API URL and key to ~/.config/aenv/credentials (mode 0600)."""
     import sys
 

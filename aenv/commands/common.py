@@ -42,19 +42,29 @@ EXIT_TIMED_OUT = 124
 
 ApiUrl = Annotated[
     str | None,
-    typer.Option("--api-url", help="aenv API URL (overrides AENV_API_URL, E2B_API_URL, "
-                 "the credentials file and the local stack).", show_default=False),
-]  # fmt: skip
+    typer.Option(
+        "--api-url",
+        help="aenv API URL (overrides AENV_API_URL, E2B_API_URL, "
+        "the credentials file and the local stack).",
+        show_default=False,
+    ),
+]
 ApiKey = Annotated[
     str | None,
-    typer.Option("--api-key", help="API key (overrides AENV_API_KEY, E2B_API_KEY, "
-                 "the credentials file and the local stack).", show_default=False),
-]  # fmt: skip
+    typer.Option(
+        "--api-key",
+        help="API key (overrides AENV_API_KEY, E2B_API_KEY, "
+        "the credentials file and the local stack).",
+        show_default=False,
+    ),
+]
 DataDir = Annotated[
     Path,
-    typer.Option("--data-dir", help="A local stack's state dir: its stack.json is the last "
-                 "fallback for URL and key."),
-]  # fmt: skip
+    typer.Option(
+        "--data-dir",
+        help="A local stack's state dir: its stack.json is the last fallback for URL and key.",
+    ),
+]
 DEFAULT_DATA = DEFAULT_DATA_DIR
 SandboxId = Annotated[str, typer.Argument(help="ID of the sandbox.", show_default=False)]
 
@@ -114,11 +124,16 @@ def sdk_errors(what: str = "", sandbox_id: str | None = None) -> Iterator[None]:
         if debug_requested():
             raise
         if isinstance(e, ex.SandboxNotRunningException):
-            die(f"{prefix}the sandbox stopped running (killed, or paused by its timeout: "
-                "`aenv ls` shows which, `aenv resume` brings a paused one back)", EXIT_FAILED)
+            die(
+                f"{prefix}the sandbox stopped running (killed, or paused by its timeout: "
+                "`aenv ls` shows which, `aenv resume` brings a paused one back)",
+                EXIT_FAILED,
+            )
         status = getattr(e, "status_code", None) if isinstance(e, ex.SandboxException) else None
-        if sandbox_id is not None and not isinstance(e, ex.FileNotFoundException) and (
-            isinstance(e, ex.SandboxNotFoundException) or status == 404
+        if (
+            sandbox_id is not None
+            and not isinstance(e, ex.FileNotFoundException)
+            and (isinstance(e, ex.SandboxNotFoundException) or status == 404)
         ):
             die(no_such_sandbox(sandbox_id), EXIT_FAILED)  # says all: no prefix
         if isinstance(e, ex.NotFoundException):
@@ -127,11 +142,16 @@ def sdk_errors(what: str = "", sandbox_id: str | None = None) -> Iterator[None]:
             die(f"{prefix}{_first_line(e)}", EXIT_USAGE)
         if isinstance(e, ex.AuthenticationException) and "invalid username" in str(e):
             # envd's answer to a user the image lacks, not the API refusing the key
-            die(f"{prefix}{_first_line(e)}: -u names a user of the sandbox's image (`user` "
-                "by default, `root`)", EXIT_USAGE)  # fmt: skip
+            die(
+                f"{prefix}{_first_line(e)}: -u names a user of the sandbox's image (`user` "
+                "by default, `root`)",
+                EXIT_USAGE,
+            )
         if isinstance(e, ex.AuthenticationException):
-            die(f"{prefix}authentication failed ({_first_line(e)}); check the API key "
-                "(aenv auth)", EXIT_SERVER)  # fmt: skip
+            die(
+                f"{prefix}authentication failed ({_first_line(e)}); check the API key (aenv auth)",
+                EXIT_SERVER,
+            )
         if status == 409:  # the sandbox's state forbids it (paused, busy), a name is taken
             paused = sandbox_id is not None and "paused" in str(e)
             hint = f"; `aenv resume {sandbox_id}` first" if paused else ""

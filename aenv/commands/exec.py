@@ -47,22 +47,46 @@ def _connect(sandbox_id: str, conn: Connection) -> Sandbox:
 
 def exec_(
     sandbox_id: SandboxId,
-    command: Annotated[list[str], typer.Argument(show_default=False,
-                       help="Command and arguments, after `--`. One argument is run as a "
-                       "shell line (`'ls | wc -l'`); several are quoted as an argv.")],
+    command: Annotated[
+        list[str],
+        typer.Argument(
+            show_default=False,
+            help="Command and arguments, after `--`. One argument is run as a "
+            "shell line (`'ls | wc -l'`); several are quoted as an argv.",
+        ),
+    ],
     cwd: Annotated[str | None, typer.Option("--cwd", "-w", help="Working directory.")] = None,
-    user: Annotated[str | None, typer.Option("--user", "-u",
-                    help="Guest user to run as (default: the sandbox's, `user`).")] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", "-e",
-                   help="KEY=VALUE environment variable, repeatable.")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", "-t", min=0,
-                       help="Seconds before the command is killed (then exit 124, as "
-                       "timeout(1)); 0 waits forever.")] = 0,
-    interactive: Annotated[bool, typer.Option("--interactive", "-i",
-                           help="Forward our stdin to the command; end of input closes its "
-                           "stdin (`aenv exec -i ID -- wc -l < file`).")] = False,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    user: Annotated[
+        str | None,
+        typer.Option("--user", "-u", help="Guest user to run as (default: the sandbox's, `user`)."),
+    ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", "-e", help="KEY=VALUE environment variable, repeatable."),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            "-t",
+            min=0,
+            help="Seconds before the command is killed (then exit 124, as "
+            "timeout(1)); 0 waits forever.",
+        ),
+    ] = 0,
+    interactive: Annotated[
+        bool,
+        typer.Option(
+            "--interactive",
+            "-i",
+            help="Forward our stdin to the command; end of input closes its "
+            "stdin (`aenv exec -i ID -- wc -l < file`).",
+        ),
+    ] = False,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Run COMMAND in SANDBOX_ID, streaming its stdout and stderr; exit with its exit code.
 
     Example: aenv exec SANDBOX_ID -- python3 -c 'print(42)'
@@ -80,11 +104,15 @@ def exec_(
     with sdk_errors(f"exec {sandbox_id}", sandbox_id=sandbox_id):
         sbx = _connect(sandbox_id, conn)
         try:
-            code = run_piped(sbx, line, stdin=interactive, timeout=timeout, cwd=cwd, user=user,
-                             envs=envs or None)  # fmt: skip
+            code = run_piped(
+                sbx, line, stdin=interactive, timeout=timeout, cwd=cwd, user=user, envs=envs or None
+            )
         except CommandTimedOut as e:
-            die(f"exec {sandbox_id}: the command timed out after {e.seconds:g} s and was "
-                "killed; give -t more seconds (0: no limit)", EXIT_TIMED_OUT)
+            die(
+                f"exec {sandbox_id}: the command timed out after {e.seconds:g} s and was "
+                "killed; give -t more seconds (0: no limit)",
+                EXIT_TIMED_OUT,
+            )
     raise typer.Exit(code)
 
 
@@ -123,21 +151,31 @@ class UploadMismatch(Exception):
 
 def upload(
     sandbox_id: SandboxId,
-    local: Annotated[str, typer.Argument(show_default=False,
-                     help="Local file to send; `-` reads stdin.")],
-    remote: Annotated[str, typer.Argument(show_default=False,
-                      help="Path in the sandbox; ending in `/` keeps the local file name.")],
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    local: Annotated[
+        str, typer.Argument(show_default=False, help="Local file to send; `-` reads stdin.")
+    ],
+    remote: Annotated[
+        str,
+        typer.Argument(
+            show_default=False, help="Path in the sandbox; ending in `/` keeps the local file name."
+        ),
+    ],
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Copy the file LOCAL into SANDBOX_ID at REMOTE (parent directories are created)."""
     if remote.endswith("/"):
         if local == "-":
             die("give a file name for REMOTE when uploading stdin", EXIT_USAGE)
         remote += Path(local).name
     if local != "-" and Path(local).is_dir():
-        die(f"{local} is a directory and upload sends one file: send it as an archive, "
+        die(
+            f"{local} is a directory and upload sends one file: send it as an archive, "
             f"`tar c -C {local} . | aenv upload {sandbox_id} - /tmp/dir.tar`, then "
-            f"`aenv exec {sandbox_id} -- tar x -f /tmp/dir.tar -C DEST`", EXIT_USAGE)
+            f"`aenv exec {sandbox_id} -- tar x -f /tmp/dir.tar -C DEST`",
+            EXIT_USAGE,
+        )
     if local != "-" and not Path(local).exists():
         die(f"{local}: no such file on this machine", EXIT_FAILED)
     conn = connection(api_url, api_key, data_dir)
@@ -167,22 +205,29 @@ def _file_errors(verb: str, sandbox_id: str, remote: str) -> Iterator[None]:
             if "is a directory" not in str(e):
                 raise
             sid = sandbox_id
-            hint = (f"end REMOTE with / to put the file in it ({remote.rstrip('/')}/)"
-                    if verb == "upload" else
-                    f"download copies one file: pack it first, `aenv exec {sid} -- tar cf "
-                    f"/tmp/dir.tar -C {remote} .`, then `aenv download {sid} /tmp/dir.tar .`"
-                    )  # fmt: skip
+            hint = (
+                f"end REMOTE with / to put the file in it ({remote.rstrip('/')}/)"
+                if verb == "upload"
+                else f"download copies one file: pack it first, `aenv exec {sid} -- tar cf "
+                f"/tmp/dir.tar -C {remote} .`, then `aenv download {sid} /tmp/dir.tar .`"
+            )
             die(f"{verb} {remote}: it is a directory in the sandbox: {hint}", EXIT_USAGE)
 
 
 def download(
     sandbox_id: SandboxId,
     remote: Annotated[str, typer.Argument(show_default=False, help="File in the sandbox.")],
-    local: Annotated[str, typer.Argument(show_default=False,
-                     help="Where to write it; a directory keeps the remote name; `-` is "
-                     "stdout.")],
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    local: Annotated[
+        str,
+        typer.Argument(
+            show_default=False,
+            help="Where to write it; a directory keeps the remote name; `-` is stdout.",
+        ),
+    ],
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Copy the file REMOTE out of SANDBOX_ID to LOCAL."""
     target = Path(local)
     if local != "-" and target.is_dir():

@@ -77,20 +77,34 @@ def human(r: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:
     sandbox's marked as kept while paused."""
     now = now or datetime.now(UTC)
     left = _span(left_s(r, now))
-    return {**r, "age": _span((now - datetime.fromisoformat(r["started_at"])).total_seconds()),
-            "expires_in": f"{left} (paused)" if r["state"] == "paused" else left}  # fmt: skip
+    return {
+        **r,
+        "age": _span((now - datetime.fromisoformat(r["started_at"])).total_seconds()),
+        "expires_in": f"{left} (paused)" if r["state"] == "paused" else left,
+    }
 
 
 def ls(
-    output: Annotated[Format, typer.Option("--output", "-o",
-                      help="table on a terminal, json when piped; or force one.")
-                      ] = Format.auto,
-    state: Annotated[list[str] | None, typer.Option("--state", "-s",
-                     help="Only sandboxes in this state (running, paused), repeatable.")] = None,
-    metadata: Annotated[list[str] | None, typer.Option("--metadata", "-m",
-                        help="Only sandboxes with this KEY=VALUE metadata, repeatable.")] = None,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    output: Annotated[
+        Format,
+        typer.Option("--output", "-o", help="table on a terminal, json when piped; or force one."),
+    ] = Format.auto,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state", "-s", help="Only sandboxes in this state (running, paused), repeatable."
+        ),
+    ] = None,
+    metadata: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metadata", "-m", help="Only sandboxes with this KEY=VALUE metadata, repeatable."
+        ),
+    ] = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """List running and paused sandboxes. EXPIRES IN is the time left: a paused sandbox's
     clock stands still, it shows what the sandbox runs once resumed."""
     from aenv.commands.sandbox_api import listing
@@ -99,8 +113,10 @@ def ls(
         die(f"--state must be one of: {', '.join(STATES)}, not {bad[0]!r}", EXIT_USAGE)
     conn = connection(api_url, api_key, data_dir)
     with sdk_errors("ls"):
-        rows = [row(w) for w in listing(conn, states=state or (),
-                                        metadata=pairs(metadata, "--metadata"))]  # fmt: skip
+        rows = [
+            row(w)
+            for w in listing(conn, states=state or (), metadata=pairs(metadata, "--metadata"))
+        ]
     rows.sort(key=lambda r: str(r["started_at"]))
     columns = ["sandbox_id", "template", "state", "age", "expires_in", "metadata"]
     emit(rows, columns, output, human=human)
@@ -125,26 +141,38 @@ def details(wire: dict[str, Any]) -> dict[str, Any]:
 def _pairs_of(d: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
     h = human(d, now)
     shown = {
-        "sandbox": d["sandbox_id"], "template": f"{d['template']} ({d['template_id']})",
-        "state": d["state"], "started": f"{d['started_at']} ({h['age']} ago)",
-        "ends": (f"paused at {d['paused_at']}; kept {_span(left_s(d, now))}: runs that "
-                 "long once resumed" if d["state"] == "paused"
-                 else f"{d['end_at']} (in {h['expires_in']})"),
-        "cpu": d["cpu_count"], "memory": f"{d['memory_mb']} MiB",
+        "sandbox": d["sandbox_id"],
+        "template": f"{d['template']} ({d['template_id']})",
+        "state": d["state"],
+        "started": f"{d['started_at']} ({h['age']} ago)",
+        "ends": (
+            f"paused at {d['paused_at']}; kept {_span(left_s(d, now))}: runs that long once resumed"
+            if d["state"] == "paused"
+            else f"{d['end_at']} (in {h['expires_in']})"
+        ),
+        "cpu": d["cpu_count"],
+        "memory": f"{d['memory_mb']} MiB",
         "disk": f"{d['disk_mb']} MiB" if d["disk_mb"] is not None else None,
-        "metadata": d["metadata"], "node": d["node_id"], "forked from": d["forked_from"],
-        "lifecycle": d["lifecycle"], "network": d["network"], "envd": d["envd_version"],
-    }  # fmt: skip
+        "metadata": d["metadata"],
+        "node": d["node_id"],
+        "forked from": d["forked_from"],
+        "lifecycle": d["lifecycle"],
+        "network": d["network"],
+        "envd": d["envd_version"],
+    }
     return [{"field": k, "value": v} for k, v in shown.items() if v is not None]
 
 
 def info(
     sandbox_id: SandboxId,
-    output: Annotated[Format, typer.Option("--output", "-o",
-                      help="table on a terminal, json when piped; or force one.")
-                      ] = Format.auto,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    output: Annotated[
+        Format,
+        typer.Option("--output", "-o", help="table on a terminal, json when piped; or force one."),
+    ] = Format.auto,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """SANDBOX_ID's template, state, start and end (a paused one: the time it kept),
     CPU/memory/disk, metadata, node, lifecycle and network (E2B's `sandbox info`)."""
     from aenv.commands.sandbox_api import detail

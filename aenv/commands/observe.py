@@ -27,14 +27,20 @@ __all__ = ["register"]
 FOLLOW_EVERY_S = 2.0
 
 
-def _get(api_url: str | None, api_key: str | None, data_dir: Any, path: str,
-         params: dict[str, Any] | None = None) -> Any:  # fmt: skip
+def _get(
+    api_url: str | None,
+    api_key: str | None,
+    data_dir: Any,
+    path: str,
+    params: dict[str, Any] | None = None,
+) -> Any:
     import httpx
 
     conn = connection(api_url, api_key, data_dir)
     try:
-        r = httpx.get(f"{conn.api_url}{path}", params=params, timeout=30,
-                      headers={"X-API-Key": conn.api_key})  # fmt: skip
+        r = httpx.get(
+            f"{conn.api_url}{path}", params=params, timeout=30, headers={"X-API-Key": conn.api_key}
+        )
     except httpx.HTTPError as e:
         die(f"{path}: cannot reach {conn.api_url} ({type(e).__name__})", EXIT_SERVER)
     if r.status_code == 404:
@@ -61,8 +67,10 @@ def _human_metric(m: dict[str, Any]) -> dict[str, Any]:
 def metrics(
     sandbox_id: SandboxId,
     output: Annotated[Format, typer.Option("--output", "-o")] = Format.auto,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """SANDBOX_ID's CPU, memory and disk, sampled every few seconds while it runs."""
     samples = _get(api_url, api_key, data_dir, f"/sandboxes/{sandbox_id}/metrics")
     emit(samples, ["time", "cpu", "memory", "disk"], output, human=_human_metric)
@@ -70,21 +78,27 @@ def metrics(
 
 def logs(
     sandbox_id: SandboxId,
-    follow: Annotated[bool, typer.Option("--follow", "-f",
-                      help="Keep printing new lines until Ctrl-C.")] = False,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines until Ctrl-C.")
+    ] = False,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """SANDBOX_ID's log: what its guest's envd logged (processes started and ended, errors),
     one line each: time, level, message, fields."""
     seen = 0
     while True:
-        doc = _get(api_url, api_key, data_dir, f"/v2/sandboxes/{sandbox_id}/logs",
-                   {"limit": 10_000})  # fmt: skip
+        doc = _get(
+            api_url, api_key, data_dir, f"/v2/sandboxes/{sandbox_id}/logs", {"limit": 10_000}
+        )
         entries = doc.get("logs", [])
         for e in entries[seen:]:
             fields = " ".join(f"{k}={v}" for k, v in (e.get("fields") or {}).items())
-            typer.echo(f"{e['timestamp']} {e['level'].upper():5} {e['message']}"
-                       + (f" {fields}" if fields else ""))  # fmt: skip
+            typer.echo(
+                f"{e['timestamp']} {e['level'].upper():5} {e['message']}"
+                + (f" {fields}" if fields else "")
+            )
         seen = max(seen, len(entries))
         if not follow:
             return

@@ -81,14 +81,23 @@ def run_piped(
     started = time.monotonic()
     try:
         if stdin:
-            handle = sbx.commands.run(line, background=True, stdin=True, cwd=cwd, user=user,
-                                      envs=envs, timeout=timeout)  # fmt: skip
+            handle = sbx.commands.run(
+                line, background=True, stdin=True, cwd=cwd, user=user, envs=envs, timeout=timeout
+            )
             _pump_stdin(sbx, handle.pid)
             handle.wait(on_stdout=_out, on_stderr=_err)
         else:
-            sbx.commands.run(line, on_stdout=_out, on_stderr=_err, cwd=cwd, user=user,
-                             envs=envs, timeout=timeout, stdin=False,
-                             retain_output=False)  # fmt: skip
+            sbx.commands.run(
+                line,
+                on_stdout=_out,
+                on_stderr=_err,
+                cwd=cwd,
+                user=user,
+                envs=envs,
+                timeout=timeout,
+                stdin=False,
+                retain_output=False,
+            )
     except CommandExitException as e:
         return e.exit_code if 0 < e.exit_code < 256 else 1
     except TimeoutException as e:

@@ -66,16 +66,19 @@ def listing(
     from e2b.api.client.types import UNSET
 
     meta = (
-        urllib.parse.urlencode({urllib.parse.quote(k): urllib.parse.quote(v)
-                                for k, v in metadata.items()})
-        if metadata else UNSET
-    )  # fmt: skip
+        urllib.parse.urlencode(
+            {urllib.parse.quote(k): urllib.parse.quote(v) for k, v in metadata.items()}
+        )
+        if metadata
+        else UNSET
+    )
     wanted = [SandboxState(s) for s in states] if states else UNSET
     client, rows = _client(conn), []
     token: str | None = None
     while True:
-        res = get_v2_sandboxes.sync_detailed(client=client, metadata=meta, state=wanted,
-                                             limit=PAGE, next_token=token or UNSET)  # fmt: skip
+        res = get_v2_sandboxes.sync_detailed(
+            client=client, metadata=meta, state=wanted, limit=PAGE, next_token=token or UNSET
+        )
         rows.extend(_body(res))
         token = res.headers.get("x-next-token")
         if not token:

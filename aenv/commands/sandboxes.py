@@ -40,8 +40,10 @@ def _wait_for_envd(sbx: Sandbox) -> None:
     deadline = time.monotonic() + ENVD_READY_S
     while not sbx.is_running(request_timeout=10):
         if time.monotonic() > deadline:
-            die(f"sandbox {sbx.sandbox_id} started but envd did not answer within "
-                f"{ENVD_READY_S}s", 3)  # fmt: skip
+            die(
+                f"sandbox {sbx.sandbox_id} started but envd did not answer within {ENVD_READY_S}s",
+                3,
+            )
         time.sleep(0.2)
 
 
@@ -55,22 +57,48 @@ def _shell(sbx: Sandbox) -> int:
 
 def start(
     template: Annotated[str, typer.Argument(help="Template (name or ID) to start from.")] = "base",
-    detach: Annotated[bool, typer.Option("-d", "--detach",
-                      help="Print the sandbox ID and return instead of opening a shell.")] = False,
-    timeout: Annotated[int, typer.Option("--timeout", "-t", min=1,
-                       help="Seconds until the sandbox expires (extend with `aenv timeout`).")
-                       ] = 300,
-    metadata: Annotated[list[str] | None, typer.Option("--metadata", "-m",
-                        help="KEY=VALUE metadata, repeatable (filter with `aenv ls -m`).")] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", "-e",
-                   help="KEY=VALUE environment variable for processes, repeatable.")] = None,
-    rm: Annotated[bool, typer.Option("--rm", help="Kill the sandbox when the shell exits.")
-                  ] = False,
-    volume: Annotated[list[str] | None, typer.Option("--volume", "-v",
-                      help="NAME:/PATH: mount volume NAME at /PATH, repeatable (aenv volume)."
-                      )] = None,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "-d", "--detach", help="Print the sandbox ID and return instead of opening a shell."
+        ),
+    ] = False,
+    timeout: Annotated[
+        int,
+        typer.Option(
+            "--timeout",
+            "-t",
+            min=1,
+            help="Seconds until the sandbox expires (extend with `aenv timeout`).",
+        ),
+    ] = 300,
+    metadata: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metadata", "-m", help="KEY=VALUE metadata, repeatable (filter with `aenv ls -m`)."
+        ),
+    ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--env", "-e", help="KEY=VALUE environment variable for processes, repeatable."
+        ),
+    ] = None,
+    rm: Annotated[
+        bool, typer.Option("--rm", help="Kill the sandbox when the shell exits.")
+    ] = False,
+    volume: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--volume",
+            "-v",
+            help="NAME:/PATH: mount volume NAME at /PATH, repeatable (aenv volume).",
+        ),
+    ] = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Start a sandbox from TEMPLATE (default: base) and open a shell in it.
 
     Ctrl-D or `exit` leaves the shell; the sandbox keeps running unless --rm.
@@ -83,13 +111,21 @@ def start(
     mounts = _mounts(volume)
     with sdk_errors("start"):
         try:
-            sbx = Sandbox.create(template, timeout=timeout, metadata=meta or None,
-                                 envs=envs or None, volume_mounts=mounts or None,
-                                 **conn.sdk_opts())  # fmt: skip
+            sbx = Sandbox.create(
+                template,
+                timeout=timeout,
+                metadata=meta or None,
+                envs=envs or None,
+                volume_mounts=mounts or None,
+                **conn.sdk_opts(),
+            )
         except SandboxException as e:
             if e.status_code == 404 and "volume" not in str(e):  # (a volume's 404 says so)
-                die(f"start: no such template {template}: `aenv template ls` lists them, "
-                    "`aenv snapshot ls` the snapshots", EXIT_FAILED)  # fmt: skip
+                die(
+                    f"start: no such template {template}: `aenv template ls` lists them, "
+                    "`aenv snapshot ls` the snapshots",
+                    EXIT_FAILED,
+                )
             raise
         _wait_for_envd(sbx)
     if detach:
@@ -104,9 +140,11 @@ def start(
             with sdk_errors("rm"):
                 sbx.kill()
     if not rm:
-        typer.echo(f"aenv: sandbox {sbx.sandbox_id} keeps running: "
-                   f"`aenv cn {sbx.sandbox_id}` to return, `aenv rm` to end it",
-                   err=True)  # fmt: skip
+        typer.echo(
+            f"aenv: sandbox {sbx.sandbox_id} keeps running: "
+            f"`aenv cn {sbx.sandbox_id}` to return, `aenv rm` to end it",
+            err=True,
+        )
     raise typer.Exit(code)
 
 
@@ -123,10 +161,16 @@ def _mounts(raw: list[str] | None) -> dict[str, str | Any]:
 
 def cn(
     sandbox_id: SandboxId,
-    timeout: Annotated[int | None, typer.Option("--timeout", "-t", min=1,
-                       help="Make the sandbox live at least this many more seconds.")] = None,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    timeout: Annotated[
+        int | None,
+        typer.Option(
+            "--timeout", "-t", min=1, help="Make the sandbox live at least this many more seconds."
+        ),
+    ] = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Connect to SANDBOX_ID with an interactive shell, resuming it first if it is paused
     (for the time it kept, unless -t). With stdin not a terminal, the shell reads its
     commands from it: `aenv cn ID < script.sh`."""
@@ -141,8 +185,10 @@ def cn(
 
 def pause(
     sandbox_id: SandboxId,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Pause SANDBOX_ID: memory, processes and files are kept until it is resumed."""
     from e2b import Sandbox
 
@@ -153,11 +199,20 @@ def pause(
 
 def resume(
     sandbox_id: SandboxId,
-    timeout: Annotated[int | None, typer.Option("--timeout", "-t", min=1,
-                       help="Seconds the resumed sandbox lives (default: the time it kept, "
-                       "as `aenv timeout ID` shows it).")] = None,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    timeout: Annotated[
+        int | None,
+        typer.Option(
+            "--timeout",
+            "-t",
+            min=1,
+            help="Seconds the resumed sandbox lives (default: the time it kept, "
+            "as `aenv timeout ID` shows it).",
+        ),
+    ] = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Resume a paused SANDBOX_ID where it left off (a running one just stays running)."""
     from aenv.commands.sandbox_api import connect
 
@@ -168,11 +223,18 @@ def resume(
 
 def timeout(
     sandbox_id: SandboxId,
-    seconds: Annotated[int | None, typer.Argument(min=1, show_default=False,
-                       help="New lifetime from now, in seconds; omit to print what is left.")
-                       ] = None,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    seconds: Annotated[
+        int | None,
+        typer.Argument(
+            min=1,
+            show_default=False,
+            help="New lifetime from now, in seconds; omit to print what is left.",
+        ),
+    ] = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Set SANDBOX_ID to expire SECONDS from now, or print the seconds it has left. A
     paused sandbox's clock stands still: it has what it kept (the seconds it runs once
     resumed), and SECONDS sets that."""
@@ -191,19 +253,35 @@ def timeout(
 
 
 def rm(
-    sandbox_ids: Annotated[list[str] | None, typer.Argument(show_default=False,
-                           help="IDs of the sandboxes to kill.")] = None,
-    all_: Annotated[bool, typer.Option("--all", "-a",
-                    help="Kill every sandbox (running and paused; narrow with -s, -m).")
-                    ] = False,
-    state: Annotated[list[str] | None, typer.Option("--state", "-s",
-                     help="With --all or -m: only sandboxes in this state (running, "
-                     "paused), repeatable.")] = None,
-    metadata: Annotated[list[str] | None, typer.Option("--metadata", "-m",
-                        help="Kill the sandboxes with this KEY=VALUE metadata, repeatable "
-                        "(all must match).")] = None,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    sandbox_ids: Annotated[
+        list[str] | None, typer.Argument(show_default=False, help="IDs of the sandboxes to kill.")
+    ] = None,
+    all_: Annotated[
+        bool,
+        typer.Option(
+            "--all", "-a", help="Kill every sandbox (running and paused; narrow with -s, -m)."
+        ),
+    ] = False,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state",
+            "-s",
+            help="With --all or -m: only sandboxes in this state (running, paused), repeatable.",
+        ),
+    ] = None,
+    metadata: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metadata",
+            "-m",
+            help="Kill the sandboxes with this KEY=VALUE metadata, repeatable (all must match).",
+        ),
+    ] = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Kill sandboxes (running or paused) and delete their state: those named (exit 1 if
     one is unknown), or every one with --all, or those with -m metadata — printing how
     many were killed (E2B's `sandbox kill [IDS] -a -s -m`)."""
@@ -233,10 +311,19 @@ def rm(
 def fork(
     sandbox_id: SandboxId,
     count: Annotated[int, typer.Option("--count", "-n", min=1, help="How many children.")] = 1,
-    timeout: Annotated[int | None, typer.Option("--timeout", "-t", min=1,
-                       help="Seconds each child lives (default: its parent's timeout).")] = None,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    timeout: Annotated[
+        int | None,
+        typer.Option(
+            "--timeout",
+            "-t",
+            min=1,
+            help="Seconds each child lives (default: its parent's timeout).",
+        ),
+    ] = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Fork running SANDBOX_ID into -n children; print their IDs, one per line.
 
     Each child is a copy-on-write copy of the parent's memory, processes and files at the

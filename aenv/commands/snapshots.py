@@ -40,11 +40,20 @@ snapshot_app = typer.Typer(
 @snapshot_app.command("create")
 def create(
     sandbox_id: SandboxId,
-    name: Annotated[str | None, typer.Option("--name", "-n", show_default=False,
-                    help="Snapshot name (a-z, 0-9, '.', '_', ':', '-'); taking a name again "
-                    "replaces that snapshot. Default: snap-<random>.")] = None,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            "-n",
+            show_default=False,
+            help="Snapshot name (a-z, 0-9, '.', '_', ':', '-'); taking a name again "
+            "replaces that snapshot. Default: snap-<random>.",
+        ),
+    ] = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Snapshot running SANDBOX_ID (memory, processes, files); print the snapshot's ID.
 
     The sandbox keeps running with its ID and timeout. Start copies of the snapshot with
@@ -65,20 +74,28 @@ def _rows(sandbox_id: str | None, name: str | None, opts: Any) -> list[dict[str,
     pages = Sandbox.list_snapshots(sandbox_id=sandbox_id, name=name, **opts)
     rows: list[dict[str, Any]] = []
     while pages.has_next:
-        rows.extend({"snapshot_id": s.snapshot_id, "names": list(s.names)}
-                    for s in pages.next_items())  # fmt: skip
+        rows.extend(
+            {"snapshot_id": s.snapshot_id, "names": list(s.names)} for s in pages.next_items()
+        )
     return rows
 
 
 @snapshot_app.command("ls")
 def ls(
-    output: Annotated[Format, typer.Option("--output", "-o",
-                      help="table on a terminal, json when piped; or force one.")
-                      ] = Format.auto,
-    sandbox: Annotated[str | None, typer.Option("--sandbox", "-s", show_default=False,
-                       help="Only snapshots taken of this sandbox.")] = None,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    output: Annotated[
+        Format,
+        typer.Option("--output", "-o", help="table on a terminal, json when piped; or force one."),
+    ] = Format.auto,
+    sandbox: Annotated[
+        str | None,
+        typer.Option(
+            "--sandbox", "-s", show_default=False, help="Only snapshots taken of this sandbox."
+        ),
+    ] = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """List snapshots, newest first. JSON rows: snapshot_id, names (team-qualified)."""
     conn = connection(api_url, api_key, data_dir)
     with sdk_errors("snapshot ls"):
@@ -89,10 +106,16 @@ def ls(
 
 @snapshot_app.command("rm")
 def rm(
-    snapshots: Annotated[list[str], typer.Argument(show_default=False,
-                         help="Snapshots to delete, by ID (= name) or team/name.")],
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    snapshots: Annotated[
+        list[str],
+        typer.Argument(
+            show_default=False, help="Snapshots to delete, by ID (= name) or team/name."
+        ),
+    ],
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Delete snapshots; sandboxes already started from them run on.
 
     Only snapshots are deleted here (another template's name counts as unknown); exit 1 if
@@ -105,8 +128,9 @@ def rm(
     for ref in snapshots:
         snapshot_id = ref.rsplit("/", 1)[-1]
         with sdk_errors(f"snapshot rm {ref}"):
-            found = any(r["snapshot_id"] == snapshot_id
-                        for r in _rows(None, snapshot_id, conn.sdk_opts()))  # fmt: skip
+            found = any(
+                r["snapshot_id"] == snapshot_id for r in _rows(None, snapshot_id, conn.sdk_opts())
+            )
             if not found or not Sandbox.delete_snapshot(snapshot_id, **conn.sdk_opts()):
                 missing.append(ref)
     if missing:

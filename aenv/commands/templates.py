@@ -105,28 +105,66 @@ def _image_path(base: str, context: Path) -> str | None:
 
 def build(
     dockerfile: Annotated[Path, typer.Argument(help="The Dockerfile.")] = Path("Dockerfile"),
-    name: Annotated[str, typer.Option("--name", "-n", help="Template name (a-z, 0-9, . _ -); "
-                    "sandboxes start from it with `aenv start NAME` or "
-                    "Sandbox.create(\"NAME\"). Building a name again replaces it.",
-                    show_default=False)] = "",
-    context: Annotated[Path | None, typer.Option("--context", "-c", help="Build context for "
-                       "COPY/ADD (default: the Dockerfile's directory).",
-                       show_default=False)] = None,
-    build_arg: Annotated[list[str] | None, typer.Option("--build-arg",
-                         help="KEY=VALUE for an ARG, repeatable.")] = None,
-    cpu: Annotated[int | None, typer.Option("--cpu", help="vCPUs of the template's "
-                   "sandboxes (recorded; the base template's shape is kept).")] = None,
-    memory: Annotated[int | None, typer.Option("--memory", help="Memory in MiB (recorded; "
-                      "the base template's shape is kept).")] = None,
-    disk: Annotated[int | None, typer.Option("--disk", help="Free disk in MiB to ask for "
-                    "(recorded, not enforced).")] = None,
-    start_cmd: Annotated[str | None, typer.Option("--start-cmd", help="Command started in "
-                         "the background before the snapshot; it keeps running in every "
-                         "sandbox (default: the Dockerfile's ENTRYPOINT/CMD).")] = None,
-    ready_cmd: Annotated[str | None, typer.Option("--ready-cmd", help="Command that must "
-                         "succeed (retried up to 120 s) before the snapshot is taken.")] = None,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    name: Annotated[
+        str,
+        typer.Option(
+            "--name",
+            "-n",
+            help="Template name (a-z, 0-9, . _ -); "
+            "sandboxes start from it with `aenv start NAME` or "
+            'Sandbox.create("NAME"). Building a name again replaces it.',
+            show_default=False,
+        ),
+    ] = "",
+    context: Annotated[
+        Path | None,
+        typer.Option(
+            "--context",
+            "-c",
+            help="Build context for COPY/ADD (default: the Dockerfile's directory).",
+            show_default=False,
+        ),
+    ] = None,
+    build_arg: Annotated[
+        list[str] | None, typer.Option("--build-arg", help="KEY=VALUE for an ARG, repeatable.")
+    ] = None,
+    cpu: Annotated[
+        int | None,
+        typer.Option(
+            "--cpu",
+            help="vCPUs of the template's sandboxes (recorded; the base template's shape is kept).",
+        ),
+    ] = None,
+    memory: Annotated[
+        int | None,
+        typer.Option(
+            "--memory", help="Memory in MiB (recorded; the base template's shape is kept)."
+        ),
+    ] = None,
+    disk: Annotated[
+        int | None,
+        typer.Option("--disk", help="Free disk in MiB to ask for (recorded, not enforced)."),
+    ] = None,
+    start_cmd: Annotated[
+        str | None,
+        typer.Option(
+            "--start-cmd",
+            help="Command started in "
+            "the background before the snapshot; it keeps running in every "
+            "sandbox (default: the Dockerfile's ENTRYPOINT/CMD).",
+        ),
+    ] = None,
+    ready_cmd: Annotated[
+        str | None,
+        typer.Option(
+            "--ready-cmd",
+            help="Command that must succeed (retried up to 120 s) before the snapshot is taken.",
+        ),
+    ] = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Build template NAME from a Dockerfile: FROM a template (e.g. base) or a local OCI
     image; RUN, COPY/ADD (from the context), ENV, ARG, WORKDIR, USER. The steps run in a
     build sandbox, which is then snapshotted. Exits 1 if the build fails (reason printed)."""
@@ -150,10 +188,20 @@ def build(
         if image is None and re.search(r"[:/@]", df.base):
             image = df.base  # a registry reference: the server says why it cannot pull it
         _progress(f"building {name} FROM {df.base} ({len(df.steps)} steps)")
-        _ready(client.build(
-            df, name, ctx_dir, progress=_progress, from_image=image, cpu=cpu,
-            memory_mb=memory, disk_mb=disk, start_cmd=start_cmd, ready_cmd=ready_cmd,
-        ))  # fmt: skip
+        _ready(
+            client.build(
+                df,
+                name,
+                ctx_dir,
+                progress=_progress,
+                from_image=image,
+                cpu=cpu,
+                memory_mb=memory,
+                disk_mb=disk,
+                start_cmd=start_cmd,
+                ready_cmd=ready_cmd,
+            )
+        )
     client.close()
 
 
@@ -164,16 +212,37 @@ def _ready(result: BuildResult) -> None:
 
 
 def pull(
-    image: Annotated[str, typer.Argument(help="A registry reference (busybox, "
-                     "ghcr.io/org/img:tag, 127.0.0.1:5000/x:1), or a local OCI image layout "
-                     "(directory) or OCI archive (.tar).", show_default=False)],
-    name: Annotated[str, typer.Option("--name", "-n", help="Template name (default: from "
-                    "the image's name).", show_default=False)] = "",
-    username: Annotated[str, typer.Option("--username", "-u", help="Login of a private "
-                        "registry; the password is read from $AENV_REGISTRY_PASSWORD.",
-                        show_default=False)] = "",
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    image: Annotated[
+        str,
+        typer.Argument(
+            help="A registry reference (busybox, "
+            "ghcr.io/org/img:tag, 127.0.0.1:5000/x:1), or a local OCI image layout "
+            "(directory) or OCI archive (.tar).",
+            show_default=False,
+        ),
+    ],
+    name: Annotated[
+        str,
+        typer.Option(
+            "--name",
+            "-n",
+            help="Template name (default: from the image's name).",
+            show_default=False,
+        ),
+    ] = "",
+    username: Annotated[
+        str,
+        typer.Option(
+            "--username",
+            "-u",
+            help="Login of a private registry; the password is read from $AENV_REGISTRY_PASSWORD.",
+            show_default=False,
+        ),
+    ] = "",
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Make a template from an image: pulled from its registry (Docker Hub names as Docker
     reads them) or read from a local OCI layout/archive, converted to a guest image, booted
     once, snapshotted. envd runs on its own runtime: the image needs no Python or shell."""
@@ -196,44 +265,70 @@ def pull(
     client = _client(api_url, api_key, data_dir)
     with _Errors(f"pull {image}"):
         _progress(f"importing {source} as template {name}")
-        _ready(client.build(Dockerfile(base=source), name, Path.cwd(), progress=_progress,
-                            from_image=source, from_image_registry=login))  # fmt: skip
+        _ready(
+            client.build(
+                Dockerfile(base=source),
+                name,
+                Path.cwd(),
+                progress=_progress,
+                from_image=source,
+                from_image_registry=login,
+            )
+        )
     client.close()
 
 
 @template_app.command("ls")
 def template_ls(
-    output: Annotated[Format, typer.Option("--output", "-o",
-                      help="table on a terminal, json when piped; or force one.")
-                      ] = Format.auto,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    output: Annotated[
+        Format,
+        typer.Option("--output", "-o", help="table on a terminal, json when piped; or force one."),
+    ] = Format.auto,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """List templates: `base` and the ones you built, with their last build's status."""
     client = _client(api_url, api_key, data_dir)
     with _Errors("template ls"):
         rows = [_row(t) for t in client.list()]
     client.close()
-    emit(rows, ["name", "status", "cpu_count", "memory_mb", "builds", "updated_at", "failure"],
-         output)  # fmt: skip
+    emit(
+        rows,
+        ["name", "status", "cpu_count", "memory_mb", "builds", "updated_at", "failure"],
+        output,
+    )
 
 
 def _row(t: dict[str, Any]) -> dict[str, Any]:
     reason, step = t.get("buildReason"), t.get("buildStep")
     failure = f"step {step}: {reason}" if reason and step else reason
-    return {"name": t["templateID"], "template_id": t["templateID"],
-            "status": t["buildStatus"], "cpu_count": t["cpuCount"], "memory_mb": t["memoryMB"],
-            "builds": t["buildCount"], "build_id": t["buildID"],
-            "updated_at": t["updatedAt"], "failure": failure or ""}  # fmt: skip
+    return {
+        "name": t["templateID"],
+        "template_id": t["templateID"],
+        "status": t["buildStatus"],
+        "cpu_count": t["cpuCount"],
+        "memory_mb": t["memoryMB"],
+        "builds": t["buildCount"],
+        "build_id": t["buildID"],
+        "updated_at": t["updatedAt"],
+        "failure": failure or "",
+    }
 
 
 @template_app.command("logs")
 def template_logs(
-    name: Annotated[str, typer.Argument(help="Template whose build log to print.",
-                                        show_default=False)],
-    build_id: Annotated[str, typer.Option("--build", help="A build of it (default: the "
-                        "latest).", show_default=False)] = "",
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    name: Annotated[
+        str, typer.Argument(help="Template whose build log to print.", show_default=False)
+    ],
+    build_id: Annotated[
+        str,
+        typer.Option("--build", help="A build of it (default: the latest).", show_default=False),
+    ] = "",
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Print a build's log (running or finished): time, level, step, message per line."""
     client = _client(api_url, api_key, data_dir)
     with _Errors(f"template logs {name}"):
@@ -250,8 +345,10 @@ def template_logs(
 @template_app.command("rm")
 def template_rm(
     names: Annotated[list[str], typer.Argument(help="Templates to delete.", show_default=False)],
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Delete templates (sandboxes already started from them keep running)."""
     client = _client(api_url, api_key, data_dir)
     for n in names:

@@ -36,13 +36,14 @@ volume_app = typer.Typer(
     help="Persistent volumes: create, list, remove, and their files.",
     no_args_is_help=True,
 )
-files_app = typer.Typer(help="A volume's files, while no sandbox mounts it.",
-                        no_args_is_help=True)  # fmt: skip
+files_app = typer.Typer(help="A volume's files, while no sandbox mounts it.", no_args_is_help=True)
 volume_app.add_typer(files_app, name="files")
 
 VolumeRef = Annotated[str, typer.Argument(help="Volume name or ID.", show_default=False)]
-Output = Annotated[Format, typer.Option("--output", "-o",
-                   help="table on a terminal, json when piped; or force one.")]  # fmt: skip
+Output = Annotated[
+    Format,
+    typer.Option("--output", "-o", help="table on a terminal, json when piped; or force one."),
+]
 
 
 @contextmanager
@@ -78,10 +79,13 @@ def _content_opts(conn: Connection) -> dict[str, Any]:
 
 @volume_app.command("create")
 def create(
-    name: Annotated[str, typer.Argument(help="Volume name: letters, digits, '.', '_', '-'.",
-                                        show_default=False)],
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    name: Annotated[
+        str, typer.Argument(help="Volume name: letters, digits, '.', '_', '-'.", show_default=False)
+    ],
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Create an empty volume; print its ID. Mount it with `aenv start --volume NAME:/path`."""
     from e2b import Volume
 
@@ -92,8 +96,12 @@ def create(
 
 
 @volume_app.command("ls")
-def ls(output: Output = Format.auto, api_url: ApiUrl = None, api_key: ApiKey = None,
-       data_dir: DataDir = DEFAULT_DATA) -> None:  # fmt: skip
+def ls(
+    output: Output = Format.auto,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """List the team's volumes. JSON rows: volume_id, name."""
     from e2b import Volume
 
@@ -105,10 +113,13 @@ def ls(output: Output = Format.auto, api_url: ApiUrl = None, api_key: ApiKey = N
 
 @volume_app.command("rm")
 def rm(
-    volumes: Annotated[list[str], typer.Argument(help="Volumes to destroy, by name or ID.",
-                                                 show_default=False)],
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    volumes: Annotated[
+        list[str], typer.Argument(help="Volumes to destroy, by name or ID.", show_default=False)
+    ],
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Destroy volumes and their content; exit 1 if one is unknown or still mounted."""
     from e2b import Volume
 
@@ -127,19 +138,31 @@ def rm(
 def files_ls(
     volume: VolumeRef,
     path: Annotated[str, typer.Argument(help="Directory in the volume.")] = "/",
-    depth: Annotated[int, typer.Option("--depth", "-d", min=1, max=16,
-                                       help="Levels to descend.")] = 1,
+    depth: Annotated[
+        int, typer.Option("--depth", "-d", min=1, max=16, help="Levels to descend.")
+    ] = 1,
     output: Output = Format.auto,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """List a directory of a volume. JSON rows: path, type, size, mode, uid, gid, mtime."""
     conn = connection(api_url, api_key, data_dir)
     with _errors(f"volume files ls {volume} {path}"):
         vol = _volume(conn, volume)
         entries = vol.list(path, depth=depth, **_content_opts(conn))
-    rows = [{"path": e.path, "type": e.type.value, "size": e.size, "mode": f"{e.mode:04o}",
-             "uid": e.uid, "gid": e.gid, "mtime": e.mtime.isoformat()}
-            for e in entries]  # fmt: skip
+    rows = [
+        {
+            "path": e.path,
+            "type": e.type.value,
+            "size": e.size,
+            "mode": f"{e.mode:04o}",
+            "uid": e.uid,
+            "gid": e.gid,
+            "mtime": e.mtime.isoformat(),
+        }
+        for e in entries
+    ]
     emit(rows, ["path", "type", "size", "mode", "uid", "gid", "mtime"], output)
 
 
@@ -148,8 +171,10 @@ def files_get(
     volume: VolumeRef,
     path: Annotated[str, typer.Argument(help="File in the volume.", show_default=False)],
     dest: Annotated[str, typer.Argument(help="Local file, or - for stdout.")] = "-",
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Copy a file out of a volume."""
     conn = connection(api_url, api_key, data_dir)
     with _errors(f"volume files get {volume} {path}"):
@@ -165,14 +190,20 @@ def files_get(
 @files_app.command("put")
 def files_put(
     volume: VolumeRef,
-    source: Annotated[Path, typer.Argument(help="Local file.", show_default=False,
-                                           exists=True, dir_okay=False)],
-    path: Annotated[str, typer.Argument(help="Where in the volume (its directories are made).",
-                                        show_default=False)],
-    mode: Annotated[str | None, typer.Option("--mode", help="Octal mode, e.g. 644.",
-                                             show_default=False)] = None,
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    source: Annotated[
+        Path, typer.Argument(help="Local file.", show_default=False, exists=True, dir_okay=False)
+    ],
+    path: Annotated[
+        str,
+        typer.Argument(help="Where in the volume (its directories are made).", show_default=False),
+    ],
+    mode: Annotated[
+        str | None, typer.Option("--mode", help="Octal mode, e.g. 644.", show_default=False)
+    ] = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Copy a local file into a volume (replacing one there)."""
     conn = connection(api_url, api_key, data_dir)
     bits = int(mode, 8) if mode is not None else None
@@ -184,10 +215,13 @@ def files_put(
 @files_app.command("rm")
 def files_rm(
     volume: VolumeRef,
-    path: Annotated[str, typer.Argument(help="File or directory (with its content).",
-                                        show_default=False)],
-    api_url: ApiUrl = None, api_key: ApiKey = None, data_dir: DataDir = DEFAULT_DATA,
-) -> None:  # fmt: skip
+    path: Annotated[
+        str, typer.Argument(help="File or directory (with its content).", show_default=False)
+    ],
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
     """Remove a file or a directory from a volume."""
     conn = connection(api_url, api_key, data_dir)
     with _errors(f"volume files rm {volume} {path}"):

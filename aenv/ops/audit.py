@@ -26,11 +26,12 @@ __all__ = ["audit"]
 
 
 def audit(
-    output: Annotated[Format, typer.Option("--output", "-o",
-                      help="table on a terminal, json when piped; or force one.")
-                      ] = Format.auto,
+    output: Annotated[
+        Format,
+        typer.Option("--output", "-o", help="table on a terminal, json when piped; or force one."),
+    ] = Format.auto,
     data_dir: StackDir = DEFAULT_DATA_DIR,
-) -> None:  # fmt: skip
+) -> None:
     """Replay the sandbox event log: every accepted request answered exactly once (or
     overtaken by its sandbox's kill), none twice, no sandbox stuck in a transitional state.
     Exits 1 with the findings otherwise. Reads the stack's NATS directly."""
@@ -53,13 +54,17 @@ def audit(
         report = asyncio.run(run())
     if wants_json(output):
         doc = {
-            "sandboxes": report.sandboxes, "events": report.events,
-            "requests": dict(report.requests), "answered": report.answered,
-            "overtaken": report.overtaken, "unanswered": report.unanswered,
-            "duplicated": report.duplicated, "stuck": report.stuck,
+            "sandboxes": report.sandboxes,
+            "events": report.events,
+            "requests": dict(report.requests),
+            "answered": report.answered,
+            "overtaken": report.overtaken,
+            "unanswered": report.unanswered,
+            "duplicated": report.duplicated,
+            "stuck": report.stuck,
             "statuses": dict(report.statuses),
             "findings": [f.__dict__ for f in report.findings],
-        }  # fmt: skip
+        }
         typer.echo(json.dumps(doc))
     else:
         typer.echo(report.summary())

@@ -129,18 +129,32 @@ async def _follow(bus: Bus, sandbox_id: str | None, printer: _Printer) -> None:
 
 
 def events(
-    sandbox_id: Annotated[str | None, typer.Argument(
-        help="Sandbox whose history to print; without it, --follow shows every sandbox.",
-        show_default=False)] = None,
-    follow: Annotated[bool, typer.Option("--follow", "-f",
-                      help="Keep printing events as they are appended, until Ctrl-C. With ID: "
-                      "its history first, then live; without: every sandbox, from now on.")
-                      ] = False,
-    output: Annotated[Format, typer.Option("--output", "-o",
-                      help="table on a terminal, json (one object per line) when piped; "
-                      "or force one.")] = Format.auto,
+    sandbox_id: Annotated[
+        str | None,
+        typer.Argument(
+            help="Sandbox whose history to print; without it, --follow shows every sandbox.",
+            show_default=False,
+        ),
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Keep printing events as they are appended, until Ctrl-C. With ID: "
+            "its history first, then live; without: every sandbox, from now on.",
+        ),
+    ] = False,
+    output: Annotated[
+        Format,
+        typer.Option(
+            "--output",
+            "-o",
+            help="table on a terminal, json (one object per line) when piped; or force one.",
+        ),
+    ] = Format.auto,
     data_dir: StackDir = DEFAULT_DATA_DIR,
-) -> None:  # fmt: skip
+) -> None:
     """A sandbox's history and fork lineage from the event log; --follow watches live.
 
     Prints every event of SANDBOX_ID (what, when, who, caused by what), then its fork

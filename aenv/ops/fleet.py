@@ -31,4 +31,3 @@ async def read_beats(nats_url: str) -> list[Heartbeat]:
         return await (await NodeBook.open(bus.js, bus.names.nodes_bucket)).all()
     finally:
         await bus.close()
-

@@ -14,8 +14,9 @@ def stack_problems(info: Mapping[str, object], ready: Mapping[str, object]) -> l
         for name, st in sorted(roles.items()):
             if isinstance(st, Mapping) and st.get("state") != "ready":
                 restarts, code = st.get("restarts"), st.get("last_exit")
-                out.append(f"role {name} is {st.get('state')} "
-                           f"({restarts} restarts, last exit {code})")  # fmt: skip
+                out.append(
+                    f"role {name} is {st.get('state')} ({restarts} restarts, last exit {code})"
+                )
     if ready.get("status") != "ok":
         out.append(str(ready.get("message") or "the API is not ready"))
     warnings = ready.get("warnings")

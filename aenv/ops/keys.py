@@ -108,18 +108,23 @@ def _human(row: dict[str, Any]) -> dict[str, Any]:
     def short(ts: str | None) -> str:
         return ts[:19].replace("T", " ") if ts else ""
 
-    return {**row, "prefix": f"{row['prefix']}…", "created": short(row["created_at"]),
-            "revoked": short(row["revoked_at"]) or "-"}  # fmt: skip
+    return {
+        **row,
+        "prefix": f"{row['prefix']}…",
+        "created": short(row["created_at"]),
+        "revoked": short(row["revoked_at"]) or "-",
+    }
 
 
 @keys_app.command("ls")
 def ls(
-    output: Annotated[Format, typer.Option("--output", "-o",
-                      help="table on a terminal, json when piped; or force one.")
-                      ] = Format.auto,
+    output: Annotated[
+        Format,
+        typer.Option("--output", "-o", help="table on a terminal, json when piped; or force one."),
+    ] = Format.auto,
     team: Annotated[str | None, typer.Option(help="Only this team's keys.")] = None,
     data_dir: StackDir = DEFAULT_DATA_DIR,
-) -> None:  # fmt: skip
+) -> None:
     """List API keys, revoked ones included (never the keys themselves).
 
     Table: id, name, team, prefix, created, revoked. JSON rows: key_id, name, team, prefix,
@@ -132,8 +137,9 @@ def ls(
     t = tables.api_keys
 
     async def body(bus: Bus, engine: AsyncEngine) -> list[dict[str, Any]]:
-        q = select(t.c.key_id, t.c.name, t.c.team_id, t.c.prefix, t.c.created_at,
-                   t.c.revoked_at).order_by(t.c.created_at, t.c.key_id)  # fmt: skip
+        q = select(
+            t.c.key_id, t.c.name, t.c.team_id, t.c.prefix, t.c.created_at, t.c.revoked_at
+        ).order_by(t.c.created_at, t.c.key_id)
         if team is not None:
             q = q.where(t.c.team_id == team)
         async with engine.connect() as conn:
@@ -145,10 +151,11 @@ def ls(
 
 @keys_app.command("revoke")
 def revoke(
-    key_id: Annotated[str, typer.Argument(help="ID of the key (KEY_ID in `aenv keys ls`).",
-                      show_default=False)],
+    key_id: Annotated[
+        str, typer.Argument(help="ID of the key (KEY_ID in `aenv keys ls`).", show_default=False)
+    ],
     data_dir: StackDir = DEFAULT_DATA_DIR,
-) -> None:  # fmt: skip
+) -> None:
     """Revoke an API key: the API refuses it (401) within 5 s of this returning.
 
     The API caches a key lookup for at most api.auth.CACHE_S (5 s); this command returns

@@ -91,8 +91,9 @@ def render(family: Family, current: str | None = None) -> list[str]:
         kids = [c for c in kids if c not in seen]
         for i, child in enumerate(kids):
             last = i == len(kids) - 1
-            lines.append(f"{prefix}{'└── ' if last else '├── '}"
-                         f"{label(child, node.errors.get(child))}")  # fmt: skip
+            lines.append(
+                f"{prefix}{'└── ' if last else '├── '}{label(child, node.errors.get(child))}"
+            )
             if child in family.nodes:
                 visit(child, prefix + ("    " if last else "│   "), seen | {child})
 

@@ -19,9 +19,12 @@ __all__ = ["StackDir", "operator_errors", "pid_alive", "running_stack", "stack_i
 
 StackDir = Annotated[
     Path,
-    typer.Option("--data-dir", help="State dir of the stack `aenv up` started: its stack.json "
-                 "says where its NATS and Postgres are."),
-]  # fmt: skip
+    typer.Option(
+        "--data-dir",
+        help="State dir of the stack `aenv up` started: its stack.json "
+        "says where its NATS and Postgres are.",
+    ),
+]
 
 
 def pid_alive(pid: int) -> bool:
@@ -59,8 +62,11 @@ def running_stack(data_dir: Path) -> dict[str, object]:
     nats_url, db_url = os.environ.get("AENV_NATS_URL"), os.environ.get("AENV_DATABASE_URL")
     if nats_url and db_url:
         return {"nats_url": nats_url, "database_url": db_url}
-    die(f"aenv is not running under {data_dir} (aenv up), and AENV_NATS_URL and "
-        "AENV_DATABASE_URL do not say where a fleet's servers are", EXIT_SERVER)
+    die(
+        f"aenv is not running under {data_dir} (aenv up), and AENV_NATS_URL and "
+        "AENV_DATABASE_URL do not say where a fleet's servers are",
+        EXIT_SERVER,
+    )
 
 
 @contextmanager

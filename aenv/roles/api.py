@@ -61,8 +61,9 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         nodes.follow()
         stack.push_async_callback(nodes.close)
         keep = TimerSettings().paused_retention_s
-        timer = Timer(bus, seed=lambda: _timer_start(engine), nodes=nodes,
-                      paused_retention_s=keep or None)  # fmt: skip
+        timer = Timer(
+            bus, seed=lambda: _timer_start(engine), nodes=nodes, paused_retention_s=keep or None
+        )
         await timer.start()
         stack.push_async_callback(timer.stop)
         await _bootstrap_key(cfg, bus)
@@ -80,13 +81,23 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         files_dir = cfg.data_dir / "build-files"
         api_settings = ApiSettings(build_files_dir=files_dir, upload_secret=_secret(cfg))
         metrics = _metrics(bus, engine, projectors, nodes)
-        ctx = ApiContext(bus, engine, api_settings, KeyChecker(engine), wait_for=wait_for,
-                         wait_for_templates=wait_for_templates,
-                         wait_for_volumes=wait_for_volumes, nodes=nodes,
-                         metrics=metrics)  # fmt: skip
-        routes = await RouteTable.open(bus, via_node=ctx.settings.proxy_via_node,
-                                     resume=auto_resume(ctx),
-                                     resume_timeout_s=ctx.settings.command_timeout_s)  # fmt: skip
+        ctx = ApiContext(
+            bus,
+            engine,
+            api_settings,
+            KeyChecker(engine),
+            wait_for=wait_for,
+            wait_for_templates=wait_for_templates,
+            wait_for_volumes=wait_for_volumes,
+            nodes=nodes,
+            metrics=metrics,
+        )
+        routes = await RouteTable.open(
+            bus,
+            via_node=ctx.settings.proxy_via_node,
+            resume=auto_resume(ctx),
+            resume_timeout_s=ctx.settings.command_timeout_s,
+        )
         stack.push_async_callback(routes.close)
         sweeper = CaptureSweeper(ctx, grace_s=api_settings.capture_grace_s)
         await sweeper.start()
@@ -94,10 +105,17 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         app = create_app(ctx, routes.resolve)
         routes.on_gone.append(app.close_sandbox)
         server = uvicorn.Server(
-            uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
-                           lifespan="off", timeout_keep_alive=75, access_log=False,
-                           log_config=None)  # its records go through ours (aenv.logs)
-        )  # fmt: skip
+            uvicorn.Config(
+                app,
+                host=cfg.host,
+                port=cfg.port,
+                log_level="warning",
+                lifespan="off",
+                timeout_keep_alive=75,
+                access_log=False,
+                log_config=None,
+            )  # its records go through ours (aenv.logs)
+        )
         server_task = asyncio.create_task(_serve(server))
         while not server.started:
             if server_task.done():
@@ -107,10 +125,13 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         say(f"API listening on http://{cfg.host}:{cfg.port}")
         # Builds drive their build sandbox through this API's envd proxy, so after it listens.
         url = f"http://{cfg.host}:{cfg.port}"
-        builder = Builder(bus, BuildSettings(proxy_url=url, files_dir=files_dir),
-                          parallel=cfg.build_parallel,
-                          published=lambda name: ctx.forget(f"tpl:{name}"),
-                          metrics=BuildMetrics(metrics.scrape))  # fmt: skip
+        builder = Builder(
+            bus,
+            BuildSettings(proxy_url=url, files_dir=files_dir),
+            parallel=cfg.build_parallel,
+            published=lambda name: ctx.forget(f"tpl:{name}"),
+            metrics=BuildMetrics(metrics.scrape),
+        )
         await builder.start()
         stack.push_async_callback(builder.stop)
         say(READY)
@@ -148,8 +169,9 @@ def _metrics(
 
     metrics.count_sandboxes(census, lambda: (nodes.current() or {}).keys())
     metrics.measure_projections(lags)
-    ConsumerGauges(metrics.scrape, bus.js).watch(bus.names.command_stream,
-                                                 lambda: [bus.names.build_consumer])  # fmt: skip
+    ConsumerGauges(metrics.scrape, bus.js).watch(
+        bus.names.command_stream, lambda: [bus.names.build_consumer]
+    )
     return metrics
 
 

@@ -53,36 +53,64 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
             host, uploads, disk_mb = await _qemu_host(cfg, node_cfg, bus, stack, metrics.scrape)
         stack.push_async_callback(host.close)
         register = tp.RegisterTemplate(
-            template_id="base", alias="base", envd_version=ENVD_VERSION,
-            cpu_count=node_cfg.base_vcpus, memory_mb=node_cfg.base_mem_mib,
+            template_id="base",
+            alias="base",
+            envd_version=ENVD_VERSION,
+            cpu_count=node_cfg.base_vcpus,
+            memory_mb=node_cfg.base_mem_mib,
             disk_size_mb=disk_mb,
-        )  # fmt: skip
+        )
         await execute(bus.templates, register)
         if node_cfg.code_interpreter:
-            await execute(bus.templates, tp.RegisterTemplate(
-                template_id=CODE_INTERPRETER, alias=CODE_INTERPRETER,
-                envd_version=ENVD_VERSION, cpu_count=node_cfg.code_interpreter_vcpus,
-                memory_mb=node_cfg.code_interpreter_mem_mib, disk_size_mb=disk_mb,
-            ))  # fmt: skip
+            await execute(
+                bus.templates,
+                tp.RegisterTemplate(
+                    template_id=CODE_INTERPRETER,
+                    alias=CODE_INTERPRETER,
+                    envd_version=ENVD_VERSION,
+                    cpu_count=node_cfg.code_interpreter_vcpus,
+                    memory_mb=node_cfg.code_interpreter_mem_mib,
+                    disk_size_mb=disk_mb,
+                ),
+            )
         sock = listen(node_cfg.proxy_host, node_cfg.proxy_port)
         bound = f"{node_cfg.proxy_host}:{sock.getsockname()[1]}"
         observer = GuestObserver(host, every_s=node_cfg.metrics_every_s)
-        worker = NodeWorker(bus, host, node_cfg, node_proxy=node_cfg.proxy_advertise or bound,
-                            on_moot=uploads.cancel if uploads else None,
-                            uploads_waiting=uploads.waiting if uploads else None,
-                            on_killed=observer.forget, metrics=metrics)  # fmt: skip
+        worker = NodeWorker(
+            bus,
+            host,
+            node_cfg,
+            node_proxy=node_cfg.proxy_advertise or bound,
+            on_moot=uploads.cancel if uploads else None,
+            uploads_waiting=uploads.waiting if uploads else None,
+            on_killed=observer.forget,
+            metrics=metrics,
+        )
         _watch(metrics, bus, worker, node_cfg.node_id, uploads is not None)
         token = node_cfg.metrics_token
-        volumes = (VolumeEndpoint(bus, host.volumes, node_cfg.node_id)
-                   if isinstance(host, SandboxHost) else None)  # fmt: skip
-        proxy = uvicorn.Server(uvicorn.Config(
-            node_proxy(host, worker.ingress, lambda: worker.serving, observer,
-                       exposition=metrics.scrape.render,
-                       metrics_token=token.get_secret_value() if token else None,
-                       volumes=volumes),
-            log_level="warning", lifespan="off", log_config=None,
-            access_log=False, timeout_keep_alive=75,
-        ))  # fmt: skip
+        volumes = (
+            VolumeEndpoint(bus, host.volumes, node_cfg.node_id)
+            if isinstance(host, SandboxHost)
+            else None
+        )
+        proxy = uvicorn.Server(
+            uvicorn.Config(
+                node_proxy(
+                    host,
+                    worker.ingress,
+                    lambda: worker.serving,
+                    observer,
+                    exposition=metrics.scrape.render,
+                    metrics_token=token.get_secret_value() if token else None,
+                    volumes=volumes,
+                ),
+                log_level="warning",
+                lifespan="off",
+                log_config=None,
+                access_log=False,
+                timeout_keep_alive=75,
+            )
+        )
         proxy_task = asyncio.create_task(proxy.serve(sockets=[sock]))
         stack.push_async_callback(_stop_server, proxy, proxy_task)
         await worker.start()
@@ -103,24 +131,27 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         say("node: draining in-flight work")
 
 
-def _watch(
-    metrics: NodeMetrics, bus: Bus, worker: NodeWorker, node_id: str, uploads: bool
-) -> None:
+def _watch(metrics: NodeMetrics, bus: Bus, worker: NodeWorker, node_id: str, uploads: bool) -> None:
     """What the node's scrape reads fresh: its room and VMs, and its JetStream consumers
     (once its worker made them)."""
     metrics.watch(worker.host, worker.capacity.room)
     names = bus.names
     jetstream = ConsumerGauges(metrics.scrape, bus.js)
-    jetstream.watch(names.command_stream, lambda: [names.node_consumer(node_id),
-                                                   names.place_consumer] if worker.serving
-                    else [])  # fmt: skip
+    jetstream.watch(
+        names.command_stream,
+        lambda: [names.node_consumer(node_id), names.place_consumer] if worker.serving else [],
+    )
     if uploads:
-        jetstream.watch(names.event_stream, lambda: [names.snapshot_consumer(node_id)]
-                        if worker.serving else [])  # fmt: skip
+        jetstream.watch(
+            names.event_stream, lambda: [names.snapshot_consumer(node_id)] if worker.serving else []
+        )
 
 
 async def _qemu_host(
-    cfg: RoleSettings, node_cfg: NodeSettings, bus: Bus, stack: contextlib.AsyncExitStack,
+    cfg: RoleSettings,
+    node_cfg: NodeSettings,
+    bus: Bus,
+    stack: contextlib.AsyncExitStack,
     scrape: Scrape,
 ) -> tuple[SandboxHost, SnapshotWorker | None, int]:
     """QEMU microVMs: the `base` image and template ready, the runtime open, and the
@@ -129,11 +160,14 @@ async def _qemu_host(
     image = await asyncio.to_thread(build_base, progress=lambda m: say(f"  image: {m}"))
     envd_rt = await asyncio.to_thread(build_runtime, progress=lambda m: say(f"  {m}"))
     runtime = await Runtime.open(
-        node_cfg.state_dir, kernel_for_probe=image.kernel,
-        pool_target=node_cfg.slot_pool, slot_prefix=node_cfg.slot_prefix,
-        slot_cidr=node_cfg.slot_cidr, egress=node_cfg.egress_enabled,
+        node_cfg.state_dir,
+        kernel_for_probe=image.kernel,
+        pool_target=node_cfg.slot_pool,
+        slot_prefix=node_cfg.slot_prefix,
+        slot_cidr=node_cfg.slot_cidr,
+        egress=node_cfg.egress_enabled,
         runtime_disk=envd_rt.path,
-    )  # fmt: skip
+    )
     stack.push_async_callback(runtime.close)
     say(f"accelerator: {runtime.accel.accel} ({runtime.accel.reason})")
     base = TemplateSpec("base", vcpus=node_cfg.base_vcpus, mem_mib=node_cfg.base_mem_mib)
@@ -142,8 +176,13 @@ async def _qemu_host(
     if node_cfg.code_interpreter:
         await _code_interpreter(catalog, node_cfg)
     repository = await _repository(cfg, node_cfg, stack, TransferMetrics(scrape))
-    host = SandboxHost(runtime, catalog, capacity=node_cfg.capacity, repository=repository,
-                       warm=node_cfg.warm_policy())  # fmt: skip
+    host = SandboxHost(
+        runtime,
+        catalog,
+        capacity=node_cfg.capacity,
+        repository=repository,
+        warm=node_cfg.warm_policy(),
+    )
     # captures become durable through the node's snapshot worker
     uploads = SnapshotWorker(bus, node_cfg.node_id, host, repository) if repository else None
     return host, uploads, image.rootfs.stat().st_size >> 20
@@ -153,11 +192,13 @@ async def _code_interpreter(catalog: TemplateCatalog, node_cfg: NodeSettings) ->
     """`code-interpreter-v1`: its image (built once, cached by digest) and its capture,
     taken once the server on 49999 answers with its default kernel started."""
     say(f"preparing `{CODE_INTERPRETER}` (first run: apt in the image tree, a few minutes)")
-    image = await asyncio.to_thread(
-        build_code_interpreter, progress=lambda m: say(f"  image: {m}")
+    image = await asyncio.to_thread(build_code_interpreter, progress=lambda m: say(f"  image: {m}"))
+    spec = TemplateSpec(
+        CODE_INTERPRETER,
+        vcpus=node_cfg.code_interpreter_vcpus,
+        mem_mib=node_cfg.code_interpreter_mem_mib,
+        ready_port=CI_PORT,
     )
-    spec = TemplateSpec(CODE_INTERPRETER, vcpus=node_cfg.code_interpreter_vcpus,
-                        mem_mib=node_cfg.code_interpreter_mem_mib, ready_port=CI_PORT)  # fmt: skip
     catalog.register(spec, lambda: image)
     await catalog.get(CODE_INTERPRETER)
 
@@ -168,16 +209,22 @@ async def _stop_server(server: uvicorn.Server, task: asyncio.Task[None]) -> None
 
 
 async def _repository(
-    cfg: RoleSettings, node_cfg: NodeSettings, stack: contextlib.AsyncExitStack,
+    cfg: RoleSettings,
+    node_cfg: NodeSettings,
+    stack: contextlib.AsyncExitStack,
     metrics: TransferMetrics,
 ) -> SnapshotRepository | None:
     """Pauses upload to S3 when the stack has one (embedded SeaweedFS or AENV_S3_*)."""
     if not cfg.s3_endpoint:
         return None
-    store = await S3Store.open(S3Config(
-        bucket=cfg.s3_bucket, endpoint_url=cfg.s3_endpoint,
-        access_key=cfg.s3_access_key, secret_key=cfg.s3_secret_key,
-    ))  # fmt: skip
+    store = await S3Store.open(
+        S3Config(
+            bucket=cfg.s3_bucket,
+            endpoint_url=cfg.s3_endpoint,
+            access_key=cfg.s3_access_key,
+            secret_key=cfg.s3_secret_key,
+        )
+    )
     stack.push_async_callback(store.close)
     cache = BlobCache(node_cfg.state_dir / "blob-cache", node_cfg.blob_cache_bytes)
     say(f"snapshot repository: S3 at {cfg.s3_endpoint}")

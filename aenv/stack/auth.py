@@ -36,11 +36,7 @@ def hardened_hba() -> str:
     """Every login needs its password, on the unix socket too (its directory is 0700
     already; the password keeps it so if that mode is ever loosened). Written only once
     the superuser has a password, so the server never starts with trust."""
-    return (
-        f"{HBA_MARKER}\n"
-        "local all all scram-sha-256\n"
-        "host all all 127.0.0.1/32 scram-sha-256\n"
-    )
+    return f"{HBA_MARKER}\nlocal all all scram-sha-256\nhost all all 127.0.0.1/32 scram-sha-256\n"
 
 
 def is_hardened(hba_text: str) -> bool:
@@ -52,8 +48,10 @@ def role_sql(exists: bool, password: str) -> str:
     superuser, no CREATEDB/CREATEROLE (it owns one database, it needs no more)."""
     _check_hex(password)
     verb = "ALTER ROLE" if exists else "CREATE ROLE"
-    return (f"{verb} {APP_ROLE} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
-            f"NOREPLICATION NOBYPASSRLS PASSWORD '{password}'")  # fmt: skip
+    return (
+        f"{verb} {APP_ROLE} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
+        f"NOREPLICATION NOBYPASSRLS PASSWORD '{password}'"
+    )
 
 
 def password_sql(role: str, password: str) -> str:
@@ -81,11 +79,15 @@ _NOT_EXTENSION = (
 def ownership_statements_sql() -> str:
     """One query listing the statements to run, in the order to run them."""
     su = f"(SELECT oid FROM pg_roles WHERE rolname = '{SUPERUSER}')"
-    rel_kinds = ("CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' "
-                 "WHEN 'S' THEN 'SEQUENCE' WHEN 'f' THEN 'FOREIGN TABLE' ELSE 'TABLE' END")
-    owned_seq = ("EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass "
-                 "AND d.objid = c.oid AND d.refclassid = 'pg_class'::regclass "
-                 "AND d.deptype IN ('a', 'i'))")  # fmt: skip
+    rel_kinds = (
+        "CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' "
+        "WHEN 'S' THEN 'SEQUENCE' WHEN 'f' THEN 'FOREIGN TABLE' ELSE 'TABLE' END"
+    )
+    owned_seq = (
+        "EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass "
+        "AND d.objid = c.oid AND d.refclassid = 'pg_class'::regclass "
+        "AND d.deptype IN ('a', 'i'))"
+    )
     parts = [
         f"SELECT 1, format('ALTER SCHEMA %I OWNER TO {APP_ROLE}', n.nspname) FROM pg_namespace n "
         f"WHERE n.nspowner = {su} AND {_NOT_SYSTEM} "

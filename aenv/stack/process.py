@@ -101,9 +101,14 @@ class ManagedProcess:
     """One server process whose output goes to a log file under the data directory."""
 
     def __init__(
-        self, name: str, argv: list[str], log: Path, *, user: str | None = None,
+        self,
+        name: str,
+        argv: list[str],
+        log: Path,
+        *,
+        user: str | None = None,
         stop_signal: int = signal.SIGTERM,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.name = name
         self.argv = argv
         self.log = log

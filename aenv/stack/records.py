@@ -78,8 +78,9 @@ class ProcessBook:
         self.path = data_dir / FILE
         self.records: dict[str, ProcessRecord] = {}
 
-    def note(self, name: str, pid: int, *, stop_signal: int = signal.SIGTERM,
-             group: bool = False) -> None:  # fmt: skip
+    def note(
+        self, name: str, pid: int, *, stop_signal: int = signal.SIGTERM, group: bool = False
+    ) -> None:
         started = start_time(pid)
         if started is None:
             return  # already gone: nothing to find later

@@ -58,10 +58,20 @@ class EmbeddedNats:
         self.config = self.dir / "nats.conf"
         self.process = ManagedProcess(
             "nats",
-            [_binary("nats-server"), "-c", str(self.config), "-a", "127.0.0.1",
-             "-p", str(self.port), "-js", "-sd", str(self.dir / "js")],
+            [
+                _binary("nats-server"),
+                "-c",
+                str(self.config),
+                "-a",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-js",
+                "-sd",
+                str(self.dir / "js"),
+            ],
             self.dir / "nats.log",
-        )  # fmt: skip
+        )
         self.password = ""
 
     @property
@@ -119,16 +129,29 @@ class EmbeddedPostgres:
         self.user = PG_USER if os.geteuid() == 0 else None
         self.process = ManagedProcess(
             "postgres",
-            [str(self.bin / "postgres"), "-D", str(self.pgdata), "-p", str(self.port),
-             "-c", "listen_addresses=127.0.0.1", "-k", str(self.dir), "-c", "fsync=on"],
+            [
+                str(self.bin / "postgres"),
+                "-D",
+                str(self.pgdata),
+                "-p",
+                str(self.port),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-k",
+                str(self.dir),
+                "-c",
+                "fsync=on",
+            ],
             self.dir / "postgres.log",
             user=self.user,
             stop_signal=signal.SIGINT,  # "fast": SIGTERM would wait for every client to go
-        )  # fmt: skip
+        )
         self.passwords: dict[str, str] = {}
 
     def url(self, database: str = "aenv") -> str:
-        return f"postgresql://{APP_ROLE}:{self.passwords[APP_ROLE]}@127.0.0.1:{self.port}/{database}"
+        return (
+            f"postgresql://{APP_ROLE}:{self.passwords[APP_ROLE]}@127.0.0.1:{self.port}/{database}"
+        )
 
     async def start(self, database: str = "aenv") -> str:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -143,9 +166,21 @@ class EmbeddedPostgres:
         self.passwords = load_or_mint(creds, (SUPERUSER, APP_ROLE))
         if not (self.pgdata / "PG_VERSION").exists():
             # trust never serves: the server first starts with the hardened pg_hba.conf
-            await asyncio.to_thread(self._run_as_server, [
-                str(self.bin / "initdb"), "-D", str(self.pgdata), "-U", SUPERUSER, "-A", "trust",
-                "-E", "UTF8", "--no-instructions"])  # fmt: skip
+            await asyncio.to_thread(
+                self._run_as_server,
+                [
+                    str(self.bin / "initdb"),
+                    "-D",
+                    str(self.pgdata),
+                    "-U",
+                    SUPERUSER,
+                    "-A",
+                    "trust",
+                    "-E",
+                    "UTF8",
+                    "--no-instructions",
+                ],
+            )
         await asyncio.to_thread(self._clear_lock)
         hba = self.pgdata / "pg_hba.conf"
         if not (had and is_hardened(hba.read_text())):  # fresh, or trust from an older aenv
@@ -157,8 +192,9 @@ class EmbeddedPostgres:
         return self.url(database)
 
     def _run_as_server(self, argv: list[str], stdin: str = "") -> None:
-        done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
-                              **as_user(self.user))  # fmt: skip
+        done = subprocess.run(
+            argv, input=stdin, capture_output=True, text=True, **as_user(self.user)
+        )
         # errors only: single-user mode echoes a failed statement (with its password)
         errors = [ln for ln in done.stderr.splitlines() if "ERROR:" in ln or "FATAL:" in ln]
         if done.returncode != 0 or errors:
@@ -169,16 +205,22 @@ class EmbeddedPostgres:
         (the superuser may have no password yet), and none is possible meanwhile. The
         password goes in on stdin, not the command line."""
         statement = password_sql(SUPERUSER, self.passwords[SUPERUSER]) + "\n"
-        self._run_as_server([str(self.bin / "postgres"), "--single", "-D", str(self.pgdata),
-                             "postgres"], statement)  # fmt: skip
+        self._run_as_server(
+            [str(self.bin / "postgres"), "--single", "-D", str(self.pgdata), "postgres"], statement
+        )
 
     async def _admin(self, database: str = "postgres") -> Any:
         """The superuser, with its password: the supervisor's login for the set-up."""
         import asyncpg
 
-        return await asyncpg.connect(host="127.0.0.1", port=self.port, user=SUPERUSER,
-                                     password=self.passwords[SUPERUSER], database=database,
-                                     timeout=5)  # fmt: skip
+        return await asyncpg.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user=SUPERUSER,
+            password=self.passwords[SUPERUSER],
+            database=database,
+            timeout=5,
+        )
 
     async def _ensure_app_database(self, database: str) -> None:
         """The app role with its password and no more rights, owning `database` and what
@@ -289,19 +331,34 @@ class EmbeddedS3:
             self.access_key, self.secret_key = "aenv" + secrets.token_hex(8), secrets.token_hex(20)
         self.s3_port = free_port()
         ports = {
-            "master.port": free_port(), "master.port.grpc": free_port(),
-            "volume.port": free_port(), "volume.port.grpc": free_port(),
-            "filer.port": free_port(), "filer.port.grpc": free_port(),
-            "s3.port": self.s3_port, "s3.port.grpc": free_port(),
-        }  # fmt: skip
+            "master.port": free_port(),
+            "master.port.grpc": free_port(),
+            "volume.port": free_port(),
+            "volume.port.grpc": free_port(),
+            "filer.port": free_port(),
+            "filer.port.grpc": free_port(),
+            "s3.port": self.s3_port,
+            "s3.port.grpc": free_port(),
+        }
         self.process = ManagedProcess(
             "seaweedfs",
-            [_binary("weed"), "server", f"-dir={self.dir / 'data'}", "-ip=127.0.0.1",
-             "-ip.bind=127.0.0.1", "-filer", "-s3", f"-s3.config={self.dir / 's3.json'}",
-             "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.volumeSizeLimitMB=1024",
-             "-volume.max=64", *(f"-{k}={v}" for k, v in ports.items())],
+            [
+                _binary("weed"),
+                "server",
+                f"-dir={self.dir / 'data'}",
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                "-filer",
+                "-s3",
+                f"-s3.config={self.dir / 's3.json'}",
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
+                "-master.volumeSizeLimitMB=1024",
+                "-volume.max=64",
+                *(f"-{k}={v}" for k, v in ports.items()),
+            ],
             self.dir / "seaweedfs.log",
-        )  # fmt: skip
+        )
 
     @property
     def endpoint(self) -> S3Endpoint:
@@ -310,9 +367,10 @@ class EmbeddedS3:
     async def start(self) -> S3Endpoint:
         (self.dir / "data").mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
-        write_private_file(self.dir / "credentials.json",
-                           json.dumps({"access_key": self.access_key,
-                                       "secret_key": self.secret_key}))  # fmt: skip
+        write_private_file(
+            self.dir / "credentials.json",
+            json.dumps({"access_key": self.access_key, "secret_key": self.secret_key}),
+        )
         identity = {
             "name": "aenv",
             "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],

@@ -46,16 +46,18 @@ class StackLog:
 
     def __init__(self, path: Path, *, max_bytes: int, backups: int) -> None:
         self.path = path
-        self._handler = _PrivateFile(path, maxBytes=max_bytes, backupCount=backups,
-                                     encoding="utf-8")  # fmt: skip
+        self._handler = _PrivateFile(
+            path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
+        )
         self._handler.setFormatter(logging.Formatter("%(message)s"))
         read, write = os.pipe()
         self._saved = (os.dup(1), os.dup(2))
         os.dup2(write, 1)
         os.dup2(write, 2)
         os.close(write)
-        self._reader = threading.Thread(target=self._pump, args=(read,), name="stack-log",
-                                        daemon=True)  # fmt: skip
+        self._reader = threading.Thread(
+            target=self._pump, args=(read,), name="stack-log", daemon=True
+        )
         self._reader.start()
 
     def _pump(self, fd: int) -> None:
@@ -66,8 +68,7 @@ class StackLog:
                     self._write(wrap(line, service="aenv", stream="stderr"))
 
     def _write(self, line: str) -> None:
-        self._handler.handle(logging.LogRecord("aenv.stack", logging.INFO, "", 0, line, None,
-                                               None))  # fmt: skip
+        self._handler.handle(logging.LogRecord("aenv.stack", logging.INFO, "", 0, line, None, None))
 
     def close(self, timeout: float = 2.0) -> None:
         """Fds 1 and 2 back to what they were; the lines still in the pipe written first."""

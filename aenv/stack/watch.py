@@ -20,9 +20,13 @@ POLL_S = 0.5
 
 
 async def keep_running(
-    process: ManagedProcess, start: Callable[[], Awaitable[object]], stop: asyncio.Event,
-    say: Callable[[str], None], *, cap_s: float = CAP_S,
-) -> None:  # fmt: skip
+    process: ManagedProcess,
+    start: Callable[[], Awaitable[object]],
+    stop: asyncio.Event,
+    say: Callable[[str], None],
+    *,
+    cap_s: float = CAP_S,
+) -> None:
     """Until `stop`: whenever `process` is found dead, `start()` it again (which waits
     until it answers), its delay doubling while it keeps dying."""
     crashes = CrashRecord(cap_s=cap_s)
@@ -33,8 +37,10 @@ async def keep_running(
             continue
         code = process.proc.returncode if process.proc is not None else None
         delay = crashes.crashed(time.monotonic())
-        say(f"{process.name} exited unexpectedly (code {code}, {crashes.streak} in a row); "
-            f"restarting it in {delay:.1f}s")  # fmt: skip
+        say(
+            f"{process.name} exited unexpectedly (code {code}, {crashes.streak} in a row); "
+            f"restarting it in {delay:.1f}s"
+        )
         if await _sleep_unless(stop, delay):
             return
         crashes.started(time.monotonic())

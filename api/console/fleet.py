@@ -70,18 +70,31 @@ async def build_log(build_id: str, ctx: ApiContext, caller: Caller, offset: int 
             entries = await reads.build_log(ctx, build_id, max(0, offset))  # none missed
             for e in entries:
                 offset = e["idx"] + 1
-                yield (json.dumps({"idx": e["idx"], "at": e["at"].isoformat(),
-                                   "level": e["level"], "step": e["step"],
-                                   "message": e["message"]}) + "\n").encode()  # fmt: skip
+                yield (
+                    json.dumps(
+                        {
+                            "idx": e["idx"],
+                            "at": e["at"].isoformat(),
+                            "level": e["level"],
+                            "step": e["step"],
+                            "message": e["message"],
+                        }
+                    )
+                    + "\n"
+                ).encode()
             if row is not None and row["status"] in _DONE and not entries:
-                yield (json.dumps({"status": row["status"], "reason": row["reason"]})
-                       + "\n").encode()  # fmt: skip
+                yield (
+                    json.dumps({"status": row["status"], "reason": row["reason"]}) + "\n"
+                ).encode()
                 return
             if not entries:
                 await asyncio.sleep(LOG_POLL_S)
 
-    return Stream(lines(), media_type="application/x-ndjson",
-                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})  # fmt: skip
+    return Stream(
+        lines(),
+        media_type="application/x-ndjson",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
 
 
 ROUTES = [fleet, templates, build, build_log]

@@ -42,14 +42,20 @@ async def sandbox_page(sandbox_id: str) -> Response[Any]:
 async def terminal_page(sandbox_id: str) -> Response[Any]:
     if not is_sandbox_id(sandbox_id):
         return Redirect("/console/sandboxes")
-    return html("terminal_page.html", page="sandboxes", title=f"{sandbox_id} terminal",
-                sid=sandbox_id)  # fmt: skip
+    return html(
+        "terminal_page.html", page="sandboxes", title=f"{sandbox_id} terminal", sid=sandbox_id
+    )
 
 
 @get("/console/templates", include_in_schema=False)
 async def templates_page() -> Response[str]:
-    return html("page.html", page="templates", title="Templates and builds",
-                fragment="/console/f/templates", poll=5)  # fmt: skip
+    return html(
+        "page.html",
+        page="templates",
+        title="Templates and builds",
+        fragment="/console/f/templates",
+        poll=5,
+    )
 
 
 @get("/console/builds/{build_id:str}", include_in_schema=False)
@@ -64,7 +70,14 @@ async def whoami(caller: Caller) -> dict[str, str]:
 
 
 ROUTES = [
-    fleet_page, sandboxes_page, sandbox_page, terminal_page, templates_page, build_page, whoami,
-    create_static_files_router("/console/static", directories=[STATIC], name="console-static",
-                               include_in_schema=False),
-]  # fmt: skip
+    fleet_page,
+    sandboxes_page,
+    sandbox_page,
+    terminal_page,
+    templates_page,
+    build_page,
+    whoami,
+    create_static_files_router(
+        "/console/static", directories=[STATIC], name="console-static", include_in_schema=False
+    ),
+]

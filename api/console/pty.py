@@ -81,10 +81,16 @@ class GuestPty:
             "pty": {"size": {"cols": cols, "rows": rows}},
         }
         request = self.client.build_request(
-            "POST", f"{self.base}/process.Process/Start", content=_envelope(body),
-            headers={**self.headers, "Content-Type": "application/connect+json",
-                     "Connect-Protocol-Version": "1", "Keepalive-Ping-Interval": str(KEEPALIVE_S)},
-        )  # fmt: skip
+            "POST",
+            f"{self.base}/process.Process/Start",
+            content=_envelope(body),
+            headers={
+                **self.headers,
+                "Content-Type": "application/connect+json",
+                "Connect-Protocol-Version": "1",
+                "Keepalive-Ping-Interval": str(KEEPALIVE_S),
+            },
+        )
         try:
             self._response = await self.client.send(request, stream=True)
         except httpx.HTTPError as e:
@@ -134,10 +140,14 @@ class GuestPty:
     async def _call(self, method: str, msg: dict[str, Any]) -> None:
         try:
             r = await self.client.post(
-                f"{self.base}/process.Process/{method}", content=json.dumps(msg).encode(),
-                headers={**self.headers, "Content-Type": "application/json",
-                         "Connect-Protocol-Version": "1"},
-            )  # fmt: skip
+                f"{self.base}/process.Process/{method}",
+                content=json.dumps(msg).encode(),
+                headers={
+                    **self.headers,
+                    "Content-Type": "application/json",
+                    "Connect-Protocol-Version": "1",
+                },
+            )
         except httpx.HTTPError as e:
             raise PtyError(f"envd did not answer {method}: {e}") from e
         if r.status_code != 200:
@@ -148,15 +158,17 @@ class GuestPty:
         await self._call("SendInput", {"process": {"pid": self.pid}, "input": {"pty": pty}})
 
     async def resize(self, cols: int, rows: int) -> None:
-        await self._call("Update", {"process": {"pid": self.pid},
-                                    "pty": {"size": {"cols": cols, "rows": rows}}})  # fmt: skip
+        await self._call(
+            "Update", {"process": {"pid": self.pid}, "pty": {"size": {"cols": cols, "rows": rows}}}
+        )
 
     async def close(self) -> None:
         """End the shell (a browser tab closed must not leave bash running) and the stream."""
         try:
             if self.pid is not None:
-                await self._call("SendSignal", {"process": {"pid": self.pid},
-                                                "signal": "SIGNAL_SIGKILL"})  # fmt: skip
+                await self._call(
+                    "SendSignal", {"process": {"pid": self.pid}, "signal": "SIGNAL_SIGKILL"}
+                )
         except PtyError:
             pass  # already ended, or the guest is gone: nothing left to stop
         finally:

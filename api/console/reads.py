@@ -19,15 +19,34 @@ from projections import HistoryLine, history_line, queries
 from projections import console as cq
 
 __all__ = [
-    "LIVE", "ORDER", "Filters", "History", "build", "build_log", "fleet", "sandbox",
-    "sandbox_history", "sandbox_list", "templates",
-]  # fmt: skip
+    "LIVE",
+    "ORDER",
+    "Filters",
+    "History",
+    "build",
+    "build_log",
+    "fleet",
+    "sandbox",
+    "sandbox_history",
+    "sandbox_list",
+    "templates",
+]
 
 Row = dict[str, Any]
 
 #: Statuses in the order the console lists them: settled ones first, then transitions.
-ORDER = ("running", "paused", "creating", "resuming", "pausing", "forking", "snapshotting",
-         "killing", "failed", "killed")  # fmt: skip
+ORDER = (
+    "running",
+    "paused",
+    "creating",
+    "resuming",
+    "pausing",
+    "forking",
+    "snapshotting",
+    "killing",
+    "failed",
+    "killed",
+)
 #: The list's default: every sandbox that is or may still be something (not killed).
 LIVE = tuple(s for s in ORDER if s != SandboxStatus.KILLED.value)
 PAGE_SIZE = 50
@@ -73,10 +92,15 @@ async def fleet(ctx: ApiContext, team_id: str) -> dict[str, Any]:
 async def sandbox_list(ctx: ApiContext, team_id: str, f: Filters) -> tuple[list[Row], int]:
     async with ctx.engine.connect() as conn:
         return await cq.sandbox_page(
-            conn, team_id, statuses=f.statuses(), template=f.template.strip() or None,
-            metadata=parse_metadata_filter(f.metadata.strip()), node=f.node.strip() or None,
-            offset=(max(1, f.page) - 1) * PAGE_SIZE, limit=PAGE_SIZE,
-        )  # fmt: skip
+            conn,
+            team_id,
+            statuses=f.statuses(),
+            template=f.template.strip() or None,
+            metadata=parse_metadata_filter(f.metadata.strip()),
+            node=f.node.strip() or None,
+            offset=(max(1, f.page) - 1) * PAGE_SIZE,
+            limit=PAGE_SIZE,
+        )
 
 
 async def sandbox(ctx: ApiContext, sandbox_id: str, team_id: str) -> Row | None:
@@ -112,12 +136,15 @@ async def sandbox_history(ctx: ApiContext, sandbox_id: str, team_id: str) -> His
     return History([history_line(r) for r in records], points, family)
 
 
-async def templates(ctx: ApiContext, team_id: str) -> tuple[list[tuple[Row | None, list[Row]]],
-                                                            list[Row]]:  # fmt: skip
+async def templates(
+    ctx: ApiContext, team_id: str
+) -> tuple[list[tuple[Row | None, list[Row]]], list[Row]]:
     """The team's templates with their builds (newest first), and its latest builds."""
     async with ctx.engine.connect() as conn:
-        return (await queries.team_templates(conn, team_id),
-                await cq.team_builds(conn, team_id, limit=50))  # fmt: skip
+        return (
+            await queries.team_templates(conn, team_id),
+            await cq.team_builds(conn, team_id, limit=50),
+        )
 
 
 async def build(ctx: ApiContext, build_id: str, team_id: str) -> Row | None:

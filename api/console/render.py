@@ -23,11 +23,15 @@ TEMPLATES = Path(__file__).parent / "templates"
 #: The colour class of each sandbox status (and build status): settled states in their own
 #: colour, every transition (…ing) in one, since they pass in a moment.
 TONES = {
-    "running": "ok", "ready": "ok", "beating": "ok",
+    "running": "ok",
+    "ready": "ok",
+    "beating": "ok",
     "paused": "paused",
-    "killed": "off", "gone": "off",
-    "failed": "bad", "error": "bad",
-}  # fmt: skip
+    "killed": "off",
+    "gone": "off",
+    "failed": "bad",
+    "error": "bad",
+}
 
 
 def tone(status: str | None) -> str:
@@ -90,13 +94,22 @@ def render(name: str, **context: Any) -> str:
 #: so too): the API key sits in the tab's session storage, where an injected script could
 #: read it. Styles may be inline (the bars' widths; xterm.js writes its own); no framing
 #: (a Kill button must not be clickable through someone else's page).
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-       "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; "
-       "form-action 'none'")  # fmt: skip
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; "
+    "form-action 'none'"
+)
 
 
 def html(name: str, status_code: int = 200, **context: Any) -> Response[str]:
     """A rendered template as the response; never cached (the pages are live views)."""
-    return Response(render(name, **context), media_type=MediaType.HTML, status_code=status_code,
-                    headers={"Cache-Control": "no-store", "Content-Security-Policy": CSP,
-                             "X-Content-Type-Options": "nosniff"})  # fmt: skip
+    return Response(
+        render(name, **context),
+        media_type=MediaType.HTML,
+        status_code=status_code,
+        headers={
+            "Cache-Control": "no-store",
+            "Content-Security-Policy": CSP,
+            "X-Content-Type-Options": "nosniff",
+        },
+    )

@@ -44,9 +44,15 @@ async def sandbox_list(
     f = reads.Filters(status, template, metadata, node, page)
     rows, total = await reads.sandbox_list(ctx, caller.team_id, f)
     pages = max(1, -(-total // reads.PAGE_SIZE))
-    return html("sandbox_list.html", rows=[_shown(r) for r in rows], total=total, f=f,
-                pages=pages, first=(f.page - 1) * reads.PAGE_SIZE + 1,
-                now=datetime.now(UTC))  # fmt: skip
+    return html(
+        "sandbox_list.html",
+        rows=[_shown(r) for r in rows],
+        total=total,
+        f=f,
+        pages=pages,
+        first=(f.page - 1) * reads.PAGE_SIZE + 1,
+        now=datetime.now(UTC),
+    )
 
 
 async def _owned(ctx: ApiContext, caller: Caller, sandbox_id: str) -> dict[str, Any]:
@@ -71,8 +77,15 @@ async def sandbox_history(sandbox_id: str, ctx: ApiContext, caller: Caller) -> R
     if not past.lines:
         raise ApiError(404, f"no events for sandbox {sandbox_id}")
     drawing = layout(past.family, sandbox_id, truncated=len(past.family) >= FAMILY_LIMIT)
-    return html("history.html", s=_shown(row), steps=steps(past.lines), tree=drawing,
-                life=lifeline(past.points, datetime.now(UTC)), box_w=BOX_W, box_h=BOX_H)
+    return html(
+        "history.html",
+        s=_shown(row),
+        steps=steps(past.lines),
+        tree=drawing,
+        life=lifeline(past.points, datetime.now(UTC)),
+        box_w=BOX_W,
+        box_h=BOX_H,
+    )
 
 
 ROUTES = [sandbox_list, sandbox_header, sandbox_history]

@@ -66,8 +66,9 @@ async def _hello(socket: WebSocket[Any, Any, Any]) -> dict[str, Any]:
     return msg
 
 
-async def _open(ctx: ApiContext, resolve: Resolver, sandbox_id: str,
-                msg: dict[str, Any]) -> GuestPty:  # fmt: skip
+async def _open(
+    ctx: ApiContext, resolve: Resolver, sandbox_id: str, msg: dict[str, Any]
+) -> GuestPty:
     caller = await ctx.keys.caller(msg.get("key") if isinstance(msg.get("key"), str) else None)
     state = await visible(ctx, caller, sandbox_id)
     if state.status not in _RUNNING:
@@ -134,15 +135,18 @@ async def terminal(socket: WebSocket[Any, Any, Any], sandbox_id: str) -> None:
     try:
         pty = await _open(ctx, resolve, sandbox_id, await _hello(socket))
     except ApiError as e:
-        await socket.close(code=4000 + e.status, reason=e.message.encode()[:120].decode(
-            errors="ignore"))  # fmt: skip
+        await socket.close(
+            code=4000 + e.status, reason=e.message.encode()[:120].decode(errors="ignore")
+        )
         return
     tasks: list[asyncio.Task[Any]] = []
     try:
         await socket.send_text(json.dumps({"type": "ready", "pid": pty.pid}))  # before output
-        tasks = [asyncio.create_task(_to_browser(socket, pty), name="pty-out"),
-                 asyncio.create_task(_from_browser(socket, pty), name="pty-in"),
-                 asyncio.create_task(_watch(ctx, sandbox_id), name="pty-watch")]  # fmt: skip
+        tasks = [
+            asyncio.create_task(_to_browser(socket, pty), name="pty-out"),
+            asyncio.create_task(_from_browser(socket, pty), name="pty-in"),
+            asyncio.create_task(_watch(ctx, sandbox_id), name="pty-watch"),
+        ]
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             exc = task.exception()

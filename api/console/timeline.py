@@ -22,10 +22,25 @@ __all__ = ["Segment", "Step", "actor_label", "lifeline", "steps", "summary"]
 
 #: Details worth a glance, in the order they are shown; the rest stay in the full record.
 _SHOWN = (
-    "template_id", "node_id", "operation", "reason", "error", "code", "timeout_s",
-    "remaining_s", "memory", "keep_memory", "warm", "snapshot_id", "size_bytes", "child_ids",
-    "children", "cpu_count", "memory_mb", "forked_from",
-)  # fmt: skip
+    "template_id",
+    "node_id",
+    "operation",
+    "reason",
+    "error",
+    "code",
+    "timeout_s",
+    "remaining_s",
+    "memory",
+    "keep_memory",
+    "warm",
+    "snapshot_id",
+    "size_bytes",
+    "child_ids",
+    "children",
+    "cpu_count",
+    "memory_mb",
+    "forked_from",
+)
 _SUMMARY_MAX = 160
 
 
@@ -91,12 +106,20 @@ def steps(lines: list[HistoryLine]) -> list[Step]:
             took = (ln.at - opened[cause]).total_seconds()
         elif cause:
             opened[cause] = ln.at
-        out.append(Step(
-            seq=ln.seq, revision=ln.revision, at=ln.at, type=ln.type,
-            actor=actor_label(ln.actor), causation=cause[:8], took_s=took,
-            kind=_kind(ln.type), summary=summary(ln.details),
-            record=json.dumps(ln.as_json(), indent=1, sort_keys=True),
-        ))  # fmt: skip
+        out.append(
+            Step(
+                seq=ln.seq,
+                revision=ln.revision,
+                at=ln.at,
+                type=ln.type,
+                actor=actor_label(ln.actor),
+                causation=cause[:8],
+                took_s=took,
+                kind=_kind(ln.type),
+                summary=summary(ln.details),
+                record=json.dumps(ln.as_json(), indent=1, sort_keys=True),
+            )
+        )
     return out
 
 

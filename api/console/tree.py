@@ -87,13 +87,16 @@ def layout(rows: Sequence[dict[str, Any]], current: str, *, truncated: bool = Fa
         place(root, 0, frozenset({root}))
 
     def at(sid: str) -> tuple[int, int]:
-        return (MARGIN + round(column[sid] * (BOX_W + GAP_X)),
-                MARGIN + depth[sid] * (BOX_H + GAP_Y))  # fmt: skip
+        return (
+            MARGIN + round(column[sid] * (BOX_W + GAP_X)),
+            MARGIN + depth[sid] * (BOX_H + GAP_Y),
+        )
 
     nodes = tuple(
         Placed(sid, status[sid], *at(sid), current=sid == current, depth=depth[sid])
-        for sid in ids if sid in column
-    )  # fmt: skip
+        for sid in ids
+        if sid in column
+    )
     edges: list[Edge] = []
     for parent, kids in children.items():
         if parent not in column:

@@ -67,10 +67,15 @@ def clock_of(state: Sandbox) -> Clock | None:
     killed, and a kill whose node died needs completing.)"""
     if state.status is S.KILLED:
         return None
-    return Clock(sandbox_id=state.sandbox_id, status=state.status, node_id=state.node_id,
-                 end_at=state.end_at, on_timeout=state.lifecycle.on_timeout,
-                 paused_at=state.paused_at,
-                 pause_memory=state.lifecycle.pause_memory)  # fmt: skip
+    return Clock(
+        sandbox_id=state.sandbox_id,
+        status=state.status,
+        node_id=state.node_id,
+        end_at=state.end_at,
+        on_timeout=state.lifecycle.on_timeout,
+        paused_at=state.paused_at,
+        pause_memory=state.lifecycle.pause_memory,
+    )
 
 
 def tick(clock: Clock | None, event: Event) -> Clock | None:
@@ -80,15 +85,25 @@ def tick(clock: Clock | None, event: Event) -> Clock | None:
         return clock
     e = cast(AnySandboxEvent, event)
     if isinstance(e, SandboxRequested):
-        return Clock(sandbox_id=e.sandbox_id, status=S.CREATING, node_id=e.spec.node_id,
-                     on_timeout=e.spec.lifecycle.on_timeout,
-                     pause_memory=e.spec.lifecycle.pause_memory)  # fmt: skip
+        return Clock(
+            sandbox_id=e.sandbox_id,
+            status=S.CREATING,
+            node_id=e.spec.node_id,
+            on_timeout=e.spec.lifecycle.on_timeout,
+            pause_memory=e.spec.lifecycle.pause_memory,
+        )
     if clock is None:
         return None
     match e:
         case SandboxCreated() | SandboxResumed():
-            return clock.model_copy(update={"status": S.RUNNING, "node_id": e.node_id,
-                                            "end_at": e.end_at, "paused_at": None})  # fmt: skip
+            return clock.model_copy(
+                update={
+                    "status": S.RUNNING,
+                    "node_id": e.node_id,
+                    "end_at": e.end_at,
+                    "paused_at": None,
+                }
+            )
         case SandboxFailed():
             return clock.model_copy(update={"status": S.FAILED})
         case SandboxKillRequested():

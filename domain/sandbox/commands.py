@@ -175,7 +175,18 @@ class RecordUpload(SandboxCommand):
 #: The closed set of sandbox commands: `decide` matches it exhaustively (the type checker
 #: fails the build when a new command is added here and not decided).
 AnySandboxCommand = (
-    CreateSandbox | PauseSandbox | ResumeSandbox | KillSandbox | SetSandboxTimeout
-    | ForkSandbox | SnapshotSandbox | CompleteCreate | CompletePause | CompleteResume
-    | CompleteKill | CompleteFork | CompleteSnapshot | RecordUpload
-)  # fmt: skip
+    CreateSandbox
+    | PauseSandbox
+    | ResumeSandbox
+    | KillSandbox
+    | SetSandboxTimeout
+    | ForkSandbox
+    | SnapshotSandbox
+    | CompleteCreate
+    | CompletePause
+    | CompleteResume
+    | CompleteKill
+    | CompleteFork
+    | CompleteSnapshot
+    | RecordUpload
+)

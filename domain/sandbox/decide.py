@@ -166,8 +166,10 @@ def _no_volumes(s: Sandbox, what: str) -> None:
     kernel writing it (fork), or a template whose every sandbox did (snapshot)."""
     if s.volume_mounts:
         names = ", ".join(m.name for m in s.volume_mounts)
-        raise Conflict(f"cannot {what} a sandbox with volumes mounted ({names}): a volume "
-                       "is attached to one sandbox at a time, and its copies would share it")
+        raise Conflict(
+            f"cannot {what} a sandbox with volumes mounted ({names}): a volume "
+            "is attached to one sandbox at a time, and its copies would share it"
+        )
 
 
 def _create(state: State, c: CreateSandbox, policy: Policy) -> list[SandboxEvent]:
@@ -183,9 +185,7 @@ def _create(state: State, c: CreateSandbox, policy: Policy) -> list[SandboxEvent
     _check_ingress(c)
     _check_volumes(c)
     return [
-        SandboxRequested(
-            sandbox_id=c.sandbox_id, at=c.at, command_id=c.command_id, spec=c.spec
-        )
+        SandboxRequested(sandbox_id=c.sandbox_id, at=c.at, command_id=c.command_id, spec=c.spec)
     ]
 
 
@@ -196,7 +196,10 @@ def _pause(s: Sandbox, c: PauseSandbox) -> list[SandboxEvent]:
         raise Conflict(f"cannot pause a sandbox that is {s.status}")
     return [
         SandboxPauseRequested(
-            sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id, reason=c.reason,
+            sandbox_id=s.sandbox_id,
+            at=c.at,
+            command_id=c.command_id,
+            reason=c.reason,
             keep_memory=c.keep_memory,
         )
     ]
@@ -311,8 +314,11 @@ def _complete_create(state: State, c: CompleteCreate) -> list[SandboxEvent]:
     if s is None:
         return []
     if c.error is not None:
-        return [SandboxFailed(sandbox_id=s.sandbox_id, at=c.at, operation="create",
-                              reason=c.error, code=c.code)]  # fmt: skip
+        return [
+            SandboxFailed(
+                sandbox_id=s.sandbox_id, at=c.at, operation="create", reason=c.error, code=c.code
+            )
+        ]
     return [
         SandboxCreated(
             sandbox_id=s.sandbox_id,
@@ -333,7 +339,10 @@ def _complete_pause(state: State, c: CompletePause) -> list[SandboxEvent]:
     remaining = 0.0 if s.end_at is None else max(0.0, (s.end_at - c.at).total_seconds())
     return [
         SandboxPaused(
-            sandbox_id=s.sandbox_id, at=c.at, remaining_s=remaining, snapshot_id=c.snapshot_id,
+            sandbox_id=s.sandbox_id,
+            at=c.at,
+            remaining_s=remaining,
+            snapshot_id=c.snapshot_id,
             memory=c.memory,
         )
     ]
@@ -387,8 +396,11 @@ def _record_upload(state: State, c: RecordUpload) -> list[SandboxEvent]:
         return []
     if state.durable_snapshot_id == c.snapshot_id:
         return []
-    return [SnapshotUploaded(sandbox_id=state.sandbox_id, at=c.at, snapshot_id=c.snapshot_id,
-                             size_bytes=c.size_bytes)]  # fmt: skip
+    return [
+        SnapshotUploaded(
+            sandbox_id=state.sandbox_id, at=c.at, snapshot_id=c.snapshot_id, size_bytes=c.size_bytes
+        )
+    ]
 
 
 def _complete_snapshot(state: State, c: CompleteSnapshot) -> list[SandboxEvent]:

@@ -183,15 +183,41 @@ class SnapshotUploaded(SandboxEvent):
 
 #: The closed set of sandbox events: `evolve` matches it exhaustively.
 AnySandboxEvent = (
-    SandboxRequested | SandboxCreated | SandboxFailed | SandboxPauseRequested | SandboxPaused
-    | SandboxResumeRequested | SandboxResumed | SandboxResumeFailed | SandboxKillRequested
-    | SandboxKilled | SandboxTimeoutSet | SandboxForkRequested | SandboxForked
-    | SnapshotRequested | SnapshotTaken | SnapshotFailed | SnapshotUploaded
-)  # fmt: skip
+    SandboxRequested
+    | SandboxCreated
+    | SandboxFailed
+    | SandboxPauseRequested
+    | SandboxPaused
+    | SandboxResumeRequested
+    | SandboxResumed
+    | SandboxResumeFailed
+    | SandboxKillRequested
+    | SandboxKilled
+    | SandboxTimeoutSet
+    | SandboxForkRequested
+    | SandboxForked
+    | SnapshotRequested
+    | SnapshotTaken
+    | SnapshotFailed
+    | SnapshotUploaded
+)
 #: The same set as classes, for `isinstance` at the edge of the fold.
 SANDBOX_EVENTS: tuple[type[SandboxEvent], ...] = (
-    SandboxRequested, SandboxCreated, SandboxFailed, SandboxPauseRequested, SandboxPaused,
-    SandboxResumeRequested, SandboxResumed, SandboxResumeFailed, SandboxKillRequested,
-    SandboxKilled, SandboxTimeoutSet, SandboxForkRequested, SandboxForked,
-    SnapshotRequested, SnapshotTaken, SnapshotFailed, SnapshotUploaded,
-)  # fmt: skip
+    SandboxRequested,
+    SandboxCreated,
+    SandboxFailed,
+    SandboxPauseRequested,
+    SandboxPaused,
+    SandboxResumeRequested,
+    SandboxResumed,
+    SandboxResumeFailed,
+    SandboxKillRequested,
+    SandboxKilled,
+    SandboxTimeoutSet,
+    SandboxForkRequested,
+    SandboxForked,
+    SnapshotRequested,
+    SnapshotTaken,
+    SnapshotFailed,
+    SnapshotUploaded,
+)

@@ -80,8 +80,12 @@ def _evolve(state: State, event: AnySandboxEvent) -> State:
         case SandboxPauseRequested():
             u = {"status": S.PAUSING}
         case SandboxPaused():
-            u = {"status": S.PAUSED, "remaining_s": event.remaining_s,
-                 "paused_snapshot_id": event.snapshot_id, "paused_at": event.at}  # fmt: skip
+            u = {
+                "status": S.PAUSED,
+                "remaining_s": event.remaining_s,
+                "paused_snapshot_id": event.snapshot_id,
+                "paused_at": event.at,
+            }
         case SandboxResumeRequested():
             u = {"status": S.RESUMING}
             if event.timeout_s is not None:

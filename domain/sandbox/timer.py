@@ -49,14 +49,17 @@ def expiry_command(
     sid, end_at, action = clock.sandbox_id, clock.end_at, clock.on_timeout
     command_id = derived_command_id(sid, end_at.isoformat(), action)
     if action == "pause":
-        return PauseSandbox(sandbox_id=sid, command_id=command_id, at=end_at, reason="timeout",
-                            keep_memory=clock.pause_memory)  # fmt: skip
+        return PauseSandbox(
+            sandbox_id=sid,
+            command_id=command_id,
+            at=end_at,
+            reason="timeout",
+            keep_memory=clock.pause_memory,
+        )
     return KillSandbox(sandbox_id=sid, command_id=command_id, at=end_at, reason="timeout")
 
 
-def retention_command(
-    clock: Clock, now: datetime, retention_s: float | None
-) -> KillSandbox | None:
+def retention_command(clock: Clock, now: datetime, retention_s: float | None) -> KillSandbox | None:
     """The kill of a sandbox paused longer than `retention_s` (None: kept for ever), or
     None. Its id and `at` derive from (sandbox, paused_at), so every timer replica builds
     the same command; a resume and a new pause give a new one."""
@@ -66,9 +69,11 @@ def retention_command(
     if now < due:
         return None
     return KillSandbox(
-        sandbox_id=clock.sandbox_id, reason="retention", at=due,
+        sandbox_id=clock.sandbox_id,
+        reason="retention",
+        at=due,
         command_id=derived_command_id(clock.sandbox_id, "retention", clock.paused_at.isoformat()),
-    )  # fmt: skip
+    )
 
 
 def fork_child_command(
@@ -82,10 +87,13 @@ def fork_child_command(
     """
     if child_id not in parent.pending_children:
         raise Invalid(f"{child_id} is not a child of this fork")
-    spec = parent.spec.model_copy(update={
-        "timeout_s": fork.timeout_s, "forked_from": parent.sandbox_id,
-        "volume_mounts": (),  # never shared: a fork of a sandbox with volumes is refused
-    })  # fmt: skip
+    spec = parent.spec.model_copy(
+        update={
+            "timeout_s": fork.timeout_s,
+            "forked_from": parent.sandbox_id,
+            "volume_mounts": (),  # never shared: a fork of a sandbox with volumes is refused
+        }
+    )
     return CreateSandbox(
         **spec.model_dump(),
         sandbox_id=child_id,
@@ -107,22 +115,31 @@ def orphan_commands(clock: Clock, why: str) -> list[Orphaned]:
     durable, or waits for its node. Command ids derive from (sandbox, node, state), so
     every timer replica decides the same commands and each is recorded once."""
     sid, node = clock.sandbox_id, clock.node_id or ""
+
     def cid(what: str) -> UUID:
         return derived_command_id(sid, "node-gone", node, clock.status.value, what)
 
     match clock.status:
         case SandboxStatus.CREATING:
-            return [CompleteCreate(sandbox_id=sid, node_id=node, error=why,
-                                   command_id=cid("created"))]  # fmt: skip
+            return [
+                CompleteCreate(sandbox_id=sid, node_id=node, error=why, command_id=cid("created"))
+            ]
         case SandboxStatus.RESUMING:
-            return [CompleteResume(sandbox_id=sid, node_id=node, error=why,
-                                   command_id=cid("resumed"))]  # fmt: skip
+            return [
+                CompleteResume(sandbox_id=sid, node_id=node, error=why, command_id=cid("resumed"))
+            ]
         case SandboxStatus.KILLING:
             return [CompleteKill(sandbox_id=sid, error=why, command_id=cid("killed"))]
-        case (SandboxStatus.RUNNING | SandboxStatus.PAUSING | SandboxStatus.FORKING
-              | SandboxStatus.SNAPSHOTTING):  # fmt: skip
-            return [KillSandbox(sandbox_id=sid, reason="lost", command_id=cid("kill")),
-                    CompleteKill(sandbox_id=sid, error=why, command_id=cid("killed"))]
+        case (
+            SandboxStatus.RUNNING
+            | SandboxStatus.PAUSING
+            | SandboxStatus.FORKING
+            | SandboxStatus.SNAPSHOTTING
+        ):
+            return [
+                KillSandbox(sandbox_id=sid, reason="lost", command_id=cid("kill")),
+                CompleteKill(sandbox_id=sid, error=why, command_id=cid("killed")),
+            ]
         case _:
             return []
 
@@ -133,5 +150,6 @@ def drop_command(sandbox_id: str, cause: str) -> KillSandbox:
     back, or only cut off from NATS for a while — answers by dropping what it still holds
     (a VM running on as an orphan, a capture), never by a rejection. Its id derives from
     `cause`, so it is queued once."""
-    return KillSandbox(sandbox_id=sandbox_id, reason="lost",
-                       command_id=derived_command_id(cause, "drop"))  # fmt: skip
+    return KillSandbox(
+        sandbox_id=sandbox_id, reason="lost", command_id=derived_command_id(cause, "drop")
+    )

@@ -25,8 +25,9 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     op.add_column("sandboxes", sa.Column("paused_at", sa.DateTime(timezone=True)))
-    op.add_column("sandboxes", sa.Column("pause_memory", sa.Boolean, nullable=False,
-                                         server_default=sa.true()))
+    op.add_column(
+        "sandboxes", sa.Column("pause_memory", sa.Boolean, nullable=False, server_default=sa.true())
+    )
 
 
 def downgrade() -> None:

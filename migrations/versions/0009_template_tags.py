@@ -29,8 +29,10 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     for column in ("tags", "released"):
-        op.add_column("templates", sa.Column(column, JSONB, nullable=False,
-                                             server_default=sa.text("'{}'::jsonb")))
+        op.add_column(
+            "templates",
+            sa.Column(column, JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+        )
 
 
 def downgrade() -> None:

@@ -49,8 +49,10 @@ def upgrade() -> None:
         sa.Column("last_seq", sa.BigInteger, nullable=False),
     )
     op.create_index("ix_volumes_team_name", "volumes", ["team_id", "name"])
-    op.add_column("sandboxes", sa.Column("volume_mounts", JSONB, nullable=False,
-                                         server_default=sa.text("'[]'::jsonb")))
+    op.add_column(
+        "sandboxes",
+        sa.Column("volume_mounts", JSONB, nullable=False, server_default=sa.text("'[]'::jsonb")),
+    )
 
 
 def downgrade() -> None:

@@ -48,9 +48,14 @@ STARTING = (SandboxStatus.CREATING, SandboxStatus.RESUMING)
 
 class RouteTable:
     def __init__(
-        self, bus: Bus, book: RouteBook, *, resume_timeout_s: float = 60.0,
-        via_node: bool = False, resume: AutoResume | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        bus: Bus,
+        book: RouteBook,
+        *,
+        resume_timeout_s: float = 60.0,
+        via_node: bool = False,
+        resume: AutoResume | None = None,
+    ) -> None:
         self.bus = bus
         self.book = book
         #: how a paused sandbox with `autoResume` is brought back; None: it is not
@@ -69,12 +74,15 @@ class RouteTable:
 
     @classmethod
     async def open(
-        cls, bus: Bus, *, via_node: bool = False, resume: AutoResume | None = None,
+        cls,
+        bus: Bus,
+        *,
+        via_node: bool = False,
+        resume: AutoResume | None = None,
         resume_timeout_s: float = 60.0,
-    ) -> RouteTable:  # fmt: skip
+    ) -> RouteTable:
         book = await RouteBook.open(bus.js, bus.names.routes_bucket)
-        table = cls(bus, book, via_node=via_node, resume=resume,
-                    resume_timeout_s=resume_timeout_s)  # fmt: skip
+        table = cls(bus, book, via_node=via_node, resume=resume, resume_timeout_s=resume_timeout_s)
         table._task = asyncio.create_task(table._follow(), name="route-table")
         return table
 
@@ -94,8 +102,10 @@ class RouteTable:
             if route.node_proxy is None:
                 raise SandboxUnavailable(sandbox_id)  # a node without a proxy: unreachable
             host, _, node_port = route.node_proxy.rpartition(":")
-            routing = ((b"e2b-sandbox-id", sandbox_id.encode()),
-                       (b"e2b-sandbox-port", str(port).encode()))  # fmt: skip
+            routing = (
+                (b"e2b-sandbox-id", sandbox_id.encode()),
+                (b"e2b-sandbox-port", str(port).encode()),
+            )
             # checked here and again by the node's proxy (reachable without us)
             return Upstream(host, int(node_port), routing, route.traffic_digest)
         return Upstream(route.address, port, traffic_digest=route.traffic_digest)
@@ -146,9 +156,12 @@ class RouteTable:
     async def _auto_resume(
         self, sandbox_id: str, state: sb.Sandbox | None, port: int, traffic_token: str | None
     ) -> Route:
-        if self.resume is None or state is None or not state.lifecycle.auto_resume or (
-            state.status not in (SandboxStatus.PAUSED, SandboxStatus.PAUSING)
-        ):  # fmt: skip
+        if (
+            self.resume is None
+            or state is None
+            or not state.lifecycle.auto_resume
+            or (state.status not in (SandboxStatus.PAUSED, SandboxStatus.PAUSING))
+        ):
             raise SandboxUnavailable(sandbox_id)
         # A private sandbox is woken only by a request that may reach it (as E2B's resume).
         token = state.traffic_access_token

@@ -34,10 +34,17 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 HOP_BY_HOP = frozenset(
     {
-        b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te",
-        b"trailer", b"transfer-encoding", b"upgrade", b"host",
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"host",
     }
-)  # fmt: skip
+)
 _HOST_RE = re.compile(r"^(\d{1,5})-([a-z0-9]{1,63})\.")
 CONNECT_TIMEOUT = 5.0
 #: A guest that takes longer than this to start answering is logged (slow, or stuck)
@@ -117,8 +124,12 @@ class SandboxProxy:
         try:
             upstream = await self.resolve(sid, port, token)
         except SandboxUnavailable:
-            await _refuse(kind, send, 502, {"sandboxId": sid, "code": 502,
-                                            "message": "The sandbox was not found"})  # fmt: skip
+            await _refuse(
+                kind,
+                send,
+                502,
+                {"sandboxId": sid, "code": 502, "message": "The sandbox was not found"},
+            )
             return
         except TrafficRefused as e:
             denied: str | None = str(e)
@@ -139,8 +150,9 @@ class SandboxProxy:
         try:
             if kind == "websocket":
                 host = f"{upstream.host}:{upstream.port}"
-                await forward_websocket(scope, receive, send, reader, writer, host,
-                                        upstream.headers)  # fmt: skip
+                await forward_websocket(
+                    scope, receive, send, reader, writer, host, upstream.headers
+                )
             else:
                 await _forward(scope, receive, send, reader, writer, upstream, sid)
         finally:
@@ -199,8 +211,9 @@ async def _forward(
     def waited(what: str) -> None:
         if (took := loop.time() - sent) > SLOW_ANSWER_S:
             where = f"{scope['method']} {scope['path']} to sandbox {sandbox_id}"
-            log.warning("%s (%s:%s): %s after %.1f s", where, upstream.host, upstream.port,
-                        what, took)  # fmt: skip
+            log.warning(
+                "%s (%s:%s): %s after %.1f s", where, upstream.host, upstream.port, what, took
+            )
 
     try:
         while True:
@@ -226,8 +239,9 @@ async def _forward(
                 )
                 started = True
             elif isinstance(event, h11.Data):
-                await send({"type": "http.response.body", "body": bytes(event.data),
-                            "more_body": True})  # fmt: skip
+                await send(
+                    {"type": "http.response.body", "body": bytes(event.data), "more_body": True}
+                )
             elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
                 break
         await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -33,11 +33,17 @@ READ_CHUNK = 64 * 1024
 #: Request headers of the client handshake not to repeat upstream (wsproto writes its own).
 _OWN = frozenset(
     {
-        b"host", b"upgrade", b"connection", b"sec-websocket-key", b"sec-websocket-version",
-        b"sec-websocket-protocol", b"sec-websocket-extensions", b"e2b-sandbox-id",
+        b"host",
+        b"upgrade",
+        b"connection",
+        b"sec-websocket-key",
+        b"sec-websocket-version",
+        b"sec-websocket-protocol",
+        b"sec-websocket-extensions",
+        b"e2b-sandbox-id",
         b"e2b-sandbox-port",
     }
-)  # fmt: skip
+)
 
 Send = Any
 Receive = Any
@@ -58,16 +64,29 @@ async def forward_websocket(
         target += "?" + scope["query_string"].decode("latin-1")
     headers = [(k, v) for k, v in scope.get("headers", ()) if k.lower() not in _OWN]
     headers += extra  # a node proxy's routing headers
-    writer.write(ws.send(Request(host=host, target=target, extra_headers=headers,
-                                 subprotocols=list(scope.get("subprotocols", ())))))  # fmt: skip
+    writer.write(
+        ws.send(
+            Request(
+                host=host,
+                target=target,
+                extra_headers=headers,
+                subprotocols=list(scope.get("subprotocols", ())),
+            )
+        )
+    )
     await writer.drain()
     first = await receive()  # websocket.connect
     if first["type"] != "websocket.connect":
         return
     accepted = await _handshake(ws, reader)
     if not isinstance(accepted, AcceptConnection):
-        await send({"type": "websocket.close", "code": 1011,
-                    "reason": f"sandbox refused the upgrade ({accepted})"})  # fmt: skip
+        await send(
+            {
+                "type": "websocket.close",
+                "code": 1011,
+                "reason": f"sandbox refused the upgrade ({accepted})",
+            }
+        )
         return
     await send({"type": "websocket.accept", "subprotocol": accepted.subprotocol})
     upstream = asyncio.create_task(_from_guest(ws, reader, writer, send))

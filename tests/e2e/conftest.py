@@ -64,19 +64,23 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def _stack(data: Path, hub: LocalRegistry) -> Iterator[Stack]:
     prefix = tagged("aenve")
-    env = {**os.environ, "AENV_SLOT_PREFIX": prefix, "AENV_NODE_ID": "e2e",
-           "AENV_REGISTRY_MIRRORS": f"docker.io={hub.host}",
-           "AENV_TRACE_FILE": str(data / "traces.jsonl"),
-           # sandbox traffic takes the multi-host path: API proxy -> node proxy -> guest
-           "AENV_PROXY_VIA_NODE": "1",
-           # code-interpreter-v1 too (tests/e2e/test_code_interpreter.py): its image is
-           # built once per machine (cached by digest), captured once per stack
-           "AENV_CODE_INTERPRETER": "1",
-           # small, so the pause/resume cycles of the e2e suite exercise chain compaction
-           "AENV_MAX_LAYER_DEPTH": "3",
-           # the warm pool on, as for users, but its refills after a burst bounded: every
-           # warm VM is a restore's worth of CPU on CI's two cores
-           "AENV_WARM_POOL_MAX": "4"}  # fmt: skip
+    env = {
+        **os.environ,
+        "AENV_SLOT_PREFIX": prefix,
+        "AENV_NODE_ID": "e2e",
+        "AENV_REGISTRY_MIRRORS": f"docker.io={hub.host}",
+        "AENV_TRACE_FILE": str(data / "traces.jsonl"),
+        # sandbox traffic takes the multi-host path: API proxy -> node proxy -> guest
+        "AENV_PROXY_VIA_NODE": "1",
+        # code-interpreter-v1 too (tests/e2e/test_code_interpreter.py): its image is
+        # built once per machine (cached by digest), captured once per stack
+        "AENV_CODE_INTERPRETER": "1",
+        # small, so the pause/resume cycles of the e2e suite exercise chain compaction
+        "AENV_MAX_LAYER_DEPTH": "3",
+        # the warm pool on, as for users, but its refills after a burst bounded: every
+        # warm VM is a restore's worth of CPU on CI's two cores
+        "AENV_WARM_POOL_MAX": "4",
+    }
     with running_stack(data, env, prefix) as exports:
         info = json.loads((data / "stack.json").read_text())
         yield Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], info["nats_url"], hub)

@@ -34,8 +34,10 @@ COREUTILS = ("bash", "ls", "cat", "id", "sleep", "uname", "stat", "env", "mkdir"
 @pytest.fixture(scope="module")
 def registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalRegistry, ...]]:
     root = tmp_path_factory.mktemp("registries")
-    with local_registry(root / "open") as open_reg, \
-            local_registry(root / "private", login=("rl", "pa55")) as private:  # fmt: skip
+    with (
+        local_registry(root / "open") as open_reg,
+        local_registry(root / "private", login=("rl", "pa55")) as private,
+    ):
         yield open_reg, private
 
 
@@ -88,8 +90,9 @@ def _everything_an_agent_does(sbx: Sandbox, home: str) -> None:
     assert term.wait().exit_code == 0
 
 
-def test_busybox_only_image(stack: Stack, registries: tuple[LocalRegistry, ...],
-                            tmp_path: Path) -> None:  # fmt: skip
+def test_busybox_only_image(
+    stack: Stack, registries: tuple[LocalRegistry, ...], tmp_path: Path
+) -> None:
     tree = busybox_tree(tmp_path / "tree", "stat", "mkdir", "rm", "tty")
     sbx = _sandbox_from(push(layout(tmp_path / "img", tree), registries[0], "any/busybox"))
     try:
@@ -156,8 +159,9 @@ def test_layers_with_whiteouts_and_hard_links(
     try:
         ls = sbx.commands.run("ls -A /data; echo --; ls -A /opq").stdout
         assert ls == "first\nfourth\nkeep.txt\nsecond\nthird\n--\nnew.txt\n"
-        links = sbx.commands.run("stat -c '%i %h' /data/first /data/second /data/third "
-                                 "/data/fourth").stdout.split("\n")  # fmt: skip
+        links = sbx.commands.run(
+            "stat -c '%i %h' /data/first /data/second /data/third /data/fourth"
+        ).stdout.split("\n")
         assert links[0] == links[1] and links[0].endswith(" 2"), links
         assert links[2] == links[3] and links[2].endswith(" 2") and links[0] != links[2], links
         assert sbx.files.read("/data/second") == "one inode, two names\n"

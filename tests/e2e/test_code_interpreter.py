@@ -36,17 +36,30 @@ def test_run_code_speaks_e2bs_protocol(stack: Stack) -> None:
         print(f"create + first run_code: {took:.2f}s")
 
         seen: list[tuple[str, str]] = []
+
         def out(m: OutputMessage) -> None:
             seen.append(("err" if m.error else "out", m.line))
-        e = sbx.run_code("import sys, time\nfor i in range(3):\n    print('o', i, flush=True)\n"
-                         "    print('e', i, file=sys.stderr, flush=True)\n    time.sleep(0.2)",
-                         on_stdout=out, on_stderr=out)  # fmt: skip
-        assert seen == [("out", "o 0\n"), ("err", "e 0\n"), ("out", "o 1\n"), ("err", "e 1\n"),
-                        ("out", "o 2\n"), ("err", "e 2\n")]  # fmt: skip
+
+        e = sbx.run_code(
+            "import sys, time\nfor i in range(3):\n    print('o', i, flush=True)\n"
+            "    print('e', i, file=sys.stderr, flush=True)\n    time.sleep(0.2)",
+            on_stdout=out,
+            on_stderr=out,
+        )
+        assert seen == [
+            ("out", "o 0\n"),
+            ("err", "e 0\n"),
+            ("out", "o 1\n"),
+            ("err", "e 1\n"),
+            ("out", "o 2\n"),
+            ("err", "e 2\n"),
+        ]
         assert e.logs.stdout == ["o 0\n", "o 1\n", "o 2\n"]
 
-        e = sbx.run_code("import matplotlib.pyplot as plt\nprint('plotting')\n"
-                         "plt.bar(['a', 'b'], [3, 5])\nplt.title('fruit')\nplt.show()")  # fmt: skip
+        e = sbx.run_code(
+            "import matplotlib.pyplot as plt\nprint('plotting')\n"
+            "plt.bar(['a', 'b'], [3, 5])\nplt.title('fruit')\nplt.show()"
+        )
         assert e.logs.stdout == ["plotting\n"]
         png = [r for r in e.results if r.png]
         assert png and png[0].png.startswith("iVBOR")
@@ -79,23 +92,33 @@ def test_run_code_speaks_e2bs_protocol(stack: Stack) -> None:
         assert sbx.run_code("survivor").text == "still here"
         assert time.monotonic() - t < 60
 
-        e = sbx.run_code("echo \"bash $((6 * 7))\"; cd /tmp; pwd", language="bash")
+        e = sbx.run_code('echo "bash $((6 * 7))"; cd /tmp; pwd', language="bash")
         assert e.logs.stdout == ["bash 42\n", "/tmp\n"], e
 
         if (NPM / "node_modules" / "@e2b" / "code-interpreter").exists():
-            script = ("const {Sandbox} = require('@e2b/code-interpreter');"
-                      "(async () => { const s = await Sandbox.connect(process.argv[1]);"
-                      " await s.runCode('y = 20');"
-                      " const r = await s.runCode('y + 1');"
-                      " const b = await s.runCode('echo js-bash', {language: 'bash'});"
-                      " console.log(JSON.stringify({text: r.text, bash: b.logs.stdout}));"
-                      "})().catch(e => {console.error(e); process.exit(1)})")  # fmt: skip
+            script = (
+                "const {Sandbox} = require('@e2b/code-interpreter');"
+                "(async () => { const s = await Sandbox.connect(process.argv[1]);"
+                " await s.runCode('y = 20');"
+                " const r = await s.runCode('y + 1');"
+                " const b = await s.runCode('echo js-bash', {language: 'bash'});"
+                " console.log(JSON.stringify({text: r.text, bash: b.logs.stdout}));"
+                "})().catch(e => {console.error(e); process.exit(1)})"
+            )
             env = {**os.environ, **stack.env()}
-            r = subprocess.run(["node", "-e", script, sbx.sandbox_id], env=env, cwd=NPM,
-                               capture_output=True, text=True, timeout=180)  # fmt: skip
+            r = subprocess.run(
+                ["node", "-e", script, sbx.sandbox_id],
+                env=env,
+                cwd=NPM,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
             assert r.returncode == 0, r.stderr
             assert json.loads(r.stdout.strip().splitlines()[-1]) == {
-                "text": "21", "bash": ["js-bash\n"]}  # fmt: skip
+                "text": "21",
+                "bash": ["js-bash\n"],
+            }
     finally:
         sbx.kill()
 

@@ -107,9 +107,12 @@ def test_the_console_drives_a_real_sandbox(stack: Stack, page: Page, shots: Shot
         page.keyboard.press("Enter")
         eventually_sync(lambda: f"{rows} {cols}" in _screen(page), timeout=60)
 
-        out = subprocess.run([*AENV, "keys", "create", "--team", "console-rival",
-                              "--data-dir", str(stack.data_dir)],
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        out = subprocess.run(
+            [*AENV, "keys", "create", "--team", "console-rival", "--data-dir", str(stack.data_dir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         rival = new_page(page.context.browser)  # type: ignore[arg-type]
         rival.set_default_timeout(TIMEOUT_MS)
@@ -118,8 +121,9 @@ def test_the_console_drives_a_real_sandbox(stack: Stack, page: Page, shots: Shot
         expect(rival.locator("#sandbox .error-box")).to_have_text(f'sandbox "{sid}" not found')
         shots(rival, "e2e-other-team")
         rival.context.close()
-        with httpx.Client(base_url=stack.api_url, timeout=30,
-                          headers={"X-API-KEY": out.stdout.strip()}) as c:  # fmt: skip
+        with httpx.Client(
+            base_url=stack.api_url, timeout=30, headers={"X-API-KEY": out.stdout.strip()}
+        ) as c:
             assert c.post(f"/sandboxes/{sid}/pause", json={}).status_code == 404
         assert _state(sid) == "running"
     finally:

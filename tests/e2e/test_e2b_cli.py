@@ -58,9 +58,13 @@ def test_e2b_template_create_builds_a_dockerfile(stack: Stack, tmp_path: Path) -
         "RUN mkdir -p /opt/made && echo by run > /opt/made/note\n"
     )
     env = {**os.environ, **stack.env(), "NO_COLOR": "1"}
-    out = subprocess.run([str(CLI), "template", "create", name, "-p", str(ctx),
-                          "-d", "Dockerfile"], env=env, capture_output=True, text=True,
-                         timeout=900)  # fmt: skip
+    out = subprocess.run(
+        [str(CLI), "template", "create", name, "-p", str(ctx), "-d", "Dockerfile"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     got = _sandbox_says(name, "echo $FROM_CLI; cat /opt/hello.txt /opt/made/note")
     assert got == "yes\ncopied by the E2B CLI\nby run\n"

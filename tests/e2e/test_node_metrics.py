@@ -54,11 +54,24 @@ def test_vm_cost_stages_and_a_crash(stack: Stack, monkeypatch: pytest.MonkeyPatc
     assert _value(running, "aenv_node_vm_cpu_seconds_total", node=NODE) > cpu_before
     # restored cold, or handed over by the warm pool: one observation of each stage
     for stage in ("queue", "restore", "envd_ready", "total"):
-        n = sum(_delta(before, running, "aenv_lifecycle_seconds_count", op="create",
-                       stage=stage, start=start) for start in ("cold", "warm"))  # fmt: skip
+        n = sum(
+            _delta(
+                before,
+                running,
+                "aenv_lifecycle_seconds_count",
+                op="create",
+                stage=stage,
+                start=start,
+            )
+            for start in ("cold", "warm")
+        )
         assert n == 1, (stage, n)
-    restore_s = sum(_delta(before, running, "aenv_lifecycle_seconds_sum", op="create",
-                           stage="restore", start=start) for start in ("cold", "warm"))  # fmt: skip
+    restore_s = sum(
+        _delta(
+            before, running, "aenv_lifecycle_seconds_sum", op="create", stage="restore", start=start
+        )
+        for start in ("cold", "warm")
+    )
     assert 0 < restore_s < 60
 
     os.kill(_qemu_of(stack, sbx.sandbox_id), signal.SIGKILL)  # dies unasked: no OOM, a crash
@@ -66,12 +79,14 @@ def test_vm_cost_stages_and_a_crash(stack: Stack, monkeypatch: pytest.MonkeyPatc
     def counted() -> Samples | None:
         s = _scrape(stack)
         crashes = _value(s, "aenv_vm_deaths_total", cause="crash") - _value(
-            before, "aenv_vm_deaths_total", cause="crash")  # fmt: skip
+            before, "aenv_vm_deaths_total", cause="crash"
+        )
         return s if crashes == 1 else None
 
     after = eventually_sync(counted, timeout=30, interval=0.5)
     assert _value(after, "aenv_vm_deaths_total", cause="oom") == _value(
-        before, "aenv_vm_deaths_total", cause="oom")  # fmt: skip
+        before, "aenv_vm_deaths_total", cause="oom"
+    )
 
     def gone() -> bool:  # killed as lost: E2B's clients no longer find it
         try:

@@ -34,6 +34,7 @@ def test_metrics_and_logs_over_a_sandboxs_life(stack: Stack) -> None:
         assert m.cpu_count >= 1 and m.mem_total > m.mem_used > 0 and m.disk_total > 0
         sbx.pause()
         paused = Sandbox.connect(sbx.sandbox_id, timeout=300)  # resumed
+
         def more() -> list | None:  # type: ignore[type-arg]
             got = paused.get_metrics()
             return got if len(got) > len(first) else None
@@ -43,35 +44,57 @@ def test_metrics_and_logs_over_a_sandboxs_life(stack: Stack) -> None:
         assert [s.timestamp for s in samples] == sorted(s.timestamp for s in samples)
         assert samples[0].timestamp == first[0].timestamp  # the history before the pause
         # E2B's multi-sandbox route: each sandbox's latest sample (no SDK method calls it)
-        many = httpx.get(f"{stack.api_url}/sandboxes/metrics", timeout=30,
-                         params={"sandbox_ids": f"{sbx.sandbox_id},nosuchsandbox0000000"},
-                         headers={"X-API-KEY": stack.api_key})  # fmt: skip
+        many = httpx.get(
+            f"{stack.api_url}/sandboxes/metrics",
+            timeout=30,
+            params={"sandbox_ids": f"{sbx.sandbox_id},nosuchsandbox0000000"},
+            headers={"X-API-KEY": stack.api_key},
+        )
         assert many.status_code == 200, many.text
         latest = many.json()["sandboxes"]
         assert list(latest) == [sbx.sandbox_id] and latest[sbx.sandbox_id]["cpuCount"] >= 1
         env = {**os.environ, **stack.env()}
-        cli = subprocess.run([*AENV, "metrics", sbx.sandbox_id, "-o", "json"], env=env,
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        cli = subprocess.run(
+            [*AENV, "metrics", sbx.sandbox_id, "-o", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert cli.returncode == 0, cli.stderr
         assert len(json.loads(cli.stdout)) >= len(samples)
-        logs = subprocess.run([*AENV, "logs", sbx.sandbox_id], env=env, capture_output=True,
-                              text=True, timeout=60)  # fmt: skip
+        logs = subprocess.run(
+            [*AENV, "logs", sbx.sandbox_id], env=env, capture_output=True, text=True, timeout=60
+        )
         assert logs.returncode == 0, logs.stderr
         assert "echo observed-by-the-test" in logs.stdout or "process" in logs.stdout.lower()
         if CLI.exists():  # E2B's own CLI, unchanged
             e2b_env = {**env, "NO_COLOR": "1"}
             for what in ("metrics", "logs"):
-                r = subprocess.run([str(CLI), "sandbox", what, sbx.sandbox_id], env=e2b_env,
-                                   capture_output=True, text=True, timeout=120)  # fmt: skip
+                r = subprocess.run(
+                    [str(CLI), "sandbox", what, sbx.sandbox_id],
+                    env=e2b_env,
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
                 assert r.returncode == 0, (what, r.stdout, r.stderr)
                 assert r.stdout.strip(), what
         if (NPM / "node_modules" / "e2b").exists():  # the JavaScript SDK, unchanged
-            script = ("const {Sandbox} = require('e2b');"
-                      "Sandbox.getMetrics(process.argv[1]).then(m => "
-                      "{console.log(JSON.stringify(m)); process.exit(0)})"
-                      ".catch(e => {console.error(e); process.exit(1)})")  # fmt: skip
-            r = subprocess.run(["node", "-e", script, sbx.sandbox_id], env=env, cwd=NPM,
-                               capture_output=True, text=True, timeout=120)  # fmt: skip
+            script = (
+                "const {Sandbox} = require('e2b');"
+                "Sandbox.getMetrics(process.argv[1]).then(m => "
+                "{console.log(JSON.stringify(m)); process.exit(0)})"
+                ".catch(e => {console.error(e); process.exit(1)})"
+            )
+            r = subprocess.run(
+                ["node", "-e", script, sbx.sandbox_id],
+                env=env,
+                cwd=NPM,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert r.returncode == 0, r.stderr
             got = json.loads(r.stdout)
             assert got and got[0]["cpuCount"] >= 1 and got[0]["memTotal"] > 0

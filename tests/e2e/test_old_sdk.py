@@ -52,9 +52,12 @@ def test_sdk_2_45_uses_the_v1_routes(stack: Stack) -> None:
     assert OLD_PYTHON.exists(), f"{OLD_PYTHON} missing: run scripts/setup.sh"
     before = _metrics(stack)
     out = subprocess.run(
-        [str(OLD_PYTHON), "-c", SCRIPT], env={**os.environ, **stack.env()},
-        capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        [str(OLD_PYTHON), "-c", SCRIPT],
+        env={**os.environ, **stack.env()},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["old-sdk-ok", "v1", "connected", "True"]
     after = _metrics(stack)

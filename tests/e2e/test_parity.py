@@ -20,8 +20,9 @@ def test_started_after_is_an_inclusive_bound(stack: Stack) -> None:
     sbx = Sandbox.create(timeout=120, metadata={"parity": "started-after"})
     try:
         info = sbx.get_info()
-        found = Sandbox.list(query=SandboxQuery(started_after=info.started_at,
-                                                metadata={"parity": "started-after"}))  # fmt: skip
+        found = Sandbox.list(
+            query=SandboxQuery(started_after=info.started_at, metadata={"parity": "started-after"})
+        )
         assert [s.sandbox_id for s in found.next_items()] == [sbx.sandbox_id]
     finally:
         sbx.kill()
@@ -108,9 +109,15 @@ def test_the_base_template_carries_what_e2bs_does(stack: Stack) -> None:
     and npm — E2B's base image has them, and agents' code assumes them."""
     sbx = Sandbox.create(timeout=300)
     try:
-        for cmd in ("python -c 1", "python3 -m pip --version", "python3 -m venv /tmp/v",
-                    "node -e 'process.exit(0)'", "npm --version", "curl --version",
-                    "git --version"):  # fmt: skip
+        for cmd in (
+            "python -c 1",
+            "python3 -m pip --version",
+            "python3 -m venv /tmp/v",
+            "node -e 'process.exit(0)'",
+            "npm --version",
+            "curl --version",
+            "git --version",
+        ):
             # quiet for a long while on a loaded TCG host (venv's ensurepip, npm): the SDK's
             # 60 s read timeout would end the stream before the command (seen at load 9)
             r = sbx.commands.run(cmd, timeout=300, request_timeout=300)

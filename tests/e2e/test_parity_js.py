@@ -26,8 +26,14 @@ def test_the_javascript_sdk_sees_e2bs_behaviour(stack: Stack) -> None:
     if not (NPM / "node_modules" / "e2b").exists():
         pytest.skip("npm `e2b` is not installed (scripts/setup.sh installs it with npm)")
     env = {**os.environ, **stack.env(), "NODE_PATH": str(NPM / "node_modules")}
-    r = subprocess.run(["node", str(SCRIPT), uuid.uuid4().hex[:8]], env=env, cwd=NPM,
-                       capture_output=True, text=True, timeout=900)  # fmt: skip
+    r = subprocess.run(
+        ["node", str(SCRIPT), uuid.uuid4().hex[:8]],
+        env=env,
+        cwd=NPM,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["listed"] == [out["id"]]

@@ -121,8 +121,7 @@ def test_resume_pulls_from_s3_when_the_local_capture_is_gone(stack: Stack) -> No
         eventually_sync(lambda: _count(sbx) > 2, timeout=20)
         assert sbx.pause()
 
-        snap_id = eventually_sync(lambda: _uploaded(stack, sbx.sandbox_id), timeout=120,
-                                  interval=1)  # fmt: skip
+        snap_id = eventually_sync(lambda: _uploaded(stack, sbx.sandbox_id), timeout=120, interval=1)
         local = stack.data_dir / "node" / "snapshots" / snap_id
         manifest = json.loads((local / "manifest.json").read_text())
         shutil.rmtree(local)  # state, memory, manifest: gone from the node
@@ -163,8 +162,19 @@ def test_s3_outage_pause_succeeds_and_upload_retries(stack: Stack) -> None:
     import subprocess
     import time
 
-    rule = ["OUTPUT", "-o", "lo", "-p", "tcp", "--dport", str(_s3_port(stack)),
-            "-j", "REJECT", "--reject-with", "tcp-reset"]  # fmt: skip
+    rule = [
+        "OUTPUT",
+        "-o",
+        "lo",
+        "-p",
+        "tcp",
+        "--dport",
+        str(_s3_port(stack)),
+        "-j",
+        "REJECT",
+        "--reject-with",
+        "tcp-reset",
+    ]
     sbx = Sandbox.create(timeout=600)
     subprocess.run(["iptables", "-I", *rule], check=True)
     blocked = True

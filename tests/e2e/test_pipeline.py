@@ -86,16 +86,22 @@ async def test_a_create_the_log_refuses_leaves_no_vm_behind(stack: Stack) -> Non
     log = stack.data_dir / "aenv.log"
     bus = await Bus.connect(BusSettings(nats_url=stack.nats_url), setup=False)
     try:
-        await execute(bus.sandboxes, sb.CreateSandbox(sandbox_id=sandbox_id, template_id="base",
-                                                    team_id="default", timeout_s=60))  # fmt: skip
+        await execute(
+            bus.sandboxes,
+            sb.CreateSandbox(
+                sandbox_id=sandbox_id, template_id="base", team_id="default", timeout_s=60
+            ),
+        )
         await execute(bus.sandboxes, sb.KillSandbox(sandbox_id=sandbox_id))
         await execute(bus.sandboxes, sb.CompleteKill(sandbox_id=sandbox_id))
         command_id, body = create_command(sandbox_id, team_id="default")
         await bus.js.publish("aenv.cmd.place.create", body, headers={"Nats-Msg-Id": command_id})
 
         async def refused() -> bool:
-            return any(isinstance(r.event, CommandRejected) and "already exists" in r.event.reason
-                       for r in await bus.sandboxes.read(sandbox_id))  # fmt: skip
+            return any(
+                isinstance(r.event, CommandRejected) and "already exists" in r.event.reason
+                for r in await bus.sandboxes.read(sandbox_id)
+            )
 
         await eventually(refused, timeout=60, interval=0.2)
     finally:

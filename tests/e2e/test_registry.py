@@ -20,8 +20,9 @@ pytestmark = pytest.mark.vm
 
 def _build(image: str, name: str, **login: str) -> list[str]:
     logs: list[str] = []
-    Template.build(Template().from_image(image, **login), name,
-                   on_build_logs=lambda e: logs.append(e.message))  # fmt: skip
+    Template.build(
+        Template().from_image(image, **login), name, on_build_logs=lambda e: logs.append(e.message)
+    )
     return logs
 
 
@@ -31,13 +32,25 @@ def test_registry_images_become_sandboxes(stack: Stack, tmp_path: Path) -> None:
     (extra / "srv").mkdir(parents=True)
     (extra / "srv/data.txt").write_text("second layer\n")
     tag = uuid.uuid4().hex[:8]
-    with local_registry(tmp_path / "open") as open_reg, \
-            local_registry(tmp_path / "private", login=("aenv", "s3cret")) as private:
+    with (
+        local_registry(tmp_path / "open") as open_reg,
+        local_registry(tmp_path / "private", login=("aenv", "s3cret")) as private,
+    ):
         one = push(layout(tmp_path / "one", base), open_reg, "tests/busybox", tag)
-        config = {"config": {"Env": ["IMAGE_GREETING=hello"], "User": "0",
-                             "WorkingDir": "/srv", "Cmd": ["/bin/false"]}}  # fmt: skip
-        two = push(layout(tmp_path / "two", base, extra, config=config), open_reg,
-                   "tests/busybox-plus", tag)  # fmt: skip
+        config = {
+            "config": {
+                "Env": ["IMAGE_GREETING=hello"],
+                "User": "0",
+                "WorkingDir": "/srv",
+                "Cmd": ["/bin/false"],
+            }
+        }
+        two = push(
+            layout(tmp_path / "two", base, extra, config=config),
+            open_reg,
+            "tests/busybox-plus",
+            tag,
+        )
         secret = push(layout(tmp_path / "secret", base), private, "tests/private", tag)
 
         name = f"reg-{tag}"

@@ -93,8 +93,10 @@ def test_auto_resume_on_traffic_and_502_without_it(stack: Stack) -> None:
         assert auto.commands.run("cat /tmp/seven").stdout == "7\n"
         assert auto.get_info().state == SandboxState.RUNNING
         # without autoResume: E2B's "sandbox was not found" (502), and it stays paused
-        r = httpx.get(f"{stack.api_url}/health", headers={
-            "E2b-Sandbox-Id": plain.sandbox_id, "E2b-Sandbox-Port": "49983"})  # fmt: skip
+        r = httpx.get(
+            f"{stack.api_url}/health",
+            headers={"E2b-Sandbox-Id": plain.sandbox_id, "E2b-Sandbox-Port": "49983"},
+        )
         assert r.status_code == 502
         assert "not found" in r.json()["message"]
         assert plain.get_info().state == SandboxState.PAUSED
@@ -114,9 +116,15 @@ def _life_of(stack: Stack, key: str, value: str) -> list[str]:
             recs = await read_log(nc.jetstream(), BusSettings(nats_url=stack.nats_url))
         finally:
             await nc.close()
-        sid = next((r.envelope.aggregate_id for r in recs
-                    if isinstance(r.event, sb.SandboxRequested)
-                    and r.event.spec.metadata.get(key) == value), None)  # fmt: skip
+        sid = next(
+            (
+                r.envelope.aggregate_id
+                for r in recs
+                if isinstance(r.event, sb.SandboxRequested)
+                and r.event.spec.metadata.get(key) == value
+            ),
+            None,
+        )
         return [type(r.event).__name__ for r in recs if r.envelope.aggregate_id == sid]
 
     return asyncio.run(run())
@@ -128,8 +136,13 @@ def _post_and_hang_up(api_url: str, path: str, headers: dict[str, str], body: ob
     the warm pool hands over answers within that.)"""
     host, port = httpx.URL(api_url).host, httpx.URL(api_url).port
     data = json.dumps(body).encode()
-    head = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json",
-            f"Content-Length: {len(data)}", *(f"{k}: {v}" for k, v in headers.items())]
+    head = [
+        f"POST {path} HTTP/1.1",
+        f"Host: {host}:{port}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(data)}",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
     with socket.create_connection((host, port or 80), timeout=10) as s:
         s.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + data)
 
@@ -140,14 +153,23 @@ def test_a_create_whose_client_hung_up_is_killed(stack: Stack) -> None:
     tag = os.urandom(6).hex()
     headers = {"X-API-Key": stack.api_key}
     for key, extra in (("hangup", {}), ("keyed", {"Idempotency-Key": tag})):
-        _post_and_hang_up(stack.api_url, "/sandboxes", {**headers, **extra},
-                          {"templateID": "base", "metadata": {key: tag}})  # fmt: skip
+        _post_and_hang_up(
+            stack.api_url,
+            "/sandboxes",
+            {**headers, **extra},
+            {"templateID": "base", "metadata": {key: tag}},
+        )
     eventually_sync(lambda: "SandboxKilled" in _life_of(stack, "hangup", tag), timeout=60)
     assert "SandboxCreated" in _life_of(stack, "hangup", tag)  # it came up, then went
-    kept = eventually_sync(lambda: "SandboxCreated" in (life := _life_of(stack, "keyed", tag))
-                           and life, timeout=60)  # fmt: skip
+    kept = eventually_sync(
+        lambda: "SandboxCreated" in (life := _life_of(stack, "keyed", tag)) and life, timeout=60
+    )
     assert "SandboxKillRequested" not in kept
-    again = httpx.post(f"{stack.api_url}/sandboxes", headers={**headers, "Idempotency-Key": tag},
-                       json={"templateID": "base", "metadata": {"keyed": tag}}, timeout=60)
+    again = httpx.post(
+        f"{stack.api_url}/sandboxes",
+        headers={**headers, "Idempotency-Key": tag},
+        json={"templateID": "base", "metadata": {"keyed": tag}},
+        timeout=60,
+    )
     assert again.status_code == 201
     Sandbox.kill(again.json()["sandboxID"])

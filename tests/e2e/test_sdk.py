@@ -73,8 +73,9 @@ def test_errors_are_e2b_json(stack: Stack) -> None:
         assert r.status_code == 400 and isinstance(r.json()["message"], str)
         r = c.get("/sandboxes/doesnotexist0000", headers=h)
         assert r.status_code == 404 and r.json() == {
-            "code": 404, "message": 'sandbox "doesnotexist0000" not found'
-        }  # fmt: skip
+            "code": 404,
+            "message": 'sandbox "doesnotexist0000" not found',
+        }
         wrong = "e2b_" + "0" * 40
         r = c.get("/v2/sandboxes", headers={"X-API-KEY": wrong})
         assert r.status_code == 401 and r.json()["code"] == 401

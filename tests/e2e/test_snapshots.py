@@ -74,8 +74,9 @@ def test_snapshot_is_uploaded_and_pulled_back_when_the_node_lost_it(stack: Stack
         src.create_snapshot(name=name)
         doc = eventually_sync(
             lambda: (d := json.loads(record.read_text())).get("uploaded") and d,
-            timeout=120, interval=0.5,
-        )  # fmt: skip
+            timeout=120,
+            interval=0.5,
+        )
         capture = Path(doc["snapshot"])
         layer = Path(json.loads((capture / "manifest.json").read_text())["disk_top"])
         shutil.rmtree(capture)

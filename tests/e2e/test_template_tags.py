@@ -28,13 +28,15 @@ def _content(ref: str) -> str:
 def test_a_tag_starts_its_build_after_the_name_is_rebuilt(stack: Stack) -> None:
     name = f"tagged-{uuid.uuid4().hex[:8]}"
     records = stack.data_dir / "node" / "snapshot-templates"
-    v1 = Template.build(Template().from_template("base").run_cmd("echo one > /opt/which"),
-                        f"{name}:v1")  # fmt: skip
-    v2 = Template.build(Template().from_template("base").run_cmd("echo two > /opt/which"),
-                        name)  # fmt: skip
+    v1 = Template.build(
+        Template().from_template("base").run_cmd("echo one > /opt/which"), f"{name}:v1"
+    )
+    v2 = Template.build(Template().from_template("base").run_cmd("echo two > /opt/which"), name)
     try:
         assert {t.tag: t.build_id for t in Template.get_tags(name)} == {
-            "v1": v1.build_id, "default": v2.build_id}  # fmt: skip
+            "v1": v1.build_id,
+            "default": v2.build_id,
+        }
         # both builds' captures are on the node, each under a name of its own
         assert len(list(records.glob(f"{name}_*.json"))) == 2
         assert _content(f"{name}:v1") == "one"
@@ -46,9 +48,12 @@ def test_a_tag_starts_its_build_after_the_name_is_rebuilt(stack: Stack) -> None:
         assert info.build_id == v1.build_id
         assert _content(name) == "one"
         # a build FROM a tag starts from that build
-        v3 = Template.build(Template().from_template(f"{name}:v1")
-                            .run_cmd("cat /opt/which > /opt/from; echo three > /opt/which"),
-                            f"{name}-child")  # fmt: skip
+        v3 = Template.build(
+            Template()
+            .from_template(f"{name}:v1")
+            .run_cmd("cat /opt/which > /opt/from; echo three > /opt/which"),
+            f"{name}-child",
+        )
         assert v3.template_id == f"{name}-child"
         sbx = Sandbox.create(f"{name}-child")
         try:

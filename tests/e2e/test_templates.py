@@ -116,8 +116,9 @@ def test_templates_from_docker_hub_names(stack: Stack, tmp_path: Path) -> None:
     _hub_image(stack, tmp_path / "node", "library/node", tag, "node")
     for kind in ("debian", "node"):
         start = getattr(Template(), f"from_{kind}_image")(tag)
-        info = Template.build_in_background(start.run_cmd("echo built-in-background"),
-                                            f"{name}-{kind}")  # fmt: skip
+        info = Template.build_in_background(
+            start.run_cmd("echo built-in-background"), f"{name}-{kind}"
+        )
         seen: list[str] = []
         deadline = time.monotonic() + 600
         while True:

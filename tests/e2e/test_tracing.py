@@ -29,17 +29,19 @@ def test_create_trace_spans_api_bus_node_and_projection(stack: Stack) -> None:
         spans = _spans(stack)
         ours = {x["trace_id"] for x in spans if sid in x["name"]}
         roots = [
-            s for s in spans
+            s
+            for s in spans
             if s["kind"] == "SERVER" and s["name"] == "POST /v2/sandboxes" and s["trace_id"] in ours
-        ]  # fmt: skip
+        ]
         if not roots:
             return None
         trace = [s for s in spans if s["trace_id"] == roots[-1]["trace_id"]]
         group = "messaging.consumer.group.name"
         projected = [
-            s for s in trace
+            s
+            for s in trace
             if s["kind"] == "CONSUMER" and s["attributes"].get(group, "").startswith("projection:")
-        ]  # fmt: skip
+        ]
         # each process exports its spans in batches of its own: the node's handling span
         # (it ends after its appends) may come after the API's projection spans
         handled = any(s["name"] == "process aenv.cmd.place.create" for s in trace)

@@ -38,10 +38,11 @@ def test_a_private_sandbox_serves_its_ports_only_with_its_token(stack: Stack) ->
         r = _guest_port(sbx, None)
         assert r.status_code == 403
         assert r.json() == {
-            "sandboxId": sbx.sandbox_id, "code": 403,
+            "sandboxId": sbx.sandbox_id,
+            "code": 403,
             "message": "Sandbox is secured with traffic access token. "
-                       "Token header 'e2b-traffic-access-token' is missing",
-        }  # fmt: skip
+            "Token header 'e2b-traffic-access-token' is missing",
+        }
         r = _guest_port(sbx, token + "x")
         assert r.status_code == 403 and "is invalid" in r.json()["message"]
         assert _guest_port(sbx, token).status_code == 200

@@ -31,17 +31,25 @@ def _node_env(stack: Stack, data: Path) -> dict[str, str]:
     env = dict(
         kv.split("=", 1) for kv in Path(f"/proc/{first}/environ").read_text().split("\0") if kv
     )
-    env.update({"AENV_NODE_ID": "e2e-two", "AENV_SLOT_PREFIX": tagged("aenvf"),
-                "AENV_DATA_DIR": str(data), "AENV_SLOT_POOL": "2"})  # fmt: skip
+    env.update(
+        {
+            "AENV_NODE_ID": "e2e-two",
+            "AENV_SLOT_PREFIX": tagged("aenvf"),
+            "AENV_DATA_DIR": str(data),
+            "AENV_SLOT_POOL": "2",
+        }
+    )
     env.pop("AENV_TRACE_FILE", None)
     return env
 
 
 def _start_node(stack: Stack, data: Path, **extra: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "aenv.serve", "node"], env={**_node_env(stack, data), **extra},
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "aenv.serve", "node"],
+        env={**_node_env(stack, data), **extra},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         if marks(line, "ROLE-READY"):
@@ -85,8 +93,7 @@ def second_node(stack: Stack, n2: Path) -> Iterator[str]:
 
 
 def _node_of(stack: Stack, sandbox_id: str) -> str:
-    r = httpx.get(f"{stack.api_url}/sandboxes/{sandbox_id}",
-                  headers={"X-API-KEY": stack.api_key})  # fmt: skip
+    r = httpx.get(f"{stack.api_url}/sandboxes/{sandbox_id}", headers={"X-API-KEY": stack.api_key})
     r.raise_for_status()
     return str(r.json()["nodeID"])
 
@@ -230,8 +237,12 @@ def test_a_paused_sandbox_whose_node_is_gone_before_its_upload_is_a_clear_503(
         sbx = node.place()
         assert sbx.pause()
         node.die()
-        r = httpx.post(f"{stack.api_url}/sandboxes/{sbx.sandbox_id}/connect", json={"timeout": 60},
-                       headers={"X-API-KEY": stack.api_key}, timeout=30)  # fmt: skip
+        r = httpx.post(
+            f"{stack.api_url}/sandboxes/{sbx.sandbox_id}/connect",
+            json={"timeout": 60},
+            headers={"X-API-KEY": stack.api_key},
+            timeout=30,
+        )
         assert r.status_code == 503, r.text
         assert "not running" in r.json()["message"]
 

@@ -51,19 +51,22 @@ def _s3_manifests(stack: Stack) -> tuple[list[str], dict[str, object]]:
     from workers.snapshot import S3Config, S3Store
 
     node = json.loads((stack.data_dir / "stack.json").read_text())["roles"]["node"]
-    env = dict(kv.split("=", 1) for kv in
-               Path(f"/proc/{node}/environ").read_text().split("\0") if kv)  # fmt: skip
+    env = dict(
+        kv.split("=", 1) for kv in Path(f"/proc/{node}/environ").read_text().split("\0") if kv
+    )
 
     async def read() -> tuple[list[str], dict[str, object]]:
-        store = await S3Store.open(S3Config(
-            bucket=env.get("AENV_S3_BUCKET", "aenv-snapshots"),
-            endpoint_url=env["AENV_S3_ENDPOINT"], access_key=env["AENV_S3_ACCESS_KEY"],
-            secret_key=env["AENV_S3_SECRET_KEY"],
-        ))  # fmt: skip
+        store = await S3Store.open(
+            S3Config(
+                bucket=env.get("AENV_S3_BUCKET", "aenv-snapshots"),
+                endpoint_url=env["AENV_S3_ENDPOINT"],
+                access_key=env["AENV_S3_ACCESS_KEY"],
+                secret_key=env["AENV_S3_SECRET_KEY"],
+            )
+        )
         try:
             ids = await store.list_manifests()
-            docs = {i: json.loads(await store.get_manifest(i)) for i in ids
-                    if i.startswith("vol-")}  # fmt: skip
+            docs = {i: json.loads(await store.get_manifest(i)) for i in ids if i.startswith("vol-")}
             present = {}
             for i, doc in docs.items():
                 chunks = [c for c in doc["image"]["chunks"] if c]
@@ -90,9 +93,11 @@ def test_a_volume_outlives_its_sandboxes_and_is_one_sandboxs_at_a_time(stack: St
         assert a.get_info().volume_mounts == [{"name": name, "path": MOUNT}]
         a.files.write(f"{MOUNT}/big.bin", BIG)
         a.files.write(f"{MOUNT}/notes/small.txt", "a few bytes")
-        a.commands.run(f"chmod 600 {MOUNT}/notes/small.txt && printf '#!/bin/sh\\necho hi\\n' "
-                       f"> {MOUNT}/run.sh && chmod 755 {MOUNT}/run.sh && "
-                       f"ln -s notes/small.txt {MOUNT}/link")  # fmt: skip
+        a.commands.run(
+            f"chmod 600 {MOUNT}/notes/small.txt && printf '#!/bin/sh\\necho hi\\n' "
+            f"> {MOUNT}/run.sh && chmod 755 {MOUNT}/run.sh && "
+            f"ln -s notes/small.txt {MOUNT}/link"
+        )
 
         # one sandbox at a time, and the refusal names the holder
         with pytest.raises(SandboxException) as held:
@@ -123,10 +128,17 @@ def test_a_volume_outlives_its_sandboxes_and_is_one_sandboxs_at_a_time(stack: St
     try:
         got = b.files.read(f"{MOUNT}/big.bin", format="bytes")
         assert hashlib.sha256(bytes(got)).digest() == hashlib.sha256(BIG).digest()
-        out = b.commands.run(f"cd {MOUNT} && stat -c '%n %a' notes/small.txt run.sh && "
-                             "readlink link && ./run.sh && cat after-resume.txt").stdout
-        assert out.splitlines() == ["notes/small.txt 600", "run.sh 755", "notes/small.txt",
-                                    "hi", "still mounted"]  # fmt: skip
+        out = b.commands.run(
+            f"cd {MOUNT} && stat -c '%n %a' notes/small.txt run.sh && "
+            "readlink link && ./run.sh && cat after-resume.txt"
+        ).stdout
+        assert out.splitlines() == [
+            "notes/small.txt 600",
+            "run.sh 755",
+            "notes/small.txt",
+            "hi",
+            "still mounted",
+        ]
     finally:
         Sandbox.kill(b.sandbox_id)
 
@@ -141,8 +153,9 @@ def test_a_volume_outlives_its_sandboxes_and_is_one_sandboxs_at_a_time(stack: St
     assert vol.read_file("/notes/small.txt") == "a few bytes"
     deep = {e.path for e in vol.list("/", depth=2)}
     assert "/notes/small.txt" in deep
-    written = vol.write_file("/from-api/hello.txt", "written by the volume API", mode=0o640,
-                             force=True)  # fmt: skip
+    written = vol.write_file(
+        "/from-api/hello.txt", "written by the volume API", mode=0o640, force=True
+    )
     assert written.mode == 0o640 and written.size == len("written by the volume API")
     assert vol.make_dir("/made").type.value == "directory"
     assert vol.update_metadata("/made", mode=0o700).mode == 0o700
@@ -208,12 +221,23 @@ def test_the_npm_sdk_volume_api_is_the_same(stack: Stack) -> None:
         "   destroyed}));"
         "})().catch(e => {console.error(e); process.exit(1)})"
     )
-    run = subprocess.run(["node", "-e", script, name], capture_output=True, text=True,
-                         timeout=120, env=dict(os.environ), cwd=npm)  # fmt: skip
+    run = subprocess.run(
+        ["node", "-e", script, name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+        cwd=npm,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
-    assert got == {"listed": True, "text": "from node", "entries": ["hello.txt"], "token": True,
-                   "destroyed": True}  # fmt: skip
+    assert got == {
+        "listed": True,
+        "text": "from node",
+        "entries": ["hello.txt"],
+        "token": True,
+        "destroyed": True,
+    }
 
 
 def test_the_cli_moves_files_in_and_out_of_a_volume(stack: Stack, tmp_path: Path) -> None:
@@ -221,8 +245,7 @@ def test_the_cli_moves_files_in_and_out_of_a_volume(stack: Stack, tmp_path: Path
     env = {**os.environ, **stack.env()}
 
     def aenv(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*AENV, *args], env=env, capture_output=True, text=True,
-                              timeout=120)  # fmt: skip
+        return subprocess.run([*AENV, *args], env=env, capture_output=True, text=True, timeout=120)
 
     name = _name()
     assert aenv("volume", "create", name).returncode == 0
@@ -273,7 +296,8 @@ def test_a_paused_sandbox_with_a_volume_resumes_on_another_node(stack: Stack, n2
         vol = Volume.connect(vol.volume_id)  # (its reads wait for the new node's release)
         assert vol.read_file("/after-move.txt") == "written on the new node"
         assert vol.read_file("/travels.txt") == "with its sandbox"
-        attached = [e for e in _volume_log(stack, vol.volume_id)
-                    if type(e).__name__ == "VolumeAttached"]  # fmt: skip
+        attached = [
+            e for e in _volume_log(stack, vol.volume_id) if type(e).__name__ == "VolumeAttached"
+        ]
         assert [getattr(e, "node_id", None) for e in attached][-2:] == ["e2e-two", "e2e"]
     Volume.destroy(vol.volume_id)

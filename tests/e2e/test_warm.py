@@ -52,8 +52,7 @@ def _warm_dirs(stack: Stack) -> set[str]:
 
 
 def _pool_has(stack: Stack, template: str, n: int = 1, timeout: float = 120) -> None:
-    eventually_sync(lambda: _node_warm(stack).get(template, 0) >= n, timeout=timeout,
-                    interval=0.2)  # fmt: skip
+    eventually_sync(lambda: _node_warm(stack).get(template, 0) >= n, timeout=timeout, interval=0.2)
 
 
 def _created_warm(stack: Stack, sandbox_id: str) -> bool:
@@ -78,8 +77,9 @@ def _envd_get(stack: Stack, sandbox_id: str, token: str | None) -> int:
     headers = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": ENVD}
     if token is not None:
         headers["X-Access-Token"] = token
-    r = httpx.get(f"{stack.api_url}/files", params={"path": "/etc/hostname"}, headers=headers,
-                  timeout=30)  # fmt: skip
+    r = httpx.get(
+        f"{stack.api_url}/files", params={"path": "/etc/hostname"}, headers=headers, timeout=30
+    )
     return r.status_code
 
 
@@ -92,9 +92,11 @@ def test_sandboxes_from_one_pool_are_each_their_own(stack: Stack) -> None:
         assert _created_warm(stack, a.sandbox_id) and _created_warm(stack, b.sandbox_id)
         for sbx in (a, b):  # a claimed VM's directory is the sandbox's, like a restored one's
             assert (stack.data_dir / "node" / "vms" / sbx.sandbox_id / "qemu.pid").exists()
-        probe = ("head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; "
-                 "python3 -c 'import uuid; print(uuid.uuid4())'; echo $WHO; hostname; "
-                 "date +%s.%N")  # fmt: skip
+        probe = (
+            "head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; "
+            "python3 -c 'import uuid; print(uuid.uuid4())'; echo $WHO; hostname; "
+            "date +%s.%N"
+        )
         seen = {}
         for sbx in (a, b):
             before = time.time()
@@ -115,11 +117,17 @@ def test_sandboxes_from_one_pool_are_each_their_own(stack: Stack) -> None:
         assert _envd_get(stack, a.sandbox_id, token_b) == 401
         assert _envd_get(stack, a.sandbox_id, "not-the-token") == 401
         assert _envd_get(stack, a.sandbox_id, None) == 401
+
         # its log starts at its claim: the warm-up before (a login bash running `true`)
         # was nobody's sandbox
         def logs() -> str | None:
-            out = subprocess.run([*AENV, "logs", a.sandbox_id], env={**os.environ, **stack.env()},
-                                 capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+            out = subprocess.run(
+                [*AENV, "logs", a.sandbox_id],
+                env={**os.environ, **stack.env()},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout
             return out if "head -c 32" in out else None
 
         text = eventually_sync(logs, timeout=30, interval=1)
@@ -185,8 +193,9 @@ def _scrape(stack: Stack) -> Samples:
 
 
 def _claims(samples: Samples, result: str) -> float:
-    return samples.get(("aenv_node_warm_claims_total",
-                        frozenset({"node": "e2e", "result": result}.items())), 0.0)  # fmt: skip
+    return samples.get(
+        ("aenv_node_warm_claims_total", frozenset({"node": "e2e", "result": result}.items())), 0.0
+    )
 
 
 def test_a_burst_larger_than_the_pool_falls_back_to_cold_creates(stack: Stack) -> None:

@@ -106,8 +106,9 @@ def test_websocket_through_the_proxy_to_a_guest_server(stack: Stack) -> None:
     try:
         sbx.files.write("/tmp/ws.py", ECHO_SERVER)
         sbx.commands.run("python3 /tmp/ws.py", background=True)
-        sbx.commands.run(f"for i in $(seq 100); do ss -ltn | grep -q :{PORT} && break; "
-                         "sleep 0.1; done")  # fmt: skip
+        sbx.commands.run(
+            f"for i in $(seq 100); do ss -ltn | grep -q :{PORT} && break; sleep 0.1; done"
+        )
         c = Client(stack.api_url, sbx.sandbox_id, PORT, ["chat.v1"])
         accepted = c.next_event()
         assert isinstance(accepted, AcceptConnection), accepted

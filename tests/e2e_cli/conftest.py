@@ -20,8 +20,15 @@ from tests.support import tagged
 pytestmark = pytest.mark.vm
 
 # Variables that would point the CLI somewhere else than the stack under test.
-_ROUTING = ("AENV_API_URL", "AENV_API_KEY", "E2B_API_URL", "E2B_API_KEY", "E2B_SANDBOX_URL",
-            "AENV_DATA_DIR", "XDG_CONFIG_HOME")  # fmt: skip
+_ROUTING = (
+    "AENV_API_URL",
+    "AENV_API_KEY",
+    "E2B_API_URL",
+    "E2B_API_KEY",
+    "E2B_SANDBOX_URL",
+    "AENV_DATA_DIR",
+    "XDG_CONFIG_HOME",
+)
 
 
 @dataclass(frozen=True)
@@ -34,8 +41,14 @@ class CliStack:
     def env(self, **extra: str) -> dict[str, str]:
         """A user's shell after `eval $(aenv up)`: the E2B_* exports and nothing else of ours."""
         base = {k: v for k, v in os.environ.items() if k not in _ROUTING}
-        return {**base, "HOME": str(self.home), "E2B_API_URL": self.api_url,
-                "E2B_SANDBOX_URL": self.api_url, "E2B_API_KEY": self.api_key, **extra}  # fmt: skip
+        return {
+            **base,
+            "HOME": str(self.home),
+            "E2B_API_URL": self.api_url,
+            "E2B_SANDBOX_URL": self.api_url,
+            "E2B_API_KEY": self.api_key,
+            **extra,
+        }
 
     def bare_env(self, **extra: str) -> dict[str, str]:
         """No routing variables at all: only flags, credentials or stack.json can help."""
@@ -46,8 +59,9 @@ class CliStack:
 def run_aenv(
     *args: str, env: dict[str, str], timeout: float = 120, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([*AENV, *args], env=env, capture_output=True, timeout=timeout,
-                          input=stdin)  # fmt: skip
+    return subprocess.run(
+        [*AENV, *args], env=env, capture_output=True, timeout=timeout, input=stdin
+    )
 
 
 @pytest.fixture(scope="package")
@@ -59,8 +73,11 @@ def cli_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliStack]:
     env = {**os.environ, "AENV_SLOT_PREFIX": tagged("aenvc"), "AENV_NODE_ID": "cli"}
     up = subprocess.run(
         [*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
-        capture_output=True, text=True, timeout=900, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
     if up.returncode != 0:
         log = (data / "aenv.log").read_text(errors="replace")[-4000:]
         pytest.fail(f"aenv up failed ({up.returncode}): {up.stderr[-2000:]}\n--- log\n{log}")
@@ -68,8 +85,9 @@ def cli_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliStack]:
     try:
         yield CliStack(data, info["E2B_API_URL"], info["E2B_API_KEY"], home)
     finally:
-        down = subprocess.run([*AENV, "down", "--data-dir", str(data)], capture_output=True,
-                              text=True, timeout=120)  # fmt: skip
+        down = subprocess.run(
+            [*AENV, "down", "--data-dir", str(data)], capture_output=True, text=True, timeout=120
+        )
         assert down.returncode == 0, down.stderr
         leftovers = subprocess.run(["pgrep", "-af", str(data)], capture_output=True, text=True)
         assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"

@@ -50,8 +50,12 @@ def test_create_list_revoke_then_the_api_refuses_the_key(cli_stack: CliStack) ->
     eventually_sync(lambda: api.get("/sandboxes").status_code == 401, timeout=CACHE_S + 1)
     took = time.monotonic() - revoked
     assert _list(cli_stack, "--team", "t-cli")[key_id]["revoked_at"] is not None
-    assert httpx.get(f"{cli_stack.api_url}/sandboxes",
-                     headers={"X-API-KEY": cli_stack.api_key}).status_code == 200  # fmt: skip
+    assert (
+        httpx.get(
+            f"{cli_stack.api_url}/sandboxes", headers={"X-API-KEY": cli_stack.api_key}
+        ).status_code
+        == 200
+    )
     print(f"revoked key refused {took:.2f}s after `aenv keys revoke` returned")
 
     again = run_aenv("keys", "revoke", key_id, *d, env=env)

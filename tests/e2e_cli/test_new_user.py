@@ -46,9 +46,15 @@ def test_messages_say_what_happened_and_what_to_do(
 ) -> None:
     env = cli_stack.env()
     # an unknown sandbox is that, whichever verb met it (not "Paused sandbox … not found")
-    for argv in (("exec", "nosuch", "--", "true"), ("cn", "nosuch"), ("resume", "nosuch"),
-                 ("pause", "nosuch"), ("timeout", "nosuch"), ("fork", "nosuch"),
-                 ("download", "nosuch", "/x", str(tmp_path))):  # fmt: skip
+    for argv in (
+        ("exec", "nosuch", "--", "true"),
+        ("cn", "nosuch"),
+        ("resume", "nosuch"),
+        ("pause", "nosuch"),
+        ("timeout", "nosuch"),
+        ("fork", "nosuch"),
+        ("download", "nosuch", "/x", str(tmp_path)),
+    ):
         r = run_aenv(*argv, env=env)
         assert r.returncode == 1, argv
         assert "no such sandbox nosuch" in _one_line(r.stderr) and "aenv ls" in r.stderr.decode()

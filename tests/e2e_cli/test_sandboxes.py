@@ -33,8 +33,7 @@ def test_lifecycle_exec_files_pause_timeout_fork_rm(cli_stack: CliStack, tmp_pat
         assert sid not in _ls(cli_stack, "-m", "suite=other")
 
         # exec: streams kept apart, the guest's exit code is ours, one-arg shell lines work
-        r = run_aenv("exec", sid, "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 7",
-                     env=env)  # fmt: skip
+        r = run_aenv("exec", sid, "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 7", env=env)
         assert (r.returncode, r.stdout, r.stderr) == (7, b"to-out\n", b"to-err\n")
         r = run_aenv("exec", sid, "--", "echo hello | tr a-z A-Z", env=env)
         assert (r.returncode, r.stdout) == (0, b"HELLO\n")

@@ -18,8 +18,9 @@ PROMPT = r"\$ "
 
 
 def _spawn(stack: CliStack, *args: str) -> pexpect.spawn:
-    child = pexpect.spawn(AENV[0], [*AENV[1:], *args], env=stack.env(), timeout=90,
-                          dimensions=(30, 100))  # fmt: skip
+    child = pexpect.spawn(
+        AENV[0], [*AENV[1:], *args], env=stack.env(), timeout=90, dimensions=(30, 100)
+    )
     child.logfile_read = sys.stdout.buffer  # shown by pytest when a test fails
     return child
 

@@ -38,8 +38,10 @@ class Follower:
     def __init__(self, stack: CliStack, *args: str) -> None:
         self.proc = subprocess.Popen(
             [*AENV, "events", "--follow", "--data-dir", str(stack.data_dir), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=stack.bare_env(),
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=stack.bare_env(),
+        )
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -86,8 +88,13 @@ def test_snapshot_create_ls_rm_seen_live_by_events_follow(
         eventually_sync(lambda: mine.saw(sandbox_id, "SandboxCreated"), timeout=20)
         assert mine.events()[0]["type"] == "SandboxRequested"
         # every sandbox, from when it subscribed: poke until it shows it is listening
-        eventually_sync(lambda: run_aenv("timeout", sandbox_id, "900", env=env).returncode == 0
-                        and every.saw(sandbox_id, "SandboxTimeoutSet"), timeout=30)  # fmt: skip
+        eventually_sync(
+            lambda: (
+                run_aenv("timeout", sandbox_id, "900", env=env).returncode == 0
+                and every.saw(sandbox_id, "SandboxTimeoutSet")
+            ),
+            timeout=30,
+        )
 
         r = run_aenv("snapshot", "create", sandbox_id, "--name", name, env=env, timeout=320)
         assert r.returncode == 0, r.stderr.decode()
@@ -148,8 +155,10 @@ def test_events_draws_the_fork_lineage(cli_stack: CliStack, sandbox_id: str) -> 
         text = r.stdout.decode()
         history, _, lineage = text.partition("\nFORK LINEAGE\n")
         assert history.splitlines()[0].split()[:3] == ["SEQ", "REV", "WHEN"]
-        assert lineage.splitlines() == [f"{sandbox_id}  running",
-                                        f"└── {child}  running  <- this sandbox"]  # fmt: skip
+        assert lineage.splitlines() == [
+            f"{sandbox_id}  running",
+            f"└── {child}  running  <- this sandbox",
+        ]
         r = run_aenv("events", sandbox_id, *d, env=cli_stack.bare_env())  # piped: JSON lines
         parsed = [json.loads(ln) for ln in r.stdout.decode().splitlines()]
         forked = [e for e in parsed if e["type"] == "SandboxForked"]

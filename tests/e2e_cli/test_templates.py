@@ -25,8 +25,13 @@ def _names(stack: CliStack) -> dict[str, dict[str, object]]:
 
 
 def _sandbox(stack: CliStack, template: str) -> Sandbox:
-    return Sandbox.create(template, api_url=stack.api_url, api_key=stack.api_key,
-                          sandbox_url=stack.api_url, timeout=120)  # fmt: skip
+    return Sandbox.create(
+        template,
+        api_url=stack.api_url,
+        api_key=stack.api_key,
+        sandbox_url=stack.api_url,
+        timeout=120,
+    )
 
 
 def test_build_with_copy_then_a_sandbox_sees_files_env_workdir(
@@ -52,15 +57,30 @@ def test_build_with_copy_then_a_sandbox_sees_files_env_workdir(
         "EXPOSE 8080\n"
     )
     fetch = "python3 -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:8000/main.py\").read().decode())'"
-    r = run_aenv("build", str(tmp_path / "Dockerfile"), "--name", name,
-                 "--start-cmd", "python3 -m http.server 8000", "--ready-cmd", fetch,
-                 env=cli_stack.env(), timeout=600)  # fmt: skip
+    r = run_aenv(
+        "build",
+        str(tmp_path / "Dockerfile"),
+        "--name",
+        name,
+        "--start-cmd",
+        "python3 -m http.server 8000",
+        "--ready-cmd",
+        fetch,
+        env=cli_stack.env(),
+        timeout=600,
+    )
     err = r.stderr.decode()
     assert r.returncode == 0, err
     assert r.stdout.decode().strip() == name
-    for progress in ("upload app/", "upload settings.ini", "[3/8] WORKDIR /srv/app",
-                     "start command: python3 -m http.server 8000", "waiting for: python3",
-                     "capturing the template snapshot", f"template {name} ready"):  # fmt: skip
+    for progress in (
+        "upload app/",
+        "upload settings.ini",
+        "[3/8] WORKDIR /srv/app",
+        "start command: python3 -m http.server 8000",
+        "waiting for: python3",
+        "capturing the template snapshot",
+        f"template {name} ready",
+    ):
         assert progress in err, err
     assert "EXPOSE has no effect" in err
 
@@ -68,8 +88,13 @@ def test_build_with_copy_then_a_sandbox_sees_files_env_workdir(
     try:
         out = sbx.commands.run("pwd; whoami; echo $APP_ENV/$MSG; cat built.txt lib/util.py")
         assert out.stdout.split("\n")[:6] == [
-            "/srv/app", "user", "production/hello world", "arg=hello", "app ok", "X = 1",
-        ]  # fmt: skip
+            "/srv/app",
+            "user",
+            "production/hello world",
+            "arg=hello",
+            "app ok",
+            "X = 1",
+        ]
         assert sbx.commands.run("cat heredoc.txt").stdout == "first\nsecond\n"
         ini = sbx.commands.run(
             "stat -c '%U %a' /etc/myapp/settings.ini; cat /etc/myapp/settings.ini"
@@ -78,8 +103,13 @@ def test_build_with_copy_then_a_sandbox_sees_files_env_workdir(
         # the start command runs in every sandbox (it was running when the snapshot was taken)
         assert sbx.commands.run(fetch).stdout == "print('app ok')\n\n"
         # the sandbox's own env vars merge over the template's
-        own = Sandbox.create(name, envs={"APP_ENV": "dev"}, api_url=cli_stack.api_url,
-                             api_key=cli_stack.api_key, sandbox_url=cli_stack.api_url)  # fmt: skip
+        own = Sandbox.create(
+            name,
+            envs={"APP_ENV": "dev"},
+            api_url=cli_stack.api_url,
+            api_key=cli_stack.api_key,
+            sandbox_url=cli_stack.api_url,
+        )
         try:
             assert own.commands.run("echo $APP_ENV $MSG").stdout == "dev hello world\n"
         finally:
@@ -97,24 +127,31 @@ def test_build_with_copy_then_a_sandbox_sees_files_env_workdir(
 
 def test_failing_builds_say_why_and_exit_1(cli_stack: CliStack, tmp_path: Path) -> None:
     cases = {
-        "run": ("FROM base\nRUN echo starting && ls /definitely-missing\n",
-                ["failed at step 1", "exit code 2", "definitely-missing"]),
-        "nobase": ("FROM no-such-template\nRUN true\n",
-                   ["failed at step base", "base template 'no-such-template' not found"]),
-        "instr": ("FROM base\nRUN true\nFROBNICATE now\n",
-                  ["line 3", "unknown instruction: FROBNICATE"]),
+        "run": (
+            "FROM base\nRUN echo starting && ls /definitely-missing\n",
+            ["failed at step 1", "exit code 2", "definitely-missing"],
+        ),
+        "nobase": (
+            "FROM no-such-template\nRUN true\n",
+            ["failed at step base", "base template 'no-such-template' not found"],
+        ),
+        "instr": (
+            "FROM base\nRUN true\nFROBNICATE now\n",
+            ["line 3", "unknown instruction: FROBNICATE"],
+        ),
         # a registry that is not there (on loopback: tests reach nothing else)
-        "registry": ("FROM 127.0.0.1:1/nothing/here:1\n",
-                     ["failed at step base", "127.0.0.1:1/nothing/here:1"]),
+        "registry": (
+            "FROM 127.0.0.1:1/nothing/here:1\n",
+            ["failed at step base", "127.0.0.1:1/nothing/here:1"],
+        ),
         "syntax": ("RUN echo no from\n", ["line 1", "before FROM"]),
-    }  # fmt: skip
+    }
     names = {}
     for key, (text, expected) in cases.items():
         df = tmp_path / f"Dockerfile.{key}"
         df.write_text(text)
         names[key] = f"fail-{key}-{uuid.uuid4().hex[:6]}"
-        r = run_aenv("build", str(df), "-n", names[key], env=cli_stack.env(),
-                     timeout=300)  # fmt: skip
+        r = run_aenv("build", str(df), "-n", names[key], env=cli_stack.env(), timeout=300)
         err = r.stderr.decode()
         assert r.returncode == 1, (key, err)
         last = err.strip().splitlines()[-1]
@@ -140,9 +177,15 @@ def test_two_builds_run_at_once(cli_stack: CliStack, tmp_path: Path) -> None:
 
     (tmp_path / "Dockerfile").write_text("FROM base\nRUN sleep 4 && echo slept\n")
     names = [f"twin-{uuid.uuid4().hex[:6]}" for _ in range(2)]
-    procs = [subprocess.Popen([*AENV, "build", str(tmp_path / "Dockerfile"), "-n", n],
-                              env=cli_stack.env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE) for n in names]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [*AENV, "build", str(tmp_path / "Dockerfile"), "-n", n],
+            env=cli_stack.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for n in names
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1].decode()[-500:] for o in outs]
     spans = []
@@ -179,8 +222,9 @@ def test_pull_and_build_from_a_local_oci_archive(cli_stack: CliStack, tmp_path: 
         "RUN cat /etc/debian_version > /opt/debian_version\n"
     )
     built = f"ocib-{uuid.uuid4().hex[:6]}"
-    r = run_aenv("build", str(tmp_path / "Dockerfile"), "-n", built, env=cli_stack.env(),
-                 timeout=900)  # fmt: skip
+    r = run_aenv(
+        "build", str(tmp_path / "Dockerfile"), "-n", built, env=cli_stack.env(), timeout=900
+    )
     assert r.returncode == 0, r.stderr.decode()
     for template, expect in ((pulled, "\n"), (built, "yes\nfrom the context\n")):
         sbx = _sandbox(cli_stack, template)
@@ -196,9 +240,17 @@ def test_pull_and_build_from_a_local_oci_archive(cli_stack: CliStack, tmp_path: 
     eventually_sync(lambda: not any(records.glob(f"{pulled}*")), timeout=10)  # node freed it
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["build", "--help"], ["pull", "--help"],
-                                  ["template", "--help"], ["template", "ls", "--help"],
-                                  ["template", "rm", "--help"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["build", "--help"],
+        ["pull", "--help"],
+        ["template", "--help"],
+        ["template", "ls", "--help"],
+        ["template", "rm", "--help"],
+    ],
+)
 def test_help_completes(cli_stack: CliStack, argv: list[str]) -> None:
     r = run_aenv(*argv, env=cli_stack.env(), timeout=30)
     assert r.returncode == 0 and b"Usage" in r.stdout, r.stderr.decode()

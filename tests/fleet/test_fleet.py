@@ -126,13 +126,19 @@ def _durable(fleet: Fleet, node: Role, paused: list[Tracked]) -> None:
     """Wait until every paused sandbox's capture is in the repository; if not, say where
     each one stands and what its node said of it (a bare timeout told nothing in CI)."""
     try:
-        eventually_sync(lambda: all(_states(fleet)[t.sandbox_id].resumable_anywhere
-                                    for t in paused), timeout=180, interval=1)  # fmt: skip
+        eventually_sync(
+            lambda: all(_states(fleet)[t.sandbox_id].resumable_anywhere for t in paused),
+            timeout=180,
+            interval=1,
+        )
     except AssertionError:
         states = _states(fleet)
-        where = [f"{t.sandbox_id}: {states[t.sandbox_id].status.value} paused "
-                 f"{states[t.sandbox_id].paused_snapshot_id} durable "
-                 f"{states[t.sandbox_id].durable_snapshot_id}" for t in paused]  # fmt: skip
+        where = [
+            f"{t.sandbox_id}: {states[t.sandbox_id].status.value} paused "
+            f"{states[t.sandbox_id].paused_snapshot_id} durable "
+            f"{states[t.sandbox_id].durable_snapshot_id}"
+            for t in paused
+        ]
         said = [
             line
             for line in node.tail(4000).splitlines()
@@ -210,15 +216,18 @@ def test_a_fleet_under_faults(fleet: Fleet) -> None:
     for t in to_pause:  # resumed on another node (placement), files intact
         assert _read_mark(fleet, t, 1) == t.mark
         assert _states(fleet)[t.sandbox_id].node_id != node_id
-    eventually_sync(lambda: all(_states(fleet)[t.sandbox_id].status is sb.SandboxStatus.KILLED
-                                for t in running_there), timeout=120, interval=2)  # fmt: skip
+    eventually_sync(
+        lambda: all(
+            _states(fleet)[t.sandbox_id].status is sb.SandboxStatus.KILLED for t in running_there
+        ),
+        timeout=120,
+        interval=2,
+    )
     counts["node_killed"] = node_id
     counts["paused_moved"], counts["running_lost"] = len(to_pause), len(running_there)
     _settled(fleet)
     report = audit(_log(fleet))
-    assert report.duplicated == 0 and report.unanswered == 0 and report.stuck == 0, (
-        report.findings
-    )
+    assert report.duplicated == 0 and report.unanswered == 0 and report.stuck == 0, report.findings
     rebuild = fleet.aenv("projections", "rebuild")
     assert rebuild.returncode == 0, rebuild.stdout + rebuild.stderr
     status = fleet.aenv("status")

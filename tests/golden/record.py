@@ -31,8 +31,9 @@ async def record(nats_url: str, prefix: str, out: Path, targets: list[str]) -> N
             lines, seq = [], 0
             while True:
                 try:
-                    raw = await bus.js.get_msg(bus.names.event_stream, seq=seq + 1,
-                                               subject=subject, next=True, direct=True)
+                    raw = await bus.js.get_msg(
+                        bus.names.event_stream, seq=seq + 1, subject=subject, next=True, direct=True
+                    )
                 except NotFoundError:
                     break
                 lines.append((raw.data or b"").decode())

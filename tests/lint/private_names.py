@@ -65,8 +65,9 @@ def private_uses(importer: str, source: str, packages: set[str]) -> list[Use]:
                 found.append(Use(importer, node.lineno, f"from {node.module} import ..."))
             for alias in node.names:
                 if _private(alias.name):
-                    found.append(Use(importer, node.lineno,
-                                     f"from {node.module} import {alias.name}"))  # fmt: skip
+                    found.append(
+                        Use(importer, node.lineno, f"from {node.module} import {alias.name}")
+                    )
                 foreign[alias.asname or alias.name] = f"{node.module}.{alias.name}"
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _private(node.attr):

@@ -48,9 +48,13 @@ class Stack:
         return next((int(r["pid"]) for r in records if r["name"] == name), None)
 
     def aenv(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*AENV, *args, "--data-dir", str(self.data_dir)],
-                              capture_output=True, text=True, timeout=timeout,
-                              env=self.env)  # fmt: skip
+        return subprocess.run(
+            [*AENV, *args, "--data-dir", str(self.data_dir)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env,
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -67,7 +71,11 @@ def rstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if os.geteuid() != 0:
         pytest.skip("the stack runs microVMs: needs root")
     data = tmp_path_factory.mktemp("aenv-reliability")
-    env = {**os.environ, "AENV_SLOT_PREFIX": PREFIX, "AENV_NODE_ID": "rel",
-           "AENV_PROXY_VIA_NODE": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "AENV_SLOT_PREFIX": PREFIX,
+        "AENV_NODE_ID": "rel",
+        "AENV_PROXY_VIA_NODE": "1",
+    }
     with running_stack(data, env, PREFIX) as exports:
         yield Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], env)

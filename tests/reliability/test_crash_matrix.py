@@ -43,8 +43,10 @@ pytestmark = pytest.mark.vm
 
 #: a shell that keeps a secret only in memory (its file is deleted) and writes it back on
 #: SIGUSR1: alive and answering after a pause/resume proves the guest's RAM came back
-KEEPER = ("sh -c 'v=$(cat /tmp/secret); rm -f /tmp/secret; "
-          "trap \"echo $v > /home/user/recalled\" USR1; while :; do sleep 0.2; done'")  # fmt: skip
+KEEPER = (
+    "sh -c 'v=$(cat /tmp/secret); rm -f /tmp/secret; "
+    'trap "echo $v > /home/user/recalled" USR1; while :; do sleep 0.2; done\''
+)
 
 
 @dataclass
@@ -75,8 +77,10 @@ class Rollout:
         sbx.commands.run("rm -f /home/user/recalled")
         sbx.commands.run(f"kill -USR1 {self.keeper_pid}")
         recalled = eventually_sync(
-            lambda: sbx.files.exists("/home/user/recalled")
-            and sbx.files.read("/home/user/recalled").strip(),
+            lambda: (
+                sbx.files.exists("/home/user/recalled")
+                and sbx.files.read("/home/user/recalled").strip()
+            ),
             timeout=30,
         )
         assert recalled == self.secret, f"{self.sandbox_id}: memory lost"
@@ -111,6 +115,7 @@ def _log_count(st: Stack, what: str) -> int:
 
 def _log(st: Stack) -> list[RecordedEvent]:
     """Every sandbox event the stack's log holds (the source of truth)."""
+
     async def run() -> list[RecordedEvent]:
         nc = await nats.connect(st.nats_url)
         try:
@@ -137,6 +142,7 @@ def _audit(st: Stack) -> AuditReport:
 
 def _settled(st: Stack) -> AuditReport:
     """The log once nothing is in flight: no request unanswered, no sandbox in transit."""
+
     def quiet() -> AuditReport | None:
         r = _audit(st)
         return r if r.unanswered == 0 and r.stuck == 0 else None
@@ -169,23 +175,31 @@ def _no_orphans(st: Stack) -> dict[str, int]:
     node = st.data_dir / "node"
 
     def counts() -> tuple[int, int, set[str]]:
-        ps = subprocess.run(["pgrep", "-f", f"qemu-system.*{node}"], capture_output=True,
-                            text=True).stdout.split()  # fmt: skip
+        ps = subprocess.run(
+            ["pgrep", "-f", f"qemu-system.*{node}"], capture_output=True, text=True
+        ).stdout.split()
         vm_dirs = {d.name for d in (node / "vms").glob("*")}
         return len(ps), len(vm_dirs), {d for d in vm_dirs if not d.startswith("warm-")}
 
     # a VM being torn down in the background may take a moment to go
     try:
-        eventually_sync(lambda: counts()[0] == counts()[1] and counts()[2] == running,
-                        timeout=60, interval=0.5)  # fmt: skip
+        eventually_sync(
+            lambda: counts()[0] == counts()[1] and counts()[2] == running, timeout=60, interval=0.5
+        )
     except AssertionError:
         n, _, dirs = counts()
-        raise AssertionError(f"orphans: {n} QEMU for running {sorted(running)}; VM dirs "
-                             f"{sorted(dirs)}; states {states}") from None
+        raise AssertionError(
+            f"orphans: {n} QEMU for running {sorted(running)}; VM dirs "
+            f"{sorted(dirs)}; states {states}"
+        ) from None
     captures = {d.name.rsplit("-p", 1)[0] for d in (node / "snapshots").glob("*-p*")}
     assert captures <= paused, f"pause captures of sandboxes not paused: {captures - paused}"
-    return {"running": len(running), "paused": len(paused), "qemu": counts()[0],
-            "captures": len(captures)}  # fmt: skip
+    return {
+        "running": len(running),
+        "paused": len(paused),
+        "qemu": counts()[0],
+        "captures": len(captures),
+    }
 
 
 def _rebuild_identical(st: Stack) -> None:
@@ -231,8 +245,9 @@ def _load(st: Stack, r: Rollout, cut: list[BaseException], rounds: int = 3) -> N
         except Exception as e:
             cut.append(e)
             eventually_sync(lambda: _api_ok(st), timeout=300, interval=0.5)
-            eventually_sync(lambda: _states(st).get(r.sandbox_id) in _SETTLED_STATES,
-                            timeout=300, interval=0.5)  # fmt: skip
+            eventually_sync(
+                lambda: _states(st).get(r.sandbox_id) in _SETTLED_STATES, timeout=300, interval=0.5
+            )
             if _states(st).get(r.sandbox_id) in ("killed", "failed"):
                 return
 
@@ -247,16 +262,23 @@ def _api_ok(st: Stack) -> bool:
         return False
 
 
-def _report(name: str, cut: list[BaseException | None] | list[BaseException],
-            after: AuditReport,
-            orphans: dict[str, int], **more: object) -> None:  # fmt: skip
+def _report(
+    name: str,
+    cut: list[BaseException | None] | list[BaseException],
+    after: AuditReport,
+    orphans: dict[str, int],
+    **more: object,
+) -> None:
     errors = Counter(type(e).__name__ for e in cut if e is not None)
-    print(f"\n[crash-matrix] {name}: calls cut by the fault {dict(errors)}; {more}; "
-          f"after recovery: {orphans}; log: {after.summary()}")  # fmt: skip
+    print(
+        f"\n[crash-matrix] {name}: calls cut by the fault {dict(errors)}; {more}; "
+        f"after recovery: {orphans}; log: {after.summary()}"
+    )
 
 
-def _verify(st: Stack, rollouts: list[Rollout], *, may_lose_running: bool,
-            keep: set[str]) -> Counter[str]:  # fmt: skip
+def _verify(
+    st: Stack, rollouts: list[Rollout], *, may_lose_running: bool, keep: set[str]
+) -> Counter[str]:
     """Each rollout's sandbox: alive with files and memory, or (node faults only, and never
     one in `keep`: paused when the fault came) reported lost by its node. Returns outcome
     counts."""
@@ -274,10 +296,16 @@ def _verify(st: Stack, rollouts: list[Rollout], *, may_lose_running: bool,
     return seen
 
 
-def _after(st: Stack, name: str, rollouts: list[Rollout],
-           cut: list[BaseException | None] | list[BaseException],
-           *, may_lose_running: bool, keep: set[str] | None = None,
-           **more: object) -> None:  # fmt: skip
+def _after(
+    st: Stack,
+    name: str,
+    rollouts: list[Rollout],
+    cut: list[BaseException | None] | list[BaseException],
+    *,
+    may_lose_running: bool,
+    keep: set[str] | None = None,
+    **more: object,
+) -> None:
     _settled(st)
     outcomes = _verify(st, rollouts, may_lose_running=may_lose_running, keep=keep or set())
     after = _settled(st)
@@ -301,8 +329,7 @@ def test_role_killed_under_load(rstack: Stack, role: str) -> None:
     _run_all([lambda r=r: _load(rstack, r, cut) for r in rollouts])  # type: ignore[misc]
     fault.join()
     # a cut call leaves its sandbox wherever the fault found it: bring paused ones back
-    _after(rstack, f"kill -9 {role} under load", rollouts, cut,
-           may_lose_running=role == "node")  # fmt: skip
+    _after(rstack, f"kill -9 {role} under load", rollouts, cut, may_lose_running=role == "node")
 
 
 @pytest.mark.timeout(1500)
@@ -313,17 +340,23 @@ def test_node_killed_while_resumes_are_in_flight(rstack: Stack) -> None:
     rollouts = [Rollout.start() for _ in range(SIZE)]
     for r in rollouts:
         Sandbox.pause(r.sandbox_id)
-    eventually_sync(lambda: _durable(rstack, [r.sandbox_id for r in rollouts]),
-                    timeout=120, interval=1.0)  # fmt: skip
+    eventually_sync(
+        lambda: _durable(rstack, [r.sandbox_id for r in rollouts]), timeout=120, interval=1.0
+    )
     watch = FirstEvent(rstack.nats_url, sb.SandboxResumeRequested)
     fault = threading.Thread(target=_kill_when_seen, args=(watch, rstack, "node"))
     fault.start()
-    cut = _run_all([lambda r=r: Sandbox.connect(r.sandbox_id, timeout=900)  # type: ignore[misc]
-                    for r in rollouts])  # fmt: skip
+    cut = _run_all(
+        [
+            lambda r=r: Sandbox.connect(r.sandbox_id, timeout=900)  # type: ignore[misc]
+            for r in rollouts
+        ]
+    )
     fault.join()
     assert watch.seen.is_set()
-    _after(rstack, "kill -9 node while resumes are in flight", rollouts, cut,
-           may_lose_running=False)  # fmt: skip
+    _after(
+        rstack, "kill -9 node while resumes are in flight", rollouts, cut, may_lose_running=False
+    )
 
 
 @pytest.mark.timeout(1500)
@@ -339,8 +372,12 @@ def test_node_killed_while_resumes_of_fresh_pauses_run(rstack: Stack) -> None:
     watch = FirstEvent(rstack.nats_url, sb.SandboxResumed)
     fault = threading.Thread(target=_kill_when_seen, args=(watch, rstack, "node"))
     fault.start()
-    cut = _run_all([lambda r=r: Sandbox.connect(r.sandbox_id, timeout=900)  # type: ignore[misc]
-                    for r in rollouts])  # fmt: skip
+    cut = _run_all(
+        [
+            lambda r=r: Sandbox.connect(r.sandbox_id, timeout=900)  # type: ignore[misc]
+            for r in rollouts
+        ]
+    )
     fault.join()
     assert watch.seen.is_set()
     _settled(rstack)
@@ -349,19 +386,38 @@ def test_node_killed_while_resumes_of_fresh_pauses_run(rstack: Stack) -> None:
     fresh = [r.sandbox_id for r in rollouts if r.sandbox_id not in uploaded]
     assert fresh, "every capture was uploaded before its resume: nothing was at stake"
     mine = {r.sandbox_id for r in rollouts}  # (the stack's log holds earlier scenarios too)
-    lost_kill = {r.envelope.aggregate_id: r.seq for r in log
-                 if isinstance(r.event, sb.SandboxKillRequested) and r.event.reason == "lost"
-                 and r.envelope.aggregate_id in mine}  # fmt: skip
-    resumed_before = {sid for sid, kill in lost_kill.items() if any(
-        r.envelope.aggregate_id == sid and isinstance(r.event, sb.SandboxResumed) and r.seq < kill
-        for r in log)}  # fmt: skip
+    lost_kill = {
+        r.envelope.aggregate_id: r.seq
+        for r in log
+        if isinstance(r.event, sb.SandboxKillRequested)
+        and r.event.reason == "lost"
+        and r.envelope.aggregate_id in mine
+    }
+    resumed_before = {
+        sid
+        for sid, kill in lost_kill.items()
+        if any(
+            r.envelope.aggregate_id == sid
+            and isinstance(r.event, sb.SandboxResumed)
+            and r.seq < kill
+            for r in log
+        )
+    }
     # a sandbox the crash took must have been recorded running: a resume not recorded
     # never costs the sandbox
     assert set(lost_kill) <= resumed_before, (set(lost_kill) - resumed_before, lost_kill)
     came_back = [r.sandbox_id for r in rollouts if r.sandbox_id not in lost_kill]
-    _after(rstack, "kill -9 node while resumes of fresh pauses run", rollouts, cut,
-           may_lose_running=True, keep=set(came_back), not_uploaded=len(fresh),
-           lost_running=len(lost_kill), resumed_after_the_crash=len(came_back))  # fmt: skip
+    _after(
+        rstack,
+        "kill -9 node while resumes of fresh pauses run",
+        rollouts,
+        cut,
+        may_lose_running=True,
+        keep=set(came_back),
+        not_uploaded=len(fresh),
+        lost_running=len(lost_kill),
+        resumed_after_the_crash=len(came_back),
+    )
 
 
 @pytest.mark.timeout(1500)
@@ -378,8 +434,14 @@ def test_node_killed_while_a_fork_is_in_flight(rstack: Stack) -> None:
     cut = _run_all([lambda: Sandbox.fork(parent.sandbox_id, count=2, timeout=300)])  # type: ignore[list-item]
     fault.join()
     assert watch.seen.is_set()
-    _after(rstack, "kill -9 node while a fork is in flight", [parent, *bystanders], cut,
-           may_lose_running=True, keep={r.sandbox_id for r in bystanders})  # fmt: skip
+    _after(
+        rstack,
+        "kill -9 node while a fork is in flight",
+        [parent, *bystanders],
+        cut,
+        may_lose_running=True,
+        keep={r.sandbox_id for r in bystanders},
+    )
 
 
 @pytest.mark.timeout(600)
@@ -390,11 +452,13 @@ def test_a_vm_that_dies_is_reported_and_cleaned(rstack: Stack) -> None:
     sbx = Sandbox.create(timeout=300)
     vm_dir = rstack.data_dir / "node" / "vms" / sbx.sandbox_id
     os.kill(int((vm_dir / "qemu.pid").read_text()), signal.SIGKILL)
-    eventually_sync(lambda: _states(rstack).get(sbx.sandbox_id) == "killed", timeout=30,
-                    interval=0.5)  # fmt: skip
+    eventually_sync(
+        lambda: _states(rstack).get(sbx.sandbox_id) == "killed", timeout=30, interval=0.5
+    )
     eventually_sync(lambda: not vm_dir.exists(), timeout=30, interval=0.5)
-    r = httpx.get(f"{rstack.api_url}/sandboxes/{sbx.sandbox_id}",
-                  headers={"X-API-Key": rstack.api_key})  # fmt: skip
+    r = httpx.get(
+        f"{rstack.api_url}/sandboxes/{sbx.sandbox_id}", headers={"X-API-Key": rstack.api_key}
+    )
     assert r.status_code == 404
     events = rstack.aenv("events", sbx.sandbox_id, "--output", "json").stdout
     assert '"lost"' in events and "node:rel" in events, events
@@ -411,8 +475,9 @@ def test_embedded_server_killed_under_load(rstack: Stack, server: str) -> None:
 
     def fault() -> None:
         os.kill(victim, signal.SIGKILL)
-        eventually_sync(lambda: rstack.service_pid(server) not in (None, victim),
-                        timeout=120, interval=0.5)  # fmt: skip
+        eventually_sync(
+            lambda: rstack.service_pid(server) not in (None, victim), timeout=120, interval=0.5
+        )
         eventually_sync(lambda: _api_ok(rstack), timeout=120, interval=0.5)
 
     timer = threading.Timer(1.5, fault)
@@ -435,12 +500,22 @@ def test_supervisor_killed_then_up_again(rstack: Stack) -> None:
     pid = int(str(rstack.info()["pid"]))
     os.kill(pid, signal.SIGKILL)
     node = rstack.data_dir / "node"
-    eventually_sync(lambda: not subprocess.run(["pgrep", "-f", str(rstack.data_dir)],
-                                               capture_output=True).stdout,
-                    timeout=60, interval=0.5)  # fmt: skip
+    eventually_sync(
+        lambda: (
+            not subprocess.run(["pgrep", "-f", str(rstack.data_dir)], capture_output=True).stdout
+        ),
+        timeout=60,
+        interval=0.5,
+    )
     port = rstack.api_url.rsplit(":", 1)[1]
     up = rstack.aenv("up", "--port", port, timeout=900)
     assert up.returncode == 0, up.stderr + (rstack.data_dir / "aenv.log").read_text()[-3000:]
     assert (node / "vms").exists()
-    _after(rstack, "kill -9 supervisor, aenv up again", rollouts, [], may_lose_running=True,
-           keep={r.sandbox_id for r in paused})  # fmt: skip
+    _after(
+        rstack,
+        "kill -9 supervisor, aenv up again",
+        rollouts,
+        [],
+        may_lose_running=True,
+        keep={r.sandbox_id for r in paused},
+    )

@@ -57,8 +57,9 @@ def test_node_killed_during_a_volume_upload_loses_nothing(rstack: Stack) -> None
     a = Sandbox.create(timeout=600, volume_mounts={MOUNT: vol})
     digest = a.commands.run(
         f"head -c {DATA_MIB}M /dev/urandom > {MOUNT}/data.bin && echo small > {MOUNT}/s.txt "
-        f"&& sha256sum {MOUNT}/data.bin", timeout=600,
-    ).stdout.split()[0]  # fmt: skip
+        f"&& sha256sum {MOUNT}/data.bin",
+        timeout=600,
+    ).stdout.split()[0]
 
     pid, serving = _node_pid(rstack), _serving(rstack)
     watch = FirstEvent(rstack.nats_url, sb.SandboxKilled)
@@ -70,8 +71,11 @@ def test_node_killed_during_a_volume_upload_loses_nothing(rstack: Stack) -> None
     eventually_sync(lambda: _serving(rstack) > serving, timeout=300, interval=0.5)
 
     def released() -> list[tuple[object, datetime]] | None:
-        got = [(e, t) for e, t in _volume_events(rstack, vol.volume_id)
-               if isinstance(e, vo.VolumeReleased)]  # fmt: skip
+        got = [
+            (e, t)
+            for e, t in _volume_events(rstack, vol.volume_id)
+            if isinstance(e, vo.VolumeReleased)
+        ]
         return got or None
 
     done = eventually_sync(released, timeout=300, interval=1)
@@ -87,8 +91,9 @@ def test_node_killed_during_a_volume_upload_loses_nothing(rstack: Stack) -> None
     b = Sandbox.create(timeout=600, volume_mounts={MOUNT: vol.name})
     try:
         assert time.monotonic() - t0 < 120
-        got = b.commands.run(f"sha256sum {MOUNT}/data.bin && cat {MOUNT}/s.txt",
-                             timeout=600).stdout.split()  # fmt: skip
+        got = b.commands.run(
+            f"sha256sum {MOUNT}/data.bin && cat {MOUNT}/s.txt", timeout=600
+        ).stdout.split()
         assert got[0] == digest and got[-1] == "small"
     finally:
         b.kill()

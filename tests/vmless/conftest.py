@@ -41,9 +41,13 @@ class VmlessStack:
 
     def aenv(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """The CLI against this stack."""
-        return subprocess.run([*AENV, *args], capture_output=True, text=True, timeout=timeout,
-                              env={**self.env, "E2B_API_URL": self.api_url,
-                                   "E2B_API_KEY": self.api_key})  # fmt: skip
+        return subprocess.run(
+            [*AENV, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**self.env, "E2B_API_URL": self.api_url, "E2B_API_KEY": self.api_key},
+        )
 
 
 async def _database(sql: str) -> None:
@@ -71,30 +75,49 @@ def vmless_stack(data: Path, **extra_env: str) -> Iterator[VmlessStack]:
     db = f"aenv_test_{token}"  # swept by the projections tier if a killed session leaves it
     prefix = f"t{token}"
     asyncio.run(_database(f'CREATE DATABASE "{db}"'))
-    env = {**os.environ, "AENV_NODE_HOST": "memory", "AENV_NODE_ID": "vmless",
-           "AENV_NATS_URL": NATS_URL, "AENV_BUS_PREFIX": prefix,
-           "AENV_DATABASE_URL": f"{PG}/{db}", "AENV_EMBEDDED_S3": "0",
-           "AENV_HEARTBEAT_S": "0.5", "AENV_METRICS_TOKEN": METRICS_TOKEN,
-           **extra_env}  # fmt: skip
+    env = {
+        **os.environ,
+        "AENV_NODE_HOST": "memory",
+        "AENV_NODE_ID": "vmless",
+        "AENV_NATS_URL": NATS_URL,
+        "AENV_BUS_PREFIX": prefix,
+        "AENV_DATABASE_URL": f"{PG}/{db}",
+        "AENV_EMBEDDED_S3": "0",
+        "AENV_HEARTBEAT_S": "0.5",
+        "AENV_METRICS_TOKEN": METRICS_TOKEN,
+        **extra_env,
+    }
     for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL", "E2B_API_KEY"):
         env.pop(k, None)
     for k in [k for k, v in env.items() if k.startswith("AENV_") and v == ""]:
         env.pop(k)
     settings = BusSettings(nats_url=NATS_URL, bus_prefix=prefix)
     try:
-        up = subprocess.run([*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
-                            capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+        up = subprocess.run(
+            [*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
         if up.returncode != 0:
             log = (data / "aenv.log").read_text(errors="replace")[-4000:]
             pytest.fail(f"aenv up failed ({up.returncode}): {up.stderr[-2000:]}\n{log}")
-        exports = dict(line.removeprefix("export ").split("=", 1)
-                       for line in up.stdout.splitlines() if line.startswith("export "))
+        exports = dict(
+            line.removeprefix("export ").split("=", 1)
+            for line in up.stdout.splitlines()
+            if line.startswith("export ")
+        )
         try:
-            yield VmlessStack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], env,
-                              settings)  # fmt: skip
+            yield VmlessStack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], env, settings)
         finally:
-            down = subprocess.run([*AENV, "down", "--data-dir", str(data)], capture_output=True,
-                                  text=True, timeout=60, env=env)  # fmt: skip
+            down = subprocess.run(
+                [*AENV, "down", "--data-dir", str(data)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+            )
             assert down.returncode == 0, down.stderr
     finally:
         asyncio.run(_database(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))

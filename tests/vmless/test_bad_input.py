@@ -38,40 +38,63 @@ CASES: dict[str, tuple[str, str, dict[str, Any], int]] = {
     "NUL in a query key": ("GET", "/v2/sandboxes", {"params": {"\0": "x"}}, 400),
     "NUL in templateID": ("POST", "/v2/sandboxes", {"json": {"templateID": "ba\0se"}}, 400),
     "NUL in metadata": (
-        "POST", "/v2/sandboxes", {"json": {"templateID": "base", "metadata": {"a": "\0"}}}, 400
+        "POST",
+        "/v2/sandboxes",
+        {"json": {"templateID": "base", "metadata": {"a": "\0"}}},
+        400,
     ),
     "NUL in an env var name": (
-        "POST", "/v2/sandboxes", {"json": {"templateID": "base", "envVars": {"\0": "x"}}}, 400
+        "POST",
+        "/v2/sandboxes",
+        {"json": {"templateID": "base", "envVars": {"\0": "x"}}},
+        400,
     ),
     "NUL in a build step": (
-        "POST", f"/v2/templates/t1/builds/{BUILD}",
-        {"json": {"steps": [{"type": "RUN", "args": ["echo \0"]}]}}, 400,
+        "POST",
+        f"/v2/templates/t1/builds/{BUILD}",
+        {"json": {"steps": [{"type": "RUN", "args": ["echo \0"]}]}},
+        400,
     ),
     "1 MiB metadata value": (
-        "POST", "/v2/sandboxes",
-        {"json": {"templateID": "base", "metadata": {"a": "x" * (1 << 20)}}}, 413,
+        "POST",
+        "/v2/sandboxes",
+        {"json": {"templateID": "base", "metadata": {"a": "x" * (1 << 20)}}},
+        413,
     ),
     "300 KiB metadata": (
-        "POST", "/v2/sandboxes",
+        "POST",
+        "/v2/sandboxes",
         {"json": {"templateID": "base", "metadata": {f"k{i}": "x" * 1000 for i in range(300)}}},
         400,
     ),
     "5 MB of env vars": (
-        "POST", "/v2/sandboxes",
+        "POST",
+        "/v2/sandboxes",
         {"json": {"templateID": "base", "envVars": {f"K{i}": "x" * 1000 for i in range(5000)}}},
         413,
     ),
     "100,000-deep JSON": (
-        "POST", "/v2/sandboxes",
-        {"content": b"[" * 100_000 + b"]" * 100_000,
-         "headers": {"content-type": "application/json"}}, 400,
+        "POST",
+        "/v2/sandboxes",
+        {
+            "content": b"[" * 100_000 + b"]" * 100_000,
+            "headers": {"content-type": "application/json"},
+        },
+        400,
     ),
     "50,000-deep metadata": (  # 100,000 would be over the body limit
-        "POST", "/v2/sandboxes",
-        {"content": b'{"templateID":"base","metadata":' + b'{"a":' * 50_000 + b"1"
-                    + b"}" * 50_001, "headers": {"content-type": "application/json"}}, 400,
+        "POST",
+        "/v2/sandboxes",
+        {
+            "content": b'{"templateID":"base","metadata":'
+            + b'{"a":' * 50_000
+            + b"1"
+            + b"}" * 50_001,
+            "headers": {"content-type": "application/json"},
+        },
+        400,
     ),
-}  # fmt: skip
+}
 
 
 def _client(stack: VmlessStack) -> httpx.Client:
@@ -108,11 +131,18 @@ def test_valid_input_at_the_limits_is_taken_and_the_read_model_keeps_up(
     """Metadata and env vars just under their limits create a sandbox; the refused NUL
     (above) never reached the log, so the listing still follows new sandboxes."""
     with _client(vmless) as c:
-        assert c.post("/v2/sandboxes", json={"templateID": "base", "metadata": {"a": "\0"}}
-                      ).status_code == 400  # fmt: skip
-        body = {"templateID": "base", "timeout": 60,
-                "metadata": {"edge": "limits", "big": "m" * (60 << 10)},
-                "envVars": {f"E{i}": "e" * (100 << 10) for i in range(2)}}  # fmt: skip
+        assert (
+            c.post(
+                "/v2/sandboxes", json={"templateID": "base", "metadata": {"a": "\0"}}
+            ).status_code
+            == 400
+        )
+        body = {
+            "templateID": "base",
+            "timeout": 60,
+            "metadata": {"edge": "limits", "big": "m" * (60 << 10)},
+            "envVars": {f"E{i}": "e" * (100 << 10) for i in range(2)},
+        }
         r = c.post("/v2/sandboxes", json=body)
         assert r.status_code == 201, r.text
         sid = r.json()["sandboxID"]

@@ -32,8 +32,9 @@ def _sdk_env(vmless: VmlessStack, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def c(vmless: VmlessStack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=vmless.api_url, headers={"X-API-KEY": vmless.api_key},
-                      timeout=30) as client:  # fmt: skip
+    with httpx.Client(
+        base_url=vmless.api_url, headers={"X-API-KEY": vmless.api_key}, timeout=30
+    ) as client:
         yield client
 
 
@@ -49,12 +50,18 @@ def _ids(html: str) -> list[str]:
     return re.findall(r'<tr data-sid="([a-z0-9]+)">', html)
 
 
-def test_pages_hold_no_data_and_fragments_need_a_valid_key(vmless: VmlessStack,
-                                                          c: httpx.Client) -> None:  # fmt: skip
+def test_pages_hold_no_data_and_fragments_need_a_valid_key(
+    vmless: VmlessStack, c: httpx.Client
+) -> None:
     sbx = Sandbox.create(timeout=120)
     try:
-        for path in ("/console", "/console/sandboxes", f"/console/sandboxes/{sbx.sandbox_id}",
-                     f"/console/sandboxes/{sbx.sandbox_id}/terminal", "/console/templates"):
+        for path in (
+            "/console",
+            "/console/sandboxes",
+            f"/console/sandboxes/{sbx.sandbox_id}",
+            f"/console/sandboxes/{sbx.sandbox_id}/terminal",
+            "/console/templates",
+        ):
             page = httpx.get(vmless.api_url + path)  # no key
             assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
             assert "/console/static/console.js" in page.text
@@ -63,8 +70,12 @@ def test_pages_hold_no_data_and_fragments_need_a_valid_key(vmless: VmlessStack,
             assert "<script>" not in page.text and " on" not in re.sub(r">[^<]*<", "><", page.text)
             # a shell: no state, no row of any sandbox (the fragments bring those)
             assert 'data-status="' not in page.text and "<tr data-sid" not in page.text
-        for path in ("/console/f/fleet", "/console/f/sandboxes", "/console/f/whoami",
-                     f"/console/f/sandboxes/{sbx.sandbox_id}/history"):
+        for path in (
+            "/console/f/fleet",
+            "/console/f/sandboxes",
+            "/console/f/whoami",
+            f"/console/f/sandboxes/{sbx.sandbox_id}/history",
+        ):
             for headers in ({}, {"X-API-KEY": "e2b_" + "0" * 40}):
                 r = httpx.get(vmless.api_url + path, headers=headers)
                 assert r.status_code == 401, (path, r.text)
@@ -116,8 +127,12 @@ def test_the_list_filters_by_state_template_metadata_and_node_and_pages(c: httpx
         assert _ids(killed) == [made[1].sandbox_id]
         one = c.get("/console/f/sandboxes", params={"metadata": f"run={run}&i=7"}).text
         assert _ids(one) == [made[7].sandbox_id]
-        assert "52 sandboxes" in c.get("/console/f/sandboxes",
-                                       params={**f, "node": "vmless", "template": "base"}).text
+        assert (
+            "52 sandboxes"
+            in c.get(
+                "/console/f/sandboxes", params={**f, "node": "vmless", "template": "base"}
+            ).text
+        )
         assert "0 sandboxes" in c.get("/console/f/sandboxes", params={**f, "node": "nowhere"}).text
         assert c.get("/console/f/sandboxes", params={"page": 0}).status_code == 400
     finally:
@@ -141,9 +156,16 @@ def test_a_sandbox_page_shows_its_life_from_the_log_and_its_fork_tree(c: httpx.C
         assert re.search(r'class="ttl" data-end-at="[^"]+"', head)
         past = c.get(f"/console/f/sandboxes/{sid}/history").text
         events = re.findall(r'<tr class="\w+" data-type="(\w+)">', past)
-        assert events == ["SandboxRequested", "SandboxCreated", "SandboxPauseRequested",
-                          "SandboxPaused", "SandboxResumeRequested", "SandboxResumed",
-                          "SandboxForkRequested", "SandboxForked"]
+        assert events == [
+            "SandboxRequested",
+            "SandboxCreated",
+            "SandboxPauseRequested",
+            "SandboxPaused",
+            "SandboxResumeRequested",
+            "SandboxResumed",
+            "SandboxForkRequested",
+            "SandboxForked",
+        ]
         took = re.findall(r'<td class="num">([^<]*)</td>\s*<td class="mono small nw">', past)
         assert [bool(t.strip()) for t in took] == [False, True] * 4  # each outcome timed
         assert "key " in past  # the actor: the API key that asked
@@ -200,7 +222,9 @@ def test_another_teams_key_sees_nothing_and_changes_nothing(
             assert rival.delete(f"/sandboxes/{sid}").status_code == 404
         terminal = f"/console/ws/sandboxes/{sid}/terminal"
         assert _ws_close(vmless.api_url, terminal, {"key": other_key}) == (
-            4404, f'sandbox "{sid}" not found')
+            4404,
+            f'sandbox "{sid}" not found',
+        )
         code, _ = _ws_close(vmless.api_url, terminal, {"key": "e2b_" + "1" * 40})
         assert code == 4401
         sbx.pause()
@@ -211,8 +235,9 @@ def test_another_teams_key_sees_nothing_and_changes_nothing(
         sbx.kill()
 
 
-def test_a_builds_log_streams_until_the_build_ends(c: httpx.Client, other_key: str,
-                                                  vmless: VmlessStack) -> None:  # fmt: skip
+def test_a_builds_log_streams_until_the_build_ends(
+    c: httpx.Client, other_key: str, vmless: VmlessStack
+) -> None:
     name = f"console-{secrets.token_hex(3)}"
     # a step needs a VM's envd: here it fails, after the FROM step logged its lines
     with pytest.raises(BuildException):
@@ -227,8 +252,12 @@ def test_a_builds_log_streams_until_the_build_ends(c: httpx.Client, other_key: s
     assert [ln["idx"] for ln in lines[:-1]] == list(range(len(lines) - 1))
     assert "RUN echo hi" in " ".join(ln["message"] for ln in lines[:-1])
     assert lines[-1]["status"] == "error" and lines[-1]["reason"]
-    tail = [json.loads(ln) for ln in c.get(f"/console/f/builds/{bid}/log",
-                                           params={"offset": len(lines) - 2}).text.splitlines()]
+    tail = [
+        json.loads(ln)
+        for ln in c.get(
+            f"/console/f/builds/{bid}/log", params={"offset": len(lines) - 2}
+        ).text.splitlines()
+    ]
     assert [ln.get("idx") for ln in tail] == [len(lines) - 2, None]
     head = c.get(f"/console/f/builds/{bid}").text
     assert 'data-status="error"' in head

@@ -62,8 +62,7 @@ def test_a_wrong_key_sees_nothing(vmless: VmlessStack, page: Page, shots: Shots)
     shots(page, "wrong-key")
 
 
-def test_the_sandbox_lifecycle_from_the_page(vmless: VmlessStack, page: Page,
-                                            shots: Shots) -> None:  # fmt: skip
+def test_the_sandbox_lifecycle_from_the_page(vmless: VmlessStack, page: Page, shots: Shots) -> None:
     run = secrets.token_hex(3)
     sign_in(page, vmless.api_url, vmless.api_key)
     expect(page.locator("#nodes tr[data-node='vmless']")).to_contain_text("beating")
@@ -108,8 +107,11 @@ def test_the_sandbox_lifecycle_from_the_page(vmless: VmlessStack, page: Page,
         page.click("#actions [data-act=snapshot]")
         expect(page.locator("#flash")).to_contain_text(f"Snapshot {snap} taken")
         expect(page.locator("#timeline tr[data-type='SnapshotTaken']")).to_be_visible()
-        listed = httpx.get(f"{vmless.api_url}/snapshots", params={"sandboxID": sid},
-                           headers={"X-API-KEY": vmless.api_key}).json()  # fmt: skip
+        listed = httpx.get(
+            f"{vmless.api_url}/snapshots",
+            params={"sandboxID": sid},
+            headers={"X-API-KEY": vmless.api_key},
+        ).json()
         assert [s["snapshotID"] for s in listed] == [snap]  # what the REST API lists
 
         page.fill("#fork-count", "2")
@@ -131,7 +133,8 @@ def test_the_sandbox_lifecycle_from_the_page(vmless: VmlessStack, page: Page,
         expect(page.locator("#sandbox .head")).to_have_attribute("data-status", "killed")
         eventually_sync(lambda: _state(kids[0]) is None, timeout=30)  # the SDK: gone
         expect(page.locator(f"#fork-tree a.node[data-sid='{kids[0]}']")).to_have_attribute(
-            "data-status", "killed")
+            "data-status", "killed"
+        )
         shots(page, "killed-child")
         page.once("dialog", lambda d: d.dismiss())  # Kill asks first: no means no
         page.goto(f"{vmless.api_url}/console/sandboxes/{sid}")
@@ -152,7 +155,8 @@ def test_another_team_sees_not_found(vmless: VmlessStack, page: Page, shots: Sho
         expect(page.locator("#who-team")).to_have_text("rival-b")
         page.goto(f"{vmless.api_url}/console/sandboxes/{sbx.sandbox_id}")
         expect(page.locator("#sandbox .error-box")).to_have_text(
-            f'sandbox "{sbx.sandbox_id}" not found')
+            f'sandbox "{sbx.sandbox_id}" not found'
+        )
         assert page.locator("#timeline").count() == 0
         shots(page, "other-team")
         page.goto(f"{vmless.api_url}/console/sandboxes?status=all")

@@ -31,8 +31,12 @@ from schemathesis.specs.openapi.checks import (
 from tests.vmless.conftest import VmlessStack
 
 EXAMPLES = int(os.environ.get("AENV_FUZZ_EXAMPLES", "30"))
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance]  # fmt: skip
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
 OPENAPI = "/openapi/openapi.json"
 
 
@@ -56,8 +60,10 @@ def test_the_openapi_document_declares_the_errors_the_api_sends(vmless: VmlessSt
                 if path in ("/health", "/health/ready") and status == "503":
                     continue  # the readiness body itself, saying what is down
                 schema = _resolve(doc, response["content"]["application/json"]["schema"])
-                assert schema["properties"] == {"code": {"type": "integer"},
-                                                "message": {"type": "string"}}, (method, path)
+                assert schema["properties"] == {
+                    "code": {"type": "integer"},
+                    "message": {"type": "string"},
+                }, (method, path)
                 assert set(schema["required"]) == {"code", "message"}
                 checked += 1
     assert checked > 100
@@ -72,8 +78,14 @@ def test_fuzz_every_route(vmless: VmlessStack, capsys: pytest.CaptureFixture[str
     cases, statuses, failures = 0, dict[int, int](), list[str]()
 
     def fuzz(label: str, strategy: SearchStrategy[schemathesis.Case[Any]], examples: int) -> None:
-        @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
-                  phases=[Phase.generate], suppress_health_check=list(HealthCheck))  # fmt: skip
+        @settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
         @given(case=strategy)
         def run(case: schemathesis.Case[Any]) -> None:
             nonlocal cases
@@ -98,8 +110,10 @@ def test_fuzz_every_route(vmless: VmlessStack, capsys: pytest.CaptureFixture[str
 
     server_errors = sum(n for status, n in statuses.items() if status >= 500)
     with capsys.disabled():
-        print(f"\nfuzz: {cases} cases over {len(operations)} operations, "
-              f"{server_errors} 5xx, statuses {dict(sorted(statuses.items()))}")  # fmt: skip
+        print(
+            f"\nfuzz: {cases} cases over {len(operations)} operations, "
+            f"{server_errors} 5xx, statuses {dict(sorted(statuses.items()))}"
+        )
     assert len(operations) >= 25, [op.label for op in operations]
     assert cases >= len(operations) * min(EXAMPLES, 5), "the fuzz ran too few cases"
     assert statuses.get(201), "no example created a sandbox"

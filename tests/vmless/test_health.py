@@ -66,8 +66,11 @@ def s3_port() -> Iterator[_S3Port]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, s3_port: _S3Port) -> Iterator[VmlessStack]:
-    with vmless_stack(tmp_path_factory.mktemp("aenv-health"), AENV_DATABASE_URL="",
-                      AENV_S3_ENDPOINT=f"http://127.0.0.1:{s3_port.port}") as s:  # fmt: skip
+    with vmless_stack(
+        tmp_path_factory.mktemp("aenv-health"),
+        AENV_DATABASE_URL="",
+        AENV_S3_ENDPOINT=f"http://127.0.0.1:{s3_port.port}",
+    ) as s:
         yield s
 
 
@@ -110,9 +113,7 @@ def test_s3_down_is_not_ready_and_says_so(stack: VmlessStack) -> None:
     assert status.returncode != 0 and "s3:" in status.stderr, status.stdout + status.stderr
 
 
-def test_everything_up_is_ready_with_the_old_success_body(
-    stack: VmlessStack, s3_up: None
-) -> None:
+def test_everything_up_is_ready_with_the_old_success_body(stack: VmlessStack, s3_up: None) -> None:
     r = _ready(stack)
     assert r.status_code == 200, r.text
     plain = httpx.get(f"{stack.api_url}/health", timeout=10)
@@ -165,9 +166,15 @@ def _beat(stack: VmlessStack, waiting: int) -> None:
         bus = await Bus.connect(stack.bus_settings, setup=False)
         try:
             book = await NodeBook.open(bus.js, bus.names.nodes_bucket)
-            await book.beat(Heartbeat(node_id="uploader", at=time.time(), every_s=60,
-                                      uploads_waiting=waiting,
-                                      oldest_upload_wait_s=42.0 if waiting else 0.0))  # fmt: skip
+            await book.beat(
+                Heartbeat(
+                    node_id="uploader",
+                    at=time.time(),
+                    every_s=60,
+                    uploads_waiting=waiting,
+                    oldest_upload_wait_s=42.0 if waiting else 0.0,
+                )
+            )
         finally:
             await bus.close()
 

@@ -36,8 +36,11 @@ def test_a_private_sandbox_gets_a_traffic_token_and_keeps_it(vmless: VmlessStack
             detail = c.get(f"/sandboxes/{sid}").json()
             assert detail["trafficAccessToken"] == token
             assert detail["network"]["allowPublicTraffic"] is False
-            assert sbx.get_info().network == {"allow_out": [], "deny_out": [],
-                                              "allow_public_traffic": False}  # fmt: skip
+            assert sbx.get_info().network == {
+                "allow_out": [],
+                "deny_out": [],
+                "allow_public_traffic": False,
+            }
             assert Sandbox.connect(sid, timeout=120).traffic_access_token == token
             r = c.post(f"/sandboxes/{sid}/connect", json={"timeout": 120})
             assert r.status_code == 200 and r.json()["trafficAccessToken"] == token
@@ -77,6 +80,7 @@ def test_a_public_sandbox_has_none(vmless: VmlessStack) -> None:
 
 def test_allow_public_traffic_must_be_a_boolean(vmless: VmlessStack) -> None:
     with _client(vmless) as c:
-        r = c.post("/v2/sandboxes", json={"templateID": "base",
-                                          "network": {"allowPublicTraffic": "maybe"}})  # fmt: skip
+        r = c.post(
+            "/v2/sandboxes", json={"templateID": "base", "network": {"allowPublicTraffic": "maybe"}}
+        )
     assert r.status_code == 400 and set(r.json()) == {"code", "message"}

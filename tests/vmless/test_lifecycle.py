@@ -68,12 +68,17 @@ def test_create_pause_resume_fork_kill(vmless: VmlessStack) -> None:
             assert c.delete(f"/sandboxes/{s}").status_code == 204
             assert c.get(f"/sandboxes/{s}").status_code == 404
     assert _history(vmless, sid) == [
-        "SandboxRequested", "SandboxCreated",
-        "SandboxPauseRequested", "SandboxPaused",
-        "SandboxResumeRequested", "SandboxResumed",
-        "SandboxForkRequested", "SandboxForked",
-        "SandboxKillRequested", "SandboxKilled",
-    ]  # fmt: skip
+        "SandboxRequested",
+        "SandboxCreated",
+        "SandboxPauseRequested",
+        "SandboxPaused",
+        "SandboxResumeRequested",
+        "SandboxResumed",
+        "SandboxForkRequested",
+        "SandboxForked",
+        "SandboxKillRequested",
+        "SandboxKilled",
+    ]
     assert time.monotonic() - t0 < 60
 
 
@@ -153,8 +158,9 @@ def test_a_template_import_a_node_refuses_is_answered_with_its_reason(
 
 def _second_node(stack: VmlessStack, data: Path) -> subprocess.Popen[str]:
     env = {**stack.env, "AENV_NODE_ID": "vmless-two", "AENV_DATA_DIR": str(data)}
-    proc = subprocess.Popen([sys.executable, "-m", "aenv.serve", "node"], env=env,
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aenv.serve", "node"], env=env, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         if marks(line, "ROLE-READY"):
@@ -173,8 +179,9 @@ def test_a_paused_sandbox_stranded_on_a_gone_node_is_refused_at_once(
     try:
         with _client(vmless) as c:
             for _ in range(40):  # placement is whoever pulls first: node two gets one soon
-                sbx = Sandbox.create(timeout=120, lifecycle={"on_timeout": "pause",
-                                                             "auto_resume": True})  # fmt: skip
+                sbx = Sandbox.create(
+                    timeout=120, lifecycle={"on_timeout": "pause", "auto_resume": True}
+                )
                 placed.append(sbx)
                 if c.get(f"/sandboxes/{sbx.sandbox_id}").json()["nodeID"] == "vmless-two":
                     break
@@ -187,8 +194,9 @@ def test_a_paused_sandbox_stranded_on_a_gone_node_is_refused_at_once(
             t0 = time.monotonic()
             r = c.post(f"/sandboxes/{sbx.sandbox_id}/connect", json={"timeout": 60})
             assert r.status_code == 503 and "not running" in r.json()["message"], r.text
-            proxied = c.get("/health", headers={"E2b-Sandbox-Id": sbx.sandbox_id,
-                                                "E2b-Sandbox-Port": "49983"})  # fmt: skip
+            proxied = c.get(
+                "/health", headers={"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"}
+            )
             assert proxied.status_code == 502, proxied.text
             assert time.monotonic() - t0 < 10  # not a command timeout
             for s in placed:  # a kill of a sandbox on a gone node completes in the log

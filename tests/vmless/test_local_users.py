@@ -65,9 +65,16 @@ print(json.dumps(out))
 
 
 def _as_nobody(args: list[object]) -> dict[str, str]:
-    done = subprocess.run(["/usr/bin/python3", "-I", "-c", PROBE, json.dumps(args)],
-                          capture_output=True, text=True, timeout=60, user="nobody",
-                          group="nogroup", extra_groups=[], cwd="/")  # fmt: skip
+    done = subprocess.run(
+        ["/usr/bin/python3", "-I", "-c", PROBE, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        user="nobody",
+        group="nogroup",
+        extra_groups=[],
+        cwd="/",
+    )
     assert done.returncode == 0, done.stderr
     got: dict[str, str] = json.loads(done.stdout)
     return got
@@ -81,15 +88,25 @@ def test_another_local_user_reads_no_secret_and_gets_no_login(tmp_path: Path) ->
         info = json.loads((data / "stack.json").read_text())
         nats_port = urlsplit(info["nats_url"]).port
         pg_port = urlsplit(info["database_url"]).port
-        secrets = [data / "stack.json", data / "api-key", data / "aenv.log",
-                   data / "services" / "nats" / "nats.conf",
-                   data / "services" / "nats" / "credentials.json",
-                   data / "services" / "nats" / "nats.log",
-                   data / "services" / "postgres" / "credentials.json",
-                   data / "services" / "postgres" / "postgres.log"]  # fmt: skip
+        secrets = [
+            data / "stack.json",
+            data / "api-key",
+            data / "aenv.log",
+            data / "services" / "nats" / "nats.conf",
+            data / "services" / "nats" / "credentials.json",
+            data / "services" / "nats" / "nats.log",
+            data / "services" / "postgres" / "credentials.json",
+            data / "services" / "postgres" / "postgres.log",
+        ]
         assert all(p.exists() for p in secrets), [p for p in secrets if not p.exists()]
-        got = _as_nobody([[str(p) for p in secrets], nats_port, pg_port,
-                          str(data / "services" / "postgres" / f".s.PGSQL.{pg_port}")])  # fmt: skip
+        got = _as_nobody(
+            [
+                [str(p) for p in secrets],
+                nats_port,
+                pg_port,
+                str(data / "services" / "postgres" / f".s.PGSQL.{pg_port}"),
+            ]
+        )
         assert {k: v for k, v in got.items() if v in ("read", "connected")} == {}, got
         # and each file on its own, were its dir ever opened up
         loose = {str(p): oct(p.stat().st_mode) for p in secrets if p.stat().st_mode & 0o077}

@@ -12,14 +12,15 @@ from tests.vmless.conftest import VmlessStack
 
 
 def test_every_line_of_the_stack_log_is_a_json_record(vmless: VmlessStack) -> None:
-    with httpx.Client(base_url=vmless.api_url, headers={"X-API-KEY": vmless.api_key},
-                      timeout=30) as c:  # fmt: skip
+    with httpx.Client(
+        base_url=vmless.api_url, headers={"X-API-KEY": vmless.api_key}, timeout=30
+    ) as c:
         sid = c.post("/sandboxes", json={"templateID": "base"}).json()["sandboxID"]
         assert c.post(f"/sandboxes/{sid}/pause").status_code == 204
         assert c.post(f"/sandboxes/{sid}/resume", json={}).status_code == 201
         assert c.delete(f"/sandboxes/{sid}").status_code == 204
         c.post("/sandboxes", content=b'{"templateID": "no\nsuch"')  # bad JSON: a 400
-        c.get('/sandboxes/%22%7D%0A%7B%22forged%22: true%7D')
+        c.get("/sandboxes/%22%7D%0A%7B%22forged%22: true%7D")
     files = sorted(vmless.data_dir.glob("aenv.log*"))
     lines = [line for f in files for line in f.read_text().splitlines()]
     assert len(lines) > 10

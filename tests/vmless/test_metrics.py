@@ -29,14 +29,21 @@ def _series(text: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
 
 def test_metrics_need_an_api_key_or_the_metrics_token(vmless: VmlessStack) -> None:
     url = f"{vmless.api_url}/metrics"
-    for headers in ({}, {"Authorization": "Bearer wrong"}, {"X-API-KEY": "wrong"},
-                    {"Authorization": f"Basic {METRICS_TOKEN}"}):  # fmt: skip
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"X-API-KEY": "wrong"},
+        {"Authorization": f"Basic {METRICS_TOKEN}"},
+    ):
         r = httpx.get(url, headers=headers)
         assert r.status_code == 401, (headers, r.status_code, r.text)
         body = r.json()
         assert body["code"] == 401 and body["message"], body
-    for headers in ({"Authorization": f"Bearer {METRICS_TOKEN}"}, {"X-API-KEY": vmless.api_key},
-                    {"Authorization": f"Bearer {vmless.api_key}"}):  # fmt: skip
+    for headers in (
+        {"Authorization": f"Bearer {METRICS_TOKEN}"},
+        {"X-API-KEY": vmless.api_key},
+        {"Authorization": f"Bearer {vmless.api_key}"},
+    ):
         r = httpx.get(url, headers=headers)
         assert r.status_code == 200, (headers, r.text)
         assert "aenv_api_requests_total" in r.text

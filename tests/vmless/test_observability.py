@@ -47,7 +47,8 @@ class Collector:
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
                 ok = self.path == "/v1/traces" and (
-                    self.headers.get("Content-Type") == "application/x-protobuf")  # fmt: skip
+                    self.headers.get("Content-Type") == "application/x-protobuf"
+                )
                 if ok:
                     request = ExportTraceServiceRequest()
                     request.ParseFromString(body)
@@ -72,12 +73,19 @@ class Collector:
             for ss in rs.scope_spans:
                 for span in ss.spans:
                     with self.lock:
-                        self.spans.append({
-                            "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
-                            "parent_id": span.parent_span_id.hex() or None, "name": span.name,
-                            "kind": span.kind, "service": resource.get("service.name"),
-                            "attributes": {a.key: a.value.string_value for a in span.attributes},
-                        })  # fmt: skip
+                        self.spans.append(
+                            {
+                                "trace_id": span.trace_id.hex(),
+                                "span_id": span.span_id.hex(),
+                                "parent_id": span.parent_span_id.hex() or None,
+                                "name": span.name,
+                                "kind": span.kind,
+                                "service": resource.get("service.name"),
+                                "attributes": {
+                                    a.key: a.value.string_value for a in span.attributes
+                                },
+                            }
+                        )
 
     def close(self) -> None:
         self.server.shutdown()
@@ -96,9 +104,11 @@ def collector() -> Iterator[Collector]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, collector: Collector) -> Iterator[VmlessStack]:
-    with vmless_stack(tmp_path_factory.mktemp("aenv-obs"),
-                      OTEL_EXPORTER_OTLP_ENDPOINT=collector.url,
-                      OTEL_BSP_SCHEDULE_DELAY="200") as s:  # fmt: skip
+    with vmless_stack(
+        tmp_path_factory.mktemp("aenv-obs"),
+        OTEL_EXPORTER_OTLP_ENDPOINT=collector.url,
+        OTEL_BSP_SCHEDULE_DELAY="200",
+    ) as s:
         yield s
 
 
@@ -123,13 +133,19 @@ def _delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
 
 def test_the_node_metrics_need_the_token(stack: VmlessStack) -> None:
     url = f"{_node_url(stack)}/metrics"
-    for headers in ({}, {"Authorization": "Bearer wrong"}, {"X-API-KEY": stack.api_key},
-                    {"Authorization": f"Basic {METRICS_TOKEN}"}):  # fmt: skip
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"X-API-KEY": stack.api_key},
+        {"Authorization": f"Basic {METRICS_TOKEN}"},
+    ):
         r = httpx.get(url, headers=headers)
         assert r.status_code == 401, (headers, r.status_code)
         assert r.json()["code"] == 401 and "AENV_METRICS_TOKEN" in r.json()["message"]
-    assert "aenv_lifecycle_seconds" in httpx.get(
-        url, headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text  # fmt: skip
+    assert (
+        "aenv_lifecycle_seconds"
+        in httpx.get(url, headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
+    )
 
 
 def test_both_roles_count_a_whole_lifecycle(
@@ -172,9 +188,11 @@ def test_both_roles_count_a_whole_lifecycle(
         capacity = _get(mid_node, "aenv_node_capacity_sandboxes", node=NODE)
         assert _get(mid_node, "aenv_node_free_sandboxes", node=NODE) == capacity - 3
         assert _get(mid_node, "aenv_node_free_vcpus", node=NODE) == (
-            _get(mid_node, "aenv_node_vcpus", node=NODE) - 3)  # fmt: skip
+            _get(mid_node, "aenv_node_vcpus", node=NODE) - 3
+        )
         assert _get(mid_node, "aenv_node_free_memory_mib", node=NODE) == (
-            _get(mid_node, "aenv_node_memory_mib", node=NODE) - 3 * 512)  # fmt: skip
+            _get(mid_node, "aenv_node_memory_mib", node=NODE) - 3 * 512
+        )
         for s in (sid, *children):
             assert c.delete(f"/sandboxes/{s}").status_code == 204
     after_api, after_node = _scrape(api), _scrape(node)
@@ -182,11 +200,20 @@ def test_both_roles_count_a_whole_lifecycle(
     # the node: every stage of every op, once per command (3 kills: the parent, 2 children)
     runs = {"create": 1, "pause": 1, "resume": 1, "fork": 1, "snapshot": 1, "kill": 3}
     for op, n in runs.items():
-        stages = ("queue", "restore", "envd_ready", "total") if op in (
-            "create", "resume", "fork") else ("queue", "total")  # fmt: skip
+        stages = (
+            ("queue", "restore", "envd_ready", "total")
+            if op in ("create", "resume", "fork")
+            else ("queue", "total")
+        )
         for stage in stages:
-            got = _delta(before_node, after_node, "aenv_lifecycle_seconds_count", op=op,
-                         stage=stage, start="cold")  # fmt: skip
+            got = _delta(
+                before_node,
+                after_node,
+                "aenv_lifecycle_seconds_count",
+                op=op,
+                stage=stage,
+                start="cold",
+            )
             assert got == n, (op, stage, got)
     assert _get(after_node, "aenv_node_vms", node=NODE) == 0
     for cause in ("oom", "crash"):
@@ -200,13 +227,22 @@ def test_both_roles_count_a_whole_lifecycle(
         assert _get(after_node, "aenv_jetstream_consumer_redelivered", **labels) == 0
 
     # the API: each request by its route's template and status, the read model's census
-    requests = {("POST", "/sandboxes", "201"): 1, ("POST", "/sandboxes/{sandbox_id}/pause",
-                "204"): 1, ("POST", "/sandboxes/{sandbox_id}/resume", "201"): 1,
-                ("POST", "/sandboxes/{sandbox_id}/fork", "201"): 1,
-                ("DELETE", "/sandboxes/{sandbox_id}", "204"): 3}  # fmt: skip
+    requests = {
+        ("POST", "/sandboxes", "201"): 1,
+        ("POST", "/sandboxes/{sandbox_id}/pause", "204"): 1,
+        ("POST", "/sandboxes/{sandbox_id}/resume", "201"): 1,
+        ("POST", "/sandboxes/{sandbox_id}/fork", "201"): 1,
+        ("DELETE", "/sandboxes/{sandbox_id}", "204"): 3,
+    }
     for (method, route, status), n in requests.items():
-        got = _delta(before_api, after_api, "aenv_api_requests_total", method=method,
-                     route=route, status=status)  # fmt: skip
+        got = _delta(
+            before_api,
+            after_api,
+            "aenv_api_requests_total",
+            method=method,
+            route=route,
+            status=status,
+        )
         assert got == n, (method, route, status, got)
 
     def emptied() -> bool:
@@ -216,8 +252,10 @@ def test_both_roles_count_a_whole_lifecycle(
     eventually_sync(emptied, timeout=10, interval=0.2)
     for projection in ("sandboxes", "templates"):
         assert _get(after_api, "aenv_projection_lag_events", projection=projection) >= 0
-    eventually_sync(lambda: _get(_scrape(api), "aenv_projection_lag_events",
-                                 projection="sandboxes") == 0, timeout=10)  # fmt: skip
+    eventually_sync(
+        lambda: _get(_scrape(api), "aenv_projection_lag_events", projection="sandboxes") == 0,
+        timeout=10,
+    )
     build = {"stream": f"{prefix.upper()}_AENV_CMD", "consumer": f"{prefix}_build"}
     assert _get(after_api, "aenv_jetstream_consumer_pending", **build) == 0
     errors = {k: v for k, v in after_api.items() if k[0] == "aenv_scrape_errors_total" and v}
@@ -240,8 +278,9 @@ def test_both_roles_count_a_whole_lifecycle(
 def test_one_create_is_one_trace_from_the_api_to_the_read_model(
     stack: VmlessStack, collector: Collector
 ) -> None:
-    with httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key},
-                      timeout=30) as c:  # fmt: skip
+    with httpx.Client(
+        base_url=stack.api_url, headers={"X-API-KEY": stack.api_key}, timeout=30
+    ) as c:
         r = c.post("/v2/sandboxes", json={"templateID": "base"})
         assert r.status_code == 201, r.text
         sid = r.json()["sandboxID"]
@@ -251,18 +290,24 @@ def test_one_create_is_one_trace_from_the_api_to_the_read_model(
         with collector.lock:
             spans = list(collector.spans)
         ours = {s["trace_id"] for s in spans if s["name"].endswith(f"aenv.evt.sandbox.{sid}")}
-        roots = [s for s in spans if s["kind"] == SERVER and s["trace_id"] in ours
-                 and s["name"] == "POST /v2/sandboxes"]  # fmt: skip
+        roots = [
+            s
+            for s in spans
+            if s["kind"] == SERVER and s["trace_id"] in ours and s["name"] == "POST /v2/sandboxes"
+        ]
         if len(roots) != 1:
             return None
         trace = [s for s in spans if s["trace_id"] == roots[0]["trace_id"]]
         group = "messaging.consumer.group.name"
-        projected = any(s["kind"] == CONSUMER and s["attributes"].get(group, "").startswith(
-            "projection:") for s in trace)  # fmt: skip
+        projected = any(
+            s["kind"] == CONSUMER and s["attributes"].get(group, "").startswith("projection:")
+            for s in trace
+        )
         # each process exports its batches on its own: wait for the node's too (the span
         # of its handling ends last, after those of its appends)
-        handled = any(s["kind"] == CONSUMER and s["name"].endswith("aenv.cmd.place.create")
-                      for s in trace)  # fmt: skip
+        handled = any(
+            s["kind"] == CONSUMER and s["name"].endswith("aenv.cmd.place.create") for s in trace
+        )
         return trace if projected and handled else None
 
     trace = eventually_sync(tree, timeout=20, interval=0.2)
@@ -274,10 +319,12 @@ def test_one_create_is_one_trace_from_the_api_to_the_read_model(
     (root,) = [s for s in trace if s["kind"] == SERVER]
     assert root["service"] == "aenv-api" and root["parent_id"] is None
     assert root["attributes"]["http.route"] == "/v2/sandboxes"
-    (send,) = [s for s in trace if s["kind"] == PRODUCER and s["name"].endswith(
-        "aenv.cmd.place.create")]  # fmt: skip
-    (handle,) = [s for s in trace if s["kind"] == CONSUMER and s["name"].endswith(
-        "aenv.cmd.place.create")]  # fmt: skip
+    (send,) = [
+        s for s in trace if s["kind"] == PRODUCER and s["name"].endswith("aenv.cmd.place.create")
+    ]
+    (handle,) = [
+        s for s in trace if s["kind"] == CONSUMER and s["name"].endswith("aenv.cmd.place.create")
+    ]
     assert parent(send) is root and parent(handle) is send
     assert handle["service"] == "aenv-node"
     appends = [s for s in trace if s["kind"] == PRODUCER and s["name"].endswith(sid)]
@@ -287,9 +334,13 @@ def test_one_create_is_one_trace_from_the_api_to_the_read_model(
     assert len(restore) == 1 and parent(restore[0]) is handle
     # the projectors' (the node's own consumers of the log — snapshot uploads, volume
     # releases — see the same events, in spans of their own)
-    projected = [s for s in trace if s["kind"] == CONSUMER and s["name"].endswith(sid)
-                 and s["attributes"].get("messaging.consumer.group.name", "")
-                 .startswith("projection:")]  # fmt: skip
+    projected = [
+        s
+        for s in trace
+        if s["kind"] == CONSUMER
+        and s["name"].endswith(sid)
+        and s["attributes"].get("messaging.consumer.group.name", "").startswith("projection:")
+    ]
     assert projected and all(parent(p) in appends for p in projected)
     assert all(p["service"] == "aenv-api" for p in projected)
     # the read model's statements, traced by SQLAlchemy's instrumentation under the batch

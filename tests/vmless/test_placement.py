@@ -22,9 +22,13 @@ from tests.vmless.conftest import VmlessStack, vmless_stack
 def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
     """A node with room for two `base` sandboxes (1 vCPU / 512 MiB each): 1024 MiB,
     4 vCPUs, no overcommit."""
-    with vmless_stack(tmp_path_factory.mktemp("aenv-placement"), AENV_MEMORY_MIB="1024",
-                      AENV_VCPUS="4", AENV_MEMORY_OVERCOMMIT="1",
-                      AENV_CPU_OVERCOMMIT="1") as stack:  # fmt: skip
+    with vmless_stack(
+        tmp_path_factory.mktemp("aenv-placement"),
+        AENV_MEMORY_MIB="1024",
+        AENV_VCPUS="4",
+        AENV_MEMORY_OVERCOMMIT="1",
+        AENV_CPU_OVERCOMMIT="1",
+    ) as stack:
         yield stack
 
 
@@ -47,8 +51,9 @@ def _create(c: httpx.Client) -> httpx.Response:
 
 
 def test_a_full_node_refuses_at_once_and_takes_again_after_a_kill(small: VmlessStack) -> None:
-    with httpx.Client(base_url=small.api_url, headers={"X-API-KEY": small.api_key},
-                      timeout=60) as c:  # fmt: skip
+    with httpx.Client(
+        base_url=small.api_url, headers={"X-API-KEY": small.api_key}, timeout=60
+    ) as c:
         first = [_create(c) for _ in range(2)]
         assert [r.status_code for r in first] == [201, 201], [r.text for r in first]
         t0 = time.monotonic()
@@ -74,8 +79,9 @@ def test_a_full_node_refuses_at_once_and_takes_again_after_a_kill(small: VmlessS
             [child] = fork.json()
             assert "room" in (child.get("error") or ""), child
         assert c.delete(f"/sandboxes/{first[1].json()['sandboxID']}").status_code == 204
-        again = eventually_sync(lambda: (r := _create(c)).status_code == 201 and r,
-                                timeout=15, interval=0.5)  # fmt: skip
+        again = eventually_sync(
+            lambda: (r := _create(c)).status_code == 201 and r, timeout=15, interval=0.5
+        )
         assert again
         for r in (first[0], again):
             c.delete(f"/sandboxes/{r.json()['sandboxID']}")

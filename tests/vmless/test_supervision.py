@@ -23,8 +23,12 @@ from bus import Bus, BusSettings
 from tests.vmless.conftest import AENV, VmlessStack, vmless_stack
 
 
-def eventually(check: Callable[[], object], timeout: float, what: str,
-               detail: Callable[[], object] = lambda: "") -> object:  # fmt: skip
+def eventually(
+    check: Callable[[], object],
+    timeout: float,
+    what: str,
+    detail: Callable[[], object] = lambda: "",
+) -> object:
     deadline = time.monotonic() + timeout
     while True:
         got = check()
@@ -60,8 +64,11 @@ NODE_PROXY_PORT = free_port()
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
-    with vmless_stack(tmp_path_factory.mktemp("aenv-supervise"), AENV_RESTART_CAP_S="1",
-                      AENV_PROXY_PORT=str(NODE_PROXY_PORT)) as s:  # fmt: skip
+    with vmless_stack(
+        tmp_path_factory.mktemp("aenv-supervise"),
+        AENV_RESTART_CAP_S="1",
+        AENV_PROXY_PORT=str(NODE_PROXY_PORT),
+    ) as s:
         yield s
 
 
@@ -100,8 +107,11 @@ def test_a_node_crash_loop_leaves_the_api_answering_and_says_so(stack: VmlessSta
     squatter = _kill_and_squat(supervisor, node, NODE_PROXY_PORT)
     try:
         log = stack.data_dir / "aenv.log"
-        eventually(lambda: "node exited during start-up" in log.read_text(errors="replace"),
-                   60, "the node failing to start")  # fmt: skip
+        eventually(
+            lambda: "node exited during start-up" in log.read_text(errors="replace"),
+            60,
+            "the node failing to start",
+        )
 
         def named() -> bool:
             r = httpx.get(f"{stack.api_url}/health/ready", timeout=10)
@@ -114,8 +124,11 @@ def test_a_node_crash_loop_leaves_the_api_answering_and_says_so(stack: VmlessSta
         assert alive(supervisor) and role_pid(stack, "api") == api and alive(api)
     finally:
         squatter.close()
-    eventually(lambda: httpx.get(f"{stack.api_url}/health/ready", timeout=10).status_code == 200,
-               60, "ready once the node is back")  # fmt: skip
+    eventually(
+        lambda: httpx.get(f"{stack.api_url}/health/ready", timeout=10).status_code == 200,
+        60,
+        "ready once the node is back",
+    )
     assert stack.aenv("status", "--data-dir", str(stack.data_dir)).returncode == 0
 
 
@@ -123,8 +136,9 @@ def test_an_api_crash_loop_never_stops_the_node(stack: VmlessStack) -> None:
     """The API cannot listen (its port taken) and crashes at every start: the supervisor
     keeps restarting it, the node role and its sandbox live on, and once the port is free
     the API is back with the sandbox still running."""
-    with httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key},
-                      timeout=30) as c:  # fmt: skip
+    with httpx.Client(
+        base_url=stack.api_url, headers={"X-API-KEY": stack.api_key}, timeout=30
+    ) as c:
         r = c.post("/sandboxes", json={"templateID": "base", "timeout": 300})
         assert r.status_code == 201, r.text
         sid = r.json()["sandboxID"]
@@ -157,8 +171,9 @@ def test_an_api_crash_loop_never_stops_the_node(stack: VmlessStack) -> None:
             return False
 
     eventually(api_back, 60, "the API back once its port is free")
-    with httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key},
-                      timeout=30) as c:  # fmt: skip
+    with httpx.Client(
+        base_url=stack.api_url, headers={"X-API-KEY": stack.api_key}, timeout=30
+    ) as c:
         assert c.get(f"/sandboxes/{sid}").json()["state"] == "running"
         assert c.delete(f"/sandboxes/{sid}").status_code == 204
     assert role_pid(stack, "node") == node and alive(node)
@@ -184,13 +199,19 @@ def _stack_processes(stack: VmlessStack) -> dict[str, int]:
 
 def _up_again(stack: VmlessStack) -> subprocess.CompletedProcess[str]:
     port = urlsplit(stack.api_url).port
-    return subprocess.run([*AENV, "up", "--data-dir", str(stack.data_dir), "--port", str(port)],
-                          capture_output=True, text=True, timeout=120, env=stack.env)  # fmt: skip
+    return subprocess.run(
+        [*AENV, "up", "--data-dir", str(stack.data_dir), "--port", str(port)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=stack.env,
+    )
 
 
 def _serves(stack: VmlessStack) -> None:
-    with httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key},
-                      timeout=30) as c:  # fmt: skip
+    with httpx.Client(
+        base_url=stack.api_url, headers={"X-API-KEY": stack.api_key}, timeout=30
+    ) as c:
         r = c.post("/sandboxes", json={"templateID": "base", "timeout": 60})
         assert r.status_code == 201, r.text
         assert c.delete(f"/sandboxes/{r.json()['sandboxID']}").status_code == 204
@@ -210,9 +231,12 @@ def test_a_killed_supervisor_leaves_nothing_running_past_the_drain_deadline(
         assert set(procs) == {"api", "node", "nats", "postgres"}
         os.kill(int(str(info(stack)["pid"])), signal.SIGKILL)
         t0 = time.monotonic()
-        eventually(lambda: not any(alive(p) for p in procs.values()), 20,
-                   f"the stack's processes gone: {procs}",
-                   lambda: {n: p for n, p in procs.items() if alive(p)})  # fmt: skip
+        eventually(
+            lambda: not any(alive(p) for p in procs.values()),
+            20,
+            f"the stack's processes gone: {procs}",
+            lambda: {n: p for n, p in procs.items() if alive(p)},
+        )
         assert time.monotonic() - t0 < 15
         up = _up_again(stack)
         assert up.returncode == 0, up.stderr + (stack.data_dir / "aenv.log").read_text()[-3000:]
@@ -225,9 +249,13 @@ def test_aenv_down_finds_and_stops_a_stack_whose_supervisor_died(tmp_path: Path)
     with vmless_stack(tmp_path / "d", **EMBEDDED) as stack:
         procs = _stack_processes(stack)
         os.kill(int(str(info(stack)["pid"])), signal.SIGKILL)
-        down = subprocess.run([*AENV, "down", "--data-dir", str(stack.data_dir)],
-                              capture_output=True, text=True, timeout=90,
-                              env=stack.env)  # fmt: skip
+        down = subprocess.run(
+            [*AENV, "down", "--data-dir", str(stack.data_dir)],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env=stack.env,
+        )
         assert down.returncode == 0, down.stderr
         assert "not running" not in down.stdout, down.stdout
         assert not [n for n, p in procs.items() if alive(p)], down.stdout
@@ -238,8 +266,9 @@ def test_aenv_down_finds_and_stops_a_stack_whose_supervisor_died(tmp_path: Path)
 
 def _history(stack: VmlessStack, sandbox_id: str) -> list[str]:
     """The sandbox's events, read back from the stack's (embedded) JetStream."""
-    settings = BusSettings(nats_url=str(info(stack)["nats_url"]),
-                           bus_prefix=stack.bus_settings.bus_prefix)  # fmt: skip
+    settings = BusSettings(
+        nats_url=str(info(stack)["nats_url"]), bus_prefix=stack.bus_settings.bus_prefix
+    )
 
     async def read() -> list[str]:
         bus = await Bus.connect(settings, setup=False)
@@ -267,8 +296,9 @@ def test_a_killed_embedded_server_is_restarted_and_the_roles_reconnect(
     supervisor starts it again on the same port and data, the roles reconnect by
     themselves, and what was stored before is still there (JetStream's file store)."""
     with vmless_stack(tmp_path / "d", AENV_RESTART_CAP_S="2", **EMBEDDED) as stack:
-        with httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key},
-                          timeout=30) as c:  # fmt: skip
+        with httpx.Client(
+            base_url=stack.api_url, headers={"X-API-KEY": stack.api_key}, timeout=30
+        ) as c:
             r = c.post("/sandboxes", json={"templateID": "base", "timeout": 300})
             assert r.status_code == 201, r.text
             sid = r.json()["sandboxID"]
@@ -276,8 +306,11 @@ def test_a_killed_embedded_server_is_restarted_and_the_roles_reconnect(
             victim = _stack_processes(stack)[server]
             os.kill(victim, signal.SIGKILL)
             eventually(lambda: not alive(victim), 10, f"{server} died")
-            back = eventually(lambda: _stack_processes(stack).get(server) not in (None, victim),
-                              60, f"{server} restarted")  # fmt: skip
+            back = eventually(
+                lambda: _stack_processes(stack).get(server) not in (None, victim),
+                60,
+                f"{server} restarted",
+            )
             assert back
             eventually(lambda: _api_serves(stack), 90, "the API serves again")
             got = c.get(f"/sandboxes/{sid}")
@@ -287,8 +320,11 @@ def test_a_killed_embedded_server_is_restarted_and_the_roles_reconnect(
         log = stack.data_dir / "aenv.log"
         assert f"{server} exited unexpectedly" in log.read_text(errors="replace")
         # the supervisor says so once its readiness probe passed: maybe after the API served
-        eventually(lambda: f"{server} is back" in log.read_text(errors="replace"), 30,
-                   f"'{server} is back' in the log")  # fmt: skip
+        eventually(
+            lambda: f"{server} is back" in log.read_text(errors="replace"),
+            30,
+            f"'{server} is back' in the log",
+        )
         assert {role: role_pid(stack, role) for role in ("api", "node")} == roles
 
 
@@ -300,9 +336,13 @@ def test_roles_drain_within_their_deadline_when_nats_hangs(tmp_path: Path) -> No
         os.kill(procs["nats"], signal.SIGSTOP)
         try:
             t0 = time.monotonic()
-            down = subprocess.run([*AENV, "down", "--data-dir", str(stack.data_dir)],
-                                  capture_output=True, text=True, timeout=120,
-                                  env=stack.env)  # fmt: skip
+            down = subprocess.run(
+                [*AENV, "down", "--data-dir", str(stack.data_dir)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=stack.env,
+            )
             took = time.monotonic() - t0
         finally:
             with contextlib.suppress(ProcessLookupError):

@@ -36,8 +36,7 @@ GRACE_S = 1
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
-    with vmless_stack(tmp_path_factory.mktemp("aenv-tags"),
-                      AENV_CAPTURE_GRACE_S=str(GRACE_S)) as s:  # fmt: skip
+    with vmless_stack(tmp_path_factory.mktemp("aenv-tags"), AENV_CAPTURE_GRACE_S=str(GRACE_S)) as s:
         yield s
 
 
@@ -84,11 +83,16 @@ def test_a_tag_starts_its_build_after_later_builds(stack: VmlessStack) -> None:
     assert v1.template_id == name and set(v1.tags) == {"v1", "default"}
     assert _tags(name) == {"v1": v1.build_id, "default": v1.build_id}
     v2 = Template.build(_image(), name, tags=["v2", "latest"])
-    assert _tags(name) == {"v1": v1.build_id, "default": v2.build_id, "v2": v2.build_id,
-                           "latest": v2.build_id}  # fmt: skip
+    assert _tags(name) == {
+        "v1": v1.build_id,
+        "default": v2.build_id,
+        "v2": v2.build_id,
+        "latest": v2.build_id,
+    }
 
-    with httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key},
-                      timeout=30) as c:  # fmt: skip
+    with httpx.Client(
+        base_url=stack.api_url, headers={"X-API-KEY": stack.api_key}, timeout=30
+    ) as c:
         started = {}
         for ref in (name, f"{name}:v1", f"{name}:v2", f"{name}:default"):
             r = _create(c, ref)
@@ -112,7 +116,8 @@ def test_a_tag_starts_its_build_after_later_builds(stack: VmlessStack) -> None:
         assert _create(c, f"{name}:v1").status_code == 404
         r = _create(c, f"{name}:stable")
         assert r.status_code == 201 and _restored(stack, r.json()["sandboxID"]) == (
-            f"{name}:{v1.build_id}")  # fmt: skip
+            f"{name}:{v1.build_id}"
+        )
         with pytest.raises(TemplateException):
             Template.remove_tags(name, "default")  # 400: default stays
         with pytest.raises(TemplateException):
@@ -129,15 +134,18 @@ def test_a_tag_starts_its_build_after_later_builds(stack: VmlessStack) -> None:
 
         def dropped() -> bool:
             history = _read(stack, "template", name)
-            return any(isinstance(e, tp.TemplateCaptureDropped) and e.capture_id == capture
-                       for e in history)  # fmt: skip
+            return any(
+                isinstance(e, tp.TemplateCaptureDropped) and e.capture_id == capture
+                for e in history
+            )
 
         eventually_sync(dropped, timeout=30, interval=0.3)
         assert any(isinstance(e, tp.TemplateDeleted) for e in _read(stack, "template", capture))
         assert _create(c, capture).status_code == 404
         r = _create(c, name)  # the build default names is untouched
         assert r.status_code == 201 and _restored(stack, r.json()["sandboxID"]) == (
-            f"{name}:{v2.build_id}")  # fmt: skip
+            f"{name}:{v2.build_id}"
+        )
 
         # deleting the template takes every tag, and its captures with it at once
         assert c.delete(f"/templates/{name}").status_code == 204
@@ -145,8 +153,11 @@ def test_a_tag_starts_its_build_after_later_builds(stack: VmlessStack) -> None:
         assert not Template.exists(name)
         gone = _read(stack, "template", f"{name}:{v2.build_id}")
         assert any(isinstance(e, tp.TemplateDeleted) for e in gone)
-        drops = [e.capture_id for e in _read(stack, "template", name)
-                 if isinstance(e, tp.TemplateCaptureDropped)]  # fmt: skip
+        drops = [
+            e.capture_id
+            for e in _read(stack, "template", name)
+            if isinstance(e, tp.TemplateCaptureDropped)
+        ]
         assert drops == [capture, f"{name}:{v2.build_id}"]
 
 
@@ -166,8 +177,9 @@ const {Template} = require('e2b');
 })().catch(e => { console.error(e); process.exit(1); });
 """
     env = {**os.environ, "E2B_API_URL": stack.api_url, "E2B_API_KEY": stack.api_key}
-    r = subprocess.run(["node", "-e", script, name], env=env, cwd=NPM, capture_output=True,
-                       text=True, timeout=120)  # fmt: skip
+    r = subprocess.run(
+        ["node", "-e", script, name], env=env, cwd=NPM, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["assigned"] == {"buildId": first.build_id, "tags": ["js"]}
@@ -188,7 +200,13 @@ def test_a_started_build_is_building_not_waiting(stack: VmlessStack) -> None:
         assert kinds[:2] == [bd.TemplateBuildRequested, bd.TemplateBuildStarted], kinds
         started = _read(stack, "build", info.build_id)[1]
         assert isinstance(started, bd.TemplateBuildStarted) and started.queued
-        eventually_sync(lambda info=info: Template.get_build_status(info).status  # type: ignore[misc]
-                        is TemplateBuildStatus.READY, timeout=30, interval=0.2)  # fmt: skip
+        eventually_sync(
+            lambda info=info: (
+                Template.get_build_status(info).status  # type: ignore[misc]
+                is TemplateBuildStatus.READY
+            ),
+            timeout=30,
+            interval=0.2,
+        )
         kinds = [type(e) for e in _read(stack, "build", info.build_id)]
         assert bd.TemplateBuildClaimed in kinds and kinds[-1] is bd.TemplateBuilt

@@ -57,8 +57,11 @@ def test_a_volume_is_created_mounted_released_and_destroyed(vmless: VmlessStack)
         # the content API takes the volume's token, never an API key
         r = c.get(f"/volumecontent/{vol.volume_id}/dir", params={"path": "/"})
         assert r.status_code == 401
-        r = c.get(f"/volumecontent/{vol.volume_id}/dir", params={"path": "/"},
-                  headers={"Authorization": "Bearer wrong"})  # fmt: skip
+        r = c.get(
+            f"/volumecontent/{vol.volume_id}/dir",
+            params={"path": "/"},
+            headers={"Authorization": "Bearer wrong"},
+        )
         assert r.status_code == 401
 
     a = Sandbox.create(timeout=120, volume_mounts={MOUNT: vol})
@@ -80,8 +83,14 @@ def test_a_volume_is_created_mounted_released_and_destroyed(vmless: VmlessStack)
     with pytest.raises(VolumeNotFoundException):
         Volume.get_info(vol.volume_id)
     kinds = [type(e).__name__ for e in _events(vmless, "volume", vol.volume_id)]
-    assert kinds == ["VolumeCreated", "VolumeAttached", "VolumeReleased", "VolumeAttached",
-                     "VolumeReleased", "VolumeDestroyed"]  # fmt: skip
+    assert kinds == [
+        "VolumeCreated",
+        "VolumeAttached",
+        "VolumeReleased",
+        "VolumeAttached",
+        "VolumeReleased",
+        "VolumeDestroyed",
+    ]
 
 
 def test_two_creates_racing_for_a_volume_are_settled_by_the_log(vmless: VmlessStack) -> None:
@@ -98,8 +107,13 @@ def test_two_creates_racing_for_a_volume_are_settled_by_the_log(vmless: VmlessSt
         bus = await Bus.connect(vmless.bus_settings, setup=False)
         try:
             for sid in ids:
-                cmd = sb.CreateSandbox(sandbox_id=sid, template_id="base", team_id=team.team_id,
-                                       timeout_s=60, volume_mounts=(mount,))  # fmt: skip
+                cmd = sb.CreateSandbox(
+                    sandbox_id=sid,
+                    template_id="base",
+                    team_id=team.team_id,
+                    timeout_s=60,
+                    volume_mounts=(mount,),
+                )
                 await bus.commands.to_placement(cmd, context=MessageContext(actor="pipeline"))
         finally:
             await bus.close()
@@ -137,7 +151,8 @@ def test_the_cli_creates_lists_and_removes_volumes(vmless: VmlessStack) -> None:
     assert again.returncode == 1 and "already exists" in again.stderr
     listed = vmless.aenv("volume", "ls", "-o", "json")
     assert listed.returncode == 0 and {"volume_id": volume_id, "name": name} in json.loads(
-        listed.stdout)
+        listed.stdout
+    )
     bad = vmless.aenv("start", "-d", "-v", "no-colon")
     assert bad.returncode == 2 and "NAME:/PATH" in bad.stderr
     gone = vmless.aenv("volume", "rm", name)

@@ -28,11 +28,17 @@ __all__ = ["BuildSettings", "Builder"]
 
 log = logging.getLogger(__name__)
 
+
 class Builder:
     def __init__(
-        self, bus: Bus, settings: BuildSettings, *, parallel: int = 1,
-        published: Published | None = None, metrics: BuildMetrics | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        bus: Bus,
+        settings: BuildSettings,
+        *,
+        parallel: int = 1,
+        published: Published | None = None,
+        metrics: BuildMetrics | None = None,
+    ) -> None:
         self.bus = bus
         self.settings = settings
         self.parallel = parallel
@@ -119,8 +125,12 @@ class Builder:
             self.metrics.running.dec()
         await self._verdict(build, ctx, error, step)
         self.metrics.built(time.monotonic() - t0, ok=error is None)
-        log.info("build %s %s in %.1f s", build.build_id, "ready" if error is None else
-                 f"failed at {step or '?'}", time.monotonic() - t0)  # fmt: skip
+        log.info(
+            "build %s %s in %.1f s",
+            build.build_id,
+            "ready" if error is None else f"failed at {step or '?'}",
+            time.monotonic() - t0,
+        )
 
     async def _verdict(
         self, build: bd.Build, ctx: MessageContext, error: str | None, step: str | None

@@ -20,14 +20,21 @@ class BuildMetrics:
     def __init__(self, scrape: Scrape | None = None) -> None:
         self.scrape = scrape or Scrape()
         r = self.scrape.registry
-        self.queue = Gauge("aenv_template_build_queue",
-                           "Template builds started and not taken by a builder yet.",
-                           registry=r)  # fmt: skip
-        self.running = Gauge("aenv_template_builds_running",
-                             "Template builds this builder runs now.", registry=r)  # fmt: skip
-        self.duration = Histogram("aenv_template_build_seconds",
-                                  "Template build duration, from claim to verdict, by result.",
-                                  ["result"], buckets=BUCKETS, registry=r)  # fmt: skip
+        self.queue = Gauge(
+            "aenv_template_build_queue",
+            "Template builds started and not taken by a builder yet.",
+            registry=r,
+        )
+        self.running = Gauge(
+            "aenv_template_builds_running", "Template builds this builder runs now.", registry=r
+        )
+        self.duration = Histogram(
+            "aenv_template_build_seconds",
+            "Template build duration, from claim to verdict, by result.",
+            ["result"],
+            buckets=BUCKETS,
+            registry=r,
+        )
         for result in RESULTS:
             self.duration.labels(result)
 

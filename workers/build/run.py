@@ -89,8 +89,9 @@ async def _send(
     timeout: float,
 ) -> Event:
     """Publish a sandbox command and wait for its outcome event (or a rejection)."""
-    rec = await bus.send_and_wait(cmd, node_id=node_id, until=until, timeout=timeout,
-                                  actor="builder")  # fmt: skip
+    rec = await bus.send_and_wait(
+        cmd, node_id=node_id, until=until, timeout=timeout, actor="builder"
+    )
     if rec is None:
         raise TimeoutError(f"{type(cmd).__name__} got no answer within {timeout:.0f}s")
     return rec.event
@@ -98,9 +99,13 @@ async def _send(
 
 class BuildRun:
     def __init__(
-        self, bus: Bus, settings: BuildSettings, build: bd.Build, emit: Log,
+        self,
+        bus: Bus,
+        settings: BuildSettings,
+        build: bd.Build,
+        emit: Log,
         published: Published = lambda _: None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.bus, self.settings, self.build, self.emit = bus, settings, build, emit
         self.published = published
         assert build.spec is not None
@@ -232,8 +237,7 @@ class BuildRun:
                 await self.emit(f"FROM {image}: already imported as {name}", "base", "info")
                 return name
         await self.emit(
-            f"FROM {image}: pulling and converting the image, booting it once (a minute or "
-            "two)",
+            f"FROM {image}: pulling and converting the image, booting it once (a minute or two)",
             "base",
             "info",
         )
@@ -396,8 +400,10 @@ class BuildRun:
         # the image's tar where it has one; else the static busybox on envd's runtime disk
         # (distroless and busybox-only images have no tar, or only busybox's)
         bb = "/opt/aenv/bin/busybox"
-        unpack = (f"if command -v tar >/dev/null 2>&1; then tar -xpf {tmp} -C /; "
-                  f"else {bb} tar -xf {tmp} -C /; fi && {bb} rm -f {tmp}")  # fmt: skip
+        unpack = (
+            f"if command -v tar >/dev/null 2>&1; then tar -xpf {tmp} -C /; "
+            f"else {bb} tar -xf {tmp} -C /; fi && {bb} rm -f {tmp}"
+        )
         await self._exec(name, unpack, user="root", cwd="/")
         await self.emit(f"copied {count} entries", name, "info")
 
@@ -467,8 +473,10 @@ class BuildRun:
             raise StepFailed(step, f"the build could not be published: {e}") from e
         self.unpublished = None
         self.published(self.build.template_id)
-        names = ", ".join(f"{self.build.template_id}:{t}"
-                          for t in dict.fromkeys([*self.build.tags, tg.DEFAULT_TAG]))  # fmt: skip
+        names = ", ".join(
+            f"{self.build.template_id}:{t}"
+            for t in dict.fromkeys([*self.build.tags, tg.DEFAULT_TAG])
+        )
         await self.emit(f"template {self.build.template_id} is ready ({names})", step, "info")
 
     async def _wait_ready(self, step: str, user: str) -> None:
@@ -522,5 +530,6 @@ class BuildRun:
             await execute(self.bus.templates, delete)
             await self.bus.commands.to_node(node_id, delete)
         except Exception as e:  # best effort: an orphan capture costs disk, not correctness
-            log.warning("build %s: could not discard %s: %s", self.build.build_id,
-                        self.capture_id, e)  # fmt: skip
+            log.warning(
+                "build %s: could not discard %s: %s", self.build.build_id, self.capture_id, e
+            )

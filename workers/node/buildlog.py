@@ -38,9 +38,11 @@ class BuildLog:
         return self
 
     async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None,
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if self._task is None:
             return
         self._queue.put_nowait(None)  # written up to here, then done
@@ -56,10 +58,14 @@ class BuildLog:
 
     async def _write(self, build_id: str) -> None:
         while (message := await self._queue.get()) is not None:
-            entry = bd.BuildLogEntry(at=datetime.now(UTC), level="info", message=message,
-                                     step="base")  # fmt: skip
+            entry = bd.BuildLogEntry(
+                at=datetime.now(UTC), level="info", message=message, step="base"
+            )
             try:
-                await execute(self.bus.builds, bd.LogTemplateBuild(build_id=build_id,
-                              entries=(entry,)), self.context)  # fmt: skip
+                await execute(
+                    self.bus.builds,
+                    bd.LogTemplateBuild(build_id=build_id, entries=(entry,)),
+                    self.context,
+                )
             except Exception as e:  # a lost line must not fail the import
                 log.warning("build %s: log line lost: %s", build_id, e)

@@ -54,9 +54,14 @@ class Ledger:
     concurrently: each must see the others' holds), `release` gives a size back."""
 
     def __init__(
-        self, *, vcpus: int, mem_mib: int, max_sandboxes: int,
-        cpu_overcommit: float = 1.0, memory_overcommit: float = 1.0,
-    ) -> None:  # fmt: skip
+        self,
+        *,
+        vcpus: int,
+        mem_mib: int,
+        max_sandboxes: int,
+        cpu_overcommit: float = 1.0,
+        memory_overcommit: float = 1.0,
+    ) -> None:
         self.vcpus = int(vcpus * cpu_overcommit)
         self.mem_mib = int(mem_mib * memory_overcommit)
         self.max_sandboxes = max_sandboxes
@@ -66,10 +71,13 @@ class Ledger:
         used_cpu = sum(s.vcpus for s in self._held.values())
         used_mem = sum(s.mem_mib for s in self._held.values())
         return Room(
-            vcpus=self.vcpus, mem_mib=self.mem_mib, sandboxes=self.max_sandboxes,
-            free_vcpus=max(0, self.vcpus - used_cpu), free_mem_mib=max(0, self.mem_mib - used_mem),
+            vcpus=self.vcpus,
+            mem_mib=self.mem_mib,
+            sandboxes=self.max_sandboxes,
+            free_vcpus=max(0, self.vcpus - used_cpu),
+            free_mem_mib=max(0, self.mem_mib - used_mem),
             free_sandboxes=max(0, self.max_sandboxes - len(self._held)),
-        )  # fmt: skip
+        )
 
     def fits(self, size: Size, count: int = 1) -> bool:
         """Room for `count` more sandboxes of `size`."""
@@ -116,13 +124,20 @@ def ledger_of(settings: NodeSettings) -> Ledger:
     mem = settings.memory_mib
     if mem is None:
         mem = max(256, host_memory_mib() - settings.reserved_memory_mib)
-    return Ledger(vcpus=settings.vcpus or os.cpu_count() or 1, mem_mib=mem,
-                  max_sandboxes=settings.capacity, cpu_overcommit=settings.cpu_overcommit,
-                  memory_overcommit=settings.memory_overcommit)  # fmt: skip
+    return Ledger(
+        vcpus=settings.vcpus or os.cpu_count() or 1,
+        mem_mib=mem,
+        max_sandboxes=settings.capacity,
+        cpu_overcommit=settings.cpu_overcommit,
+        memory_overcommit=settings.memory_overcommit,
+    )
 
 
 def no_room(node_id: str, size: Size) -> RetryableError:
     """Another node may have the room: a short nak, and on the last delivery the create is
     refused as unavailable (the API answers 503)."""
-    return RetryableError(f"node {node_id} has no room for {size.vcpus} vCPU / "
-                          f"{size.mem_mib} MiB", delay_s=0.25, final_code="unavailable")
+    return RetryableError(
+        f"node {node_id} has no room for {size.vcpus} vCPU / {size.mem_mib} MiB",
+        delay_s=0.25,
+        final_code="unavailable",
+    )

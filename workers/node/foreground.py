@@ -89,7 +89,6 @@ class Foreground:
             else:
                 await asyncio.sleep(min(wait, left))
 
-
     def pause_point(self) -> None:
         """For a housekeeping thread between two chunks of its work: block while anything
         is in the foreground (at most `max_wait_s`). A copy that began in a quiet moment

@@ -37,6 +37,7 @@ async def fork(w: NodeWorker, cmd: sb.ForkSandbox, ctx: MessageContext) -> None:
             if not w.host.runs(cid):
                 w.capacity.release(cid)
 
+
 async def _children(
     w: NodeWorker, cmd: sb.ForkSandbox, ctx: MessageContext, state: sb.Sandbox
 ) -> None:
@@ -48,9 +49,7 @@ async def _children(
         if state.envd_access_token is not None:
             create = create.model_copy(update={"envd_access_token": secrets.token_urlsafe(24)})
         if state.traffic_access_token is not None:  # a child's guest ports: its own key
-            create = create.model_copy(
-                update={"traffic_access_token": secrets.token_urlsafe(24)}
-            )
+            create = create.model_copy(update={"traffic_access_token": secrets.token_urlsafe(24)})
         placed = create.model_copy(update={"node_id": w.node_id})
         # journaled before its request is in the log: a node that dies from here on
         # leaves the child to its reconcile (lost), never `creating` for ever
@@ -59,9 +58,7 @@ async def _children(
         if child is not None and child.status is S.CREATING:
             # the tokens the log has: a redone fork (its child requested by an earlier
             # delivery) minted new ones the log never took, which its guest must not get
-            creates[cid] = create.model_copy(
-                update={"envd_access_token": child.envd_access_token}
-            )
+            creates[cid] = create.model_copy(update={"envd_access_token": child.envd_access_token})
             tokens[cid] = child.traffic_access_token
     for cid in state.pending_children:
         if cid not in creates and not w.host.runs(cid):
@@ -74,9 +71,11 @@ async def _children(
         creates_to_start = creates
     else:  # each child told why: the fork answers, its children fail
         room = w.capacity.room()
-        why = (f"node {w.node_id} has no room for {len(new)} more sandboxes of "
-               f"{size.vcpus} vCPU / {size.mem_mib} MiB ({room.free_vcpus} vCPU, "
-               f"{room.free_mem_mib} MiB, {room.free_sandboxes} sandboxes left)")  # fmt: skip
+        why = (
+            f"node {w.node_id} has no room for {len(new)} more sandboxes of "
+            f"{size.vcpus} vCPU / {size.mem_mib} MiB ({room.free_vcpus} vCPU, "
+            f"{room.free_mem_mib} MiB, {room.free_sandboxes} sandboxes left)"
+        )
         errors = dict.fromkeys(creates, why)
         creates_to_start = {}
     async with w.host.lock(cmd.sandbox_id):
@@ -86,20 +85,26 @@ async def _children(
                 errors = await w.host.fork(cmd.sandbox_id, guests)
         except HostError as e:
             errors = {cid: str(e) for cid in creates}
-    await asyncio.gather(*(w.route_publisher.put(cid, tokens[cid]) for cid in creates
-                           if errors.get(cid) is None))  # fmt: skip
+    await asyncio.gather(
+        *(w.route_publisher.put(cid, tokens[cid]) for cid in creates if errors.get(cid) is None)
+    )
     for cid, create in creates.items():
         if errors.get(cid) is not None:
             w.journal.remove(cid)
-        done = sb.CompleteCreate(sandbox_id=cid, node_id=w.node_id, error=errors.get(cid),
-                                 command_id=completion_id(create, "created"))  # fmt: skip
+        done = sb.CompleteCreate(
+            sandbox_id=cid,
+            node_id=w.node_id,
+            error=errors.get(cid),
+            command_id=completion_id(create, "created"),
+        )
         await execute(w.bus.sandboxes, done, ctx)
     results = tuple(
         sb.ForkChildResult(sandbox_id=cid, error=errors.get(cid, "child already existed"))
-        if cid in creates else sb.ForkChildResult(sandbox_id=cid, error=None)
+        if cid in creates
+        else sb.ForkChildResult(sandbox_id=cid, error=None)
         for cid in state.pending_children
-    )  # fmt: skip
-    finished = sb.CompleteFork(sandbox_id=cmd.sandbox_id, children=results,
-                               command_id=completion_id(cmd, "forked"))  # fmt: skip
+    )
+    finished = sb.CompleteFork(
+        sandbox_id=cmd.sandbox_id, children=results, command_id=completion_id(cmd, "forked")
+    )
     await execute(w.bus.sandboxes, finished, ctx)
-

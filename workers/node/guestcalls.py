@@ -25,8 +25,9 @@ def _headers(live: LiveSandbox) -> dict[str, str]:
 async def metrics(live: LiveSandbox) -> dict[str, Any] | None:
     """envd's measures of the guest (CPU, memory, disk), or None if it does not answer."""
     try:
-        status, body = await http_request(live.vm.host, ENVD_PORT, "GET", "/metrics",
-                                          headers=_headers(live), timeout=2.0)  # fmt: skip
+        status, body = await http_request(
+            live.vm.host, ENVD_PORT, "GET", "/metrics", headers=_headers(live), timeout=2.0
+        )
     except (OSError, TimeoutError, ConnectionError):
         return None
     if status != 200:
@@ -44,10 +45,12 @@ async def flush(live: LiveSandbox) -> dict[str, object]:
     filesystem pause of an unresponsive guest too."""
     host, headers = live.vm.host, _headers(live)
     try:
-        status, body = await http_request(host, ENVD_PORT, "GET", "/defaults",
-                                          headers=headers, timeout=10.0)  # fmt: skip
-        synced, _ = await http_request(host, ENVD_PORT, "POST", "/sync", headers=headers,
-                                       timeout=60.0)  # fmt: skip
+        status, body = await http_request(
+            host, ENVD_PORT, "GET", "/defaults", headers=headers, timeout=10.0
+        )
+        synced, _ = await http_request(
+            host, ENVD_PORT, "POST", "/sync", headers=headers, timeout=60.0
+        )
     except (OSError, TimeoutError, ConnectionError) as e:
         raise HostError(f"the guest did not answer for a filesystem pause: {e}") from e
     if status != 200 or synced != 200:
@@ -56,19 +59,29 @@ async def flush(live: LiveSandbox) -> dict[str, object]:
     return doc if isinstance(doc, dict) else {}
 
 
-async def call(
-    live: LiveSandbox, method: str, path: str, body: object, *, timeout: float
-) -> bool:
+async def call(live: LiveSandbox, method: str, path: str, body: object, *, timeout: float) -> bool:
     """A best-effort request to a running guest's envd: whether it answered 2xx."""
     data = json.dumps(body).encode() if body is not None else b""
     try:
-        status, answer = await http_request(live.vm.host, ENVD_PORT, method, path,
-                                            headers=_headers(live), body=data,
-                                            timeout=timeout)  # fmt: skip
+        status, answer = await http_request(
+            live.vm.host,
+            ENVD_PORT,
+            method,
+            path,
+            headers=_headers(live),
+            body=data,
+            timeout=timeout,
+        )
     except (OSError, TimeoutError, ConnectionError) as e:
         log.warning("sandbox %s: envd %s %s failed: %s", live.sandbox_id, method, path, e)
         return False
     if status >= 300:
-        log.warning("sandbox %s: envd %s %s answered %s: %s", live.sandbox_id, method, path,
-                    status, answer[:200])  # fmt: skip
+        log.warning(
+            "sandbox %s: envd %s %s answered %s: %s",
+            live.sandbox_id,
+            method,
+            path,
+            status,
+            answer[:200],
+        )
     return status < 300

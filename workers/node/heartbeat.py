@@ -19,9 +19,15 @@ log = logging.getLogger(__name__)
 
 
 async def beat_forever(
-    bus: Bus, host: Host, node_id: str, every_s: float, room: Callable[[], Room],
-    uploads: Callable[[], tuple[int, float]] | None = None, *, proxy: str | None = None,
-) -> None:  # fmt: skip
+    bus: Bus,
+    host: Host,
+    node_id: str,
+    every_s: float,
+    room: Callable[[], Room],
+    uploads: Callable[[], tuple[int, float]] | None = None,
+    *,
+    proxy: str | None = None,
+) -> None:
     """`room`: the node's budget and what is left (`capacity.Ledger`); `uploads`:
     (captures waiting for a retried upload, oldest wait) from the snapshot worker, when
     the node has a repository."""
@@ -32,14 +38,28 @@ async def beat_forever(
         r = room()
         pool = host.warm_stats()
         beat = Heartbeat(
-            node_id=node_id, at=time.time(), every_s=every_s, capacity=r.sandboxes,
-            free=r.free_sandboxes, running=host.running, paused=host.paused_count,
-            vcpus=r.vcpus, mem_mib=r.mem_mib, free_vcpus=r.free_vcpus,
-            free_mem_mib=r.free_mem_mib, proxy=proxy, accelerator=accel.accel,
-            accelerator_reason=accel.reason, qemu=accel.vmm, uploads_waiting=waiting,
-            oldest_upload_wait_s=oldest, warm=pool.ready, warm_hits=pool.hits,
-            warm_misses=pool.misses, warm_mem_mib=pool.mem_mib,
-        )  # fmt: skip
+            node_id=node_id,
+            at=time.time(),
+            every_s=every_s,
+            capacity=r.sandboxes,
+            free=r.free_sandboxes,
+            running=host.running,
+            paused=host.paused_count,
+            vcpus=r.vcpus,
+            mem_mib=r.mem_mib,
+            free_vcpus=r.free_vcpus,
+            free_mem_mib=r.free_mem_mib,
+            proxy=proxy,
+            accelerator=accel.accel,
+            accelerator_reason=accel.reason,
+            qemu=accel.vmm,
+            uploads_waiting=waiting,
+            oldest_upload_wait_s=oldest,
+            warm=pool.ready,
+            warm_hits=pool.hits,
+            warm_misses=pool.misses,
+            warm_mem_mib=pool.mem_mib,
+        )
         try:
             await book.beat(beat)
         except Exception as e:  # a missed heartbeat is retried on the next beat

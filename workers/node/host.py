@@ -55,13 +55,19 @@ __all__ = ["GuestConfig", "HostError", "LocalCapture", "SandboxHost"]
 
 log = logging.getLogger(__name__)
 
+
 class SandboxHost:
     """Creates, kills and locates this node's sandboxes."""
 
     def __init__(
-        self, runtime: Runtime, templates: TemplateCatalog, *, capacity: int,
-        repository: CaptureRepository | None = None, warm: WarmPolicy | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        runtime: Runtime,
+        templates: TemplateCatalog,
+        *,
+        capacity: int,
+        repository: CaptureRepository | None = None,
+        warm: WarmPolicy | None = None,
+    ) -> None:
         self.runtime = runtime
         self.templates = templates
         self._capacity = capacity
@@ -150,8 +156,11 @@ class SandboxHost:
         self._stage = hook
 
     def vm_pids(self) -> list[int]:
-        return [pid for live in self.sandboxes.values()
-                if live.vm.qemu.alive and (pid := live.vm.qemu.pid) is not None]  # fmt: skip
+        return [
+            pid
+            for live in self.sandboxes.values()
+            if live.vm.qemu.alive and (pid := live.vm.qemu.pid) is not None
+        ]
 
     def _timed(self, op: str, running_s: float, envd_s: float, start: str = "cold") -> None:
         """A restore's stages (`Timing`: both from its start) to the stage hook; a warm
@@ -181,8 +190,11 @@ class SandboxHost:
                 return
         tail = live.vm.qemu.console_tail(600).strip().splitlines()[-3:]
         oom = live.vm.qemu.oom_killed()
-        why = (f"the VM ran out of memory (its cgroup's OOM killer ended QEMU, status {code})"
-               if oom else f"the VM exited unexpectedly (QEMU status {code})")  # fmt: skip
+        why = (
+            f"the VM ran out of memory (its cgroup's OOM killer ended QEMU, status {code})"
+            if oom
+            else f"the VM exited unexpectedly (QEMU status {code})"
+        )
         log.warning("sandbox %s: %s; console: %s", live.sandbox_id, why, " | ".join(tail))
         if self._died is not None:
             await self._died(live.sandbox_id, why, "oom" if oom else "crash")
@@ -216,28 +228,38 @@ class SandboxHost:
                 claimed = await self.warm.claim(template_id, snap, guest, sandbox_id)
             if claimed is not None:
                 warm, handed = claimed
-                log.info("sandbox %s up: warm, claimed in %.1f ms", sandbox_id,
-                         (time.monotonic() - t0) * 1000)  # fmt: skip
+                log.info(
+                    "sandbox %s up: warm, claimed in %.1f ms",
+                    sandbox_id,
+                    (time.monotonic() - t0) * 1000,
+                )
                 self._timed("create", handed.running, handed.envd, start="warm")
                 console = warm.qemu.spec.console_log
                 start = console.stat().st_size if console.exists() else 0
-                self._running(LiveSandbox(sandbox_id, template_id, warm, guest, warm=True,
-                                          console_from=start))  # fmt: skip
+                self._running(
+                    LiveSandbox(sandbox_id, template_id, warm, guest, warm=True, console_from=start)
+                )
                 return
             vm, timing = await self.runtime.restore(
-                snap, vm_id=sandbox_id,
+                snap,
+                vm_id=sandbox_id,
                 private_memory=False,  # a sandbox can be paused: its RAM must be its own file
-                policy=guest.egress, init=guest.init_body(sandbox_id),
+                policy=guest.egress,
+                init=guest.init_body(sandbox_id),
                 init_token=self.templates.guest_token(template_id),
                 volumes=self._images(guest),
-            )  # fmt: skip
+            )
         except HostError:
             raise
         except Exception as e:
             log.exception("create %s failed", sandbox_id)
             raise HostError(f"sandbox {sandbox_id} failed to start: {e}") from e
-        log.info("sandbox %s up: running %.1f ms, envd %.1f ms", sandbox_id,
-                 timing.running * 1000, timing.envd * 1000)  # fmt: skip
+        log.info(
+            "sandbox %s up: running %.1f ms, envd %.1f ms",
+            sandbox_id,
+            timing.running * 1000,
+            timing.envd * 1000,
+        )
         self._timed("create", timing.running, timing.envd)
         self._running(LiveSandbox(sandbox_id, template_id, vm, guest))
 
@@ -254,9 +276,12 @@ class SandboxHost:
         return self.warm.stats() if self.warm is not None else WarmStats()
 
     async def pause(
-        self, sandbox_id: str, *, keep_memory: bool = True,
+        self,
+        sandbox_id: str,
+        *,
+        keep_memory: bool = True,
         guest_defaults: dict[str, object] | None = None,
-    ) -> Capture:  # fmt: skip
+    ) -> Capture:
         """Capture the VM and release it: no process, no slot, no host RAM while paused.
 
         The cost is stop + device state (~10 ms) whatever the guest's RAM size: the RAM
@@ -280,10 +305,14 @@ class SandboxHost:
                     live.vm, resume=False, snapshot_id=snap_id, detach=True
                 )
             else:
-                defaults = guest_defaults if guest_defaults is not None else (
-                    await self.flush_guest(sandbox_id))
-                snap = await self.runtime.capture_disk(live.vm, snapshot_id=snap_id,
-                                                       guest_defaults=defaults)  # fmt: skip
+                defaults = (
+                    guest_defaults
+                    if guest_defaults is not None
+                    else (await self.flush_guest(sandbox_id))
+                )
+                snap = await self.runtime.capture_disk(
+                    live.vm, snapshot_id=snap_id, guest_defaults=defaults
+                )
             snap = await self.runtime.compact_if_deep(snap)
         except Exception as e:
             log.exception("pause %s failed", sandbox_id)
@@ -303,8 +332,9 @@ class SandboxHost:
     @staticmethod
     def _capture(paused: PausedSandbox) -> Capture:
         snap = paused.snapshot
-        return Capture(snap.snapshot_id, paused.template_id, 0, snap.stopped_ms,
-                       memory=not snap.disk_only)  # fmt: skip
+        return Capture(
+            snap.snapshot_id, paused.template_id, 0, snap.stopped_ms, memory=not snap.disk_only
+        )
 
     async def take_over_paused(
         self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
@@ -320,16 +350,22 @@ class SandboxHost:
                 await repository.download_volume(f"{snapshot_id}-v{slot}", part)
             except Exception as e:
                 part.unlink(missing_ok=True)
-                raise HostError(f"volume {volume.name} of {sandbox_id} could not be fetched: "
-                                f"{e}") from e  # fmt: skip
+                raise HostError(
+                    f"volume {volume.name} of {sandbox_id} could not be fetched: {e}"
+                ) from e
             async with self._volumes.lock(volume.volume_id):
                 self._volumes.adopt(volume.volume_id, sandbox_id, part)
         self.paused[sandbox_id] = PausedSandbox(sandbox_id, template_id, snap, guest)
 
     def adopt_paused(
-        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig,
-        *, durable: bool,
-    ) -> bool:  # fmt: skip
+        self,
+        sandbox_id: str,
+        template_id: str,
+        snapshot_id: str,
+        guest: GuestConfig,
+        *,
+        durable: bool,
+    ) -> bool:
         """Take back a paused sandbox whose capture survived a node restart. A capture a
         resume had already run from (the node died mid-resume) survives only through its
         copy in the repository, which the resume then pulls."""
@@ -338,8 +374,10 @@ class SandboxHost:
             return False
         snap = Snapshot.read(snapshot_dir)
         if snap.spent and not durable:
-            log.warning("the capture of %s was spent by a resume cut short and is not in "
-                        "the repository", sandbox_id)  # fmt: skip
+            log.warning(
+                "the capture of %s was spent by a resume cut short and is not in the repository",
+                sandbox_id,
+            )
             return False
         self.paused[sandbox_id] = PausedSandbox(sandbox_id, template_id, snap, guest)
         return True
@@ -353,9 +391,10 @@ class SandboxHost:
         state = self.runtime.state_dir
         gone = [d for d in (state / "vms").glob("*") if d.is_dir()]
         gone += [
-            d for d in (state / "snapshots").glob("*")
+            d
+            for d in (state / "snapshots").glob("*")
             if d.is_dir() and d not in keep and not d.name.startswith("tpl-")
-        ]  # fmt: skip
+        ]
         for d in gone:
             log.info("removing %s: left by a crash", d)
             await asyncio.to_thread(shutil.rmtree, d, True)
@@ -381,28 +420,41 @@ class SandboxHost:
         if not (snap.dir / "manifest.json").exists():
             # the local capture is gone (disk replaced, spent): fetch it back; never a
             # half-restored VM, the download completes first
-            fetched = await self.transfers.fetch(snap.snapshot_id, snap.dir, snap.base_image,
-                                                 f"the capture of {sandbox_id}")  # fmt: skip
+            fetched = await self.transfers.fetch(
+                snap.snapshot_id, snap.dir, snap.base_image, f"the capture of {sandbox_id}"
+            )
             paused = dataclasses.replace(paused, snapshot=fetched)
             self.paused[sandbox_id] = paused
         try:
             if paused.snapshot.disk_only:  # a filesystem-only pause: boot its disk again
                 vm, timing = await self.runtime.boot_disk(
-                    paused.snapshot, vm_id=sandbox_id, policy=paused.guest.egress,
-                    init=paused.guest.init_body(sandbox_id), init_token=paused.guest.access_token,
+                    paused.snapshot,
+                    vm_id=sandbox_id,
+                    policy=paused.guest.egress,
+                    init=paused.guest.init_body(sandbox_id),
+                    init_token=paused.guest.access_token,
                     volumes=self._images(paused.guest),
-                )  # fmt: skip
+                )
             else:
                 vm, timing = await self.runtime.restore(
-                    paused.snapshot, vm_id=sandbox_id, private_memory=False, adopt_memory=True,
-                    policy=paused.guest.egress, init=paused.guest.init_body(sandbox_id),
-                    init_token=paused.guest.access_token, volumes=self._images(paused.guest),
-                )  # fmt: skip
+                    paused.snapshot,
+                    vm_id=sandbox_id,
+                    private_memory=False,
+                    adopt_memory=True,
+                    policy=paused.guest.egress,
+                    init=paused.guest.init_body(sandbox_id),
+                    init_token=paused.guest.access_token,
+                    volumes=self._images(paused.guest),
+                )
         except Exception as e:
             log.exception("resume %s failed", sandbox_id)
             raise HostError(f"sandbox {sandbox_id} could not be resumed: {e}") from e
-        log.info("sandbox %s resumed: running %.1f ms, envd %.1f ms", sandbox_id,
-                 timing.running * 1000, timing.envd * 1000)  # fmt: skip
+        log.info(
+            "sandbox %s resumed: running %.1f ms, envd %.1f ms",
+            sandbox_id,
+            timing.running * 1000,
+            timing.envd * 1000,
+        )
         self._timed("resume", timing.running, timing.envd)
         del self.paused[sandbox_id]
         # kept until the resume is recorded (`resume_recorded`): a node that dies before
@@ -446,8 +498,9 @@ class SandboxHost:
                 return f"child failed to start: {vm}"
             guest = children[cid]
             try:
-                await wait_and_init(vm.host, guest.init_body(cid),
-                                    token=parent.guest.access_token, timeout=60)  # fmt: skip
+                await wait_and_init(
+                    vm.host, guest.init_body(cid), token=parent.guest.access_token, timeout=60
+                )
             except Exception as e:
                 await self.runtime.destroy(vm)
                 return f"child envd did not initialise: {e}"
@@ -472,8 +525,13 @@ class SandboxHost:
             # the sandbox runs again; its RAM copy goes to disk before the template exists
             await self.runtime.persist(snap)
             snap = await self.runtime.compact_if_deep(snap)
-            log.info("sandbox %s snapshot %s: paused %.1f ms, on disk %.1f ms later", sandbox_id,
-                     name, snap.stopped_ms, (time.monotonic() - t0) * 1000)  # fmt: skip
+            log.info(
+                "sandbox %s snapshot %s: paused %.1f ms, on disk %.1f ms later",
+                sandbox_id,
+                name,
+                snap.stopped_ms,
+                (time.monotonic() - t0) * 1000,
+            )
         except Exception as e:
             log.exception("snapshot of %s failed", sandbox_id)
             raise HostError(f"sandbox {sandbox_id} could not be snapshotted: {e}") from e
@@ -496,8 +554,7 @@ class SandboxHost:
             # best effort: the volumes' writes flushed and each unmounted (or frozen), so
             # the images the releaser uploads are clean file systems
             paths = [v.path for v in live.guest.volumes]
-            await guestcalls.call(live, "POST", "/volumes/release", {"paths": paths},
-                                  timeout=15.0)  # fmt: skip
+            await guestcalls.call(live, "POST", "/volumes/release", {"paths": paths}, timeout=15.0)
         live = self.sandboxes.pop(sandbox_id, None)
         self.collect_soon()
         if live is None:
@@ -518,9 +575,14 @@ class SandboxHost:
         return self.templates.reload()
 
     async def import_image(
-        self, name: str, source: ImageSource, *, vcpus: int, mem_mib: int,
+        self,
+        name: str,
+        source: ImageSource,
+        *,
+        vcpus: int,
+        mem_mib: int,
         progress: Callable[[str], None] | None = None,
-    ) -> ImportedImage:  # fmt: skip
+    ) -> ImportedImage:
         """An image becomes a template on this node: pulled into the layer cache if it is a
         registry reference, converted (cached by content), booted once, captured and
         adopted (so a restart keeps it)."""
@@ -548,8 +610,10 @@ class SandboxHost:
         if paused is None or paused.snapshot.snapshot_id != snapshot_id:
             return None
         await self.runtime.settled(snapshot_id)  # the paused QEMU is gone: nothing writes
-        volumes = tuple((slot, v.volume_id, self._volumes.image(v.volume_id))
-                        for slot, v in enumerate(paused.guest.volumes))  # fmt: skip
+        volumes = tuple(
+            (slot, v.volume_id, self._volumes.image(v.volume_id))
+            for slot, v in enumerate(paused.guest.volumes)
+        )
         return LocalCapture.of(paused.snapshot, volumes)
 
     def template_capture(self, name: str) -> LocalCapture | None:

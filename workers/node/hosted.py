@@ -47,8 +47,9 @@ class LocalCapture:
 
     @classmethod
     def of(cls, snap: Snapshot, volumes: tuple[tuple[int, str, Path], ...] = ()) -> LocalCapture:
-        return cls(snap.snapshot_id, snap.dir, snap.base_image.parent.name, capture_size(snap),
-                   volumes)  # fmt: skip
+        return cls(
+            snap.snapshot_id, snap.dir, snap.base_image.parent.name, capture_size(snap), volumes
+        )
 
 
 def capture_size(snap: Snapshot) -> int:

@@ -17,9 +17,7 @@ __all__ = ["convert_image"]
 log = logging.getLogger(__name__)
 
 
-def convert_image(
-    name: str, source: ImageSource, tell: Callable[[str], None] | None
-) -> GuestImage:
+def convert_image(name: str, source: ImageSource, tell: Callable[[str], None] | None) -> GuestImage:
     """Blocking (a thread's work): pull, unpack, convert — each step said to `tell` and
     logged. Cached by content, so an image imported again costs only the lookups."""
 
@@ -34,5 +32,6 @@ def convert_image(
     if source.username is not None:
         auth = RegistryAuth(source.username, source.password or "")
     pulled = pull(parse_reference(source.ref), auth=auth, progress=progress)
-    return build_from_oci(pulled.layout, f"tpl-{name}", progress=progress, ref="image",
-                          blobs=pulled.blobs)  # fmt: skip
+    return build_from_oci(
+        pulled.layout, f"tpl-{name}", progress=progress, ref="image", blobs=pulled.blobs
+    )

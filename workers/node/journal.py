@@ -28,8 +28,11 @@ class Journal:
 
     def add(self, sandbox_id: str, template_id: str, paused_snapshot: str | None = None) -> None:
         tmp = self.root / f".{sandbox_id}.tmp"
-        doc = {"sandbox_id": sandbox_id, "template_id": template_id,
-               "paused_snapshot": paused_snapshot}  # fmt: skip
+        doc = {
+            "sandbox_id": sandbox_id,
+            "template_id": template_id,
+            "paused_snapshot": paused_snapshot,
+        }
         tmp.write_text(json.dumps(doc))
         os.replace(tmp, self.root / f"{sandbox_id}.json")
 

@@ -185,9 +185,12 @@ class MemoryHost:
         return {}
 
     async def pause(
-        self, sandbox_id: str, *, keep_memory: bool = True,
+        self,
+        sandbox_id: str,
+        *,
+        keep_memory: bool = True,
         guest_defaults: dict[str, object] | None = None,
-    ) -> Capture:  # fmt: skip
+    ) -> Capture:
         box = self.live.pop(sandbox_id, None)
         if box is None:
             if sandbox_id in self.paused:
@@ -226,8 +229,10 @@ class MemoryHost:
     async def take_over_paused(
         self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
     ) -> None:
-        raise HostError(f"the capture of {sandbox_id} is on another node: an in-memory host "
-                        "has no snapshot repository")  # fmt: skip
+        raise HostError(
+            f"the capture of {sandbox_id} is on another node: an in-memory host "
+            "has no snapshot repository"
+        )
 
     async def fork(self, parent_id: str, children: dict[str, GuestConfig]) -> dict[str, str | None]:
         parent = self.live.get(parent_id)
@@ -263,9 +268,14 @@ class MemoryHost:
                 log.exception("on_gone hook failed for %s", sandbox_id)
 
     def adopt_paused(
-        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig,
-        *, durable: bool,
-    ) -> bool:  # fmt: skip
+        self,
+        sandbox_id: str,
+        template_id: str,
+        snapshot_id: str,
+        guest: GuestConfig,
+        *,
+        durable: bool,
+    ) -> bool:
         return False  # nothing of a paused sandbox survives this host's process
 
     async def sweep_leftovers(self) -> int:
@@ -278,9 +288,14 @@ class MemoryHost:
         return 0
 
     async def import_image(
-        self, name: str, source: ImageSource, *, vcpus: int, mem_mib: int,
+        self,
+        name: str,
+        source: ImageSource,
+        *,
+        vcpus: int,
+        mem_mib: int,
         progress: Callable[[str], None] | None = None,
-    ) -> ImportedImage:  # fmt: skip
+    ) -> ImportedImage:
         """Checks what it can without converting: a local layout must be one, a registry
         reference must parse (nothing is pulled)."""
         if source.ref is not None:
@@ -294,8 +309,7 @@ class MemoryHost:
             if not (path / "oci-layout").is_file() and not (
                 path.is_file() and path.suffix == ".tar"
             ):
-                raise HostError(f"{path}: not an OCI image layout (no oci-layout file) "
-                                "or archive")  # fmt: skip
+                raise HostError(f"{path}: not an OCI image layout (no oci-layout file) or archive")
             digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()
         await self._work()
         self.templates.add(name)

@@ -41,13 +41,18 @@ log = logging.getLogger(__name__)
 #: cold template pulled from the repository, a create queued behind a full fleet).
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 OPS: dict[type[Command], str] = {
-    sb.CreateSandbox: "create", sb.ResumeSandbox: "resume", sb.PauseSandbox: "pause",
-    sb.ForkSandbox: "fork", sb.SnapshotSandbox: "snapshot", sb.KillSandbox: "kill",
-}  # fmt: skip
+    sb.CreateSandbox: "create",
+    sb.ResumeSandbox: "resume",
+    sb.PauseSandbox: "pause",
+    sb.ForkSandbox: "fork",
+    sb.SnapshotSandbox: "snapshot",
+    sb.KillSandbox: "kill",
+}
 STAGES = ("queue", "restore", "envd_ready", "total")
 #: the stages each op has: only what starts a VM restores one
-_STAGES_OF = {op: STAGES if op in ("create", "resume", "fork") else ("queue", "total")
-              for op in OPS.values()}  # fmt: skip
+_STAGES_OF = {
+    op: STAGES if op in ("create", "resume", "fork") else ("queue", "total") for op in OPS.values()
+}
 CAUSES = ("oom", "crash")
 COLD, WARM = "cold", "warm"
 
@@ -69,9 +74,11 @@ class _VmCpu(Collector):
         self.value = 0.0
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily("aenv_node_vm_cpu_seconds",
-                                     "CPU time the node's VMs (QEMU processes) used.",
-                                     labels=["node"])  # fmt: skip
+        family = CounterMetricFamily(
+            "aenv_node_vm_cpu_seconds",
+            "CPU time the node's VMs (QEMU processes) used.",
+            labels=["node"],
+        )
         family.add_metric([self.node], self.value)
         yield family
 
@@ -86,9 +93,11 @@ class _WarmClaims(Collector):
         self.misses = 0
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily("aenv_node_warm_claims",
-                                     "Creates the warm pool handed a VM (hit) or could not (miss).",
-                                     labels=["node", "result"])  # fmt: skip
+        family = CounterMetricFamily(
+            "aenv_node_warm_claims",
+            "Creates the warm pool handed a VM (hit) or could not (miss).",
+            labels=["node", "result"],
+        )
         family.add_metric([self.node, "hit"], self.hits)
         family.add_metric([self.node, "miss"], self.misses)
         yield family
@@ -99,37 +108,61 @@ class NodeMetrics:
         self.node = node_id
         self.scrape = scrape or Scrape()
         r = self.scrape.registry
-        self.lifecycle = Histogram("aenv_lifecycle_seconds",
-                                   "Sandbox operation stages on the node: queue, restore, "
-                                   "envd_ready, total.", ["op", "stage", "start"],
-                                   buckets=BUCKETS, registry=r)  # fmt: skip
+        self.lifecycle = Histogram(
+            "aenv_lifecycle_seconds",
+            "Sandbox operation stages on the node: queue, restore, envd_ready, total.",
+            ["op", "stage", "start"],
+            buckets=BUCKETS,
+            registry=r,
+        )
         for op, stages in _STAGES_OF.items():
             for stage in stages:
                 self.lifecycle.labels(op, stage, COLD)
-        self.deaths = Counter("aenv_vm_deaths", "VMs that exited without being asked, by cause.",
-                              ["cause"], registry=r)  # fmt: skip
+        self.deaths = Counter(
+            "aenv_vm_deaths",
+            "VMs that exited without being asked, by cause.",
+            ["cause"],
+            registry=r,
+        )
         for cause in CAUSES:
             self.deaths.labels(cause)
-        self._room = {name: Gauge(f"aenv_node_{name}", text, ["node"], registry=r)
-                      for name, text in _ROOM.items()}  # fmt: skip
-        self.vms = Gauge("aenv_node_vms", "VMs (running sandboxes) on the node.", ["node"],
-                         registry=r)  # fmt: skip
-        self.paused = Gauge("aenv_node_paused_sandboxes",
-                            "Paused sandboxes whose captures the node holds.", ["node"],
-                            registry=r)  # fmt: skip
-        self.rss = Gauge("aenv_node_vm_rss_bytes", "Resident memory of the node's VMs.",
-                         ["node"], registry=r)  # fmt: skip
+        self._room = {
+            name: Gauge(f"aenv_node_{name}", text, ["node"], registry=r)
+            for name, text in _ROOM.items()
+        }
+        self.vms = Gauge(
+            "aenv_node_vms", "VMs (running sandboxes) on the node.", ["node"], registry=r
+        )
+        self.paused = Gauge(
+            "aenv_node_paused_sandboxes",
+            "Paused sandboxes whose captures the node holds.",
+            ["node"],
+            registry=r,
+        )
+        self.rss = Gauge(
+            "aenv_node_vm_rss_bytes", "Resident memory of the node's VMs.", ["node"], registry=r
+        )
         self._cpu = _VmCpu(node_id)
         r.register(self._cpu)
         self._tally = CpuTally()
-        self.warm_vms = Gauge("aenv_node_warm_vms", "Warm VMs ready for a create, by template.",
-                              ["node", "template"], registry=r)  # fmt: skip
-        self.warm_mem = Gauge("aenv_node_warm_memory_mib",
-                              "Memory (MiB, the templates' sizes) the warm pool holds.", ["node"],
-                              registry=r)  # fmt: skip
-        self.warm_rss = Gauge("aenv_node_warm_rss_bytes",
-                              "Resident memory of the warm pool's QEMU processes.", ["node"],
-                              registry=r)  # fmt: skip
+        self.warm_vms = Gauge(
+            "aenv_node_warm_vms",
+            "Warm VMs ready for a create, by template.",
+            ["node", "template"],
+            registry=r,
+        )
+        self.warm_mem = Gauge(
+            "aenv_node_warm_memory_mib",
+            "Memory (MiB, the templates' sizes) the warm pool holds.",
+            ["node"],
+            registry=r,
+        )
+        self.warm_rss = Gauge(
+            "aenv_node_warm_rss_bytes",
+            "Resident memory of the warm pool's QEMU processes.",
+            ["node"],
+            registry=r,
+        )
         self._claims = _WarmClaims(node_id)
         r.register(self._claims)
 
@@ -159,8 +192,7 @@ class NodeMetrics:
         start = WARM if op == "create" and warm(sandbox_id) else COLD
         self.stage(op, "queue", queued, start)
         self.stage(op, "total", total, start)
-        log.info("%s done in %.0f ms (%.0f ms queued, %s)", op, total * 1000, queued * 1000,
-                 start)  # fmt: skip
+        log.info("%s done in %.0f ms (%.0f ms queued, %s)", op, total * 1000, queued * 1000, start)
 
     # ---- read at each scrape ----------------------------------------------------------
     def watch(self, host: Host, room: Callable[[], Room]) -> None:
@@ -171,10 +203,14 @@ class NodeMetrics:
 
     def read(self, host: Host, room: Room) -> None:
         node = self.node
-        for name, value in (("capacity_sandboxes", room.sandboxes),
-                            ("free_sandboxes", room.free_sandboxes), ("vcpus", room.vcpus),
-                            ("free_vcpus", room.free_vcpus), ("memory_mib", room.mem_mib),
-                            ("free_memory_mib", room.free_mem_mib)):  # fmt: skip
+        for name, value in (
+            ("capacity_sandboxes", room.sandboxes),
+            ("free_sandboxes", room.free_sandboxes),
+            ("vcpus", room.vcpus),
+            ("free_vcpus", room.free_vcpus),
+            ("memory_mib", room.mem_mib),
+            ("free_memory_mib", room.free_mem_mib),
+        ):
             self._room[name].labels(node).set(value)
         self.vms.labels(node).set(host.running)
         self.paused.labels(node).set(host.paused_count)
@@ -186,8 +222,9 @@ class NodeMetrics:
         for template, n in pool.ready.items():
             self.warm_vms.labels(node, template).set(n)
         self.warm_mem.labels(node).set(pool.mem_mib)
-        self.warm_rss.labels(node).set(sum(u.rss_bytes for pid in pool.pids
-                                           if (u := read_usage(pid)) is not None))  # fmt: skip
+        self.warm_rss.labels(node).set(
+            sum(u.rss_bytes for pid in pool.pids if (u := read_usage(pid)) is not None)
+        )
         self._claims.hits, self._claims.misses = pool.hits, pool.misses
 
 

@@ -68,8 +68,9 @@ class GuestObserver:
     async def look(self) -> None:
         """One round: a sample and the new console lines of every running guest."""
         ids = self.host.running_ids()
-        answers = await asyncio.gather(*(self.host.guest_metrics(sid) for sid in ids),
-                                       return_exceptions=True)  # fmt: skip
+        answers = await asyncio.gather(
+            *(self.host.guest_metrics(sid) for sid in ids), return_exceptions=True
+        )
         for sid, sample in zip(ids, answers, strict=True):
             if isinstance(sample, dict):
                 ring = self._samples.setdefault(sid, deque(maxlen=KEEP_SAMPLES))
@@ -101,12 +102,16 @@ class GuestObserver:
             if entry is not None:
                 ring.append(entry)
 
-    def metrics(self, sandbox_id: str, start: float | None = None,
-                end: float | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    def metrics(
+        self, sandbox_id: str, start: float | None = None, end: float | None = None
+    ) -> list[dict[str, Any]]:
         """Samples (E2B's `SandboxMetric`) between unix times `start` and `end`."""
-        return [m for m in self._samples.get(sandbox_id, ())
-                if (start is None or m["timestampUnix"] >= start)
-                and (end is None or m["timestampUnix"] <= end)]  # fmt: skip
+        return [
+            m
+            for m in self._samples.get(sandbox_id, ())
+            if (start is None or m["timestampUnix"] >= start)
+            and (end is None or m["timestampUnix"] <= end)
+        ]
 
     def latest(self, sandbox_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         return {sid: self._samples[sid][-1] for sid in sandbox_ids if self._samples.get(sid)}
@@ -147,7 +152,10 @@ def _log_entry(raw: bytes) -> dict[str, Any] | None:
     message = str(doc.pop("msg", doc.pop("message", "")))
     level = str(doc.pop("level", "info")).lower()
     ts = doc.pop("ts", None)
-    at = (datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
-          if isinstance(ts, int | float) else now)  # fmt: skip
+    at = (
+        datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+        if isinstance(ts, int | float)
+        else now
+    )
     fields = {k: str(v) for k, v in doc.items()}
     return {"timestamp": at, "level": level, "message": message, "fields": fields}

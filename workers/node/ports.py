@@ -262,9 +262,12 @@ class Host(Protocol):
     def warm_stats(self) -> WarmStats: ...
 
     async def pause(
-        self, sandbox_id: str, *, keep_memory: bool = True,
+        self,
+        sandbox_id: str,
+        *,
+        keep_memory: bool = True,
         guest_defaults: dict[str, object] | None = None,
-    ) -> Capture:  # fmt: skip
+    ) -> Capture:
         """Capture a running sandbox and release its VM; `keep_memory` False keeps only
         its disk (the resume boots it again, telling envd `guest_defaults`: what
         `flush_guest` answered)."""
@@ -302,9 +305,7 @@ class Host(Protocol):
         """A sandbox paused on a node that is gone: its capture comes from the repository
         (then `resume` it as any other)."""
 
-    async def fork(
-        self, parent_id: str, children: dict[str, GuestConfig]
-    ) -> dict[str, str | None]:
+    async def fork(self, parent_id: str, children: dict[str, GuestConfig]) -> dict[str, str | None]:
         """Children of a running sandbox: child id → error (None when it runs)."""
 
     async def snapshot(self, sandbox_id: str, name: str) -> Capture:
@@ -314,9 +315,14 @@ class Host(Protocol):
     async def kill(self, sandbox_id: str) -> bool: ...
 
     def adopt_paused(
-        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig,
-        *, durable: bool,
-    ) -> bool:  # fmt: skip
+        self,
+        sandbox_id: str,
+        template_id: str,
+        snapshot_id: str,
+        guest: GuestConfig,
+        *,
+        durable: bool,
+    ) -> bool:
         """After a restart: take back a paused sandbox whose capture survived (False: it
         did not). `durable`: the repository holds a copy of this capture."""
 
@@ -331,9 +337,14 @@ class Host(Protocol):
         """Snapshot templates this node took in an earlier life; how many."""
 
     async def import_image(
-        self, name: str, source: ImageSource, *, vcpus: int, mem_mib: int,
+        self,
+        name: str,
+        source: ImageSource,
+        *,
+        vcpus: int,
+        mem_mib: int,
         progress: Callable[[str], None] | None = None,
-    ) -> ImportedImage:  # fmt: skip
+    ) -> ImportedImage:
         """An OCI image becomes template `name` on this node (booted once, captured);
         `progress` hears each step (called from a worker thread)."""
 
@@ -388,9 +399,13 @@ class CaptureRepository(Protocol):
     async def get_manifest(self, snapshot_id: str) -> Manifest: ...
 
     async def download(
-        self, snapshot_id: str, dest_dir: Path, base_image_path: Path,
-        *, layers_dir: Path | None = None,
-    ) -> Fetched: ...  # fmt: skip
+        self,
+        snapshot_id: str,
+        dest_dir: Path,
+        base_image_path: Path,
+        *,
+        layers_dir: Path | None = None,
+    ) -> Fetched: ...
 
     async def upload_volume(self, image: Path, *, key: str, volume_id: str) -> object: ...
 

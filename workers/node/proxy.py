@@ -32,17 +32,26 @@ def _send(status: int, body: bytes, content_type: bytes) -> App:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", content_type),
-                                (b"content-length", str(len(body)).encode())]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", content_type),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     return app
 
 
 #: A scrape without the token (the API's wording, less the API key a node cannot check)
-_NO_TOKEN = {"code": 401, "message": "missing credentials: send Authorization: Bearer "
-                                     "<AENV_METRICS_TOKEN>"}  # fmt: skip
+_NO_TOKEN = {
+    "code": 401,
+    "message": "missing credentials: send Authorization: Bearer <AENV_METRICS_TOKEN>",
+}
 
 
 def _metrics(scope: Scope, exposition: Exposition, token: str | None) -> App | None:
@@ -60,10 +69,13 @@ def _metrics(scope: Scope, exposition: Exposition, token: str | None) -> App | N
 
 
 def _node_routes(
-    ready: Callable[[], bool], observer: GuestObserver | None,
-    warm: Callable[[], dict[str, int]], exposition: Exposition | None = None,
-    token: str | None = None, volumes: App | None = None,
-) -> App:  # fmt: skip
+    ready: Callable[[], bool],
+    observer: GuestObserver | None,
+    warm: Callable[[], dict[str, int]],
+    exposition: Exposition | None = None,
+    token: str | None = None,
+    volumes: App | None = None,
+) -> App:
     """What this port answers besides sandbox traffic: the node's health, for a service
     manager's probes (Kubernetes, a load balancer): live once the process serves, ready
     once the node worker has reconciled and pulls commands (with its warm pool now: the
@@ -78,8 +90,10 @@ def _node_routes(
         path = scope.get("path", "")
         if path.startswith("/volumes/") and scope["type"] == "http":
             if volumes is None:
-                await _answer(501, {"code": 501, "message": "this node serves no volume "
-                                    "content (it runs no VMs)"})(scope, receive, send)
+                await _answer(
+                    501,
+                    {"code": 501, "message": "this node serves no volume content (it runs no VMs)"},
+                )(scope, receive, send)
             else:
                 await volumes(scope, receive, send)
         elif exposition is not None and (scrape := _metrics(scope, exposition, token)):
@@ -129,10 +143,15 @@ def _observed(observer: GuestObserver, path: str, scope: Scope) -> Any:
 
 
 def node_proxy(
-    host: Host, ingress: Ingress, ready: Callable[[], bool],
-    observer: GuestObserver | None = None, *, exposition: Exposition | None = None,
-    metrics_token: str | None = None, volumes: App | None = None,
-) -> SandboxProxy:  # fmt: skip
+    host: Host,
+    ingress: Ingress,
+    ready: Callable[[], bool],
+    observer: GuestObserver | None = None,
+    *,
+    exposition: Exposition | None = None,
+    metrics_token: str | None = None,
+    volumes: App | None = None,
+) -> SandboxProxy:
     """This node's proxy; `ingress` says who may reach a sandbox's guest ports. A VM that
     runs but is not routed yet is not reachable: its token (if any) is not known here.
     `exposition`: the node's `/metrics`, for whoever sends `metrics_token` (no token: no
@@ -145,8 +164,12 @@ def node_proxy(
             raise SandboxUnavailable(sandbox_id)
         return Upstream(address, port, traffic_digest=digest)
 
-    proxy = SandboxProxy(_node_routes(ready, observer, lambda: host.warm_stats().ready,
-                                      exposition, metrics_token, volumes), resolve)
+    proxy = SandboxProxy(
+        _node_routes(
+            ready, observer, lambda: host.warm_stats().ready, exposition, metrics_token, volumes
+        ),
+        resolve,
+    )
     host.on_gone(proxy.close_sandbox)
     return proxy
 

@@ -31,9 +31,13 @@ KEEPS_CAPTURE = frozenset({S.PAUSED, S.PAUSING, S.RESUMING})
 
 
 async def reconcile(
-    store: SandboxStore, host: Host, journal: Journal, node_id: str,
-    guest: Callable[[sb.Sandbox], GuestConfig], kill: Kill,
-) -> None:  # fmt: skip
+    store: SandboxStore,
+    host: Host,
+    journal: Journal,
+    node_id: str,
+    guest: Callable[[sb.Sandbox], GuestConfig],
+    kill: Kill,
+) -> None:
     for entry in journal.entries():
         sid = entry.sandbox_id
         if host.runs(sid) or host.holds_paused(sid):
@@ -49,16 +53,25 @@ async def reconcile(
             journal.remove(sid)
             continue
         capture = entry.paused_snapshot
-        if capture and state.status in KEEPS_CAPTURE and host.adopt_paused(
-            sid, entry.template_id, capture, guest(state),
-            durable=state.durable_snapshot_id == capture,
-        ):  # fmt: skip
+        if (
+            capture
+            and state.status in KEEPS_CAPTURE
+            and host.adopt_paused(
+                sid,
+                entry.template_id,
+                capture,
+                guest(state),
+                durable=state.durable_snapshot_id == capture,
+            )
+        ):
             # an upload cut short is delivered to the snapshot worker again; a pause or a
             # resume cut short, its command again (the capture answers either)
             continue
         cid = sb.derived_command_id(sid, "reconcile", str(state.requested_at))
         why = "node restarted; VM lost"
         if capture and state.status in KEEPS_CAPTURE:
-            why = ("node restarted; the paused capture is lost (missing, or a resume cut "
-                   "short had run the guest from it before it reached the repository)")
+            why = (
+                "node restarted; the paused capture is lost (missing, or a resume cut "
+                "short had run the guest from it before it reached the repository)"
+            )
         await kill(sb.KillSandbox(sandbox_id=sid, command_id=cid), why)

@@ -31,10 +31,10 @@ class RoutePublisher:
         host.on_gone(self._gone)
 
     @classmethod
-    async def open(cls, bus: Bus, host: Host, node_id: str, node_proxy: str | None
-                   ) -> RoutePublisher:  # fmt: skip
-        return cls(await RouteBook.open(bus.js, bus.names.routes_bucket), host, node_id,
-                   node_proxy)  # fmt: skip
+    async def open(
+        cls, bus: Bus, host: Host, node_id: str, node_proxy: str | None
+    ) -> RoutePublisher:
+        return cls(await RouteBook.open(bus.js, bus.names.routes_bucket), host, node_id, node_proxy)
 
     async def put(self, sandbox_id: str, traffic_token: str | None) -> None:
         """The route of a sandbox running here (its node's proxy and the guest address);
@@ -43,14 +43,17 @@ class RoutePublisher:
         if address is not None:
             digest = None if traffic_token is None else traffic_digest(traffic_token)
             self._ingress[sandbox_id] = digest
-            route = Route(node_id=self.node_id, address=address, node_proxy=self.node_proxy,
-                          traffic_digest=digest)  # fmt: skip
+            route = Route(
+                node_id=self.node_id,
+                address=address,
+                node_proxy=self.node_proxy,
+                traffic_digest=digest,
+            )
             await self.book.put(sandbox_id, route)
 
     def beside(self, sandbox_id: str, traffic_token: str | None) -> asyncio.Task[None]:
         """`put`, while the caller appends the event that announces the sandbox running."""
-        return asyncio.create_task(self.put(sandbox_id, traffic_token),
-                                   name=f"route:{sandbox_id}")  # fmt: skip
+        return asyncio.create_task(self.put(sandbox_id, traffic_token), name=f"route:{sandbox_id}")
 
     def ingress(self, sandbox_id: str) -> tuple[bool, str | None]:
         """(routed here, its route's `traffic_digest`): what this node's proxy checks."""

@@ -92,5 +92,9 @@ class NodeSettings(BaseSettings):
         if self.warm_pool_mib <= 0 or self.warm_pool_max <= 0:
             return None
         keep = frozenset(t.strip() for t in self.warm_pool_keep.split(",") if t.strip())
-        return WarmPolicy(max_per_template=self.warm_pool_max, budget_mib=self.warm_pool_mib,
-                          idle_s=self.warm_pool_idle_s, keep=keep)  # fmt: skip
+        return WarmPolicy(
+            max_per_template=self.warm_pool_max,
+            budget_mib=self.warm_pool_mib,
+            idle_s=self.warm_pool_idle_s,
+            keep=keep,
+        )

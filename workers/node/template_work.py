@@ -28,24 +28,32 @@ async def import_template(
     source = await _image_source(bus, cmd)
     async with BuildLog(bus, cmd.build_id, ctx) as build_log:
         try:
-            image = await host.import_image(name, source, vcpus=cmd.cpu_count,
-                                                 mem_mib=cmd.memory_mb,
-                                                 progress=build_log.line)  # fmt: skip
+            image = await host.import_image(
+                name, source, vcpus=cmd.cpu_count, mem_mib=cmd.memory_mb, progress=build_log.line
+            )
         except Exception as e:
             # the consumer answers it on the template's subject, where the requester waits
             log.exception("import of %s as %s failed", source, name)
             raise PermanentError(f"image {source}: {e}") from e
     register = tp.RegisterTemplate(
-        template_id=name, alias=cmd.alias, envd_version=ENVD_VERSION,
-        cpu_count=cmd.cpu_count, memory_mb=cmd.memory_mb, disk_size_mb=image.disk_size_mb,
+        template_id=name,
+        alias=cmd.alias,
+        envd_version=ENVD_VERSION,
+        cpu_count=cmd.cpu_count,
+        memory_mb=cmd.memory_mb,
+        disk_size_mb=image.disk_size_mb,
         command_id=completion_id(cmd, "registered"),
-    )  # fmt: skip
+    )
     await execute(bus.templates, register, ctx)
     # the answer the requester waits for: after the registration
-    done = tp.CompleteTemplateImport(template_id=name, image_digest=image.digest,
-                                     node_id=node_id,
-                                     command_id=completion_id(cmd, "imported"))  # fmt: skip
+    done = tp.CompleteTemplateImport(
+        template_id=name,
+        image_digest=image.digest,
+        node_id=node_id,
+        command_id=completion_id(cmd, "imported"),
+    )
     await execute(bus.templates, done, ctx)
+
 
 async def _image_source(bus: Bus, cmd: tp.ImportTemplateImage) -> ImageSource:
     """Where the image comes from; a private registry's login from the secrets bucket
@@ -55,11 +63,17 @@ async def _image_source(bus: Bus, cmd: tp.ImportTemplateImage) -> ImageSource:
     box = await SecretBox.open(bus.js, bus.names.secrets_bucket)
     login = await box.get(cmd.credentials)
     if login is None:
-        raise PermanentError(f"image {cmd.image}: its registry login is gone (kept "
-                             f"{bus.settings.secret_ttl_s:.0f} s): start the build "
-                             "again")  # fmt: skip
-    return ImageSource(ref=cmd.image_ref, username=str(login.get("username", "")),
-                       password=str(login.get("password", "")))  # fmt: skip
+        raise PermanentError(
+            f"image {cmd.image}: its registry login is gone (kept "
+            f"{bus.settings.secret_ttl_s:.0f} s): start the build "
+            "again"
+        )
+    return ImageSource(
+        ref=cmd.image_ref,
+        username=str(login.get("username", "")),
+        password=str(login.get("password", "")),
+    )
+
 
 async def locate_template(bus: Bus, name: str) -> TemplateLocation | None:
     """Where the log says a snapshot template taken elsewhere is durable, with the
@@ -70,4 +84,3 @@ async def locate_template(bus: Bus, name: str) -> TemplateLocation | None:
     source, _ = await bus.sandboxes.load(tpl.capture_of)
     token = source.envd_access_token if source is not None else None
     return tpl.capture_key, token, tpl.capture_of
-

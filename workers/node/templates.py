@@ -96,9 +96,12 @@ class TemplateCatalog:
         return self._tokens.get(name)
 
     def adopt(
-        self, name: str, snap: Snapshot, guest_token: str | None = None,
+        self,
+        name: str,
+        snap: Snapshot,
+        guest_token: str | None = None,
         source: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """A capture of a running sandbox (`source`) becomes a template (E2B's persistent
         snapshots): new sandboxes of `name` restore it. Recorded on disk so a node restart
         keeps it."""
@@ -106,9 +109,16 @@ class TemplateCatalog:
         self._images.pop(name, None)
         self._ready[name] = snap
         self._tokens[name] = guest_token
-        self._write_record(name, {"name": name, "snapshot": str(snap.dir),
-                                  "guest_token": guest_token, "source": source,
-                                  "base_image": str(snap.base_image)})  # fmt: skip
+        self._write_record(
+            name,
+            {
+                "name": name,
+                "snapshot": str(snap.dir),
+                "guest_token": guest_token,
+                "source": source,
+                "base_image": str(snap.base_image),
+            },
+        )
 
     def knows(self, name: str) -> bool:
         """A template this node builds or took (its capture may still have to be pulled)."""
@@ -162,8 +172,9 @@ class TemplateCatalog:
             sdir = Path(doc["snapshot"])
             if (sdir / "manifest.json").exists():
                 snap = Snapshot.read(sdir)
-                self._specs[doc["name"]] = TemplateSpec(doc["name"], snap.machine.vcpus,
-                                                        snap.machine.mem_mib)  # fmt: skip
+                self._specs[doc["name"]] = TemplateSpec(
+                    doc["name"], snap.machine.vcpus, snap.machine.mem_mib
+                )
                 self._ready[doc["name"]] = snap
                 self._tokens[doc["name"]] = doc.get("guest_token")
                 n += 1
@@ -196,14 +207,16 @@ class TemplateCatalog:
     def _missing(self, name: str) -> TemplateNotLocal | None:
         """Why a snapshot template cannot restore from this disk (and where to pull it)."""
         snap = self._ready.get(name)
-        if snap is not None and all(p.exists() for p in (snap.dir / "manifest.json", snap.mem,
-                                                          snap.state, snap.disk_top)):  # fmt: skip
+        if snap is not None and all(
+            p.exists() for p in (snap.dir / "manifest.json", snap.mem, snap.state, snap.disk_top)
+        ):
             return None
         doc = self._read_record(name)
         if doc is None or not doc.get("uploaded") or "base_image" not in doc:
             return None
-        return TemplateNotLocal(name, doc["uploaded"], Path(doc["snapshot"]),
-                                Path(doc["base_image"]))  # fmt: skip
+        return TemplateNotLocal(
+            name, doc["uploaded"], Path(doc["snapshot"]), Path(doc["base_image"])
+        )
 
     def capture_of(self, name: str) -> Snapshot | None:
         """The local capture of snapshot template `name` (None: not a snapshot template of
@@ -291,8 +304,7 @@ async def wait_port_ready(host: str, port: int, *, timeout: float) -> float:
         except (OSError, TimeoutError, ConnectionError) as e:
             last = e
         await asyncio.sleep(0.5)
-    raise TemplateError(f"port {port} of the template's guest not ready in {timeout:.0f}s "
-                        f"({last})")  # fmt: skip
+    raise TemplateError(f"port {port} of the template's guest not ready in {timeout:.0f}s ({last})")
 
 
 def _safe(name: str) -> str:

@@ -52,10 +52,12 @@ class Transfers:
                 return await self.templates.get(name)  # another create pulled it
             except TemplateNotLocal:
                 pass
-            snap = await self.fetch(gone.key, gone.directory, gone.base_image,
-                                              f"the capture of template {name!r}")  # fmt: skip
-            self.templates.adopt(name, snap, self.templates.guest_token(name),
-                                 self.templates.source_of(name))  # fmt: skip
+            snap = await self.fetch(
+                gone.key, gone.directory, gone.base_image, f"the capture of template {name!r}"
+            )
+            self.templates.adopt(
+                name, snap, self.templates.guest_token(name), self.templates.source_of(name)
+            )
             self.templates.mark_uploaded(name, snap)
             return snap
 
@@ -64,8 +66,10 @@ class Transfers:
         over this node's copy of the base image, and keep it as this node's from then on."""
         where = await self.locate(name) if self.locate else None
         if where is None or self.repository is None:
-            raise HostError(f"template {name!r} is not on this node and its capture is not in "
-                            "the snapshot repository")  # fmt: skip
+            raise HostError(
+                f"template {name!r} is not on this node and its capture is not in "
+                "the snapshot repository"
+            )
         key, token, source = where
         async with self._pulls.setdefault(name, asyncio.Lock()):
             try:
@@ -89,13 +93,18 @@ class Transfers:
         try:
             # layers into the node's layer store: the restored VM runs on them after this
             # directory is deleted, and a later pause freezes a chain that still needs them
-            local = await repository.download(key, directory, base_image,
-                                              layers_dir=self.runtime.layers.root)  # fmt: skip
+            local = await repository.download(
+                key, directory, base_image, layers_dir=self.runtime.layers.root
+            )
         except Exception as e:
             log.exception("pulling %s failed", key)
             raise HostError(f"{what} could not be fetched: {e}") from e
-        log.info("pulled %s from the repository (%d blobs, %d bytes)", key,
-                 local.blobs_fetched, local.bytes_fetched)  # fmt: skip
+        log.info(
+            "pulled %s from the repository (%d blobs, %d bytes)",
+            key,
+            local.blobs_fetched,
+            local.bytes_fetched,
+        )
         return Snapshot.read(local.dir)
 
     async def fetch_foreign(self, key: str, what: str) -> Snapshot:
@@ -117,5 +126,7 @@ class Transfers:
         for path in candidates:
             if path.parent.name == digest and path.is_file():
                 return path
-        raise HostError(f"base image {digest[:12]} is not on this node (build the same image "
-                        "here: `python -m workers.node.image build-base`)")  # fmt: skip
+        raise HostError(
+            f"base image {digest[:12]} is not on this node (build the same image "
+            "here: `python -m workers.node.image build-base`)"
+        )

@@ -74,9 +74,13 @@ class WarmVm:
 
 class WarmPool:
     def __init__(
-        self, runtime: Runtime, templates: TemplateCatalog, policy: WarmPolicy, *,
+        self,
+        runtime: Runtime,
+        templates: TemplateCatalog,
+        policy: WarmPolicy,
+        *,
         spare_mib: Callable[[], int] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.runtime = runtime
         self.templates = templates
         self.policy = policy
@@ -154,8 +158,12 @@ class WarmPool:
             try:
                 timing = await self._hand_over(w, guest, sandbox_id)
             except Exception as e:
-                log.warning("warm VM %s of %s could not be claimed (%s): restoring cold",
-                            w.vm.vm_id, template_id, e)  # fmt: skip
+                log.warning(
+                    "warm VM %s of %s could not be claimed (%s): restoring cold",
+                    w.vm.vm_id,
+                    template_id,
+                    e,
+                )
                 await self._destroy(w)
                 continue
             self.hits += 1
@@ -173,8 +181,13 @@ class WarmPool:
         init = init_envd(vm.host, guest.init_body(sandbox_id), token=w.secret)
         await race_exit(vm, asyncio.wait_for(init, CLAIM_INIT_TIMEOUT_S))
         t2 = time.monotonic()
-        log.info("warm VM %s is sandbox %s: cont %.1f ms, /init %.1f ms", vm.vm_id, sandbox_id,
-                 (t1 - t0) * 1000, (t2 - t1) * 1000)  # fmt: skip
+        log.info(
+            "warm VM %s is sandbox %s: cont %.1f ms, /init %.1f ms",
+            vm.vm_id,
+            sandbox_id,
+            (t1 - t0) * 1000,
+            (t2 - t1) * 1000,
+        )
         try:
             self.runtime.rename(vm, sandbox_id)
         except OSError as e:  # its directory keeps the warm name: cosmetic, not fatal
@@ -215,10 +228,11 @@ class WarmPool:
                     await self._destroy(vms.pop(0))  # the oldest first
             now = time.monotonic()
             missing = [
-                t for t, n in want.items()
+                t
+                for t, n in want.items()
                 if len(self._ready.get(t, [])) < n
                 and now - self._failed_at.get(t, -RETRY_AFTER_FAILURE_S) >= RETRY_AFTER_FAILURE_S
-            ]  # fmt: skip
+            ]
             if not missing:
                 return
             await self.runtime.foreground.settled()  # housekeeping: after the restores
@@ -233,10 +247,13 @@ class WarmPool:
         t0 = time.monotonic()
         try:
             vm, _ = await self.runtime.restore(
-                snap, vm_id=f"{WARM_PREFIX}{new_id()[:16]}", private_memory=False,
+                snap,
+                vm_id=f"{WARM_PREFIX}{new_id()[:16]}",
+                private_memory=False,
                 background=True,
-                init={"accessToken": secret}, init_token=self.templates.guest_token(template_id),
-            )  # fmt: skip
+                init={"accessToken": secret},
+                init_token=self.templates.guest_token(template_id),
+            )
             try:
                 await race_exit(vm, run_first_command(vm.host, token=secret))
                 await vm.qemu.stop()
@@ -259,8 +276,12 @@ class WarmPool:
         w.watch = asyncio.create_task(self._watch(w), name=f"warm-watch:{vm.vm_id}")
         self._ready.setdefault(template_id, []).append(w)
         self._failed_at.pop(template_id, None)
-        log.info("warm VM %s of %s ready in %.0f ms", vm.vm_id, template_id,
-                 (time.monotonic() - t0) * 1000)  # fmt: skip
+        log.info(
+            "warm VM %s of %s ready in %.0f ms",
+            vm.vm_id,
+            template_id,
+            (time.monotonic() - t0) * 1000,
+        )
 
     async def _watch(self, w: WarmVm) -> None:
         """A warm VM whose QEMU exits (its memory cgroup, a crash) is replaced."""
@@ -268,8 +289,12 @@ class WarmPool:
         vms = self._ready.get(w.template_id, [])
         if w in vms:
             vms.remove(w)
-            log.warning("warm VM %s of %s exited (QEMU status %s): replacing it",
-                        w.vm.vm_id, w.template_id, code)  # fmt: skip
+            log.warning(
+                "warm VM %s of %s exited (QEMU status %s): replacing it",
+                w.vm.vm_id,
+                w.template_id,
+                code,
+            )
             await self.runtime.destroy(w.vm, background=True)
             self._wake.set()
 

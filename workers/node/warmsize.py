@@ -64,8 +64,9 @@ class Demand:
         self._prune(times, now)
         ordered = list(times)
         w = self.policy.window_s
-        return max((bisect.bisect_right(ordered, t + w) - i for i, t in enumerate(ordered)),
-                   default=0)  # fmt: skip
+        return max(
+            (bisect.bisect_right(ordered, t + w) - i for i, t in enumerate(ordered)), default=0
+        )
 
     def idle_for(self, template: str, now: float) -> float | None:
         """Seconds since the template's last create; None if never (or forgotten)."""
@@ -92,9 +93,13 @@ def wanted(demand: Demand, template: str, now: float) -> int:
 
 
 def targets(
-    demand: Demand, sizes: Mapping[str, int], now: float, *, spare_mib: int,
+    demand: Demand,
+    sizes: Mapping[str, int],
+    now: float,
+    *,
+    spare_mib: int,
     known: Iterable[str] = (),
-) -> dict[str, int]:  # fmt: skip
+) -> dict[str, int]:
     """Warm VMs wanted per template, within the budget and `spare_mib` (memory the node's
     sandboxes leave free, counting what the pool holds now as free: it is the pool's to
     give up). `sizes`: each template's memory (MiB); a template without one is skipped.
@@ -104,6 +109,7 @@ def targets(
     candidates = set(demand.templates()) | set(p.keep) | set(known)
     want = {t: wanted(demand, t, now) for t in candidates if t in sizes}
     want = {t: n for t, n in want.items() if n > 0}
+
     def recency(t: str) -> tuple[bool, float]:
         idle = demand.idle_for(t, now)
         return (idle is None, idle or 0.0)

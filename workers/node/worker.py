@@ -90,11 +90,17 @@ def _tracer() -> trace.Tracer:
 
 class NodeWorker:
     def __init__(
-        self, bus: Bus, host: Host, settings: NodeSettings, *, node_proxy: str | None = None,
+        self,
+        bus: Bus,
+        host: Host,
+        settings: NodeSettings,
+        *,
+        node_proxy: str | None = None,
         on_moot: Callable[[str], None] | None = None,
         uploads_waiting: Callable[[], tuple[int, float]] | None = None,
-        on_killed: Callable[[str], None] | None = None, metrics: NodeMetrics | None = None,
-    ) -> None:  # fmt: skip
+        on_killed: Callable[[str], None] | None = None,
+        metrics: NodeMetrics | None = None,
+    ) -> None:
         self.bus = bus
         self.host = host
         self.settings = settings
@@ -132,32 +138,55 @@ class NodeWorker:
         restored = self.host.reload_templates()
         if restored:
             log.info("re-adopted %d snapshot templates", restored)
-        self.routes = await RoutePublisher.open(self.bus, self.host, self.node_id,
-                                                self.node_proxy)  # fmt: skip
-        await reconcile(self.bus.sandboxes, self.host, self.journal, self.node_id,
-                        self.guest_config, self._kill_lost)  # fmt: skip
+        self.routes = await RoutePublisher.open(self.bus, self.host, self.node_id, self.node_proxy)
+        await reconcile(
+            self.bus.sandboxes,
+            self.host,
+            self.journal,
+            self.node_id,
+            self.guest_config,
+            self._kill_lost,
+        )
         swept = await self.host.sweep_leftovers()
         if swept:
             log.info("removed %d directories left by a crash", swept)
         await self.routes.sweep()
         names = self.bus.names
         specs = [
-            ConsumerSpec(durable=names.node_consumer(self.node_id),
-                         filter_subject=names.node_commands(self.node_id)),
+            ConsumerSpec(
+                durable=names.node_consumer(self.node_id),
+                filter_subject=names.node_commands(self.node_id),
+            ),
             # shared by every node: its limits are the fleet's, the parallelism this node's
-            ConsumerSpec(durable=names.place_consumer, filter_subject=names.place_commands,
-                         max_ack_pending=PLACE_IN_FLIGHT, max_waiting=PLACE_PULLERS,
-                         parallel=max(1, self.settings.capacity)),
-        ]  # fmt: skip
+            ConsumerSpec(
+                durable=names.place_consumer,
+                filter_subject=names.place_commands,
+                max_ack_pending=PLACE_IN_FLIGHT,
+                max_waiting=PLACE_PULLERS,
+                parallel=max(1, self.settings.capacity),
+            ),
+        ]
         gates = [None, lambda: self.capacity.fits(self._typical)]
         for spec, gate in zip(specs, gates, strict=True):
-            c = CommandConsumer(self.bus.js, self.bus.settings, spec, self.handle,
-                                self.bus.rejection_sinks, ready=gate)  # fmt: skip
+            c = CommandConsumer(
+                self.bus.js,
+                self.bus.settings,
+                spec,
+                self.handle,
+                self.bus.rejection_sinks,
+                ready=gate,
+            )
             await c.start()
             self._consumers.append(c)
-        beats = beat_forever(self.bus, self.host, self.node_id, self.settings.heartbeat_s,
-                             self.capacity.room, self.uploads_waiting,
-                             proxy=self.node_proxy)  # fmt: skip
+        beats = beat_forever(
+            self.bus,
+            self.host,
+            self.node_id,
+            self.settings.heartbeat_s,
+            self.capacity.room,
+            self.uploads_waiting,
+            proxy=self.node_proxy,
+        )
         self._heartbeat = asyncio.create_task(beats)
         # warm VMs live in the room the sandboxes leave: given up first when they need it
         self.host.start_warm_pool(lambda: self.capacity.room().free_mem_mib)
@@ -200,8 +229,11 @@ class NodeWorker:
         match cmd:
             case sb.CreateSandbox():
                 if d.attempt == 1 and self._warm_elsewhere(cmd):
-                    raise RetryableError(f"passed on to {', '.join(cmd.warm_on)}, which hold "
-                                         f"a warm VM of {cmd.template_id}", delay_s=0)  # fmt: skip
+                    raise RetryableError(
+                        f"passed on to {', '.join(cmd.warm_on)}, which hold "
+                        f"a warm VM of {cmd.template_id}",
+                        delay_s=0,
+                    )
                 await self._create(cmd, ctx)
             case sb.ResumeSandbox():
                 await self._resume(cmd, ctx)
@@ -209,8 +241,9 @@ class NodeWorker:
                 defaults = await self._flushed(cmd)
                 await self._operate(cmd, ctx, S.PAUSING, lambda _: self._pause(cmd, defaults))
             case sb.SnapshotSandbox():
-                await self._operate(cmd, ctx, S.SNAPSHOTTING,
-                                    lambda state: self._snapshot(cmd, state, ctx))  # fmt: skip
+                await self._operate(
+                    cmd, ctx, S.SNAPSHOTTING, lambda state: self._snapshot(cmd, state, ctx)
+                )
             case sb.KillSandbox():
                 await self._kill(cmd, ctx)
             case sb.ForkSandbox():
@@ -249,8 +282,9 @@ class NodeWorker:
         try:
             return await self.host.flush_guest(cmd.sandbox_id)
         except HostError as e:
-            raise PermanentError(f"sandbox {cmd.sandbox_id} was not paused: {e}",
-                                 code="unavailable") from e
+            raise PermanentError(
+                f"sandbox {cmd.sandbox_id} was not paused: {e}", code="unavailable"
+            ) from e
 
     async def _pause(
         self, cmd: sb.PauseSandbox, defaults: dict[str, object] | None
@@ -258,15 +292,21 @@ class NodeWorker:
         error, snap_id, memory = None, None, cmd.keep_memory
         async with self.host.lock(cmd.sandbox_id):
             try:
-                capture = await self.host.pause(cmd.sandbox_id, keep_memory=cmd.keep_memory,
-                                                guest_defaults=defaults)  # fmt: skip
+                capture = await self.host.pause(
+                    cmd.sandbox_id, keep_memory=cmd.keep_memory, guest_defaults=defaults
+                )
                 snap_id, memory = capture.snapshot_id, capture.memory
                 self.journal.add(cmd.sandbox_id, capture.template_id, snap_id)
             except HostError as e:
                 error = str(e)
         await self.route_publisher.dropped()
-        return sb.CompletePause(sandbox_id=cmd.sandbox_id, snapshot_id=snap_id, error=error,
-                                memory=memory, command_id=completion_id(cmd, "paused"))  # fmt: skip
+        return sb.CompletePause(
+            sandbox_id=cmd.sandbox_id,
+            snapshot_id=snap_id,
+            error=error,
+            memory=memory,
+            command_id=completion_id(cmd, "paused"),
+        )
 
     async def _snapshot(
         self, cmd: sb.SnapshotSandbox, state: sb.Sandbox, ctx: MessageContext
@@ -278,25 +318,35 @@ class NodeWorker:
                 size = capture.size_bytes
                 # registered with this capture first: its upload is recorded only against it
                 register = tp.RegisterTemplate(
-                    template_id=cmd.snapshot_id, alias=None,
-                    envd_version=state.envd_version, cpu_count=state.cpu_count,
-                    memory_mb=state.memory_mb, disk_size_mb=state.disk_size_mb,
-                    capture_id=capture.snapshot_id, command_id=completion_id(cmd, "template"),
-                )  # fmt: skip
+                    template_id=cmd.snapshot_id,
+                    alias=None,
+                    envd_version=state.envd_version,
+                    cpu_count=state.cpu_count,
+                    memory_mb=state.memory_mb,
+                    disk_size_mb=state.disk_size_mb,
+                    capture_id=capture.snapshot_id,
+                    command_id=completion_id(cmd, "template"),
+                )
                 await execute(self.bus.templates, register, ctx)
             except HostError as e:
                 error = str(e)
-        return sb.CompleteSnapshot(sandbox_id=cmd.sandbox_id, snapshot_id=cmd.snapshot_id,
-                                   size_bytes=size, error=error, node_id=self.node_id,
-                                   command_id=completion_id(cmd, "snapshot"))  # fmt: skip
+        return sb.CompleteSnapshot(
+            sandbox_id=cmd.sandbox_id,
+            snapshot_id=cmd.snapshot_id,
+            size_bytes=size,
+            error=error,
+            node_id=self.node_id,
+            command_id=completion_id(cmd, "snapshot"),
+        )
 
     async def _kill(
         self, cmd: sb.KillSandbox, ctx: MessageContext, *, error: str | None = None
     ) -> None:
         async def work(_: sb.Sandbox) -> sb.CompleteKill:
             await self._remove(cmd.sandbox_id)
-            return sb.CompleteKill(sandbox_id=cmd.sandbox_id, error=error,
-                                   command_id=completion_id(cmd, "killed"))  # fmt: skip
+            return sb.CompleteKill(
+                sandbox_id=cmd.sandbox_id, error=error, command_id=completion_id(cmd, "killed")
+            )
 
         try:
             await self._operate(cmd, ctx, S.KILLING, work)
@@ -308,8 +358,9 @@ class NodeWorker:
             # tell the node's queue too, and a node that had only lost NATS for a while —
             # its VMs running on, as orphans — drops what it still holds of it.
             if await self._remove(cmd.sandbox_id):
-                log.warning("sandbox %s was killed in the log but still here: removed it",
-                            cmd.sandbox_id)  # fmt: skip
+                log.warning(
+                    "sandbox %s was killed in the log but still here: removed it", cmd.sandbox_id
+                )
 
     async def _remove(self, sandbox_id: str) -> bool:
         """The sandbox's VM or capture, journal entry and route gone; whether anything of
@@ -380,17 +431,24 @@ class NodeWorker:
                 error, _ = await self._start(sid, state.template_id, self.guest_config(state))
         token = state.traffic_access_token
         route = self.route_publisher.beside(sid, token) if error is None else None
-        done = sb.CompleteCreate(sandbox_id=sid, node_id=self.node_id, error=error, code=code,
-                                 warm=error is None and self.host.started_warm(sid),
-                                 command_id=completion_id(cmd, "created"))  # fmt: skip
+        done = sb.CompleteCreate(
+            sandbox_id=sid,
+            node_id=self.node_id,
+            error=error,
+            code=code,
+            warm=error is None and self.host.started_warm(sid),
+            command_id=completion_id(cmd, "created"),
+        )
         try:
-            state, _, events = await execute(self.bus.sandboxes, done, ctx,
-                                             known=(state, version))  # fmt: skip
+            state, _, events = await execute(self.bus.sandboxes, done, ctx, known=(state, version))
         finally:
             if route is not None:
                 await route
-        if error is None and not events and state is not None and state.status in (
-            S.KILLING, S.KILLED, S.FAILED
+        if (
+            error is None
+            and not events
+            and state is not None
+            and state.status in (S.KILLING, S.KILLED, S.FAILED)
         ):  # killed while we were creating it: the VM must not outlive its sandbox
             late = sb.KillSandbox(sandbox_id=sid, command_id=completion_id(cmd, "kill-late"))
             await self._kill(late, ctx)
@@ -407,13 +465,18 @@ class NodeWorker:
             return None, None
         slots = await self.host.volume_slots(state.template_id)
         if slots < len(mounts):
-            return (f"template {state.template_id!r} was captured without volume slots (before "
-                    "aenv had volumes): build or snapshot it again to mount volumes",
-                    "invalid")  # fmt: skip
+            return (
+                f"template {state.template_id!r} was captured without volume slots (before "
+                "aenv had volumes): build or snapshot it again to mount volumes",
+                "invalid",
+            )
         for m in mounts:
-            attach = vo.AttachVolume(volume_id=m.volume_id, holder=state.sandbox_id,
-                                     node_id=self.node_id,
-                                     command_id=completion_id(cmd, f"attach-{m.volume_id}"))
+            attach = vo.AttachVolume(
+                volume_id=m.volume_id,
+                holder=state.sandbox_id,
+                node_id=self.node_id,
+                command_id=completion_id(cmd, f"attach-{m.volume_id}"),
+            )
             try:
                 volume, _, _ = await execute(self.bus.volumes, attach, ctx)
             except DomainError as e:
@@ -424,8 +487,9 @@ class NodeWorker:
                 async with self.host.volumes.lock(m.volume_id):
                     await self.host.volumes.prepare(m.volume_id, version, state.sandbox_id)
             except Exception as e:  # a pull that failed (S3 down), a full disk
-                log.exception("volume %s for %s could not be prepared", m.volume_id,
-                              state.sandbox_id)  # fmt: skip
+                log.exception(
+                    "volume %s for %s could not be prepared", m.volume_id, state.sandbox_id
+                )
                 return f"volume '{m.name}' could not be made ready on this node: {e}", None
         return None, None
 
@@ -433,11 +497,18 @@ class NodeWorker:
         """A paused sandbox taken over here: its volumes' attachment moves with it (the
         node it left, should it come back, then releases nothing it no longer holds)."""
         for m in state.volume_mounts:
-            move = vo.AttachVolume(volume_id=m.volume_id, holder=state.sandbox_id,
-                                   node_id=self.node_id,
-                                   command_id=sb.derived_command_id(
-                                       state.sandbox_id, "take-over", m.volume_id,
-                                       str(state.paused_snapshot_id), self.node_id))  # fmt: skip
+            move = vo.AttachVolume(
+                volume_id=m.volume_id,
+                holder=state.sandbox_id,
+                node_id=self.node_id,
+                command_id=sb.derived_command_id(
+                    state.sandbox_id,
+                    "take-over",
+                    m.volume_id,
+                    str(state.paused_snapshot_id),
+                    self.node_id,
+                ),
+            )
             try:
                 await execute(self.bus.volumes, move, MessageContext(actor=f"node:{self.node_id}"))
             except DomainError as e:
@@ -454,9 +525,12 @@ class NodeWorker:
             return
         for _ in range(_TAKEN_WAIT_ROUNDS):
             if await self._gone(owner):
-                done = sb.CompleteCreate(sandbox_id=cmd.sandbox_id, node_id=self.node_id,
-                                         error=f"node {owner}, which took it, is gone",
-                                         command_id=completion_id(cmd, "orphaned"))  # fmt: skip
+                done = sb.CompleteCreate(
+                    sandbox_id=cmd.sandbox_id,
+                    node_id=self.node_id,
+                    error=f"node {owner}, which took it, is gone",
+                    command_id=completion_id(cmd, "orphaned"),
+                )
                 await execute(self.bus.sandboxes, done, ctx)
                 return
             await asyncio.sleep(_TAKEN_POLL_S)
@@ -514,8 +588,8 @@ class NodeWorker:
             await self.early.undo(sid, early, self.journal)
             raise
         if state is None or state.status is not S.RESUMING:
-            running_here = state is not None and state.status is S.RUNNING and (
-                state.node_id == self.node_id
+            running_here = (
+                state is not None and state.status is S.RUNNING and (state.node_id == self.node_id)
             )
             if state is None or not running_here:
                 await self.early.undo(sid, early, self.journal)
@@ -526,8 +600,12 @@ class NodeWorker:
         error, _ = await (early if early is not None else self._bring_back(sid, state))
         token = state.traffic_access_token
         route = self.route_publisher.beside(sid, token) if error is None else None
-        done = sb.CompleteResume(sandbox_id=sid, node_id=self.node_id, error=error,
-                                 command_id=completion_id(cmd, "resumed"))  # fmt: skip
+        done = sb.CompleteResume(
+            sandbox_id=sid,
+            node_id=self.node_id,
+            error=error,
+            command_id=completion_id(cmd, "resumed"),
+        )
         try:
             await execute(self.bus.sandboxes, done, ctx)
         finally:
@@ -547,15 +625,19 @@ class NodeWorker:
                 if not self.host.holds_paused(sid) and not self.host.runs(sid):
                     # placed here because its own node is gone (the API checked): take it over
                     # from the repository
-                    if state is None or not state.resumable_anywhere or (
-                        state.paused_snapshot_id is None
+                    if (
+                        state is None
+                        or not state.resumable_anywhere
+                        or (state.paused_snapshot_id is None)
                     ):
-                        raise HostError(f"sandbox {sid} is not paused on this node and its "
-                                        "capture is not in the repository")  # fmt: skip
+                        raise HostError(
+                            f"sandbox {sid} is not paused on this node and its "
+                            "capture is not in the repository"
+                        )
                     await self._move_volumes(state)
-                    await self.host.take_over_paused(sid, state.template_id,
-                                                     state.paused_snapshot_id,
-                                                     self.guest_config(state))  # fmt: skip
+                    await self.host.take_over_paused(
+                        sid, state.template_id, state.paused_snapshot_id, self.guest_config(state)
+                    )
                 template = await self.host.resume(sid)
                 self.journal.add(sid, template)
             except HostError as e:

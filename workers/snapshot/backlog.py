@@ -28,4 +28,3 @@ class UploadBacklog:
         if not self._since:
             return 0, 0.0
         return len(self._since), now - min(self._since.values())
-

@@ -117,9 +117,19 @@ def _is_qcow2(path: Path) -> bool:
 async def rebase_unsafe(layer: Path, backing: Path, backing_format: str) -> None:
     """Point `layer` at `backing` without touching data (`qemu-img rebase -u`)."""
     proc = await asyncio.create_subprocess_exec(
-        "qemu-img", "rebase", "-u", "-b", str(backing), "-F", backing_format, "-f", "qcow2",
-        str(layer), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        "qemu-img",
+        "rebase",
+        "-u",
+        "-b",
+        str(backing),
+        "-F",
+        backing_format,
+        "-f",
+        "qcow2",
+        str(layer),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     _, err = await proc.communicate()
     if proc.returncode != 0:
         raise LayoutError(f"qemu-img rebase {layer}: {err.decode(errors='replace').strip()}")

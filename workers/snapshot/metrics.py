@@ -19,15 +19,25 @@ BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 
 class TransferMetrics:
     def __init__(self, scrape: Scrape | None = None) -> None:
         r = (scrape or Scrape()).registry
-        self.bytes = Counter("aenv_snapshot_transfer_bytes",
-                             "Bytes of captures sent to or fetched from the snapshot store.",
-                             ["direction"], registry=r)  # fmt: skip
-        self.seconds = Histogram("aenv_snapshot_transfer_seconds",
-                                 "Duration of each capture upload or download.",
-                                 ["direction"], buckets=BUCKETS, registry=r)  # fmt: skip
-        self.failures = Counter("aenv_snapshot_transfer_failures",
-                                "Capture uploads or downloads that failed.", ["direction"],
-                                registry=r)  # fmt: skip
+        self.bytes = Counter(
+            "aenv_snapshot_transfer_bytes",
+            "Bytes of captures sent to or fetched from the snapshot store.",
+            ["direction"],
+            registry=r,
+        )
+        self.seconds = Histogram(
+            "aenv_snapshot_transfer_seconds",
+            "Duration of each capture upload or download.",
+            ["direction"],
+            buckets=BUCKETS,
+            registry=r,
+        )
+        self.failures = Counter(
+            "aenv_snapshot_transfer_failures",
+            "Capture uploads or downloads that failed.",
+            ["direction"],
+            registry=r,
+        )
         for d in DIRECTIONS:
             self.bytes.labels(d)
             self.seconds.labels(d)

@@ -131,8 +131,13 @@ class SnapshotRepository:
         """
         t0 = time.monotonic()
         try:
-            result = await self._upload(snapshot_dir, layers, base_image_digest=base_image_digest,
-                                        snapshot_id=snapshot_id, parent_id=parent_id)  # fmt: skip
+            result = await self._upload(
+                snapshot_dir,
+                layers,
+                base_image_digest=base_image_digest,
+                snapshot_id=snapshot_id,
+                parent_id=parent_id,
+            )
         except Exception:  # (a cancelled upload — its capture went moot — did not fail)
             self.metrics.failed("upload")
             raise
@@ -140,9 +145,14 @@ class SnapshotRepository:
         return result
 
     async def _upload(
-        self, snapshot_dir: Path, layers: Sequence[Path] | None, *, base_image_digest: str,
-        snapshot_id: str | None, parent_id: str | None,
-    ) -> UploadResult:  # fmt: skip
+        self,
+        snapshot_dir: Path,
+        layers: Sequence[Path] | None,
+        *,
+        base_image_digest: str,
+        snapshot_id: str | None,
+        parent_id: str | None,
+    ) -> UploadResult:
         doc = _read_node_manifest(snapshot_dir)
         for name in (STATE, MEM):
             if not (snapshot_dir / name).is_file():
@@ -201,8 +211,9 @@ class SnapshotRepository:
         fd = os.open(image, os.O_RDONLY)
         try:
             ref = await self._upload_memory(fd, image, sender)
-            manifest = VolumeManifest(key=key, volume_id=volume_id, created_at=datetime.now(UTC),
-                                      image=ref)  # fmt: skip
+            manifest = VolumeManifest(
+                key=key, volume_id=volume_id, created_at=datetime.now(UTC), image=ref
+            )
             await self._call(lambda: self.store.put_manifest(key, manifest.to_json()))
             await sender.recheck_reused()
         except Exception:
@@ -286,9 +297,13 @@ class SnapshotRepository:
         return await self._call(self.store.list_manifests)
 
     async def download(
-        self, snapshot_id: str, dest_dir: Path, base_image_path: Path,
-        *, layers_dir: Path | None = None,
-    ) -> LocalSnapshot:  # fmt: skip
+        self,
+        snapshot_id: str,
+        dest_dir: Path,
+        base_image_path: Path,
+        *,
+        layers_dir: Path | None = None,
+    ) -> LocalSnapshot:
         """Rebuild snapshot `snapshot_id` in `dest_dir` over the local `base_image_path`.
 
         Layout: `state`, `mem` (sparse), `layers/<digest>.qcow2` re-pointed bottom->top at
@@ -344,10 +359,15 @@ class SnapshotRepository:
             # Missing layers download side by side (to a private name: a layer in a shared
             # directory may be under a running VM); re-pointing is metadata-only, bottom to
             # top, and each takes its final name only once it points at the layer below.
-            todo = [(ref, local) for ref, local in zip(manifest.layers, layers, strict=True)
-                    if not local.exists()]  # fmt: skip
-            parts = {local: local.with_name(f"{local.name}.{os.getpid()}-{id(local)}.part")
-                     for _, local in todo}  # fmt: skip
+            todo = [
+                (ref, local)
+                for ref, local in zip(manifest.layers, layers, strict=True)
+                if not local.exists()
+            ]
+            parts = {
+                local: local.with_name(f"{local.name}.{os.getpid()}-{id(local)}.part")
+                for _, local in todo
+            }
             try:
                 await _gather(*(place(ref.digest, parts[local]) for ref, local in todo))
                 below = base_image_path.resolve()

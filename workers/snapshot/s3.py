@@ -34,9 +34,18 @@ MULTIPART_THRESHOLD = 16 << 20
 
 _AUTH_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403"}
 _TRANSIENT_CODES = {
-    "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
-    "InternalError", "ServiceUnavailable", "503", "500", "502", "504",
-}  # fmt: skip
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "InternalError",
+    "ServiceUnavailable",
+    "503",
+    "500",
+    "502",
+    "504",
+}
 _MISSING_CODES = {"404", "NoSuchKey", "NotFound"}
 # Failures below the S3 protocol (sockets, timeouts); _error decides which are transient.
 _DRIVER_ERRORS = (BotoCoreError, OSError, TimeoutError)

@@ -31,8 +31,13 @@ from domain import sandbox as sb
 from domain import template as tp
 from workers.snapshot.backlog import UploadBacklog
 
-__all__ = ["PAUSE_UPLOAD_DELAY_S", "CaptureStore", "LocalCapture", "LocalCaptures",
-           "SnapshotWorker"]  # fmt: skip
+__all__ = [
+    "PAUSE_UPLOAD_DELAY_S",
+    "CaptureStore",
+    "LocalCapture",
+    "LocalCaptures",
+    "SnapshotWorker",
+]
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +107,14 @@ class SnapshotWorker:
     moot mid-way (the node resumes or kills its sandbox)."""
 
     def __init__(
-        self, bus: Bus, node_id: str, captures: LocalCaptures, repository: CaptureStore,
-        *, pause_delay_s: float = PAUSE_UPLOAD_DELAY_S,
-    ) -> None:  # fmt: skip
+        self,
+        bus: Bus,
+        node_id: str,
+        captures: LocalCaptures,
+        repository: CaptureStore,
+        *,
+        pause_delay_s: float = PAUSE_UPLOAD_DELAY_S,
+    ) -> None:
         self.bus = bus
         self.node_id = node_id
         self.captures = captures
@@ -168,8 +178,9 @@ class SnapshotWorker:
             raise RetryableError("pause too recent to upload", delay_s=wait)
         if not await self._upload(sandbox_id, capture):
             return
-        done = sb.RecordUpload(sandbox_id=sandbox_id, snapshot_id=capture.snapshot_id,
-                               size_bytes=capture.size_bytes)  # fmt: skip
+        done = sb.RecordUpload(
+            sandbox_id=sandbox_id, snapshot_id=capture.snapshot_id, size_bytes=capture.size_bytes
+        )
         await execute(self.bus.sandboxes, done, MessageContext.caused_by_event(d.record))
 
     async def _template(self, d: EventDelivery, taken: sb.SnapshotTaken) -> None:
@@ -183,8 +194,9 @@ class SnapshotWorker:
         source = self.captures.template_uploaded(name, capture.snapshot_id)
         if source is None:
             return  # a newer capture took the name while this one was uploading
-        uploaded = tp.RecordTemplateUpload(template_id=name, key=capture.snapshot_id,
-                                           source_sandbox_id=source)  # fmt: skip
+        uploaded = tp.RecordTemplateUpload(
+            template_id=name, key=capture.snapshot_id, source_sandbox_id=source
+        )
         await execute(self.bus.templates, uploaded, MessageContext.caused_by_event(d.record))
 
     async def _upload(self, key: str, capture: LocalCapture) -> bool:
@@ -205,8 +217,13 @@ class SnapshotWorker:
             # Redelivered with backoff (the consumer naks it): say so on every failure, with
             # the whole backlog — a pause's durability is what is at stake.
             self.backlog.failed(key, time.monotonic())
-            log.warning("upload of %s (%s) failed, will retry: %s; %s", capture.snapshot_id,
-                        key, e, describe_uploads(*self.waiting()))  # fmt: skip
+            log.warning(
+                "upload of %s (%s) failed, will retry: %s; %s",
+                capture.snapshot_id,
+                key,
+                e,
+                describe_uploads(*self.waiting()),
+            )
             raise
         finally:
             if self._uploads.get(key) is task:
@@ -217,12 +234,14 @@ class SnapshotWorker:
     async def _store(self, capture: LocalCapture) -> None:
         for slot, volume_id, image in capture.volumes:  # before the capture: it is durable
             sent = await self.repository.upload_volume(  # only once they are
-                image, key=f"{capture.snapshot_id}-v{slot}", volume_id=volume_id)
+                image, key=f"{capture.snapshot_id}-v{slot}", volume_id=volume_id
+            )
             log.info("uploaded volume %s of %s: %s", volume_id, capture.snapshot_id, _sent(sent))
         result = await self.repository.upload(
-            capture.dir, base_image_digest=capture.base_image_digest,
+            capture.dir,
+            base_image_digest=capture.base_image_digest,
             snapshot_id=capture.snapshot_id,
-        )  # fmt: skip
+        )
         log.info("uploaded %s: %s", capture.snapshot_id, _sent(result))
 
 

@@ -48,10 +48,16 @@ Seed = Callable[[], Awaitable[tuple[Iterable[sb.Clock], int]]]
 
 class Timer:
     def __init__(
-        self, bus: Bus, *, tick_s: float = 0.5, pause_supported: bool = True,
-        seed: Seed | None = None, nodes: NodeBook | None = None, reap_every_s: float = 5.0,
+        self,
+        bus: Bus,
+        *,
+        tick_s: float = 0.5,
+        pause_supported: bool = True,
+        seed: Seed | None = None,
+        nodes: NodeBook | None = None,
+        reap_every_s: float = 5.0,
         paused_retention_s: float | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.bus = bus
         #: paused sandboxes older than this are killed (None: kept for ever)
         self.paused_retention_s = paused_retention_s
@@ -164,11 +170,17 @@ class Timer:
             clocks, seq = await self.seed()
             self.load(clocks)
             start = seq + 1
-            log.info("timer: %d sandboxes from the read model, the log from %d on",
-                     len(self.clocks), start)  # fmt: skip
-        async with EventFeed(self.bus.js, self.bus.settings,
-                             names.events_of_kind(AggregateKind.SANDBOX),
-                             start_seq=start) as feed:  # fmt: skip
+            log.info(
+                "timer: %d sandboxes from the read model, the log from %d on",
+                len(self.clocks),
+                start,
+            )
+        async with EventFeed(
+            self.bus.js,
+            self.bus.settings,
+            names.events_of_kind(AggregateKind.SANDBOX),
+            start_seq=start,
+        ) as feed:
             reaped = time.monotonic()
             while not self._stopping.is_set():
                 for rec in await feed.next_batch(timeout=self.tick_s):
@@ -189,8 +201,9 @@ class Timer:
                 await self.bus.commands.to_node(clock.node_id, cmd)
             else:
                 await self.bus.commands.to_placement(cmd)
-            log.info("timer: %s %s (%s)", type(cmd).__name__, cmd.sandbox_id,
-                     getattr(cmd, "reason", ""))  # fmt: skip
+            log.info(
+                "timer: %s %s (%s)", type(cmd).__name__, cmd.sandbox_id, getattr(cmd, "reason", "")
+            )
         except PublishError as e:
             log.warning("timer: could not send %s: %s", cmd.command_id, e)
             self._sent.pop(cmd.sandbox_id, None)
@@ -209,15 +222,18 @@ class Timer:
     async def _kill_in_log(self, cmd: sb.KillSandbox, clock: sb.Clock) -> None:
         """A kill of a sandbox whose node stopped beating, recorded by the timer itself (as
         the API does for a client's), and the node told to drop it once it is back."""
-        done = sb.CompleteKill(sandbox_id=cmd.sandbox_id,
-                               command_id=sb.derived_command_id(str(cmd.command_id), "killed"),
-                               error=f"node {clock.node_id} is gone; killed in the log")
+        done = sb.CompleteKill(
+            sandbox_id=cmd.sandbox_id,
+            command_id=sb.derived_command_id(str(cmd.command_id), "killed"),
+            error=f"node {clock.node_id} is gone; killed in the log",
+        )
         for c in (cmd, done):
             with contextlib.suppress(DomainError):
                 await execute(self.bus.sandboxes, c, MessageContext(actor="timer"))
         assert clock.node_id is not None
-        await self.bus.commands.to_node(clock.node_id,
-                                        sb.drop_command(cmd.sandbox_id, str(cmd.command_id)))
+        await self.bus.commands.to_node(
+            clock.node_id, sb.drop_command(cmd.sandbox_id, str(cmd.command_id))
+        )
 
     def lost_nodes(self, now: float) -> list[str]:
         """Nodes that clocks name and that have been silent for `node_lost_after_s` — none
@@ -238,8 +254,10 @@ class Timer:
 
     async def reap(self, now: float) -> None:
         for node in self.lost_nodes(now):
-            why = (f"node {node} is gone (no heartbeat for "
-                   f"{self.bus.settings.node_lost_after_s:.0f} s)")  # fmt: skip
+            why = (
+                f"node {node} is gone (no heartbeat for "
+                f"{self.bus.settings.node_lost_after_s:.0f} s)"
+            )
             for sid in sorted(self._by_node.get(node, ())):
                 await self._end_orphan(self.clocks[sid], node, why)
 
@@ -249,17 +267,25 @@ class Timer:
             try:
                 await execute(self.bus.sandboxes, cmd, MessageContext(actor="timer"))
             except (DomainError, PublishError) as e:  # moved on meanwhile, or later
-                log.info("timer: %s of %s on lost node %s: %s", type(cmd).__name__,
-                         clock.sandbox_id, node, e)  # fmt: skip
+                log.info(
+                    "timer: %s of %s on lost node %s: %s",
+                    type(cmd).__name__,
+                    clock.sandbox_id,
+                    node,
+                    e,
+                )
                 return
         if cmds:
-            log.warning("timer: ended %s (%s) on lost node %s", clock.sandbox_id,
-                        clock.status.value, node)  # fmt: skip
+            log.warning(
+                "timer: ended %s (%s) on lost node %s", clock.sandbox_id, clock.status.value, node
+            )
         if any(isinstance(c, sb.KillSandbox) for c in cmds):
             # a node that was only cut off drops the VM it still runs when it is back
             try:
                 await self.bus.commands.to_node(
-                    node, sb.drop_command(clock.sandbox_id, str(cmds[0].command_id)))
+                    node, sb.drop_command(clock.sandbox_id, str(cmds[0].command_id))
+                )
             except PublishError as e:
-                log.warning("timer: could not tell node %s to drop %s: %s", node,
-                            clock.sandbox_id, e)  # fmt: skip
+                log.warning(
+                    "timer: could not tell node %s to drop %s: %s", node, clock.sandbox_id, e
+                )

@@ -118,9 +118,15 @@ def build_snapshot(
         f.write(bytes(4 * MIB))  # allocated but zero: must not be stored
     write_random(snap_dir / "mem", MEM_REGIONS)
     Snapshot(
-        snapshot_id=snapshot_id, dir=snap_dir, machine=MACHINE, disk_top=layers[-1],
-        base_image=base, runtime_disk=base, parent_vm="vm-1", state_bytes=64 * 1024,
-    ).write()  # fmt: skip
+        snapshot_id=snapshot_id,
+        dir=snap_dir,
+        machine=MACHINE,
+        disk_top=layers[-1],
+        base_image=base,
+        runtime_disk=base,
+        parent_vm="vm-1",
+        state_bytes=64 * 1024,
+    ).write()
     return BuiltSnapshot(snap_dir, base, layers)
 
 
@@ -132,7 +138,13 @@ def derive_snapshot(prev: BuiltSnapshot, snapshot_id: str) -> BuiltSnapshot:
     run("cp", "--sparse=always", str(prev.mem), str(snap_dir / "mem"))
     write_random(snap_dir / "mem", [(101 * MIB, 4096)])
     Snapshot(
-        snapshot_id=snapshot_id, dir=snap_dir, machine=MACHINE, disk_top=prev.layers[-1],
-        base_image=prev.base, runtime_disk=prev.base, parent_vm="vm-1", state_bytes=64 * 1024,
-    ).write()  # fmt: skip
+        snapshot_id=snapshot_id,
+        dir=snap_dir,
+        machine=MACHINE,
+        disk_top=prev.layers[-1],
+        base_image=prev.base,
+        runtime_disk=prev.base,
+        parent_vm="vm-1",
+        state_bytes=64 * 1024,
+    ).write()
     return BuiltSnapshot(snap_dir, prev.base, prev.layers)

@@ -276,14 +276,18 @@ async def test_transfers_are_measured_by_direction(store: SnapshotStore, tmp_pat
     """The node's `aenv_snapshot_transfer_*` series (issue 20): what each upload and
     download moved, how long it took, which failed."""
     scrape = Scrape()
-    repo = SnapshotRepository(store, BlobCache(tmp_path / "cache", 1 << 40),
-                              metrics=TransferMetrics(scrape))  # fmt: skip
+    repo = SnapshotRepository(
+        store, BlobCache(tmp_path / "cache", 1 << 40), metrics=TransferMetrics(scrape)
+    )
 
     async def scraped() -> dict[tuple[str, str], float]:
         text = (await scrape.render()).decode()
-        return {(s.name, s.labels.get("direction", "")): s.value
-                for f in text_string_to_metric_families(text) for s in f.samples
-                if not s.name.endswith("_bucket")}  # fmt: skip
+        return {
+            (s.name, s.labels.get("direction", "")): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if not s.name.endswith("_bucket")
+        }
 
     snap = build_snapshot(tmp_path / "node-a")
     up = await repo.upload(snap.dir, base_image_digest=BASE_DIGEST)
@@ -322,14 +326,14 @@ async def test_a_volume_image_round_trips_sparse_and_its_next_version_sends_what
     store: SnapshotStore, tmp_path: Path
 ) -> None:
     size = 1 << 34  # 16 GiB, nearly all holes: only the written chunks are read and stored
-    image = _volume_image(tmp_path / "img", size, {0: b"superblock" * 100,
-                                                    5 << 30: b"x" * (3 * MIB)})  # fmt: skip
+    image = _volume_image(
+        tmp_path / "img", size, {0: b"superblock" * 100, 5 << 30: b"x" * (3 * MIB)}
+    )
     counting = CountingStore(store)
     repo = repo_for(counting, tmp_path)
     up = await repo.upload_volume(image, key="vol-abc-1", volume_id="abc")
     assert up.blobs_uploaded == len(counting.puts) == 2 and up.bytes_uploaded <= 8 * MIB
-    got = await repo_for(store, tmp_path / "other").download_volume("vol-abc-1",
-                                                                    tmp_path / "got")  # fmt: skip
+    got = await repo_for(store, tmp_path / "other").download_volume("vol-abc-1", tmp_path / "got")
     assert got.volume_id == "abc" and same_content(tmp_path / "got", image)
     assert os_size(tmp_path / "got") == size and allocated(tmp_path / "got") < 16 * MIB
 

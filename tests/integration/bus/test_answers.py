@@ -69,8 +69,13 @@ async def test_the_answer_is_the_stored_event_and_a_refused_append_is_none(
         done = sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0)
         state, _ = await other.sandboxes.load(sid)
         [event] = sb.decide(state, done)
-        _, data = encode_event(event, event_id=uuid4(), aggregate_id=sid, aggregate_version=2,
-                               context=MessageContext(causation_id=command_id))  # fmt: skip
+        _, data = encode_event(
+            event,
+            event_id=uuid4(),
+            aggregate_id=sid,
+            aggregate_version=2,
+            context=MessageContext(causation_id=command_id),
+        )
         refused = {h.MSG_ID: str(uuid4()), h.EXPECTED_LAST_SUBJECT_SEQUENCE: str(v.seq + 99)}
         with pytest.raises(Exception, match="wrong last sequence"):
             await watcher.js.publish(watcher.names.sandbox_events(sid), data, headers=refused)
@@ -123,15 +128,17 @@ async def test_send_and_wait_returns_the_stored_answer_or_none_on_silence(
     v = await other.sandboxes.append(sid, Version(0, 0), sb.decide(None, _create(sid)))
     kill = sb.KillSandbox(sandbox_id=sid, at=T0)
     # nobody handles the command: silence within the bound is None, not an error
-    assert await watcher.send_and_wait(
-        kill, node_id="nobody", until=(sb.SandboxKilled,), timeout=0.3
-    ) is None
+    assert (
+        await watcher.send_and_wait(kill, node_id="nobody", until=(sb.SandboxKilled,), timeout=0.3)
+        is None
+    )
 
     async def node_answers() -> None:  # a "node" answering the next kill from the log
         await asyncio.sleep(0.2)
         state, _ = await other.sandboxes.load(sid)
-        await other.sandboxes.append(sid, v, sb.decide(state, kill2),
-                                     context=MessageContext(causation_id=kill2.command_id))
+        await other.sandboxes.append(
+            sid, v, sb.decide(state, kill2), context=MessageContext(causation_id=kill2.command_id)
+        )
 
     kill2 = sb.KillSandbox(sandbox_id=sid, at=T0)
     task = asyncio.create_task(node_answers())
@@ -153,8 +160,9 @@ async def test_a_kill_that_overtakes_a_command_ends_its_wait(watcher: Bus, other
         sid, v, sb.decide(state, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0))
     )
     pause = sb.PauseSandbox(sandbox_id=sid, at=T0)
-    waiting = asyncio.create_task(watcher.send_and_wait(
-        pause, node_id="nobody", until=(sb.SandboxPaused,), timeout=30))  # fmt: skip
+    waiting = asyncio.create_task(
+        watcher.send_and_wait(pause, node_id="nobody", until=(sb.SandboxPaused,), timeout=30)
+    )
     await asyncio.sleep(0.3)
     for cmd in (sb.KillSandbox(sandbox_id=sid, at=T0), sb.CompleteKill(sandbox_id=sid, at=T0)):
         state, v = await other.sandboxes.load(sid)

@@ -198,8 +198,11 @@ async def test_a_template_command_is_rejected_on_the_templates_subject(bus: Bus)
         name = f"tpl-{new_sandbox_id()}"
         cmd = tp.ImportTemplateImage(template_id=name, image_path="/nowhere", at=T0)
         version = await bus.templates.version(name)
-        waiting = asyncio.create_task(bus.templates.wait_for_outcome(
-            name, cmd.command_id, version.seq, (tp.TemplateImported,), timeout=10.0))  # fmt: skip
+        waiting = asyncio.create_task(
+            bus.templates.wait_for_outcome(
+                name, cmd.command_id, version.seq, (tp.TemplateImported,), timeout=10.0
+            )
+        )
         await bus.commands.to_node(node, cmd)
         rec = await asyncio.wait_for(waiting, 10.0)
         assert rec is not None and isinstance(rec.event, CommandRejected)
@@ -216,15 +219,20 @@ async def test_an_undecodable_command_is_rejected_on_its_kind_even_without_the_f
         name = f"tpl-{new_sandbox_id()}"
         cmd = tp.DeleteTemplate(template_id=name, at=T0)
         env = CommandEnvelope(
-            command_id=cmd.command_id, type="DeleteTemplate", schema_version=1,
-            aggregate_id=name, issued_at=T0,
+            command_id=cmd.command_id,
+            type="DeleteTemplate",
+            schema_version=1,
+            aggregate_id=name,
+            issued_at=T0,
             payload={"template_id": name, "at": T0.isoformat(), "bogus": 1},
-        )  # fmt: skip
+        )
         raw = env.model_dump(mode="json")
         del raw["aggregate_kind"]
-        await bus.js.publish(bus.names.node_command(node, "template-delete"),
-                             json.dumps(raw).encode(),
-                             headers={h.MSG_ID: str(cmd.command_id)})  # fmt: skip
+        await bus.js.publish(
+            bus.names.node_command(node, "template-delete"),
+            json.dumps(raw).encode(),
+            headers={h.MSG_ID: str(cmd.command_id)},
+        )
         [r] = await eventually(lambda: _template_rejections(bus, name))
         assert r.code == "invalid" and "bogus" in r.reason
         assert rec.attempts == {}
@@ -268,8 +276,10 @@ async def test_a_redelivery_waits_for_the_delivery_still_running_here(bus: Bus) 
         finally:
             running.remove(d.attempt)
 
-    async with consumer(bus, slow_and_deaf, ack_wait_s=0.3, backoff=(0.3, 0.3),
-                        max_deliver=5) as (rec, node):  # fmt: skip
+    async with consumer(bus, slow_and_deaf, ack_wait_s=0.3, backoff=(0.3, 0.3), max_deliver=5) as (
+        rec,
+        node,
+    ):
         cmd = pause(new_sandbox_id())
         await bus.commands.to_node(node, cmd)
         await eventually(lambda: _true(len(rec.attempts[str(cmd.command_id)]) >= 2), timeout=10)
@@ -290,14 +300,25 @@ async def test_a_consumer_made_before_keeps_what_jetstream_cannot_change(bus: Bu
     durable = bus.names.node_consumer(node)
     from nats.js.api import AckPolicy, ConsumerConfig
 
-    await bus.js.add_consumer(bus.names.command_stream, ConsumerConfig(
-        durable_name=durable, filter_subject=bus.names.node_commands(node),
-        ack_policy=AckPolicy.EXPLICIT))  # fmt: skip
+    await bus.js.add_consumer(
+        bus.names.command_stream,
+        ConsumerConfig(
+            durable_name=durable,
+            filter_subject=bus.names.node_commands(node),
+            ack_policy=AckPolicy.EXPLICIT,
+        ),
+    )
     before = (await bus.js.consumer_info(bus.names.command_stream, durable)).config.max_waiting
     rec = Recorder(ok)
-    spec = ConsumerSpec(durable=durable, filter_subject=bus.names.node_commands(node),
-                        max_deliver=3, backoff=(0.1, 0.2), fetch_timeout_s=0.2,
-                        max_waiting=before + 100, parallel=2)  # fmt: skip
+    spec = ConsumerSpec(
+        durable=durable,
+        filter_subject=bus.names.node_commands(node),
+        max_deliver=3,
+        backoff=(0.1, 0.2),
+        fetch_timeout_s=0.2,
+        max_waiting=before + 100,
+        parallel=2,
+    )
     c = CommandConsumer(bus.js, bus.settings, spec, rec, bus.rejection_sinks)
     await c.start()
     try:

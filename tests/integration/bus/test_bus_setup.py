@@ -22,8 +22,9 @@ async def test_a_memory_nodes_bucket_is_remade_on_file() -> None:
     nc = await nats.connect(NATS_URL)
     js = nc.jetstream()
     try:
-        await js.create_key_value(KeyValueConfig(bucket=names.nodes_bucket, history=1, ttl=30,
-                                                 storage=StorageType.MEMORY))  # fmt: skip
+        await js.create_key_value(
+            KeyValueConfig(bucket=names.nodes_bucket, history=1, ttl=30, storage=StorageType.MEMORY)
+        )
         await ensure_streams(js, settings)
         kv = await js.key_value(names.nodes_bucket)
         assert (await kv.status()).stream_info.config.storage == StorageType.FILE

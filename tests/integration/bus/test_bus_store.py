@@ -145,8 +145,9 @@ async def test_load_folds_on_from_its_cache_and_sees_other_writers(bus: Bus) -> 
     v = await store.append(sid, v, sb.decide(state, create(sid)))
     cached, _ = await store.load(sid)
     assert cached is not None and cached.status is sb.SandboxStatus.CREATING
-    other = await Bus.connect(BusSettings(nats_url=bus.settings.nats_url,
-                                          bus_prefix=bus.settings.bus_prefix))  # fmt: skip
+    other = await Bus.connect(
+        BusSettings(nats_url=bus.settings.nats_url, bus_prefix=bus.settings.bus_prefix)
+    )
     try:
         s2, v2 = await other.sandboxes.load(sid)
         done = sb.CompleteCreate(sandbox_id=sid, node_id="n9", at=T0 + timedelta(seconds=1))
@@ -169,8 +170,9 @@ async def test_load_after_several_foreign_appends_equals_a_fresh_fold(bus: Bus) 
     store = bus.sandboxes
     await store.append(sid, Version(0, 0), sb.decide(None, create(sid)))
     await store.load(sid)
-    other = await Bus.connect(BusSettings(nats_url=bus.settings.nats_url,
-                                          bus_prefix=bus.settings.bus_prefix))  # fmt: skip
+    other = await Bus.connect(
+        BusSettings(nats_url=bus.settings.nats_url, bus_prefix=bus.settings.bus_prefix)
+    )
     try:
         s, v = await other.sandboxes.load(sid)
         done = sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0)
@@ -182,8 +184,9 @@ async def test_load_after_several_foreign_appends_equals_a_fresh_fold(bus: Bus) 
                 events = sb.decide(s, cmd)
                 v = await other.sandboxes.append(sid, v, events)
                 s = sb.fold(events, s)
-            fresh = await Bus.connect(BusSettings(nats_url=bus.settings.nats_url,
-                                                  bus_prefix=bus.settings.bus_prefix))  # fmt: skip
+            fresh = await Bus.connect(
+                BusSettings(nats_url=bus.settings.nats_url, bus_prefix=bus.settings.bus_prefix)
+            )
             try:
                 expected = await fresh.sandboxes.load(sid)
             finally:

@@ -47,8 +47,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
 
 @pytest_asyncio.fixture
 async def cbus(cluster: NatsCluster) -> AsyncIterator[Bus]:
-    settings = BusSettings(nats_url=cluster.url, replicas=3,
-                           bus_prefix=f"c{secrets.token_hex(4)}")  # fmt: skip
+    settings = BusSettings(nats_url=cluster.url, replicas=3, bus_prefix=f"c{secrets.token_hex(4)}")
     b = await Bus.connect(settings, name="aenv-cluster-test")
     try:
         yield b
@@ -81,9 +80,14 @@ async def test_kill_the_stream_leader_under_load(cbus: Bus, cluster: NatsCluster
         slowest_append = max(slowest_append, time.monotonic() - t0)
         done[str(d.envelope.command_id)] += 1
 
-    spec = ConsumerSpec(durable=cbus.names.place_consumer, filter_subject=cbus.names.place_commands,
-                        backoff=(2.0, 4.0, 8.0), max_deliver=20, ack_wait_s=2.0,
-                        fetch_timeout_s=0.5)  # fmt: skip
+    spec = ConsumerSpec(
+        durable=cbus.names.place_consumer,
+        filter_subject=cbus.names.place_commands,
+        backoff=(2.0, 4.0, 8.0),
+        max_deliver=20,
+        ack_wait_s=2.0,
+        fetch_timeout_s=0.5,
+    )
     consumer = CommandConsumer(cbus.js, cbus.settings, spec, handle, cbus.rejection_sinks)
     await consumer.start()
     book = await NodeBook.open(cbus.js, cbus.names.nodes_bucket)
@@ -113,8 +117,9 @@ async def test_kill_the_stream_leader_under_load(cbus: Bus, cluster: NatsCluster
         await asyncio.sleep(2.0)
         # the server leading the log, and the one this client talks to, if another
         victim = cluster.leader_of(cbus.names.event_stream)
-        connected = cluster.index_of_port(cbus.nc.connected_url.port if cbus.nc.connected_url
-                                          else None)  # fmt: skip
+        connected = cluster.index_of_port(
+            cbus.nc.connected_url.port if cbus.nc.connected_url else None
+        )
         await asyncio.to_thread(cluster.kill, victim)
         before = len(sent)
         await eventually(lambda: _true(len(sent) > before + 50), timeout=60)
@@ -123,8 +128,7 @@ async def test_kill_the_stream_leader_under_load(cbus: Bus, cluster: NatsCluster
         await asyncio.sleep(2.0)
         stop.set()
         await asyncio.gather(*tasks)
-        await eventually(lambda: _true(all(done[str(c.command_id)] >= 1 for c in sent)),
-                         timeout=90)  # fmt: skip
+        await eventually(lambda: _true(all(done[str(c.command_id)] >= 1 for c in sent)), timeout=90)
         await asyncio.to_thread(cluster.wait_healthy, 90)
     finally:
         stop.set()
@@ -136,11 +140,13 @@ async def test_kill_the_stream_leader_under_load(cbus: Bus, cluster: NatsCluster
             assert rec.envelope.causation_id == cmd.command_id
     lost = [c.sandbox_id for c in sent if done[str(c.command_id)] == 0]
     twice = sum(1 for c in sent if done[str(c.command_id)] > 1)
-    print(f"\n[cluster] {len(sent)} commands through a kill -9 of the AENV_EVT leader "
-          f"(server {victim}); lost {len(lost)}; handled twice {twice} (redeliveries, "
-          f"deciding nothing); events: {dict(requested)}; client was on server {connected}; "
-          f"slowest command publish {slowest:.2f} s, slowest decide+append "
-          f"{slowest_append:.2f} s")
+    print(
+        f"\n[cluster] {len(sent)} commands through a kill -9 of the AENV_EVT leader "
+        f"(server {victim}); lost {len(lost)}; handled twice {twice} (redeliveries, "
+        f"deciding nothing); events: {dict(requested)}; client was on server {connected}; "
+        f"slowest command publish {slowest:.2f} s, slowest decide+append "
+        f"{slowest_append:.2f} s"
+    )
     assert not lost
     assert requested == Counter({"SandboxRequested": len(sent)})  # one event per command
     info = await cbus.js.stream_info(cbus.names.event_stream)
@@ -158,12 +164,12 @@ async def test_a_write_is_read_back_through_any_server(cluster: NatsCluster) -> 
     sandbox and the client's next call lands on another API. A replica's direct get may
     answer from behind the leader; an aggregate load must not (it would say 404 for a
     sandbox just created, or decide on a state already gone)."""
-    settings = BusSettings(nats_url=cluster.url, replicas=3,
-                           bus_prefix=f"c{secrets.token_hex(4)}")  # fmt: skip
+    settings = BusSettings(nats_url=cluster.url, replicas=3, bus_prefix=f"c{secrets.token_hex(4)}")
     setup = await Bus.connect(settings, name="aenv-cluster-setup")
     try:
         leader = cluster.leader_of(setup.names.event_stream)
         follower = next(i for i in range(cluster.size) if i != leader)
+
         def on(i: int) -> BusSettings:
             return settings.model_copy(update={"nats_url": cluster.server_url(i)})
 
@@ -177,10 +183,12 @@ async def test_a_write_is_read_back_through_any_server(cluster: NatsCluster) -> 
             ctx = MessageContext(actor="test")
             for _ in range(40):
                 sid = new_sandbox_id()
-                await execute(writer.sandboxes, sb.CreateSandbox(sandbox_id=sid,
-                              template_id="base"), ctx)  # fmt: skip
-                await execute(writer.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1"),
-                              ctx)  # fmt: skip
+                await execute(
+                    writer.sandboxes, sb.CreateSandbox(sandbox_id=sid, template_id="base"), ctx
+                )
+                await execute(
+                    writer.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1"), ctx
+                )
                 state, _ = await reader.sandboxes.load(sid)
                 if state is None or state.status is not sb.SandboxStatus.RUNNING:
                     stale += 1
@@ -191,8 +199,10 @@ async def test_a_write_is_read_back_through_any_server(cluster: NatsCluster) -> 
         proc = cluster.servers[follower].proc
         assert proc is not None
         os.setpriority(os.PRIO_PROCESS, proc.pid, 19)
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                for _ in range(os.cpu_count() or 2)]  # fmt: skip
+        hogs = [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(os.cpu_count() or 2)
+        ]
         try:
             await asyncio.gather(*(write_then_read() for _ in range(8)))
         finally:
@@ -202,8 +212,10 @@ async def test_a_write_is_read_back_through_any_server(cluster: NatsCluster) -> 
             os.setpriority(os.PRIO_PROCESS, proc.pid, 0)
             await writer.close()
             await reader.close()
-        print(f"\n[cluster] {len(created)} writes through server {leader}, read back through "
-              f"server {follower}: {stale} stale")
+        print(
+            f"\n[cluster] {len(created)} writes through server {leader}, read back through "
+            f"server {follower}: {stale} stale"
+        )
         assert stale == 0
     finally:
         await delete_all(setup.js, settings)

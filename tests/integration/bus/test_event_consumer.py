@@ -24,9 +24,11 @@ def _spec(bus: Bus, durable: str) -> ConsumerSpec:
     return ConsumerSpec(
         durable=bus.names.durable(durable),
         filter_subject=bus.names.events_of_kind(AggregateKind.SANDBOX),
-        max_deliver=100, backoff=(0.1, 0.2), fetch_timeout_s=0.2,
+        max_deliver=100,
+        backoff=(0.1, 0.2),
+        fetch_timeout_s=0.2,
         start_time=datetime.now(UTC) - timedelta(seconds=1),
-    )  # fmt: skip
+    )
 
 
 async def _created(bus: Bus) -> str:

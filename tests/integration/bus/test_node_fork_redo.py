@@ -21,15 +21,22 @@ async def test_a_redone_fork_gives_each_child_the_token_its_log_has(
     bus: Bus, tmp_path: Path
 ) -> None:
     host = MemoryHost(capacity=8)
-    worker = NodeWorker(bus, host, NodeSettings(node_id="forkredo", node_host="memory",
-                                                state_dir=tmp_path))  # fmt: skip
+    worker = NodeWorker(
+        bus, host, NodeSettings(node_id="forkredo", node_host="memory", state_dir=tmp_path)
+    )
     await worker.start()
     try:
         sid = new_sandbox_id()
         now = datetime.now(UTC)
-        await bus.commands.to_placement(sb.CreateSandbox(
-            sandbox_id=sid, template_id="base", at=now, timeout_s=600,
-            envd_access_token="parent-token"))  # fmt: skip
+        await bus.commands.to_placement(
+            sb.CreateSandbox(
+                sandbox_id=sid,
+                template_id="base",
+                at=now,
+                timeout_s=600,
+                envd_access_token="parent-token",
+            )
+        )
 
         async def running() -> bool:
             state, _ = await bus.sandboxes.load(sid)
@@ -42,7 +49,8 @@ async def test_a_redone_fork_gives_each_child_the_token_its_log_has(
         assert state is not None
         [cid] = state.pending_children
         child = sb.fork_child_command(state, cid, fork).model_copy(
-            update={"envd_access_token": "logged-token", "node_id": "forkredo"})  # fmt: skip
+            update={"envd_access_token": "logged-token", "node_id": "forkredo"}
+        )
         await execute(bus.sandboxes, child)
         # ...and is delivered again
         await bus.commands.to_node("forkredo", fork)

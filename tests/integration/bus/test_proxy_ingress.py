@@ -55,8 +55,13 @@ class Guest:
         if scope["type"] == "http":
             self.seen.append(scope["path"])
             body = json.dumps({"path": scope["path"]}).encode()
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
         elif scope["type"] == "websocket":
             self.seen.append("ws:" + scope["path"])
@@ -99,9 +104,10 @@ async def proxy(bus: Bus) -> AsyncIterator[Proxy]:
     guest = Guest()
     table = await RouteTable.open(bus)
     try:
-        async with serving(guest, listen("127.0.0.1", 0)) as guest_port, serving(
-            SandboxProxy(_not_sandbox, table.resolve), listen("127.0.0.1", 0)
-        ) as port:  # fmt: skip
+        async with (
+            serving(guest, listen("127.0.0.1", 0)) as guest_port,
+            serving(SandboxProxy(_not_sandbox, table.resolve), listen("127.0.0.1", 0)) as port,
+        ):
             yield Proxy(f"http://127.0.0.1:{port}", guest, guest_port, table)
     finally:
         await table.close()
@@ -194,8 +200,10 @@ class WsClient:
 
 async def test_a_websocket_upgrade_needs_the_token_too(bus: Bus, proxy: Proxy) -> None:
     sid = await _route(bus, private=True)
-    target = [(b"e2b-sandbox-id", sid.encode()),
-              (b"e2b-sandbox-port", str(proxy.guest_port).encode())]  # fmt: skip
+    target = [
+        (b"e2b-sandbox-id", sid.encode()),
+        (b"e2b-sandbox-port", str(proxy.guest_port).encode()),
+    ]
     for bad in ([], [(HEADER.encode(), b"not-the-token")]):
         c = await WsClient.open(proxy.url, target + bad)
         try:
@@ -221,14 +229,19 @@ async def test_no_one_without_the_token_wakes_a_private_paused_sandbox(bus: Bus)
     at = datetime(2026, 1, 1, tzinfo=UTC)
     sid = new_sandbox_id()
     for cmd in (
-        sb.CreateSandbox(sandbox_id=sid, template_id="base", at=at, timeout_s=60,
-                         lifecycle=sb.Lifecycle(on_timeout="pause", auto_resume=True),
-                         network=sb.NetworkPolicy(allow_public_traffic=False),
-                         traffic_access_token=TOKEN),
+        sb.CreateSandbox(
+            sandbox_id=sid,
+            template_id="base",
+            at=at,
+            timeout_s=60,
+            lifecycle=sb.Lifecycle(on_timeout="pause", auto_resume=True),
+            network=sb.NetworkPolicy(allow_public_traffic=False),
+            traffic_access_token=TOKEN,
+        ),
         sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=at),
         sb.PauseSandbox(sandbox_id=sid, at=at),
         sb.CompletePause(sandbox_id=sid, snapshot_id=f"{sid}-p1", at=at),
-    ):  # fmt: skip
+    ):
         await execute(bus.sandboxes, cmd)
     resumed: list[str] = []
     book = await RouteBook.open(bus.js, bus.names.routes_bucket)
@@ -237,15 +250,17 @@ async def test_no_one_without_the_token_wakes_a_private_paused_sandbox(bus: Bus)
         resumed.append(state.sandbox_id)
         await execute(bus.sandboxes, sb.ResumeSandbox(sandbox_id=sid, at=at))
         await execute(bus.sandboxes, sb.CompleteResume(sandbox_id=sid, node_id="n1", at=at))
-        await book.put(sid, Route(node_id="n1", address="127.0.0.1",
-                                  traffic_digest=traffic_digest(TOKEN)))  # fmt: skip
+        await book.put(
+            sid, Route(node_id="n1", address="127.0.0.1", traffic_digest=traffic_digest(TOKEN))
+        )
 
     guest = Guest()
     table = await RouteTable.open(bus, resume=policy)
     try:
-        async with serving(guest, listen("127.0.0.1", 0)) as guest_port, serving(
-            SandboxProxy(_not_sandbox, table.resolve), listen("127.0.0.1", 0)
-        ) as port:  # fmt: skip
+        async with (
+            serving(guest, listen("127.0.0.1", 0)) as guest_port,
+            serving(SandboxProxy(_not_sandbox, table.resolve), listen("127.0.0.1", 0)) as port,
+        ):
             url = f"http://127.0.0.1:{port}"
             r = await _get(url, sid, guest_port)
             assert r.status_code == 403 and r.json()["message"] == MISSING
@@ -273,15 +288,16 @@ async def test_the_nodes_own_proxy_checks_the_token_as_well(bus: Bus) -> None:
     sid = new_sandbox_id()
     await host.create(sid, "base", GuestConfig())
     node_sock = listen("127.0.0.1", 0)
-    publisher = await RoutePublisher.open(bus, host, "n-ingress",
-                                          f"127.0.0.1:{node_sock.getsockname()[1]}")  # fmt: skip
+    publisher = await RoutePublisher.open(
+        bus, host, "n-ingress", f"127.0.0.1:{node_sock.getsockname()[1]}"
+    )
     table = await RouteTable.open(bus, via_node=True)
     try:
-        async with serving(guest, listen("127.0.0.1", 0)) as guest_port, serving(
-            node_proxy(host, publisher.ingress, lambda: True), node_sock
-        ) as node_port, serving(
-            SandboxProxy(_not_sandbox, table.resolve), listen("127.0.0.1", 0)
-        ) as api_port:  # fmt: skip
+        async with (
+            serving(guest, listen("127.0.0.1", 0)) as guest_port,
+            serving(node_proxy(host, publisher.ingress, lambda: True), node_sock) as node_port,
+            serving(SandboxProxy(_not_sandbox, table.resolve), listen("127.0.0.1", 0)) as api_port,
+        ):
             node_url, api_url = f"http://127.0.0.1:{node_port}", f"http://127.0.0.1:{api_port}"
             # running, not routed yet: the node cannot know who may reach it
             assert (await _get(node_url, sid, guest_port, TOKEN)).status_code == 502
@@ -296,8 +312,10 @@ async def test_the_nodes_own_proxy_checks_the_token_as_well(bus: Bus) -> None:
                 assert (await _get(url, sid, guest_port, TOKEN)).status_code == 200
             assert guest.seen == ["/hello", "/hello"]
             # an upgrade's token goes on through the API's proxy to the node's
-            target = [(b"e2b-sandbox-id", sid.encode()),
-                      (b"e2b-sandbox-port", str(guest_port).encode())]  # fmt: skip
+            target = [
+                (b"e2b-sandbox-id", sid.encode()),
+                (b"e2b-sandbox-port", str(guest_port).encode()),
+            ]
             for token, accepted in ((None, False), (TOKEN, True)):
                 sent = [] if token is None else [(HEADER.encode(), token.encode())]
                 c = await WsClient.open(api_url, [*target, *sent])

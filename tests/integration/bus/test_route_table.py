@@ -33,8 +33,9 @@ async def table(bus: Bus) -> AsyncIterator[RouteTable]:
 
 async def _sandbox(bus: Bus, *, running: bool) -> str:
     sid = new_sandbox_id()
-    await execute(bus.sandboxes, sb.CreateSandbox(sandbox_id=sid, template_id="base", at=T0,
-                                                timeout_s=60))  # fmt: skip
+    await execute(
+        bus.sandboxes, sb.CreateSandbox(sandbox_id=sid, template_id="base", at=T0, timeout_s=60)
+    )
     if running:
         await execute(bus.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0))
     return sid
@@ -73,8 +74,9 @@ async def test_a_create_that_fails_ends_the_wait(bus: Bus, table: RouteTable) ->
     sid = await _sandbox(bus, running=False)
     lookup = asyncio.create_task(table.resolve(sid, 49983))
     await asyncio.sleep(0.1)
-    await execute(bus.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0,
-                                                 error="boom"))  # fmt: skip
+    await execute(
+        bus.sandboxes, sb.CompleteCreate(sandbox_id=sid, node_id="n1", at=T0, error="boom")
+    )
     with pytest.raises(SandboxUnavailable):
         await asyncio.wait_for(lookup, 2.0)  # not the 60 s a resume may take
 
@@ -117,8 +119,9 @@ async def test_auto_resume_goes_through_the_policy_then_waits_for_the_route(bus:
     async def policy(state: sb.Sandbox) -> None:
         asked.append(state.sandbox_id)
         await execute(bus.sandboxes, sb.ResumeSandbox(sandbox_id=state.sandbox_id, at=T0))
-        await execute(bus.sandboxes, sb.CompleteResume(sandbox_id=state.sandbox_id,
-                                                     node_id="n2", at=T0))  # fmt: skip
+        await execute(
+            bus.sandboxes, sb.CompleteResume(sandbox_id=state.sandbox_id, node_id="n2", at=T0)
+        )
         await table.book.put(state.sandbox_id, Route(node_id="n2", address="10.9.0.7"))
 
     table = await RouteTable.open(bus, resume=policy)

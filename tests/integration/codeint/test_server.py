@@ -24,8 +24,10 @@ from e2b_code_interpreter.models import Context, Execution, OutputMessage, parse
 from tests.integration.envd.conftest import Envd, init_envd, start_envd, stop_envd
 
 REPO = Path(__file__).resolve().parents[3]
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
-                                reason="needs root and unshare (a UTS namespace)")  # fmt: skip
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare"),
+    reason="needs root and unshare (a UTS namespace)",
+)
 
 
 class Guest:
@@ -34,8 +36,12 @@ class Guest:
 
     def run(self, code: str, timeout: float = 60, **body: object) -> Execution:
         execution = Execution()
-        with httpx.stream("POST", f"{self.url}/execute", json={"code": code, **body},
-                          timeout=httpx.Timeout(timeout, connect=5)) as r:  # fmt: skip
+        with httpx.stream(
+            "POST",
+            f"{self.url}/execute",
+            json={"code": code, **body},
+            timeout=httpx.Timeout(timeout, connect=5),
+        ) as r:
             if r.status_code != 200:
                 r.read()
                 raise AssertionError(f"{r.status_code} {r.text}")
@@ -61,11 +67,28 @@ def guest(tmp_path_factory: pytest.TempPathFactory, envd: Envd) -> Iterator[Gues
     tmp = tmp_path_factory.mktemp("codeint")
     log = (tmp / "server.log").open("w")
     proc = subprocess.Popen(
-        ["unshare", "--uts", sys.executable, "-m", "codeint", "--host", "127.0.0.1",
-         "--port", "0", "--rundir", str(tmp / "run"), "--cwd", str(tmp),
-         "--envd", f"127.0.0.1:{envd.port}"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True,
-    )  # fmt: skip
+        [
+            "unshare",
+            "--uts",
+            sys.executable,
+            "-m",
+            "codeint",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--rundir",
+            str(tmp / "run"),
+            "--cwd",
+            str(tmp),
+            "--envd",
+            f"127.0.0.1:{envd.port}",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         ready = proc.stdout.readline()  # blocks until the warmed kernel answers
@@ -90,16 +113,20 @@ def test_state_persists_and_the_main_result_is_text(guest: Guest) -> None:
 
 
 def test_streams_in_order_with_results(guest: Guest) -> None:
-    e = guest.run("import sys\nfor i in range(3):\n    print('out', i, flush=True)\n"
-                  "    print('err', i, file=sys.stderr, flush=True)\n'done'")  # fmt: skip
+    e = guest.run(
+        "import sys\nfor i in range(3):\n    print('out', i, flush=True)\n"
+        "    print('err', i, file=sys.stderr, flush=True)\n'done'"
+    )
     assert "".join(e.logs.stdout) == "out 0\nout 1\nout 2\n"
     assert "".join(e.logs.stderr) == "err 0\nerr 1\nerr 2\n"
     assert e.text == "done"
 
 
 def test_a_figure_is_a_png_with_its_chart_and_a_dataframe_html(guest: Guest) -> None:
-    e = guest.run("import matplotlib.pyplot as plt\nprint('plotting')\n"
-                  "plt.plot([1, 2, 3], [2, 4, 8])\nplt.title('T')\nplt.show()")  # fmt: skip
+    e = guest.run(
+        "import matplotlib.pyplot as plt\nprint('plotting')\n"
+        "plt.plot([1, 2, 3], [2, 4, 8])\nplt.title('T')\nplt.show()"
+    )
     assert e.logs.stdout == ["plotting\n"]
     png = [r for r in e.results if r.png]
     assert png and png[0].png.startswith("iVBOR")  # base64 of the PNG signature
@@ -139,14 +166,15 @@ def test_env_vars_hold_for_one_execution(guest: Guest) -> None:
     e = guest.run("import os; os.environ['AENV_T']", env_vars={"AENV_T": "v1"})
     assert e.text == "v1"
     assert guest.run("import os; os.environ.get('AENV_T', 'gone')").text == "gone"
-    e = guest.run("echo \"$AENV_T\"", language="bash", env_vars={"AENV_T": "it's"})
+    e = guest.run('echo "$AENV_T"', language="bash", env_vars={"AENV_T": "it's"})
     assert e.logs.stdout == ["it's\n"]
-    assert guest.run("echo \"${AENV_T-gone}\"", language="bash").logs.stdout == ["gone\n"]
+    assert guest.run('echo "${AENV_T-gone}"', language="bash").logs.stdout == ["gone\n"]
 
 
 def test_contexts_are_isolated_listed_restarted_removed(guest: Guest, tmp_path: Path) -> None:
-    r = httpx.post(f"{guest.url}/contexts", json={"language": "python", "cwd": str(tmp_path)},
-                   timeout=120)  # fmt: skip
+    r = httpx.post(
+        f"{guest.url}/contexts", json={"language": "python", "cwd": str(tmp_path)}, timeout=120
+    )
     assert r.status_code == 200, r.text
     ctx = Context.from_json(r.json())
     assert ctx.language == "python" and ctx.cwd == str(tmp_path)
@@ -168,8 +196,9 @@ def test_contexts_are_isolated_listed_restarted_removed(guest: Guest, tmp_path: 
 def test_bad_requests_are_4xx(guest: Guest) -> None:
     r = httpx.post(f"{guest.url}/execute", json={"code": "1", "language": "cobol"})
     assert r.status_code == 400
-    r = httpx.post(f"{guest.url}/execute", json={"code": "1", "language": "python",
-                                                 "context_id": "x"})  # fmt: skip
+    r = httpx.post(
+        f"{guest.url}/execute", json={"code": "1", "language": "python", "context_id": "x"}
+    )
     assert r.status_code == 400
     r = httpx.post(f"{guest.url}/contexts", json={"cwd": "/no/such/dir"})
     assert r.status_code == 400
@@ -192,8 +221,12 @@ def test_bash_keeps_its_state_and_reports_a_failure(guest: Guest) -> None:
     guest.run("cd /tmp && V=42", language="bash")
     out: list[OutputMessage] = []
     e = Execution()
-    with httpx.stream("POST", f"{guest.url}/execute", timeout=30,
-                      json={"code": "echo $V $PWD; ls /no-such-path", "language": "bash"}) as r:
+    with httpx.stream(
+        "POST",
+        f"{guest.url}/execute",
+        timeout=30,
+        json={"code": "echo $V $PWD; ls /no-such-path", "language": "bash"},
+    ) as r:
         for line in r.iter_lines():
             parse_output(e, line, on_stdout=out.append, on_stderr=out.append)
     assert e.logs.stdout == ["42 /tmp\n"] and e.logs.stderr

@@ -49,9 +49,9 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
-async def read_envelopes(reader: asyncio.StreamReader, parser: EnvelopeParser, want: int) -> list[
-    tuple[int, bytes]
-]:
+async def read_envelopes(
+    reader: asyncio.StreamReader, parser: EnvelopeParser, want: int
+) -> list[tuple[int, bytes]]:
     """De-chunk the response body until `want` envelopes arrived."""
     got: list[tuple[int, bytes]] = []
     while len(got) < want:
@@ -81,11 +81,11 @@ async def exchange(messages: list[dict[str, Any]]) -> list[tuple[int, dict[str, 
             if msg.get("fail"):
                 break
             # full duplex: the answer comes while the request body is still open
-            (flags, payload), = await read_envelopes(reader, parser, 1)
+            ((flags, payload),) = await read_envelopes(reader, parser, 1)
             out.append((flags, json.loads(payload)))
         writer.write(b"0\r\n\r\n")
         await writer.drain()
-        (flags, payload), = await read_envelopes(reader, parser, 1)
+        ((flags, payload),) = await read_envelopes(reader, parser, 1)
         out.append((flags, json.loads(payload)))
         return out
     finally:

@@ -54,8 +54,12 @@ def test_reading_etc_shadow_as_the_user_is_refused(envd: Envd, sandbox: Sandbox)
     assert body["code"] == 403 and "permission denied" in body["message"]
     r = httpx.get(url, params={"path": "/etc/shadow", "username": envd.user}, headers=token)
     assert r.status_code == 403
-    assert httpx.get(url, params={"path": "/etc/shadow", "username": "root"},
-                     headers=token).status_code == 200  # fmt: skip
+    assert (
+        httpx.get(
+            url, params={"path": "/etc/shadow", "username": "root"}, headers=token
+        ).status_code
+        == 200
+    )
     with pytest.raises(SandboxException, match=DENIED):
         sandbox.files.read("/etc/shadow")
     shadow = sandbox.files.read("/etc/shadow", format="bytes", user="root")
@@ -63,11 +67,16 @@ def test_reading_etc_shadow_as_the_user_is_refused(envd: Envd, sandbox: Sandbox)
         assert hashlib.sha256(shadow).digest() == hashlib.sha256(f.read()).digest()
 
 
-def test_writes_need_the_users_permission(sandbox: Sandbox, root_dirs: tuple[str, str],
-                                          workdir: str, test_user: str) -> None:  # fmt: skip
+def test_writes_need_the_users_permission(
+    sandbox: Sandbox, root_dirs: tuple[str, str], workdir: str, test_user: str
+) -> None:
     private, readonly = root_dirs
-    for target in (f"{private}/new.txt", f"{readonly}/new.txt", f"{readonly}/sub/new.txt",
-                   f"{readonly}/file.txt"):  # fmt: skip
+    for target in (
+        f"{private}/new.txt",
+        f"{readonly}/new.txt",
+        f"{readonly}/sub/new.txt",
+        f"{readonly}/file.txt",
+    ):
         with pytest.raises(SandboxException, match=DENIED):
             sandbox.files.write(target, "x")
         with pytest.raises(SandboxException, match=DENIED):

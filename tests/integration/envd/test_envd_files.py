@@ -221,9 +221,7 @@ async def test_async_files(async_sandbox: AsyncSandbox, workdir: str) -> None:
     assert await async_sandbox.files.read(f"{workdir}/b.txt", gzip=True) == "plain"
 
 
-def test_reading_a_file_that_is_being_rewritten_never_hangs(
-    sandbox: Sandbox, workdir: str
-) -> None:
+def test_reading_a_file_that_is_being_rewritten_never_hangs(sandbox: Sandbox, workdir: str) -> None:
     """A file truncated and rewritten all the time (a counter a guest process keeps
     writing): every read answers at once, with a version or the part of one a racing write
     had put there (never a length it no longer has). envd used to

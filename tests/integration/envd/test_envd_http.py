@@ -209,11 +209,16 @@ def test_chunked_multipart_upload_with_boundary_lookalikes(envd: Envd, workdir: 
         f"{workdir}/mp/b.bin": delim[:-3] + os.urandom(2_000_000),
         f"{workdir}/mp/c/d.bin": os.urandom(1000) + delim[:5] + os.urandom(100_000),
     }
-    body = b"".join(
-        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{path}"\r\n'
-        f"Content-Type: application/octet-stream\r\n\r\n".encode() + data + b"\r\n"
-        for path, data in files.items()
-    ) + f"--{boundary}--\r\n".encode()
+    body = (
+        b"".join(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{path}"\r\n'
+            f"Content-Type: application/octet-stream\r\n\r\n".encode()
+            + data
+            + b"\r\n"
+            for path, data in files.items()
+        )
+        + f"--{boundary}--\r\n".encode()
+    )
     # A chunk edge inside every real boundary (1 byte in, halfway, all but 1 byte) and
     # every look-alike, with long chunks in between.
     edges = {0, len(body), *range(0, len(body), 700_001)}
@@ -288,9 +293,7 @@ def test_golden_requests_from_sdk_capture(envd: Envd, row: dict[str, Any]) -> No
     route = str(row["path"]).split("?")[0]
     method = str(row["method"])
     if "envelopes" in row:
-        body = b"".join(
-            envelope(str(e["msg"]).encode(), int(e["flags"])) for e in row["envelopes"]
-        )
+        body = b"".join(envelope(str(e["msg"]).encode(), int(e["flags"])) for e in row["envelopes"])
         with httpx.stream(method, url, content=iter([body]), headers=sent, timeout=10) as r:
             assert r.status_code == 200
             assert r.headers["content-type"] == "application/connect+json"

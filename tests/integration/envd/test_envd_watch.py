@@ -48,6 +48,7 @@ def test_sync_watcher_recursive_with_entries(sandbox: Sandbox, workdir: str) -> 
     eventually_sync(created)
     entry = next(e.entry for e in events if e.name == "sub/deep.txt" and e.entry)
     assert entry is not None and entry.path == f"{workdir}/sub/deep.txt"
+
     # a directory created after the watch started is watched too
     def saw(name: str) -> bool:
         events.extend(w.get_new_events())

@@ -105,24 +105,51 @@ def boot(
         cmdline = kernel_cmdline(image, ip="10.0.2.15/24", gw="10.0.2.2", debug=debug, extra=extra)
     argv = [
         "qemu-system-x86_64",
-        "-machine", "microvm,memory-backend=mem",
-        "-accel", "tcg", "-cpu", "max", "-m", f"{mem_mb}M",
-        "-nodefaults", "-no-reboot", "-display", "none", "-serial", f"file:{log}",
-        "-object", f"memory-backend-file,id=mem,size={mem_mb}M,mem-path={shm / 'ram'},share=on",
-        "-kernel", str(image.kernel), "-initrd", str(image.initrd),
-        "-append", cmdline,
-        "-drive", f"id=root,file={overlay},format=qcow2,if=none",
-        "-device", "virtio-blk-device,drive=root",
-        "-drive", f"id=rt,file={runtime.path},format=raw,if=none,readonly=on",
-        "-device", "virtio-blk-device,drive=rt",
-    ]  # fmt: skip
+        "-machine",
+        "microvm,memory-backend=mem",
+        "-accel",
+        "tcg",
+        "-cpu",
+        "max",
+        "-m",
+        f"{mem_mb}M",
+        "-nodefaults",
+        "-no-reboot",
+        "-display",
+        "none",
+        "-serial",
+        f"file:{log}",
+        "-object",
+        f"memory-backend-file,id=mem,size={mem_mb}M,mem-path={shm / 'ram'},share=on",
+        "-kernel",
+        str(image.kernel),
+        "-initrd",
+        str(image.initrd),
+        "-append",
+        cmdline,
+        "-drive",
+        f"id=root,file={overlay},format=qcow2,if=none",
+        "-device",
+        "virtio-blk-device,drive=root",
+        "-drive",
+        f"id=rt,file={runtime.path},format=raw,if=none,readonly=on",
+        "-device",
+        "virtio-blk-device,drive=rt",
+    ]
     if forward_port is not None:
         argv += [
-            "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{forward_port}-:{ENVD_PORT}",
-            "-device", f"virtio-net-device,netdev=n0,mac={GUEST_MAC}",
-        ]  # fmt: skip
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+            "-netdev",
+            f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{forward_port}-:{ENVD_PORT}",
+            "-device",
+            f"virtio-net-device,netdev=n0,mac={GUEST_MAC}",
+        ]
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     vm = BootedVM(proc, log)
     try:
         yield vm

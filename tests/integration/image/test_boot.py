@@ -168,7 +168,8 @@ def test_nothing_left_behind() -> None:
     assert str(cache_root()) not in mounts
     # a build by another suite may be in progress right now; a stale one would be old
     stale = [
-        p for p in cache_root().iterdir()
+        p
+        for p in cache_root().iterdir()
         if p.name.startswith(".tmp-") and time.time() - p.stat().st_mtime > 300
-    ]  # fmt: skip
+    ]
     assert stale == []

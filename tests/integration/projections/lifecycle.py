@@ -85,18 +85,21 @@ async def build_lifecycle(bus: Bus, build_id: str, *, fail: bool) -> Version:
     spec = bd.BuildSpec(from_template="base", steps=(bd.BuildStep(type="RUN", args=("x",)),))
     line = bd.BuildLogEntry(at=at(3), message="out", step="1")
     commands: list[bd.BuildCommand] = [
-        bd.RequestTemplateBuild(build_id=build_id, template_id="tpl", alias="tpl",
-                                team_id="team1", at=at(0)),
+        bd.RequestTemplateBuild(
+            build_id=build_id, template_id="tpl", alias="tpl", team_id="team1", at=at(0)
+        ),
         bd.StartTemplateBuild(build_id=build_id, spec=spec, at=at(1)),
         bd.LogTemplateBuild(build_id=build_id, entries=(line, line), at=at(3)),
         bd.LogTemplateBuild(build_id=build_id, entries=(line,), at=at(4)),
-        bd.CompleteTemplateBuild(build_id=build_id, error="boom" if fail else None,
-                                 step="1" if fail else None, at=at(5)),
-    ]  # fmt: skip
+        bd.CompleteTemplateBuild(
+            build_id=build_id, error="boom" if fail else None, step="1" if fail else None, at=at(5)
+        ),
+    ]
     version = Version(0, 0)
     for cmd in commands:
         state, version = await bus.builds.load(build_id)
         ctx = MessageContext(causation_id=cmd.command_id, actor="builder")
-        version = await bus.builds.append(build_id, version, bd.decide_build(state, cmd),
-                                          context=ctx)  # fmt: skip
+        version = await bus.builds.append(
+            build_id, version, bd.decide_build(state, cmd), context=ctx
+        )
     return version

@@ -134,8 +134,9 @@ async def test_a_snapshot_stays_on_the_node_that_took_it(
     await step(bus, sb.CreateSandbox(sandbox_id=sid, template_id="base", team_id="t", at=at(0)))
     await step(bus, sb.CompleteCreate(sandbox_id=sid, node_id="taker", at=at(1)))
     await step(bus, sb.SnapshotSandbox(sandbox_id=sid, snapshot_id=f"{sid}-s", at=at(2)))
-    await step(bus, sb.CompleteSnapshot(sandbox_id=sid, snapshot_id=f"{sid}-s", at=at(3),
-                                        node_id="taker"))  # fmt: skip
+    await step(
+        bus, sb.CompleteSnapshot(sandbox_id=sid, snapshot_id=f"{sid}-s", at=at(3), node_id="taker")
+    )
     # an event from before the node was recorded: answered by the sandbox's node
     await step(bus, sb.SnapshotSandbox(sandbox_id=sid, snapshot_id=f"{sid}-old", at=at(4)))
     await step(bus, sb.CompleteSnapshot(sandbox_id=sid, snapshot_id=f"{sid}-old", at=at(5)))
@@ -161,8 +162,9 @@ async def test_sandbox_census_counts_live_states_by_node(
     await step(bus, sb.PauseSandbox(sandbox_id=ids[0]))
     await step(bus, sb.CompletePause(sandbox_id=ids[0]))
     await kill(bus, ids[1])
-    v = await step(bus, sb.CreateSandbox(sandbox_id=new_sandbox_id(), template_id="base",
-                                         team_id="t"))  # fmt: skip
+    v = await step(
+        bus, sb.CreateSandbox(sandbox_id=new_sandbox_id(), template_id="base", team_id="t")
+    )
     await projectors["sandboxes"].wait_for(v.seq)
     async with engine.connect() as conn:
         rows = await queries.sandbox_census(conn)

@@ -120,8 +120,10 @@ async def test_rebuild_reproduces_the_live_tables(
         ),
     )
     builds = [await build_lifecycle(bus, str(uuid.uuid4()), fail=f) for f in (False, True)]
-    volumes = [await _volume_lifecycle(bus, name, destroy=d)
-               for name, d in (("kept", False), ("gone", True))]  # fmt: skip
+    volumes = [
+        await _volume_lifecycle(bus, name, destroy=d)
+        for name, d in (("kept", False), ("gone", True))
+    ]
     last = await bus.sandboxes.version(sid)
     await projectors["sandboxes"].wait_for(last.seq)
     await projectors["template_builds"].wait_for(max(b.seq for b in builds))
@@ -151,14 +153,20 @@ async def _volume_lifecycle(bus: Bus, name: str, *, destroy: bool) -> Version:
     steps: list[vo.AnyVolumeCommand] = [
         vo.CreateVolume(volume_id=vid, team_id="team1", name=name, token_sha256="a" * 64, at=T0),
         vo.AttachVolume(volume_id=vid, holder="sbx1", node_id="n1", at=T0),
-        vo.ReleaseVolume(volume_id=vid, holder="sbx1", node_id="n1", at=T0,
-                         version=vo.VolumeVersion(key=f"vol-{vid}-sbx1", size_bytes=4096,
-                                                  node_id="n1")),
+        vo.ReleaseVolume(
+            volume_id=vid,
+            holder="sbx1",
+            node_id="n1",
+            at=T0,
+            version=vo.VolumeVersion(key=f"vol-{vid}-sbx1", size_bytes=4096, node_id="n1"),
+        ),
         vo.AttachVolume(volume_id=vid, holder="sbx2", node_id="n2", at=T0),
-    ]  # fmt: skip
+    ]
     if destroy:
-        steps += [vo.ReleaseVolume(volume_id=vid, holder="sbx2", at=T0),
-                  vo.DestroyVolume(volume_id=vid, at=T0)]  # fmt: skip
+        steps += [
+            vo.ReleaseVolume(volume_id=vid, holder="sbx2", at=T0),
+            vo.DestroyVolume(volume_id=vid, at=T0),
+        ]
     version = bus.volumes.NEW
     for cmd in steps:
         _, version, _ = await execute(bus.volumes, cmd)

@@ -53,8 +53,9 @@ def decoy() -> Iterator[None]:
     server = None
     try:
         with IPRoute() as ipr:
-            ipr.link("add", ifname=HOST_IF, kind="veth",
-                     peer={"ifname": NS_IF, "net_ns_fd": DECOY_NS})  # fmt: skip
+            ipr.link(
+                "add", ifname=HOST_IF, kind="veth", peer={"ifname": NS_IF, "net_ns_fd": DECOY_NS}
+            )
             idx = ipr.link_lookup(ifname=HOST_IF)[0]
             ipr.addr("add", index=idx, address=HOST_IP, prefixlen=24)
             ipr.link("set", index=idx, state="up")
@@ -64,8 +65,9 @@ def decoy() -> Iterator[None]:
             ns.link("set", index=v, state="up")
         server = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{DECOY_NS}", sys.executable, "-c", SERVER],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         yield
     finally:
@@ -84,9 +86,14 @@ async def test_allowed_egress_is_forwarded_and_natted_the_rest_stays_in(
     forward_before = IP_FORWARD.read_text()
     # its own slot range: guest addresses of this runtime never reappear as another
     # runtime's (the SDK's process-wide connection pool would reuse a dead keep-alive)
-    rt = await Runtime.open(tmp_path / "egress", kernel_for_probe=guest_image.kernel,
-                            pool_target=0, slot_prefix=tagged("aenvu"), slot_cidr="10.214.0.0/24",
-                            egress=True)  # fmt: skip
+    rt = await Runtime.open(
+        tmp_path / "egress",
+        kernel_for_probe=guest_image.kernel,
+        pool_target=0,
+        slot_prefix=tagged("aenvu"),
+        slot_cidr="10.214.0.0/24",
+        egress=True,
+    )
     try:
         allowed = EgressPolicy(internet=False, allow=("198.51.100.0/24",))
         (out, _), (closed, _) = await asyncio.gather(

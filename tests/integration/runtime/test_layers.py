@@ -42,8 +42,9 @@ async def test_compact_flattens_a_chain_over_the_base(tmp_path: Path) -> None:
     store = LayerStore(tmp_path / "layers")
 
     def io(cmd: str, image: Path) -> str:
-        return subprocess.run(["qemu-io", "-c", cmd, str(image)], capture_output=True,
-                              text=True, check=True).stdout  # fmt: skip
+        return subprocess.run(
+            ["qemu-io", "-c", cmd, str(image)], capture_output=True, text=True, check=True
+        ).stdout
 
     l0 = await store.create_top(base, backing_raw=True)
     io("write -P 0x61 0 64k", l0)  # under the top: what was lost
@@ -54,8 +55,14 @@ async def test_compact_flattens_a_chain_over_the_base(tmp_path: Path) -> None:
     io("write -P 0x64 0 4k", top)  # over a lower layer's write
     flat = await store.compact(top)
     assert await store.chain(flat) == [flat, base]
-    for cmd in ("read -P 0x64 0 4k", "read -P 0x61 4k 60k", "read -P 0x62 1M 64k",
-                "read -P 0x63 2M 4k", f"read -P 0x5a {8 << 20} 64k", "read -P 0 4M 64k"):
+    for cmd in (
+        "read -P 0x64 0 4k",
+        "read -P 0x61 4k 60k",
+        "read -P 0x62 1M 64k",
+        "read -P 0x63 2M 4k",
+        f"read -P 0x5a {8 << 20} 64k",
+        "read -P 0 4M 64k",
+    ):
         assert "Pattern verification failed" not in io(cmd, flat), cmd
 
 

@@ -36,8 +36,13 @@ async def test_oci_template_boots_and_runs_through_envd(runtime: Runtime, tmp_pa
     image = await asyncio.to_thread(
         build_from_oci, layout, "runtime-oci-test", progress=lambda m: None, force=True
     )
-    vm = await runtime.boot(kernel=image.kernel, initrd=image.initrd, rootfs=image.rootfs,
-                            cmdline=kernel_cmdline(image), mem_mib=256)  # fmt: skip
+    vm = await runtime.boot(
+        kernel=image.kernel,
+        initrd=image.initrd,
+        rootfs=image.rootfs,
+        cmdline=kernel_cmdline(image),
+        mem_mib=256,
+    )
     try:
         await runtime.wait_envd(vm)
         s = sdk(vm)

@@ -29,9 +29,14 @@ def init_body(vm_id: str) -> dict[str, object]:
 async def release(vm_host: str) -> dict[str, object]:
     import json
 
-    status, body = await http_request(vm_host, 49983, "POST", "/volumes/release",
-                                      json.dumps({"paths": [VOL.path]}).encode(),
-                                      timeout=20)  # fmt: skip
+    status, body = await http_request(
+        vm_host,
+        49983,
+        "POST",
+        "/volumes/release",
+        json.dumps({"paths": [VOL.path]}).encode(),
+        timeout=20,
+    )
     assert status == 200, body
     doc: dict[str, object] = json.loads(body)
     return doc
@@ -46,8 +51,9 @@ async def test_a_volume_in_a_slot_is_mounted_written_and_kept(
         image = await images.prepare("vol1", None, "sbx-a")
     assert image.stat().st_size == 64 << 30 and image.stat().st_blocks * 512 < 64 << 20
 
-    vm, _ = await runtime.restore(template, private_memory=False, init=init_body("a"),
-                                  volumes=(image,))  # fmt: skip
+    vm, _ = await runtime.restore(
+        template, private_memory=False, init=init_body("a"), volumes=(image,)
+    )
     try:
         s = sdk(vm)
         out = await asyncio.to_thread(
@@ -65,8 +71,9 @@ async def test_a_volume_in_a_slot_is_mounted_written_and_kept(
         digest = lines[2].split()[0]
         # a memory pause and resume: the mount and its data are still there
         snap = await runtime.capture(vm, resume=False, detach=True)
-        vm, _ = await runtime.restore(snap, private_memory=False, adopt_memory=True,
-                                      init=init_body("a"), volumes=(image,))  # fmt: skip
+        vm, _ = await runtime.restore(
+            snap, private_memory=False, adopt_memory=True, init=init_body("a"), volumes=(image,)
+        )
         s = sdk(vm)
         again = await asyncio.to_thread(lambda: s.commands.run("cat /mnt/data/small.txt"))
         assert again.stdout == "hello\n"
@@ -94,8 +101,9 @@ async def test_a_volume_in_a_slot_is_mounted_written_and_kept(
     assert made["uid"] == 1000 and made["mode"] == 0o640  # its parent's owner
 
     # a second VM of the same template gets the image in another slot order: found by serial
-    vm2, _ = await runtime.restore(template, private_memory=False, init=init_body("b"),
-                                   volumes=(image,))  # fmt: skip
+    vm2, _ = await runtime.restore(
+        template, private_memory=False, init=init_body("b"), volumes=(image,)
+    )
     try:
         s2 = sdk(vm2)
         got = await asyncio.to_thread(
@@ -114,7 +122,8 @@ async def test_a_capture_without_slots_refuses_volumes(
 
     from workers.node.vmm import BASE_DEVICES, SnapshotIncompatible
 
-    old = dataclasses.replace(template, machine=dataclasses.replace(template.machine,
-                                                                     devices=BASE_DEVICES))
+    old = dataclasses.replace(
+        template, machine=dataclasses.replace(template.machine, devices=BASE_DEVICES)
+    )
     with pytest.raises(SnapshotIncompatible, match="volume slots"):
         await runtime.restore(old, volumes=(tmp_path / "img",))

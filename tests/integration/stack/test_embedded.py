@@ -56,25 +56,32 @@ async def test_embedded_s3_round_trips_an_object(tmp_path: Path) -> None:
     try:
         session = aioboto3.Session()
         async with session.client(
-            "s3", endpoint_url=ep.url, aws_access_key_id=ep.access_key,
-            aws_secret_access_key=ep.secret_key, region_name=ep.region,
-        ) as s3:  # fmt: skip
+            "s3",
+            endpoint_url=ep.url,
+            aws_access_key_id=ep.access_key,
+            aws_secret_access_key=ep.secret_key,
+            region_name=ep.region,
+        ) as s3:
             await s3.create_bucket(Bucket="aenv-test")
             await s3.put_object(Bucket="aenv-test", Key="k", Body=b"layer-bytes")
             got = await s3.get_object(Bucket="aenv-test", Key="k")
             assert await got["Body"].read() == b"layer-bytes"
         async with session.client(
-            "s3", endpoint_url=ep.url, aws_access_key_id=ep.access_key,
-            aws_secret_access_key="wrong", region_name=ep.region,
-        ) as bad:  # fmt: skip
+            "s3",
+            endpoint_url=ep.url,
+            aws_access_key_id=ep.access_key,
+            aws_secret_access_key="wrong",
+            region_name=ep.region,
+        ) as bad:
             with pytest.raises(Exception, match=r"SignatureDoesNotMatch|AccessDenied|Forbidden"):
                 await bad.get_object(Bucket="aenv-test", Key="k")
     finally:
         await svc.stop()
 
 
-async def _killed_and_back(process: ManagedProcess, start: Callable[[], Awaitable[object]],
-                           timeout: float) -> list[str]:  # fmt: skip
+async def _killed_and_back(
+    process: ManagedProcess, start: Callable[[], Awaitable[object]], timeout: float
+) -> list[str]:
     """SIGKILL the server under `keep_running`; returns the supervisor's lines once a new
     process answers."""
     said: list[str] = []
@@ -119,9 +126,13 @@ async def test_a_killed_seaweedfs_comes_back_with_its_objects(tmp_path: Path) ->
     session = aioboto3.Session()
 
     def client() -> Any:
-        return session.client("s3", endpoint_url=ep.url, aws_access_key_id=ep.access_key,
-                              aws_secret_access_key=ep.secret_key,
-                              region_name=ep.region)  # fmt: skip
+        return session.client(
+            "s3",
+            endpoint_url=ep.url,
+            aws_access_key_id=ep.access_key,
+            aws_secret_access_key=ep.secret_key,
+            region_name=ep.region,
+        )
 
     try:
         async with client() as s3:

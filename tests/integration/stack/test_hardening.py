@@ -28,8 +28,12 @@ async def test_embedded_nats_refuses_a_client_without_its_credentials(tmp_path: 
     url = await svc.start()
     try:
         with pytest.raises((NatsError, OSError)):
-            await nats.connect(f"nats://127.0.0.1:{svc.port}", allow_reconnect=False,
-                               max_reconnect_attempts=0, connect_timeout=3)  # fmt: skip
+            await nats.connect(
+                f"nats://127.0.0.1:{svc.port}",
+                allow_reconnect=False,
+                max_reconnect_attempts=0,
+                connect_timeout=3,
+            )
         nc = await nats.connect(url, allow_reconnect=False)  # what stack.json says
         assert (await nc.jetstream().account_info()).limits is not None
         await nc.close()
@@ -58,8 +62,9 @@ async def _refused(dsn: str) -> bool:
 async def _rights(url: str) -> tuple[bool, bool, bool]:
     conn = await asyncpg.connect(url)
     try:
-        row = await conn.fetchrow("SELECT rolsuper, rolcreaterole, rolcreatedb FROM pg_roles "
-                                  "WHERE rolname = current_user")  # fmt: skip
+        row = await conn.fetchrow(
+            "SELECT rolsuper, rolcreaterole, rolcreatedb FROM pg_roles WHERE rolname = current_user"
+        )
         assert row is not None
         return row["rolsuper"], row["rolcreaterole"], row["rolcreatedb"]
     finally:
@@ -106,14 +111,40 @@ async def _trust_initialised(pgdata: Path) -> None:
         if p == Path("/"):
             break
         os.chmod(p, os.stat(p).st_mode | 0o011)
-    subprocess.run([str(bin_ / "initdb"), "-D", str(pgdata), "-U", "postgres", "-A", "trust",
-                    "-E", "UTF8", "--no-instructions"],
-                   check=True, capture_output=True, user=PG_USER)  # fmt: skip
+    subprocess.run(
+        [
+            str(bin_ / "initdb"),
+            "-D",
+            str(pgdata),
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--no-instructions",
+        ],
+        check=True,
+        capture_output=True,
+        user=PG_USER,
+    )
     port = free_port()
-    server = ManagedProcess("postgres", [str(bin_ / "postgres"), "-D", str(pgdata), "-p",
-                                         str(port), "-c", "listen_addresses=127.0.0.1", "-k",
-                                         str(pgdata.parent)],
-                            pgdata.parent / "old.log", user=PG_USER)  # fmt: skip
+    server = ManagedProcess(
+        "postgres",
+        [
+            str(bin_ / "postgres"),
+            "-D",
+            str(pgdata),
+            "-p",
+            str(port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-k",
+            str(pgdata.parent),
+        ],
+        pgdata.parent / "old.log",
+        user=PG_USER,
+    )
     server.start()
     try:
         for _ in range(100):
@@ -136,7 +167,7 @@ async def _trust_initialised(pgdata: Path) -> None:
             CREATE MATERIALIZED VIEW counted AS SELECT count(*) FROM sandboxes;
             CREATE SCHEMA side; CREATE TABLE side.t (id bigint GENERATED ALWAYS AS IDENTITY);
             CREATE FUNCTION one() RETURNS int LANGUAGE sql AS 'SELECT 1';
-        """)  # fmt: skip
+        """)
         await conn.close()
     finally:
         await server.stop()
@@ -164,10 +195,20 @@ async def test_a_trust_initialised_data_dir_is_upgraded_in_place(tmp_path: Path)
                 WHERE proname = 'one'
                 UNION ALL SELECT datname, pg_get_userbyid(datdba) FROM pg_database
                 WHERE datname = 'aenv'
-            """)  # fmt: skip
+            """)
             assert {r["relname"] for r in owners} >= {
-                "sandboxes", "sandboxes_id_seq", "loose_seq", "tokens", "counted", "t",
-                "t_id_seq", "side", "mood", "one", "aenv"}  # fmt: skip
+                "sandboxes",
+                "sandboxes_id_seq",
+                "loose_seq",
+                "tokens",
+                "counted",
+                "t",
+                "t_id_seq",
+                "side",
+                "mood",
+                "one",
+                "aenv",
+            }
             assert {r["relname"]: r["owner"] for r in owners if r["owner"] != "aenv"} == {}
             # what an owner may do, and a migration does
             await conn.execute("ALTER TABLE sandboxes ADD COLUMN extra int")

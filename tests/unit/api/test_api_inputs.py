@@ -52,8 +52,13 @@ def test_build_ids_are_uuids() -> None:
 
 
 def test_metadata_and_env_vars_are_bounded() -> None:
-    NewSandbox.model_validate({"templateID": "base", "metadata": {"k": "v" * (MAX_METADATA - 1)},
-                               "envVars": {"E": "e" * (MAX_ENV_VARS - 1)}})  # fmt: skip
+    NewSandbox.model_validate(
+        {
+            "templateID": "base",
+            "metadata": {"k": "v" * (MAX_METADATA - 1)},
+            "envVars": {"E": "e" * (MAX_ENV_VARS - 1)},
+        }
+    )
     with pytest.raises(ValidationError, match="metadata take"):
         NewSandbox.model_validate({"templateID": "base", "metadata": {"k": "v" * MAX_METADATA}})
     with pytest.raises(ValidationError, match="envVars take"):

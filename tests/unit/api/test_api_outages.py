@@ -23,11 +23,15 @@ def _app(exc: Exception) -> Litestar:
 
 @pytest.mark.parametrize(
     "exc",
-    [NatsTimeout(), NoServersError(), PublishError("no stream ack"),
-     InterfaceError("select 1", {}, ConnectionResetError("connection was closed")),
-     ConnectionRefusedError(111, "refused")],
+    [
+        NatsTimeout(),
+        NoServersError(),
+        PublishError("no stream ack"),
+        InterfaceError("select 1", {}, ConnectionResetError("connection was closed")),
+        ConnectionRefusedError(111, "refused"),
+    ],
     ids=["nats-timeout", "no-servers", "publish", "db-closed", "refused"],
-)  # fmt: skip
+)
 def test_an_outage_is_503_with_retry_after(exc: Exception) -> None:
     with TestClient(_app(exc)) as client:
         r = client.get("/boom")

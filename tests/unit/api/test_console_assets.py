@@ -15,8 +15,9 @@ VENDOR = STATIC / "vendor"
 
 
 def test_vendored_files_match_what_the_script_recorded() -> None:
-    lines = [ln for ln in (VENDOR / "VERSIONS").read_text().splitlines()
-             if ln and not ln.startswith("#")]  # fmt: skip
+    lines = [
+        ln for ln in (VENDOR / "VERSIONS").read_text().splitlines() if ln and not ln.startswith("#")
+    ]
     recorded = {}
     for ln in lines:
         digest, name = ln.split()[:2]

@@ -18,10 +18,12 @@ from projections import HistoryLine
 T0 = datetime(2026, 12, 1, 15, 38, 25, tzinfo=UTC)
 
 
-def _line(seq: int, kind: str, ms: int, cause: uuid.UUID, actor: str | None = "k1",
-          **details: object) -> HistoryLine:  # fmt: skip
-    return HistoryLine(seq, seq, T0 + timedelta(milliseconds=ms), kind, actor, cause, cause,
-                       dict(details), "sbx1")  # fmt: skip
+def _line(
+    seq: int, kind: str, ms: int, cause: uuid.UUID, actor: str | None = "k1", **details: object
+) -> HistoryLine:
+    return HistoryLine(
+        seq, seq, T0 + timedelta(milliseconds=ms), kind, actor, cause, cause, dict(details), "sbx1"
+    )
 
 
 def test_an_outcome_carries_how_long_after_its_request_it_came() -> None:
@@ -43,8 +45,12 @@ def test_an_outcome_carries_how_long_after_its_request_it_came() -> None:
 
 def test_failures_and_refusals_read_as_failed_and_the_platform_as_aenv() -> None:
     c = uuid.uuid4()
-    out = steps([_line(1, "SandboxFailed", 0, c, actor=None, reason="no room"),
-                 _line(2, "CommandRejected", 5, uuid.uuid4(), code="conflict")])
+    out = steps(
+        [
+            _line(1, "SandboxFailed", 0, c, actor=None, reason="no room"),
+            _line(2, "CommandRejected", 5, uuid.uuid4(), code="conflict"),
+        ]
+    )
     assert [s.kind for s in out] == ["failed", "failed"]
     assert out[0].actor == actor_label(None) == "aenv"
 
@@ -56,16 +62,25 @@ def test_a_summary_is_one_line_of_what_tells_the_event_apart() -> None:
 
 
 def test_the_life_bar_holds_each_status_for_as_long_as_it_lasted() -> None:
-    points = [(T0, "creating"), (T0 + timedelta(seconds=0.2), "running"),
-              (T0 + timedelta(seconds=10), "running"),  # a TTL set: no change
-              (T0 + timedelta(seconds=60), "pausing"), (T0 + timedelta(seconds=60.1), "paused")]
+    points = [
+        (T0, "creating"),
+        (T0 + timedelta(seconds=0.2), "running"),
+        (T0 + timedelta(seconds=10), "running"),  # a TTL set: no change
+        (T0 + timedelta(seconds=60), "pausing"),
+        (T0 + timedelta(seconds=60.1), "paused"),
+    ]
     segs = lifeline(points, T0 + timedelta(seconds=120))
     assert [(s.state, round(s.seconds, 1)) for s in segs] == [
-        ("creating", 0.2), ("running", 59.8), ("pausing", 0.1), ("paused", 59.9)]
+        ("creating", 0.2),
+        ("running", 59.8),
+        ("pausing", 0.1),
+        ("paused", 59.9),
+    ]
     assert all(s.share >= 0.01 for s in segs)  # a moment still shows
     assert sum(s.share for s in segs) == pytest.approx(1.0)
-    killed = lifeline([(T0, "running"), (T0 + timedelta(seconds=5), "killed")],
-                      T0 + timedelta(hours=1))  # fmt: skip
+    killed = lifeline(
+        [(T0, "running"), (T0 + timedelta(seconds=5), "killed")], T0 + timedelta(hours=1)
+    )
     assert [(s.state, s.seconds) for s in killed] == [("running", 5.0), ("killed", 0.0)]
 
 
@@ -95,20 +110,48 @@ def test_a_lone_sandbox_has_no_tree_and_a_cycle_never_hangs() -> None:
 
 def test_durations_and_tones_read_at_a_glance() -> None:
     assert [duration(x) for x in (0.085, 12.34, 245, 3720, 90000, None)] == [
-        "85 ms", "12.3 s", "4 min 05 s", "1 h 02 min", "1 d 1 h", "—"]
+        "85 ms",
+        "12.3 s",
+        "4 min 05 s",
+        "1 h 02 min",
+        "1 d 1 h",
+        "—",
+    ]
     assert [tone(s) for s in ("running", "paused", "forking", "killed", "failed")] == [
-        "ok", "paused", "busy", "off", "bad"]
+        "ok",
+        "paused",
+        "busy",
+        "off",
+        "bad",
+    ]
 
 
 def _sandbox(**over: object) -> dict[str, object]:
     row: dict[str, object] = {
-        "sandbox_id": "abc123", "status": "running", "state": "running", "template_id": "base",
-        "alias": "base", "template": "base", "node_id": "n1", "forked_from": None,
-        "cpu_count": 2, "memory_mb": 512, "disk_size_mb": 2048, "envd_version": "0.6.4",
-        "metadata": {"run": "<script>alert(1)</script>"}, "requested_at": T0,
-        "started_at": T0, "end_at": T0 + timedelta(minutes=5), "remaining_s": None,
-        "failure_reason": None, "timeout_s": 300, "on_timeout": "pause", "auto_resume": False,
-        "allow_internet_access": True, "revision": 7, "updated_at": T0,
+        "sandbox_id": "abc123",
+        "status": "running",
+        "state": "running",
+        "template_id": "base",
+        "alias": "base",
+        "template": "base",
+        "node_id": "n1",
+        "forked_from": None,
+        "cpu_count": 2,
+        "memory_mb": 512,
+        "disk_size_mb": 2048,
+        "envd_version": "0.6.4",
+        "metadata": {"run": "<script>alert(1)</script>"},
+        "requested_at": T0,
+        "started_at": T0,
+        "end_at": T0 + timedelta(minutes=5),
+        "remaining_s": None,
+        "failure_reason": None,
+        "timeout_s": 300,
+        "on_timeout": "pause",
+        "auto_resume": False,
+        "allow_internet_access": True,
+        "revision": 7,
+        "updated_at": T0,
     }
     row.update(over)
     return row
@@ -124,37 +167,92 @@ def test_every_fragment_renders_and_escapes_what_users_typed() -> None:
     assert 'data-revision="7"' in out
     paused = render("sandbox.html", s=_sandbox(status="paused", remaining_s=90.0), now=now)
     assert "1 min 30 s left once resumed" in paused
-    listing = render("sandbox_list.html", rows=[_sandbox(), _sandbox(sandbox_id="d2")],
-                     total=120, f=Filters(page=2), pages=3, first=51, now=now)  # fmt: skip
+    listing = render(
+        "sandbox_list.html",
+        rows=[_sandbox(), _sandbox(sandbox_id="d2")],
+        total=120,
+        f=Filters(page=2),
+        pages=3,
+        first=51,
+        now=now,
+    )
     assert "120 sandboxes · 51\u201352 shown" in listing and "page 2 of 3" in listing
     c = uuid.uuid4()
-    history = render("history.html", s=_sandbox(),
-                     steps=steps([_line(1, "SandboxRequested", 0, c),
-                                  _line(2, "SandboxCreated", 30, c)]),
-                     tree=layout(_rows(("abc123", None), ("kid", "abc123")), "abc123"),
-                     life=lifeline([(T0, "creating"), (T0, "running")], now),
-                     box_w=BOX_W, box_h=BOX_H)  # fmt: skip
+    history = render(
+        "history.html",
+        s=_sandbox(),
+        steps=steps([_line(1, "SandboxRequested", 0, c), _line(2, "SandboxCreated", 30, c)]),
+        tree=layout(_rows(("abc123", None), ("kid", "abc123")), "abc123"),
+        life=lifeline([(T0, "creating"), (T0, "running")], now),
+        box_w=BOX_W,
+        box_h=BOX_H,
+    )
     assert re.search(r'<svg id="fork-tree"', history)
     assert 'href="/console/sandboxes/kid"' in history and "30 ms" in history
-    beat = {"node": "n1", "state": "beating", "last_beat_s": 1.2, "accelerator": "tcg",
-            "running": 3, "paused": 1, "uploads_waiting": 0,
-            "room": {"vcpus": 32, "free_vcpus": 29, "mem_mib": 9000, "free_mem_mib": 7000,
-                     "sandboxes": 100, "free_sandboxes": 96},
-            "warm": {"ready": {"base": 2}, "hits": 5, "misses": 1, "mem_mib": 300}}
-    fleet = render("fleet.html", now=now, fleet={"nodes": [beat], "beating": 1, "gone": 0,
-                   "running": 3, "paused": 1, "placement_skew": 1.0},
-                   counts=[("running", 3), ("killed", 0)], total=3, templates=1, warm=2,
-                   builds=[])  # fmt: skip
+    beat = {
+        "node": "n1",
+        "state": "beating",
+        "last_beat_s": 1.2,
+        "accelerator": "tcg",
+        "running": 3,
+        "paused": 1,
+        "uploads_waiting": 0,
+        "room": {
+            "vcpus": 32,
+            "free_vcpus": 29,
+            "mem_mib": 9000,
+            "free_mem_mib": 7000,
+            "sandboxes": 100,
+            "free_sandboxes": 96,
+        },
+        "warm": {"ready": {"base": 2}, "hits": 5, "misses": 1, "mem_mib": 300},
+    }
+    fleet = render(
+        "fleet.html",
+        now=now,
+        fleet={
+            "nodes": [beat],
+            "beating": 1,
+            "gone": 0,
+            "running": 3,
+            "paused": 1,
+            "placement_skew": 1.0,
+        },
+        counts=[("running", 3), ("killed", 0)],
+        total=3,
+        templates=1,
+        warm=2,
+        builds=[],
+    )
     assert "29 / 32" in fleet and "base 2" in fleet and "No builds yet." in fleet
-    build = {"build_id": str(uuid.uuid4()), "template_id": "t", "alias": "t", "status": "error",
-             "reason": "exit 1", "failed_step": "2", "log_count": 3, "cpu_count": 2,
-             "memory_mb": 512, "disk_size_mb": 2048, "requested_at": T0, "started_at": T0,
-             "finished_at": now, "sandbox_id": None}
+    build = {
+        "build_id": str(uuid.uuid4()),
+        "template_id": "t",
+        "alias": "t",
+        "status": "error",
+        "reason": "exit 1",
+        "failed_step": "2",
+        "log_count": 3,
+        "cpu_count": 2,
+        "memory_mb": 512,
+        "disk_size_mb": 2048,
+        "requested_at": T0,
+        "started_at": T0,
+        "finished_at": now,
+        "sandbox_id": None,
+    }
     assert "failed at step 2" in render("build.html", b=build, now=now)
-    tpl = {"template_id": "t", "alias": "t", "cpu_count": 2, "memory_mb": 512,
-           "disk_size_mb": 2048, "tags": {"v1": {}}}
-    assert "v1" in render("templates.html", templates=[(tpl, [build]), (None, [build])],
-                          builds=[build], now=now)  # fmt: skip
+    tpl = {
+        "template_id": "t",
+        "alias": "t",
+        "cpu_count": 2,
+        "memory_mb": 512,
+        "disk_size_mb": 2048,
+        "tags": {"v1": {}},
+    }
+    assert "v1" in render(
+        "templates.html", templates=[(tpl, [build]), (None, [build])], builds=[build], now=now
+    )
     for page in ("page.html", "sandboxes_page.html"):
         assert "aenv console" in render(page, page="fleet", title="Fleet", fragment="/x", poll=3)
     for page in ("sandbox_page.html", "terminal_page.html"):

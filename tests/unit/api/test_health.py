@@ -29,5 +29,8 @@ async def test_a_hung_or_failing_probe_counts_as_down() -> None:
         return None
 
     results = await run({"a": hangs, "b": fails, "c": up}, timeout=0.2)
-    assert results == {"a": "no answer within 0.2s", "b": "ConnectionRefusedError: connect refused",
-                       "c": None}  # fmt: skip
+    assert results == {
+        "a": "no answer within 0.2s",
+        "b": "ConnectionRefusedError: connect refused",
+        "c": None,
+    }

@@ -27,8 +27,13 @@ def test_label_values_cannot_end_the_value_or_the_line() -> None:
     m.observe("GET", forged, 200, 0.01)
     text = render(m)
     parsed = families(text)
-    assert set(parsed) == {"aenv_api_requests", "aenv_api_request_seconds", "aenv_sandboxes",
-                           "aenv_projection_lag_events", "aenv_scrape_errors"}  # fmt: skip
+    assert set(parsed) == {
+        "aenv_api_requests",
+        "aenv_api_request_seconds",
+        "aenv_sandboxes",
+        "aenv_projection_lag_events",
+        "aenv_scrape_errors",
+    }
     requests = [s for s in parsed["aenv_api_requests"] if "route" in s]
     assert {s["route"] for s in requests} == {forged}
     assert {s["route"] for s in parsed["aenv_api_request_seconds"]} == {forged}
@@ -76,8 +81,12 @@ def test_a_failing_refresh_is_counted_and_the_rest_still_answers() -> None:
 
 
 def _samples(text: str, family: str) -> list[tuple[dict[str, str], float]]:
-    return [(dict(s.labels), s.value) for f in text_string_to_metric_families(text)
-            if f.name == family for s in f.samples]  # fmt: skip
+    return [
+        (dict(s.labels), s.value)
+        for f in text_string_to_metric_families(text)
+        if f.name == family
+        for s in f.samples
+    ]
 
 
 def test_route_is_the_template_or_one_shared_value() -> None:

@@ -19,8 +19,9 @@ def home(tmp_path: Path) -> dict[str, str]:
 def _stack(tmp_path: Path, url: str = "http://stack:1", key: str = "e2b_stack") -> Path:
     d = tmp_path / "data"
     d.mkdir()
-    (d / "stack.json").write_text(json.dumps(
-        {"pid": 1, "E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": key}))  # fmt: skip
+    (d / "stack.json").write_text(
+        json.dumps({"pid": 1, "E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": key})
+    )
     return d
 
 
@@ -35,8 +36,12 @@ def test_each_source_overrides_the_ones_below(tmp_path: Path, home: dict[str, st
     write_credentials(credentials_path(home), "http://file:2", "e2b_file")
     c = resolve(data_dir=data, env=home)
     assert (c.api_url, c.api_key, c.sandbox_url) == ("http://file:2", "e2b_file", "http://file:2")
-    env = {**home, "E2B_API_URL": "http://e2b:3", "E2B_API_KEY": "e2b_e2b",
-           "E2B_SANDBOX_URL": "http://e2bsbx:3"}  # fmt: skip
+    env = {
+        **home,
+        "E2B_API_URL": "http://e2b:3",
+        "E2B_API_KEY": "e2b_e2b",
+        "E2B_SANDBOX_URL": "http://e2bsbx:3",
+    }
     c = resolve(data_dir=data, env=env)
     assert (c.api_url, c.sandbox_url, c.api_key) == ("http://e2b:3", "http://e2bsbx:3", "e2b_e2b")
     env |= {"AENV_API_URL": "http://aenv:4/", "AENV_API_KEY": "e2b_aenv"}
@@ -50,8 +55,11 @@ def test_each_source_overrides_the_ones_below(tmp_path: Path, home: dict[str, st
 def test_url_and_key_resolve_independently(tmp_path: Path, home: dict[str, str]) -> None:
     data = _stack(tmp_path)
     c = resolve(api_url="http://flag:5", data_dir=data, env=home)
-    assert (c.api_url, c.api_key, c.sources) == ("http://flag:5", "e2b_stack",
-                                                 ("flag", "stack.json"))  # fmt: skip
+    assert (c.api_url, c.api_key, c.sources) == (
+        "http://flag:5",
+        "e2b_stack",
+        ("flag", "stack.json"),
+    )
 
 
 def test_credentials_are_private(tmp_path: Path, home: dict[str, str]) -> None:

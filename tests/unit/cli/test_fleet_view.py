@@ -5,9 +5,20 @@ from bus.nodes import Heartbeat
 
 
 def _beat(node: str, at: float, running: int, paused: int = 0) -> Heartbeat:
-    return Heartbeat(node_id=node, at=at, every_s=5, capacity=32, free=32 - running,
-                     running=running, paused=paused, vcpus=8, mem_mib=4096, free_vcpus=8 - running,
-                     free_mem_mib=4096 - 512 * running, accelerator="tcg")  # fmt: skip
+    return Heartbeat(
+        node_id=node,
+        at=at,
+        every_s=5,
+        capacity=32,
+        free=32 - running,
+        running=running,
+        paused=paused,
+        vcpus=8,
+        mem_mib=4096,
+        free_vcpus=8 - running,
+        free_mem_mib=4096 - 512 * running,
+        accelerator="tcg",
+    )
 
 
 def test_nodes_totals_and_skew() -> None:
@@ -17,8 +28,14 @@ def test_nodes_totals_and_skew() -> None:
     assert (view["beating"], view["gone"], view["running"], view["paused"]) == (2, 1, 8, 1)
     assert view["placement_skew"] == 1.5  # 6 over a mean of 4
     a = view["nodes"][0]
-    assert a["room"] == {"vcpus": 8, "free_vcpus": 2, "mem_mib": 4096, "free_mem_mib": 1024,
-                         "sandboxes": 32, "free_sandboxes": 26}  # fmt: skip
+    assert a["room"] == {
+        "vcpus": 8,
+        "free_vcpus": 2,
+        "mem_mib": 4096,
+        "free_mem_mib": 1024,
+        "sandboxes": 32,
+        "free_sandboxes": 26,
+    }
 
 
 def test_an_empty_fleet() -> None:

@@ -26,8 +26,18 @@ EXPECTED = {
     "rm": ["sandbox_ids", "--all", "--metadata", "--state", "how many"],
     "info": ["sandbox_id", "--output", "node", "metadata"],
     "fork": ["sandbox_id", "--count", "one per line"],
-    "build": ["dockerfile", "--name", "--context", "--build-arg", "--cpu", "--memory",
-              "--disk", "--start-cmd", "--ready-cmd", "COPY"],
+    "build": [
+        "dockerfile",
+        "--name",
+        "--context",
+        "--build-arg",
+        "--cpu",
+        "--memory",
+        "--disk",
+        "--start-cmd",
+        "--ready-cmd",
+        "COPY",
+    ],
     "pull": ["image", "--name", "OCI", "registry"],
     "template ls": ["--output", "json"],
     "template rm": ["names"],
@@ -52,10 +62,19 @@ def test_top_level_help_lists_every_command() -> None:
         assert f" {command.split()[0]} " in r.output
 
 
-@pytest.mark.parametrize("argv", [["exec"], ["fork", "x", "-n", "0"], ["timeout", "x", "0"],
-                                  ["ls", "-o", "yaml"], ["start", "-m", "novalue"],
-                                  ["build", "Dockerfile"], ["build", "-n", "Bad Name"],
-                                  ["build", "/nonexistent/Dockerfile", "-n", "x"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["exec"],
+        ["fork", "x", "-n", "0"],
+        ["timeout", "x", "0"],
+        ["ls", "-o", "yaml"],
+        ["start", "-m", "novalue"],
+        ["build", "Dockerfile"],
+        ["build", "-n", "Bad Name"],
+        ["build", "/nonexistent/Dockerfile", "-n", "x"],
+    ],
+)
 def test_usage_errors_exit_2(argv: list[str], tmp_path: object) -> None:
     env = {"AENV_API_URL": "http://127.0.0.1:9", "AENV_API_KEY": "e2b_x"}
     assert runner.invoke(app, argv, env=env).exit_code == 2
@@ -71,12 +90,19 @@ NESTED = {
     ("snapshot", "create"): ["sandbox_id", "--name", "aenv start SNAPSHOT_ID", "--api-url"],
     ("snapshot", "ls"): ["--output", "json", "--sandbox", "--api-url"],
     ("snapshot", "rm"): ["snapshots", "team/name", "--api-url"],
-    ("events",): ["sandbox_id", "--follow", "Ctrl-C", "--output", "one object per line",
-                  "lineage", "--data-dir"],
+    ("events",): [
+        "sandbox_id",
+        "--follow",
+        "Ctrl-C",
+        "--output",
+        "one object per line",
+        "lineage",
+        "--data-dir",
+    ],
     ("keys", "create"): ["--name", "--team", "--data-dir"],
     ("keys", "ls"): ["--output", "--team", "revoked_at", "prefix", "--data-dir"],
     ("keys", "revoke"): ["key_id", "401", "--data-dir"],
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("argv", sorted(NESTED), ids=" ".join)
@@ -97,13 +123,22 @@ def test_top_level_help_lists_the_command_groups() -> None:
         assert all(f" {s} " in text for s in subs), text
 
 
-@pytest.mark.parametrize("argv", [["events"], ["events", "-o", "yaml", "x"],
-                                  ["snapshot", "rm"], ["snapshot", "create"],
-                                  ["keys", "revoke"], ["keys", "ls", "-o", "csv"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["events"],
+        ["events", "-o", "yaml", "x"],
+        ["snapshot", "rm"],
+        ["snapshot", "create"],
+        ["keys", "revoke"],
+        ["keys", "ls", "-o", "csv"],
+    ],
+)
 def test_new_commands_usage_errors_exit_2(argv: list[str], tmp_path: Path) -> None:
     env = {"AENV_API_URL": "http://127.0.0.1:9", "AENV_API_KEY": "e2b_x"}
-    r = runner.invoke(app, [*argv, "--data-dir", str(tmp_path)] if argv[0] == "events" else argv,
-                      env=env)  # fmt: skip
+    r = runner.invoke(
+        app, [*argv, "--data-dir", str(tmp_path)] if argv[0] == "events" else argv, env=env
+    )
     assert r.exit_code == 2, r.output
 
 
@@ -113,8 +148,9 @@ def test_operator_commands_without_a_stack_exit_3(tmp_path: Path) -> None:
         assert r.exit_code == 3 and "aenv up" in r.output, r.output
 
 
-@pytest.mark.parametrize("argv", [["events", "x"], ["events", "--follow"], ["keys", "ls"],
-                                  ["projections", "rebuild"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv", [["events", "x"], ["events", "--follow"], ["keys", "ls"], ["projections", "rebuild"]]
+)
 def test_an_unreachable_stack_exits_3_in_seconds_with_one_line(
     argv: list[str], tmp_path: Path
 ) -> None:
@@ -125,10 +161,20 @@ def test_an_unreachable_stack_exits_3_in_seconds_with_one_line(
     import subprocess
     import sys
 
-    (tmp_path / "stack.json").write_text(json.dumps({
-        "pid": os.getpid(), "nats_url": "nats://127.0.0.1:9",
-        "database_url": "postgresql+asyncpg://u:p@127.0.0.1:9/x"}))  # fmt: skip
-    r = subprocess.run([sys.executable, "-m", "aenv.cli", *argv, "--data-dir", str(tmp_path)],
-                       capture_output=True, text=True, timeout=20)  # fmt: skip
+    (tmp_path / "stack.json").write_text(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "nats_url": "nats://127.0.0.1:9",
+                "database_url": "postgresql+asyncpg://u:p@127.0.0.1:9/x",
+            }
+        )
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "aenv.cli", *argv, "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     assert r.returncode == 3, r.stderr
     assert r.stderr.startswith("aenv: ") and r.stderr.count("\n") == 1, r.stderr

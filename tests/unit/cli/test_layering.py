@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-CLIENT = [*(ROOT / "aenv" / "commands").glob("*.py"),
-          *(ROOT / "aenv" / f for f in ("config.py", "output.py", "build_client.py",
-                                       "dockerfile.py"))]  # fmt: skip
+CLIENT = [
+    *(ROOT / "aenv" / "commands").glob("*.py"),
+    *(ROOT / "aenv" / f for f in ("config.py", "output.py", "build_client.py", "dockerfile.py")),
+]
 SERVER = {"api", "bus", "envd", "projections", "shared", "workers", "bench", "domain", "aenv.stack"}
 
 
@@ -38,8 +39,12 @@ def test_client_modules_import_no_server_package() -> None:
 
 
 def test_the_sdk_is_imported_lazily() -> None:
-    eager = {f"{f.relative_to(ROOT)}: {m}" for f in CLIENT for m in _imports(f, top_level_only=True)
-             if m.split(".")[0] == "e2b"}  # fmt: skip
+    eager = {
+        f"{f.relative_to(ROOT)}: {m}"
+        for f in CLIENT
+        for m in _imports(f, top_level_only=True)
+        if m.split(".")[0] == "e2b"
+    }
     assert not eager, sorted(eager)
     probe = "import sys, aenv.cli; print('e2b' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
@@ -50,8 +55,12 @@ def test_operator_commands_load_server_packages_only_when_they_run() -> None:
     """`aenv.ops` (events, keys) may use `bus`/`projections`, but inside the commands: the
     help of every command, and every sandbox command, start without them."""
     ops = list((ROOT / "aenv" / "ops").glob("*.py"))
-    eager = {f"{f.relative_to(ROOT)}: {m}" for f in ops for m in _imports(f, top_level_only=True)
-             if any(m == s or m.startswith(s + ".") for s in SERVER)}  # fmt: skip
+    eager = {
+        f"{f.relative_to(ROOT)}: {m}"
+        for f in ops
+        for m in _imports(f, top_level_only=True)
+        if any(m == s or m.startswith(s + ".") for s in SERVER)
+    }
     assert not eager, sorted(eager)
     probe = "import sys, aenv.cli; print(sorted({'bus', 'nats', 'projections'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)

@@ -62,8 +62,10 @@ async def test_a_cycle_is_cut_and_a_huge_family_truncated() -> None:
     family = await _walk("p", cyc)
     assert family is not None and len(render(family)) == 2
 
-    wide = _log(LineageNode("r", "running", None, tuple(f"k{i}" for i in range(10))),
-                *(LineageNode(f"k{i}", "running", "r") for i in range(10)))  # fmt: skip
+    wide = _log(
+        LineageNode("r", "running", None, tuple(f"k{i}" for i in range(10))),
+        *(LineageNode(f"k{i}", "running", "r") for i in range(10)),
+    )
     family = await _walk("r", wide, max_nodes=4)
     assert family is not None and family.truncated and len(family.nodes) == 4
     assert render(family)[-1] == "… (cut at 4 sandboxes)"

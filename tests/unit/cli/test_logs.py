@@ -129,8 +129,9 @@ def test_the_stack_log_is_json_throughout_and_rotates(tmp_path: Path) -> None:
     path = tmp_path / "aenv.log"
     path.write_text("")
     path.chmod(0o600)
-    run = subprocess.run([sys.executable, "-c", _WRITER, str(path)], capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", _WRITER, str(path)], capture_output=True, text=True, timeout=60
+    )
     assert run.returncode == 0, run.stderr
     files = [path, tmp_path / "aenv.log.1", tmp_path / "aenv.log.2"]
     assert all(f.exists() for f in files) and not (tmp_path / "aenv.log.3").exists()
@@ -142,5 +143,5 @@ def test_the_stack_log_is_json_throughout_and_rotates(tmp_path: Path) -> None:
     msgs = [str(r["msg"]) for r in records]
     for text in ("a plain print", "raw bytes on fd 2", "from a child", "to its stderr"):
         assert text in msgs, (text, msgs[-8:])
-    assert "record 59 with \"quotes\"\nand a newline" in msgs  # the newest kept
+    assert 'record 59 with "quotes"\nand a newline' in msgs  # the newest kept
     assert all(r["service"] == "aenv" for r in records)

@@ -19,15 +19,23 @@ def _run(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
     return code if isinstance(code, int) else 1
 
 
-@pytest.mark.parametrize(("argv", "names"), [
-    (("timeout", "x", "0"), "aenv: timeout: "), (("exec",), "aenv: exec: "),
-    (("snapshot", "rm"), "aenv: snapshot rm: "), (("lss",), "Did you mean 'ls'"),
-    (("ls", "-o", "yaml"), "aenv: ls: "), (("rm", "-s", "paused"), "aenv: -s narrows"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (("timeout", "x", "0"), "aenv: timeout: "),
+        (("exec",), "aenv: exec: "),
+        (("snapshot", "rm"), "aenv: snapshot rm: "),
+        (("lss",), "Did you mean 'ls'"),
+        (("ls", "-o", "yaml"), "aenv: ls: "),
+        (("rm", "-s", "paused"), "aenv: -s narrows"),
+    ],
+)
 def test_usage_errors_are_one_line(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    argv: tuple[str, ...], names: str,
-) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: tuple[str, ...],
+    names: str,
+) -> None:
     monkeypatch.setenv("AENV_API_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("AENV_API_KEY", "e2b_x")
     assert _run(monkeypatch, *argv) == 2

@@ -61,8 +61,10 @@ def test_the_data_dir_lock_tells_a_live_supervisor(tmp_path: Path) -> None:
 
     assert not supervisor_alive(tmp_path)
     (tmp_path / "aenv.lock").touch()
-    hold = ("import fcntl, sys, time; f = open(sys.argv[1]); "
-            "fcntl.flock(f, fcntl.LOCK_EX); time.sleep(60)")
+    hold = (
+        "import fcntl, sys, time; f = open(sys.argv[1]); "
+        "fcntl.flock(f, fcntl.LOCK_EX); time.sleep(60)"
+    )
     holder = subprocess.Popen([sys.executable, "-c", hold, str(tmp_path / "aenv.lock")])
     try:
         deadline = time.monotonic() + 5

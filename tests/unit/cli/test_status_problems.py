@@ -13,11 +13,17 @@ def test_a_ready_stack_has_no_problems() -> None:
 
 
 def test_a_restarting_role_and_a_failed_check_are_named() -> None:
-    info = {"role_status": {"api": {"state": "restarting", "restarts": 4, "last_exit": 3},
-                            "node": {"state": "ready"}}}  # fmt: skip
+    info = {
+        "role_status": {
+            "api": {"state": "restarting", "restarts": 4, "last_exit": 3},
+            "node": {"state": "ready"},
+        }
+    }
     ready = {"code": 503, "message": "not ready: s3: ConnectError"}
     assert stack_problems(info, ready) == [
-        "role api is restarting (4 restarts, last exit 3)", "not ready: s3: ConnectError"]
+        "role api is restarting (4 restarts, last exit 3)",
+        "not ready: s3: ConnectError",
+    ]
 
 
 def test_a_warning_of_a_ready_api_is_a_problem_too() -> None:

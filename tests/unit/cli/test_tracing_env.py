@@ -14,6 +14,7 @@ def test_an_endpoint_or_the_otlp_exporter_turns_otlp_on() -> None:
 
 
 def test_none_wins() -> None:
-    assert not otlp_wanted({"OTEL_TRACES_EXPORTER": "none",
-                            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})  # fmt: skip
+    assert not otlp_wanted(
+        {"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
+    )
     assert not otlp_wanted({"OTEL_TRACES_EXPORTER": "console"})

@@ -47,7 +47,9 @@ def test_bar_chart_with_categories() -> None:
     chart = _deserialize_chart(chart_of_figure(fig))
     assert isinstance(chart, BarChart)
     assert [(e.label, e.value, e.group) for e in chart.elements] == [
-        ("apples", 3.0, "fruit"), ("pears", 5.0, "fruit")]  # fmt: skip
+        ("apples", 3.0, "fruit"),
+        ("pears", 5.0, "fruit"),
+    ]
 
 
 def test_scatter_pie_and_several_axes() -> None:

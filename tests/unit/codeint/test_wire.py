@@ -18,17 +18,33 @@ def parsed(*lines: dict[str, object]) -> Execution:
 
 
 def test_every_mime_type_lands_in_its_field() -> None:
-    bundle = {"text/plain": "'abc'", "text/html": "<b>", "text/markdown": "*m*",
-              "image/svg+xml": "<svg/>", "image/png": "iVBO", "image/jpeg": "/9j/",
-              "application/pdf": "JVBE", "text/latex": "$x$", "application/json": {"a": 1},
-              "application/javascript": "alert(1)", "e2b/data": {"a": [1]},
-              "application/x-custom": "z"}  # fmt: skip
+    bundle = {
+        "text/plain": "'abc'",
+        "text/html": "<b>",
+        "text/markdown": "*m*",
+        "image/svg+xml": "<svg/>",
+        "image/png": "iVBO",
+        "image/jpeg": "/9j/",
+        "application/pdf": "JVBE",
+        "text/latex": "$x$",
+        "application/json": {"a": 1},
+        "application/javascript": "alert(1)",
+        "e2b/data": {"a": [1]},
+        "application/x-custom": "z",
+    }
     line = wire.from_jupyter("execute_result", {"data": bundle})
     assert line is not None
     r = parsed(line).results[0]
     assert r.is_main_result and r.text == "abc"  # IPython's quotes stripped, as E2B's server
     assert (r.html, r.markdown, r.svg, r.png, r.jpeg, r.pdf, r.latex) == (
-        "<b>", "*m*", "<svg/>", "iVBO", "/9j/", "JVBE", "$x$")  # fmt: skip
+        "<b>",
+        "*m*",
+        "<svg/>",
+        "iVBO",
+        "/9j/",
+        "JVBE",
+        "$x$",
+    )
     assert r.json == {"a": 1} and r.javascript == "alert(1)" and r.data == {"a": [1]}
     assert r.extra == {"application/x-custom": "z"}
 
@@ -42,17 +58,21 @@ def test_display_data_is_not_the_main_result() -> None:
 
 
 def test_streams_errors_and_counts() -> None:
-    lines = [wire.from_jupyter("execute_input", {"execution_count": 7}),
-             wire.from_jupyter("stream", {"name": "stdout", "text": "a\n"}, 5),
-             wire.from_jupyter("stream", {"name": "stderr", "text": "b\n"}),
-             wire.from_jupyter("error", {"ename": "ValueError", "evalue": "bad",
-                                         "traceback": ["line 1", "line 2"]})]  # fmt: skip
+    lines = [
+        wire.from_jupyter("execute_input", {"execution_count": 7}),
+        wire.from_jupyter("stream", {"name": "stdout", "text": "a\n"}, 5),
+        wire.from_jupyter("stream", {"name": "stderr", "text": "b\n"}),
+        wire.from_jupyter(
+            "error", {"ename": "ValueError", "evalue": "bad", "traceback": ["line 1", "line 2"]}
+        ),
+    ]
     out = []
     execution = Execution()
     for item in lines:
         assert item is not None
-        parse_output(execution, wire.line(item).decode(), on_stdout=out.append,
-                     on_stderr=out.append)  # fmt: skip
+        parse_output(
+            execution, wire.line(item).decode(), on_stdout=out.append, on_stderr=out.append
+        )
     assert execution.execution_count == 7
     assert execution.logs.stdout == ["a\n"] and execution.logs.stderr == ["b\n"]
     assert out[0].timestamp == 5 and out[1].error

@@ -129,10 +129,17 @@ def tstep(state: tp.Template | None, command: tp.AnyTemplateCommand) -> tp.Templ
 
 def publish(n: int, *tags: str, seconds: float | None = None) -> tp.PublishTemplateBuild:
     return tp.PublishTemplateBuild(
-        template_id=TPL, alias=TPL, envd_version="0.6.13", cpu_count=1, memory_mb=512,
-        disk_size_mb=2048, build_id=build_id(n), capture_id=capture(n), tags=tags,
+        template_id=TPL,
+        alias=TPL,
+        envd_version="0.6.13",
+        cpu_count=1,
+        memory_mb=512,
+        disk_size_mb=2048,
+        build_id=build_id(n),
+        capture_id=capture(n),
+        tags=tags,
         at=at(seconds if seconds is not None else 100 * n),
-    )  # fmt: skip
+    )
 
 
 def built(*builds: tuple[str, ...]) -> tp.Template:

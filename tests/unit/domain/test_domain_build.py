@@ -17,8 +17,9 @@ SPEC = bd.BuildSpec(
 
 
 def _requested() -> bd.Build:
-    cmd = bd.RequestTemplateBuild(build_id="b1", template_id="my-tpl", alias="my-tpl",
-                                  team_id="t", at=T0)  # fmt: skip
+    cmd = bd.RequestTemplateBuild(
+        build_id="b1", template_id="my-tpl", alias="my-tpl", team_id="t", at=T0
+    )
     s = bd.fold_build(bd.decide_build(None, cmd))
     assert s is not None
     return s

@@ -37,12 +37,15 @@ STEPS: list[Step] = [
     lambda s, t: sb.CompleteResume(sandbox_id=SID, node_id="n3", at=_at(t), error="no"),
     lambda s, t: sb.SetSandboxTimeout(sandbox_id=SID, at=_at(t), timeout_s=90),
     lambda s, t: sb.ForkSandbox(sandbox_id=SID, at=_at(t), count=2, timeout_s=30),
-    lambda s, t: sb.CompleteFork(sandbox_id=SID, at=_at(t),
-                                 children=tuple(sb.ForkChildResult(sandbox_id=c, error=None)
-                                                for c in s.pending_children)),
+    lambda s, t: sb.CompleteFork(
+        sandbox_id=SID,
+        at=_at(t),
+        children=tuple(sb.ForkChildResult(sandbox_id=c, error=None) for c in s.pending_children),
+    ),
     lambda s, t: sb.SnapshotSandbox(sandbox_id=SID, at=_at(t), snapshot_id=f"s{t}"),
-    lambda s, t: sb.CompleteSnapshot(sandbox_id=SID, at=_at(t),
-                                     snapshot_id=s.pending_snapshot_id or "x", node_id="n2"),
+    lambda s, t: sb.CompleteSnapshot(
+        sandbox_id=SID, at=_at(t), snapshot_id=s.pending_snapshot_id or "x", node_id="n2"
+    ),
     lambda s, t: sb.RecordUpload(sandbox_id=SID, at=_at(t), snapshot_id=f"p{t}", size_bytes=1),
     lambda s, t: sb.KillSandbox(sandbox_id=SID, at=_at(t)),
     lambda s, t: sb.CompleteKill(sandbox_id=SID, at=_at(t)),
@@ -51,8 +54,9 @@ STEPS: list[Step] = [
 
 def _walk(choices: list[int], on_timeout: str) -> list[Event]:
     state: sb.State = None
-    events: list[Event] = list(sb.decide(None, create(lifecycle=sb.Lifecycle(
-        on_timeout=on_timeout))))  # type: ignore[arg-type]  # fmt: skip
+    events: list[Event] = list(
+        sb.decide(None, create(lifecycle=sb.Lifecycle(on_timeout=on_timeout)))
+    )  # type: ignore[arg-type]
     state = sb.fold(events)
     for i, c in enumerate(choices):
         assert state is not None
@@ -74,9 +78,9 @@ def test_the_clock_folds_what_the_sandbox_folds(choices: list[int], on_timeout: 
     assert sb.clock_of(state) == sb.fold_clock(history)
     # and every prefix: the timer acts at any point of a life
     for n in range(len(history)):
-        prefix = sb.fold(history[:n + 1])
+        prefix = sb.fold(history[: n + 1])
         assert prefix is not None
-        assert sb.clock_of(prefix) == sb.fold_clock(history[:n + 1])
+        assert sb.clock_of(prefix) == sb.fold_clock(history[: n + 1])
 
 
 def test_the_clock_decides_expiry_as_the_state_does() -> None:

@@ -36,8 +36,10 @@ def test_what_ran_there_is_killed_as_lost(build) -> None:  # type: ignore[no-unt
 
 
 def test_a_failed_sandbox_being_killed_has_its_kill_completed() -> None:
-    failed = sb.fold(sb.decide(creating(), sb.CompleteCreate(sandbox_id="sbx1", node_id="n1",
-                                                           error="boom")), creating())  # fmt: skip
+    failed = sb.fold(
+        sb.decide(creating(), sb.CompleteCreate(sandbox_id="sbx1", node_id="n1", error="boom")),
+        creating(),
+    )
     assert failed is not None
     kill = sb.KillSandbox(sandbox_id="sbx1")
     state = sb.fold(sb.decide(failed, kill), failed)

@@ -33,28 +33,43 @@ COMMANDS: dict[str, Callable[[], sb.SandboxCommand]] = {
     ),
 }
 
-_STATE_ORDER = ["none", "creating", "running", "pausing", "paused", "resuming",
-                "snapshotting", "forking", "killing", "killed", "failed"]  # fmt: skip
+_STATE_ORDER = [
+    "none",
+    "creating",
+    "running",
+    "pausing",
+    "paused",
+    "resuming",
+    "snapshotting",
+    "forking",
+    "killing",
+    "killed",
+    "failed",
+]
 
-KR, PR, RR, TS = (sb.SandboxKillRequested, sb.SandboxPauseRequested, sb.SandboxResumeRequested,
-                  sb.SandboxTimeoutSet)  # fmt: skip
+KR, PR, RR, TS = (
+    sb.SandboxKillRequested,
+    sb.SandboxPauseRequested,
+    sb.SandboxResumeRequested,
+    sb.SandboxTimeoutSet,
+)
 
 # Columns follow _STATE_ORDER.
 MATRIX: dict[str, list[object]] = {
-    "create":            [sb.SandboxRequested, C, C, C, C, C, C, C, C, C, C],
-    "pause":             [NF, C, PR, NONE, NONE, C, C, C, C, NF, C],
-    "resume":            [NF, C, C, C, RR, NONE, C, C, C, NF, C],
-    "kill":              [NF, KR, KR, KR, KR, KR, KR, KR, NONE, NF, KR],
-    "set_timeout":       [NF, C, TS, C, TS, C, TS, TS, C, NF, C],
-    "fork":              [NF, C, sb.SandboxForkRequested, C, C, C, C, C, C, NF, C],
-    "snapshot":          [NF, C, sb.SnapshotRequested, C, C, C, C, C, C, NF, C],
-    "complete_create":   [NF, sb.SandboxCreated, C, C, C, C, C, C, NONE, NONE, NONE],
-    "complete_pause":    [NF, C, C, sb.SandboxPaused, C, C, C, C, NONE, NONE, NONE],
-    "complete_resume":   [NF, C, C, C, C, sb.SandboxResumed, C, C, NONE, NONE, NONE],
-    "complete_kill":     [NF, C, C, C, C, C, C, C, sb.SandboxKilled, NONE, NONE],
-    "complete_fork":     [NF, C, C, C, C, C, C, sb.SandboxForked, NONE, NONE, NONE],
+    "create": [sb.SandboxRequested, C, C, C, C, C, C, C, C, C, C],
+    "pause": [NF, C, PR, NONE, NONE, C, C, C, C, NF, C],
+    "resume": [NF, C, C, C, RR, NONE, C, C, C, NF, C],
+    "kill": [NF, KR, KR, KR, KR, KR, KR, KR, NONE, NF, KR],
+    "set_timeout": [NF, C, TS, C, TS, C, TS, TS, C, NF, C],
+    "fork": [NF, C, sb.SandboxForkRequested, C, C, C, C, C, C, NF, C],
+    "snapshot": [NF, C, sb.SnapshotRequested, C, C, C, C, C, C, NF, C],
+    "complete_create": [NF, sb.SandboxCreated, C, C, C, C, C, C, NONE, NONE, NONE],
+    "complete_pause": [NF, C, C, sb.SandboxPaused, C, C, C, C, NONE, NONE, NONE],
+    "complete_resume": [NF, C, C, C, C, sb.SandboxResumed, C, C, NONE, NONE, NONE],
+    "complete_kill": [NF, C, C, C, C, C, C, C, sb.SandboxKilled, NONE, NONE],
+    "complete_fork": [NF, C, C, C, C, C, C, sb.SandboxForked, NONE, NONE, NONE],
     "complete_snapshot": [NF, C, C, C, C, C, sb.SnapshotTaken, C, NONE, NONE, NONE],
-}  # fmt: skip
+}
 
 CASES = [
     pytest.param(cmd, state, expected, id=f"{cmd}@{state}")

@@ -134,8 +134,12 @@ class TestTtl:
     def test_failed_resume_leaves_it_paused_and_resumable(self) -> None:
         """A capture that could not be fetched (S3 down) is no reason to lose the sandbox."""
         s = step(paused(), sb.ResumeSandbox(sandbox_id=SID, at=at(500)))
-        events = sb.decide(s, sb.CompleteResume(sandbox_id=SID, node_id="n", at=at(501),
-                                                error="could not be fetched"))  # fmt: skip
+        events = sb.decide(
+            s,
+            sb.CompleteResume(
+                sandbox_id=SID, node_id="n", at=at(501), error="could not be fetched"
+            ),
+        )
         assert [type(e) for e in events] == [sb.SandboxResumeFailed]
         s = step(s, sb.CompleteResume(sandbox_id=SID, node_id="n", at=at(501), error="x"))
         assert s is not None and s.status is S.PAUSED and s.remaining_s == pytest.approx(40)
@@ -447,6 +451,5 @@ class TestFilesystemPause:
 
     def test_old_events_without_the_field_read_as_memory_pauses(self) -> None:
         """Event logs written before the field existed must fold the same way."""
-        raw = {"sandbox_id": SID, "at": at(12).isoformat(), "remaining_s": 3.0,
-               "snapshot_id": "p1"}  # fmt: skip
+        raw = {"sandbox_id": SID, "at": at(12).isoformat(), "remaining_s": 3.0, "snapshot_id": "p1"}
         assert sb.SandboxPaused.model_validate(raw).memory is True

@@ -22,8 +22,7 @@ from tests.unit.domain.builders import (
 
 
 def _assign(target: str, *tags: str, seconds: float = 1000) -> tp.AssignTemplateTags:
-    return tp.AssignTemplateTags(template_id=TPL, target_tag=target, tags=tags,
-                                 at=at(seconds))  # fmt: skip
+    return tp.AssignTemplateTags(template_id=TPL, target_tag=target, tags=tags, at=at(seconds))
 
 
 def _remove(*tags: str) -> tp.RemoveTemplateTags:
@@ -33,8 +32,7 @@ def _remove(*tags: str) -> tp.RemoveTemplateTags:
 def test_a_first_build_is_default_and_takes_its_tags() -> None:
     s = built(("v1",))
     assert s.capture_for("default") == s.capture_for("v1") == capture(1)
-    assert s.tagged("v1") == tg.TaggedBuild(build_id=build_id(1), capture_id=capture(1),
-                                            at=at(100))  # fmt: skip
+    assert s.tagged("v1") == tg.TaggedBuild(build_id=build_id(1), capture_id=capture(1), at=at(100))
     assert s.capture_for("v2") is None
     assert s.released == {} and s.alias == TPL and s.cpu_count == 1
 
@@ -73,8 +71,9 @@ def test_assign_points_tags_at_the_build_a_tag_names() -> None:
     s = built(("v1",), ())
     s = tstep(s, _assign("v1", "stable", "prod"))
     assert s.capture_for("stable") == s.capture_for("prod") == capture(1)
-    assert s.tagged("stable") == tg.TaggedBuild(build_id=build_id(1), capture_id=capture(1),
-                                                at=at(1000))  # fmt: skip
+    assert s.tagged("stable") == tg.TaggedBuild(
+        build_id=build_id(1), capture_id=capture(1), at=at(1000)
+    )
     assert s.capture_for("default") == capture(2)
     assert tp.decide_template(s, _assign("v1", "stable")) == []  # already there
 
@@ -174,19 +173,26 @@ def test_register_keeps_tags_and_releases() -> None:
 def test_a_capture_a_tag_names_is_never_waiting_to_be_dropped() -> None:
     """Whatever the log says: a fold keeps a named capture out of `released`."""
     s = built(("v1",))
-    odd = tp.TemplateTagsAssigned(template_id=TPL, build_id=build_id(1),
-                                  capture_id=capture(1), tags=("x",), released=(capture(1),),
-                                  at=at(5))  # fmt: skip
+    odd = tp.TemplateTagsAssigned(
+        template_id=TPL,
+        build_id=build_id(1),
+        capture_id=capture(1),
+        tags=("x",),
+        released=(capture(1),),
+        at=at(5),
+    )
     s2 = tp.fold_template([odd], s)
     assert s2 is not None and s2.released == {}
 
 
 @pytest.mark.parametrize(
     ("ref", "expected"),
-    [("app", [("app", "default")]),
-     ("app:v1", [("app:v1", "default"), ("app", "v1")]),
-     ("app:", [("app:", "default")])],
-)  # fmt: skip
+    [
+        ("app", [("app", "default")]),
+        ("app:v1", [("app:v1", "default"), ("app", "v1")]),
+        ("app:", [("app:", "default")]),
+    ],
+)
 def test_a_reference_is_tried_as_an_id_then_as_name_and_tag(
     ref: str, expected: list[tuple[str, str]]
 ) -> None:

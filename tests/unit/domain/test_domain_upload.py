@@ -42,15 +42,24 @@ def _apply(s: sb.Sandbox, *cmds: sb.SandboxCommand) -> sb.Sandbox:
 
 
 def test_a_paused_sandbox_is_resumable_anywhere_only_once_its_capture_is_durable() -> None:
-    s = _apply(running(), sb.PauseSandbox(sandbox_id="s1", at=T0),
-               sb.CompletePause(sandbox_id="s1", snapshot_id="cap1", at=T0))  # fmt: skip
+    s = _apply(
+        running(),
+        sb.PauseSandbox(sandbox_id="s1", at=T0),
+        sb.CompletePause(sandbox_id="s1", snapshot_id="cap1", at=T0),
+    )
     assert s.paused_snapshot_id == "cap1" and not s.resumable_anywhere  # only on its disk
     s = _apply(s, sb.RecordUpload(sandbox_id="s1", snapshot_id="cap1", size_bytes=1, at=T0))
     assert s.resumable_anywhere
-    s = _apply(s, sb.ResumeSandbox(sandbox_id="s1", at=T0),
-               sb.CompleteResume(sandbox_id="s1", node_id="n2", at=T0))  # fmt: skip
+    s = _apply(
+        s,
+        sb.ResumeSandbox(sandbox_id="s1", at=T0),
+        sb.CompleteResume(sandbox_id="s1", node_id="n2", at=T0),
+    )
     assert s.paused_snapshot_id is None and not s.resumable_anywhere and s.node_id == "n2"
     # paused again: the older capture being durable says nothing of the new one
-    s = _apply(s, sb.PauseSandbox(sandbox_id="s1", at=T0),
-               sb.CompletePause(sandbox_id="s1", snapshot_id="cap2", at=T0))  # fmt: skip
+    s = _apply(
+        s,
+        sb.PauseSandbox(sandbox_id="s1", at=T0),
+        sb.CompletePause(sandbox_id="s1", snapshot_id="cap2", at=T0),
+    )
     assert s.durable_snapshot_id == "cap1" and not s.resumable_anywhere

@@ -24,8 +24,9 @@ def vstep(state: vo.Volume | None, command: vo.AnyVolumeCommand) -> vo.Volume | 
 
 
 def created() -> vo.Volume:
-    s = vstep(None, vo.CreateVolume(volume_id=VID, team_id=TEAM, name="data",
-                                    token_sha256=TOKEN, at=T0))  # fmt: skip
+    s = vstep(
+        None, vo.CreateVolume(volume_id=VID, team_id=TEAM, name="data", token_sha256=TOKEN, at=T0)
+    )
     assert s is not None
     return s
 
@@ -75,8 +76,10 @@ class TestCreateAndDestroy:
             vo.decide_volume(s, vo.DestroyVolume(volume_id=VID))
         with pytest.raises(NotFound):
             vo.decide_volume(s, vo.AttachVolume(volume_id=VID, holder="sbxa"))
-        again = vstep(s, vo.CreateVolume(volume_id=VID, team_id=TEAM, name="data",
-                                         token_sha256=TOKEN, at=at(6)))  # fmt: skip
+        again = vstep(
+            s,
+            vo.CreateVolume(volume_id=VID, team_id=TEAM, name="data", token_sha256=TOKEN, at=at(6)),
+        )
         assert again is not None and not again.destroyed and again.version is None
         assert again.incarnation != first.incarnation
 
@@ -107,8 +110,9 @@ class TestAttach:
         assert vo.decide_volume(s, vo.AttachVolume(volume_id=VID, holder="sbxa")) == []
 
     def test_the_same_holder_from_another_node_moves_it(self) -> None:
-        s = vstep(attached("sbxa", "n1"), vo.AttachVolume(volume_id=VID, holder="sbxa",
-                                                          node_id="n2"))  # fmt: skip
+        s = vstep(
+            attached("sbxa", "n1"), vo.AttachVolume(volume_id=VID, holder="sbxa", node_id="n2")
+        )
         assert s is not None and (s.holder, s.holder_node) == ("sbxa", "n2")
 
     def test_a_holder_found_gone_can_be_replaced(self) -> None:
@@ -135,8 +139,9 @@ class TestRelease:
         assert s is not None and s.holder == "sbxb" and s.version == V1
 
     def test_a_release_without_a_version_keeps_the_last_one(self) -> None:
-        s = vstep(attached(), vo.ReleaseVolume(volume_id=VID, holder="sbxa", node_id="n1",
-                                               version=V1))  # fmt: skip
+        s = vstep(
+            attached(), vo.ReleaseVolume(volume_id=VID, holder="sbxa", node_id="n1", version=V1)
+        )
         s = vstep(s, vo.AttachVolume(volume_id=VID, holder="sbxb", node_id="n2"))
         s = vstep(s, vo.ReleaseVolume(volume_id=VID, holder="sbxb", node_id="n2"))
         assert s is not None and s.holder is None and s.version == V1
@@ -148,8 +153,9 @@ class TestRelease:
         assert vo.decide_volume(None, vo.ReleaseVolume(volume_id=VID, holder="sbxa")) == []
 
     def test_a_stale_nodes_release_is_moot(self) -> None:
-        moved = vstep(attached("sbxa", "n1"), vo.AttachVolume(volume_id=VID, holder="sbxa",
-                                                              node_id="n2"))  # fmt: skip
+        moved = vstep(
+            attached("sbxa", "n1"), vo.AttachVolume(volume_id=VID, holder="sbxa", node_id="n2")
+        )
         stale = vo.ReleaseVolume(volume_id=VID, holder="sbxa", node_id="n1", version=V1)
         assert vo.decide_volume(moved, stale) == []
 
@@ -167,12 +173,19 @@ class TestRelease:
 class TestFold:
     def test_events_before_the_create_are_corrupt(self) -> None:
         with pytest.raises(CorruptHistory):
-            vo.evolve_volume(None, vo.VolumeDestroyed(volume_id=VID, command_id=uuid.uuid4(),
-                                                      at=T0))  # fmt: skip
+            vo.evolve_volume(
+                None, vo.VolumeDestroyed(volume_id=VID, command_id=uuid.uuid4(), at=T0)
+            )
 
     def test_a_second_create_without_a_destroy_is_corrupt(self) -> None:
-        event = vo.VolumeCreated(volume_id=VID, command_id=uuid.uuid4(), team_id=TEAM,
-                                 name="data", token_sha256=TOKEN, at=T0)  # fmt: skip
+        event = vo.VolumeCreated(
+            volume_id=VID,
+            command_id=uuid.uuid4(),
+            team_id=TEAM,
+            name="data",
+            token_sha256=TOKEN,
+            at=T0,
+        )
         with pytest.raises(CorruptHistory):
             vo.evolve_volume(created(), event)
 
@@ -190,9 +203,10 @@ class TestSandboxMounts:
         assert s.volume_mounts == (MOUNT,)
 
     def test_too_many_mounts(self) -> None:
-        mounts = [sb.VolumeMount(name=f"v{i}", path=f"/mnt/{i}",
-                                 volume_id=vo.volume_id_of(TEAM, f"v{i}"))
-                  for i in range(sb.MAX_VOLUME_MOUNTS + 1)]  # fmt: skip
+        mounts = [
+            sb.VolumeMount(name=f"v{i}", path=f"/mnt/{i}", volume_id=vo.volume_id_of(TEAM, f"v{i}"))
+            for i in range(sb.MAX_VOLUME_MOUNTS + 1)
+        ]
         with pytest.raises(Invalid, match="at most"):
             sb.decide(None, create(volume_mounts=mounts))
 

@@ -73,8 +73,15 @@ def test_parse_timestamp_rejects_garbage() -> None:
 
 @pytest.mark.parametrize(
     ("header", "expected"),
-    [("gzip", True), ("gzip, deflate", False), ("", False), ("identity", False),
-     ("gzip;q=0", False), ("gzip, identity", True), ("br", False)],
+    [
+        ("gzip", True),
+        ("gzip, deflate", False),
+        ("", False),
+        ("identity", False),
+        ("gzip;q=0", False),
+        ("gzip, identity", True),
+        ("br", False),
+    ],
 )
 def test_wants_gzip(header: str, expected: bool) -> None:
     assert wants_gzip(header) is expected

@@ -16,8 +16,9 @@ U = User("user", 1000, 1000, "/home/user")
 def test_cli_defaults_and_flags() -> None:
     o = parse_args([])
     assert (o.host, o.port, o.default_user, o.default_workdir) == ("0.0.0.0", 49983, "user", None)
-    o = parse_args(["--port=0", "--host", "127.0.0.1", "--default-user", "root",
-                    "--default-workdir", "/srv"])
+    o = parse_args(
+        ["--port=0", "--host", "127.0.0.1", "--default-user", "root", "--default-workdir", "/srv"]
+    )
     assert (o.host, o.port, o.default_user, o.default_workdir) == ("127.0.0.1", 0, "root", "/srv")
     with pytest.raises(SystemExit):
         parse_args(["--bogus"])
@@ -54,8 +55,10 @@ def _event(wd: int, mask: int, name: bytes) -> bytes:
 
 def test_parse_inotify_events() -> None:
     buf = _event(1, inotify.IN_CREATE, b"a.txt") + _event(2, inotify.IN_DELETE_SELF, b"")
-    assert inotify.parse_events(buf) == [(1, inotify.IN_CREATE, "a.txt"),
-                                         (2, inotify.IN_DELETE_SELF, "")]
+    assert inotify.parse_events(buf) == [
+        (1, inotify.IN_CREATE, "a.txt"),
+        (2, inotify.IN_DELETE_SELF, ""),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -61,8 +61,11 @@ def test_byte_by_byte() -> None:
 def test_data_that_looks_like_a_boundary() -> None:
     b = b"XyZ"
     payload = b"\r\n--XyQ almost\r\n--Xy\r\n-" + os.urandom(5000).replace(b"XyZ", b"xyz")
-    body = (b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\n"
-            + payload + b"\r\n--XyZ--\r\n")
+    body = (
+        b'--XyZ\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n\r\n'
+        + payload
+        + b"\r\n--XyZ--\r\n"
+    )
     for split in (1, 7, 30, len(body) // 2, len(body) - 3):
         p = MultipartParser(b)
         assert _files(p.feed(body[:split]) + p.feed(body[split:])) == [("f", payload)]
@@ -70,7 +73,7 @@ def test_data_that_looks_like_a_boundary() -> None:
 
 def test_large_part_is_streamed_not_buffered() -> None:
     p = MultipartParser(b"bb")
-    p.feed(b"--bb\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big\"\r\n\r\n")
+    p.feed(b'--bb\r\nContent-Disposition: form-data; name="file"; filename="big"\r\n\r\n')
     chunk = b"x" * 65536
     emitted = 0
     for _ in range(100):
@@ -100,8 +103,10 @@ def test_garbage_after_boundary() -> None:
 def _body(boundary: bytes, parts: list[tuple[str, bytes]]) -> bytes:
     out = b""
     for name, data in parts:
-        out += (b"--" + boundary + b"\r\nContent-Disposition: form-data; name=\"file\"; "
-                b"filename=\"" + name.encode() + b"\"\r\n\r\n" + data + b"\r\n")
+        out += (
+            b"--" + boundary + b'\r\nContent-Disposition: form-data; name="file"; '
+            b'filename="' + name.encode() + b'"\r\n\r\n' + data + b"\r\n"
+        )
     return out + b"--" + boundary + b"--\r\n"
 
 
@@ -141,7 +146,7 @@ def test_random_bodies_fed_as_spans_of_a_reused_buffer() -> None:
 def test_part_data_is_a_view_of_the_fed_buffer() -> None:
     """The bytes of a big part are not copied: the parser hands out views of its input."""
     p = MultipartParser(b"bb")
-    p.feed(b"--bb\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big\"\r\n\r\n")
+    p.feed(b'--bb\r\nContent-Disposition: form-data; name="file"; filename="big"\r\n\r\n')
     buf = bytearray(b"y" * 65536)
     events = p.feed(buf, 100, 60000)
     assert len(events) == 1 and isinstance(events[0], PartData)

@@ -15,10 +15,16 @@ def test_init_mounts_are_parsed_and_normalised() -> None:
     assert volumes.parse_mounts(None) == []
 
 
-@pytest.mark.parametrize("raw", [
-    {"name": "x"}, [1], [{"name": "d", "path": "rel", "serial": "s"}],
-    [{"name": "d", "path": "/p"}], [{"name": "", "path": "/p", "serial": "s"}],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"name": "x"},
+        [1],
+        [{"name": "d", "path": "rel", "serial": "s"}],
+        [{"name": "d", "path": "/p"}],
+        [{"name": "", "path": "/p", "serial": "s"}],
+    ],
+)
 def test_malformed_mounts_are_refused(raw: object) -> None:
     with pytest.raises(ValueError):
         volumes.parse_mounts(raw)

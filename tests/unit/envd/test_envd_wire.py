@@ -34,14 +34,29 @@ def test_go_mode_string(mode: int, expected: str) -> None:
     ("status", "expected"),
     [
         (0, {"exited": True, "status": "exit status 0"}),
-        (3 << 8, {"exitCode": 3, "exited": True, "status": "exit status 3",
-                  "error": "exit status 3"}),
+        (
+            3 << 8,
+            {"exitCode": 3, "exited": True, "status": "exit status 3", "error": "exit status 3"},
+        ),
         (9, {"exitCode": -1, "status": "signal: killed", "error": "signal: killed"}),
         (15, {"exitCode": -1, "status": "signal: terminated", "error": "signal: terminated"}),
-        (11 | 0x80, {"exitCode": -1, "status": "signal: segmentation fault (core dumped)",
-                     "error": "signal: segmentation fault (core dumped)"}),
-        (255 << 8, {"exitCode": 255, "exited": True, "status": "exit status 255",
-                    "error": "exit status 255"}),
+        (
+            11 | 0x80,
+            {
+                "exitCode": -1,
+                "status": "signal: segmentation fault (core dumped)",
+                "error": "signal: segmentation fault (core dumped)",
+            },
+        ),
+        (
+            255 << 8,
+            {
+                "exitCode": 255,
+                "exited": True,
+                "status": "exit status 255",
+                "error": "exit status 255",
+            },
+        ),
     ],
 )
 def test_end_event_matches_go_process_state(status: int, expected: dict[str, object]) -> None:

@@ -67,9 +67,12 @@ def test_the_preload_runs_a_first_command_and_init_waits_for_its_end(tmp_path: P
     captured guest's page cache."""
     marker = tmp_path / "warmed"
     out = subprocess.run(
-        [sys.executable, "-c", WARM, str(marker)], cwd=ROOT, capture_output=True, text=True,
+        [sys.executable, "-c", WARM, str(marker)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         check=True,
-    )  # fmt: skip
+    )
     assert json.loads(out.stdout) == {"seen": "warmed", "left": 0}
 
 

@@ -185,11 +185,15 @@ def test_inject_changes_no_file_in_place(tmp_path: Path) -> None:
     (root / "etc/gshadow").write_text("root:*::\nuser:!::\n")  # kept as it is
     cached = tmp_path / "cache"
     subprocess.run(["cp", "-al", str(root), str(cached)], check=True)
-    before = {f: (f.read_bytes(), f.stat().st_uid, f.stat().st_gid, f.stat().st_mode)
-              for f in cached.rglob("*") if f.is_file() and not f.is_symlink()}  # fmt: skip
+    before = {
+        f: (f.read_bytes(), f.stat().st_uid, f.stat().st_gid, f.stat().st_mode)
+        for f in cached.rglob("*")
+        if f.is_file() and not f.is_symlink()
+    }
     inject(root, image_info={"digest": "d"})
-    after = {f: (f.read_bytes(), f.stat().st_uid, f.stat().st_gid, f.stat().st_mode)
-             for f in before}  # fmt: skip
+    after = {
+        f: (f.read_bytes(), f.stat().st_uid, f.stat().st_gid, f.stat().st_mode) for f in before
+    }
     assert after == before
     assert (root / "etc/gshadow").stat().st_gid == 42  # the image's own copy has it
     assert (root / "etc/shadow").stat().st_gid == 42

@@ -15,9 +15,14 @@ def _tree(tmp: Path, passwd: str) -> Path:
 
 def test_config_becomes_defaults(tmp_path: Path) -> None:
     tree = _tree(tmp_path / "t", "root:x:0:0::/root:/bin/sh\napp:x:1500:1500::/srv:/bin/sh\n")
-    cfg = {"config": {"Env": ["PATH=/usr/bin:/bin", "GREETING=hi=there", "EMPTY="],
-                      "User": "1500:1500", "WorkingDir": "/srv/app",
-                      "Entrypoint": ["/never/run"]}}  # fmt: skip
+    cfg = {
+        "config": {
+            "Env": ["PATH=/usr/bin:/bin", "GREETING=hi=there", "EMPTY="],
+            "User": "1500:1500",
+            "WorkingDir": "/srv/app",
+            "Entrypoint": ["/never/run"],
+        }
+    }
     assert image_defaults(cfg, tree) == {
         "env": {"PATH": "/usr/bin:/bin", "GREETING": "hi=there", "EMPTY": ""},
         "user": "app",

@@ -43,8 +43,9 @@ def test_the_tuned_profile_means_the_same_to_bash_and_to_dash(tmp_path: Path) ->
     tuned = (tree / "etc" / "profile").read_text()
     for shell in ("bash", "sh"):
         old, new = (
-            subprocess.run([shell, "-c", text + 'echo "$PATH"'], capture_output=True, text=True,
-                           env={})
+            subprocess.run(
+                [shell, "-c", text + 'echo "$PATH"'], capture_output=True, text=True, env={}
+            )
             for text in (DEBIAN_PROFILE, tuned)
         )
         assert old.returncode == new.returncode == 0, (old.stderr, new.stderr)

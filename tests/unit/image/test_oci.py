@@ -70,10 +70,17 @@ def unpack_layers(tmp_path: Path, *layers: bytes) -> Path:
 
 def test_layers_apply_in_order_with_whiteouts_and_opaque_dirs(tmp_path: Path) -> None:
     base = layer(
-        d("etc"), f("etc/keep", b"k"), f("etc/gone", b"g"),
-        d("var"), d("var/cache"), f("var/cache/a", b"a"), f("var/cache/b", b"b"),
-        d("opt"), d("opt/tree"), f("opt/tree/x", b"x"),
-    )  # fmt: skip
+        d("etc"),
+        f("etc/keep", b"k"),
+        f("etc/gone", b"g"),
+        d("var"),
+        d("var/cache"),
+        f("var/cache/a", b"a"),
+        f("var/cache/b", b"b"),
+        d("opt"),
+        d("opt/tree"),
+        f("opt/tree/x", b"x"),
+    )
     top = layer(
         f("etc/.wh.gone", b""),
         f("var/cache/new", b"n"),  # listed before the opaque marker on purpose
@@ -97,11 +104,17 @@ def test_links_modes_ownership_and_xattrs(tmp_path: Path) -> None:
     root = unpack_layers(
         tmp_path,
         layer(
-            d("bin"), d("home"), d("home/u", uid=1234, gid=2345),
-            (suid, b"#!/bin/sh\n"), (owned, b"secret"), (xattr, b"c"),
-            sym("bin/sh", "tool"), sym("abs", "/etc/passwd"), hard("bin/tool2", "bin/tool"),
+            d("bin"),
+            d("home"),
+            d("home/u", uid=1234, gid=2345),
+            (suid, b"#!/bin/sh\n"),
+            (owned, b"secret"),
+            (xattr, b"c"),
+            sym("bin/sh", "tool"),
+            sym("abs", "/etc/passwd"),
+            hard("bin/tool2", "bin/tool"),
         ),
-    )  # fmt: skip
+    )
     assert stat.S_IMODE((root / "bin/tool").stat().st_mode) == 0o4755
     st = (root / "home/u/file").stat()
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (1234, 2345, 0o600)
@@ -210,8 +223,14 @@ def test_uncompressed_and_zstd_layers(tmp_path: Path) -> None:
     if zstd:
         import subprocess
 
-        layers.append(subprocess.run([zstd, "-q", "-c"], input=layer(f("z", b"zst"), gz=False),
-                                     capture_output=True, check=True).stdout)  # fmt: skip
+        layers.append(
+            subprocess.run(
+                [zstd, "-q", "-c"],
+                input=layer(f("z", b"zst"), gz=False),
+                capture_output=True,
+                check=True,
+            ).stdout
+        )
     root = unpack_layers(tmp_path, *layers)
     assert (root / "p").read_bytes() == b"plain"
     if zstd:

@@ -24,9 +24,7 @@ from workers.node.image.registry import parse_reference
         ("alpine@sha256:" + "a" * 64, "docker.io/library/alpine@sha256:" + "a" * 64, False),
     ],
 )
-def test_references_are_normalised_as_docker_does(
-    text: str, expected: str, loopback: bool
-) -> None:
+def test_references_are_normalised_as_docker_does(text: str, expected: str, loopback: bool) -> None:
     ref = parse_reference(text)
     assert str(ref) == expected
     assert ref.transport == f"docker://{expected}"

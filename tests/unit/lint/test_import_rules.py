@@ -18,8 +18,9 @@ LINT = Path(sys.executable).with_name("lint-imports")
 
 
 def _lint(cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(LINT), "--no-cache"], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    return subprocess.run(
+        [str(LINT), "--no-cache"], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def _copy(tmp_path: Path) -> Path:

@@ -17,9 +17,13 @@ from workers.node.vmm import (
 
 def machine(**kw: object) -> Machine:
     base: dict[str, object] = dict(
-        qemu_version="7.2.22", accel="tcg", cpu="max", vcpus=1, mem_mib=256,
+        qemu_version="7.2.22",
+        accel="tcg",
+        cpu="max",
+        vcpus=1,
+        mem_mib=256,
         guest_mac="06:00:ac:10:00:02",
-    )  # fmt: skip
+    )
     base.update(kw)
     return Machine(**base)  # type: ignore[arg-type]
 
@@ -28,10 +32,16 @@ def spec(
     start: Boot | Incoming, shared: bool = True, netns: str | None = "/run/netns/x"
 ) -> LaunchSpec:
     return LaunchSpec(
-        vm_id="vm1", machine=machine(), workdir=Path("/w"), mem_file=Path("/w/mem"),
-        mem_shared=shared, disk=Path("/l/top.qcow2"), runtime_disk=Path("/rt/runtime.ext4"),
-        start=start, netns=netns,
-    )  # fmt: skip
+        vm_id="vm1",
+        machine=machine(),
+        workdir=Path("/w"),
+        mem_file=Path("/w/mem"),
+        mem_shared=shared,
+        disk=Path("/l/top.qcow2"),
+        runtime_disk=Path("/rt/runtime.ext4"),
+        start=start,
+        netns=netns,
+    )
 
 
 def opt(argv: list[str], flag: str) -> list[str]:
@@ -78,9 +88,15 @@ def test_mismatch_names_each_difference() -> None:
 @pytest.mark.parametrize("vcpus", [1, 2, 4])
 def test_smp_matches_vcpus(vcpus: int) -> None:
     s = LaunchSpec(
-        vm_id="v", machine=machine(vcpus=vcpus), workdir=Path("/w"), mem_file=Path("/m"),
-        mem_shared=True, disk=Path("/d"), runtime_disk=Path("/rt"), start=Incoming(Path("/s")),
-    )  # fmt: skip
+        vm_id="v",
+        machine=machine(vcpus=vcpus),
+        workdir=Path("/w"),
+        mem_file=Path("/m"),
+        mem_shared=True,
+        disk=Path("/d"),
+        runtime_disk=Path("/rt"),
+        start=Incoming(Path("/s")),
+    )
     assert opt(qemu_argv(s), "-smp") == [str(vcpus)]
 
 
@@ -88,8 +104,9 @@ def test_every_vm_has_volume_slots_with_placeholders_after_its_other_devices() -
     argv = qemu_argv(spec(Boot(Path("/k"), Path("/i"), "console=ttyS0")))
     devices = opt(argv, "-device")
     assert len(devices) == 3 + VOLUME_SLOTS
-    assert devices[3:] == [f"virtio-blk-device,drive=vol{i},serial=aenv-vol{i}"
-                           for i in range(VOLUME_SLOTS)]  # fmt: skip
+    assert devices[3:] == [
+        f"virtio-blk-device,drive=vol{i},serial=aenv-vol{i}" for i in range(VOLUME_SLOTS)
+    ]
     drives = opt(argv, "-drive")[2:]
     assert all("driver=null-co" in d and f"size={VOLUME_BYTES}" in d for d in drives)
 

@@ -43,8 +43,13 @@ LS = """/12/040755/0/0/.//
 
 def test_stat_of_a_file() -> None:
     inode = dbg.parse_stat(STAT_FILE)
-    assert (inode.type, inode.mode, inode.uid, inode.gid, inode.size) == ("file", 0o640, 1000,
-                                                                          0, 11)  # fmt: skip
+    assert (inode.type, inode.mode, inode.uid, inode.gid, inode.size) == (
+        "file",
+        0o640,
+        1000,
+        0,
+        11,
+    )
     assert inode.mtime == datetime.fromtimestamp(0x6B0FB812, UTC)
     # the extra field: nanoseconds << 2 (here 1 ns), epoch bits 0
     assert inode.ctime == datetime.fromtimestamp(0x6B0FB813 + 1e-9, UTC)
@@ -64,9 +69,10 @@ def test_stat_of_garbage_is_an_error() -> None:
 def test_ls_lists_entries_without_dot_and_dotdot() -> None:
     got = dbg.parse_ls(LS)
     assert [(e.name, e.mode, e.uid, e.size) for e in got] == [
-        ("h.txt", 0o100640, 1000, 11), ("big file.bin", 0o100644, 0, 3000000),
+        ("h.txt", 0o100640, 1000, 11),
+        ("big file.bin", 0o100644, 0, 3000000),
         ("link", 0o120777, 0, 8),
-    ]  # fmt: skip
+    ]
 
 
 def test_a_script_output_splits_per_command() -> None:
@@ -74,9 +80,15 @@ def test_a_script_output_splits_per_command() -> None:
     assert dbg.split_sections(out) == ["Inode: 1", "Inode: 2\nmore"]
 
 
-@pytest.mark.parametrize(("raw", "want"), [
-    ("/", "/"), ("a/b", "/a/b"), ("/a//b/", "/a/b"), ("/with space", "/with space"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        ("/", "/"),
+        ("a/b", "/a/b"),
+        ("/a//b/", "/a/b"),
+        ("/with space", "/with space"),
+    ],
+)
 def test_paths_are_normalised(raw: str, want: str) -> None:
     assert dbg.check_path(raw) == want
 

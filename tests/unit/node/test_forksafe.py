@@ -37,8 +37,13 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def _run(mode: str) -> subprocess.CompletedProcess[str] | None:
     try:
-        return subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True,
-                              text=True, timeout=6, cwd=ROOT)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-c", SCRIPT, mode],
+            capture_output=True,
+            text=True,
+            timeout=6,
+            cwd=ROOT,
+        )
     except subprocess.TimeoutExpired:
         return None
 

@@ -22,13 +22,18 @@ from workers.node.vmm.limits import Applied, oom_kills
 
 def _samples(m: NodeMetrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     text = asyncio.run(m.scrape.render()).decode()
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 def _count(m: NodeMetrics, op: str, stage: str) -> float:
-    key = ("aenv_lifecycle_seconds_count",
-           frozenset({"op": op, "stage": stage, "start": "cold"}.items()))  # fmt: skip
+    key = (
+        "aenv_lifecycle_seconds_count",
+        frozenset({"op": op, "stage": stage, "start": "cold"}.items()),
+    )
     return _samples(m)[key]
 
 
@@ -85,8 +90,9 @@ def test_the_memory_host_times_its_starts_as_stages() -> None:
 def test_room_and_vms_are_read_at_the_scrape() -> None:
     m = NodeMetrics("n1")
     host = MemoryHost(capacity=4)
-    room = Room(vcpus=32, mem_mib=3072, sandboxes=4, free_vcpus=31, free_mem_mib=2560,
-                free_sandboxes=3)  # fmt: skip
+    room = Room(
+        vcpus=32, mem_mib=3072, sandboxes=4, free_vcpus=31, free_mem_mib=2560, free_sandboxes=3
+    )
     m.watch(host, lambda: room)
     s = _samples(m)
     node = frozenset({("node", "n1")})

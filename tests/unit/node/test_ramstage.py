@@ -85,9 +85,7 @@ def test_without_a_stage_the_copy_goes_to_disk(ram: Path, tmp_path: Path) -> Non
     assert dst.read_bytes() == ram.read_bytes()
 
 
-def test_a_stage_that_fails_falls_back_to_disk(
-    ram: Path, stage: RamStage, tmp_path: Path
-) -> None:
+def test_a_stage_that_fails_falls_back_to_disk(ram: Path, stage: RamStage, tmp_path: Path) -> None:
     assert stage.root is not None
     stage.close()  # the directory is gone: writing the staged copy fails
     dst = tmp_path / "mem"

@@ -12,8 +12,17 @@ def test_manifest_round_trip(tmp_path: Path) -> None:
     runtime = tmp_path / "runtime-abc" / "runtime.ext4"
     runtime.parent.mkdir()
     runtime.write_bytes(b"")
-    s = Snapshot("s1", tmp_path, m, tmp_path / "top.qcow2", tmp_path / "base.ext4", runtime,
-                 "vm9", "2026-01-01T00:00:00+00:00", 1234)  # fmt: skip
+    s = Snapshot(
+        "s1",
+        tmp_path,
+        m,
+        tmp_path / "top.qcow2",
+        tmp_path / "base.ext4",
+        runtime,
+        "vm9",
+        "2026-01-01T00:00:00+00:00",
+        1234,
+    )
     s.write()
     back = Snapshot.read(tmp_path)
     assert back == s

@@ -19,5 +19,4 @@ def test_chains_are_per_stack_and_only_slot_traffic_is_forwarded() -> None:
     assert "-A AENV-AENVE-NAT -s 10.213.0.0/16 ! -o aenveh+ -j MASQUERADE" in lines
     # --noflush input: it declares only our chains, never a built-in one's policy
     assert not any(ln.startswith((":FORWARD", ":POSTROUTING", ":INPUT")) for ln in lines)
-    assert up.jumps() == [("filter", "FORWARD", up.fwd_chain),
-                          ("nat", "POSTROUTING", up.nat_chain)]  # fmt: skip
+    assert up.jumps() == [("filter", "FORWARD", up.fwd_chain), ("nat", "POSTROUTING", up.nat_chain)]

@@ -25,9 +25,13 @@ class Log:
         return cmd.command_id
 
     def append(self, event: sb.SandboxEvent, cause: uuid.UUID) -> None:
-        _, data = encode_event(event, event_id=uuid.uuid4(), aggregate_id=SID,
-                               aggregate_version=len(self.records) + 1,
-                               context=MessageContext(causation_id=cause))  # fmt: skip
+        _, data = encode_event(
+            event,
+            event_id=uuid.uuid4(),
+            aggregate_id=SID,
+            aggregate_version=len(self.records) + 1,
+            context=MessageContext(causation_id=cause),
+        )
         env, ev = decode_event(data)
         self.records.append(RecordedEvent(len(self.records) + 1, f"x.{SID}", env, ev))
         self.state = sb.evolve(self.state, ev)

@@ -40,8 +40,9 @@ class _Repository:
     def __init__(self) -> None:
         self.down = True
 
-    async def upload(self, snapshot_dir: Path, *, base_image_digest: str,
-                     snapshot_id: str) -> object:  # fmt: skip
+    async def upload(
+        self, snapshot_dir: Path, *, base_image_digest: str, snapshot_id: str
+    ) -> object:
         if self.down:
             raise ConnectionRefusedError("connect to 127.0.0.1:9 refused")
         return "stored"

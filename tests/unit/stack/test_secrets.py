@@ -26,8 +26,9 @@ def test_a_missing_or_unusable_password_is_minted_and_a_loose_file_closed(tmp_pa
     path.chmod(0o644)
     got = load_or_mint(path, ("postgres", "aenv"))
     assert got["postgres"] == "ab12"
-    assert got["aenv"] != "x'; DROP ROLE postgres; --" and all(c in "0123456789abcdef"
-                                                                for c in got["aenv"])  # fmt: skip
+    assert got["aenv"] != "x'; DROP ROLE postgres; --" and all(
+        c in "0123456789abcdef" for c in got["aenv"]
+    )
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert json.loads(path.read_text()) == got
 
@@ -46,4 +47,3 @@ def test_the_app_role_gets_no_more_rights_and_only_hex_passwords() -> None:
     assert role_sql(True, "abc123").startswith("ALTER ROLE aenv ")
     with pytest.raises(ValueError):
         role_sql(True, "abc'")
-

@@ -57,8 +57,17 @@ def test_pause_falls_back_to_kill_when_unsupported() -> None:
 
 def test_a_seeded_timer_knows_the_read_models_clocks_and_forgets_the_ended() -> None:
     t = Timer(bus=None)  # type: ignore[arg-type]
-    t.load([sb.Clock(sandbox_id="s", status=sb.SandboxStatus.RUNNING, node_id="n1",
-                     end_at=T0 + timedelta(seconds=3), on_timeout="pause")])  # fmt: skip
+    t.load(
+        [
+            sb.Clock(
+                sandbox_id="s",
+                status=sb.SandboxStatus.RUNNING,
+                node_id="n1",
+                end_at=T0 + timedelta(seconds=3),
+                on_timeout="pause",
+            )
+        ]
+    )
     (cmd,) = t.expired(T0 + timedelta(seconds=4))
     assert isinstance(cmd, sb.PauseSandbox) and cmd.sandbox_id == "s"
     killed = running("x", 10)
@@ -81,8 +90,10 @@ def test_a_paused_sandbox_is_kept_for_the_retention_then_killed_once() -> None:
     history = running("p", 10)
     state = sb.fold(history)
     pause = sb.PauseSandbox(sandbox_id="p", at=T0 + timedelta(seconds=1))
-    for cmd in (pause, sb.CompletePause(sandbox_id="p", at=T0 + timedelta(seconds=2),
-                                        snapshot_id="c1")):  # fmt: skip
+    for cmd in (
+        pause,
+        sb.CompletePause(sandbox_id="p", at=T0 + timedelta(seconds=2), snapshot_id="c1"),
+    ):
         events = sb.decide(state, cmd)
         history += events
         state = sb.fold(events, state)
@@ -99,11 +110,12 @@ def test_a_paused_sandbox_is_kept_for_the_retention_then_killed_once() -> None:
 def test_a_resume_before_the_retention_keeps_it() -> None:
     history = running("r", 10)
     state = sb.fold(history)
-    for cmd in (sb.PauseSandbox(sandbox_id="r", at=T0),
-                sb.CompletePause(sandbox_id="r", at=T0, snapshot_id="c1"),
-                sb.ResumeSandbox(sandbox_id="r", at=T0 + timedelta(seconds=30)),
-                sb.CompleteResume(sandbox_id="r", node_id="n1",
-                                  at=T0 + timedelta(seconds=31))):  # fmt: skip
+    for cmd in (
+        sb.PauseSandbox(sandbox_id="r", at=T0),
+        sb.CompletePause(sandbox_id="r", at=T0, snapshot_id="c1"),
+        sb.ResumeSandbox(sandbox_id="r", at=T0 + timedelta(seconds=30)),
+        sb.CompleteResume(sandbox_id="r", node_id="n1", at=T0 + timedelta(seconds=31)),
+    ):
         events = sb.decide(state, cmd)
         history += events
         state = sb.fold(events, state)

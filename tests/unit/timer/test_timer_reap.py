@@ -21,8 +21,16 @@ def _timer(beats: dict[str, Heartbeat]) -> Timer:
     book.beats, book._synced = beats, True
     t = Timer(bus=_Bus(), nodes=book)  # type: ignore[arg-type]
     for i, node in enumerate(("a", "b", "c")):
-        t.load([sb.Clock(sandbox_id=f"s{i}", status=sb.SandboxStatus.RUNNING, node_id=node,
-                         end_at=datetime(2030, 1, 1, tzinfo=UTC))])  # fmt: skip
+        t.load(
+            [
+                sb.Clock(
+                    sandbox_id=f"s{i}",
+                    status=sb.SandboxStatus.RUNNING,
+                    node_id=node,
+                    end_at=datetime(2030, 1, 1, tzinfo=UTC),
+                )
+            ]
+        )
     return t
 
 
@@ -46,8 +54,13 @@ def test_a_node_missing_from_the_bucket_is_lost_once_missed_that_long() -> None:
 def test_a_node_beating_again_is_no_longer_missed() -> None:
     t = _timer({"a": _beat("a", 1000), "c": _beat("c", 1000)})
     assert t.lost_nodes(1001) == []
-    t.nodes.beats.update({"a": _beat("a", 1060), "b": _beat("b", 1060),  # type: ignore[union-attr]
-                          "c": _beat("c", 1060)})  # fmt: skip
+    t.nodes.beats.update(
+        {
+            "a": _beat("a", 1060),
+            "b": _beat("b", 1060),  # type: ignore[union-attr]
+            "c": _beat("c", 1060),
+        }
+    )
     assert t.lost_nodes(1062) == []
 
 

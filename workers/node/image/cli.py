@@ -39,8 +39,11 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--force", action="store_true", help="rebuild even if cached")
     common.add_argument("--size", default=str(DEFAULT_SIZE), help="root disk size, e.g. 2G")
     sub.add_parser("build-base", parents=[common], help="the default Debian image")
-    sub.add_parser("build-code-interpreter", parents=[common],
-                   help="base + Jupyter kernels + the code-interpreter server")  # fmt: skip
+    sub.add_parser(
+        "build-code-interpreter",
+        parents=[common],
+        help="base + Jupyter kernels + the code-interpreter server",
+    )
     rt = sub.add_parser("build-runtime", help="envd's runtime disk (attached to every VM)")
     rt.add_argument("--cache", type=Path)
     oci = sub.add_parser("build-oci", parents=[common], help="an image from an OCI layout/archive")
@@ -85,13 +88,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.cmd == "build-code-interpreter":
             from .codeint import build_code_interpreter
 
-            _report(build_code_interpreter(args.cache, progress=progress,
-                                           size=parse_size(args.size)))  # fmt: skip
+            _report(
+                build_code_interpreter(args.cache, progress=progress, size=parse_size(args.size))
+            )
         elif args.cmd == "build-oci":
             img = build_from_oci(
-                args.source, args.name, args.cache,
-                progress=progress, force=args.force, size=parse_size(args.size), ref=args.ref,
-            )  # fmt: skip
+                args.source,
+                args.name,
+                args.cache,
+                progress=progress,
+                force=args.force,
+                size=parse_size(args.size),
+                ref=args.ref,
+            )
             _report(img)
         elif args.cmd == "build-runtime":
             runtime = build_runtime(args.cache, progress=progress)

@@ -45,9 +45,15 @@ PORT = 49999
 #: Debian's packages of the kernel stack and the data libraries E2B's template carries
 #: most often (numpy, pandas, matplotlib); no network is needed in the guest.
 APT_PACKAGES = (
-    "python3-ipykernel", "python3-jupyter-client", "python3-zmq", "python3-numpy",
-    "python3-pandas", "python3-matplotlib", "python3-matplotlib-inline", "fonts-dejavu-core",
-)  # fmt: skip
+    "python3-ipykernel",
+    "python3-jupyter-client",
+    "python3-zmq",
+    "python3-numpy",
+    "python3-pandas",
+    "python3-matplotlib",
+    "python3-matplotlib-inline",
+    "fonts-dejavu-core",
+)
 # Bumped when how the tree is made changes in a way the inputs do not capture.
 TREE_VERSION = 1
 GUEST_DIR = "usr/lib/aenv-codeint"  # the server's package lands in <this>/codeint/
@@ -91,8 +97,9 @@ def codeint_tree(root: Path, progress: Progress) -> Path:
         with _cache.staging(root, key) as tmp, step(progress, "apt-get the kernel stack"):
             tree = tmp / "tree"
             # a real copy: dpkg and the byte-compiler write into the tree
-            proc = subprocess.run(["cp", "-a", str(base), str(tree)], capture_output=True,
-                                  text=True)  # fmt: skip
+            proc = subprocess.run(
+                ["cp", "-a", str(base), str(tree)], capture_output=True, text=True
+            )
             if proc.returncode != 0:
                 raise ImageError(f"copying {base} failed: {proc.stderr.strip()[-300:]}")
             apt_install(tree, APT_PACKAGES, tmp / "apt.log", progress)

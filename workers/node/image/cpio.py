@@ -42,9 +42,20 @@ class CpioWriter:
         name = name.lstrip("/") or "."
         encoded = name.encode() + b"\0"
         fields = (
-            self._ino, mode, uid, gid, nlink, self._mtime, len(data),
-            0, 0, rdev[0], rdev[1], len(encoded), 0,
-        )  # fmt: skip
+            self._ino,
+            mode,
+            uid,
+            gid,
+            nlink,
+            self._mtime,
+            len(data),
+            0,
+            0,
+            rdev[0],
+            rdev[1],
+            len(encoded),
+            0,
+        )
         header = b"070701" + b"".join(b"%08X" % f for f in fields)
         self._out.write(header + encoded + _pad4(len(header) + len(encoded)))
         self._out.write(data + _pad4(len(data)))

@@ -53,10 +53,17 @@ def make_ext4(tree: Path, out: Path, size: int, *, label: str = "root") -> None:
     with out.open("wb") as f:
         f.truncate(size)
     argv = [
-        "mkfs.ext4", "-q", "-F", "-L", label,
-        "-E", "lazy_itable_init=0,lazy_journal_init=0",
-        "-d", str(tree), str(out),
-    ]  # fmt: skip
+        "mkfs.ext4",
+        "-q",
+        "-F",
+        "-L",
+        label,
+        "-E",
+        "lazy_itable_init=0,lazy_journal_init=0",
+        "-d",
+        str(tree),
+        str(out),
+    ]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     except FileNotFoundError as e:

@@ -145,8 +145,9 @@ def needed(data: bytes) -> list[str]:
     strtab = next((v for t, v in entries if t == DT_STRTAB), None)
     if strtab is None:
         raise ElfFormatError("dynamic section without a string table")
-    load = next((s for s in segs if s.type == PT_LOAD and s.vaddr <= strtab < s.vaddr + s.filesz),
-                None)  # fmt: skip
+    load = next(
+        (s for s in segs if s.type == PT_LOAD and s.vaddr <= strtab < s.vaddr + s.filesz), None
+    )
     if load is None:
         raise ElfFormatError("string table outside every loaded segment")
     base = strtab - load.vaddr + load.offset

@@ -146,9 +146,11 @@ def add_user(root: Path) -> tuple[int, int]:
             if f.is_file() and not f.is_symlink() and not (home / f.name).exists():
                 write_guest_file(root, f"home/user/{f.name}", f.read_bytes(), uid=uid, gid=gid)
     write_guest_file(
-        root, "etc/sudoers.d/90-aenv-user", f"{USER} ALL=(ALL:ALL) NOPASSWD: ALL\n".encode(),
+        root,
+        "etc/sudoers.d/90-aenv-user",
+        f"{USER} ALL=(ALL:ALL) NOPASSWD: ALL\n".encode(),
         mode=0o440,
-    )  # fmt: skip
+    )
     return uid, gid
 
 
@@ -179,8 +181,7 @@ def inject(root: Path, *, image_info: dict[str, object]) -> GuestInfo:
     )
     write_guest_file(root, "etc/hosts", hosts.encode())
     write_guest_file(root, "etc/resolv.conf", b"# aenv: the node writes resolvers here\n")
-    info = GuestInfo(python=None if py is None else f"{py[0]}.{py[1]}", user_uid=uid,
-                     user_gid=gid)  # fmt: skip
+    info = GuestInfo(python=None if py is None else f"{py[0]}.{py[1]}", user_uid=uid, user_gid=gid)
     meta = {**image_info, "python": info.python, "user_uid": uid, "user_gid": gid}
     write_guest_file(root, "etc/aenv/image.json", (json.dumps(meta, indent=2) + "\n").encode())
     return info

@@ -30,10 +30,19 @@ XZ_MAGIC = b"\xfd7zXZ\x00"
 
 # In load order; dependencies found in modules.dep are pulled in ahead of their users.
 REQUIRED_MODULES = (
-    "virtio_ring", "virtio", "virtio_mmio", "virtio_blk",
-    "failover", "net_failover", "virtio_net",
-    "crc32c_generic", "crc16", "mbcache", "jbd2", "ext4",
-)  # fmt: skip
+    "virtio_ring",
+    "virtio",
+    "virtio_mmio",
+    "virtio_blk",
+    "failover",
+    "net_failover",
+    "virtio_net",
+    "crc32c_generic",
+    "crc16",
+    "mbcache",
+    "jbd2",
+    "ext4",
+)
 # Loaded when present; a failure is reported (vmdebug=1) but does not stop the boot.
 OPTIONAL_MODULES = ("virtio_balloon", "virtio_rng", "libcrc32c", "erofs", "overlay")
 

@@ -416,15 +416,21 @@ def chain_ids(diff_ids: list[str]) -> list[str]:
     chain id, a space, this diff id), so equal prefixes of two images are one chain."""
     out: list[str] = []
     for diff_id in diff_ids:
-        out.append(diff_id if not out else
-                   "sha256:" + hashlib.sha256(f"{out[-1]} {diff_id}".encode()).hexdigest())
+        out.append(
+            diff_id
+            if not out
+            else "sha256:" + hashlib.sha256(f"{out[-1]} {diff_id}".encode()).hexdigest()
+        )
     return out
 
 
 def unpack(
-    layout: Layout, dest: Path, progress: Callable[[str], None] = print, *,
+    layout: Layout,
+    dest: Path,
+    progress: Callable[[str], None] = print,
+    *,
     cache: Path | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Unpack all layers of `layout`, in order, into a new directory `dest`.
 
     With `cache` (the node's unpacked-layer cache), the tree after each layer is kept under

@@ -34,8 +34,15 @@ from shared.images import parse_reference as _parse
 from . import cache as _cache
 from .errors import ImageError
 
-__all__ = ["ImageRef", "Pulled", "RegistryAuth", "insecure_registries", "parse_reference",
-           "pull", "registry_mirrors"]  # fmt: skip
+__all__ = [
+    "ImageRef",
+    "Pulled",
+    "RegistryAuth",
+    "insecure_registries",
+    "parse_reference",
+    "pull",
+    "registry_mirrors",
+]
 
 INSECURE_ENV = "AENV_INSECURE_REGISTRIES"
 MIRRORS_ENV = "AENV_REGISTRY_MIRRORS"
@@ -84,8 +91,9 @@ def registry_mirrors() -> dict[str, str]:
 def _skopeo(argv: list[str], what: str, timeout: float) -> str:
     """Run skopeo; its output, or an `ImageError` saying why it failed."""
     try:
-        proc = subprocess.run(["skopeo", *argv], capture_output=True, text=True,
-                              timeout=timeout, check=False)  # fmt: skip
+        proc = subprocess.run(
+            ["skopeo", *argv], capture_output=True, text=True, timeout=timeout, check=False
+        )
     except FileNotFoundError as e:
         raise ImageError("skopeo is not installed (apt-get install skopeo)") from e
     except subprocess.TimeoutExpired as e:
@@ -106,15 +114,21 @@ def _reason(stderr: str) -> str:
     if "manifest unknown" in low or "not found" in low:
         return f"no such image in the registry: {text}"
     if "http response to https client" in low or "certificate" in low or "tls" in low:
-        return (f"{text} (a registry without TLS must be listed in {INSECURE_ENV} unless "
-                "it is on loopback)")  # fmt: skip
+        return (
+            f"{text} (a registry without TLS must be listed in {INSECURE_ENV} unless "
+            "it is on loopback)"
+        )
     return text
 
 
 def pull(
-    ref: ImageRef, *, cache: Path | None = None, auth: RegistryAuth | None = None,
-    progress: Progress = print, timeout: float = 1800.0,
-) -> Pulled:  # fmt: skip
+    ref: ImageRef,
+    *,
+    cache: Path | None = None,
+    auth: RegistryAuth | None = None,
+    progress: Progress = print,
+    timeout: float = 1800.0,
+) -> Pulled:
     """Copy `ref` (linux/amd64) into this node's layer cache; its OCI layout and blob dir."""
     root = _cache.cache_root(cache)
     blobs = root / "blobs"
@@ -150,8 +164,20 @@ def pull(
         layers = [str(d["digest"]) for d in manifest.get("layers") or []]
         cached = sum(1 for d in layers if (blobs / d.replace(":", "/", 1)).is_file())
         progress(f"pull {ref}: {len(layers)} layers, {cached} already in the layer cache")
-        _skopeo([*_PLATFORM, "copy", "--quiet", *copy, "--dest-shared-blob-dir", str(blobs),
-                 source.transport, f"oci:{layout}:image"], f"pull {ref}", timeout)  # fmt: skip
+        _skopeo(
+            [
+                *_PLATFORM,
+                "copy",
+                "--quiet",
+                *copy,
+                "--dest-shared-blob-dir",
+                str(blobs),
+                source.transport,
+                f"oci:{layout}:image",
+            ],
+            f"pull {ref}",
+            timeout,
+        )
     progress(f"pull {ref}: {len(layers) - cached} layers downloaded")
     return Pulled(layout, blobs, ref, cached, len(layers) - cached)
 

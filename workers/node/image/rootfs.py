@@ -19,11 +19,21 @@ from .fsutil import remove_any, unmount_under, write_guest_file
 DEFAULT_SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_PACKAGES = (
-    "python3", "bash", "coreutils", "procps", "iproute2", "ca-certificates", "sudo",
+    "python3",
+    "bash",
+    "coreutils",
+    "procps",
+    "iproute2",
+    "ca-certificates",
+    "sudo",
     # what E2B's base image carries and agents' code assumes: git (the SDK's `sbx.git`
     # helpers), curl, a `python` command, pip and venv
-    "git", "curl", "python-is-python3", "python3-pip", "python3-venv",
-)  # fmt: skip
+    "git",
+    "curl",
+    "python-is-python3",
+    "python3-pip",
+    "python3-venv",
+)
 #: Installed with apt inside the tree once debootstrap is done: debootstrap's own resolver
 #: cannot configure npm's graph of node-* packages (virtual provides), apt can.
 DEFAULT_APT_PACKAGES = ("nodejs", "npm")
@@ -114,14 +124,21 @@ def apt_install(
     saved = resolv.read_bytes() if resolv.is_file() and not resolv.is_symlink() else None
     shutil.copyfile("/etc/resolv.conf", resolv, follow_symlinks=True)
     (target / "proc").mkdir(exist_ok=True)
-    script = ("apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
-              f"--no-install-recommends {' '.join(packages)} && apt-get clean")  # fmt: skip
+    script = (
+        "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+        f"--no-install-recommends {' '.join(packages)} && apt-get clean"
+    )
     try:
-        subprocess.run(["mount", "-t", "proc", "proc", str(target / "proc")], check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["mount", "-t", "proc", "proc", str(target / "proc")], check=True, capture_output=True
+        )
         with log.open("ab") as out:
-            proc = subprocess.run(["chroot", str(target), "/bin/sh", "-c", script],
-                                  stdout=out, stderr=subprocess.STDOUT, check=False)  # fmt: skip
+            proc = subprocess.run(
+                ["chroot", str(target), "/bin/sh", "-c", script],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
     finally:
         unmount_under(target)
         if saved is not None:
@@ -130,8 +147,9 @@ def apt_install(
             resolv.unlink(missing_ok=True)
     if proc.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-5:]
-        raise ImageError(f"apt-get install in the tree failed ({proc.returncode}): "
-                         f"{' | '.join(tail)}")  # fmt: skip
+        raise ImageError(
+            f"apt-get install in the tree failed ({proc.returncode}): {' | '.join(tail)}"
+        )
 
 
 #: Bumped when `tune_login_profile` changes: part of the images' digest inputs.

@@ -45,16 +45,41 @@ MOUNT = "/opt/aenv"
 LOADER = "ld-linux-x86-64.so.2"
 _LIB_DIRS = ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "lib64", "usr/lib")
 #: Standard library parts envd has no use for (tests, GUIs, build tooling): ~60% of it.
-_SKIP_STDLIB = frozenset({
-    "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data",
-    "distutils", "venv", "site-packages", "dist-packages", "__pycache__", "turtle.py",
-    "sitecustomize.py",
-})  # fmt: skip
+_SKIP_STDLIB = frozenset(
+    {
+        "test",
+        "idlelib",
+        "tkinter",
+        "turtledemo",
+        "ensurepip",
+        "lib2to3",
+        "pydoc_data",
+        "distutils",
+        "venv",
+        "site-packages",
+        "dist-packages",
+        "__pycache__",
+        "turtle.py",
+        "sitecustomize.py",
+    }
+)
 #: Extension modules left out: test modules, and those pulling in libraries envd never uses.
 _SKIP_DYNLOAD = (
-    "_test", "_xx", "xx", "_ctypes_test", "ossaudiodev", "nis", "_curses", "readline", "_dbm",
-    "_gdbm", "_sqlite3", "audioop", "_crypt", "_tkinter",
-)  # fmt: skip
+    "_test",
+    "_xx",
+    "xx",
+    "_ctypes_test",
+    "ossaudiodev",
+    "nis",
+    "_curses",
+    "readline",
+    "_dbm",
+    "_gdbm",
+    "_sqlite3",
+    "audioop",
+    "_crypt",
+    "_tkinter",
+)
 
 Progress = Callable[[str], None]
 
@@ -116,8 +141,12 @@ def _skip_stdlib(directory: str, names: list[str]) -> set[str]:
     if directory.endswith("lib-dynload"):
         skip |= {n for n in names if n.startswith(_SKIP_DYNLOAD)}
     # absolute links lead out of the tree (Debian's /etc/python3.x files)
-    skip |= {n for n in names if os.path.islink(os.path.join(directory, n))
-             and os.path.isabs(os.readlink(os.path.join(directory, n)))}  # fmt: skip
+    skip |= {
+        n
+        for n in names
+        if os.path.islink(os.path.join(directory, n))
+        and os.path.isabs(os.readlink(os.path.join(directory, n)))
+    }
     return skip
 
 
@@ -128,8 +157,9 @@ def populate_runtime(tree: Path, dst: Path, *, envd_src: Path, busybox: bytes) -
     stdlib = py / "lib" / f"python{version}"
     (py / "bin").mkdir(parents=True)
     shutil.copy2(tree / "usr/bin" / f"python{version}", py / "bin" / "python3")
-    shutil.copytree(tree / "usr/lib" / f"python{version}", stdlib, symlinks=True,
-                    ignore=_skip_stdlib)  # fmt: skip
+    shutil.copytree(
+        tree / "usr/lib" / f"python{version}", stdlib, symlinks=True, ignore=_skip_stdlib
+    )
     modules = sorted((stdlib / "lib-dynload").glob("*.so"))
     libs = _closure(tree, [py / "bin" / "python3", *modules])
     for soname, src in sorted(libs.items()):
@@ -157,8 +187,11 @@ def _compile(dst: Path, version: str) -> bool:
     if f"{sys.version_info[0]}.{sys.version_info[1]}" != version:
         return False
     ok = compileall.compile_dir(
-        str(dst), quiet=1, workers=1, invalidation_mode=PycInvalidationMode.UNCHECKED_HASH,
-    )  # fmt: skip
+        str(dst),
+        quiet=1,
+        workers=1,
+        invalidation_mode=PycInvalidationMode.UNCHECKED_HASH,
+    )
     if not ok:
         raise ImageError("envd runtime: byte-compiling failed")
     return True
@@ -176,9 +209,12 @@ def _inputs(base_key: dict[str, object], envd_src: Path, busybox: bytes) -> dict
 
 
 def build_runtime(
-    cache: Path | None = None, *, progress: Progress = print,
-    spec: DebootstrapSpec | None = None, envd_src: Path | None = None,
-) -> RuntimeDisk:  # fmt: skip
+    cache: Path | None = None,
+    *,
+    progress: Progress = print,
+    spec: DebootstrapSpec | None = None,
+    envd_src: Path | None = None,
+) -> RuntimeDisk:
     """envd's runtime disk: from the cache, or built from the base Debian tree."""
     from .build import base_rootfs_tree, default_envd_src
 
@@ -201,9 +237,15 @@ def build_runtime(
             size = int(tree_bytes(tmp / "tree") * 1.2) + (80 << 20)  # make_ext4's margin
             make_ext4(tmp / "tree", tmp / "runtime.ext4", size, label=RUNTIME_LABEL)
             shutil.rmtree(tmp / "tree")
-            manifest = {"digest": digest, "inputs": _inputs(spec.key(), envd_src, busybox),
-                        "mount": MOUNT, "label": RUNTIME_LABEL, "size": size, **info,
-                        "build_seconds": round(time.monotonic() - t0, 1)}  # fmt: skip
+            manifest = {
+                "digest": digest,
+                "inputs": _inputs(spec.key(), envd_src, busybox),
+                "mount": MOUNT,
+                "label": RUNTIME_LABEL,
+                "size": size,
+                **info,
+                "build_seconds": round(time.monotonic() - t0, 1),
+            }
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
             _cache.publish(tmp, final)
     progress(f"envd runtime {digest[:12]} ready ({size >> 20} MiB disk)")
@@ -214,6 +256,8 @@ def find_runtime(digest: str, cache: Path | None = None) -> RuntimeDisk:
     """A runtime disk of this node by digest (a capture names the one it was taken with)."""
     d = _cache.cache_root(cache) / f"runtime-{digest}"
     if not (d / "manifest.json").is_file():
-        raise ImageError(f"envd runtime {digest[:12]} is not on this node (build it with the "
-                         "same envd: `python -m workers.node.image build-runtime`)")  # fmt: skip
+        raise ImageError(
+            f"envd runtime {digest[:12]} is not on this node (build it with the "
+            "same envd: `python -m workers.node.image build-runtime`)"
+        )
     return RuntimeDisk.load(d)

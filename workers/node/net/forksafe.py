@@ -47,6 +47,7 @@ def install() -> None:
     hooks run in reverse order of registration)."""
     global _installed
     if not _installed:
-        os.register_at_fork(before=_imp.acquire_lock, after_in_parent=_release_import_lock,
-                            after_in_child=_child)  # fmt: skip
+        os.register_at_fork(
+            before=_imp.acquire_lock, after_in_parent=_release_import_lock, after_in_child=_child
+        )
         _installed = True

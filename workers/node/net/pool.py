@@ -44,9 +44,13 @@ class SlotPool:
     """Hands out network slots; call `start()` once and `close()` at shutdown."""
 
     def __init__(
-        self, *, target: int = 4, cidr: str = DEFAULT_SLOT_CIDR, prefix: str = "aenv",
+        self,
+        *,
+        target: int = 4,
+        cidr: str = DEFAULT_SLOT_CIDR,
+        prefix: str = "aenv",
         settled: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._target = target
         self._settled = settled or self._quiet_after_acquire
         self._cidr = cidr
@@ -130,8 +134,10 @@ class SlotPool:
                 # shielded: a close() that cancels the filler mid-batch still gets (and
                 # destroys) the slots whose creation threads were already running
                 pending = asyncio.gather(
-                    *(self._create_one(background=True)
-                      for _ in range(min(missing, FILL_PARALLEL))),
+                    *(
+                        self._create_one(background=True)
+                        for _ in range(min(missing, FILL_PARALLEL))
+                    ),
                     return_exceptions=True,
                 )
                 self._batch = pending

@@ -155,8 +155,7 @@ def sweep_stale(prefix: str, cidr: str) -> int:
             continue  # a live process of this prefix owns it
         # (held by another prefix's stack: that one took the index since ours died)
         try:
-            destroy_slot(NetworkSlot(address=slot_address(int(suffix), cidr, prefix),
-                                     lock_fd=fd))  # fmt: skip
+            destroy_slot(NetworkSlot(address=slot_address(int(suffix), cidr, prefix), lock_fd=fd))
             removed += 1
         except (ValueError, OSError):
             if fd is not None:

@@ -42,21 +42,23 @@ class Uplink:
     def rules(self) -> str:
         """iptables-restore --noflush input: (re)defines our two chains only."""
         veths = f"{self.prefix}h+"  # host ends of this stack's slots (slot.slot_address)
-        return "\n".join([
-            "*filter",
-            f":{self.fwd_chain} - [0:0]",
-            f"-A {self.fwd_chain} -o {veths} -m conntrack --ctstate ESTABLISHED,RELATED "
-            "-j ACCEPT",
-            f"-A {self.fwd_chain} -i {veths} -o {veths} -j DROP",
-            f"-A {self.fwd_chain} -i {veths} -s {self.slot_cidr} -j ACCEPT",
-            f"-A {self.fwd_chain} -i {veths} -j DROP",
-            "COMMIT",
-            "*nat",
-            f":{self.nat_chain} - [0:0]",
-            f"-A {self.nat_chain} -s {self.slot_cidr} ! -o {veths} -j MASQUERADE",
-            "COMMIT",
-            "",
-        ])  # fmt: skip
+        return "\n".join(
+            [
+                "*filter",
+                f":{self.fwd_chain} - [0:0]",
+                f"-A {self.fwd_chain} -o {veths} -m conntrack --ctstate ESTABLISHED,RELATED "
+                "-j ACCEPT",
+                f"-A {self.fwd_chain} -i {veths} -o {veths} -j DROP",
+                f"-A {self.fwd_chain} -i {veths} -s {self.slot_cidr} -j ACCEPT",
+                f"-A {self.fwd_chain} -i {veths} -j DROP",
+                "COMMIT",
+                "*nat",
+                f":{self.nat_chain} - [0:0]",
+                f"-A {self.nat_chain} -s {self.slot_cidr} ! -o {veths} -j MASQUERADE",
+                "COMMIT",
+                "",
+            ]
+        )
 
     def jumps(self) -> list[tuple[str, str, str]]:
         """(table, built-in chain, our chain) pairs hooked in at position 1."""
@@ -90,9 +92,12 @@ def _ok(argv: list[str]) -> bool:
 
 def _run(argv: list[str], stdin: str | None = None) -> None:
     proc = subprocess.run(
-        argv, input=stdin.encode() if stdin else None, capture_output=True, timeout=10,
+        argv,
+        input=stdin.encode() if stdin else None,
+        capture_output=True,
+        timeout=10,
         check=False,
-    )  # fmt: skip
+    )
     if proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip()
         raise NetworkError(f"{' '.join(argv[:3])} failed: {err}")

@@ -23,9 +23,15 @@ __all__ = ["take_capture", "take_disk_capture"]
 
 
 async def take_capture(
-    vm: Vm, sdir: Path, snapshot_id: str, *, resume: bool, detach: bool, layers: LayerStore,
+    vm: Vm,
+    sdir: Path,
+    snapshot_id: str,
+    *,
+    resume: bool,
+    detach: bool,
+    layers: LayerStore,
     stage: RamStage,
-) -> Snapshot:  # fmt: skip
+) -> Snapshot:
     """The capture of `vm` in `sdir` (written, manifest last). resume=False leaves the VM's
     QEMU stopped (quit unless `detach`): the caller releases it."""
     copies_ram = resume and vm.mem_shared
@@ -40,8 +46,9 @@ async def take_capture(
             # RAM is copied in a thread while QEMU switches disks and writes the device
             # state (neither touches guest RAM): the guest stands still for the longer
             # of the two, not their sum. Staged in memory; `persist` puts it on disk.
-            copying = asyncio.ensure_future(asyncio.to_thread(
-                stage.copy, vm.mem_file, sdir / "mem", prepared))  # fmt: skip
+            copying = asyncio.ensure_future(
+                asyncio.to_thread(stage.copy, vm.mem_file, sdir / "mem", prepared)
+            )
         frozen = vm.disk_top
         if resume:
             new_top = layers.new_path()
@@ -112,10 +119,17 @@ async def take_disk_capture(
         shutil.rmtree(sdir, ignore_errors=True)
         raise
     snap = Snapshot(
-        snapshot_id=snapshot_id, dir=sdir, machine=vm.machine, disk_top=vm.disk_top,
-        base_image=vm.base_image, runtime_disk=vm.runtime_disk, parent_vm=vm.vm_id,
-        created_at=datetime.now(UTC).isoformat(), stopped_ms=round(stopped_ms, 3),
-        disk_only=True, guest_defaults=guest_defaults,
-    )  # fmt: skip
+        snapshot_id=snapshot_id,
+        dir=sdir,
+        machine=vm.machine,
+        disk_top=vm.disk_top,
+        base_image=vm.base_image,
+        runtime_disk=vm.runtime_disk,
+        parent_vm=vm.vm_id,
+        created_at=datetime.now(UTC).isoformat(),
+        stopped_ms=round(stopped_ms, 3),
+        disk_only=True,
+        guest_defaults=guest_defaults,
+    )
     snap.write()
     return snap

@@ -130,19 +130,24 @@ WARM_COMMAND = ("/bin/bash", "-l", "-c", "true")
 
 
 async def run_first_command(
-    host: str, *, token: str | None, timeout: float = 30.0,
+    host: str,
+    *,
+    token: str | None,
+    timeout: float = 30.0,
     argv: tuple[str, ...] = WARM_COMMAND,
-) -> None:  # fmt: skip
+) -> None:
     """Start `argv` in the guest through envd's `process.Process/Start` (Connect, JSON
     codec, server-streaming) and wait for its end event. Raises `InitRefused` on an error
     status or a stream without an end."""
-    msg = json.dumps({"process": {"cmd": argv[0], "args": list(argv[1:]), "envs": {}},
-                      "stdin": False}).encode()  # fmt: skip
+    msg = json.dumps(
+        {"process": {"cmd": argv[0], "args": list(argv[1:]), "envs": {}}, "stdin": False}
+    ).encode()
     body = b"\x00" + len(msg).to_bytes(4, "big") + msg
     headers = {"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
     if token:
         headers["X-Access-Token"] = token
-    status, payload = await http_request(host, ENVD_PORT, "POST", "/process.Process/Start",
-                                         body, headers, timeout=timeout)  # fmt: skip
+    status, payload = await http_request(
+        host, ENVD_PORT, "POST", "/process.Process/Start", body, headers, timeout=timeout
+    )
     if status != 200 or b'"end"' not in payload:
         raise InitRefused(f"envd's first command answered {status}: {payload[-200:]!r}")

@@ -55,8 +55,9 @@ class LayerStore:
     async def chain(self, top: Path, *, background: bool = False) -> list[Path]:
         """The backing chain from `top` down to the base, as QEMU resolves it (`background`:
         the qemu-img process runs at the lowest CPU priority)."""
-        out = await _qemu_img("info", "--backing-chain", "--output=json", "-U", str(top),
-                              background=background)  # fmt: skip
+        out = await _qemu_img(
+            "info", "--backing-chain", "--output=json", "-U", str(top), background=background
+        )
         return [Path(layer["filename"]) for layer in json.loads(out)]
 
     async def collect(self, roots: set[Path], *, min_age_s: float = 60) -> list[Path]:
@@ -69,9 +70,10 @@ class LayerStore:
                 live.update(await self.chain(r, background=True))
         now = time.time()
         dead = [
-            p for p in self.root.glob("*.qcow2")
+            p
+            for p in self.root.glob("*.qcow2")
             if p not in live and now - p.stat().st_mtime > min_age_s
-        ]  # fmt: skip
+        ]
         for p in dead:
             p.unlink(missing_ok=True)
             self.backing.pop(p, None)

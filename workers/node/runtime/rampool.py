@@ -24,9 +24,13 @@ log = logging.getLogger(__name__)
 
 class RamPool:
     def __init__(
-        self, root: Path, *, settled: Callable[[], Awaitable[None]],
-        pause_point: Callable[[], None], per_source: int = 2,
-    ) -> None:  # fmt: skip
+        self,
+        root: Path,
+        *,
+        settled: Callable[[], Awaitable[None]],
+        pause_point: Callable[[], None],
+        per_source: int = 2,
+    ) -> None:
         self.root = root
         self.per_source = per_source
         self._settled = settled

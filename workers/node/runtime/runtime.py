@@ -55,9 +55,14 @@ class Runtime:
     """Owns the VMs of one node. Create with `await Runtime.open(...)`, end with `close()`."""
 
     def __init__(
-        self, state_dir: Path, pool: SlotPool, accel: AccelChoice, qemu_ver: str,
-        foreground: Foreground, runtime_disk: Path,
-    ) -> None:  # fmt: skip
+        self,
+        state_dir: Path,
+        pool: SlotPool,
+        accel: AccelChoice,
+        qemu_ver: str,
+        foreground: Foreground,
+        runtime_disk: Path,
+    ) -> None:
         self.state_dir = state_dir
         #: envd's runtime (read-only, `image.runtime`) attached to every VM booted here; a
         #: restore attaches the one its snapshot was taken with
@@ -69,8 +74,11 @@ class Runtime:
         self.qemu_version = qemu_ver
         self.layers = LayerStore(state_dir / "layers")
         self.vms: dict[str, Vm] = {}
-        self.ram_pool = RamPool(state_dir / "ram-pool", settled=self.foreground.settled,
-                                pause_point=self.foreground.pause_point)  # fmt: skip
+        self.ram_pool = RamPool(
+            state_dir / "ram-pool",
+            settled=self.foreground.settled,
+            pause_point=self.foreground.pause_point,
+        )
         #: RAM copies of running VMs (persistent snapshots, forks) go through memory first
         self.ram_stage = RamStage.for_state(state_dir)
         self._releasing: dict[str, asyncio.Task[None]] = {}
@@ -97,8 +105,9 @@ class Runtime:
         accel = await asyncio.to_thread(choose_accel, kernel_for_probe)
         ver = await asyncio.to_thread(qemu_version)
         foreground = Foreground()
-        pool = SlotPool(target=pool_target, prefix=slot_prefix, cidr=slot_cidr,
-                        settled=foreground.settled)  # fmt: skip
+        pool = SlotPool(
+            target=pool_target, prefix=slot_prefix, cidr=slot_cidr, settled=foreground.settled
+        )
         await pool.start()
         log.info("runtime: accelerator %s (%s), QEMU %s", accel.accel, accel.reason, ver)
         if runtime_disk is None:
@@ -172,8 +181,19 @@ class Runtime:
             )
             qemu = await QemuVm.launch(spec)
             stack.push_async_callback(qemu.kill)
-            vm = Vm(vm_id, qemu, slot, workdir, machine, spec.mem_file, True, top, rootfs,
-                    self.runtime_disk, [top])  # fmt: skip
+            vm = Vm(
+                vm_id,
+                qemu,
+                slot,
+                workdir,
+                machine,
+                spec.mem_file,
+                True,
+                top,
+                rootfs,
+                self.runtime_disk,
+                [top],
+            )
             stack.pop_all()
         self.vms[vm_id] = vm
         return vm
@@ -197,8 +217,7 @@ class Runtime:
         waits for the exit first (QEMU still holds the frozen layer's write lock until then).
         """
         with self.foreground.busy():  # a pause or fork is waited on: housekeeping yields
-            return await self._capture(vm, resume=resume, snapshot_id=snapshot_id,
-                                       detach=detach)  # fmt: skip
+            return await self._capture(vm, resume=resume, snapshot_id=snapshot_id, detach=detach)
 
     async def _capture(
         self, vm: Vm, *, resume: bool, snapshot_id: str | None, detach: bool
@@ -206,8 +225,15 @@ class Runtime:
         snapshot_id = snapshot_id or new_id()
         sdir = self.snapshot_dir(snapshot_id)
         sdir.mkdir(parents=True)
-        snap = await take_capture(vm, sdir, snapshot_id, resume=resume, detach=detach,
-                                  layers=self.layers, stage=self.ram_stage)  # fmt: skip
+        snap = await take_capture(
+            vm,
+            sdir,
+            snapshot_id,
+            resume=resume,
+            detach=detach,
+            layers=self.layers,
+            stage=self.ram_stage,
+        )
         if not resume:
             if detach:
                 task = asyncio.create_task(self._release(vm), name=f"release:{vm.vm_id}")
@@ -242,8 +268,9 @@ class Runtime:
                 gone = vm.dir.with_name(f"{vm.dir.name}.gone-{uuid.uuid4().hex[:8]}")
                 vm.dir.rename(gone)
                 vm.dir = gone
-            task = asyncio.create_task(self.destroy(vm, background=True),
-                                       name=f"teardown:{vm.vm_id}")  # fmt: skip
+            task = asyncio.create_task(
+                self.destroy(vm, background=True), name=f"teardown:{vm.vm_id}"
+            )
             self._teardowns.add(task)
             task.add_done_callback(self._teardowns.discard)
 
@@ -282,8 +309,10 @@ class Runtime:
         """
         self._check_compatible(snap, volumes)
         if snap.disk_only:
-            raise SnapshotIncompatible(f"{snap.snapshot_id} is a filesystem-only capture: it "
-                                       "boots (boot_disk), it does not restore")  # fmt: skip
+            raise SnapshotIncompatible(
+                f"{snap.snapshot_id} is a filesystem-only capture: it "
+                "boots (boot_disk), it does not restore"
+            )
         releasing = self._releasing.pop(snap.snapshot_id, None)
         if releasing is not None:  # the paused VM's QEMU may still be exiting
             await asyncio.wait({releasing})
@@ -346,9 +375,18 @@ class Runtime:
                 await qemu.cont()
             t_running = time.monotonic() - t0
             vm = Vm(
-                vm_id, qemu, slot, workdir, snap.machine, mem, not private_memory, top,
-                snap.base_image, snap.runtime_disk, [top],
-            )  # fmt: skip
+                vm_id,
+                qemu,
+                slot,
+                workdir,
+                snap.machine,
+                mem,
+                not private_memory,
+                top,
+                snap.base_image,
+                snap.runtime_disk,
+                [top],
+            )
             t_envd = t_running
             if wait and run:
                 await init_vm_envd(vm, init, init_token)
@@ -373,10 +411,15 @@ class Runtime:
             return snap
 
     async def boot_disk(
-        self, snap: Snapshot, *, vm_id: str, policy: EgressPolicy | None = None,
-        init: dict[str, object] | None = None, init_token: str | None = None,
+        self,
+        snap: Snapshot,
+        *,
+        vm_id: str,
+        policy: EgressPolicy | None = None,
+        init: dict[str, object] | None = None,
+        init_token: str | None = None,
         volumes: tuple[Path | None, ...] = (),
-    ) -> tuple[Vm, Timing]:  # fmt: skip
+    ) -> tuple[Vm, Timing]:
         """A VM cold-booted from a filesystem-only capture's disk (a fresh top layer over
         its frozen chain; the image's kernel and initrd): its files as they were, no
         process of before, a new boot id. envd's /init gets the capture's `guest_defaults`
@@ -393,22 +436,41 @@ class Runtime:
             top = await self.layers.create_top(snap.disk_top)
             stack.callback(top.unlink, True)
             spec = LaunchSpec(
-                vm_id=vm_id, machine=snap.machine, workdir=workdir, mem_file=workdir / "mem",
-                mem_shared=True, disk=top, runtime_disk=snap.runtime_disk,
+                vm_id=vm_id,
+                machine=snap.machine,
+                workdir=workdir,
+                mem_file=workdir / "mem",
+                mem_shared=True,
+                disk=top,
+                runtime_disk=snap.runtime_disk,
                 start=Boot(image.kernel, image.initrd, kernel_cmdline(image)),
-                netns=slot.netns_path, volumes=volumes, **caps(snap.machine),
-            )  # fmt: skip
+                netns=slot.netns_path,
+                volumes=volumes,
+                **caps(snap.machine),
+            )
             qemu = await QemuVm.launch(spec)
             stack.push_async_callback(qemu.kill)
-            vm = Vm(vm_id, qemu, slot, workdir, snap.machine, spec.mem_file, True, top,
-                    snap.base_image, snap.runtime_disk, [top])  # fmt: skip
+            vm = Vm(
+                vm_id,
+                qemu,
+                slot,
+                workdir,
+                snap.machine,
+                spec.mem_file,
+                True,
+                top,
+                snap.base_image,
+                snap.runtime_disk,
+                [top],
+            )
             t_running = time.monotonic() - t0
             body: dict[str, object] = {**snap.guest_defaults, **(init or {})}
             base_env, own_env = snap.guest_defaults.get("envVars"), (init or {}).get("envVars")
             if isinstance(base_env, dict) and isinstance(own_env, dict):
                 body["envVars"] = {**base_env, **own_env}  # the sandbox's values win
-            await race_exit(vm, wait_and_init(vm.host, body, token=init_token,
-                                              timeout=BOOT_ENVD_TIMEOUT))  # fmt: skip
+            await race_exit(
+                vm, wait_and_init(vm.host, body, token=init_token, timeout=BOOT_ENVD_TIMEOUT)
+            )
             stack.pop_all()
         self.vms[vm_id] = vm
         t = time.monotonic() - t0
@@ -433,9 +495,14 @@ class Runtime:
             return await self._fork(vm, count, wait=wait, vm_ids=vm_ids, policy=policy)
 
     async def _fork(
-        self, vm: Vm, count: int, *, wait: bool, vm_ids: list[str] | None,
+        self,
+        vm: Vm,
+        count: int,
+        *,
+        wait: bool,
+        vm_ids: list[str] | None,
         policy: EgressPolicy | None,
-    ) -> tuple[Snapshot, list[Vm | BaseException]]:  # fmt: skip
+    ) -> tuple[Snapshot, list[Vm | BaseException]]:
         ids = vm_ids or [None] * count  # type: ignore[list-item]
         snap = await self.capture(vm, resume=True)
         # Load every child first, then let them all run: on few cores, a guest already
@@ -577,8 +644,12 @@ def _copy_for_capture(snap: Snapshot) -> Path | None:
     try:
         clone_or_sparse_copy(snap.mem, dst)
     except OSError as e:
-        log.warning("no copy of %s's RAM for its capture (%s): a crash mid-resume loses it "
-                    "unless it is in the repository", snap.snapshot_id, e)  # fmt: skip
+        log.warning(
+            "no copy of %s's RAM for its capture (%s): a crash mid-resume loses it "
+            "unless it is in the repository",
+            snap.snapshot_id,
+            e,
+        )
         dst.unlink(missing_ok=True)
         return None
     return dst

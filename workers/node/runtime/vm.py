@@ -74,9 +74,7 @@ async def race_exit(vm: Vm, work: Awaitable[T]) -> T:
 async def init_vm_envd(vm: Vm, init: dict[str, object] | None, token: str | None) -> None:
     """envd's /init as soon as it answers; a timeout says what the guest console said."""
     try:
-        await race_exit(
-            vm, wait_and_init(vm.host, init, token=token, timeout=RESTORE_ENVD_TIMEOUT)
-        )
+        await race_exit(vm, wait_and_init(vm.host, init, token=token, timeout=RESTORE_ENVD_TIMEOUT))
     except VmTimeout as e:
         tail = vm.qemu.console_tail(1500).strip() or "(no console output)"
         raise VmTimeout(f"{e}; guest console: ...{tail[-1500:]}") from e

@@ -71,10 +71,26 @@ def _probe(kernel: Path, binary: str) -> AccelChoice:
     with tempfile.TemporaryDirectory(prefix="aenv-accel-") as tmp:
         log = Path(tmp) / "console"
         argv = [
-            binary, "-machine", "microvm", "-accel", "kvm", "-cpu", "host", "-m", "128M",
-            "-nodefaults", "-no-reboot", "-display", "none", "-serial", f"file:{log}",
-            "-kernel", str(kernel), "-append", "console=ttyS0 panic=-1 root=/dev/null",
-        ]  # fmt: skip
+            binary,
+            "-machine",
+            "microvm",
+            "-accel",
+            "kvm",
+            "-cpu",
+            "host",
+            "-m",
+            "128M",
+            "-nodefaults",
+            "-no-reboot",
+            "-display",
+            "none",
+            "-serial",
+            f"file:{log}",
+            "-kernel",
+            str(kernel),
+            "-append",
+            "console=ttyS0 panic=-1 root=/dev/null",
+        ]
         start = time.monotonic()
         try:
             proc = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT, check=False)

@@ -16,25 +16,42 @@ def qemu_argv(spec: LaunchSpec, binary: str = QEMU_BINARY) -> list[str]:
     share = "on" if spec.mem_shared else "off"
     argv = [
         binary,
-        "-name", spec.vm_id,
-        "-machine", f"{m.machine},memory-backend=mem",
-        "-accel", m.accel,
-        "-cpu", m.cpu,
-        "-smp", str(m.vcpus),
-        "-m", f"{m.mem_mib}M",
+        "-name",
+        spec.vm_id,
+        "-machine",
+        f"{m.machine},memory-backend=mem",
+        "-accel",
+        m.accel,
+        "-cpu",
+        m.cpu,
+        "-smp",
+        str(m.vcpus),
+        "-m",
+        f"{m.mem_mib}M",
         "-object",
         f"memory-backend-file,id=mem,size={m.mem_mib}M,mem-path={spec.mem_file},share={share}",
-        "-nodefaults", "-no-user-config", "-no-reboot", "-display", "none",
-        "-serial", f"file:{spec.console_log}",
-        "-qmp", f"unix:{spec.qmp_socket},server=on,wait=off",
+        "-nodefaults",
+        "-no-user-config",
+        "-no-reboot",
+        "-display",
+        "none",
+        "-serial",
+        f"file:{spec.console_log}",
+        "-qmp",
+        f"unix:{spec.qmp_socket},server=on,wait=off",
         "-drive",
         f"id=root,file={spec.disk},format=qcow2,if=none,discard=unmap,cache=writeback",
-        "-device", "virtio-blk-device,drive=root",
-        "-drive", f"id=rt,file={spec.runtime_disk},format=raw,if=none,readonly=on",
-        "-device", "virtio-blk-device,drive=rt",
-        "-netdev", f"tap,id=n0,ifname={spec.tap},script=no,downscript=no",
-        "-device", f"virtio-net-device,netdev=n0,mac={m.guest_mac}",
-    ]  # fmt: skip
+        "-device",
+        "virtio-blk-device,drive=root",
+        "-drive",
+        f"id=rt,file={spec.runtime_disk},format=raw,if=none,readonly=on",
+        "-device",
+        "virtio-blk-device,drive=rt",
+        "-netdev",
+        f"tap,id=n0,ifname={spec.tap},script=no,downscript=no",
+        "-device",
+        f"virtio-net-device,netdev=n0,mac={m.guest_mac}",
+    ]
     argv += volume_slots(spec)
     if isinstance(spec.start, Boot):
         argv += ["-kernel", str(spec.start.kernel), "-initrd", str(spec.start.initrd)]
@@ -63,8 +80,14 @@ def volume_slots(spec: LaunchSpec) -> list[str]:
         if image is None:
             drive = f"id=vol{i},driver=null-co,size={VOLUME_BYTES},read-zeroes=on,if=none"
         else:
-            drive = (f"id=vol{i},file={image},format=raw,if=none,cache=writeback,"
-                     "discard=unmap,detect-zeroes=unmap")  # fmt: skip
-        out += ["-drive", drive, "-device",
-                f"virtio-blk-device,drive=vol{i},serial={VOLUME_SERIAL.format(i)}"]  # fmt: skip
+            drive = (
+                f"id=vol{i},file={image},format=raw,if=none,cache=writeback,"
+                "discard=unmap,detect-zeroes=unmap"
+            )
+        out += [
+            "-drive",
+            drive,
+            "-device",
+            f"virtio-blk-device,drive=vol{i},serial={VOLUME_SERIAL.format(i)}",
+        ]
     return out

@@ -40,11 +40,17 @@ class ContentError(Exception):
 def entry(path: str, inode: dbg.Inode) -> dict[str, Any]:
     """E2B's `VolumeEntryStat` of `inode` at `path`."""
     out: dict[str, Any] = {
-        "name": posixpath.basename(path) or "/", "type": inode.type, "path": path,
-        "size": inode.size, "mode": inode.mode & 0o7777, "uid": inode.uid, "gid": inode.gid,
-        "atime": inode.atime.isoformat(), "mtime": inode.mtime.isoformat(),
+        "name": posixpath.basename(path) or "/",
+        "type": inode.type,
+        "path": path,
+        "size": inode.size,
+        "mode": inode.mode & 0o7777,
+        "uid": inode.uid,
+        "gid": inode.gid,
+        "atime": inode.atime.isoformat(),
+        "mtime": inode.mtime.isoformat(),
         "ctime": inode.ctime.isoformat(),
-    }  # fmt: skip
+    }
     if inode.type == "symlink":
         out["target"] = inode.target or ""
     return out
@@ -118,9 +124,11 @@ class VolumeContent:
         if not dirs:
             return []
         listings = await dbg.run(self.image, [f"ls -p {dbg.quote(d)}" for d in dirs])
-        return [(posixpath.join(d, item.name), item)
-                for d, text in zip(dirs, listings, strict=True)
-                for item in dbg.parse_ls(text)]  # fmt: skip
+        return [
+            (posixpath.join(d, item.name), item)
+            for d, text in zip(dirs, listings, strict=True)
+            for item in dbg.parse_ls(text)
+        ]
 
     async def _dump(self, path: str) -> Path:
         self.scratch.mkdir(parents=True, exist_ok=True)
@@ -151,8 +159,10 @@ class VolumeContent:
         uid, gid = _ids(owner, parent)
         mode = _TYPE_BITS["file"] | ((owner.mode if owner.mode is not None else 0o644) & 0o7777)
         script = [f"rm {dbg.quote(path)}"] if current is not None else []
-        script += [f"write {dbg.quote(str(source))} {dbg.quote(path)}",
-                   *_attrs(path, mode, uid, gid)]  # fmt: skip
+        script += [
+            f"write {dbg.quote(str(source))} {dbg.quote(path)}",
+            *_attrs(path, mode, uid, gid),
+        ]
         await dbg.run(self.image, script, write=True)
         return await self.stat(path)
 
@@ -169,10 +179,12 @@ class VolumeContent:
 
     async def _mkdir(self, path: str, owner: Owner, parent: dbg.Inode) -> None:
         uid, gid = _ids(owner, parent)
-        mode = _TYPE_BITS["directory"] | ((owner.mode if owner.mode is not None else 0o755)
-                                          & 0o7777)  # fmt: skip
-        await dbg.run(self.image, [f"mkdir {dbg.quote(path)}", *_attrs(path, mode, uid, gid)],
-                      write=True)  # fmt: skip
+        mode = _TYPE_BITS["directory"] | (
+            (owner.mode if owner.mode is not None else 0o755) & 0o7777
+        )
+        await dbg.run(
+            self.image, [f"mkdir {dbg.quote(path)}", *_attrs(path, mode, uid, gid)], write=True
+        )
 
     async def _parent(self, path: str, *, force: bool, owner: Owner) -> dbg.Inode:
         """The parent directory of `path`, made (with its missing ancestors) if `force`."""

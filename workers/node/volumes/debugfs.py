@@ -140,8 +140,16 @@ def parse_ls(text: str) -> list[Listed]:
         name = "/".join(parts[5:-2])
         if name in (".", ".."):
             continue
-        out.append(Listed(int(parts[1]), int(parts[2], 8), int(parts[3]), int(parts[4]), name,
-                          int(parts[-2] or 0)))  # fmt: skip
+        out.append(
+            Listed(
+                int(parts[1]),
+                int(parts[2], 8),
+                int(parts[3]),
+                int(parts[4]),
+                name,
+                int(parts[-2] or 0),
+            )
+        )
     return out
 
 
@@ -171,9 +179,11 @@ async def run(image: Path, commands: list[str], *, write: bool = False) -> list[
     debugfs reports is raised (`NotFoundError` when a path was not found)."""
     argv = [DEBUGFS, *(["-w"] if write else []), "-f", "-", str(image)]
     proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    )
     out, err = await proc.communicate(("\n".join(commands) + "\n").encode())
     errors = _errors(err.decode(errors="replace"))
     if errors:
@@ -189,9 +199,14 @@ async def replay_journal(image: Path) -> None:
     before anything reads or writes it: debugfs does not, and a later mount's replay would
     undo what debugfs wrote."""
     proc = await asyncio.create_subprocess_exec(
-        E2FSCK, "-p", "-E", "journal_only", str(image),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        E2FSCK,
+        "-p",
+        "-E",
+        "journal_only",
+        str(image),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await proc.communicate()
     if proc.returncode not in (0, 1):  # 1: errors corrected (the journal replayed)
         raise DebugfsError(f"e2fsck: {(err or out).decode(errors='replace').strip()[:300]}")

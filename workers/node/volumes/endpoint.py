@@ -61,8 +61,9 @@ class VolumeEndpoint:
         except ContentError as e:
             await _json(send, e.status, {"code": e.status, "message": e.message})
         except Exception as e:
-            log.exception("volume content request %s %s failed", scope.get("method"),
-                          scope.get("path"))  # fmt: skip
+            log.exception(
+                "volume content request %s %s failed", scope.get("method"), scope.get("path")
+            )
             await _json(send, 500, {"code": 500, "message": f"volume operation failed: {e}"})
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -89,14 +90,18 @@ class VolumeEndpoint:
             case ("PUT", "file"):
                 source = await self._receive_file(volume_id, receive)
                 try:
-                    entry = await self._change(state, lambda c: c.write(path, source, owner,
-                                                                        force=force))  # fmt: skip
+                    entry = await self._change(
+                        state, lambda c: c.write(path, source, owner, force=force)
+                    )
                 finally:
                     source.unlink(missing_ok=True)
                 await _json(send, 201, entry)
             case ("POST", "dir"):
-                await _json(send, 201, await self._change(
-                    state, lambda c: c.make_dir(path, owner, force=force)))  # fmt: skip
+                await _json(
+                    send,
+                    201,
+                    await self._change(state, lambda c: c.make_dir(path, owner, force=force)),
+                )
             case ("PATCH", "path"):
                 body = await _body_json(receive)
                 attrs = Owner(_field(body, "uid"), _field(body, "gid"), _field(body, "mode"))
@@ -121,8 +126,9 @@ class VolumeEndpoint:
         if not hmac.compare_digest(_sha256(token.strip()), state.token_sha256):
             raise ContentError(401, "invalid volume token")
         if state.holder is not None:
-            raise ContentError(409, f"volume '{state.name}' is in use by "
-                                    f"{vo.holder_label(state.holder)}")  # fmt: skip
+            raise ContentError(
+                409, f"volume '{state.name}' is in use by {vo.holder_label(state.holder)}"
+            )
         return state
 
     def _content(self, volume_id: str) -> VolumeContent:
@@ -139,9 +145,16 @@ class VolumeEndpoint:
         copy = await self._read(state, lambda c: c.read(path))
         try:
             size = copy.stat().st_size
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"application/octet-stream"),
-                (b"content-length", str(size).encode())]})  # fmt: skip
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", b"application/octet-stream"),
+                        (b"content-length", str(size).encode()),
+                    ],
+                }
+            )
             with open(copy, "rb") as f:  # noqa: ASYNC230 (chunks of 1 MiB from local disk)
                 while chunk := f.read(_CHUNK):
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -162,16 +175,16 @@ class VolumeEndpoint:
                 if size > MAX_FILE:
                     f.close()
                     dest.unlink(missing_ok=True)
-                    raise ContentError(413, f"a file written through the volume API is at most "
-                                            f"{MAX_FILE >> 30} GiB")  # fmt: skip
+                    raise ContentError(
+                        413,
+                        f"a file written through the volume API is at most {MAX_FILE >> 30} GiB",
+                    )
                 f.write(body)
                 if not message.get("more_body", False):
                     break
         return dest
 
-    async def _change(
-        self, state: vo.Volume, op: Callable[[VolumeContent], Awaitable[Any]]
-    ) -> Any:
+    async def _change(self, state: vo.Volume, op: Callable[[VolumeContent], Awaitable[Any]]) -> Any:
         """`op` with the volume attached to this write, then its result made the volume's
         next version."""
         vid = state.volume_id
@@ -194,11 +207,13 @@ class VolumeEndpoint:
                 result = await op(self._content(vid))
                 uploaded = await self.images.upload(vid, holder)
                 if uploaded is not None:
-                    new = vo.VolumeVersion(key=uploaded[0], size_bytes=uploaded[1],
-                                           node_id=self.node_id)  # fmt: skip
+                    new = vo.VolumeVersion(
+                        key=uploaded[0], size_bytes=uploaded[1], node_id=self.node_id
+                    )
         finally:
-            release = vo.ReleaseVolume(volume_id=vid, holder=holder, node_id=self.node_id,
-                                       version=new)  # fmt: skip
+            release = vo.ReleaseVolume(
+                volume_id=vid, holder=holder, node_id=self.node_id, version=new
+            )
             try:
                 await execute(self.bus.volumes, release, context)
             except DomainError:
@@ -267,13 +282,19 @@ async def _body_json(receive: Receive) -> dict[str, Any]:
 
 async def _json(send: Send, status: int, doc: object) -> None:
     body = json.dumps(doc).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})  # fmt: skip
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
 async def _empty(send: Send, status: int) -> None:
     await send({"type": "http.response.start", "status": status, "headers": []})
     await send({"type": "http.response.body", "body": b""})
-

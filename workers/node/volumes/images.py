@@ -36,8 +36,16 @@ MKFS = "mkfs.ext4"
 #: A 32 MiB journal (mke2fs would give a 64 GiB volume 512 MiB of journal: what the guest
 #: writes there is data the next upload reads). Lazy init: nothing but a few MiB of
 #: metadata is written, the rest of the file stays holes (reading as the zeros it needs).
-MKFS_ARGS = ("-F", "-q", "-m", "0", "-J", "size=32",
-             "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard")  # fmt: skip
+MKFS_ARGS = (
+    "-F",
+    "-q",
+    "-m",
+    "0",
+    "-J",
+    "size=32",
+    "-E",
+    "lazy_itable_init=1,lazy_journal_init=1,nodiscard",
+)
 
 
 class VolumeRepository(Protocol):
@@ -120,8 +128,12 @@ class VolumeImages:
         if rec is not None and rec.holder == holder and image.exists():
             return image
         if rec is not None and rec.holder is not None:
-            log.warning("volume %s: dropping the image %s left here (the log gave the volume "
-                        "to %s)", volume_id, rec.holder, holder)  # fmt: skip
+            log.warning(
+                "volume %s: dropping the image %s left here (the log gave the volume to %s)",
+                volume_id,
+                rec.holder,
+                holder,
+            )
         await self.ensure(volume_id, version, clean_record=rec)
         self._write(volume_id, Record(version=version, holder=holder, dirty=True))
         return image
@@ -133,8 +145,13 @@ class VolumeImages:
         of a volume nobody holds. The caller holds `lock(volume_id)`."""
         rec = clean_record if clean_record is not None else self.record(volume_id)
         image = self.image(volume_id)
-        if (rec is not None and rec.holder is None and not rec.dirty and rec.version == version
-                and image.exists()):  # fmt: skip
+        if (
+            rec is not None
+            and rec.holder is None
+            and not rec.dirty
+            and rec.version == version
+            and image.exists()
+        ):
             return image
         image.parent.mkdir(parents=True, exist_ok=True)
         self._write(volume_id, Record(version=None, holder=None, dirty=True))  # in the making
@@ -142,8 +159,10 @@ class VolumeImages:
             await _mkfs(image)
         else:
             if self.repository is None:
-                raise OSError(f"volume {volume_id}: version {version} is not on this node and "
-                              "no snapshot repository is set")  # fmt: skip
+                raise OSError(
+                    f"volume {volume_id}: version {version} is not on this node and "
+                    "no snapshot repository is set"
+                )
             await self.repository.download_volume(version, image)
         self._write(volume_id, Record(version=version))
         return image
@@ -156,8 +175,9 @@ class VolumeImages:
         if self.repository is None:
             raise OSError("no snapshot repository: a volume cannot be made durable")
         key = version_key(volume_id, holder)
-        result = await self.repository.upload_volume(self.image(volume_id), key=key,
-                                                     volume_id=volume_id)  # fmt: skip
+        result = await self.repository.upload_volume(
+            self.image(volume_id), key=key, volume_id=volume_id
+        )
         manifest = getattr(result, "manifest", None)
         image = getattr(manifest, "image", None)
         size = int(getattr(image, "stored_bytes", 0) or 0)
@@ -190,9 +210,12 @@ async def _mkfs(image: Path) -> None:
     tmp = image.with_name(image.name + ".new")
     await asyncio.to_thread(_sparse, tmp, VOLUME_BYTES)
     proc = await asyncio.create_subprocess_exec(
-        MKFS, *MKFS_ARGS, str(tmp), stdout=asyncio.subprocess.PIPE,
+        MKFS,
+        *MKFS_ARGS,
+        str(tmp),
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    )
     _, err = await proc.communicate()
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)

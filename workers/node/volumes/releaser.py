@@ -43,9 +43,13 @@ START_BACK = timedelta(hours=1)
 
 
 async def release_held(
-    bus: Bus, host: Host, node_id: str, holder: str, mounts: tuple[sb.VolumeMount, ...],
+    bus: Bus,
+    host: Host,
+    node_id: str,
+    holder: str,
+    mounts: tuple[sb.VolumeMount, ...],
     context: MessageContext,
-) -> int:  # fmt: skip
+) -> int:
     """Release every volume `holder` has on this node (uploading what it left first);
     how many were released. Safe to repeat: a release decided already decides nothing."""
     volumes = host.volumes
@@ -53,29 +57,39 @@ async def release_held(
     done = 0
     for vid in ids:
         state, _ = await bus.volumes.load(vid)
-        ours = (state is not None and not state.destroyed and state.holder == holder
-                and state.holder_node in (None, node_id))  # fmt: skip
+        ours = (
+            state is not None
+            and not state.destroyed
+            and state.holder == holder
+            and state.holder_node in (None, node_id)
+        )
         async with volumes.lock(vid):
             if not ours:
                 if vid in volumes.held_by(holder):
-                    mine = state is not None and state.version is not None and (
-                        state.version.key == version_key(vid, holder))
+                    mine = (
+                        state is not None
+                        and state.version is not None
+                        and (state.version.key == version_key(vid, holder))
+                    )
                     if mine:  # released by an earlier delivery that died before noting it
                         volumes.released(vid, version_key(vid, holder))
                     else:
-                        log.info("volume %s: %s no longer holds it; dropping its image here",
-                                 vid, holder)  # fmt: skip
+                        log.info(
+                            "volume %s: %s no longer holds it; dropping its image here", vid, holder
+                        )
                         volumes.forget_holder(vid)
                 continue
             uploaded = await volumes.upload(vid, holder) if vid in volumes.held_by(holder) else None
             version = None
             if uploaded is not None:
-                version = vo.VolumeVersion(key=uploaded[0], size_bytes=uploaded[1],
-                                           node_id=node_id)  # fmt: skip
-            release = vo.ReleaseVolume(volume_id=vid, holder=holder, node_id=node_id,
-                                       version=version,
-                                       command_id=sb.derived_command_id(holder, "release",
-                                                                        vid))  # fmt: skip
+                version = vo.VolumeVersion(key=uploaded[0], size_bytes=uploaded[1], node_id=node_id)
+            release = vo.ReleaseVolume(
+                volume_id=vid,
+                holder=holder,
+                node_id=node_id,
+                version=version,
+                command_id=sb.derived_command_id(holder, "release", vid),
+            )
             after, _, events = await execute(bus.volumes, release, context)
             recorded = after.version.key if after is not None and after.version else None
             if version is not None and recorded == version.key:
@@ -84,8 +98,12 @@ async def release_held(
                 volumes.forget_holder(vid)
             if events:
                 done += 1
-                log.info("volume %s released by %s: %s", vid, holder,
-                         version.key if version else "unchanged")  # fmt: skip
+                log.info(
+                    "volume %s released by %s: %s",
+                    vid,
+                    holder,
+                    version.key if version else "unchanged",
+                )
     return done
 
 
@@ -127,5 +145,6 @@ class VolumeReleaser:
         mounts = state.volume_mounts if state is not None else ()
         if not held and not (mounts and state is not None and state.node_id == self.node_id):
             return  # not ours: another node's sandbox, or one without volumes
-        await release_held(self.bus, self.host, self.node_id, sid, mounts,
-                           MessageContext.caused_by_event(d.record))  # fmt: skip
+        await release_held(
+            self.bus, self.host, self.node_id, sid, mounts, MessageContext.caused_by_event(d.record)
+        )
