@@ -3,7 +3,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup up down test unit lint bench image clean-leaks
+.PHONY: setup up down test test-fast unit lint bench image clean-leaks
 
 setup:            ## system packages (apt) + Python venv; idempotent
 	bash scripts/setup.sh
@@ -14,14 +14,19 @@ up: setup         ## run aenv on this machine (embedded NATS/Postgres/S3), print
 down:
 	$(BIN)/aenv down
 
-test: setup       ## lint, type-check and the whole test suite (real VMs, real services)
+test: setup       ## the gates, then every tier, fast ones first (real VMs, real services)
 	bash scripts/test.sh
+
+test-fast: setup  ## the gates and the tiers without VMs (unit, golden, deploy, contract, vmless)
+	bash scripts/test.sh --fast
 
 unit: setup       ## pure tests only: no services, no VMs
 	$(BIN)/pytest -q tests/unit
 
 lint:
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/python -m tests.lint.module_size
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 

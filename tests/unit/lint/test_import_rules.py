@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.lint.acyclic import circles
 from tests.lint.private_names import private_uses
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -70,3 +71,20 @@ def test_private_names_of_another_package_are_reported() -> None:
     )
     uses = private_uses("api.sandboxes", source, {"api", "bus", "domain"})
     assert [u.line for u in uses] == [2, 3, 5], uses
+
+
+def test_two_modules_that_import_each_other_fail_the_lint(tmp_path: Path) -> None:
+    tree = _copy(tmp_path)
+    (tree / "domain" / "circle_a.py").write_text("import domain.circle_b  # noqa\n")
+    (tree / "domain" / "circle_b.py").write_text(
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    import domain.circle_a\n"
+    )
+    out = _lint(tree)
+    assert out.returncode != 0, out.stdout
+    assert "domain.circle_a, domain.circle_b" in out.stdout, out.stdout
+
+
+def test_circles_are_the_groups_that_reach_each_other() -> None:
+    imports = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e2"}, "e2": {"e"}}
+    assert circles(imports, imports) == [["a", "b", "c"], ["e", "e2"]]
+    assert circles(["x", "y"], {"x": {"y"}}) == []

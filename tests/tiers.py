@@ -1,0 +1,76 @@
+"""The suite's tiers, in the order `make test` runs them, and the time each one took.
+
+Fast tiers come first (no VM: pure tests, recorded histories, static checks, the real
+services with an in-memory host), so a broken fold or route fails in the first minutes of
+a run instead of after four VM stacks. The order is the command line's (`scripts/test.sh`
+passes the tiers in this order); this plugin only measures: each tier's wall time from its
+first test's setup to its last test's teardown, printed at the end of the run and written
+as JSON to `$AENV_TIER_TIMES` when that is set (the README's table comes from it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+__all__ = ["FAST", "SLOW", "TierClock", "tier_of"]
+
+#: No VM, no root: `make test-fast` (issue 27: under 3 minutes on the 2-core host)
+FAST = ("unit", "golden", "deploy", "contract", "vmless")
+#: Real QEMU microVMs (and the fleet's NATS cluster): after every fast tier
+SLOW = ("integration", "e2e_cli", "e2e", "fleet", "reliability")
+
+
+def tier_of(nodeid: str) -> str:
+    """`tests/unit/api/test_x.py::test_y` → `unit`."""
+    parts = nodeid.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
+
+
+class TierClock:
+    """Per tier: (first start, last end, tests) on the monotonic clock."""
+
+    def __init__(self) -> None:
+        self.spans: dict[str, list[float]] = {}
+        self.counts: dict[str, int] = {}
+
+    def started(self, nodeid: str) -> None:
+        tier = tier_of(nodeid)
+        now = time.monotonic()
+        span = self.spans.setdefault(tier, [now, now])
+        span[0] = min(span[0], now)
+        self.counts[tier] = self.counts.get(tier, 0) + 1
+
+    def finished(self, nodeid: str) -> None:
+        span = self.spans.get(tier_of(nodeid))
+        if span is not None:
+            span[1] = max(span[1], time.monotonic())
+
+    def seconds(self) -> dict[str, float]:
+        return {tier: round(end - start, 1) for tier, (start, end) in self.spans.items()}
+
+    @pytest.hookimpl
+    def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
+        self.started(nodeid)
+
+    @pytest.hookimpl
+    def pytest_runtest_logfinish(self, nodeid: str, location: object) -> None:
+        self.finished(nodeid)
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        times = self.seconds()
+        if not times:
+            return
+        terminalreporter.section("tier durations")
+        for tier, seconds in times.items():
+            n = self.counts[tier]
+            terminalreporter.write_line(f"{tier:<12} {seconds:8.1f} s  {n:5d} tests")
+        out = os.environ.get("AENV_TIER_TIMES")
+        if out:
+            body = {t: {"seconds": s, "tests": self.counts[t]} for t, s in times.items()}
+            Path(out).write_text(json.dumps(body, indent=2) + "\n")
