@@ -13,7 +13,7 @@ passed (a create that resolved the tag a moment before still finds it), then rec
 drop. Templates from before tags existed — and snapshots, image imports, `base` — have no
 tags: their `default` is their own capture, under their own id.
 
-Pure rules only; the template aggregate (`domain/template.py`) decides and folds with them.
+Pure rules only; the template aggregate (`domain/template/`) decides and folds with them.
 """
 
 from __future__ import annotations

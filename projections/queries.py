@@ -33,7 +33,6 @@ __all__ = [
     "Page",
     "api_key_by_hash",
     "build_log_entries",
-    "due_for_expiry",
     "get_sandbox",
     "list_sandboxes",
     "list_snapshots",
@@ -220,18 +219,6 @@ async def timer_start(conn: AsyncConnection, projection: str) -> tuple[list[sb.C
         for r in await conn.execute(q)
     ]
     return clocks, int(seq or 0)
-
-
-async def due_for_expiry(conn: AsyncConnection, now: datetime, limit: int = 500) -> list[str]:
-    """Ids of running sandboxes whose TTL has run out, oldest first (the timer then loads each
-    aggregate and asks `expiry_command`, which is authoritative: the read model may lag)."""
-    q = (
-        select(sandboxes.c.sandbox_id)
-        .where(sandboxes.c.status == "running", sandboxes.c.end_at <= now)
-        .order_by(sandboxes.c.end_at)
-        .limit(limit)
-    )
-    return list((await conn.execute(q)).scalars())
 
 
 async def build_log_entries(

@@ -5,7 +5,7 @@ Revision ID: 0009
 Revises: 0008
 Create Date: 2026-12-03
 
-Both mirror the template aggregate's state (`domain/template.py`), as JSONB on its row: the
+Both mirror the template aggregate's state (`domain/template/`), as JSONB on its row: the
 create path resolves a tag with the one lookup it already does, and the API's capture
 sweeper reads `released`. Rows from before this revision get `{}`: untagged, whose
 `default` is the template's own capture — which is what their log folds to as well, so a

@@ -15,11 +15,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import posixpath
 import secrets
-import shlex
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from bus import Bus, MessageContext
@@ -30,24 +28,18 @@ from domain import sandbox as sb
 from domain import tags as tg
 from domain import template as tp
 from shared.images import InvalidImageReference, parse_reference
-from workers.build.copy import CopyError, repack
 from workers.build.guest import BuildGuest, CommandFailed
+from workers.build.steps import Context, Log, StepFailed, Steps
+
+__all__ = ["BuildRun", "BuildSettings", "Published", "StepFailed", "build_sandbox_id"]
 
 log = logging.getLogger(__name__)
 
-Log = Callable[[str, str | None, str], Awaitable[None]]  # (message, step, level)
 Published = Callable[[str], None]  # (template id)
 
 #: E2B's sandbox user: the default of a template that sets no USER.
 SANDBOX_USER = "user"
 BUILDER_TEAM = "aenv-build"  # build sandboxes (and their snapshots) stay out of user listings
-
-
-class StepFailed(Exception):
-    def __init__(self, step: str, reason: str) -> None:
-        super().__init__(reason)
-        self.step = step
-        self.reason = reason
 
 
 @dataclass
@@ -59,21 +51,6 @@ class BuildSettings:
     create_timeout_s: float = 300.0
     import_timeout_s: float = 900.0
     sandbox_ttl_s: int = 3 * 3600
-
-
-@dataclass
-class Context:
-    """What the steps so far have set: applies to later steps and becomes the template's
-    defaults (ENV, WORKDIR, USER); ARGs apply to RUN steps only, as in Docker."""
-
-    env: dict[str, str] = field(default_factory=dict)
-    args: dict[str, str] = field(default_factory=dict)
-    user: str | None = None
-    workdir: str | None = None
-
-    @property
-    def step_user(self) -> str:
-        return self.user or "root"
 
 
 def build_sandbox_id(build_id: str) -> str:
@@ -125,8 +102,9 @@ class BuildRun:
         try:
             await self._base()
             if not self.imported:
+                steps = self._steps()
                 for i, step in enumerate(self.spec.steps, 1):
-                    await self._step(str(i), step)
+                    await steps.run(str(i), step)
                 await self._finalize()
             await self._publish()
             return None, None
@@ -279,133 +257,18 @@ class BuildRun:
         return self.build.node_id
 
     # ---- steps --------------------------------------------------------------------------
-    async def _step(self, name: str, step: bd.BuildStep) -> None:
-        shown = " ".join(step.args) if step.type != "COPY" else " ".join(step.args[:2])
-        await self.emit(
-            f"[{name}/{len(self.spec.steps)}] {step.type} {shown}".rstrip(), name, "info"
-        )
-        match step.type:
-            case "RUN":
-                await self._run(name, step)
-            case "COPY":
-                await self._copy(name, step)
-            case "ENV":
-                if len(step.args) % 2:
-                    raise StepFailed(name, "ENV needs key/value pairs")
-                self.ctx.env.update(zip(step.args[::2], step.args[1::2], strict=True))
-            case "ARG":
-                for a in step.args:
-                    key, eq, value = a.partition("=")
-                    if eq or key not in self.ctx.args:
-                        self.ctx.args[key] = value
-            case "WORKDIR":
-                if len(step.args) != 1 or not step.args[0]:
-                    raise StepFailed(name, "WORKDIR needs one path")
-                path = posixpath.normpath(posixpath.join(self.ctx.workdir or "/", step.args[0]))
-                await self._exec(name, f"mkdir -p {shlex.quote(path)}", user="root", cwd="/")
-                self.ctx.workdir = path
-            case "USER":
-                if len(step.args) != 1 or not step.args[0]:
-                    raise StepFailed(name, "USER needs one user name")
-                user = step.args[0].split(":", 1)[0]
-                await self._exec(
-                    name,
-                    f"id -u {shlex.quote(user)} >/dev/null",
-                    user="root",
-                    cwd="/",
-                    what=f"USER {user}: no such user",
-                )
-                self.ctx.user = user
-            case other:
-                raise StepFailed(
-                    name,
-                    f"unsupported instruction {other!r} (supported: RUN, "
-                    "COPY, ENV, ARG, WORKDIR, USER)",
-                )
-
-    async def _exec(
-        self,
-        name: str,
-        cmd: str,
-        *,
-        user: str,
-        cwd: str | None,
-        env: dict[str, str] | None = None,
-        what: str | None = None,
-    ) -> None:
+    def _steps(self) -> Steps:
+        """The steps run in the build sandbox, which `_base` has started."""
         assert self.guest is not None
-        pending: list[tuple[str, str]] = []
-        partial = {"stdout": "", "stderr": ""}  # output arrives in chunks, not lines
-
-        def out(stream: str, text: str) -> None:
-            *lines, partial[stream] = (partial[stream] + text).split("\n")
-            pending.extend((stream, line) for line in lines)
-
-        flusher = asyncio.create_task(self._flush_output(name, pending))
-        try:
-            await self.guest.run(
-                cmd,
-                user=user,
-                cwd=cwd,
-                envs=env or {},
-                output=out,
-                timeout=self.settings.step_timeout_s,
-            )
-        except CommandFailed as e:
-            raise StepFailed(name, what or f"step {name} ({cmd[:80]}) failed with {e}") from e
-        except Exception as e:  # envd or proxy trouble: still this step's failure
-            raise StepFailed(name, f"step {name} could not run: {e}") from e
-        finally:
-            flusher.cancel()
-            pending.extend((k, v) for k, v in partial.items() if v)
-            await self._drain(name, pending)
-
-    async def _flush_output(self, name: str, pending: list[tuple[str, str]]) -> None:
-        while True:
-            await asyncio.sleep(0.5)
-            await self._drain(name, pending)
-
-    async def _drain(self, name: str, pending: list[tuple[str, str]]) -> None:
-        lines, pending[:] = list(pending), []
-        for stream, line in lines:
-            await self.emit(line, name, "warn" if stream == "stderr" else "info")
-
-    async def _run(self, name: str, step: bd.BuildStep) -> None:
-        if not step.args or not step.args[0].strip():
-            raise StepFailed(name, "RUN needs a command")
-        user = step.args[1] if len(step.args) > 1 and step.args[1] else self.ctx.step_user
-        env = {**self.ctx.args, **self.ctx.env}
-        await self._exec(name, step.args[0], user=user, cwd=self.ctx.workdir or "/", env=env)
-
-    async def _copy(self, name: str, step: bd.BuildStep) -> None:
-        assert self.guest is not None
-        if len(step.args) < 2 or not step.files_hash:
-            raise StepFailed(name, "COPY needs a source, a destination and uploaded files")
-        src, dest = step.args[0], step.args[1]
-        owner = step.args[2] if len(step.args) > 2 else ""
-        mode = int(step.args[3], 8) if len(step.args) > 3 and step.args[3] else None
-        archive = self.settings.files_dir / self.build.template_id / step.files_hash
-        if not archive.exists():
-            raise StepFailed(
-                name, f"COPY {src}: its files were not uploaded (hash {step.files_hash})"
-            )
-        try:
-            data, count = await asyncio.to_thread(
-                repack, archive, src, dest, self.ctx.workdir or "/", owner=owner, mode=mode
-            )
-        except CopyError as e:
-            raise StepFailed(name, str(e)) from e
-        tmp = f"/tmp/.aenv-copy-{self.build.build_id[:8]}-{name}.tar"
-        await self.guest.write(tmp, data)
-        # the image's tar where it has one; else the static busybox on envd's runtime disk
-        # (distroless and busybox-only images have no tar, or only busybox's)
-        bb = "/opt/aenv/bin/busybox"
-        unpack = (
-            f"if command -v tar >/dev/null 2>&1; then tar -xpf {tmp} -C /; "
-            f"else {bb} tar -xf {tmp} -C /; fi && {bb} rm -f {tmp}"
+        return Steps(
+            self.guest,
+            self.ctx,
+            self.emit,
+            self.build,
+            total=len(self.spec.steps),
+            files_dir=self.settings.files_dir,
+            step_timeout_s=self.settings.step_timeout_s,
         )
-        await self._exec(name, unpack, user="root", cwd="/")
-        await self.emit(f"copied {count} entries", name, "info")
 
     # ---- finalize -----------------------------------------------------------------------
     async def _finalize(self) -> None:

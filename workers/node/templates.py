@@ -194,16 +194,6 @@ class TemplateCatalog:
                 continue
         return dirs
 
-    def not_uploaded(self) -> list[tuple[str, Snapshot]]:
-        """Snapshot templates whose capture the repository does not hold yet (an upload cut
-        short by a restart resumes from here)."""
-        out = []
-        for name, snap in self._ready.items():
-            doc = self._read_record(name)  # built templates have none: rebuilt, not pulled
-            if doc is not None and not doc.get("uploaded"):
-                out.append((name, snap))
-        return out
-
     def _missing(self, name: str) -> TemplateNotLocal | None:
         """Why a snapshot template cannot restore from this disk (and where to pull it)."""
         snap = self._ready.get(name)

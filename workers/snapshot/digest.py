@@ -15,10 +15,6 @@ from workers.snapshot.errors import CorruptBlob
 IO_CHUNK = 1 << 20  # 1 MiB reads: large enough for throughput, small enough to never matter
 
 
-def bytes_digest(data: bytes | memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def file_digest(path: Path) -> tuple[str, int]:
     """(sha256 hex, size) of a whole file, read in 1 MiB pieces (blocking: run in a thread)."""
     h = hashlib.sha256()

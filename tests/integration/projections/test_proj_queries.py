@@ -111,20 +111,6 @@ async def test_templates_keys_snapshots(
         assert await queries.api_key_by_hash(conn, ak.hash_api_key(raw)) is None
 
 
-async def test_due_for_expiry(
-    bus: Bus, engine: AsyncEngine, projectors: dict[str, Projector]
-) -> None:
-    sid = new_sandbox_id()
-    await step(bus, sb.CreateSandbox(sandbox_id=sid, template_id="base", at=at(0), timeout_s=5))
-    v = await step(bus, sb.CompleteCreate(sandbox_id=sid, node_id="n", at=at(0)))
-    await projectors["sandboxes"].wait_for(v.seq)
-    async with engine.connect() as conn:
-        assert sid not in await queries.due_for_expiry(conn, at(4))
-        assert sid in await queries.due_for_expiry(conn, at(5))
-    state, _ = await bus.sandboxes.load(sid)
-    assert isinstance(sb.expiry_command(state, at(5)), sb.KillSandbox)
-
-
 async def test_a_snapshot_stays_on_the_node_that_took_it(
     bus: Bus, engine: AsyncEngine, projectors: dict[str, Projector]
 ) -> None:

@@ -12,7 +12,6 @@ share an owner), with mode 0644 / 0755 unless given.
 
 from __future__ import annotations
 
-import os
 import posixpath
 import uuid
 from dataclasses import dataclass
@@ -252,9 +251,3 @@ def _ids(owner: Owner, parent: dbg.Inode) -> tuple[int, int]:
 def _attrs(path: str, mode: int, uid: int, gid: int) -> list[str]:
     q = dbg.quote(path)
     return [f"sif {q} mode 0{mode:o}", f"sif {q} uid {uid}", f"sif {q} gid {gid}"]
-
-
-def scratch_cleanup(scratch: Path) -> None:
-    """Reads a crash left behind."""
-    for stale in scratch.glob("read-*"):
-        os.unlink(stale)
