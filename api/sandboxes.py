@@ -31,6 +31,7 @@ from api.resume import LIVE, node_or_placement, resume
 from api.room import check_room, no_room, warm_nodes, withdraw
 from bus.decisions import execute
 from bus.envelope import MessageContext
+from bus.steps import kill_in_log
 from domain import sandbox as sb
 from domain import tags as tg
 from domain.sandbox import SandboxStatus
@@ -255,38 +256,23 @@ async def kill_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> None
 
 
 async def _kill(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> None:
-    sandbox_id = state.sandbox_id
+    """A sandbox on a node that stopped beating is killed in the log (`bus.steps`): no one
+    would take the command off that node's queue, and the caller wants it gone whatever is
+    left of it. Its VM died with the node process; if the node comes back, its reconcile
+    drops what it still holds (a paused capture, the journal entry)."""
     if state.node_id is not None and await ctx.node_gone(state.node_id):
-        await _kill_in_log(ctx, caller, state)
-    else:
-        await send_and_wait(
-            ctx.bus,
-            sb.KillSandbox(sandbox_id=sandbox_id),
-            node_id=state.node_id,
-            until=(sb.SandboxKilled,),
-            timeout=ctx.settings.command_timeout_s,
-            actor=caller.key_id,
-        )
-
-
-async def _kill_in_log(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> None:
-    """Kill a sandbox whose node stopped beating: no one would take the command off that
-    node's queue, and the caller wants it gone whatever is left of it. Its VM died with
-    the node process; if the node comes back, its reconcile drops what it still holds
-    (a paused capture, the journal entry) for a sandbox the log says is killed."""
-    msg = MessageContext(actor=caller.key_id)
-    kill = sb.KillSandbox(sandbox_id=state.sandbox_id)
-    await execute(ctx.bus.sandboxes, kill, msg)
-    done = sb.CompleteKill(
-        sandbox_id=state.sandbox_id,
-        command_id=sb.derived_command_id(str(kill.command_id), "killed"),
-        error=f"node {state.node_id} is gone; killed in the log by the API",
+        why = f"node {state.node_id} is gone; killed in the log by the API"
+        kill = sb.KillSandbox(sandbox_id=state.sandbox_id)
+        await kill_in_log(ctx.bus, kill, state.node_id, why=why, actor=caller.key_id)
+        return
+    await send_and_wait(
+        ctx.bus,
+        sb.KillSandbox(sandbox_id=state.sandbox_id),
+        node_id=state.node_id,
+        until=(sb.SandboxKilled,),
+        timeout=ctx.settings.command_timeout_s,
+        actor=caller.key_id,
     )
-    await execute(ctx.bus.sandboxes, done, msg)
-    if state.node_id is not None:  # a node that only lost NATS drops its VM when back
-        await ctx.bus.commands.to_node(
-            state.node_id, sb.drop_command(state.sandbox_id, str(kill.command_id))
-        )
 
 
 async def _set_timeout(
