@@ -6,11 +6,12 @@ the API reads the same facts first: the room every node reports in its heartbeat
 (`bus.nodes`), so a fleet known to be full says so in milliseconds (`check_room`). The
 heartbeats are a few seconds old, so a burst can still queue a create that no node has
 room for: no node pulls it. If none has taken it (appended its `SandboxRequested`) within
-`AENV_PLACEMENT_TIMEOUT_S`, the API withdraws it (`withdraw`): it records the request and
-its failure itself, both guarded by the aggregate's expected sequence, so either a node's
-claim came first (then its outcome answers, as usual) or the withdrawal did (then a node
-that pulls the create later finds it failed and decides nothing). A create a pipeline
-publishes straight to NATS has no such deadline: it waits in the queue for room.
+`AENV_PLACEMENT_TIMEOUT_S`, the API withdraws it (`withdraw`; its log part is
+`bus.steps.withdraw_create`): it records the request and its failure itself, both guarded
+by the aggregate's expected sequence, so either a node's claim came first (then its
+outcome answers, as usual) or the withdrawal did (then a node that pulls the create later
+finds it failed and decides nothing). A create a pipeline publishes straight to NATS has
+no such deadline: it waits in the queue for room.
 """
 
 from __future__ import annotations
@@ -19,10 +20,8 @@ import time
 
 from api.context import ApiContext
 from api.errors import ApiError
-from bus.decisions import execute
-from bus.envelope import MessageContext
 from bus.nodes import has_room, is_gone
-from domain import DomainError
+from bus.steps import withdraw_create
 from domain import sandbox as sb
 
 __all__ = ["RETRY_AFTER_S", "check_room", "no_room", "warm_nodes", "withdraw"]
@@ -77,26 +76,11 @@ def warm_nodes(ctx: ApiContext, template_id: str) -> tuple[str, ...]:
 
 
 async def withdraw(ctx: ApiContext, cmd: sb.CreateSandbox, actor: str | None) -> bool:
-    """No node took `cmd` in time: record it failed, unless a node claimed it meanwhile.
-    True when the failure is the API's (the answer is then `no_room`)."""
-    context = MessageContext(
-        causation_id=cmd.command_id, correlation_id=cmd.command_id, actor=actor
-    )
+    """No node took `cmd` in time: record it failed, unless a node claimed it meanwhile
+    (`bus.steps.withdraw_create`). True when the failure is the API's (the answer is then
+    `no_room`)."""
     why = f"no node took it within {ctx.settings.placement_timeout_s:.0f} s: none had room for it"
-    try:
-        state, _, ours = await execute(ctx.bus.sandboxes, cmd, context)
-        if not ours or state is None or state.status is not sb.SandboxStatus.CREATING:
-            return False  # a node's claim came first: its outcome answers
-        failed = sb.CompleteCreate(
-            sandbox_id=cmd.sandbox_id,
-            node_id="",
-            error=why,
-            command_id=sb.derived_command_id(str(cmd.command_id), "unplaced"),
-        )
-        _, _, done = await execute(ctx.bus.sandboxes, failed, context)
-        return bool(done)
-    except DomainError:  # a node finished it meanwhile: its outcome answers
-        return False
+    return await withdraw_create(ctx.bus, cmd, why=why, actor=actor)
 
 
 def no_room(cmd: sb.CreateSandbox, timeout_s: float) -> ApiError:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
-import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -21,6 +19,14 @@ from litestar.params import Parameter
 from api import reads, wire
 from api.auth import Caller
 from api.context import ApiContext
+from api.creates import (
+    DEFAULT_TIMEOUT_V2,
+    check_timeout,
+    create_ids,
+    create_timeout,
+    plan_create,
+    sandbox_body,
+)
 from api.errors import ERRORS, ApiError
 from api.guards import node_answers, not_found, visible
 from api.hangup import watch_hangup
@@ -31,47 +37,11 @@ from api.resume import LIVE, node_or_placement, resume
 from api.room import check_room, no_room, warm_nodes, withdraw
 from bus.decisions import execute
 from bus.envelope import MessageContext
+from bus.steps import kill_in_log
 from domain import sandbox as sb
-from domain import tags as tg
+from domain import volume as vo
 from domain.sandbox import SandboxStatus
-from envd.version import ENVD_VERSION
 from projections import ProjectionTimeout
-
-DEFAULT_TIMEOUT_V2 = 300
-DEFAULT_TIMEOUT_V1 = 15
-
-
-def _check_timeout(timeout: int) -> None:
-    policy = sb.DEFAULT_POLICY
-    if not policy.min_timeout_s <= timeout <= policy.max_timeout_s:
-        raise ApiError(
-            400, f"timeout must be between {policy.min_timeout_s} and {policy.max_timeout_s} s"
-        )
-
-
-def _ids(caller: Caller, idempotency_key: str | None) -> tuple[str, uuid.UUID]:
-    """Sandbox and command ids; derived from the client's Idempotency-Key when it sent one,
-    so a retried create lands on the same sandbox."""
-    if not idempotency_key:
-        return sb.new_sandbox_id(), uuid.uuid4()
-    seed = f"{caller.key_id}|{idempotency_key}"
-    sid = sb.derived_sandbox_id(seed)
-    return sid, sb.derived_command_id("create", seed)
-
-
-def sandbox_body(ctx: ApiContext, s: sb.Sandbox) -> dict[str, Any]:
-    return wire.dump(
-        wire.Sandbox(
-            template_id=tg.shown_template(s.template_id),
-            sandbox_id=s.sandbox_id,
-            client_id=reads.CLIENT_ID,
-            envd_version=s.envd_version,
-            alias=s.alias,
-            envd_access_token=s.envd_access_token,
-            traffic_access_token=s.traffic_access_token,
-            domain=ctx.settings.sandbox_domain,
-        )
-    )
 
 
 @post(["/sandboxes", "/v2/sandboxes"], status_code=201, responses=ERRORS)
@@ -79,95 +49,81 @@ async def create_sandbox(
     request: Request[Any, Any, Any], data: wire.NewSandbox, ctx: ApiContext, caller: Caller
 ) -> Response[dict[str, Any]]:
     v1 = not request.url.path.startswith("/v2/")
-    timeout = (
-        data.timeout
-        if data.timeout is not None
-        else (DEFAULT_TIMEOUT_V1 if v1 else DEFAULT_TIMEOUT_V2)
+    create_timeout(data, v1=v1)  # a bad timeout is a 400 before the template is looked up
+    tpl = await _template(ctx, data.template_id)
+    idempotency_key = request.headers.get("idempotency-key")
+    sandbox_id, command_id = create_ids(caller, idempotency_key)
+    domain = ctx.settings.sandbox_domain
+    if idempotency_key:
+        existing, _ = await ctx.bus.sandboxes.load(sandbox_id)
+        if existing is not None and existing.status in LIVE:  # a retry of a create that worked
+            return Response(sandbox_body(existing, domain), status_code=201)
+    cmd = plan_create(
+        data, tpl, caller, ctx.settings, v1=v1, sandbox_id=sandbox_id, command_id=command_id
     )
-    _check_timeout(timeout)
+    volumes: list[vo.Volume] = []
+    if data.volume_mounts:
+        mounts, volumes = await resolve_mounts(ctx, caller, data.volume_mounts, sandbox_id)
+        cmd = cmd.model_copy(update={"volume_mounts": mounts})
+        sb.decide(None, cmd)  # too many, nested or doubled mounts: 400 before any work
+    node, cmd = await _placed(ctx, tpl, cmd, volumes)
+    await _started(request, ctx, caller, cmd, node, named=bool(idempotency_key))
+    return Response(sandbox_body(cmd, domain), status_code=201)
+
+
+async def _template(ctx: ApiContext, template_id: str) -> dict[str, Any]:
+    """The row a create of `template_id` starts from; 404 if there is none."""
     # `name:tag` resolves to its build's capture; the tag routes and a finished build
     # forget this entry in this process (other APIs of a fleet may start the build the tag
     # named a moment before: its capture is kept for `capture_grace_s` after release)
-    tpl = await ctx.cached(
-        f"tpl:{data.template_id}", lambda: reads.template_for(ctx.engine, data.template_id)
+    tpl: reads.Row | None = await ctx.cached(
+        f"tpl:{template_id}", lambda: reads.template_for(ctx.engine, template_id)
     )
     if tpl is None:
         # a snapshot taken a moment ago (its create answered, the read model not there
         # yet): usable the moment its creation answered, as E2B's
-        ctx.forget(f"tpl:{data.template_id}")
+        ctx.forget(f"tpl:{template_id}")
         with contextlib.suppress(ProjectionTimeout):  # a read model far behind: not found
             await ctx.wait_for_templates(await ctx.bus.templates.tail_seq())
-        tpl = await reads.template_for(ctx.engine, data.template_id)
+        tpl = await reads.template_for(ctx.engine, template_id)
     if tpl is None:
-        raise ApiError(404, f"template '{data.template_id}' not found")
-    secure = True if not v1 else bool(data.secure)
-    idempotency_key = request.headers.get("idempotency-key")
-    sandbox_id, command_id = _ids(caller, idempotency_key)
-    if idempotency_key:
-        existing, _ = await ctx.bus.sandboxes.load(sandbox_id)
-        if existing is not None and existing.status in LIVE:  # a retry of a create that worked
-            return Response(sandbox_body(ctx, existing), status_code=201)
-    if data.auto_pause is None:
-        on_timeout = ctx.settings.default_on_timeout
-    else:
-        on_timeout = "pause" if data.auto_pause else "kill"
-    auto_resume = bool(data.auto_resume and data.auto_resume.enabled)
-    if auto_resume and data.auto_pause_memory is False:
-        # traffic cannot wake a cold boot transparently: E2B refuses the pair too
-        raise ApiError(400, "autoResume cannot be combined with autoPauseMemory false")
-    net = data.network or wire.NetworkConfig()
-    public = True if net.allow_public_traffic is None else net.allow_public_traffic
-    mounts, volumes = (
-        ((), [])
-        if not data.volume_mounts
-        else (await resolve_mounts(ctx, caller, data.volume_mounts, sandbox_id))
-    )
-    cmd = sb.CreateSandbox(
-        sandbox_id=sandbox_id,
-        command_id=command_id,
-        template_id=tpl["template_id"],
-        alias=tpl["alias"],
-        team_id=caller.team_id,
-        api_key_id=caller.key_id,
-        cpu_count=tpl["cpu_count"],
-        memory_mb=tpl["memory_mb"],
-        disk_size_mb=tpl["disk_size_mb"],
-        envd_version=tpl["envd_version"] or ENVD_VERSION,
-        envd_access_token=secrets.token_urlsafe(24) if secure else None,
-        traffic_access_token=None if public else secrets.token_urlsafe(24),
-        timeout_s=timeout,
-        metadata=data.metadata,
-        env_vars=data.env_vars,
-        lifecycle=sb.Lifecycle(
-            on_timeout=on_timeout,
-            auto_resume=auto_resume,
-            pause_memory=data.auto_pause_memory is not False,
-        ),
-        network=sb.NetworkPolicy(
-            allow_internet_access=(
-                True if data.allow_internet_access is None else data.allow_internet_access
-            ),
-            allow_public_traffic=public,
-            allow_out=tuple(net.allow_out),
-            deny_out=tuple(net.deny_out),
-        ),
-        volume_mounts=mounts,
-    )
-    if mounts:
-        sb.decide(None, cmd)  # too many, nested or doubled mounts: 400 before any work
+        raise ApiError(404, f"template '{template_id}' not found")
+    return tpl
+
+
+async def _placed(
+    ctx: ApiContext, tpl: dict[str, Any], cmd: sb.CreateSandbox, volumes: list[vo.Volume]
+) -> tuple[str | None, sb.CreateSandbox]:
+    """The node `cmd` goes to (None: placement, after a 503 if no node has room) and the
+    create as sent (to placement: with the nodes that hold a warm VM of its template)."""
     node = await _template_node(ctx, tpl)
     if node is None and volumes:
         node = _room_on(ctx, preferred_node(ctx, volumes), cmd)
+    if node is None:  # placement: is there room anywhere? a warm VM somewhere?
+        check_room(ctx, cmd.cpu_count, cmd.memory_mb)
+        if not cmd.volume_mounts:  # a warm VM's volume slots hold placeholders: no mounts
+            cmd = cmd.model_copy(update={"warm_on": warm_nodes(ctx, cmd.template_id)})
+    return node, cmd
+
+
+async def _started(
+    request: Request[Any, Any, Any],
+    ctx: ApiContext,
+    caller: Caller,
+    cmd: sb.CreateSandbox,
+    node: str | None,
+    *,
+    named: bool,
+) -> None:
+    """Send `cmd` and wait for it to start, or raise what the client is told instead: 503
+    withdrawn unplaced, the failure's status, 499 when the client hung up on a sandbox no
+    idempotency key `named` (a retry could not find it: it is killed)."""
     withdrawn = False
 
     async def unclaimed() -> None:
         nonlocal withdrawn
         withdrawn = await withdraw(ctx, cmd, caller.key_id)
 
-    if node is None:  # placement: is there room anywhere? a warm VM somewhere?
-        check_room(ctx, cmd.cpu_count, cmd.memory_mb)
-        if not mounts:  # a warm VM's volume slots hold placeholders: it cannot take one
-            cmd = cmd.model_copy(update={"warm_on": warm_nodes(ctx, cmd.template_id)})
     async with watch_hangup(request) as hung_up:
         event, _ = await send_and_wait(
             ctx.bus,
@@ -185,27 +141,17 @@ async def create_sandbox(
         raise no_room(cmd, ctx.settings.placement_timeout_s)
     if isinstance(event, sb.SandboxFailed):
         status = REJECTION_STATUS.get(event.code, 500) if event.code else 500
-        raise ApiError(status, f"sandbox {sandbox_id} failed to start: {event.reason}")
-    if left and not idempotency_key and isinstance(event, sb.SandboxCreated):
+        raise ApiError(status, f"sandbox {cmd.sandbox_id} failed to start: {event.reason}")
+    if left and not named and isinstance(event, sb.SandboxCreated):
         # nobody will ever know its id: it must not live out its TTL (api/hangup.py)
         kill = sb.KillSandbox(
-            sandbox_id=sandbox_id, command_id=sb.derived_command_id(str(command_id), "hung-up")
+            sandbox_id=cmd.sandbox_id,
+            command_id=sb.derived_command_id(str(cmd.command_id), "hung-up"),
         )
         await ctx.bus.commands.to_node(
             event.node_id, kill, context=MessageContext(actor=caller.key_id)
         )
-        raise ApiError(499, f"the client hung up; sandbox {sandbox_id} was killed")
-    body = wire.Sandbox(
-        template_id=tg.shown_template(cmd.template_id),
-        sandbox_id=sandbox_id,
-        client_id=reads.CLIENT_ID,
-        envd_version=cmd.envd_version,
-        alias=cmd.alias,
-        envd_access_token=cmd.envd_access_token,
-        traffic_access_token=cmd.traffic_access_token,
-        domain=ctx.settings.sandbox_domain,
-    )
-    return Response(wire.dump(body), status_code=201)
+        raise ApiError(499, f"the client hung up; sandbox {cmd.sandbox_id} was killed")
 
 
 def _room_on(ctx: ApiContext, node: str | None, cmd: sb.CreateSandbox) -> str | None:
@@ -255,44 +201,29 @@ async def kill_sandbox(sandbox_id: str, ctx: ApiContext, caller: Caller) -> None
 
 
 async def _kill(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> None:
-    sandbox_id = state.sandbox_id
+    """A sandbox on a node that stopped beating is killed in the log (`bus.steps`): no one
+    would take the command off that node's queue, and the caller wants it gone whatever is
+    left of it. Its VM died with the node process; if the node comes back, its reconcile
+    drops what it still holds (a paused capture, the journal entry)."""
     if state.node_id is not None and await ctx.node_gone(state.node_id):
-        await _kill_in_log(ctx, caller, state)
-    else:
-        await send_and_wait(
-            ctx.bus,
-            sb.KillSandbox(sandbox_id=sandbox_id),
-            node_id=state.node_id,
-            until=(sb.SandboxKilled,),
-            timeout=ctx.settings.command_timeout_s,
-            actor=caller.key_id,
-        )
-
-
-async def _kill_in_log(ctx: ApiContext, caller: Caller, state: sb.Sandbox) -> None:
-    """Kill a sandbox whose node stopped beating: no one would take the command off that
-    node's queue, and the caller wants it gone whatever is left of it. Its VM died with
-    the node process; if the node comes back, its reconcile drops what it still holds
-    (a paused capture, the journal entry) for a sandbox the log says is killed."""
-    msg = MessageContext(actor=caller.key_id)
-    kill = sb.KillSandbox(sandbox_id=state.sandbox_id)
-    await execute(ctx.bus.sandboxes, kill, msg)
-    done = sb.CompleteKill(
-        sandbox_id=state.sandbox_id,
-        command_id=sb.derived_command_id(str(kill.command_id), "killed"),
-        error=f"node {state.node_id} is gone; killed in the log by the API",
+        why = f"node {state.node_id} is gone; killed in the log by the API"
+        kill = sb.KillSandbox(sandbox_id=state.sandbox_id)
+        await kill_in_log(ctx.bus, kill, state.node_id, why=why, actor=caller.key_id)
+        return
+    await send_and_wait(
+        ctx.bus,
+        sb.KillSandbox(sandbox_id=state.sandbox_id),
+        node_id=state.node_id,
+        until=(sb.SandboxKilled,),
+        timeout=ctx.settings.command_timeout_s,
+        actor=caller.key_id,
     )
-    await execute(ctx.bus.sandboxes, done, msg)
-    if state.node_id is not None:  # a node that only lost NATS drops its VM when back
-        await ctx.bus.commands.to_node(
-            state.node_id, sb.drop_command(state.sandbox_id, str(kill.command_id))
-        )
 
 
 async def _set_timeout(
     ctx: ApiContext, caller: Caller, sandbox_id: str, timeout: int, *, extend_only: bool
 ) -> sb.Sandbox:
-    _check_timeout(timeout)
+    check_timeout(timeout)
     await visible(ctx, caller, sandbox_id)
     cmd = sb.SetSandboxTimeout(sandbox_id=sandbox_id, timeout_s=timeout, extend_only=extend_only)
     state, _, _ = await execute(ctx.bus.sandboxes, cmd)
@@ -334,9 +265,9 @@ async def connect(
     state = await visible(ctx, caller, sandbox_id)
     if state.status in LIVE:
         state = await _set_timeout(ctx, caller, sandbox_id, timeout, extend_only=True)
-        return Response(sandbox_body(ctx, state), status_code=200)
+        return Response(sandbox_body(state, ctx.settings.sandbox_domain), status_code=200)
     resumed = await _resume(ctx, caller, state, timeout)
-    return Response(sandbox_body(ctx, resumed), status_code=201)
+    return Response(sandbox_body(resumed, ctx.settings.sandbox_domain), status_code=201)
 
 
 @post("/sandboxes/{sandbox_id:str}/pause", status_code=204, responses=ERRORS)
@@ -372,7 +303,7 @@ async def _resume(
     ctx: ApiContext, caller: Caller, state: sb.Sandbox, timeout: int | None
 ) -> sb.Sandbox:
     if timeout is not None:
-        _check_timeout(timeout)
+        check_timeout(timeout)
     return await resume(ctx, state, timeout_s=timeout, actor=caller.key_id)
 
 
@@ -385,7 +316,7 @@ async def resume_sandbox(
     if state.status in LIVE:
         raise ApiError(409, f"sandbox {sandbox_id} is already running")
     resumed = await _resume(ctx, caller, state, data.timeout if data else None)
-    return sandbox_body(ctx, resumed)
+    return sandbox_body(resumed, ctx.settings.sandbox_domain)
 
 
 @post("/sandboxes/{sandbox_id:str}/fork", status_code=201, responses=ERRORS)
@@ -420,7 +351,7 @@ async def fork_sandbox(
             continue
         cstate, _ = await ctx.bus.sandboxes.load(child.sandbox_id)
         assert cstate is not None
-        out.append({"sandbox": sandbox_body(ctx, cstate)})
+        out.append({"sandbox": sandbox_body(cstate, ctx.settings.sandbox_domain)})
     return out
 
 

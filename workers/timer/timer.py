@@ -23,7 +23,6 @@ lets one copy through however many timers saw the expiry.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import logging
 import time
@@ -34,6 +33,7 @@ from uuid import UUID
 from bus import AggregateKind, Bus, EventFeed, MessageContext, PublishError
 from bus.decisions import execute
 from bus.nodes import NodeBook, is_gone
+from bus.steps import kill_in_log
 from bus.tasks import cancel_and_wait
 from domain import DomainError, Event, utcnow
 from domain import sandbox as sb
@@ -196,7 +196,11 @@ class Timer:
         clock = self.clocks[cmd.sandbox_id]
         try:
             if isinstance(cmd, sb.KillSandbox) and await self._node_gone(clock.node_id):
-                await self._kill_in_log(cmd, clock)  # its queue has no reader
+                # its queue has no reader: killed in the log, as the API does a client's
+                why = f"node {clock.node_id} is gone; killed in the log"
+                await kill_in_log(
+                    self.bus, cmd, clock.node_id, why=why, actor="timer", moot_ok=True
+                )
             elif clock.node_id:
                 await self.bus.commands.to_node(clock.node_id, cmd)
             else:
@@ -218,22 +222,6 @@ class Timer:
             return False
         beats = self.nodes.current()
         return beats is not None and is_gone(beats.get(node_id), time.time())
-
-    async def _kill_in_log(self, cmd: sb.KillSandbox, clock: sb.Clock) -> None:
-        """A kill of a sandbox whose node stopped beating, recorded by the timer itself (as
-        the API does for a client's), and the node told to drop it once it is back."""
-        done = sb.CompleteKill(
-            sandbox_id=cmd.sandbox_id,
-            command_id=sb.derived_command_id(str(cmd.command_id), "killed"),
-            error=f"node {clock.node_id} is gone; killed in the log",
-        )
-        for c in (cmd, done):
-            with contextlib.suppress(DomainError):
-                await execute(self.bus.sandboxes, c, MessageContext(actor="timer"))
-        assert clock.node_id is not None
-        await self.bus.commands.to_node(
-            clock.node_id, sb.drop_command(cmd.sandbox_id, str(cmd.command_id))
-        )
 
     def lost_nodes(self, now: float) -> list[str]:
         """Nodes that clocks name and that have been silent for `node_lost_after_s` — none
@@ -263,29 +251,20 @@ class Timer:
 
     async def _end_orphan(self, clock: sb.Clock, node: str, why: str) -> None:
         cmds = sb.orphan_commands(clock, why)
-        for cmd in cmds:
-            try:
-                await execute(self.bus.sandboxes, cmd, MessageContext(actor="timer"))
-            except (DomainError, PublishError) as e:  # moved on meanwhile, or later
-                log.info(
-                    "timer: %s of %s on lost node %s: %s",
-                    type(cmd).__name__,
-                    clock.sandbox_id,
-                    node,
-                    e,
-                )
-                return
+        try:
+            match cmds:
+                case [sb.KillSandbox() as kill, sb.CompleteKill() as done]:
+                    # a node that was only cut off drops the VM it still runs when back
+                    await kill_in_log(
+                        self.bus, kill, node, why=why, actor="timer", done_id=done.command_id
+                    )
+                case _:
+                    for cmd in cmds:
+                        await execute(self.bus.sandboxes, cmd, MessageContext(actor="timer"))
+        except (DomainError, PublishError) as e:  # moved on meanwhile, or later
+            log.info("timer: ending %s on lost node %s: %s", clock.sandbox_id, node, e)
+            return
         if cmds:
             log.warning(
                 "timer: ended %s (%s) on lost node %s", clock.sandbox_id, clock.status.value, node
             )
-        if any(isinstance(c, sb.KillSandbox) for c in cmds):
-            # a node that was only cut off drops the VM it still runs when it is back
-            try:
-                await self.bus.commands.to_node(
-                    node, sb.drop_command(clock.sandbox_id, str(cmds[0].command_id))
-                )
-            except PublishError as e:
-                log.warning(
-                    "timer: could not tell node %s to drop %s: %s", node, clock.sandbox_id, e
-                )
