@@ -187,41 +187,67 @@ def _command(rest: str) -> str:
 
 def parse(text: str, build_args: dict[str, str] | None = None) -> Dockerfile:
     """The build spec of a Dockerfile; `build_args` override ARG defaults (`--build-arg`)."""
-    overrides = dict(build_args or {})
-    args: dict[str, str] = {}  # ARGs in scope
-    env: dict[str, str] = {}
-    base: str | None = None
-    df: Dockerfile | None = None
-    entrypoint: str | None = None
-    cmd: str | None = None
-
     instructions, warnings = _instructions(text)
+    parser = _Parser(dict(build_args or {}))
     for ins in instructions:
-        line, keyword, rest = ins.line, ins.keyword, ins.rest
-        scope = {**args, **env}
-        if keyword == "FROM":
-            if base is not None:
-                raise DockerfileError(line, "multi-stage builds (a second FROM) are not supported")
-            _, rest = _flags(rest)  # --platform: the guest's is the only one
-            words = substitute(rest, scope).split()
-            if (
-                not words
-                or (len(words) not in (1, 3))
-                or (len(words) == 3 and words[1].upper() != "AS")
-            ):
-                raise DockerfileError(line, "FROM needs an image or template (FROM x [AS name])")
-            base = words[0]
-            df = Dockerfile(base=base)
-            args = {}  # ARGs before FROM are only visible to FROM
-            continue
-        if keyword == "ARG":
-            for k, v in _key_values(rest, line, "ARG"):
-                args[k] = overrides.get(k, substitute(v, scope))
-                if df is not None:
-                    df.steps.append(Step("ARG", (f"{k}={args[k]}",), line))
-            continue
+        parser.take(ins)
+    return parser.result(warnings)
+
+
+class _Parser:
+    """What the instructions so far have set: the ARGs and ENVs in scope (they substitute
+    in later instructions), the spec being built and its start command's two halves."""
+
+    def __init__(self, overrides: dict[str, str]) -> None:
+        self.overrides = overrides
+        self.args: dict[str, str] = {}  # ARGs in scope
+        self.env: dict[str, str] = {}
+        self.df: Dockerfile | None = None
+        self.entrypoint: str | None = None
+        self.cmd: str | None = None
+
+    def take(self, ins: _Instruction) -> None:
+        scope = {**self.args, **self.env}
+        if ins.keyword == "FROM":
+            self._from(ins, scope)
+        elif ins.keyword == "ARG":
+            self._arg(ins, scope)
+        elif self.df is None:
+            raise DockerfileError(ins.line, f"{ins.keyword} before FROM")
+        else:
+            self._step(self.df, ins, scope)
+
+    def result(self, warnings: list[str]) -> Dockerfile:
+        df = self.df
         if df is None:
-            raise DockerfileError(line, f"{keyword} before FROM")
+            raise DockerfileError(1, "no FROM instruction")
+        df.warnings[:0] = warnings
+        if self.entrypoint or self.cmd:
+            df.start_cmd = " ".join(p for p in (self.entrypoint, self.cmd) if p)
+        return df
+
+    def _from(self, ins: _Instruction, scope: dict[str, str]) -> None:
+        if self.df is not None:
+            raise DockerfileError(ins.line, "multi-stage builds (a second FROM) are not supported")
+        _, rest = _flags(ins.rest)  # --platform: the guest's is the only one
+        words = substitute(rest, scope).split()
+        if (
+            not words
+            or (len(words) not in (1, 3))
+            or (len(words) == 3 and words[1].upper() != "AS")
+        ):
+            raise DockerfileError(ins.line, "FROM needs an image or template (FROM x [AS name])")
+        self.df = Dockerfile(base=words[0])
+        self.args = {}  # ARGs before FROM are only visible to FROM
+
+    def _arg(self, ins: _Instruction, scope: dict[str, str]) -> None:
+        for k, v in _key_values(ins.rest, ins.line, "ARG"):
+            self.args[k] = self.overrides.get(k, substitute(v, scope))
+            if self.df is not None:
+                self.df.steps.append(Step("ARG", (f"{k}={self.args[k]}",), ins.line))
+
+    def _step(self, df: Dockerfile, ins: _Instruction, scope: dict[str, str]) -> None:
+        line, keyword, rest = ins.line, ins.keyword, ins.rest
         match keyword:
             case "RUN":
                 if not rest:
@@ -230,32 +256,26 @@ def parse(text: str, build_args: dict[str, str] | None = None) -> Dockerfile:
                 df.steps.append(Step("RUN", (_run_command(rest, ins.heredocs),), line))
             case "ENV":
                 pairs = [(k, substitute(v, scope)) for k, v in _key_values(rest, line, "ENV")]
-                env.update(pairs)
+                self.env.update(pairs)
                 df.steps.append(Step("ENV", tuple(x for kv in pairs for x in kv), line))
-            case "WORKDIR":
+            case "WORKDIR" | "USER":
                 if not rest:
-                    raise DockerfileError(line, "WORKDIR needs a path")
-                df.steps.append(Step("WORKDIR", (substitute(rest, scope),), line))
-            case "USER":
-                if not rest:
-                    raise DockerfileError(line, "USER needs a user name")
-                df.steps.append(Step("USER", (substitute(rest, scope),), line))
+                    raise DockerfileError(line, f"{keyword} needs {_NEEDS[keyword]}")
+                df.steps.append(Step(keyword, (substitute(rest, scope),), line))
             case "COPY" | "ADD":
                 df.steps.extend(_copy(keyword, rest, line, scope))
             case "CMD":
-                cmd = _command(rest)
+                self.cmd = _command(rest)
             case "ENTRYPOINT":
-                entrypoint = _command(rest)
+                self.entrypoint = _command(rest)
             case _ if keyword in IGNORED:
                 df.warnings.append(f"line {line}: {keyword} has no effect on a template; skipped")
             case _:
                 df.steps.append(Step(keyword, (rest,), line))
-    if df is None:
-        raise DockerfileError(1, "no FROM instruction")
-    df.warnings[:0] = warnings
-    if entrypoint or cmd:
-        df.start_cmd = " ".join(p for p in (entrypoint, cmd) if p)
-    return df
+
+
+#: What an instruction that takes one argument is missing when it has none.
+_NEEDS = {"WORKDIR": "a path", "USER": "a user name"}
 
 
 def _copy(keyword: str, rest: str, line: int, scope: dict[str, str]) -> list[Step]:

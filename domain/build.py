@@ -272,16 +272,7 @@ def decide_build(state: Build | None, command: AnyBuildCommand) -> list[Event]:
     """
     match command:
         case RequestTemplateBuild():
-            if state is not None:
-                if state.template_id != command.template_id:
-                    raise Conflict(f"build {command.build_id} belongs to {state.template_id}")
-                return []  # a retried request
-            if not valid_template_name(command.template_id):
-                raise Invalid(f"invalid template name {command.template_id!r}")
-            fields = command.model_dump(exclude={"command_id", "at", "tags"})
-            return [
-                TemplateBuildRequested(**fields, tags=normalize_tags(command.tags), at=command.at)
-            ]
+            return _request(state, command)
         case StartTemplateBuild():
             state = _requested(state, command.build_id)
             if state.status is not BuildStatus.WAITING:
@@ -320,30 +311,33 @@ def decide_build(state: Build | None, command: AnyBuildCommand) -> list[Event]:
                 )
             ]
         case CompleteTemplateBuild():
-            state = _requested(state, command.build_id)
-            if state.finished:
-                return []
-            if state.status is not BuildStatus.BUILDING:
-                raise Conflict(f"build {command.build_id} has not started")
-            if command.error is not None:
-                return [
-                    TemplateBuildFailed(
-                        build_id=command.build_id,
-                        reason=command.error,
-                        step=command.step,
-                        at=command.at,
-                    )
-                ]
-            return [
-                TemplateBuilt(
-                    build_id=command.build_id,
-                    sandbox_id=command.sandbox_id,
-                    envd_version=command.envd_version,
-                    at=command.at,
-                )
-            ]
+            return _complete(_requested(state, command.build_id), command)
         case _:
             assert_never(command)
+
+
+def _request(state: Build | None, c: RequestTemplateBuild) -> list[Event]:
+    if state is not None:
+        if state.template_id != c.template_id:
+            raise Conflict(f"build {c.build_id} belongs to {state.template_id}")
+        return []  # a retried request
+    if not valid_template_name(c.template_id):
+        raise Invalid(f"invalid template name {c.template_id!r}")
+    fields = c.model_dump(exclude={"command_id", "at", "tags"})
+    return [TemplateBuildRequested(**fields, tags=normalize_tags(c.tags), at=c.at)]
+
+
+def _complete(s: Build, c: CompleteTemplateBuild) -> list[Event]:
+    if s.finished:
+        return []
+    if s.status is not BuildStatus.BUILDING:
+        raise Conflict(f"build {c.build_id} has not started")
+    if c.error is not None:
+        return [TemplateBuildFailed(build_id=c.build_id, reason=c.error, step=c.step, at=c.at)]
+    built = TemplateBuilt(
+        build_id=c.build_id, sandbox_id=c.sandbox_id, envd_version=c.envd_version, at=c.at
+    )
+    return [built]
 
 
 def _requested(state: Build | None, build_id: str) -> Build:

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from envd import log
 from envd.httpserver import Request
@@ -231,27 +231,15 @@ async def serve_server_stream(req: Request, handler: ServerStreamHandler) -> Non
     While the handler runs we also watch the socket: EOF means the client dropped the stream
     (`CommandHandle.disconnect()`), and the handler is cancelled — the process lives on.
     """
-    first: dict[str, Any] | None = None
-    error: RpcError | None = None
-    call: Call | None = None
     try:
-        _check_stream_type(req)
-        call = make_call(req)
-        first = await _first_message(req)
-        if not req.body_done:
-            # Finish reading what should be an already-sent end of body (a 0-length chunk).
-            try:
-                await asyncio.wait_for(req.drain_body(), 0.05)
-            except asyncio.TimeoutError:  # noqa: UP041 - not an alias before 3.11
-                req.close_after = True
+        call, first = await _open_server_stream(req)
     except RpcError as e:
-        error = e
-    conn = req.conn
-    out = await req.begin_chunked(200, STREAM_CONTENT_TYPE)
-    if error is not None or call is None or first is None:
-        out.write_nowait(end_of_stream(error))
+        out = await req.begin_chunked(200, STREAM_CONTENT_TYPE)
+        out.write_nowait(end_of_stream(e))
         await out.end()
         return
+    conn = req.conn
+    out = await req.begin_chunked(200, STREAM_CONTENT_TYPE)
 
     async def send(*payloads: bytes) -> None:
         out.write_nowait(b"".join(envelope(p) for p in payloads))
@@ -261,41 +249,18 @@ async def serve_server_stream(req: Request, handler: ServerStreamHandler) -> Non
     watch: asyncio.Future[None] | None = None
     if req.body_done and not req.close_after:
         watch = asyncio.ensure_future(conn.wait_readable())
-    waiting: set[asyncio.Future[Any]] = {task}
-    if watch is not None:
-        waiting.add(watch)
-    deadline = None if call.timeout_s is None else time.monotonic() + call.timeout_s
     try:
-        while True:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            done, _ = await asyncio.wait(
-                waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-            if task in done:
-                break
-            if watch is not None and watch in done:
-                waiting.discard(watch)
-                watch = None
-                req.close_after = True
-                if conn.at_eof():  # client went away: stop streaming, keep the process
-                    task.cancel()
-                    await asyncio.gather(task, return_exceptions=True)
-                    return
-                continue  # pipelined bytes: unsupported, close after this response
-            if not done:  # deadline
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                error = RpcError("deadline_exceeded", "the operation timed out")
-                break
-        if error is None:
+        outcome = await _wait_handler(req, task, watch, call.timeout_s)
+        if outcome == "gone":
+            return
+        if outcome == "deadline":
+            error: RpcError | None = RpcError("deadline_exceeded", "the operation timed out")
+        else:
             exc = task.exception()
-            if isinstance(exc, RpcError):
-                error = exc
-            elif isinstance(exc, ConnectionError):
+            if isinstance(exc, ConnectionError):
                 req.close_after = True
                 return
-            elif exc is not None:
-                error = _internal(exc, req.path)
+            error = _as_rpc_error(exc, req.path)
         out.write_nowait(end_of_stream(error))
         await out.end()
     finally:
@@ -306,6 +271,62 @@ async def serve_server_stream(req: Request, handler: ServerStreamHandler) -> Non
             await asyncio.gather(watch, return_exceptions=True)
         if not task.done():
             task.cancel()
+
+
+async def _open_server_stream(req: Request) -> tuple[Call, dict[str, Any]]:
+    """The call and its one request message, the request body read to its end."""
+    _check_stream_type(req)
+    call = make_call(req)
+    first = await _first_message(req)
+    if not req.body_done:
+        # Finish reading what should be an already-sent end of body (a 0-length chunk).
+        try:
+            await asyncio.wait_for(req.drain_body(), 0.05)
+        except asyncio.TimeoutError:  # noqa: UP041 - not an alias before 3.11
+            req.close_after = True
+    return call, first
+
+
+async def _wait_handler(
+    req: Request,
+    task: asyncio.Future[None],
+    watch: asyncio.Future[None] | None,
+    timeout_s: float | None,
+) -> Literal["done", "deadline", "gone"]:
+    """How the handler's run ended: "done" (finished, its result or error in `task`),
+    "deadline" (the call's timeout passed) or "gone" (the client hung up); the handler is
+    cancelled in the last two."""
+    waiting: set[asyncio.Future[Any]] = {task}
+    if watch is not None:
+        waiting.add(watch)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return "done"
+        if not done:
+            await _cancel(task)
+            return "deadline"
+        # The socket became readable: EOF, or pipelined bytes (unsupported: close after
+        # this response). Either way the watch is spent.
+        waiting.difference_update(done)
+        req.close_after = True
+        if req.conn.at_eof():  # client went away: stop streaming, keep the process
+            await _cancel(task)
+            return "gone"
+
+
+async def _cancel(task: asyncio.Future[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def _as_rpc_error(exc: BaseException | None, path: str) -> RpcError | None:
+    """The end-of-stream error for how a handler ended (None: it succeeded)."""
+    if exc is None or isinstance(exc, RpcError):
+        return exc
+    return _internal(exc, path)
 
 
 async def serve_client_stream(req: Request, handler: ClientStreamHandler) -> None:

@@ -6,13 +6,16 @@ import errno
 import json
 import os
 import stat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envd import auth, fsops, wire
 from envd.asuser import open_as
 from envd.httpserver import HttpError, Request
 from envd.state import State
 from envd.users import User, resolve_path
+
+if TYPE_CHECKING:
+    from envd.multipart import Event, PartStart
 
 #: Files up to this size are read into memory and sent with the length read (see download)
 READ_WHOLE = 1024 * 1024
@@ -182,20 +185,33 @@ async def upload(state: State, req: Request) -> None:
     meta = _metadata(req)
     query_path = q.get("path", "")
     ctype = req.headers.get("content-type", "")
-    from envd.multipart import (  # only uploads need it
-        MultipartError,
-        MultipartParser,
-        PartData,
-        PartEnd,
-        PartStart,
-        boundary_of,
-    )
+    from envd.multipart import boundary_of  # only uploads need it
 
     boundary = boundary_of(ctype)
-    results: list[dict[str, Any]] = []
     if boundary is not None:
+        parts = _PartWriter(state, user, meta, query_path)
+        results = await parts.upload(req, boundary)
+    else:
+        results = [await _upload_raw(state, req, user, meta, query_path)]
+    await req.respond(200, json.dumps(results).encode(), "application/json")
+
+
+class _PartWriter:
+    """A multipart upload: each part written to its own file (`path`, if given, names
+    every part's file; otherwise the part's filename does)."""
+
+    def __init__(self, state: State, user: User, meta: dict[str, str], query_path: str) -> None:
+        self.state = state
+        self.user = user
+        self.meta = meta
+        self.query_path = query_path
+        self.sink: _Sink | None = None
+        self.results: list[dict[str, Any]] = []
+
+    async def upload(self, req: Request, boundary: bytes) -> list[dict[str, Any]]:
+        from envd.multipart import MultipartError, MultipartParser
+
         parser = MultipartParser(boundary)
-        sink: _Sink | None = None
         try:
             while not parser.done:
                 buf, start, end = await req.read_span(UPLOAD_READ)
@@ -203,59 +219,68 @@ async def upload(state: State, req: Request) -> None:
                     break
                 # Part data arrives as views of the connection's buffer: written before the
                 # next read, as they must be.
-                events = parser.feed(buf, start, end)
-                if any(isinstance(ev, PartStart) for ev in events):
-                    # opening a part's file awaits (a fork: envd.asuser), and meanwhile the
-                    # connection may refill its buffer: data after it must not stay a view
-                    events = [
-                        PartData(bytes(ev.data)) if isinstance(ev, PartData) else ev
-                        for ev in events
-                    ]
-                for ev in events:
-                    if isinstance(ev, PartStart):
-                        target = query_path or ev.filename or ""
-                        if not target:
-                            raise HttpError(400, "part has no filename and no path was given")
-                        target = resolve_path(target, user, state.default_workdir)
-                        sink = await _Sink.open(target, user)
-                    elif isinstance(ev, PartData) and sink is not None:
-                        sink.write(ev.data)
-                    elif isinstance(ev, PartEnd) and sink is not None:
-                        sink.finish(meta)
-                        results.append(_result(sink.path, meta))
-                        sink = None
+                await self._take(parser.feed(buf, start, end))
         except MultipartError as e:
             raise HttpError(400, f"invalid multipart body: {e}") from e
         finally:
-            if sink is not None:
-                sink.close()
-        if not results:
+            if self.sink is not None:
+                self.sink.close()
+        if not self.results:
             raise HttpError(400, "no file in multipart body")
-    else:
-        if not query_path:
-            raise HttpError(400, "path is required for application/octet-stream uploads")
-        sink = await _Sink.open(resolve_path(query_path, user, state.default_workdir), user)
-        decomp = None
-        if req.headers.get("content-encoding", "").strip().lower() == "gzip":
-            import zlib
+        return self.results
 
-            decomp = zlib.decompressobj(47)  # gzip or zlib header, auto-detected
-        try:
-            while True:
-                view = await req.read_view(UPLOAD_READ)
-                if not view:
-                    break
-                if decomp is not None:
-                    try:
-                        sink.write(decomp.decompress(view))
-                    except Exception as e:
-                        raise HttpError(400, f"invalid gzip body: {e}") from e
-                else:
-                    sink.write(view)
+    async def _take(self, events: list[Event]) -> None:
+        from envd.multipart import PartData, PartEnd, PartStart
+
+        if any(isinstance(ev, PartStart) for ev in events):
+            # opening a part's file awaits (a fork: envd.asuser), and meanwhile the
+            # connection may refill its buffer: data after it must not stay a view
+            events = [PartData(bytes(ev.data)) if isinstance(ev, PartData) else ev for ev in events]
+        for ev in events:
+            if isinstance(ev, PartStart):
+                self.sink = await self._open(ev)
+            elif isinstance(ev, PartData) and self.sink is not None:
+                self.sink.write(ev.data)
+            elif isinstance(ev, PartEnd) and self.sink is not None:
+                self.sink.finish(self.meta)
+                self.results.append(_result(self.sink.path, self.meta))
+                self.sink = None
+
+    async def _open(self, part: PartStart) -> _Sink:
+        target = self.query_path or part.filename or ""
+        if not target:
+            raise HttpError(400, "part has no filename and no path was given")
+        target = resolve_path(target, self.user, self.state.default_workdir)
+        return await _Sink.open(target, self.user)
+
+
+async def _upload_raw(
+    state: State, req: Request, user: User, meta: dict[str, str], query_path: str
+) -> dict[str, Any]:
+    """An `application/octet-stream` body (gzip-encoded if it says so): one file, at `path`."""
+    if not query_path:
+        raise HttpError(400, "path is required for application/octet-stream uploads")
+    sink = await _Sink.open(resolve_path(query_path, user, state.default_workdir), user)
+    decomp = None
+    if req.headers.get("content-encoding", "").strip().lower() == "gzip":
+        import zlib
+
+        decomp = zlib.decompressobj(47)  # gzip or zlib header, auto-detected
+    try:
+        while True:
+            view = await req.read_view(UPLOAD_READ)
+            if not view:
+                break
             if decomp is not None:
-                sink.write(decomp.flush())
-            sink.finish(meta)
-        finally:
-            sink.close()
-        results.append(_result(sink.path, meta))
-    await req.respond(200, json.dumps(results).encode(), "application/json")
+                try:
+                    sink.write(decomp.decompress(view))
+                except Exception as e:
+                    raise HttpError(400, f"invalid gzip body: {e}") from e
+            else:
+                sink.write(view)
+        if decomp is not None:
+            sink.write(decomp.flush())
+        sink.finish(meta)
+    finally:
+        sink.close()
+    return _result(sink.path, meta)

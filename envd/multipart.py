@@ -8,6 +8,7 @@ part bodies.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -193,65 +194,87 @@ class MultipartParser:
         return end
 
     def _parse_buffered(self, events: list[Event]) -> None:
-        """Advance over what is in the own buffer as far as it goes."""
-        while True:
-            if self._state == "preamble":
-                idx = self._buf.find(self._delim)
-                if idx < 0:
-                    keep = len(self._delim) - 1
-                    if len(self._buf) > keep:
-                        del self._buf[: len(self._buf) - keep]
-                    return
-                del self._buf[: idx + len(self._delim)]
-                self._state = "after_boundary"
-            elif self._state == "after_boundary":
-                if len(self._buf) < 2:
-                    return
-                if self._buf[:2] == b"--":
-                    self._state = "epilogue"
-                    self.done = True
-                    self._buf.clear()
-                    return
-                # optional transport padding, then CRLF
-                idx = self._buf.find(b"\r\n")
-                if idx < 0:
-                    if len(self._buf) > 256:
-                        raise MultipartError("garbage after boundary")
-                    return
-                del self._buf[: idx + 2]
-                self._state = "headers"
-            elif self._state == "headers":
-                idx = self._buf.find(b"\r\n\r\n")
-                if idx < 0:
-                    if self._buf[:2] == b"\r\n":  # a part with no headers at all
-                        del self._buf[:2]
-                        events.append(PartStart({}))
-                        self._state = "body"
-                        continue
-                    if len(self._buf) > MAX_PART_HEAD:
-                        raise MultipartError("part headers too large")
-                    return
-                head = bytes(self._buf[:idx]).decode("utf-8", "replace")
-                del self._buf[: idx + 4]
-                headers: dict[str, str] = {}
-                for line in head.split("\r\n"):
-                    k, sep, v = line.partition(":")
-                    if sep:
-                        headers[k.strip().lower()] = v.strip()
-                events.append(PartStart(headers))
+        """Advance over what is in the own buffer as far as it goes: each state's step
+        consumes what it can of the buffer and says whether parsing can go on."""
+        while _STEPS[self._state](self, events):
+            pass
+
+    def _preamble(self, events: list[Event]) -> bool:
+        idx = self._buf.find(self._delim)
+        if idx < 0:
+            keep = len(self._delim) - 1
+            if len(self._buf) > keep:
+                del self._buf[: len(self._buf) - keep]
+            return False
+        del self._buf[: idx + len(self._delim)]
+        self._state = "after_boundary"
+        return True
+
+    def _after_boundary(self, events: list[Event]) -> bool:
+        if len(self._buf) < 2:
+            return False
+        if self._buf[:2] == b"--":
+            self._state = "epilogue"
+            self.done = True
+            self._buf.clear()
+            return False
+        # optional transport padding, then CRLF
+        idx = self._buf.find(b"\r\n")
+        if idx < 0:
+            if len(self._buf) > 256:
+                raise MultipartError("garbage after boundary")
+            return False
+        del self._buf[: idx + 2]
+        self._state = "headers"
+        return True
+
+    def _headers(self, events: list[Event]) -> bool:
+        idx = self._buf.find(b"\r\n\r\n")
+        if idx < 0:
+            if self._buf[:2] == b"\r\n":  # a part with no headers at all
+                del self._buf[:2]
+                events.append(PartStart({}))
                 self._state = "body"
-            elif self._state == "body":
-                idx = self._buf.find(self._delim)
-                if idx < 0:
-                    keep = len(self._delim) - 1
-                    if len(self._buf) > keep:
-                        events.append(PartData(self._take(len(self._buf) - keep)))
-                    return
-                if idx:
-                    events.append(PartData(self._take(idx)))
-                events.append(PartEnd())
-                del self._buf[: len(self._delim)]
-                self._state = "after_boundary"
-            else:  # epilogue
-                self._buf.clear()
-                return
+                return True
+            if len(self._buf) > MAX_PART_HEAD:
+                raise MultipartError("part headers too large")
+            return False
+        head = bytes(self._buf[:idx]).decode("utf-8", "replace")
+        del self._buf[: idx + 4]
+        headers: dict[str, str] = {}
+        for line in head.split("\r\n"):
+            k, sep, v = line.partition(":")
+            if sep:
+                headers[k.strip().lower()] = v.strip()
+        events.append(PartStart(headers))
+        self._state = "body"
+        return True
+
+    def _buffered_body(self, events: list[Event]) -> bool:
+        """Part data that went through the own buffer (a short piece, or held-back bytes)."""
+        idx = self._buf.find(self._delim)
+        if idx < 0:
+            keep = len(self._delim) - 1
+            if len(self._buf) > keep:
+                events.append(PartData(self._take(len(self._buf) - keep)))
+            return False
+        if idx:
+            events.append(PartData(self._take(idx)))
+        events.append(PartEnd())
+        del self._buf[: len(self._delim)]
+        self._state = "after_boundary"
+        return True
+
+    def _epilogue(self, events: list[Event]) -> bool:
+        self._buf.clear()
+        return False
+
+
+#: The parser's step in each state of `MultipartParser._state`.
+_STEPS: dict[str, Callable[[MultipartParser, list[Event]], bool]] = {
+    "preamble": MultipartParser._preamble,
+    "after_boundary": MultipartParser._after_boundary,
+    "headers": MultipartParser._headers,
+    "body": MultipartParser._buffered_body,
+    "epilogue": MultipartParser._epilogue,
+}

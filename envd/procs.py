@@ -279,6 +279,49 @@ def _set_winsize(fd: int, cols: int, rows: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
+def _popen_pty(
+    spec: SpawnSpec, size: tuple[int, int], kwargs: dict[str, Any]
+) -> tuple[subprocess.Popen[bytes], int]:
+    """The process on a new terminal (its controlling tty), and the terminal's master side."""
+    user = spec.user
+    master, slave = os.openpty()
+    _set_winsize(master, *size)
+    if not user.is_current and os.geteuid() == 0:
+        with contextlib.suppress(OSError):
+            os.fchown(slave, user.uid, -1)
+    try:
+        popen = subprocess.Popen(
+            spec.argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            cwd=spec.cwd,
+            env=spec.env,
+            start_new_session=True,
+            preexec_fn=_make_controlling_tty,
+            **kwargs,
+        )
+    except BaseException:
+        os.close(master)
+        raise
+    finally:
+        os.close(slave)
+    return popen, master
+
+
+def _popen_pipes(spec: SpawnSpec, kwargs: dict[str, Any]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        spec.argv,
+        stdin=subprocess.PIPE if spec.stdin else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=spec.cwd,
+        env=spec.env,
+        start_new_session=True,
+        **kwargs,
+    )
+
+
 def _make_controlling_tty() -> None:  # pragma: no cover - runs in the child
     import fcntl
     import termios
@@ -314,70 +357,18 @@ class ProcessTable:
         if not user.is_current:
             kwargs.update(user=user.uid, group=user.gid, extra_groups=user.groups())
         master: int | None = None
-        slave: int | None = None
         if spec.pty_size is not None:
-            master, slave = os.openpty()
-            _set_winsize(master, *spec.pty_size)
-            if not user.is_current and os.geteuid() == 0:
-                with contextlib.suppress(OSError):
-                    os.fchown(slave, user.uid, -1)
-            try:
-                popen = subprocess.Popen(
-                    spec.argv,
-                    stdin=slave,
-                    stdout=slave,
-                    stderr=slave,
-                    cwd=spec.cwd,
-                    env=spec.env,
-                    start_new_session=True,
-                    preexec_fn=_make_controlling_tty,
-                    **kwargs,
-                )
-            except BaseException:
-                os.close(master)
-                raise
-            finally:
-                os.close(slave)
+            popen, master = _popen_pty(spec, spec.pty_size, kwargs)
         else:
-            popen = subprocess.Popen(
-                spec.argv,
-                stdin=subprocess.PIPE if spec.stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=spec.cwd,
-                env=spec.env,
-                start_new_session=True,
-                **kwargs,
-            )
+            popen = _popen_pipes(spec, kwargs)
         proc = Proc(self, spec, popen)
         if first is not None:
             proc.subscribers.append(first)
         self.procs[proc.pid] = proc
-        loop = self.loop
         if master is not None:
-            os.set_blocking(master, False)
-            proc.pty_master = master
-            proc.stdin = _FdWriter(loop, master, owns_fd=False)
-            proc._readers[master] = b'{"event":{"data":{"pty":"'
-            loop.add_reader(master, proc._on_readable, master)
+            self._read_pty(proc, master)
         else:
-            assert popen.stdout is not None and popen.stderr is not None
-            for f, prefix in (
-                (popen.stdout, b'{"event":{"data":{"stdout":"'),
-                (popen.stderr, b'{"event":{"data":{"stderr":"'),
-            ):
-                fd = os.dup(f.fileno())
-                f.close()
-                os.set_blocking(fd, False)
-                proc._readers[fd] = prefix
-                loop.add_reader(fd, proc._on_readable, fd)
-            popen.stdout = popen.stderr = None
-            if popen.stdin is not None:
-                fd = os.dup(popen.stdin.fileno())
-                popen.stdin.close()
-                popen.stdin = None
-                os.set_blocking(fd, False)
-                proc.stdin = _FdWriter(loop, fd, owns_fd=True)
+            self._read_pipes(proc, popen)
         self._watch_exit(proc)
         # the sandbox's log (`e2b sandbox logs`, `aenv logs`) says what ran: the command,
         # never its environment (where secrets are passed)
@@ -389,8 +380,38 @@ class ProcessTable:
             tag=spec.tag,
         )
         if spec.timeout_s is not None:
-            proc._timer = loop.call_later(spec.timeout_s, proc.signal, signal.SIGKILL)
+            proc._timer = self.loop.call_later(spec.timeout_s, proc.signal, signal.SIGKILL)
         return proc
+
+    def _read_pty(self, proc: Proc, master: int) -> None:
+        """Output and input both go through the terminal's master side."""
+        os.set_blocking(master, False)
+        proc.pty_master = master
+        proc.stdin = _FdWriter(self.loop, master, owns_fd=False)
+        proc._readers[master] = b'{"event":{"data":{"pty":"'
+        self.loop.add_reader(master, proc._on_readable, master)
+
+    def _read_pipes(self, proc: Proc, popen: subprocess.Popen[bytes]) -> None:
+        """The pipes' descriptors, taken from their file objects (duplicated, non-blocking)
+        and read and written by the event loop."""
+        loop = self.loop
+        assert popen.stdout is not None and popen.stderr is not None
+        for f, prefix in (
+            (popen.stdout, b'{"event":{"data":{"stdout":"'),
+            (popen.stderr, b'{"event":{"data":{"stderr":"'),
+        ):
+            fd = os.dup(f.fileno())
+            f.close()
+            os.set_blocking(fd, False)
+            proc._readers[fd] = prefix
+            loop.add_reader(fd, proc._on_readable, fd)
+        popen.stdout = popen.stderr = None
+        if popen.stdin is not None:
+            fd = os.dup(popen.stdin.fileno())
+            popen.stdin.close()
+            popen.stdin = None
+            os.set_blocking(fd, False)
+            proc.stdin = _FdWriter(loop, fd, owns_fd=True)
 
     def _watch_exit(self, proc: Proc) -> None:
         if self._use_pidfd:

@@ -71,79 +71,106 @@ def attach(sbx: Sandbox) -> int:
 
 
 def _interactive(sbx: Sandbox, fd_in: int) -> int:
-    from e2b import CommandExitException
-
-    out = sys.stdout.buffer
-    # timeout=0: an interactive session lasts as long as the user wants it to
-    handle = sbx.pty.create(_size(fd_in), timeout=0)
-    wake_r, wake_w = os.pipe()  # the reader thread and SIGWINCH wake the input loop through it
-    code: list[int] = []
-    failure: list[BaseException] = []
-
-    def write(data: bytes) -> None:
-        out.write(data)
-        out.flush()
-
-    def read_output() -> None:
-        try:
-            code.append(handle.wait(on_pty=write).exit_code)
-        except CommandExitException as e:
-            code.append(e.exit_code)
-        except BaseException as e:  # surfaced by the main thread, after the terminal is back
-            failure.append(e)
-        finally:
-            os.write(wake_w, _QUIT)
-
-    def on_winch(_sig: int, _frame: FrameType | None) -> None:
-        os.write(wake_w, _WINCH)  # resize from the loop: no HTTP call inside a signal handler
-
-    reader = threading.Thread(target=read_output, name="pty-output", daemon=True)
-    old_winch = signal.signal(signal.SIGWINCH, on_winch)
-    stdin_open = True
+    session = _Session(sbx, fd_in)
+    old_winch = signal.signal(signal.SIGWINCH, session.on_winch)
     try:
         with _raw(fd_in):
-            reader.start()
-            while True:
-                fds = [wake_r, fd_in] if stdin_open else [wake_r]
-                ready, _, _ = select.select(fds, [], [], IDLE_CHECK_S)
-                if not ready:
-                    if not sbx.is_running(request_timeout=10):
-                        raise _gone(sbx.sandbox_id)
-                    continue
-                if wake_r in ready and _QUIT in os.read(wake_r, 64):
-                    break
-                try:
-                    if wake_r in ready:
-                        sbx.pty.resize(handle.pid, _size(fd_in))
-                    if fd_in in ready:
-                        data = os.read(fd_in, 4096)
-                        # the terminal hung up: end the shell as Ctrl-D at its prompt would
-                        stdin_open = bool(data)
-                        sbx.pty.send_stdin(handle.pid, data or b"\x04")
-                except Exception:
-                    # typing while the shell exits races its end: the reader's outcome wins
-                    reader.join(timeout=5)
-                    if reader.is_alive():
-                        raise
-                    break
+            session.reader.start()
+            session.bridge()
     finally:
         signal.signal(signal.SIGWINCH, old_winch)
-        if reader.is_alive():  # we are leaving on an error: end the guest shell, stop reading
+        session.close()
+    return session.outcome()
+
+
+class _Session:
+    """One guest PTY bridged to the terminal: the input loop runs on the main thread, the
+    PTY's output on a reader thread; both wake the loop through one pipe."""
+
+    def __init__(self, sbx: Sandbox, fd_in: int) -> None:
+        self.sbx = sbx
+        self.fd_in = fd_in
+        self.out = sys.stdout.buffer
+        # timeout=0: an interactive session lasts as long as the user wants it to
+        self.handle = sbx.pty.create(_size(fd_in), timeout=0)
+        self.wake_r, self.wake_w = os.pipe()  # the reader thread and SIGWINCH wake the loop
+        self.code: list[int] = []
+        self.failure: list[BaseException] = []
+        self.stdin_open = True
+        self.reader = threading.Thread(target=self._read_output, name="pty-output", daemon=True)
+
+    def _write(self, data: bytes) -> None:
+        self.out.write(data)
+        self.out.flush()
+
+    def _read_output(self) -> None:
+        from e2b import CommandExitException
+
+        try:
+            self.code.append(self.handle.wait(on_pty=self._write).exit_code)
+        except CommandExitException as e:
+            self.code.append(e.exit_code)
+        except BaseException as e:  # surfaced by the main thread, after the terminal is back
+            self.failure.append(e)
+        finally:
+            os.write(self.wake_w, _QUIT)
+
+    def on_winch(self, _sig: int, _frame: FrameType | None) -> None:
+        # resize from the loop: no HTTP call inside a signal handler
+        os.write(self.wake_w, _WINCH)
+
+    def bridge(self) -> None:
+        """Keystrokes and resizes to the guest until the shell ends (or the sandbox does)."""
+        while True:
+            fds = [self.wake_r, self.fd_in] if self.stdin_open else [self.wake_r]
+            ready, _, _ = select.select(fds, [], [], IDLE_CHECK_S)
+            if not ready:
+                if not self.sbx.is_running(request_timeout=10):
+                    raise _gone(self.sbx.sandbox_id)
+                continue
+            if self.wake_r in ready and _QUIT in os.read(self.wake_r, 64):
+                return
+            try:
+                self._forward(ready)
+            except Exception:
+                # typing while the shell exits races its end: the reader's outcome wins
+                self.reader.join(timeout=5)
+                if self.reader.is_alive():
+                    raise
+                return
+
+    def _forward(self, ready: list[int]) -> None:
+        pid = self.handle.pid
+        if self.wake_r in ready:
+            self.sbx.pty.resize(pid, _size(self.fd_in))
+        if self.fd_in in ready:
+            data = os.read(self.fd_in, 4096)
+            # the terminal hung up: end the shell as Ctrl-D at its prompt would
+            self.stdin_open = bool(data)
+            self.sbx.pty.send_stdin(pid, data or b"\x04")
+
+    def close(self) -> None:
+        """A reader still running means we leave on an error: end the guest shell and stop
+        reading (briefly: a daemon thread on a stream stuck on a dead VM can't hold us)."""
+        if self.reader.is_alive():
             with contextlib.suppress(Exception):
-                handle.kill()
+                self.handle.kill()
             with contextlib.suppress(Exception):
-                handle.disconnect()
-            reader.join(timeout=1)  # a daemon thread: a stream stuck on a dead VM can't hold us
-        if not reader.is_alive():  # a stuck reader may still write: leave its pipe open
-            os.close(wake_r)
-            os.close(wake_w)
-    if failure:
-        # The stream broke: because the sandbox went away (the proxy ends streams of a
-        # killed or paused sandbox), or for another reason worth showing as is.
-        gone = False
-        with contextlib.suppress(Exception):
-            gone = not sbx.is_running(request_timeout=10)
-        if gone:
-            raise _gone(sbx.sandbox_id) from failure[0]
-        raise failure[0]
-    return code[0] if code else 0
+                self.handle.disconnect()
+            self.reader.join(timeout=1)
+        if not self.reader.is_alive():  # a stuck reader may still write: leave its pipe open
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+
+    def outcome(self) -> int:
+        """The shell's exit code, or why the session broke."""
+        if self.failure:
+            # The stream broke: because the sandbox went away (the proxy ends streams of a
+            # killed or paused sandbox), or for another reason worth showing as is.
+            gone = False
+            with contextlib.suppress(Exception):
+                gone = not self.sbx.is_running(request_timeout=10)
+            if gone:
+                raise _gone(self.sbx.sandbox_id) from self.failure[0]
+            raise self.failure[0]
+        return self.code[0] if self.code else 0

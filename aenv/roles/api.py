@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from pathlib import Path
 
 import uvicorn
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -35,7 +36,7 @@ from projections import (
     queries,
 )
 from shared.metrics import ConsumerGauges
-from shared.proxy import RouteTable
+from shared.proxy import ASGIApp, RouteTable
 from workers.build.builder import Builder, BuildSettings
 from workers.build.metrics import BuildMetrics
 from workers.timer import Timer
@@ -67,31 +68,7 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         await timer.start()
         stack.push_async_callback(timer.stop)
         await _bootstrap_key(cfg, bus)
-        sandboxes: Projector = projectors[SandboxProjection.name]
-
-        async def wait_for(seq: int) -> None:
-            await sandboxes.wait_for(seq)
-
-        async def wait_for_templates(seq: int) -> None:
-            await projectors["templates"].wait_for(seq)
-
-        async def wait_for_volumes(seq: int) -> None:
-            await projectors["volumes"].wait_for(seq)
-
-        files_dir = cfg.data_dir / "build-files"
-        api_settings = ApiSettings(build_files_dir=files_dir, upload_secret=_secret(cfg))
-        metrics = _metrics(bus, engine, projectors, nodes)
-        ctx = ApiContext(
-            bus,
-            engine,
-            api_settings,
-            KeyChecker(engine),
-            wait_for=wait_for,
-            wait_for_templates=wait_for_templates,
-            wait_for_volumes=wait_for_volumes,
-            nodes=nodes,
-            metrics=metrics,
-        )
+        ctx = _context(cfg, bus, engine, projectors, nodes)
         routes = await RouteTable.open(
             bus,
             via_node=ctx.settings.proxy_via_node,
@@ -99,38 +76,19 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
             resume_timeout_s=ctx.settings.command_timeout_s,
         )
         stack.push_async_callback(routes.close)
-        sweeper = CaptureSweeper(ctx, grace_s=api_settings.capture_grace_s)
+        sweeper = CaptureSweeper(ctx, grace_s=ctx.settings.capture_grace_s)
         await sweeper.start()
         stack.push_async_callback(sweeper.stop)
         app = create_app(ctx, routes.resolve)
         routes.on_gone.append(app.close_sandbox)
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                host=cfg.host,
-                port=cfg.port,
-                log_level="warning",
-                lifespan="off",
-                timeout_keep_alive=75,
-                access_log=False,
-                log_config=None,
-            )  # its records go through ours (aenv.logs)
-        )
-        server_task = asyncio.create_task(_serve(server))
-        while not server.started:
-            if server_task.done():
-                await server_task
-                raise SystemExit(f"API could not listen on {cfg.host}:{cfg.port}")
-            await asyncio.sleep(0.05)
-        say(f"API listening on http://{cfg.host}:{cfg.port}")
+        server, server_task = await _listen(cfg, app)
         # Builds drive their build sandbox through this API's envd proxy, so after it listens.
-        url = f"http://{cfg.host}:{cfg.port}"
         builder = Builder(
             bus,
-            BuildSettings(proxy_url=url, files_dir=files_dir),
+            BuildSettings(proxy_url=f"http://{cfg.host}:{cfg.port}", files_dir=_files_dir(cfg)),
             parallel=cfg.build_parallel,
             published=lambda name: ctx.forget(f"tpl:{name}"),
-            metrics=BuildMetrics(metrics.scrape),
+            metrics=BuildMetrics(ctx.metrics.scrape),
         )
         await builder.start()
         stack.push_async_callback(builder.stop)
@@ -139,6 +97,68 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         say("api: draining requests")
         server.should_exit = True
         await server_task
+
+
+def _files_dir(cfg: RoleSettings) -> Path:
+    """Where uploaded build contexts wait for their build (the API writes, builders read)."""
+    return cfg.data_dir / "build-files"
+
+
+def _context(
+    cfg: RoleSettings,
+    bus: Bus,
+    engine: AsyncEngine,
+    projectors: dict[str, Projector],
+    nodes: NodeBook,
+) -> ApiContext:
+    """What the API's routes share; a write waits for the projection it is read back from."""
+    sandboxes: Projector = projectors[SandboxProjection.name]
+
+    async def wait_for(seq: int) -> None:
+        await sandboxes.wait_for(seq)
+
+    async def wait_for_templates(seq: int) -> None:
+        await projectors["templates"].wait_for(seq)
+
+    async def wait_for_volumes(seq: int) -> None:
+        await projectors["volumes"].wait_for(seq)
+
+    api_settings = ApiSettings(build_files_dir=_files_dir(cfg), upload_secret=_secret(cfg))
+    return ApiContext(
+        bus,
+        engine,
+        api_settings,
+        KeyChecker(engine),
+        wait_for=wait_for,
+        wait_for_templates=wait_for_templates,
+        wait_for_volumes=wait_for_volumes,
+        nodes=nodes,
+        metrics=_metrics(bus, engine, projectors, nodes),
+    )
+
+
+async def _listen(cfg: RoleSettings, app: ASGIApp) -> tuple[uvicorn.Server, asyncio.Task[None]]:
+    """The API served on its port, once it listens (SystemExit if it cannot)."""
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=cfg.host,
+            port=cfg.port,
+            log_level="warning",
+            lifespan="off",
+            timeout_keep_alive=75,
+            access_log=False,
+            log_config=None,
+        )  # its records go through ours (aenv.logs)
+    )
+    server_task = asyncio.create_task(_serve(server))
+    while not server.started:
+        if server_task.done():
+            await server_task
+            raise SystemExit(f"API could not listen on {cfg.host}:{cfg.port}")
+        await asyncio.sleep(0.05)
+    say(f"API listening on http://{cfg.host}:{cfg.port}")
+    return server, server_task
 
 
 async def _serve(server: uvicorn.Server) -> None:

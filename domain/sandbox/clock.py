@@ -78,6 +78,21 @@ def clock_of(state: Sandbox) -> Clock | None:
     )
 
 
+#: Events that change nothing of a clock but its status (the status they leave).
+_STATUS_AFTER: dict[type[AnySandboxEvent], SandboxStatus] = {
+    SandboxFailed: S.FAILED,
+    SandboxKillRequested: S.KILLING,
+    SandboxPauseRequested: S.PAUSING,
+    SandboxResumeFailed: S.PAUSED,
+    SandboxResumeRequested: S.RESUMING,
+    SandboxForkRequested: S.FORKING,
+    SnapshotRequested: S.SNAPSHOTTING,
+    SandboxForked: S.RUNNING,
+    SnapshotTaken: S.RUNNING,
+    SnapshotFailed: S.RUNNING,
+}
+
+
 def tick(clock: Clock | None, event: Event) -> Clock | None:
     """The clock after `event`: None for a sandbox that was killed — or that the timer
     never knew (an event of it other than its request: the timer started after it)."""
@@ -104,28 +119,25 @@ def tick(clock: Clock | None, event: Event) -> Clock | None:
                     "paused_at": None,
                 }
             )
-        case SandboxFailed():
-            return clock.model_copy(update={"status": S.FAILED})
-        case SandboxKillRequested():
-            return clock.model_copy(update={"status": S.KILLING})
+        case (
+            SandboxFailed()
+            | SandboxKillRequested()
+            | SandboxPauseRequested()
+            | SandboxResumeFailed()
+            | SandboxResumeRequested()
+            | SandboxForkRequested()
+            | SnapshotRequested()
+            | SandboxForked()
+            | SnapshotTaken()
+            | SnapshotFailed()
+        ):
+            return clock.model_copy(update={"status": _STATUS_AFTER[type(e)]})
         case SandboxKilled():
             return None
-        case SandboxPauseRequested():
-            return clock.model_copy(update={"status": S.PAUSING})
         case SandboxPaused():
             return clock.model_copy(update={"status": S.PAUSED, "paused_at": e.at})
-        case SandboxResumeFailed():
-            return clock.model_copy(update={"status": S.PAUSED})
-        case SandboxResumeRequested():
-            return clock.model_copy(update={"status": S.RESUMING})
         case SandboxTimeoutSet():
             return clock if e.end_at is None else clock.model_copy(update={"end_at": e.end_at})
-        case SandboxForkRequested():
-            return clock.model_copy(update={"status": S.FORKING})
-        case SnapshotRequested():
-            return clock.model_copy(update={"status": S.SNAPSHOTTING})
-        case SandboxForked() | SnapshotTaken() | SnapshotFailed():
-            return clock.model_copy(update={"status": S.RUNNING})
         case SnapshotUploaded():
             return clock
         case _:

@@ -61,73 +61,125 @@ def _evolve(state: State, event: AnySandboxEvent) -> State:
         return _requested(event)
     if state is None:
         raise CorruptHistory(f"{type(event).__name__} before SandboxRequested")
-    u: dict[str, object] = {}
+    u: dict[str, object]
     match event:
-        case SandboxCreated():
-            u = {
-                "status": S.RUNNING,
-                "node_id": event.node_id,
-                "started_at": event.at,
-                "end_at": event.end_at,
-            }
-        case SandboxFailed():
-            u = {
-                "status": S.FAILED,
-                "failure_reason": f"{event.operation}: {event.reason}",
-                "pending_children": (),
-                "pending_snapshot_id": None,
-            }
-        case SandboxPauseRequested():
-            u = {"status": S.PAUSING}
-        case SandboxPaused():
-            u = {
-                "status": S.PAUSED,
-                "remaining_s": event.remaining_s,
-                "paused_snapshot_id": event.snapshot_id,
-                "paused_at": event.at,
-            }
-        case SandboxResumeRequested():
-            u = {"status": S.RESUMING}
-            if event.timeout_s is not None:
-                u |= {"remaining_s": float(event.timeout_s), "timeout_s": event.timeout_s}
-        case SandboxResumeFailed():
-            u = {"status": S.PAUSED}
-        case SandboxResumed():
-            u = {
-                "status": S.RUNNING,
-                "node_id": event.node_id,
-                "end_at": event.end_at,
-                "remaining_s": None,
-                "paused_snapshot_id": None,
-                "paused_at": None,
-            }
-        case SandboxKillRequested():
-            u = {"status": S.KILLING}
-        case SandboxKilled():
-            u = {"status": S.KILLED, "pending_children": (), "pending_snapshot_id": None}
-        case SandboxTimeoutSet():
-            u = {"timeout_s": event.timeout_s}
-            u |= (
-                {"end_at": event.end_at}
-                if event.end_at is not None
-                else {"remaining_s": float(event.timeout_s)}
-            )
-        case SandboxForkRequested():
-            u = {"status": S.FORKING, "pending_children": event.child_ids}
-        case SandboxForked():
-            u = {"status": S.RUNNING, "pending_children": ()}
-        case SnapshotRequested():
-            u = {"status": S.SNAPSHOTTING, "pending_snapshot_id": event.snapshot_id}
-        case SnapshotTaken() | SnapshotFailed():
-            u = {"status": S.RUNNING, "pending_snapshot_id": None}
-        case SnapshotUploaded():
-            u = {"durable_snapshot_id": event.snapshot_id}
-        case _:
-            assert_never(event)
+        case (
+            SandboxPauseRequested()
+            | SandboxPaused()
+            | SandboxResumeRequested()
+            | SandboxResumeFailed()
+            | SandboxResumed()
+        ):
+            u = _pause_changes(event)
+        case (
+            SandboxForkRequested()
+            | SandboxForked()
+            | SnapshotRequested()
+            | SnapshotTaken()
+            | SnapshotFailed()
+            | SnapshotUploaded()
+        ):
+            u = _copy_changes(event)
+        case _:  # what is left: its run from creation to kill (mypy checks it is)
+            u = _run_changes(event)
     command_id = getattr(event, "command_id", None)
     if command_id is not None:
         u["recent_commands"] = _remember(state, command_id)
     return state.model_copy(update=u)
+
+
+def _run_changes(
+    e: SandboxCreated | SandboxFailed | SandboxKillRequested | SandboxKilled | SandboxTimeoutSet,
+) -> dict[str, object]:
+    match e:
+        case SandboxCreated():
+            return {
+                "status": S.RUNNING,
+                "node_id": e.node_id,
+                "started_at": e.at,
+                "end_at": e.end_at,
+            }
+        case SandboxFailed():
+            return {
+                "status": S.FAILED,
+                "failure_reason": f"{e.operation}: {e.reason}",
+                "pending_children": (),
+                "pending_snapshot_id": None,
+            }
+        case SandboxKillRequested():
+            return {"status": S.KILLING}
+        case SandboxKilled():
+            return {"status": S.KILLED, "pending_children": (), "pending_snapshot_id": None}
+        case SandboxTimeoutSet():
+            if e.end_at is not None:
+                return {"timeout_s": e.timeout_s, "end_at": e.end_at}
+            return {"timeout_s": e.timeout_s, "remaining_s": float(e.timeout_s)}
+        case _:
+            assert_never(e)
+
+
+def _pause_changes(
+    e: SandboxPauseRequested
+    | SandboxPaused
+    | SandboxResumeRequested
+    | SandboxResumeFailed
+    | SandboxResumed,
+) -> dict[str, object]:
+    match e:
+        case SandboxPauseRequested():
+            return {"status": S.PAUSING}
+        case SandboxPaused():
+            return {
+                "status": S.PAUSED,
+                "remaining_s": e.remaining_s,
+                "paused_snapshot_id": e.snapshot_id,
+                "paused_at": e.at,
+            }
+        case SandboxResumeRequested():
+            if e.timeout_s is None:
+                return {"status": S.RESUMING}
+            return {
+                "status": S.RESUMING,
+                "remaining_s": float(e.timeout_s),
+                "timeout_s": e.timeout_s,
+            }
+        case SandboxResumeFailed():
+            return {"status": S.PAUSED}
+        case SandboxResumed():
+            return {
+                "status": S.RUNNING,
+                "node_id": e.node_id,
+                "end_at": e.end_at,
+                "remaining_s": None,
+                "paused_snapshot_id": None,
+                "paused_at": None,
+            }
+        case _:
+            assert_never(e)
+
+
+def _copy_changes(
+    e: SandboxForkRequested
+    | SandboxForked
+    | SnapshotRequested
+    | SnapshotTaken
+    | SnapshotFailed
+    | SnapshotUploaded,
+) -> dict[str, object]:
+    """Forks and snapshots: copies of a running guest, which runs on once they are made."""
+    match e:
+        case SandboxForkRequested():
+            return {"status": S.FORKING, "pending_children": e.child_ids}
+        case SandboxForked():
+            return {"status": S.RUNNING, "pending_children": ()}
+        case SnapshotRequested():
+            return {"status": S.SNAPSHOTTING, "pending_snapshot_id": e.snapshot_id}
+        case SnapshotTaken() | SnapshotFailed():
+            return {"status": S.RUNNING, "pending_snapshot_id": None}
+        case SnapshotUploaded():
+            return {"durable_snapshot_id": e.snapshot_id}
+        case _:
+            assert_never(e)
 
 
 def _requested(e: SandboxRequested) -> Sandbox:

@@ -172,83 +172,15 @@ async def _forward(
     sandbox_id: str,
 ) -> None:
     conn = h11.Connection(h11.CLIENT)
-    ours = {k for k, _ in upstream.headers}
-    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP | ours]
-    headers += upstream.headers
-    has_length = any(k == b"content-length" for k, _ in headers)
-    if not has_length and scope["method"] not in ("GET", "HEAD", "DELETE", "OPTIONS"):
-        headers.append((b"transfer-encoding", b"chunked"))
-    headers.insert(0, (b"host", f"{upstream.host}:{upstream.port}".encode()))
-    target = scope.get("raw_path") or scope["path"].encode()
-    if scope.get("query_string"):
-        target += b"?" + scope["query_string"]
-    writer.write(conn.send(h11.Request(method=scope["method"], target=target, headers=headers)))
-
-    async def pump_request() -> None:
-        """Request body upstream as it arrives; then watch for the client going away."""
-        body_done = False
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                writer.close()  # ends the upstream stream: envd sees the drop, as direct
-                return
-            if body_done:
-                continue
-            body = msg.get("body", b"")
-            if body:
-                writer.write(conn.send(h11.Data(data=body)))
-                await writer.drain()
-            if not msg.get("more_body", False):
-                writer.write(conn.send(h11.EndOfMessage()))
-                await writer.drain()
-                body_done = True
-
-    pump = asyncio.create_task(pump_request())
-    started = False
-    loop = asyncio.get_running_loop()
-    sent = loop.time()
-
-    def waited(what: str) -> None:
-        if (took := loop.time() - sent) > SLOW_ANSWER_S:
-            where = f"{scope['method']} {scope['path']} to sandbox {sandbox_id}"
-            log.warning(
-                "%s (%s:%s): %s after %.1f s", where, upstream.host, upstream.port, what, took
-            )
-
+    writer.write(conn.send(_request_head(scope, upstream)))
+    pump = asyncio.create_task(_pump_request(receive, writer, conn))
+    answer = _Answer(scope, send, upstream, sandbox_id)
     try:
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                data = await reader.read(READ_CHUNK)
-                if not data and pump.done():
-                    if not started:
-                        waited("the client left without an answer")
-                    return  # the client left and we closed upstream
-                conn.receive_data(data)
-                continue
-            if isinstance(event, h11.InformationalResponse):
-                continue
-            if isinstance(event, h11.Response):
-                waited(f"answered {event.status_code}")
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": event.status_code,
-                        "headers": [(k, v) for k, v in event.headers if k not in HOP_BY_HOP],
-                    }
-                )
-                started = True
-            elif isinstance(event, h11.Data):
-                await send(
-                    {"type": "http.response.body", "body": bytes(event.data), "more_body": True}
-                )
-            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                break
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await answer.relay(conn, reader, pump)
     except (h11.RemoteProtocolError, h11.LocalProtocolError, OSError) as e:
         if pump.done():
             return
-        if not started:
+        if not answer.started:
             log.warning("proxy to %s:%s failed: %s", upstream.host, upstream.port, e)
             await _json(send, 502, {"code": 502, "message": f"sandbox connection failed: {e}"})
             return
@@ -263,6 +195,99 @@ async def _forward(
             pump.cancel()
         with contextlib.suppress(BaseException):
             await pump
+
+
+def _request_head(scope: Scope, upstream: Upstream) -> h11.Request:
+    """The client's request as the guest gets it: hop-by-hop headers (and any the upstream
+    sets itself) replaced, a body of unknown length chunked."""
+    ours = {k for k, _ in upstream.headers}
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP | ours]
+    headers += upstream.headers
+    has_length = any(k == b"content-length" for k, _ in headers)
+    if not has_length and scope["method"] not in ("GET", "HEAD", "DELETE", "OPTIONS"):
+        headers.append((b"transfer-encoding", b"chunked"))
+    headers.insert(0, (b"host", f"{upstream.host}:{upstream.port}".encode()))
+    target = scope.get("raw_path") or scope["path"].encode()
+    if scope.get("query_string"):
+        target += b"?" + scope["query_string"]
+    return h11.Request(method=scope["method"], target=target, headers=headers)
+
+
+async def _pump_request(
+    receive: Receive, writer: asyncio.StreamWriter, conn: h11.Connection
+) -> None:
+    """Request body upstream as it arrives; then watch for the client going away."""
+    body_done = False
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            writer.close()  # ends the upstream stream: envd sees the drop, as direct
+            return
+        if body_done:
+            continue
+        body = msg.get("body", b"")
+        if body:
+            writer.write(conn.send(h11.Data(data=body)))
+            await writer.drain()
+        if not msg.get("more_body", False):
+            writer.write(conn.send(h11.EndOfMessage()))
+            await writer.drain()
+            body_done = True
+
+
+class _Answer:
+    """The guest's answer relayed to the client as it arrives; whether it has started
+    decides how a broken connection is told (a 502, or a cut stream)."""
+
+    def __init__(self, scope: Scope, send: Send, upstream: Upstream, sandbox_id: str) -> None:
+        self.scope = scope
+        self.send = send
+        self.upstream = upstream
+        self.sandbox_id = sandbox_id
+        self.started = False
+        self._loop = asyncio.get_running_loop()
+        self._sent = self._loop.time()
+
+    def waited(self, what: str) -> None:
+        if (took := self._loop.time() - self._sent) > SLOW_ANSWER_S:
+            scope, up = self.scope, self.upstream
+            where = f"{scope['method']} {scope['path']} to sandbox {self.sandbox_id}"
+            log.warning("%s (%s:%s): %s after %.1f s", where, up.host, up.port, what, took)
+
+    async def relay(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, pump: asyncio.Task[None]
+    ) -> None:
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await reader.read(READ_CHUNK)
+                if not data and pump.done():
+                    if not self.started:
+                        self.waited("the client left without an answer")
+                    return  # the client left and we closed upstream
+                conn.receive_data(data)
+                continue
+            if isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                break
+            await self._relay_event(event)
+        await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _relay_event(self, event: object) -> None:
+        if isinstance(event, h11.Response):
+            self.waited(f"answered {event.status_code}")
+            await self.send(
+                {
+                    "type": "http.response.start",
+                    "status": event.status_code,
+                    "headers": [(k, v) for k, v in event.headers if k not in HOP_BY_HOP],
+                }
+            )
+            self.started = True
+        elif isinstance(event, h11.Data):
+            await self.send(
+                {"type": "http.response.body", "body": bytes(event.data), "more_body": True}
+            )
+        # an InformationalResponse (100 Continue) is the guest's and the proxy's business
 
 
 class StreamCut(Exception):
