@@ -12,8 +12,15 @@ import pytest
 from bus import AggregateKind, Bus, BusSettings, EventStore, Names, export_json_schema
 from bus.connection import stores_of
 from bus.envelope import commands, events
-from domain import AGGREGATES, COMMAND_TYPES, EVENT_TYPES, EVENT_UPCASTERS, Aggregate
-from domain import CommandRejected, aggregate_of
+from domain import (
+    AGGREGATES,
+    COMMAND_TYPES,
+    EVENT_TYPES,
+    EVENT_UPCASTERS,
+    Aggregate,
+    CommandRejected,
+    aggregate_of,
+)
 from projections import all_projections
 
 KINDS = [a.kind for a in AGGREGATES]
