@@ -2,7 +2,8 @@
 
 Imports only the domain, nats-py and OpenTelemetry. Public API::
 
-    Bus.connect(settings)            -> .sandboxes/.templates/.api_keys (EventStore), .commands
+    Bus.connect(settings)            -> .store(aggregate) / .sandboxes/.templates/… (EventStore
+                                        per `domain.AGGREGATES` entry), .commands
     EventStore.append/load/read/version/append_rejection/watch/wait_for_outcome,
     Version, RecordedEvent
     CommandBus.to_node/to_placement/send, decode_command

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import nats
 from nats.aio.client import Client as NATS
@@ -28,12 +28,23 @@ from bus.store import (
     VolumeStore,
 )
 from bus.subjects import AggregateKind, Names
-from domain import CommandRejected, Event
+from domain import AGGREGATES, Aggregate, Command, CommandRejected, Event
 from domain import sandbox as sb
+from domain.aggregates import APIKEY, BUILD, SANDBOX, TEMPLATE, VOLUME
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Bus"]
+__all__ = ["Bus", "stores_of"]
+
+S = TypeVar("S")
+C = TypeVar("C", bound=Command)
+
+
+def stores_of(
+    js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
+) -> dict[AggregateKind, EventStore[Any, Any]]:
+    """An event store for every registered aggregate kind."""
+    return {a.kind: EventStore(js, publisher, settings, a) for a in AGGREGATES}
 
 
 @dataclass
@@ -45,11 +56,8 @@ class Bus:
     settings: BusSettings
     names: Names
     publisher: JetStreamPublisher
-    sandboxes: SandboxStore
-    templates: TemplateStore
-    api_keys: ApiKeyStore
-    builds: BuildStore
-    volumes: VolumeStore
+    #: one event store per `domain.AGGREGATES` entry, by kind (`store_of` builds them)
+    stores: Mapping[AggregateKind, EventStore[Any, Any]]
     commands: CommandBus
     _answers: Answers | None = field(default=None, init=False, repr=False)
     _answers_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
@@ -114,25 +122,41 @@ class Bus:
             settings=settings,
             names=Names(settings.bus_prefix),
             publisher=pub,
-            sandboxes=EventStore.sandboxes(js, pub, settings),
-            templates=EventStore.templates(js, pub, settings),
-            api_keys=EventStore.api_keys(js, pub, settings),
-            builds=EventStore.builds(js, pub, settings),
-            volumes=EventStore.volumes(js, pub, settings),
+            stores=stores_of(js, pub, settings),
             commands=CommandBus(pub, settings),
         )
+
+    def store(self, aggregate: Aggregate[S, C, Any]) -> EventStore[S, C]:
+        """The event store of one aggregate kind, typed by its registry entry."""
+        return cast("EventStore[S, C]", self.stores[aggregate.kind])
+
+    # The kinds by name, for callers (typed; `tests/unit/bus/test_aggregate_registry.py`
+    # checks every registered kind has one)
+    @property
+    def sandboxes(self) -> SandboxStore:
+        return self.store(SANDBOX)
+
+    @property
+    def templates(self) -> TemplateStore:
+        return self.store(TEMPLATE)
+
+    @property
+    def api_keys(self) -> ApiKeyStore:
+        return self.store(APIKEY)
+
+    @property
+    def builds(self) -> BuildStore:
+        return self.store(BUILD)
+
+    @property
+    def volumes(self) -> VolumeStore:
+        return self.store(VOLUME)
 
     @property
     def rejection_sinks(self) -> dict[str, EventStore[Any, Any]]:
         """Each aggregate kind's store, where a consumer appends a refused command's
         `CommandRejected` (`CommandConsumer`)."""
-        return {
-            AggregateKind.SANDBOX: self.sandboxes,
-            AggregateKind.TEMPLATE: self.templates,
-            AggregateKind.APIKEY: self.api_keys,
-            AggregateKind.BUILD: self.builds,
-            AggregateKind.VOLUME: self.volumes,
-        }
+        return {kind: store for kind, store in self.stores.items()}
 
     async def answers(self) -> Answers:
         """This process's answers to sandbox commands (`bus.answers`), started on first use:

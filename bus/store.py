@@ -11,7 +11,7 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Generic, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 from uuid import UUID
 
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -33,7 +33,7 @@ from bus.records import NEW, RecordedEvent, Version
 from bus.settings import BusSettings
 from bus.subjects import AggregateKind, Names
 from bus.tracing import publish_span
-from domain import Command, CommandRejected, Event
+from domain import Aggregate, Command, CommandRejected, Event
 from domain import apikey as ak
 from domain import build as bd
 from domain import sandbox as sb
@@ -60,9 +60,9 @@ STATE_CACHE_SIZE = 4096
 
 
 class EventStore(Generic[S, C]):
-    """The event log of one aggregate kind, with the domain's functions over it: `evolve`
-    (the fold that rebuilds a state) and `decide` (what a command `C` appends), which
-    `bus.decisions.execute` runs."""
+    """The event log of one aggregate kind, with the domain's functions over it (from its
+    `domain.aggregates` entry): `evolve` (the fold that rebuilds a state) and `decide`
+    (what a command `C` appends), which `bus.decisions.execute` runs."""
 
     NEW = NEW
 
@@ -71,18 +71,16 @@ class EventStore(Generic[S, C]):
         js: JetStreamContext,
         publisher: JetStreamPublisher,
         settings: BusSettings,
-        kind: AggregateKind,
-        evolve: Callable[[S | None, Event], S | None],
-        decide: Callable[[S | None, C], Sequence[Event]],
+        aggregate: Aggregate[S, C, Any],
     ) -> None:
         self._js = js
         self._settings = settings
         self._publisher = publisher
         self._names = Names(settings.bus_prefix)
         self._stream = self._names.event_stream
-        self._kind = kind
-        self.evolve = evolve
-        self.decide = decide
+        self._kind = aggregate.kind
+        self.evolve: Callable[[S | None, Event], S | None] = aggregate.evolve
+        self.decide: Callable[[S | None, C], Sequence[Event]] = aggregate.decide
         #: Direct gets are answered by any replica, a follower a step behind the leader
         #: included: one API would then say 404 for the sandbox another API just created
         #: (seen once in 20,000 lifecycles of bench/fleet_sim.py at R3). Replicated, reads
@@ -91,44 +89,6 @@ class EventStore(Generic[S, C]):
         #: folded states by aggregate (states are frozen: sharing them is safe); a load
         #: then costs one round trip when nothing changed, plus one per newer event
         self._states: OrderedDict[str, tuple[S | None, Version]] = OrderedDict()
-
-    @classmethod
-    def sandboxes(
-        cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
-    ) -> SandboxStore:
-        return EventStore(js, publisher, settings, AggregateKind.SANDBOX, sb.evolve, sb.decide)
-
-    @classmethod
-    def templates(
-        cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
-    ) -> TemplateStore:
-        return EventStore(
-            js, publisher, settings, AggregateKind.TEMPLATE, tp.evolve_template, tp.decide_template
-        )
-
-    @classmethod
-    def api_keys(
-        cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
-    ) -> ApiKeyStore:
-        return EventStore(
-            js, publisher, settings, AggregateKind.APIKEY, ak.evolve_api_key, ak.decide_api_key
-        )
-
-    @classmethod
-    def builds(
-        cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
-    ) -> BuildStore:
-        return EventStore(
-            js, publisher, settings, AggregateKind.BUILD, bd.evolve_build, bd.decide_build
-        )
-
-    @classmethod
-    def volumes(
-        cls, js: JetStreamContext, publisher: JetStreamPublisher, settings: BusSettings
-    ) -> VolumeStore:
-        return EventStore(
-            js, publisher, settings, AggregateKind.VOLUME, vo.evolve_volume, vo.decide_volume
-        )
 
     @property
     def kind(self) -> AggregateKind:

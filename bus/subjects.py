@@ -3,9 +3,9 @@ subject literals are written; everyone else calls these builders.
 
 Layout (with an empty prefix)::
 
-    stream AENV_EVT   aenv.evt.<kind>.<id>         kind: sandbox | template | snapshot |
-                                                        node | apikey | build | volume
-                                                        (the event log)
+    stream AENV_EVT   aenv.evt.<kind>.<id>         kind: sandbox | template | apikey |
+                                                        build | volume (the event log;
+                                                        `domain.aggregates` lists them)
     stream AENV_CMD   aenv.cmd.node.<node>.<verb>  commands on a sandbox a node holds
                       aenv.cmd.place.<verb>        creates, pulled by any node with room
                       aenv.cmd.build.<verb>        template builds, pulled by any builder
@@ -18,30 +18,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Final
 
 from bus.errors import InvalidName
+from domain.aggregates import AggregateKind
 
 __all__ = [
     "COMMAND_VERBS",
-    "AggregateKind",
+    "AggregateKind",  # re-exported: each kind owns a subject family in AENV_EVT
     "Names",
 ]
 
 _TOKEN = re.compile(r"^[^.*>\s]+$")
-
-
-class AggregateKind(StrEnum):
-    """The aggregate types that own a subject family in AENV_EVT."""
-
-    SANDBOX = "sandbox"
-    TEMPLATE = "template"
-    SNAPSHOT = "snapshot"
-    NODE = "node"
-    APIKEY = "apikey"
-    BUILD = "build"
-    VOLUME = "volume"
 
 
 #: Subject verb of each command type that travels over AENV_CMD.

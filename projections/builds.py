@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bus import AggregateKind, RecordedEvent
 from domain import build as bd
+from domain.aggregates import BUILD
 from projections.folding import Row, fold_batch, upsert
 from projections.tables import build_logs, builds
 
@@ -59,7 +60,7 @@ class BuildProjection:
     """Template builds for the status, list and template routes."""
 
     name: str = "template_builds"
-    kind: AggregateKind = AggregateKind.BUILD
+    kind: AggregateKind = BUILD.kind
     tables: tuple[Table, ...] = (builds, build_logs)
 
     async def apply(self, conn: AsyncConnection, batch: Sequence[RecordedEvent]) -> None:
@@ -68,7 +69,7 @@ class BuildProjection:
             builds,
             "build_id",
             batch,
-            evolve=bd.evolve_build,
+            evolve=BUILD.evolve,
             from_row=_from_row,
             to_row=_row,
         )

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from bus import AggregateKind, RecordedEvent
 from domain import apikey as ak
 from domain import template as tp
+from domain.aggregates import APIKEY, TEMPLATE
 from projections.base import Projection
 from projections.builds import BuildProjection
 from projections.folding import Row, fold_batch, upsert
@@ -63,7 +64,7 @@ class TemplateProjection:
     """Templates a sandbox may be created from (looked up by id or alias)."""
 
     name: str = "templates"
-    kind: AggregateKind = AggregateKind.TEMPLATE
+    kind: AggregateKind = TEMPLATE.kind
     tables: tuple[Table, ...] = (templates,)
 
     async def apply(self, conn: AsyncConnection, batch: Sequence[RecordedEvent]) -> None:
@@ -72,7 +73,7 @@ class TemplateProjection:
             templates,
             "template_id",
             batch,
-            evolve=tp.evolve_template,
+            evolve=TEMPLATE.evolve,
             from_row=template_state,
             to_row=_template_row,
         )
@@ -109,7 +110,7 @@ class ApiKeyProjection:
     """API keys, hashed: the API authenticates by sha256 of the presented key."""
 
     name: str = "api_keys"
-    kind: AggregateKind = AggregateKind.APIKEY
+    kind: AggregateKind = APIKEY.kind
     tables: tuple[Table, ...] = (api_keys,)
 
     async def apply(self, conn: AsyncConnection, batch: Sequence[RecordedEvent]) -> None:
@@ -118,7 +119,7 @@ class ApiKeyProjection:
             api_keys,
             "key_id",
             batch,
-            evolve=ak.evolve_api_key,
+            evolve=APIKEY.evolve,
             from_row=_key_from_row,
             to_row=_key_row,
         )

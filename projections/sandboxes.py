@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bus import AggregateKind, RecordedEvent
 from domain import sandbox as sb
+from domain.aggregates import SANDBOX
 from projections.folding import Row, fold_batch, load_rows, upsert
 from projections.tables import sandboxes, snapshots
 
@@ -101,7 +102,7 @@ class SandboxProjection:
     """Sandboxes (one row each, E2B's listing and detail) and their named snapshots."""
 
     name: str = "sandboxes"
-    kind: AggregateKind = AggregateKind.SANDBOX
+    kind: AggregateKind = SANDBOX.kind
     tables: tuple[Table, ...] = (sandboxes, snapshots)
 
     async def apply(self, conn: AsyncConnection, batch: Sequence[RecordedEvent]) -> None:
@@ -110,7 +111,7 @@ class SandboxProjection:
             sandboxes,
             "sandbox_id",
             batch,
-            evolve=sb.evolve,
+            evolve=SANDBOX.evolve,
             from_row=sandbox_from_row,
             to_row=sandbox_row,
         )

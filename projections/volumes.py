@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bus import AggregateKind, RecordedEvent
 from domain import volume as vo
+from domain.aggregates import VOLUME
 from projections.folding import Row, fold_batch, upsert
 from projections.tables import volumes
 
@@ -69,7 +70,7 @@ class VolumeProjection:
     """Volumes, one row each (destroyed ones stay, marked: a name may be created again)."""
 
     name: str = "volumes"
-    kind: AggregateKind = AggregateKind.VOLUME
+    kind: AggregateKind = VOLUME.kind
     tables: tuple[Table, ...] = (volumes,)
 
     async def apply(self, conn: AsyncConnection, batch: Sequence[RecordedEvent]) -> None:
@@ -78,7 +79,7 @@ class VolumeProjection:
             volumes,
             "volume_id",
             batch,
-            evolve=vo.evolve_volume,
+            evolve=VOLUME.evolve,
             from_row=volume_from_row,
             to_row=_row,
         )

@@ -17,16 +17,15 @@ from pathlib import Path
 from nats.js.errors import NotFoundError
 
 from bus import Bus, BusSettings
-from bus.subjects import AggregateKind
+from domain import aggregate_of
 
 
 async def record(nats_url: str, prefix: str, out: Path, targets: list[str]) -> None:
     bus = await Bus.connect(BusSettings(nats_url=nats_url, bus_prefix=prefix), setup=False)
-    stores = {AggregateKind(k): v for k, v in bus.rejection_sinks.items()}
     try:
         for target in targets:
             kind, aggregate_id = target.split(":", 1)
-            store = stores[AggregateKind(kind)]
+            store = bus.store(aggregate_of(kind))
             subject = store.subject(aggregate_id)
             lines, seq = [], 0
             while True:

@@ -7,7 +7,6 @@ that cannot read yesterday's log fails here, not in production on replay."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +14,9 @@ import pytest
 from pydantic import BaseModel
 
 from bus.envelope import EventEnvelope, decode_event, events
-from domain import Event
-from domain import apikey as ak
-from domain import build as bd
-from domain import sandbox as sb
-from domain import template as tp
-from domain import volume as vo
+from domain import aggregate_of
 
 HISTORIES = Path(__file__).parent / "histories"
-EVOLVE: dict[str, Callable[[Any, Event], Any]] = {
-    "sandbox": sb.evolve,
-    "template": tp.evolve_template,
-    "apikey": ak.evolve_api_key,
-    "build": bd.evolve_build,
-    "volume": vo.evolve_volume,
-}
 
 
 def _histories() -> list[Path]:
@@ -39,10 +26,11 @@ def _histories() -> list[Path]:
 @pytest.mark.parametrize("path", _histories(), ids=lambda p: p.stem)
 def test_a_recorded_history_decodes_and_folds_to_its_recorded_state(path: Path) -> None:
     expected = json.loads(path.with_suffix("").with_suffix(".state.json").read_text())
+    evolve = aggregate_of(expected["kind"]).evolve
     state: Any = None
     for line in path.read_text().splitlines():
         _, event = decode_event(line.encode())
-        state = EVOLVE[expected["kind"]](state, event)
+        state = evolve(state, event)
     got = None if state is None else state.model_dump(mode="json")
     if got is not None:
         _drop_added(state, got, expected["state"])

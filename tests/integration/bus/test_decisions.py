@@ -12,6 +12,7 @@ from bus import Bus
 from bus.decisions import execute
 from bus.store import EventStore, SandboxStore
 from domain import sandbox as sb
+from domain.aggregates import SANDBOX
 from domain.errors import Conflict
 from domain.sandbox.values import new_sandbox_id
 
@@ -20,7 +21,7 @@ S = sb.SandboxStatus
 
 
 def _other_process(bus: Bus) -> SandboxStore:
-    return EventStore.sandboxes(bus.js, bus.publisher, bus.settings)
+    return EventStore(bus.js, bus.publisher, bus.settings, SANDBOX)
 
 
 async def _running(store: SandboxStore) -> str:
