@@ -7,41 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from typing import Protocol
 
-from bus import Bus, MessageContext
+from bus import MessageContext
 from bus.decisions import execute
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus as S
-from workers.node.capacity import Ledger, size_of
+from workers.node.capacity import size_of
 from workers.node.completions import completion_id
-from workers.node.journal import Journal
-from workers.node.ports import GuestConfig, Host, HostError
-from workers.node.routes import RoutePublisher
+from workers.node.ports import HostError
+from workers.node.site import NodeSite
 
-__all__ = ["ForkSite", "fork"]
-
-
-class ForkSite(Protocol):
-    """What a fork needs of its node (the node worker is one): named here so that this
-    module depends on the pieces, not on the worker that holds them."""
-
-    @property
-    def bus(self) -> Bus: ...
-    @property
-    def host(self) -> Host: ...
-    @property
-    def node_id(self) -> str: ...
-    @property
-    def capacity(self) -> Ledger: ...
-    @property
-    def journal(self) -> Journal: ...
-    @property
-    def route_publisher(self) -> RoutePublisher: ...
-    def guest_config(self, state: sb.Sandbox | sb.CreateSandbox) -> GuestConfig: ...
+__all__ = ["fork"]
 
 
-async def fork(w: ForkSite, cmd: sb.ForkSandbox, ctx: MessageContext) -> None:
+async def fork(w: NodeSite, cmd: sb.ForkSandbox, ctx: MessageContext) -> None:
     """One capture of the parent, `count` copy-on-write children on this node. Each
     child is a sandbox of its own (its create decided on its own stream, with a fresh
     access token and `forked_from` lineage); the parent's stream records the outcome."""
@@ -57,7 +36,7 @@ async def fork(w: ForkSite, cmd: sb.ForkSandbox, ctx: MessageContext) -> None:
 
 
 async def _children(
-    w: ForkSite, cmd: sb.ForkSandbox, ctx: MessageContext, state: sb.Sandbox
+    w: NodeSite, cmd: sb.ForkSandbox, ctx: MessageContext, state: sb.Sandbox
 ) -> None:
     creates: dict[str, sb.CreateSandbox] = {}
     #: each child's traffic token as its log has it (a redone fork minted new ones)
