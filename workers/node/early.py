@@ -20,11 +20,13 @@ from domain import sandbox as sb
 from workers.node.journal import Journal
 from workers.node.ports import Host
 
-__all__ = ["EarlyStart", "EarlyStarts"]
+__all__ = ["EarlyStart", "EarlyStarts", "Started", "Starter"]
 
 #: (error or None, whether this call started the VM)
 Started = tuple[str | None, bool]
 EarlyStart = asyncio.Task[Started]
+#: what starts a VM early: the coroutine the task runs
+Starter = Callable[[], Coroutine[Any, Any, Started]]
 
 
 class EarlyStarts:
@@ -55,9 +57,7 @@ class EarlyStarts:
         except DomainError:
             return False
 
-    async def start(
-        self, sandbox_id: str, run: Callable[[], Coroutine[Any, Any, Started]]
-    ) -> EarlyStart | None:
+    async def start(self, sandbox_id: str, run: Starter) -> EarlyStart | None:
         sid = sandbox_id
         if self.host.runs(sid) or sid in self._starting or self.host.lock(sid).locked():
             return None

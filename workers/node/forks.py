@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from typing import TYPE_CHECKING
 
 from bus import MessageContext
 from bus.decisions import execute
@@ -16,14 +15,12 @@ from domain.sandbox import SandboxStatus as S
 from workers.node.capacity import size_of
 from workers.node.completions import completion_id
 from workers.node.ports import HostError
-
-if TYPE_CHECKING:
-    from workers.node.worker import NodeWorker
+from workers.node.site import NodeSite
 
 __all__ = ["fork"]
 
 
-async def fork(w: NodeWorker, cmd: sb.ForkSandbox, ctx: MessageContext) -> None:
+async def fork(w: NodeSite, cmd: sb.ForkSandbox, ctx: MessageContext) -> None:
     """One capture of the parent, `count` copy-on-write children on this node. Each
     child is a sandbox of its own (its create decided on its own stream, with a fresh
     access token and `forked_from` lineage); the parent's stream records the outcome."""
@@ -39,7 +36,7 @@ async def fork(w: NodeWorker, cmd: sb.ForkSandbox, ctx: MessageContext) -> None:
 
 
 async def _children(
-    w: NodeWorker, cmd: sb.ForkSandbox, ctx: MessageContext, state: sb.Sandbox
+    w: NodeSite, cmd: sb.ForkSandbox, ctx: MessageContext, state: sb.Sandbox
 ) -> None:
     creates: dict[str, sb.CreateSandbox] = {}
     #: each child's traffic token as its log has it (a redone fork minted new ones)

@@ -4,9 +4,10 @@
 Every sandbox handler has one shape (`_operate`): decide the request on the aggregate
 (append its `*Requested` event), do the host's work, then decide the matching `Complete*`
 command (append the outcome). Completion command ids derive from the request's, so a
-redelivered request completes once. Creates and resumes add an early start (the VM starts
-while the decision is appended: `workers/node/early.py`); a fork decides each child's
-create on the child's own stream.
+redelivered request completes once. Creates and resumes share a longer skeleton of their
+own, run on data (`openings.py`, `verbs.py`): capacity, an early start (the VM starts while
+the decision is appended: `early.py`), redeliveries; a fork (`forks.py`) decides each
+child's create on the child's own stream.
 
 Routes (`routes.py`), the restart reconcile (`reconcile.py`) and the heartbeat
 (`heartbeat.py`) are modules of their own; uploads are the snapshot worker's.
@@ -18,8 +19,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from opentelemetry import trace
-
 from bus import (
     Bus,
     CommandConsumer,
@@ -30,21 +29,19 @@ from bus import (
     RetryableError,
 )
 from bus.decisions import execute
-from bus.nodes import NodeBook
 from bus.tasks import cancel_and_wait
-from domain import DomainError, Invalid, NotFound
+from domain import Invalid, NotFound
 from domain import sandbox as sb
 from domain import template as tp
-from domain import volume as vo
 from domain.sandbox import SandboxStatus as S
-from workers.node.capacity import Size, ledger_of, no_room, size_of
+from workers.node.capacity import Size, ledger_of
 from workers.node.completions import completion_id
-from workers.node.early import EarlyStarts
 from workers.node.forks import fork
 from workers.node.heartbeat import beat_forever
 from workers.node.journal import Journal
 from workers.node.metrics import NodeMetrics
 from workers.node.net.firewall import EgressPolicy
+from workers.node.openings import Openings
 from workers.node.ports import (
     GuestConfig,
     GuestVolume,
@@ -62,11 +59,6 @@ __all__ = ["NodeWorker", "completion_id", "egress_of"]
 
 log = logging.getLogger(__name__)
 
-#: A create another node took is watched this long (rounds times the poll) for its end or that
-#: node's death (3 missed heartbeats: 15 s by default).
-_TAKEN_POLL_S = 1.0
-_TAKEN_WAIT_ROUNDS = 30
-
 #: Creates in flight across the whole fleet, and nodes pulling at once: the shared `place`
 #: consumer's server-side limits (with JetStream's defaults, 32 creates and 512 nodes).
 PLACE_IN_FLIGHT = 100_000
@@ -82,10 +74,6 @@ def egress_of(net: sb.NetworkPolicy, enabled: bool) -> EgressPolicy:
         allow=net.allow_out if enabled else (),
         deny=net.deny_out,
     )
-
-
-def _tracer() -> trace.Tracer:
-    return trace.get_tracer("aenv.node")
 
 
 class NodeWorker:
@@ -119,19 +107,20 @@ class NodeWorker:
         #: what a typical create asks (the base template): no room for it, no pulling
         self._typical = Size(settings.base_vcpus, settings.base_mem_mib)
         host.on_gone(self.capacity.release)
-        self.early = EarlyStarts(host)
         self.routes: RoutePublisher | None = None
         self._consumers: list[CommandConsumer] = []
         self._heartbeat: asyncio.Task[None] | None = None
         #: reconciled and pulling commands (the node's readiness)
         self.serving = False
-        #: the fleet's heartbeats, opened when a create turns out to be another node's
-        self._nodes: NodeBook | None = None
         host.set_template_locator(self._locate_template)
         host.on_died(self._vm_died)
         #: the node's series (`metrics.py`): stages timed here and by the host
         self.metrics = metrics or NodeMetrics(self.node_id)
         host.on_stage(self.metrics.stage)
+        #: creates and resumes: one skeleton, two verbs
+        self.openings = Openings(
+            self, self._typical, on_moot=lambda sid: self.on_moot(sid), kill=self._kill
+        )
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -234,9 +223,9 @@ class NodeWorker:
                         f"a warm VM of {cmd.template_id}",
                         delay_s=0,
                     )
-                await self._create(cmd, ctx)
+                await self.openings.create(cmd, ctx)
             case sb.ResumeSandbox():
-                await self._resume(cmd, ctx)
+                await self.openings.resume(cmd, ctx)
             case sb.PauseSandbox():
                 defaults = await self._flushed(cmd)
                 await self._operate(cmd, ctx, S.PAUSING, lambda _: self._pause(cmd, defaults))
@@ -247,7 +236,7 @@ class NodeWorker:
             case sb.KillSandbox():
                 await self._kill(cmd, ctx)
             case sb.ForkSandbox():
-                await self._fork(cmd, ctx)
+                await fork(self, cmd, ctx)
             case sb.SetSandboxTimeout():
                 await execute(self.bus.sandboxes, cmd, ctx)
             case tp.ImportTemplateImage():
@@ -386,268 +375,7 @@ class NodeWorker:
         lost = cmd.model_copy(update={"reason": "lost"})
         await self._kill(lost, MessageContext(actor=f"node:{self.node_id}"), error=why)
 
-    # ---- creates and resumes: the VM starts while the decision is appended -----------
-    async def _create(self, cmd: sb.CreateSandbox, ctx: MessageContext) -> None:
-        sid = cmd.sandbox_id
-        if not self.host.runs(sid) and not self.capacity.take(sid, size_of(cmd)):
-            raise no_room(self.node_id, size_of(cmd))  # another node may take it
-        try:
-            await self._create_held(cmd, ctx)
-        finally:
-            if not self.host.runs(sid):  # failed, refused, or not this node's to run
-                self.capacity.release(sid)
-
-    async def _create_held(self, cmd: sb.CreateSandbox, ctx: MessageContext) -> None:
-        sid = cmd.sandbox_id
-        # the request names the node that takes it: a create redelivered to another node
-        # while this one still works on it (its heartbeats lost to a NATS outage) finds it
-        # taken — the same event id, so JetStream keeps the first claim
-        cmd = cmd.model_copy(update={"node_id": self.node_id})
-        early = None
-        # with volumes, nothing starts before the volumes are attached (after the claim)
-        if not cmd.volume_mounts and self.early.creates(self.bus.sandboxes, cmd):
-            early = await self.early.start(
-                sid, lambda: self._start(sid, cmd.template_id, self.guest_config(cmd))
-            )
-        try:
-            state, version, _ = await execute(self.bus.sandboxes, cmd, ctx)
-        except BaseException:
-            await self.early.undo(sid, early, self.journal)
-            raise
-        if state is None or state.status is not S.CREATING or state.node_id != self.node_id:
-            await self.early.undo(sid, early, self.journal)
-            # redelivery of a create that already finished: its route may not have made it
-            if state is not None and state.status is S.RUNNING and state.node_id == self.node_id:
-                await self.route_publisher.put(sid, state.traffic_access_token)
-            elif state is not None and state.status is S.CREATING:
-                await self._taken_elsewhere(cmd, state, ctx)
-            return
-        code = None
-        if early is not None:
-            error, _ = await early
-        else:
-            error, code = await self._attach(state, cmd, ctx)
-            if error is None:
-                error, _ = await self._start(sid, state.template_id, self.guest_config(state))
-        token = state.traffic_access_token
-        route = self.route_publisher.beside(sid, token) if error is None else None
-        done = sb.CompleteCreate(
-            sandbox_id=sid,
-            node_id=self.node_id,
-            error=error,
-            code=code,
-            warm=error is None and self.host.started_warm(sid),
-            command_id=completion_id(cmd, "created"),
-        )
-        try:
-            state, _, events = await execute(self.bus.sandboxes, done, ctx, known=(state, version))
-        finally:
-            if route is not None:
-                await route
-        if (
-            error is None
-            and not events
-            and state is not None
-            and state.status in (S.KILLING, S.KILLED, S.FAILED)
-        ):  # killed while we were creating it: the VM must not outlive its sandbox
-            late = sb.KillSandbox(sandbox_id=sid, command_id=completion_id(cmd, "kill-late"))
-            await self._kill(late, ctx)
-
-    async def _attach(
-        self, state: sb.Sandbox, cmd: sb.CreateSandbox, ctx: MessageContext
-    ) -> tuple[str | None, sb.FailureCode | None]:
-        """The sandbox's volumes attached to it in the log (one holder at a time: a volume
-        another sandbox holds refuses the create, 409) and their images ready here. What
-        was attached before a failure stays attached to the failed sandbox; its end
-        releases it (`volumes/releaser.py`)."""
-        mounts = state.volume_mounts
-        if not mounts:
-            return None, None
-        slots = await self.host.volume_slots(state.template_id)
-        if slots < len(mounts):
-            return (
-                f"template {state.template_id!r} was captured without volume slots (before "
-                "aenv had volumes): build or snapshot it again to mount volumes",
-                "invalid",
-            )
-        for m in mounts:
-            attach = vo.AttachVolume(
-                volume_id=m.volume_id,
-                holder=state.sandbox_id,
-                node_id=self.node_id,
-                command_id=completion_id(cmd, f"attach-{m.volume_id}"),
-            )
-            try:
-                volume, _, _ = await execute(self.bus.volumes, attach, ctx)
-            except DomainError as e:
-                code: sb.FailureCode = "not_found" if isinstance(e, NotFound) else "conflict"
-                return f"volume '{m.name}': {e.message}", code
-            version = volume.version.key if volume is not None and volume.version else None
-            try:
-                async with self.host.volumes.lock(m.volume_id):
-                    await self.host.volumes.prepare(m.volume_id, version, state.sandbox_id)
-            except Exception as e:  # a pull that failed (S3 down), a full disk
-                log.exception(
-                    "volume %s for %s could not be prepared", m.volume_id, state.sandbox_id
-                )
-                return f"volume '{m.name}' could not be made ready on this node: {e}", None
-        return None, None
-
-    async def _move_volumes(self, state: sb.Sandbox) -> None:
-        """A paused sandbox taken over here: its volumes' attachment moves with it (the
-        node it left, should it come back, then releases nothing it no longer holds)."""
-        for m in state.volume_mounts:
-            move = vo.AttachVolume(
-                volume_id=m.volume_id,
-                holder=state.sandbox_id,
-                node_id=self.node_id,
-                command_id=sb.derived_command_id(
-                    state.sandbox_id,
-                    "take-over",
-                    m.volume_id,
-                    str(state.paused_snapshot_id),
-                    self.node_id,
-                ),
-            )
-            try:
-                await execute(self.bus.volumes, move, MessageContext(actor=f"node:{self.node_id}"))
-            except DomainError as e:
-                raise HostError(f"volume '{m.name}' cannot move here: {e.message}") from e
-
-    async def _taken_elsewhere(
-        self, cmd: sb.CreateSandbox, state: sb.Sandbox, ctx: MessageContext
-    ) -> None:
-        """A create another node (or an API withdrawing it) took: its outcome is theirs.
-        Waited for a while (the message kept alive), so that a create whose node died with
-        it is answered: failed here once that node is gone, never left `creating`."""
-        owner = state.node_id
-        if owner is None:  # an API withdrew it, and records its failure itself
-            return
-        for _ in range(_TAKEN_WAIT_ROUNDS):
-            if await self._gone(owner):
-                done = sb.CompleteCreate(
-                    sandbox_id=cmd.sandbox_id,
-                    node_id=self.node_id,
-                    error=f"node {owner}, which took it, is gone",
-                    command_id=completion_id(cmd, "orphaned"),
-                )
-                await execute(self.bus.sandboxes, done, ctx)
-                return
-            await asyncio.sleep(_TAKEN_POLL_S)
-            fresh, _ = await self.bus.sandboxes.load(cmd.sandbox_id)
-            if fresh is None or fresh.status is not S.CREATING:
-                return
-        log.info("create of %s is still on node %s: leaving it there", cmd.sandbox_id, owner)
-
-    async def _gone(self, node_id: str) -> bool:
-        if self._nodes is None:
-            self._nodes = await NodeBook.open(self.bus.js, self.bus.names.nodes_bucket)
-        return await self._nodes.gone(node_id)
-
-    async def _start(
-        self, sandbox_id: str, template_id: str, guest: GuestConfig
-    ) -> tuple[str | None, bool]:
-        """Restore a new sandbox's VM: (error or None, whether this call started it)."""
-        async with self.host.lock(sandbox_id):
-            started = not self.host.runs(sandbox_id)
-            self.journal.add(sandbox_id, template_id)
-            try:
-                with _tracer().start_as_current_span("restore sandbox VM") as span:
-                    span.set_attribute("aenv.sandbox_id", sandbox_id)
-                    await self.host.create(sandbox_id, template_id, guest)
-            except HostError as e:
-                self.journal.remove(sandbox_id)
-                return str(e), False
-            return None, started
-
-    async def _resume(self, cmd: sb.ResumeSandbox, ctx: MessageContext) -> None:
-        sid = cmd.sandbox_id
-        known = self.bus.sandboxes.cached(sid)
-        size = size_of(known[0]) if known is not None and known[0] is not None else self._typical
-        # its own paused sandbox a node takes back whatever its room (no other node could);
-        # one placed here because its node is gone only if it fits
-        own = self.host.holds_paused(sid) or self.host.runs(sid)
-        if not self.capacity.take(sid, size, force=own):
-            raise no_room(self.node_id, size)
-        try:
-            await self._resume_held(cmd, ctx)
-        finally:
-            if not self.host.runs(sid):
-                self.capacity.release(sid)
-
-    async def _resume_held(self, cmd: sb.ResumeSandbox, ctx: MessageContext) -> None:
-        sid = cmd.sandbox_id
-        early = None
-        if self.host.holds_paused(sid) and self.early.resumes(self.bus.sandboxes, cmd):
-            # Not undone if the append fails: the capture is spent, and the command's
-            # redelivery finds the sandbox running here.
-            early = await self.early.start(sid, lambda: self._bring_back(sid, None))
-        try:
-            state, _, _ = await execute(self.bus.sandboxes, cmd, ctx)
-        except DomainError:  # the log refuses the resume (killed meanwhile): so is its VM
-            await self.early.undo(sid, early, self.journal)
-            raise
-        if state is None or state.status is not S.RESUMING:
-            running_here = (
-                state is not None and state.status is S.RUNNING and (state.node_id == self.node_id)
-            )
-            if state is None or not running_here:
-                await self.early.undo(sid, early, self.journal)
-            else:  # a redelivery: see _create
-                await self.route_publisher.put(sid, state.traffic_access_token)
-                self.host.resume_recorded(sid)
-            return
-        error, _ = await (early if early is not None else self._bring_back(sid, state))
-        token = state.traffic_access_token
-        route = self.route_publisher.beside(sid, token) if error is None else None
-        done = sb.CompleteResume(
-            sandbox_id=sid,
-            node_id=self.node_id,
-            error=error,
-            command_id=completion_id(cmd, "resumed"),
-        )
-        try:
-            await execute(self.bus.sandboxes, done, ctx)
-        finally:
-            if route is not None:
-                await route
-        self.host.resume_recorded(sid)
-
-    async def _bring_back(
-        self, sandbox_id: str, state: sb.Sandbox | None
-    ) -> tuple[str | None, bool]:
-        """Restore a paused sandbox here: (error or None, whether this call restored it)."""
-        sid = sandbox_id
-        self.on_moot(sid)  # the VM is about to write the RAM file an upload reads
-        async with self.host.lock(sid):
-            started = not self.host.runs(sid)
-            try:
-                if not self.host.holds_paused(sid) and not self.host.runs(sid):
-                    # placed here because its own node is gone (the API checked): take it over
-                    # from the repository
-                    if (
-                        state is None
-                        or not state.resumable_anywhere
-                        or (state.paused_snapshot_id is None)
-                    ):
-                        raise HostError(
-                            f"sandbox {sid} is not paused on this node and its "
-                            "capture is not in the repository"
-                        )
-                    await self._move_volumes(state)
-                    await self.host.take_over_paused(
-                        sid, state.template_id, state.paused_snapshot_id, self.guest_config(state)
-                    )
-                template = await self.host.resume(sid)
-                self.journal.add(sid, template)
-            except HostError as e:
-                return str(e), False
-            return None, started
-
-    # ---- forks and template imports: modules of their own ------------------------------
-    async def _fork(self, cmd: sb.ForkSandbox, ctx: MessageContext) -> None:
-        await fork(self, cmd, ctx)
-
+    # ---- template imports and lookups: a module of their own ---------------------------
     async def _import(self, cmd: tp.ImportTemplateImage, ctx: MessageContext) -> None:
         await import_template(self.bus, self.host, self.node_id, cmd, ctx)
 

@@ -1,0 +1,88 @@
+"""What a create's or resume's request, as the log decided it, leaves the node to do
+(`workers/node/verbs.py`): the redelivery rules both handlers share, with no services."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from domain import sandbox as sb
+from domain.sandbox import SandboxStatus as S
+from workers.node.verbs import Next, after_request, killed_meanwhile
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+HERE, THERE = "node-a", "node-b"
+
+
+def _state(status: S, node_id: str | None) -> sb.Sandbox:
+    create = sb.CreateSandbox(sandbox_id="s1", template_id="base", at=T0, node_id=node_id)
+    [requested] = sb.decide(None, create)
+    state = sb.evolve(None, requested)
+    assert state is not None
+    return state.model_copy(update={"status": status, "node_id": node_id})
+
+
+class TestACreate:
+    """A create claims its node: the log's node decides whose it is."""
+
+    def test_decided_here_is_this_nodes_work(self) -> None:
+        assert after_request(_state(S.CREATING, HERE), S.CREATING, HERE, claims=True) is Next.WORK
+
+    def test_claimed_by_another_node_is_watched(self) -> None:
+        got = after_request(_state(S.CREATING, THERE), S.CREATING, HERE, claims=True)
+        assert got is Next.TAKEN
+
+    def test_withdrawn_by_an_api_is_watched_too(self) -> None:
+        # the watch itself returns at once: the API records the failure
+        got = after_request(_state(S.CREATING, None), S.CREATING, HERE, claims=True)
+        assert got is Next.TAKEN
+
+    def test_redelivered_after_it_ran_here_reputs_the_route(self) -> None:
+        got = after_request(_state(S.RUNNING, HERE), S.CREATING, HERE, claims=True)
+        assert got is Next.REPUT
+
+    @pytest.mark.parametrize(
+        ("status", "node"),
+        [(S.RUNNING, THERE), (S.KILLED, HERE), (S.FAILED, HERE), (S.PAUSED, HERE)],
+    )
+    def test_finished_otherwise_is_nothing(self, status: S, node: str) -> None:
+        assert after_request(_state(status, node), S.CREATING, HERE, claims=True) is Next.NOTHING
+
+    def test_no_sandbox_is_nothing(self) -> None:
+        assert after_request(None, S.CREATING, HERE, claims=True) is Next.NOTHING
+
+
+class TestAResume:
+    """A resume names no node in its request: resuming is this node's wherever it was."""
+
+    def test_resuming_is_this_nodes_work(self) -> None:
+        got = after_request(_state(S.RESUMING, THERE), S.RESUMING, HERE, claims=False)
+        assert got is Next.WORK
+
+    def test_redelivered_after_it_ran_here_reputs_the_route(self) -> None:
+        got = after_request(_state(S.RUNNING, HERE), S.RESUMING, HERE, claims=False)
+        assert got is Next.REPUT
+
+    @pytest.mark.parametrize(
+        ("status", "node"),
+        [(S.RUNNING, THERE), (S.PAUSED, HERE), (S.KILLED, HERE), (S.CREATING, THERE)],
+    )
+    def test_anything_else_is_nothing(self, status: S, node: str) -> None:
+        assert after_request(_state(status, node), S.RESUMING, HERE, claims=False) is Next.NOTHING
+
+
+class TestKilledMeanwhile:
+    @pytest.mark.parametrize("status", [S.KILLING, S.KILLED, S.FAILED])
+    def test_a_vm_up_for_a_sandbox_that_ended_is_killed(self, status: S) -> None:
+        assert killed_meanwhile(None, [], _state(status, HERE))
+
+    def test_a_completion_that_was_decided_keeps_its_vm(self) -> None:
+        assert not killed_meanwhile(None, [object()], _state(S.KILLED, HERE))
+
+    def test_a_vm_that_did_not_come_up_has_nothing_to_kill(self) -> None:
+        assert not killed_meanwhile("restore failed", [], _state(S.KILLED, HERE))
+
+    def test_a_running_sandbox_keeps_its_vm(self) -> None:
+        assert not killed_meanwhile(None, [], _state(S.RUNNING, HERE))
+        assert not killed_meanwhile(None, [], None)

@@ -1,0 +1,257 @@
+"""The node's creates and resumes: the VM starts while the decision is appended.
+
+Both have one shape (`Openings._open`), run on a `Verb` (`verbs.py`) that holds all that
+differs: room taken for the VM, maybe an early start (`early.py`), the request decided on
+the aggregate (an early VM undone if the log refuses it; a redelivery re-puts its route, a
+create another node took is watched), the host's work, the completion decided with the
+route published beside it, and the room released if the VM does not run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from opentelemetry import trace
+
+from bus import MessageContext
+from bus.decisions import execute
+from domain import DomainError
+from domain import sandbox as sb
+from domain.sandbox import SandboxStatus as S
+from workers.node.capacity import Size, no_room, size_of
+from workers.node.completions import completion_id
+from workers.node.early import EarlyStarts, Started, Starter
+from workers.node.ports import GuestConfig, HostError
+from workers.node.site import NodeSite
+from workers.node.taken import TakenCreates
+from workers.node.verbs import C, Next, Outcome, Verb, after_request, killed_meanwhile
+from workers.node.volume_claims import attach_volumes, move_volumes
+
+__all__ = ["Openings"]
+
+#: How a killed-meanwhile sandbox's VM is killed: the worker's kill handler.
+Kill = Callable[[sb.KillSandbox, MessageContext], Awaitable[None]]
+
+
+def _tracer() -> trace.Tracer:
+    return trace.get_tracer("aenv.node")
+
+
+class Openings:
+    def __init__(
+        self,
+        site: NodeSite,
+        typical: Size,
+        *,
+        on_moot: Callable[[str], None],
+        kill: Kill,
+    ) -> None:
+        self.site = site
+        self.early = EarlyStarts(site.host)
+        #: what a resume whose sandbox this node never saw is taken to need
+        self._typical = typical
+        #: told a sandbox's paused capture is moot (resumed): its upload stops
+        self._on_moot = on_moot
+        self._kill = kill
+        self.taken = TakenCreates(site.bus, site.node_id)
+        self.creating: Verb[sb.CreateSandbox] = Verb(
+            expect=S.CREATING,
+            take=self._room_to_create,
+            early=self._early_create,
+            work=self._create_work,
+            complete=self._created,
+            undo_on=BaseException,
+            keeps_early=False,
+            known=True,
+            kill_late=True,
+            recorded=lambda _: None,
+            watch_taken=self.taken.watch,
+        )
+        self.resuming: Verb[sb.ResumeSandbox] = Verb(
+            expect=S.RESUMING,
+            take=self._room_to_resume,
+            early=self._early_resume,
+            work=self._resume_work,
+            complete=self._resumed,
+            # Not undone if the append fails: the capture is spent, and the command's
+            # redelivery finds the sandbox running here. A resume the log refuses (killed
+            # meanwhile) is: so is its VM.
+            undo_on=DomainError,
+            keeps_early=True,
+            known=False,
+            kill_late=False,
+            recorded=site.host.resume_recorded,
+        )
+
+    async def create(self, cmd: sb.CreateSandbox, ctx: MessageContext) -> None:
+        # the request names the node that takes it: a create redelivered to another node
+        # while this one still works on it (its heartbeats lost to a NATS outage) finds it
+        # taken — the same event id, so JetStream keeps the first claim
+        await self._open(self.creating, cmd.model_copy(update={"node_id": self.site.node_id}), ctx)
+
+    async def resume(self, cmd: sb.ResumeSandbox, ctx: MessageContext) -> None:
+        await self._open(self.resuming, cmd, ctx)
+
+    # ---- the skeleton --------------------------------------------------------------------
+    async def _open(self, verb: Verb[C], cmd: C, ctx: MessageContext) -> None:
+        sid = cmd.sandbox_id
+        verb.take(cmd)
+        try:
+            await self._held(verb, cmd, ctx)
+        finally:
+            if not self.site.host.runs(sid):  # failed, refused, or not this node's to run
+                self.site.capacity.release(sid)
+
+    async def _held(self, verb: Verb[C], cmd: C, ctx: MessageContext) -> None:
+        site, sid = self.site, cmd.sandbox_id
+        starter = verb.early(cmd)
+        early = await self.early.start(sid, starter) if starter is not None else None
+        try:
+            state, version, _ = await execute(site.bus.sandboxes, cmd, ctx)
+        except verb.undo_on:
+            await self.early.undo(sid, early, site.journal)
+            raise
+        step = after_request(state, verb.expect, site.node_id, claims=verb.watch_taken is not None)
+        if step is not Next.WORK or state is None:
+            if step is not Next.REPUT or not verb.keeps_early:
+                await self.early.undo(sid, early, site.journal)
+            if step is Next.REPUT and state is not None:
+                await site.route_publisher.put(sid, state.traffic_access_token)
+                verb.recorded(sid)
+            elif step is Next.TAKEN and state is not None and verb.watch_taken is not None:
+                await verb.watch_taken(cmd, state, ctx)
+            return
+        code = None
+        if early is not None:
+            error, _ = await early
+        else:
+            error, code = await verb.work(cmd, state, ctx)
+        token = state.traffic_access_token
+        route = site.route_publisher.beside(sid, token) if error is None else None
+        done = verb.complete(cmd, error, code)
+        known = (state, version) if verb.known else None
+        try:
+            state, _, events = await execute(site.bus.sandboxes, done, ctx, known=known)
+        finally:
+            if route is not None:
+                await route
+        verb.recorded(sid)
+        if verb.kill_late and killed_meanwhile(error, events, state):
+            late = sb.KillSandbox(sandbox_id=sid, command_id=completion_id(cmd, "kill-late"))
+            await self._kill(late, ctx)
+
+    # ---- a create ----------------------------------------------------------------------
+    def _room_to_create(self, cmd: sb.CreateSandbox) -> None:
+        sid, size = cmd.sandbox_id, size_of(cmd)
+        if not self.site.host.runs(sid) and not self.site.capacity.take(sid, size):
+            raise no_room(self.site.node_id, size)  # another node may take it
+
+    def _early_create(self, cmd: sb.CreateSandbox) -> Starter | None:
+        # with volumes, nothing starts before the volumes are attached (after the claim)
+        if cmd.volume_mounts or not self.early.creates(self.site.bus.sandboxes, cmd):
+            return None
+        guest = self.site.guest_config(cmd)
+        return lambda: self._start(cmd.sandbox_id, cmd.template_id, guest)
+
+    async def _create_work(
+        self, cmd: sb.CreateSandbox, state: sb.Sandbox, ctx: MessageContext
+    ) -> Outcome:
+        site = self.site
+        error, code = await attach_volumes(site.bus, site.host, site.node_id, state, cmd, ctx)
+        if error is None:
+            error, _ = await self._start(
+                state.sandbox_id, state.template_id, site.guest_config(state)
+            )
+        return error, code
+
+    def _created(
+        self, cmd: sb.CreateSandbox, error: str | None, code: sb.FailureCode | None
+    ) -> sb.CompleteCreate:
+        return sb.CompleteCreate(
+            sandbox_id=cmd.sandbox_id,
+            node_id=self.site.node_id,
+            error=error,
+            code=code,
+            warm=error is None and self.site.host.started_warm(cmd.sandbox_id),
+            command_id=completion_id(cmd, "created"),
+        )
+
+    async def _start(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> Started:
+        """Restore a new sandbox's VM: (error or None, whether this call started it)."""
+        host, journal = self.site.host, self.site.journal
+        async with host.lock(sandbox_id):
+            started = not host.runs(sandbox_id)
+            journal.add(sandbox_id, template_id)
+            try:
+                with _tracer().start_as_current_span("restore sandbox VM") as span:
+                    span.set_attribute("aenv.sandbox_id", sandbox_id)
+                    await host.create(sandbox_id, template_id, guest)
+            except HostError as e:
+                journal.remove(sandbox_id)
+                return str(e), False
+            return None, started
+
+    # ---- a resume ----------------------------------------------------------------------
+    def _room_to_resume(self, cmd: sb.ResumeSandbox) -> None:
+        sid, host = cmd.sandbox_id, self.site.host
+        known = self.site.bus.sandboxes.cached(sid)
+        size = size_of(known[0]) if known is not None and known[0] is not None else self._typical
+        # its own paused sandbox a node takes back whatever its room (no other node could);
+        # one placed here because its node is gone only if it fits
+        own = host.holds_paused(sid) or host.runs(sid)
+        if not self.site.capacity.take(sid, size, force=own):
+            raise no_room(self.site.node_id, size)
+
+    def _early_resume(self, cmd: sb.ResumeSandbox) -> Starter | None:
+        sid = cmd.sandbox_id
+        if not self.site.host.holds_paused(sid) or not self.early.resumes(
+            self.site.bus.sandboxes, cmd
+        ):
+            return None
+        return lambda: self._bring_back(sid, None)
+
+    async def _resume_work(
+        self, cmd: sb.ResumeSandbox, state: sb.Sandbox, ctx: MessageContext
+    ) -> Outcome:
+        error, _ = await self._bring_back(cmd.sandbox_id, state)
+        return error, None
+
+    def _resumed(
+        self, cmd: sb.ResumeSandbox, error: str | None, code: sb.FailureCode | None
+    ) -> sb.CompleteResume:
+        return sb.CompleteResume(
+            sandbox_id=cmd.sandbox_id,
+            node_id=self.site.node_id,
+            error=error,
+            command_id=completion_id(cmd, "resumed"),
+        )
+
+    async def _bring_back(self, sandbox_id: str, state: sb.Sandbox | None) -> Started:
+        """Restore a paused sandbox here: (error or None, whether this call restored it)."""
+        sid, site = sandbox_id, self.site
+        host = site.host
+        self._on_moot(sid)  # the VM is about to write the RAM file an upload reads
+        async with host.lock(sid):
+            started = not host.runs(sid)
+            try:
+                if not host.holds_paused(sid) and not host.runs(sid):
+                    # placed here because its own node is gone (the API checked): take it over
+                    # from the repository
+                    if (
+                        state is None
+                        or not state.resumable_anywhere
+                        or (state.paused_snapshot_id is None)
+                    ):
+                        raise HostError(
+                            f"sandbox {sid} is not paused on this node and its "
+                            "capture is not in the repository"
+                        )
+                    await move_volumes(site.bus, site.node_id, state)
+                    await host.take_over_paused(
+                        sid, state.template_id, state.paused_snapshot_id, site.guest_config(state)
+                    )
+                template = await host.resume(sid)
+                site.journal.add(sid, template)
+            except HostError as e:
+                return str(e), False
+            return None, started
