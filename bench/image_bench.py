@@ -27,7 +27,7 @@ from bench.stats import emit, ratio, summary
 from tests.registry import local_registry, push
 from workers.node.image import base_rootfs_tree, build_from_oci
 from workers.node.image.disk import make_ext4, tree_bytes
-from workers.node.image.oci import chain_dir, chain_ids
+from workers.node.image.oci_chains import chain_dir, chain_ids
 from workers.node.image.oci_write import tar_tree, write_layout
 from workers.node.image.registry import parse_reference, pull
 

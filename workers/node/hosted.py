@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.node.ports import GuestConfig
+from workers.node.ports import Capture, GuestConfig
 from workers.node.runtime import Snapshot, Vm, allocated_bytes
 
 __all__ = ["LiveSandbox", "LocalCapture", "PausedSandbox", "capture_size"]
@@ -32,6 +32,13 @@ class PausedSandbox:
     template_id: str
     snapshot: Snapshot
     guest: GuestConfig
+
+    def capture(self) -> Capture:
+        """What a pause answers (and a pause of it again: a redelivery)."""
+        snap = self.snapshot
+        return Capture(
+            snap.snapshot_id, self.template_id, 0, snap.stopped_ms, memory=not snap.disk_only
+        )
 
 
 @dataclass(frozen=True)

@@ -304,7 +304,7 @@ def test_layers_two_images_share_are_unpacked_once(tmp_path: Path) -> None:
     """The unpacked-layer cache: a second image starting with the first's layer starts
     from the cached tree, and what its own layer changes (overwrite, whiteout) never
     reaches the cached tree or the first image (hard links are never written through)."""
-    from workers.node.image.oci import chain_ids
+    from workers.node.image.oci_chains import chain_ids
 
     base = layer(d("etc"), f("etc/os", b"shared"), f("etc/gone", b"g"))
     mine = layer(f("etc/os", b"changed"), f("etc/.wh.gone", b""))

@@ -2,23 +2,19 @@
 
 index.json → manifest (linux/amd64 if there is a choice) → config → layers in order.
 Every blob is checked against its digest before it is used, and every uncompressed layer
-against the config's diff_id. Layers are applied the way container runtimes do:
-whiteouts (`.wh.<name>`, opaque `.wh..wh..opq`) remove what lower layers put there,
-then the layer's entries are written with their numeric ownership, modes and xattrs.
-The image is untrusted: names with `..` are rejected and all paths resolve inside the
-target tree (see fsutil), so a layer can never write outside it.
+against the config's diff_id. Layers are applied the way container runtimes do
+(whiteouts first, then entries: `oci_apply`) and the tree after each is kept by chain id
+(`oci_chains`). The image is untrusted: names with `..` are rejected and all paths
+resolve inside the target tree (see fsutil), so a layer can never write outside it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
 import json
-import os
 import re
 import shutil
-import stat
 import subprocess
 import tarfile
 import tempfile
@@ -29,7 +25,9 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from .errors import ImageError
-from .fsutil import guest_path, remove_any, resolve_in_root, split_member_name
+from .fsutil import guest_path
+from .oci_apply import apply_layer
+from .oci_chains import chain_dir, chain_ids, keep_chain, link_tree
 
 INDEX_TYPES = {
     "application/vnd.oci.image.index.v1+json",
@@ -39,8 +37,6 @@ MANIFEST_TYPES = {
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 }
-WHITEOUT = ".wh."
-OPAQUE = ".wh..wh..opq"
 _DIGEST = re.compile(r"^(sha256|sha512):([0-9a-f]{64}|[0-9a-f]{128})$")
 _CHUNK = 1 << 20
 
@@ -303,127 +299,6 @@ def _uncompressed_layer(layout: Layout, desc: Descriptor, out: IO[bytes]) -> str
     return digest
 
 
-def _apply_whiteouts(members: list[tarfile.TarInfo], root: Path) -> None:
-    # whiteouts only hide lower layers, so they all go first, wherever they sit in the tar
-    for m in members:
-        parts = split_member_name(m.name)
-        if not parts or not parts[-1].startswith(WHITEOUT):
-            continue
-        if parts[-1] == OPAQUE:
-            d = resolve_in_root(root, parts[:-1], follow_last=True)
-            if d.is_dir() and not d.is_symlink():
-                for child in d.iterdir():
-                    remove_any(child)
-        else:
-            remove_any(resolve_in_root(root, [*parts[:-1], parts[-1][len(WHITEOUT) :]]))
-
-
-def _set_meta(dest: Path, m: tarfile.TarInfo, is_root: bool) -> None:
-    if is_root:
-        os.lchown(dest, m.uid, m.gid)
-    if not m.issym():
-        os.chmod(dest, m.mode & 0o7777)  # after chown, which clears setuid bits
-    for key, value in m.pax_headers.items():
-        if key.startswith("SCHILY.xattr."):
-            # e.g. security.selinux on a host without SELinux: not fatal for a sandbox
-            with contextlib.suppress(OSError):
-                os.setxattr(
-                    dest,
-                    key[len("SCHILY.xattr.") :],
-                    value.encode("utf-8", "surrogateescape"),
-                    follow_symlinks=False,
-                )
-    if not m.isdir():
-        os.utime(dest, (m.mtime, m.mtime), follow_symlinks=False)
-
-
-def _extract(tf: tarfile.TarFile, m: tarfile.TarInfo, root: Path, is_root: bool) -> None:
-    parts = split_member_name(m.name)
-    if not parts:
-        return  # the layer's "./" entry
-    dest = resolve_in_root(root, parts)
-    if dest.parent != root and not dest.parent.is_dir():
-        parent = resolve_in_root(root, parts[:-1], follow_last=True)
-        if parent.exists() and not parent.is_dir():
-            remove_any(parent)
-        parent.mkdir(parents=True, exist_ok=True)
-        dest = resolve_in_root(root, parts)
-    if m.isdir():
-        if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-            remove_any(dest)
-        dest.mkdir(exist_ok=True)
-    elif m.isreg():
-        remove_any(dest)
-        src = tf.extractfile(m)
-        if src is None:
-            raise ImageError(f"cannot read {m.name}")
-        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            shutil.copyfileobj(src, out, _CHUNK)
-    elif m.issym():
-        remove_any(dest)
-        os.symlink(m.linkname, dest)
-    elif m.islnk():
-        target = resolve_in_root(root, split_member_name(m.linkname))
-        if not os.path.lexists(target) or (target.is_dir() and not target.is_symlink()):
-            raise ImageError(f"hard link {m.name} -> {m.linkname}: no such file in the image")
-        if target == dest:
-            return
-        remove_any(dest)
-        os.link(target, dest, follow_symlinks=False)
-        return  # a hard link shares the target's inode and metadata
-    elif m.ischr() or m.isblk() or m.isfifo():
-        remove_any(dest)
-        kind = stat.S_IFCHR if m.ischr() else stat.S_IFBLK if m.isblk() else stat.S_IFIFO
-        if not is_root and kind != stat.S_IFIFO:
-            return  # cannot mknod devices unprivileged; the guest's devtmpfs provides /dev
-        os.mknod(dest, kind | 0o600, os.makedev(m.devmajor, m.devminor))
-    else:
-        return  # sparse/unknown types: nothing a root tree needs
-    _set_meta(dest, m, is_root)
-
-
-def _is_whiteout(m: tarfile.TarInfo) -> bool:
-    parts = split_member_name(m.name)
-    return bool(parts) and parts[-1].startswith(WHITEOUT)
-
-
-def apply_layer(tar_file: IO[bytes], root: Path, label: str) -> None:
-    """Apply one uncompressed layer tar onto `root` (whiteouts first, then entries).
-
-    Every failure is an ImageError prefixed with `label` (which names the layer digest).
-    """
-    is_root = os.geteuid() == 0
-    member = "?"
-    try:
-        with tarfile.open(fileobj=tar_file, mode="r:") as tf:
-            members = tf.getmembers()
-            _apply_whiteouts(members, root)
-            for m in members:
-                member = m.name
-                if not _is_whiteout(m):
-                    _extract(tf, m, root, is_root)
-    except tarfile.TarError as e:
-        raise ImageError(f"{label}: corrupt tar: {e}") from e
-    except ImageError as e:
-        raise ImageError(f"{label}: {e}") from e
-    except OSError as e:
-        raise ImageError(f"{label}: cannot write {member}: {e}") from e
-
-
-def chain_ids(diff_ids: list[str]) -> list[str]:
-    """Docker's chain ids: layer i's names the whole stack 0..i (sha256 of the previous
-    chain id, a space, this diff id), so equal prefixes of two images are one chain."""
-    out: list[str] = []
-    for diff_id in diff_ids:
-        out.append(
-            diff_id
-            if not out
-            else "sha256:" + hashlib.sha256(f"{out[-1]} {diff_id}".encode()).hexdigest()
-        )
-    return out
-
-
 def unpack(
     layout: Layout,
     dest: Path,
@@ -447,7 +322,7 @@ def unpack(
     for i in reversed(range(len(chains))):
         kept = chain_dir(cache, chains[i])
         if (kept / "ok").is_file():
-            _link_tree(kept / "tree", dest)
+            link_tree(kept / "tree", dest)
             start = i + 1
             progress(f"oci: layers 0-{i} already unpacked (chain {chains[i][7:19]})")
             break
@@ -464,37 +339,7 @@ def unpack(
                 raise ImageError(f"{label}: uncompressed digest {diff_id} != diff_id {diff_ids[i]}")
             apply_layer(plain, root=dest, label=label)
         if chains:
-            _keep_chain(cache, chains[i], dest)
-
-
-def chain_dir(cache: Path | None, chain: str) -> Path:
-    """Where the tree after a chain's layers is kept (public: a benchmark empties it to
-    measure a cold unpack)."""
-    assert cache is not None
-    return cache / chain.replace(":", "-")
-
-
-def _keep_chain(cache: Path | None, chain: str, tree: Path) -> None:
-    """The tree as it is after this layer, into the cache (hard links; published whole)."""
-    final = chain_dir(cache, chain)
-    if (final / "ok").is_file():
-        return
-    tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        _link_tree(tree, tmp / "tree")
-        (tmp / "ok").write_text(chain + "\n")
-        shutil.rmtree(final, ignore_errors=True)  # an incomplete one from a crash
-        os.rename(tmp, final)
-    except (OSError, ImageError):
-        shutil.rmtree(tmp, ignore_errors=True)  # the cache is an optimisation: go on without
-
-
-def _link_tree(src: Path, dst: Path) -> None:
-    proc = subprocess.run(["cp", "-al", str(src), str(dst)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise ImageError(f"copying {src} failed: {proc.stderr.strip()[-300:]}")
+            keep_chain(cache, chains[i], dest)
 
 
 def image_defaults(config: dict[str, Any], tree: Path) -> dict[str, Any]:

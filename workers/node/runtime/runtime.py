@@ -25,15 +25,15 @@ from workers.node.net import GUEST, EgressPolicy, SlotPool, uplink
 from workers.node.net.addressing import DEFAULT_SLOT_CIDR
 from workers.node.net.uplink import Uplink
 from workers.node.runtime.capture import take_capture, take_disk_capture
+from workers.node.runtime.compat import check_compatible
 from workers.node.runtime.guest import wait_and_init, wait_envd
 from workers.node.runtime.layers import MAX_CHAIN_DEPTH, LayerStore
-from workers.node.runtime.memfile import clone_or_sparse_copy
+from workers.node.runtime.ramfile import keep_capture, ram_for_restore
 from workers.node.runtime.rampool import RamPool
 from workers.node.runtime.ramstage import RamStage
 from workers.node.runtime.snapshot import Snapshot
 from workers.node.runtime.vm import Timing, Vm, caps, init_vm_envd, new_id, race_exit
 from workers.node.vmm import (
-    BASE_DEVICES,
     AccelChoice,
     Boot,
     Incoming,
@@ -41,7 +41,6 @@ from workers.node.vmm import (
     Machine,
     QemuVm,
     SnapshotIncompatible,
-    VmmError,
     choose_accel,
     qemu_version,
 )
@@ -318,7 +317,6 @@ class Runtime:
             await asyncio.wait({releasing})
         vm_id = vm_id or new_id()
         t0 = time.monotonic()
-        kept: asyncio.Task[Path | None] | None = None
         async with contextlib.AsyncExitStack() as stack:
             if not background:
                 stack.enter_context(self.foreground.busy())
@@ -328,31 +326,9 @@ class Runtime:
             stack.callback(shutil.rmtree, workdir, True)
             top = await self.layers.create_top(snap.disk_top)
             stack.callback(top.unlink, True)
-            if private_memory:
-                mem = snap.mem
-            elif adopt_memory:
-                # Resume of a pause: the RAM file is this VM's own; take it over without a
-                # copy (a hard link), while a copy for the capture is made beside QEMU's
-                # start (`_keep_capture`).
-                workdir.mkdir(parents=True, exist_ok=True)
-                mem = workdir / "mem"
-                mem.unlink(missing_ok=True)
-                if snap.ram_in_state:  # the stream carries the RAM: a file of its own
-                    fd = os.open(mem, os.O_WRONLY | os.O_CREAT, 0o644)
-                    os.ftruncate(fd, os.stat(snap.mem).st_size)
-                    os.close(fd)
-                else:
-                    os.link(snap.mem, mem)
-                    kept = asyncio.create_task(asyncio.to_thread(_copy_for_capture, snap))
-                    stack.push_async_callback(_drop_copy, kept)
-            else:
-                workdir.mkdir(parents=True, exist_ok=True)
-                mem = workdir / "mem"
-                ready = self.ram_pool.take(snap.mem)
-                if ready is not None:
-                    ready.rename(mem)  # same filesystem: O(1)
-                else:
-                    await asyncio.to_thread(clone_or_sparse_copy, snap.mem, mem)
+            mem, kept = await ram_for_restore(
+                snap, workdir, stack, self.ram_pool, private=private_memory, adopt=adopt_memory
+            )
             spec = LaunchSpec(
                 vm_id=vm_id,
                 machine=snap.machine,
@@ -371,7 +347,7 @@ class Runtime:
             stack.push_async_callback(qemu.kill)
             if run:
                 if kept is not None:
-                    await _keep_capture(snap, kept)
+                    await keep_capture(snap, kept)
                 await qemu.cont()
             t_running = time.monotonic() - t0
             vm = Vm(
@@ -613,64 +589,4 @@ class Runtime:
 
     def _check_compatible(self, snap: Snapshot, volumes: tuple[Path | None, ...] = ()) -> None:
         here = self.machine(vcpus=snap.machine.vcpus, mem_mib=snap.machine.mem_mib)
-        if snap.machine.devices == BASE_DEVICES:
-            # captured before volume slots: it restores as it was (no slots), so snapshot
-            # templates of an older aenv keep working; only volumes cannot be given to it
-            here = dataclasses.replace(here, devices=BASE_DEVICES)
-        wanted = sum(v is not None for v in volumes)
-        if wanted and len(volumes) > snap.machine.volume_slots:
-            raise SnapshotIncompatible(
-                f"snapshot {snap.snapshot_id} was captured without volume slots (before aenv "
-                "had volumes): a sandbox of it cannot mount volumes; capture it again"
-            )
-        diff = here.mismatch(snap.machine)
-        if diff:
-            raise SnapshotIncompatible(
-                f"snapshot {snap.snapshot_id} was made on a different machine: " + "; ".join(diff)
-            )
-        for f in (snap.state, snap.mem, snap.disk_top):
-            if not f.exists():
-                raise VmmError(f"snapshot {snap.snapshot_id} is incomplete: {f} is missing")
-
-
-#: Where the copy of a capture's RAM file is made while a resume adopts the file itself.
-_KEPT = "mem.kept"
-
-
-def _copy_for_capture(snap: Snapshot) -> Path | None:
-    """A copy of the capture's RAM file (a reflink where the filesystem can, else its data
-    extents), or None when it cannot be made (a full disk): then the capture is spent."""
-    dst = snap.dir / _KEPT
-    try:
-        clone_or_sparse_copy(snap.mem, dst)
-    except OSError as e:
-        log.warning(
-            "no copy of %s's RAM for its capture (%s): a crash mid-resume loses it "
-            "unless it is in the repository",
-            snap.snapshot_id,
-            e,
-        )
-        dst.unlink(missing_ok=True)
-        return None
-    return dst
-
-
-async def _keep_capture(snap: Snapshot, kept: asyncio.Task[Path | None]) -> None:
-    """Before the resumed guest runs, and writes the RAM file it adopted: the capture gets
-    the copy, so it stays whole until the resume is recorded. A node that dies after `cont`
-    then still holds the sandbox as it was paused, and the resume, delivered again,
-    restores it from there — without the copy, such a capture was spent, and the sandbox
-    lost unless its upload had finished. The copy runs while QEMU starts and loads the
-    device state, which takes longer than copying the ~100 MiB a guest has touched."""
-    copy = await kept
-    if copy is None:
-        snap.mark_spent()
-        return
-    os.replace(copy, snap.mem)  # the VM keeps the old inode through its own link
-
-
-async def _drop_copy(kept: asyncio.Task[Path | None]) -> None:
-    """A restore that failed before `_keep_capture`: its copy is not needed."""
-    copy = await kept
-    if copy is not None:
-        copy.unlink(missing_ok=True)
+        check_compatible(here, snap, volumes)

@@ -1,0 +1,64 @@
+"""The node's watch on each running VM's QEMU: one that exits without being asked (the
+memory cgroup killed it, the guest panicked) must become an event, not a sandbox that stays
+`running` until the next command fails."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from collections.abc import Callable
+
+from bus import logcontext
+from workers.node.hosted import LiveSandbox
+from workers.node.ports import Died
+
+__all__ = ["DeathWatch"]
+
+log = logging.getLogger(__name__)
+
+
+class DeathWatch:
+    """One task per running VM, waiting for its QEMU to exit; a pause or kill that asked
+    for the exit holds the sandbox's lock and takes it out of `sandboxes` first."""
+
+    def __init__(
+        self, sandboxes: dict[str, LiveSandbox], lock: Callable[[str], asyncio.Lock]
+    ) -> None:
+        #: the host's running sandboxes (shared, not copied): the one the watch started for
+        #: is no longer there once its end was asked for
+        self.sandboxes = sandboxes
+        self.lock = lock
+        self.died: Died | None = None
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    def watch(self, live: LiveSandbox) -> None:
+        # a context of its own: the watch outlives the create that started it, and its
+        # lines (a death) must not read as part of that create's trace
+        task = asyncio.create_task(self._watch(live), context=contextvars.Context())
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    async def _watch(self, live: LiveSandbox) -> None:
+        with logcontext.bound(sandbox_id=live.sandbox_id):
+            await self._await_death(live)
+
+    async def _await_death(self, live: LiveSandbox) -> None:
+        code = await live.vm.qemu.wait_exit()
+        async with self.lock(live.sandbox_id):  # a pause or kill under way asked for it
+            if self.sandboxes.get(live.sandbox_id) is not live:
+                return
+        tail = live.vm.qemu.console_tail(600).strip().splitlines()[-3:]
+        oom = live.vm.qemu.oom_killed()
+        why = (
+            f"the VM ran out of memory (its cgroup's OOM killer ended QEMU, status {code})"
+            if oom
+            else f"the VM exited unexpectedly (QEMU status {code})"
+        )
+        log.warning("sandbox %s: %s; console: %s", live.sandbox_id, why, " | ".join(tail))
+        if self.died is not None:
+            await self.died(live.sandbox_id, why, "oom" if oom else "crash")
+
+    def close(self) -> None:
+        for task in list(self._watchers):
+            task.cancel()
