@@ -3,7 +3,8 @@
 The document is a newcomer's map; a map naming files that were split or renamed sends them
 looking for what is not there (issue 27 found 6 of 12 claims stale). Every backquoted token
 that looks like a path (`workers/node/worker.py`, `api/console/`, `bus/subjects.py::X`) must
-exist from the repository's root, every dotted module of ours (`workers.node.forks`) must be
+exist from the repository's root (and the functions and classes named after `::` in that
+file), every dotted module of ours (`workers.node.forks`) must be
 a module, and a bare module file name (`early.py`) must name some file of the tree.
 """
 
@@ -19,6 +20,8 @@ PACKAGES += ("workers", "migrations", "tests", "scripts", "deploy", "docs")
 #: What the code writes, not what the repository holds (gitignored output, runtime files)
 GENERATED = ("bench/results/",)
 RUNTIME_SUFFIXES = (".log", ".json")
+#: NATS subjects and bucket names look like dotted modules: they are names on the bus
+SUBJECTS = ("aenv.cmd.", "aenv.evt.", "aenv_")
 _TICKED = re.compile(r"`([^`\n]+)`")
 _PATH = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/?$")
 _FILE = re.compile(r"^[a-z0-9_]+\.py$")
@@ -36,14 +39,16 @@ def _tree_names() -> set[str]:
 
 def _missing(text: str, names: set[str]) -> list[str]:
     missing = []
-    for token in _TICKED.findall(text):
-        token = token.split("::")[0].strip()
+    for ticked in _TICKED.findall(text):
+        token, _, defined = ticked.strip().partition("::")
         head = token.split("/")[0]
-        if token.startswith(GENERATED) or token.endswith(RUNTIME_SUFFIXES):
+        if token.startswith((*GENERATED, *SUBJECTS)) or token.endswith(RUNTIME_SUFFIXES):
             continue
         if "/" in token and head in PACKAGES and _PATH.match(token):
             if not (ROOT / token).exists():
                 missing.append(token)
+            elif defined and token.endswith(".py"):
+                missing += _undefined(ROOT / token, defined, ticked)
         elif _MODULE.match(token) and head.split(".")[0] in PACKAGES:
             base = ROOT / token.replace(".", "/")
             if not (base.with_suffix(".py").exists() or (base / "__init__.py").exists()):
@@ -56,6 +61,15 @@ def _missing(text: str, names: set[str]) -> list[str]:
     return missing
 
 
+def _undefined(path: Path, names: str, ticked: str) -> list[str]:
+    """`file.py::Class.method`: each dotted part is defined in the file (`def`/`class`)."""
+    source = path.read_text(encoding="utf-8")
+    for name in names.split("."):
+        if not re.search(rf"^\s*(async def|def|class) {re.escape(name)}\b", source, re.M):
+            return [ticked]
+    return []
+
+
 def test_every_path_the_architecture_names_exists() -> None:
     names = _tree_names()
     for doc in DOCS:
@@ -65,5 +79,13 @@ def test_every_path_the_architecture_names_exists() -> None:
 
 def test_the_check_bites() -> None:
     names = {"worker.py"}
-    text = "`workers/node/nothing.py` `workers.node.nowhere` `gone.py` `workers/node/worker.py`"
-    assert _missing(text, names) == ["workers/node/nothing.py", "workers.node.nowhere", "gone.py"]
+    text = (
+        "`workers/node/nothing.py` `workers.node.nowhere` `gone.py` `workers/node/worker.py` "
+        "`workers/node/worker.py::NodeWorker.handle` `workers/node/worker.py::NodeWorker.gone`"
+    )
+    assert _missing(text, names) == [
+        "workers/node/nothing.py",
+        "workers.node.nowhere",
+        "gone.py",
+        "workers/node/worker.py::NodeWorker.gone",
+    ]

@@ -64,6 +64,16 @@ async def wait_envd(host: str, *, timeout: float, port: int = ENVD_PORT) -> floa
     raise VmTimeout(f"envd at {host}:{port} did not answer within {timeout}s ({last})")
 
 
+def over_defaults(defaults: dict[str, object], init: dict[str, object] | None) -> dict[str, object]:
+    """envd's /init for a cold boot of a filesystem-only capture: the capture's guest
+    defaults, then the sandbox's own settings over them (its env vars win key by key)."""
+    body: dict[str, object] = {**defaults, **(init or {})}
+    base_env, own_env = defaults.get("envVars"), (init or {}).get("envVars")
+    if isinstance(base_env, dict) and isinstance(own_env, dict):
+        body["envVars"] = {**base_env, **own_env}
+    return body
+
+
 def init_body(**extra: object) -> dict[str, object]:
     """envd /init payload that every restore and fork sends: clock + fresh entropy.
 

@@ -10,28 +10,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-import os
 import shutil
 import time
-import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from workers.node.foreground import Foreground, in_background
+from workers.node.foreground import Foreground
 from workers.node.image import GuestImage, kernel_cmdline
 from workers.node.image.runtime import build_runtime
 from workers.node.net import GUEST, EgressPolicy, SlotPool, uplink
 from workers.node.net.addressing import DEFAULT_SLOT_CIDR
 from workers.node.net.uplink import Uplink
 from workers.node.runtime.capture import take_capture, take_disk_capture
+from workers.node.runtime.capturefiles import CaptureFiles
 from workers.node.runtime.compat import check_compatible
-from workers.node.runtime.guest import wait_and_init, wait_envd
-from workers.node.runtime.layers import MAX_CHAIN_DEPTH, LayerStore
+from workers.node.runtime.forking import fork_children
+from workers.node.runtime.guest import over_defaults, wait_and_init, wait_envd
+from workers.node.runtime.layers import LayerStore
 from workers.node.runtime.ramfile import keep_capture, ram_for_restore
 from workers.node.runtime.rampool import RamPool
 from workers.node.runtime.ramstage import RamStage
 from workers.node.runtime.snapshot import Snapshot
+from workers.node.runtime.teardown import Teardowns
 from workers.node.runtime.vm import Timing, Vm, caps, init_vm_envd, new_id, race_exit
 from workers.node.vmm import (
     AccelChoice,
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 BOOT_ENVD_TIMEOUT = 120.0  # a cold boot under TCG on a loaded 2-core CI host
 
 
-class Runtime:
+class Runtime(CaptureFiles):
     """Owns the VMs of one node. Create with `await Runtime.open(...)`, end with `close()`."""
 
     def __init__(
@@ -80,8 +81,8 @@ class Runtime:
         )
         #: RAM copies of running VMs (persistent snapshots, forks) go through memory first
         self.ram_stage = RamStage.for_state(state_dir)
-        self._releasing: dict[str, asyncio.Task[None]] = {}
-        self._teardowns: set[asyncio.Task[None]] = set()
+        #: VMs being ended (a paused VM's QEMU exits after the pause returns)
+        self.teardowns = Teardowns(self.vms, pool)
         self.uplink: Uplink | None = None
 
     @classmethod
@@ -122,16 +123,17 @@ class Runtime:
     async def close(self) -> None:
         """Destroy every VM this runtime started and every pooled slot."""
         self.foreground.closing()  # teardowns waiting for quiet: go now
-        if self._releasing:
-            await asyncio.wait(set(self._releasing.values()))
-        if self._teardowns:
-            await asyncio.wait(set(self._teardowns))
+        await self.teardowns.drain()
         await asyncio.gather(*(self.destroy(vm) for vm in list(self.vms.values())))
         await self.ram_pool.close()
         await self.pool.close()
         await asyncio.to_thread(self.ram_stage.close)
         if self.uplink is not None:
             await asyncio.to_thread(uplink.disable, self.uplink)
+
+    def machine_like(self, snap: Snapshot) -> Machine:
+        """This node's machine of `snap`'s size: what a restore of it here would run."""
+        return self.machine(vcpus=snap.machine.vcpus, mem_mib=snap.machine.mem_mib)
 
     def machine(self, *, vcpus: int, mem_mib: int) -> Machine:
         return Machine(
@@ -160,42 +162,77 @@ class Runtime:
         vm_id = vm_id or new_id()
         machine = self.machine(vcpus=vcpus, mem_mib=mem_mib)
         async with contextlib.AsyncExitStack() as stack:
-            slot = await self.pool.acquire(policy)
-            stack.push_async_callback(self.pool.release, slot)
-            workdir = self._vm_dir(vm_id)
-            stack.callback(shutil.rmtree, workdir, True)
-            top = await self.layers.create_top(rootfs, backing_raw=True)
-            stack.callback(top.unlink, True)
-            spec = LaunchSpec(
-                vm_id=vm_id,
+            vm = await self._launch(
+                stack,
+                vm_id,
+                policy,
+                rootfs,
+                backing_raw=True,
                 machine=machine,
-                workdir=workdir,
-                mem_file=workdir / "mem",
-                mem_shared=True,
-                disk=top,
                 runtime_disk=self.runtime_disk,
                 start=Boot(kernel, initrd, cmdline),
-                netns=slot.netns_path,
-                **caps(machine),
-            )
-            qemu = await QemuVm.launch(spec)
-            stack.push_async_callback(qemu.kill)
-            vm = Vm(
-                vm_id,
-                qemu,
-                slot,
-                workdir,
-                machine,
-                spec.mem_file,
-                True,
-                top,
-                rootfs,
-                self.runtime_disk,
-                [top],
+                base_image=rootfs,
             )
             stack.pop_all()
         self.vms[vm_id] = vm
         return vm
+
+    async def _launch(
+        self,
+        stack: contextlib.AsyncExitStack,
+        vm_id: str,
+        policy: EgressPolicy | None,
+        backing: Path,
+        *,
+        machine: Machine,
+        runtime_disk: Path,
+        start: Boot | Incoming,
+        base_image: Path,
+        backing_raw: bool = False,
+        memory: Callable[[Path], Awaitable[Path]] | None = None,
+        mem_shared: bool = True,
+        volumes: tuple[Path | None, ...] = (),
+        background: bool = False,
+    ) -> Vm:
+        """The steps every VM start shares, each undone on `stack` if a later one fails: a
+        network slot, the VM's directory, a fresh top layer over `backing`, its RAM file
+        (`memory(workdir)`, else a new shared one) and QEMU launched on them."""
+        slot = await self.pool.acquire(policy)
+        stack.push_async_callback(self.pool.release, slot)
+        workdir = self._vm_dir(vm_id)
+        stack.callback(shutil.rmtree, workdir, True)
+        top = await self.layers.create_top(backing, backing_raw=backing_raw)
+        stack.callback(top.unlink, True)
+        mem = await memory(workdir) if memory is not None else workdir / "mem"
+        spec = LaunchSpec(
+            vm_id=vm_id,
+            machine=machine,
+            workdir=workdir,
+            mem_file=mem,
+            mem_shared=mem_shared,
+            disk=top,
+            runtime_disk=runtime_disk,
+            start=start,
+            netns=slot.netns_path,
+            volumes=volumes,
+            background=background,
+            **caps(machine),
+        )
+        qemu = await QemuVm.launch(spec)
+        stack.push_async_callback(qemu.kill)
+        return Vm(
+            vm_id,
+            qemu,
+            slot,
+            workdir,
+            machine,
+            mem,
+            mem_shared,
+            top,
+            base_image,
+            runtime_disk,
+            [top],
+        )
 
     async def wait_envd(self, vm: Vm, timeout: float = BOOT_ENVD_TIMEOUT) -> float:
         """Wait for envd, failing fast (with QEMU's output) if the VM dies meanwhile."""
@@ -216,62 +253,28 @@ class Runtime:
         waits for the exit first (QEMU still holds the frozen layer's write lock until then).
         """
         with self.foreground.busy():  # a pause or fork is waited on: housekeeping yields
-            return await self._capture(vm, resume=resume, snapshot_id=snapshot_id, detach=detach)
-
-    async def _capture(
-        self, vm: Vm, *, resume: bool, snapshot_id: str | None, detach: bool
-    ) -> Snapshot:
-        snapshot_id = snapshot_id or new_id()
-        sdir = self.snapshot_dir(snapshot_id)
-        sdir.mkdir(parents=True)
-        snap = await take_capture(
-            vm,
-            sdir,
-            snapshot_id,
-            resume=resume,
-            detach=detach,
-            layers=self.layers,
-            stage=self.ram_stage,
-        )
-        if not resume:
-            if detach:
-                task = asyncio.create_task(self._release(vm), name=f"release:{vm.vm_id}")
-                self._releasing[snapshot_id] = task
-                # once QEMU is gone nobody needs to wait: a snapshot never restored (its
-                # sandbox killed while paused) must not keep an entry for the node's life
-                task.add_done_callback(lambda _: self._releasing.pop(snapshot_id, None))
-            else:
-                await self.destroy(vm)
-        return snap
+            snapshot_id = snapshot_id or new_id()
+            sdir = self.snapshot_dir(snapshot_id)
+            sdir.mkdir(parents=True)
+            snap = await take_capture(
+                vm,
+                sdir,
+                snapshot_id,
+                resume=resume,
+                detach=detach,
+                layers=self.layers,
+                stage=self.ram_stage,
+            )
+            if not resume:
+                if detach:
+                    self.teardowns.release_for(snapshot_id, vm)
+                else:
+                    await self.destroy(vm)
+            return snap
 
     async def settled(self, snapshot_id: str) -> None:
         """Return once a detached capture's QEMU has exited (its files are then final)."""
-        releasing = self._releasing.get(snapshot_id)
-        if releasing is not None:
-            await asyncio.wait({releasing})
-
-    async def _release(self, vm: Vm) -> None:
-        """End a captured VM's QEMU. SIGKILL, not `quit`: the migration to the state file
-        completed, which stopped the guest and flushed and released its disks, and its RAM
-        is a shared file mapping (the kernel keeps every written page). A graceful quit
-        only adds tens of milliseconds that a quick resume would wait for — as would the
-        network slot's teardown, which therefore goes on after this returns."""
-        try:
-            await vm.qemu.kill()
-        finally:
-            # The sandbox's resume reuses its id (and so its directory): make both ours
-            # before returning, then tear down the rest in the background.
-            if self.vms.get(vm.vm_id) is vm:
-                del self.vms[vm.vm_id]
-            with contextlib.suppress(OSError):
-                gone = vm.dir.with_name(f"{vm.dir.name}.gone-{uuid.uuid4().hex[:8]}")
-                vm.dir.rename(gone)
-                vm.dir = gone
-            task = asyncio.create_task(
-                self.destroy(vm, background=True), name=f"teardown:{vm.vm_id}"
-            )
-            self._teardowns.add(task)
-            task.add_done_callback(self._teardowns.discard)
+        await self.teardowns.settled(snapshot_id)
 
     # ---- restore -----------------------------------------------------------------------
     async def restore(
@@ -306,64 +309,46 @@ class Runtime:
         `volumes`: the image each volume slot gets instead of its placeholder (in slot
         order; None leaves a slot empty).
         """
-        self._check_compatible(snap, volumes)
+        check_compatible(self.machine_like(snap), snap, volumes)
         if snap.disk_only:
             raise SnapshotIncompatible(
                 f"{snap.snapshot_id} is a filesystem-only capture: it "
                 "boots (boot_disk), it does not restore"
             )
-        releasing = self._releasing.pop(snap.snapshot_id, None)
-        if releasing is not None:  # the paused VM's QEMU may still be exiting
-            await asyncio.wait({releasing})
+        await self.teardowns.take_release(snap.snapshot_id)  # its QEMU may still be exiting
         vm_id = vm_id or new_id()
         t0 = time.monotonic()
-        async with contextlib.AsyncExitStack() as stack:
-            if not background:
-                stack.enter_context(self.foreground.busy())
-            slot = await self.pool.acquire(policy)
-            stack.push_async_callback(self.pool.release, slot)
-            workdir = self._vm_dir(vm_id)
-            stack.callback(shutil.rmtree, workdir, True)
-            top = await self.layers.create_top(snap.disk_top)
-            stack.callback(top.unlink, True)
+        kept: asyncio.Task[Path | None] | None = None
+
+        async def memory(workdir: Path) -> Path:
+            nonlocal kept
             mem, kept = await ram_for_restore(
                 snap, workdir, stack, self.ram_pool, private=private_memory, adopt=adopt_memory
             )
-            spec = LaunchSpec(
-                vm_id=vm_id,
+            return mem
+
+        async with contextlib.AsyncExitStack() as stack:
+            if not background:
+                stack.enter_context(self.foreground.busy())
+            vm = await self._launch(
+                stack,
+                vm_id,
+                policy,
+                snap.disk_top,
                 machine=snap.machine,
-                workdir=workdir,
-                mem_file=mem,
-                mem_shared=not private_memory,
-                disk=top,
                 runtime_disk=snap.runtime_disk,
                 start=Incoming(snap.state, ram_in_stream=snap.ram_in_state),
-                netns=slot.netns_path,
+                base_image=snap.base_image,
+                memory=memory,
+                mem_shared=not private_memory,
                 volumes=volumes,
                 background=background,
-                **caps(snap.machine),
             )
-            qemu = await QemuVm.launch(spec)
-            stack.push_async_callback(qemu.kill)
             if run:
                 if kept is not None:
                     await keep_capture(snap, kept)
-                await qemu.cont()
-            t_running = time.monotonic() - t0
-            vm = Vm(
-                vm_id,
-                qemu,
-                slot,
-                workdir,
-                snap.machine,
-                mem,
-                not private_memory,
-                top,
-                snap.base_image,
-                snap.runtime_disk,
-                [top],
-            )
-            t_envd = t_running
+                await vm.qemu.cont()
+            t_running = t_envd = time.monotonic() - t0
             if wait and run:
                 await init_vm_envd(vm, init, init_token)
                 t_envd = time.monotonic() - t0
@@ -381,9 +366,7 @@ class Runtime:
             sdir = self.snapshot_dir(snapshot_id)
             sdir.mkdir(parents=True)
             snap = await take_disk_capture(vm, sdir, snapshot_id, guest_defaults)
-            task = asyncio.create_task(self._release(vm), name=f"release:{vm.vm_id}")
-            self._teardowns.add(task)
-            task.add_done_callback(self._teardowns.discard)
+            self.teardowns.release_later(vm)
             return snap
 
     async def boot_disk(
@@ -400,50 +383,24 @@ class Runtime:
         its frozen chain; the image's kernel and initrd): its files as they were, no
         process of before, a new boot id. envd's /init gets the capture's `guest_defaults`
         and then `init` (the sandbox's env vars, token, hostname) over them."""
-        self._check_compatible(snap, volumes)
+        check_compatible(self.machine_like(snap), snap, volumes)
         image = GuestImage.load(snap.base_image.parent)
         t0 = time.monotonic()
         async with contextlib.AsyncExitStack() as stack:
             stack.enter_context(self.foreground.busy())
-            slot = await self.pool.acquire(policy)
-            stack.push_async_callback(self.pool.release, slot)
-            workdir = self._vm_dir(vm_id)
-            stack.callback(shutil.rmtree, workdir, True)
-            top = await self.layers.create_top(snap.disk_top)
-            stack.callback(top.unlink, True)
-            spec = LaunchSpec(
-                vm_id=vm_id,
+            vm = await self._launch(
+                stack,
+                vm_id,
+                policy,
+                snap.disk_top,
                 machine=snap.machine,
-                workdir=workdir,
-                mem_file=workdir / "mem",
-                mem_shared=True,
-                disk=top,
                 runtime_disk=snap.runtime_disk,
                 start=Boot(image.kernel, image.initrd, kernel_cmdline(image)),
-                netns=slot.netns_path,
+                base_image=snap.base_image,
                 volumes=volumes,
-                **caps(snap.machine),
-            )
-            qemu = await QemuVm.launch(spec)
-            stack.push_async_callback(qemu.kill)
-            vm = Vm(
-                vm_id,
-                qemu,
-                slot,
-                workdir,
-                snap.machine,
-                spec.mem_file,
-                True,
-                top,
-                snap.base_image,
-                snap.runtime_disk,
-                [top],
             )
             t_running = time.monotonic() - t0
-            body: dict[str, object] = {**snap.guest_defaults, **(init or {})}
-            base_env, own_env = snap.guest_defaults.get("envVars"), (init or {}).get("envVars")
-            if isinstance(base_env, dict) and isinstance(own_env, dict):
-                body["envVars"] = {**base_env, **own_env}  # the sandbox's values win
+            body = over_defaults(snap.guest_defaults, init)
             await race_exit(
                 vm, wait_and_init(vm.host, body, token=init_token, timeout=BOOT_ENVD_TIMEOUT)
             )
@@ -468,125 +425,24 @@ class Runtime:
         but before their envd was initialised (callers init each with its own token).
         """
         with self.foreground.busy():
-            return await self._fork(vm, count, wait=wait, vm_ids=vm_ids, policy=policy)
-
-    async def _fork(
-        self,
-        vm: Vm,
-        count: int,
-        *,
-        wait: bool,
-        vm_ids: list[str] | None,
-        policy: EgressPolicy | None,
-    ) -> tuple[Snapshot, list[Vm | BaseException]]:
-        ids = vm_ids or [None] * count  # type: ignore[list-item]
-        snap = await self.capture(vm, resume=True)
-        # Load every child first, then let them all run: on few cores, a guest already
-        # running (TCG: a busy vCPU thread) slows the launches of its later siblings.
-        results = await asyncio.gather(
-            *(
-                self.restore(snap, vm_id=i, private_memory=True, run=False, policy=policy)
-                for i in ids
-            ),
-            return_exceptions=True,
-        )
-        children: list[Vm | BaseException] = [
-            r if isinstance(r, BaseException) else r[0] for r in results
-        ]
-
-        async def start(child: Vm) -> Vm:
-            try:
-                await child.qemu.cont()
-                if wait:
-                    await init_vm_envd(child, None, None)
-            except BaseException:
-                await self.destroy(child)
-                raise
-            return child
-
-        started = await asyncio.gather(
-            *(start(c) for c in children if isinstance(c, Vm)), return_exceptions=True
-        )
-        it = iter(started)
-        return snap, [c if isinstance(c, BaseException) else next(it) for c in children]
+            return await fork_children(self, vm, count, wait=wait, vm_ids=vm_ids, policy=policy)
 
     # ---- teardown ----------------------------------------------------------------------
     async def destroy(self, vm: Vm, *, background: bool = False) -> None:
-        """Kill the VM and free its slot, directory and unfrozen layers. Idempotent.
-        `background`: nobody waits for the rest once QEMU is gone (a paused VM's release),
-        so it is housekeeping: after the restores in flight, at the lowest priority."""
-        if self.vms.get(vm.vm_id) is vm:  # not a newer VM that reuses the id (a resume)
-            del self.vms[vm.vm_id]
-        await vm.qemu.kill()
-        if vm.slot.lock_fd is not None:
-            await self.pool.release(vm.slot, background=background)
-        for layer in vm.owned_layers:
-            layer.unlink(missing_ok=True)
-        vm.owned_layers = []
-        if background:
-            await in_background(shutil.rmtree, vm.dir, True)
-        else:
-            shutil.rmtree(vm.dir, ignore_errors=True)
-
-    async def compact_if_deep(self, snap: Snapshot) -> Snapshot:
-        """A snapshot whose disk chain grew past the limit (many pause/resume cycles) gets one
-        flattened layer over the base instead; the old layers are left to `collect_layers`."""
-        if await self.layers.depth(snap.disk_top) <= MAX_CHAIN_DEPTH:
-            return snap
-        releasing = self._releasing.get(snap.snapshot_id)
-        if releasing is not None:  # qemu-img may not open the chain while QEMU holds it
-            await asyncio.wait({releasing})
-        flat = await self.layers.compact(snap.disk_top)
-        compacted = dataclasses.replace(snap, disk_top=flat)
-        compacted.write()
-        log.info("snapshot %s: disk chain compacted into %s", snap.snapshot_id, flat.name)
-        return compacted
-
-    async def persist(self, snap: Snapshot) -> None:
-        """Put all of a capture's files on the node's disk: a capture of a VM that ran on
-        (`capture(resume=True)`) may hold its RAM in memory (`RamStage`). A snapshot that
-        must outlive the node process is persisted before anyone is told it exists."""
-        await asyncio.to_thread(self.ram_stage.settle, snap.mem, self.foreground.pause_point)
-
-    def delete_snapshot(self, snap: Snapshot) -> None:
-        """Remove a snapshot's own files. Its disk layers may still be under a running VM
-        or another snapshot: `collect_layers` frees them once nothing needs them."""
-        self.ram_stage.discard(snap.mem)
-        shutil.rmtree(snap.dir, ignore_errors=True)
-
-    async def collect_layers(self, snapshots: list[Snapshot], *, min_age_s: float = 60) -> int:
-        """Delete disk layers that neither a live VM nor one of `snapshots` stacks on.
-
-        Chains are read from the files themselves (qemu-img), so layers made before a node
-        restart are judged correctly; a layer younger than `min_age_s` is never touched (a
-        restore may be stacking on it right now). Returns how many were deleted.
-        """
-        roots = {vm.disk_top for vm in self.vms.values()} | {s.disk_top for s in snapshots}
-        return len(await self.layers.collect(roots, min_age_s=min_age_s))
-
-    def snapshot_dir(self, snapshot_id: str) -> Path:
-        """Where a snapshot of this node lives (captured here, or pulled from a repository)."""
-        return self.state_dir / "snapshots" / snapshot_id
+        """Kill the VM and free its slot, directory and unfrozen layers (`Teardowns`)."""
+        await self.teardowns.destroy(vm, background=background)
 
     def rename(self, vm: Vm, vm_id: str) -> None:
         """Give a running VM another id — a warm VM the sandbox `vm_id` claimed — and its
         directory that name, so that `<state>/vms/<sandbox>` is the sandbox's VM whichever
         way it started. QEMU keeps its files open (RAM, console, QMP): only the paths the
         node uses change."""
-        new_dir = self._vm_dir(vm_id)
-        os.rename(vm.dir, new_dir)  # refuses to replace a directory that is not empty
-        if self.vms.get(vm.vm_id) is vm:
-            del self.vms[vm.vm_id]
+        old = vm.vm_id
+        vm.move_to(vm_id, self._vm_dir(vm_id))  # first: a refused rename changes nothing
+        if self.vms.get(old) is vm:
+            del self.vms[old]
         self.vms[vm_id] = vm
-        spec = vm.qemu.spec
-        mem = new_dir / vm.mem_file.name if vm.mem_file.parent == vm.dir else vm.mem_file
-        vm.qemu.spec = dataclasses.replace(spec, vm_id=vm_id, workdir=new_dir, mem_file=mem)
-        vm.vm_id, vm.dir, vm.mem_file = vm_id, new_dir, mem
 
     # ---- helpers -----------------------------------------------------------------------
     def _vm_dir(self, vm_id: str) -> Path:
         return self.state_dir / "vms" / vm_id
-
-    def _check_compatible(self, snap: Snapshot, volumes: tuple[Path | None, ...] = ()) -> None:
-        here = self.machine(vcpus=snap.machine.vcpus, mem_mib=snap.machine.mem_mib)
-        check_compatible(here, snap, volumes)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import os
 import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -41,6 +43,14 @@ class Vm:
     base_image: Path
     runtime_disk: Path
     owned_layers: list[Path] = field(default_factory=list)
+
+    def move_to(self, vm_id: str, new_dir: Path) -> None:
+        """This VM under another id and directory (`Runtime.rename`)."""
+        os.rename(self.dir, new_dir)  # refuses to replace a directory that is not empty
+        mem = new_dir / self.mem_file.name if self.mem_file.parent == self.dir else self.mem_file
+        spec = dataclasses.replace(self.qemu.spec, vm_id=vm_id, workdir=new_dir, mem_file=mem)
+        self.qemu.spec = spec
+        self.vm_id, self.dir, self.mem_file = vm_id, new_dir, mem
 
     @property
     def host(self) -> str:

@@ -1,0 +1,73 @@
+"""The captures a node keeps on its disk: where they live, flattening deep disk chains,
+settling staged RAM, removing a capture and collecting the layers nothing stacks on.
+
+A facet of `Runtime` (its base class): the attributes below are the runtime's own, declared
+here so this module needs nothing of `runtime.py` (the two would otherwise import each
+other).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import shutil
+from pathlib import Path
+
+from workers.node.foreground import Foreground
+from workers.node.runtime.layers import MAX_CHAIN_DEPTH, LayerStore
+from workers.node.runtime.ramstage import RamStage
+from workers.node.runtime.snapshot import Snapshot
+from workers.node.runtime.teardown import Teardowns
+from workers.node.runtime.vm import Vm
+
+__all__ = ["CaptureFiles"]
+
+log = logging.getLogger(__name__)
+
+
+class CaptureFiles:
+    state_dir: Path
+    layers: LayerStore
+    ram_stage: RamStage
+    foreground: Foreground
+    teardowns: Teardowns
+    vms: dict[str, Vm]
+
+    async def compact_if_deep(self, snap: Snapshot) -> Snapshot:
+        """A snapshot whose disk chain grew past the limit (many pause/resume cycles) gets one
+        flattened layer over the base instead; the old layers are left to `collect_layers`."""
+        if await self.layers.depth(snap.disk_top) <= MAX_CHAIN_DEPTH:
+            return snap
+        await self.teardowns.settled(snap.snapshot_id)  # qemu-img waits for QEMU's lock
+        flat = await self.layers.compact(snap.disk_top)
+        compacted = dataclasses.replace(snap, disk_top=flat)
+        compacted.write()
+        log.info("snapshot %s: disk chain compacted into %s", snap.snapshot_id, flat.name)
+        return compacted
+
+    async def persist(self, snap: Snapshot) -> None:
+        """Put all of a capture's files on the node's disk: a capture of a VM that ran on
+        (`capture(resume=True)`) may hold its RAM in memory (`RamStage`). A snapshot that
+        must outlive the node process is persisted before anyone is told it exists."""
+        await asyncio.to_thread(self.ram_stage.settle, snap.mem, self.foreground.pause_point)
+
+    def delete_snapshot(self, snap: Snapshot) -> None:
+        """Remove a snapshot's own files. Its disk layers may still be under a running VM
+        or another snapshot: `collect_layers` frees them once nothing needs them."""
+        self.ram_stage.discard(snap.mem)
+        shutil.rmtree(snap.dir, ignore_errors=True)
+
+    async def collect_layers(self, snapshots: list[Snapshot], *, min_age_s: float = 60) -> int:
+        """Delete disk layers that neither a live VM nor one of `snapshots` stacks on.
+
+        Chains are read from the files themselves (qemu-img), so layers made before a node
+        restart are judged correctly; a layer younger than `min_age_s` is never touched (a
+        restore may be stacking on it right now). Returns how many were deleted.
+        """
+        roots = {vm.disk_top for vm in self.vms.values()} | {s.disk_top for s in snapshots}
+        return len(await self.layers.collect(roots, min_age_s=min_age_s))
+
+    def snapshot_dir(self, snapshot_id: str) -> Path:
+        """Where a snapshot of this node lives (captured here, or pulled from a repository)."""
+        return self.state_dir / "snapshots" / snapshot_id
