@@ -21,8 +21,9 @@ __all__ = ["FAST", "SLOW", "TierClock", "tier_of"]
 
 #: No VM, no root: `make test-fast` (issue 27: under 3 minutes on the 2-core host)
 FAST = ("unit", "golden", "deploy", "contract", "vmless")
-#: Real QEMU microVMs (and the fleet's NATS cluster): after every fast tier
-SLOW = ("integration", "e2e_cli", "e2e", "fleet", "reliability")
+#: The VM-less stack under faults (minutes of waiting out restarts), then real QEMU
+#: microVMs (and the fleet's NATS cluster): after every fast tier
+SLOW = ("vmless_slow", "integration", "e2e_cli", "e2e", "fleet", "reliability")
 
 
 def tier_of(nodeid: str) -> str:

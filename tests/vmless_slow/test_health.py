@@ -21,7 +21,7 @@ from aenv.stack.process import free_port
 from bus import Bus
 from bus.nodes import Heartbeat, NodeBook
 from tests.vmless.conftest import VmlessStack, vmless_stack
-from tests.vmless.test_supervision import eventually, role_pid
+from tests.vmless_slow.test_supervision import eventually, role_pid
 
 
 class _S3Gateway(BaseHTTPRequestHandler):
