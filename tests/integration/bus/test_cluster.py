@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import nats.errors
 import pytest
 import pytest_asyncio
 
@@ -48,7 +49,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
 @pytest_asyncio.fixture
 async def cbus(cluster: NatsCluster) -> AsyncIterator[Bus]:
     settings = BusSettings(nats_url=cluster.url, replicas=3, bus_prefix=f"c{secrets.token_hex(4)}")
-    b = await Bus.connect(settings, name="aenv-cluster-test")
+    # A fresh cluster answers /healthz before its meta group has settled on a loaded host:
+    # the first R3 stream create can time out (seen in CI, 5 s). Creating streams is
+    # idempotent, so the setup retries for a bounded time instead of failing the test.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            b = await Bus.connect(settings, name="aenv-cluster-test")
+            break
+        except nats.errors.TimeoutError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1)
     try:
         yield b
     finally:
