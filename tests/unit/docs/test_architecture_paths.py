@@ -10,6 +10,7 @@ a module, and a bare module file name (`early.py`) must name some file of the tr
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -28,13 +29,18 @@ _FILE = re.compile(r"^[a-z0-9_]+\.py$")
 _MODULE = re.compile(r"^[a-z_]+(\.[a-z_0-9]+)+$")
 
 
+def _skipped(name: str) -> bool:
+    return name in {".git", "node_modules"} or name.startswith(".venv")
+
+
 def _tree_names() -> set[str]:
-    skip = {".venv", ".git", "node_modules"}
-    return {
-        p.name
-        for p in ROOT.rglob("*")
-        if not any(part in skip or part.startswith(".venv") for part in p.parts)
-    }
+    """Every file and directory name of the tree, the venvs, git and npm's modules pruned
+    before they are walked (they hold most of the machine's files, none of ours)."""
+    names: set[str] = set()
+    for _, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not _skipped(d)]
+        names.update(dirs, files)
+    return names
 
 
 def _missing(text: str, names: set[str]) -> list[str]:
