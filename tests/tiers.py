@@ -42,8 +42,7 @@ class TierClock:
     def started(self, nodeid: str) -> None:
         tier = tier_of(nodeid)
         now = time.monotonic()
-        span = self.spans.setdefault(tier, [now, now])
-        span[0] = min(span[0], now)
+        self.spans.setdefault(tier, [now, now])  # a tier's first test starts its span
         self.counts[tier] = self.counts.get(tier, 0) + 1
 
     def finished(self, nodeid: str) -> None:

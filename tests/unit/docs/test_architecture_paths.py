@@ -16,7 +16,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = [ROOT / "docs" / "ARCHITECTURE.md"]
-PACKAGES = ("aenv", "api", "bench", "bus", "codeint", "domain", "envd", "projections", "shared")
+PACKAGES: tuple[str, ...] = (
+    "aenv",
+    "api",
+    "bench",
+    "bus",
+    "codeint",
+    "domain",
+    "envd",
+    "projections",
+    "shared",
+)
 PACKAGES += ("workers", "migrations", "tests", "scripts", "deploy", "docs")
 #: What the code writes, not what the repository holds (gitignored output, runtime files)
 GENERATED = ("bench/results/",)
