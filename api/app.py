@@ -6,6 +6,7 @@ handlers and OpenAPI; the process that runs it (aenv serve) owns the resources i
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from typing import Any
@@ -44,6 +45,8 @@ from shared.proxy import (
     Upstream,
     sandbox_target,
 )
+
+log = logging.getLogger(__name__)
 
 
 async def _ctx(request: Request[Any, Any, Any]) -> ApiContext:
@@ -146,9 +149,11 @@ class MeasuredApp:
         self.app: ASGIApp = proxy
         self.proxy, self.ctx = proxy, ctx
 
-    def close_sandbox(self, sandbox_id: str) -> None:
-        """End every proxied stream of a sandbox that is gone (see `SandboxProxy`)."""
-        self.proxy.close_sandbox(sandbox_id)
+    def close_sandbox(self, sandbox_id: str, keep_via: str | None = None) -> None:
+        """End the proxied streams of a sandbox that is gone or moved (`SandboxProxy`)."""
+        if cut := self.proxy.close_sandbox(sandbox_id, keep_via):
+            why = "gone" if keep_via is None else f"routed to {keep_via}"
+            log.info("cut %d proxied stream(s) of sandbox %s: %s", cut, sandbox_id, why)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

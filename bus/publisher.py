@@ -18,17 +18,26 @@ from typing import Any
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import PubAck
 from nats.js.errors import APIError, NoStreamResponseError
 
-__all__ = ["JetStreamPublisher"]
+__all__ = ["JetStreamPublisher", "unavailable"]
 
 log = logging.getLogger(__name__)
 
 _NO_RESPONDERS = "503"
 #: JetStream's "temporarily unavailable": a stream or the meta layer without a leader
 _UNAVAILABLE = 503
+
+
+def unavailable(e: BaseException) -> bool:
+    """Whether a JetStream write failed only because nothing could take it for a while
+    (a reconnect, a leader election): worth retrying with the same bytes."""
+    if isinstance(e, APIError):
+        return e.code == _UNAVAILABLE
+    return isinstance(e, (NoStreamResponseError, NoRespondersError, NatsTimeoutError, TimeoutError))
 
 
 class JetStreamPublisher:
@@ -79,12 +88,8 @@ class JetStreamPublisher:
         while True:
             try:
                 return await self.publish(subject, data, headers), attempt > 0
-            except APIError as e:
-                if e.code != _UNAVAILABLE or loop.time() + delay > deadline:
-                    raise
-                why: object = e
-            except (NoStreamResponseError, NatsTimeoutError, TimeoutError) as e:
-                if loop.time() + delay > deadline:
+            except Exception as e:
+                if not unavailable(e) or loop.time() + delay > deadline:
                     raise
                 why = e
             attempt += 1

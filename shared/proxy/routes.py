@@ -65,8 +65,9 @@ class RouteTable:
         self.via_node = via_node
         self.resume_timeout_s = resume_timeout_s
         self.routes: dict[str, Route] = {}
-        #: called with a sandbox id when its route disappears (the proxy cuts its streams)
-        self.on_gone: list[Callable[[str], None]] = []
+        #: called with a sandbox id when its route disappears or changes, and the target
+        #: (`via`) whose streams may stay: None when it is gone (the proxy cuts its streams)
+        self.on_gone: list[Callable[[str, str | None], None]] = []
         self._task: asyncio.Task[None] | None = None
         self._resuming: dict[str, asyncio.Task[None]] = {}
         #: requests waiting for a route to arrive, by sandbox
@@ -107,8 +108,16 @@ class RouteTable:
                 (b"e2b-sandbox-port", str(port).encode()),
             )
             # checked here and again by the node's proxy (reachable without us)
-            return Upstream(host, int(node_port), routing, route.traffic_digest)
-        return Upstream(route.address, port, traffic_digest=route.traffic_digest)
+            return Upstream(host, int(node_port), routing, route.traffic_digest, self.via(route))
+        return Upstream(
+            route.address, port, traffic_digest=route.traffic_digest, via=self.via(route)
+        )
+
+    def via(self, route: Route) -> str:
+        """The target a route sends this table's streams to: the node's proxy, or the guest."""
+        if self.via_node:
+            return f"node:{route.node_proxy}"
+        return f"guest:{route.address}"
 
     async def _lookup(self, sandbox_id: str) -> Route | None:
         """The mirror, else the bucket (a route the watch has not delivered yet)."""
@@ -196,7 +205,7 @@ class RouteTable:
                 async for sid, route in self.book.watch():
                     if route is None:
                         if self.routes.pop(sid, None) is not None:
-                            self._gone(sid)
+                            self._gone(sid, None)
                     else:
                         old = self.routes.get(sid)
                         self.routes[sid] = route
@@ -204,7 +213,10 @@ class RouteTable:
                             if not waiter.done():
                                 waiter.set_result(route)
                         if old is not None and old != route:
-                            self._gone(sid)  # resumed elsewhere: old streams are dead
+                            # resumed elsewhere: streams to the old target are dead. The
+                            # same target (a pause and resume the watch replayed as one
+                            # change, after a NATS restart) keeps its live streams.
+                            self._gone(sid, self.via(route))
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -214,9 +226,9 @@ class RouteTable:
                 self.routes.clear()
                 await asyncio.sleep(0.5)
 
-    def _gone(self, sandbox_id: str) -> None:
+    def _gone(self, sandbox_id: str, keep_via: str | None) -> None:
         for hook in self.on_gone:
             try:
-                hook(sandbox_id)
+                hook(sandbox_id, keep_via)
             except Exception:
                 log.exception("route on_gone hook failed for %s", sandbox_id)

@@ -62,6 +62,9 @@ class Upstream:
     port: int
     headers: tuple[tuple[bytes, bytes], ...] = ()
     traffic_digest: str | None = None
+    #: the target it names (`RouteTable.via`): a route that changes to the same target
+    #: leaves the streams open to it alone (a pause and resume seen late, as one change)
+    via: str = ""
 
 
 class SandboxUnavailable(Exception):
@@ -104,14 +107,23 @@ class SandboxProxy:
         self.app = app
         self.resolve = resolve
         self.domain = domain
-        #: open upstream connections per sandbox, so a kill or pause can end them at once
-        #: (a guest that vanished with its network namespace never sends a FIN)
-        self._open: dict[str, set[asyncio.StreamWriter]] = {}
+        #: open upstream connections per sandbox and the target each goes to, so a kill or
+        #: pause can end them at once (a guest gone with its network namespace never sends
+        #: a FIN)
+        self._open: dict[str, dict[asyncio.StreamWriter, str]] = {}
 
-    def close_sandbox(self, sandbox_id: str) -> None:
-        """End every proxied stream of a sandbox that is gone (killed or paused)."""
-        for writer in self._open.pop(sandbox_id, set()):
+    def close_sandbox(self, sandbox_id: str, keep_via: str | None = None) -> int:
+        """End the proxied streams of a sandbox that is gone (killed or paused), or whose
+        route now names another target: those to `keep_via` (the new route's) stay open.
+        Returns how many were cut."""
+        streams = self._open.get(sandbox_id, {})
+        cut = [w for w, via in streams.items() if keep_via is None or via != keep_via]
+        for writer in cut:
+            streams.pop(writer, None)
             writer.close()
+        if not streams:
+            self._open.pop(sandbox_id, None)
+        return len(cut)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -146,7 +158,7 @@ class SandboxProxy:
             msg = f"The sandbox is running but port is not open ({port})"
             await _refuse(kind, send, 502, {"sandboxId": sid, "code": 502, "message": msg})
             return
-        self._open.setdefault(sid, set()).add(writer)
+        self._open.setdefault(sid, {})[writer] = upstream.via
         try:
             if kind == "websocket":
                 host = f"{upstream.host}:{upstream.port}"
@@ -156,7 +168,7 @@ class SandboxProxy:
             else:
                 await _forward(scope, receive, send, reader, writer, upstream, sid)
         finally:
-            self._open.get(sid, set()).discard(writer)
+            self._open.get(sid, {}).pop(writer, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

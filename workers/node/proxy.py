@@ -170,8 +170,13 @@ def node_proxy(
         ),
         resolve,
     )
-    host.on_gone(proxy.close_sandbox)
+    host.on_gone(lambda sid: _cut(proxy, sid))
     return proxy
+
+
+def _cut(proxy: SandboxProxy, sandbox_id: str) -> None:
+    """The VM is gone from this node: every stream to it ends (none can stay)."""
+    proxy.close_sandbox(sandbox_id)
 
 
 def listen(host: str, port: int) -> socket.socket:

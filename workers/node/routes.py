@@ -9,17 +9,35 @@ host's `on_gone`: pause, kill, close) before the event that says so is appended.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from bus import Bus
+from bus.publisher import unavailable
 from bus.routes import Route, RouteBook, traffic_digest
 from workers.node.ports import Host
 
 __all__ = ["RoutePublisher"]
 
+log = logging.getLogger(__name__)
+
+#: How long a route's put is retried while the bucket cannot take it (a NATS server
+#: killed, its streams electing leaders): a running sandbox without a route is out of
+#: every proxy's reach until a redelivery or its next resume re-puts it.
+PUT_BUDGET_S = 30.0
+
 
 class RoutePublisher:
-    def __init__(self, book: RouteBook, host: Host, node_id: str, node_proxy: str | None) -> None:
+    def __init__(
+        self,
+        book: RouteBook,
+        host: Host,
+        node_id: str,
+        node_proxy: str | None,
+        *,
+        put_budget_s: float = PUT_BUDGET_S,
+    ) -> None:
         self.book = book
+        self.put_budget_s = put_budget_s
         self.host = host
         self.node_id = node_id
         #: host:port of this node's sandbox proxy, published in every route
@@ -49,7 +67,32 @@ class RoutePublisher:
                 node_proxy=self.node_proxy,
                 traffic_digest=digest,
             )
-            await self.book.put(sandbox_id, route)
+            await self._store(sandbox_id, route)
+
+    async def _store(self, sandbox_id: str, route: Route) -> None:
+        """Put `route`, retried while the bucket is unavailable and the VM still runs at
+        its address; a VM that went while the put was on its way has its route dropped
+        again (its own drop may have reached the bucket first)."""
+        loop = asyncio.get_running_loop()
+        deadline, delay, tries = loop.time() + self.put_budget_s, 0.1, 0
+        while self.host.upstream(sandbox_id) == route.address:
+            try:
+                await self.book.put(sandbox_id, route)
+                break
+            except Exception as e:
+                if not unavailable(e) or loop.time() + delay > deadline:
+                    raise
+                tries += 1
+                if tries == 1:
+                    log.warning("route of %s not stored (%r); retrying", sandbox_id, e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        else:
+            return  # the VM went: its drop stands
+        if tries:
+            log.info("route of %s stored after %d retries", sandbox_id, tries)
+        if self.host.upstream(sandbox_id) != route.address:
+            await self.book.drop(sandbox_id)
 
     def beside(self, sandbox_id: str, traffic_token: str | None) -> asyncio.Task[None]:
         """`put`, while the caller appends the event that announces the sandbox running."""
