@@ -9,7 +9,6 @@ import stat
 from typing import TYPE_CHECKING, Any
 
 from envd import auth, fsops, wire
-from envd.asuser import open_as
 from envd.httpserver import HttpError, Request
 from envd.state import State
 from envd.users import User, resolve_path
@@ -53,18 +52,18 @@ async def download(state: State, req: Request) -> None:
         raise HttpError(400, "path is required")
     path = resolve_path(raw, user, state.default_workdir)
     try:
-        fd = await open_as(user, fsops.open_read, path)
+        fd = fsops.open_read(path)  # with envd's rights, as E2B's envd (see envd.fsops)
     except (FileNotFoundError, NotADirectoryError) as e:
         raise HttpError(404, f"path '{path}' does not exist") from e
-    except PermissionError as e:
-        raise HttpError(403, f"permission denied: {path} (as {user.name})") from e
+    except PermissionError as e:  # root refused too: an immutable file, a FUSE mount
+        raise HttpError(403, f"permission denied: {path}") from e
     except OSError as e:
         raise HttpError(500, f"cannot open '{path}': {e.strerror}") from e
     st = os.fstat(fd)
     if stat.S_ISDIR(st.st_mode):  # opening a directory read-only succeeds; reading it not
         os.close(fd)
         raise HttpError(400, f"path '{path}' is a directory")
-    with open(fd, "rb") as f:  # noqa: ASYNC230 - wraps the descriptor opened as the user
+    with open(fd, "rb") as f:  # noqa: ASYNC230 - wraps the descriptor just opened
         name = os.path.basename(path).replace('"', "%22")
         headers = [
             ("Content-Type", "application/octet-stream"),
@@ -106,23 +105,23 @@ def _metadata(req: Request) -> dict[str, str]:
 
 
 class _Sink:
-    """One file being written: opened as the user (parents created, owned by them),
-    metadata set at close."""
+    """One file being written: opened with envd's rights and given to the user (parents
+    created, theirs too: `fsops.create_file`), metadata set at close."""
 
     def __init__(self, path: str, fd: int) -> None:
         self.path = path
         self.fd = fd
 
     @classmethod
-    async def open(cls, path: str, user: User) -> _Sink:
+    def open(cls, path: str, user: User) -> _Sink:
         try:
-            return cls(path, await open_as(user, fsops.create_file, path))
+            return cls(path, fsops.create_file(path, user))
         except IsADirectoryError as e:
             raise HttpError(400, f"path '{path}' is a directory") from e
         except (NotADirectoryError, FileExistsError) as e:
             raise HttpError(400, f"a parent of '{path}' is not a directory") from e
-        except PermissionError as e:
-            raise HttpError(403, f"permission denied: {path} (as {user.name})") from e
+        except PermissionError as e:  # root refused too (an immutable file or directory)
+            raise HttpError(403, f"permission denied: {path}") from e
         except OSError as e:
             raise _os_error(e, path) from e
 
@@ -219,7 +218,7 @@ class _PartWriter:
                     break
                 # Part data arrives as views of the connection's buffer: written before the
                 # next read, as they must be.
-                await self._take(parser.feed(buf, start, end))
+                self._take(parser.feed(buf, start, end))
         except MultipartError as e:
             raise HttpError(400, f"invalid multipart body: {e}") from e
         finally:
@@ -229,16 +228,14 @@ class _PartWriter:
             raise HttpError(400, "no file in multipart body")
         return self.results
 
-    async def _take(self, events: list[Event]) -> None:
+    def _take(self, events: list[Event]) -> None:
+        """Synchronous: the parts' data are views of the connection's buffer, valid until
+        the next read, which cannot come before this returns."""
         from envd.multipart import PartData, PartEnd, PartStart
 
-        if any(isinstance(ev, PartStart) for ev in events):
-            # opening a part's file awaits (a fork: envd.asuser), and meanwhile the
-            # connection may refill its buffer: data after it must not stay a view
-            events = [PartData(bytes(ev.data)) if isinstance(ev, PartData) else ev for ev in events]
         for ev in events:
             if isinstance(ev, PartStart):
-                self.sink = await self._open(ev)
+                self.sink = self._open(ev)
             elif isinstance(ev, PartData) and self.sink is not None:
                 self.sink.write(ev.data)
             elif isinstance(ev, PartEnd) and self.sink is not None:
@@ -246,12 +243,12 @@ class _PartWriter:
                 self.results.append(_result(self.sink.path, self.meta))
                 self.sink = None
 
-    async def _open(self, part: PartStart) -> _Sink:
+    def _open(self, part: PartStart) -> _Sink:
         target = self.query_path or part.filename or ""
         if not target:
             raise HttpError(400, "part has no filename and no path was given")
         target = resolve_path(target, self.user, self.state.default_workdir)
-        return await _Sink.open(target, self.user)
+        return _Sink.open(target, self.user)
 
 
 async def _upload_raw(
@@ -260,7 +257,7 @@ async def _upload_raw(
     """An `application/octet-stream` body (gzip-encoded if it says so): one file, at `path`."""
     if not query_path:
         raise HttpError(400, "path is required for application/octet-stream uploads")
-    sink = await _Sink.open(resolve_path(query_path, user, state.default_workdir), user)
+    sink = _Sink.open(resolve_path(query_path, user, state.default_workdir), user)
     decomp = None
     if req.headers.get("content-encoding", "").strip().lower() == "gzip":
         import zlib

@@ -1,14 +1,19 @@
-"""filesystem.Filesystem: the Connect service behind `sandbox.files` (all but /files)."""
+"""filesystem.Filesystem: the Connect service behind `sandbox.files` (all but /files).
+
+Every call works with envd's rights and gives what it creates to the requesting user, as
+E2B's envd does (`envd.fsops`); listings, directory removals and moves across filesystems
+run in a forked child (`envd.offload`) so a large tree does not stall the loop.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from envd import auth, fsops, wire
-from envd.asuser import run_as
+from envd import auth, fsops, offload, wire
 from envd.connect import Call, RpcError, Send, encode, next_item
 from envd.state import State
 from envd.users import User, resolve_path
@@ -29,17 +34,27 @@ def _path_arg(msg: dict[str, Any], name: str = "path") -> str:
     return value
 
 
-def _denied(path: str, user: User, e: OSError) -> RpcError:
-    return RpcError("permission_denied", f"{path}: {e.strerror} (as {user.name})")
+def _denied(path: str, e: OSError) -> RpcError:
+    """What root is refused too (an immutable file, a FUSE mount without allow_other)."""
+    return RpcError("permission_denied", f"{path}: {e.strerror}")
 
 
-async def _stat_entry(path: str, user: User) -> dict[str, Any]:
+def _stat_entry(path: str) -> dict[str, Any]:
     try:
-        entry: dict[str, Any] = await run_as(user, fsops.entry, path)
+        return fsops.entry(path)
     except (FileNotFoundError, NotADirectoryError) as e:
         raise RpcError("not_found", f"file not found: {path}") from e
     except PermissionError as e:
-        raise _denied(path, user, e) from e
+        raise _denied(path, e) from e
+
+
+async def _move(src: str, dst: str, user: User) -> dict[str, Any]:
+    try:
+        return fsops.move(src, dst, user)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+    entry: dict[str, Any] = await offload.run(fsops.move_across, src, dst)
     return entry
 
 
@@ -66,30 +81,30 @@ class FilesystemService:
     # --- unary --------------------------------------------------------------------------
 
     async def stat(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
-        path, user = self._resolve(call, _path_arg(msg))
-        return {"entry": await _stat_entry(path, user)}
+        path, _ = self._resolve(call, _path_arg(msg))
+        return {"entry": _stat_entry(path)}
 
     async def list_dir(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
-        path, user = self._resolve(call, _path_arg(msg))
+        path, _ = self._resolve(call, _path_arg(msg))
         depth = int(msg.get("depth") or 1)
         try:
-            entries = await run_as(user, fsops.list_dir, path, depth)
+            entries = await offload.run(fsops.list_dir, path, depth)
         except FileNotFoundError as e:
             raise RpcError("not_found", f"directory not found: {path}") from e
         except NotADirectoryError as e:
             raise RpcError("invalid_argument", f"path is not a directory: {path}") from e
         except PermissionError as e:
-            raise _denied(path, user, e) from e
+            raise _denied(path, e) from e
         return {"entries": entries}
 
     async def make_dir(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
         path, user = self._resolve(call, _path_arg(msg))
         try:
-            made = await run_as(user, fsops.make_dir, path)
+            made = fsops.make_dir(path, user)
         except (NotADirectoryError, FileExistsError) as e:
             raise RpcError("invalid_argument", f"a parent of {path} is not a directory") from e
         except PermissionError as e:
-            raise _denied(path, user, e) from e
+            raise _denied(path, e) from e
         if made.get("exists") == "dir":
             raise RpcError("already_exists", f"directory already exists: {path}")
         if made.get("exists"):
@@ -102,21 +117,22 @@ class FilesystemService:
         src, user = self._resolve(call, _path_arg(msg, "source"))
         dst, _ = self._resolve(call, _path_arg(msg, "destination"))
         try:
-            entry = await run_as(user, fsops.move, src, dst)
+            entry = await _move(src, dst, user)
         except FileNotFoundError as e:
             raise RpcError("not_found", f"cannot move {src}: {e.strerror}") from e
         except PermissionError as e:
-            raise _denied(src, user, e) from e
+            raise _denied(src, e) from e
         except OSError as e:
             raise RpcError("invalid_argument", f"cannot move {src} to {dst}: {e.strerror}") from e
         return {"entry": entry}
 
     async def remove(self, call: Call, msg: dict[str, Any]) -> dict[str, Any]:
-        path, user = self._resolve(call, _path_arg(msg))
+        path, _ = self._resolve(call, _path_arg(msg))
         try:
-            await run_as(user, fsops.remove, path)
+            if not fsops.remove(path):  # a directory: its tree, in a child
+                await offload.run(fsops.remove_tree, path)
         except PermissionError as e:
-            raise _denied(path, user, e) from e
+            raise _denied(path, e) from e
         return {}
 
     # --- watching -----------------------------------------------------------------------
@@ -124,14 +140,13 @@ class FilesystemService:
     async def _open_watcher(self, call: Call, msg: dict[str, Any], sink: Any) -> DirWatcher:
         from envd.inotify import DirWatcher, is_network_mount  # ctypes: only when watching
 
-        path, user = self._resolve(call, _path_arg(msg))
-        # the user must be able to list the directory; envd (root) then watches it
+        path, _ = self._resolve(call, _path_arg(msg))
         try:
-            is_dir = await run_as(user, fsops.check_watchable, path)
+            is_dir = fsops.is_dir(path)
         except (FileNotFoundError, NotADirectoryError) as e:
             raise RpcError("not_found", f"path not found: {path}") from e
         except PermissionError as e:
-            raise _denied(path, user, e) from e
+            raise _denied(path, e) from e
         if not is_dir:
             raise RpcError("invalid_argument", f"path is not a directory: {path}")
         allow_net = bool(wire.field(msg, "allowNetworkMounts", "allow_network_mounts"))

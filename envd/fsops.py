@@ -1,9 +1,20 @@
 """The filesystem operations behind /files and filesystem.Filesystem, as plain functions.
 
-Each runs as the requesting user (`envd.asuser`): in a child that became that user, so
-the kernel checks every permission, and what they create is the user's without a chown.
-They raise `OSError` only (the errno crosses back to envd) and return JSON-able values or,
-for the `open_*` ones, a file descriptor.
+They follow E2B's envd: the work is done with envd's rights (root in the guest), and what
+a request creates — an uploaded file, every parent directory made for it, MakeDir's
+directories, Move's new parents — is given to the requesting user (their uid and primary
+gid), as is a file an upload overwrites. So `files.write("/solution/solve.sh", …)` as the
+default `user` works, as on E2B, and the file is `user`'s; the kernel's checks still bind
+the user's processes (`envd.procs` drops to the user). E2B's users have passwordless sudo,
+so envd reading or writing a path the user could not is no new power.
+
+Ownership is given only when envd runs as root: as anyone else (envd on a host, in tests)
+it cannot give files away, and what it creates is already its own user's — the user of
+every request there (`users.lookup_or_current`).
+
+Most of these are a few syscalls on one inode and run in envd itself. The ones that walk
+a tree (`list_dir`, `remove_tree`, `move_across`) are meant for `envd.offload`'s child:
+they raise `OSError` only and return JSON-able values.
 """
 
 from __future__ import annotations
@@ -14,21 +25,56 @@ import stat
 from typing import Any
 
 from envd import wire
+from envd.users import User
 
 DIR_MODE = 0o755
 FILE_MODE = 0o644
+
+
+def give(target: str | int, user: User) -> None:
+    """chown `target` (a path, or an open descriptor) to `user` when envd may."""
+    if os.geteuid() == 0:
+        os.chown(target, user.uid, user.gid)
+
+
+def ensure_dirs(path: str, user: User) -> None:
+    """mkdir -p `path`, each directory it creates owned by `user` (E2B's EnsureDirs: the
+    ones that exist keep their owner). A non-directory on the way is ENOTDIR."""
+    missing: list[str] = []
+    current = os.path.normpath(path)
+    while not os.path.isdir(current):
+        if os.path.lexists(current) and not os.path.islink(current):
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", current)
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", directory) from None
+        # also when another request made it meanwhile: it may not have chowned it yet
+        give(directory, user)
 
 
 def open_read(path: str) -> int:
     return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
 
-def create_file(path: str) -> int:
-    """Open `path` for writing, truncated; its missing parents are created first."""
-    parent = os.path.dirname(path)
-    if parent:
-        os.makedirs(parent, DIR_MODE, exist_ok=True)
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+def create_file(path: str, user: User) -> int:
+    """Open `path` for writing, truncated, and `user`'s (also when it existed: E2B chowns
+    an overwritten file too); its missing parents are created first, `user`'s as well."""
+    ensure_dirs(os.path.dirname(path) or "/", user)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+    try:
+        give(fd, user)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def entry(path: str) -> dict[str, Any]:
@@ -49,9 +95,9 @@ def _walk(directory: str, depth: int, out: list[dict[str, Any]], top: bool = Fal
         with os.scandir(directory) as it:
             children = sorted(it, key=lambda e: e.name)
     except OSError:
-        if top:  # the directory asked for: the user must be able to read it
+        if top:  # the directory asked for must be readable
             raise
-        return  # a subdirectory the user may not read: listed, not entered
+        return  # a subdirectory that cannot be read (a FUSE mount, say): listed, not entered
     for child in children:
         try:
             st = child.stat(follow_symlinks=False)
@@ -62,53 +108,58 @@ def _walk(directory: str, depth: int, out: list[dict[str, Any]], top: bool = Fal
             _walk(child.path, depth - 1, out)
 
 
-def make_dir(path: str) -> dict[str, Any]:
-    """mkdir -p; `{"exists": "dir" | "other"}` when something is already there."""
+def make_dir(path: str, user: User) -> dict[str, Any]:
+    """mkdir -p, the new directories `user`'s; `{"exists": "dir" | "other"}` when something
+    is already there."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         pass
     else:
         return {"exists": "dir" if stat.S_ISDIR(st.st_mode) else "other"}
-    os.makedirs(path, DIR_MODE, exist_ok=True)
+    ensure_dirs(path, user)
     return {"entry": wire.entry_info(path)}
 
 
-def move(src: str, dst: str) -> dict[str, Any]:
-    """Rename `src` to `dst` (its parents created; across filesystems: copy, then delete)."""
+def move(src: str, dst: str, user: User) -> dict[str, Any]:
+    """Rename `src` to `dst`, its missing parents made `user`'s. EXDEV (another filesystem)
+    is the caller's to handle, with `move_across` in a child."""
     if not os.path.lexists(src):
         raise FileNotFoundError(errno.ENOENT, "source not found", src)
-    parent = os.path.dirname(dst)
-    if parent:
-        os.makedirs(parent, DIR_MODE, exist_ok=True)
-    try:
-        os.rename(src, dst)
-    except OSError as e:
-        if e.errno != errno.EXDEV:
-            raise
-        import shutil  # envd imports what it needs when it needs it (start-up time)
-
-        shutil.move(src, dst)
+    ensure_dirs(os.path.dirname(dst) or "/", user)
+    os.rename(src, dst)
     return wire.entry_info(dst)
 
 
-def remove(path: str) -> None:
-    """rm -rf: a missing path is not an error (envd uses RemoveAll)."""
+def move_across(src: str, dst: str) -> dict[str, Any]:
+    """A move across filesystems: copy, then delete (the copies keep modes, not owners)."""
+    import shutil  # envd imports what it needs when it needs it (start-up time)
+
+    shutil.move(src, dst)
+    return wire.entry_info(dst)
+
+
+def remove(path: str) -> bool:
+    """rm of anything but a directory; False for a directory, whose tree the caller removes
+    with `remove_tree` in a child. A missing path is not an error (envd uses RemoveAll)."""
     try:
         if stat.S_ISDIR(os.lstat(path).st_mode):
-            import shutil
-
-            shutil.rmtree(path)
-        else:
-            os.unlink(path)
+            return False
+        os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-def check_watchable(path: str) -> bool:
-    """Whether `path` is a directory the user may list (what watching it shows); raises
-    what opening it raises."""
-    if not stat.S_ISDIR(os.stat(path).st_mode):
-        return False
-    os.close(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
     return True
+
+
+def remove_tree(path: str) -> None:
+    import shutil
+
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:  # removed meanwhile: RemoveAll's answer too
+        return
+
+
+def is_dir(path: str) -> bool:
+    """Whether `path` is a directory (following links); raises what stat raises."""
+    return stat.S_ISDIR(os.stat(path).st_mode)

@@ -62,9 +62,9 @@ def resolve_path(path: str, user: User, default_dir: str | None = None) -> str:
     if not os.path.isabs(path):
         path = os.path.join(user.home, path)
     path = os.path.normpath(path)
-    # procfs's `self` is whoever opens it: file operations run in a child forked as the
-    # user (`asuser`), whose /proc entry is gone — and reads of it fail — once it exited.
-    # E2B's envd opens such paths itself: `self` is envd.
+    # procfs's `self` is whoever opens it: listings run in a forked child (`offload`),
+    # whose /proc entry is gone once it exited. E2B's envd opens such paths itself:
+    # `self` is envd.
     if path == "/proc/self" or path.startswith("/proc/self/"):
         return f"/proc/{os.getpid()}" + path[len("/proc/self") :]
     return path

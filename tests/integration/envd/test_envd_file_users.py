@@ -1,36 +1,44 @@
-"""The files API acts as the request's user (issue 16 #12): the kernel's permission checks
-apply to what envd — root — reads, writes, lists, moves and removes on a user's behalf.
+"""The files API works with envd's rights and gives what it creates to the request's user,
+as E2B's envd does (issue 45: Harbor uploads `/solution/solve.sh` as the default `user`).
 
 envd runs as root here, as in the guest; requests name the throwaway `aenvtest` user (the
 default user of the shared envd) or `root`, and the files they touch are set up as root.
+The user's own processes still meet the kernel's checks. One test runs a second envd as
+`aenvtest`: not root, it cannot give files away, and must not try.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pwd
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from e2b import Sandbox, SandboxException
+from e2b import CommandExitException, Sandbox
 
-from tests.integration.envd.conftest import Envd
+from tests.integration.envd.conftest import (
+    GUEST_PYTHON,
+    REPO,
+    Envd,
+    init_envd,
+    make_sandbox,
+    stop_envd,
+)
 
 pytestmark = [
     pytest.mark.timeout(30),
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: envd switches to another user"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: envd gives files to a user"),
 ]
-DENIED = "(?i)permission denied"
 
 
 @pytest.fixture
 def root_dirs() -> Iterator[tuple[str, str]]:
-    """(private, readonly): root's 0700 directory with a secret in it, and root's 0755
+    """(private, readonly): root's 0700 directory with a 0600 secret in it, and root's 0755
     directory with a file in it, which others can read but not change."""
     base = f"/tmp/aenv-root-{uuid.uuid4().hex[:10]}"
     private, readonly = f"{base}/private", f"{base}/readonly"
@@ -38,85 +46,90 @@ def root_dirs() -> Iterator[tuple[str, str]]:
     os.chmod(base, 0o755)
     os.chmod(private, 0o700)
     os.makedirs(readonly, 0o755)
-    for d in (private, readonly):
+    for d, mode in ((private, 0o600), (readonly, 0o644)):
         with open(f"{d}/file.txt", "w") as f:
             f.write("root's")
-        os.chmod(f"{d}/file.txt", 0o644)
+        os.chmod(f"{d}/file.txt", mode)
     yield private, readonly
     shutil.rmtree(base, ignore_errors=True)
 
 
-def test_reading_etc_shadow_as_the_user_is_refused(envd: Envd, sandbox: Sandbox) -> None:
-    url, token = f"{envd.url}/files", {"X-Access-Token": envd.token or ""}
-    r = httpx.get(url, params={"path": "/etc/shadow"}, headers=token)  # the default user
-    assert r.status_code == 403, r.status_code  # not r.text: it would be the shadow file
-    body = r.json()
-    assert body["code"] == 403 and "permission denied" in body["message"]
-    r = httpx.get(url, params={"path": "/etc/shadow", "username": envd.user}, headers=token)
-    assert r.status_code == 403
-    assert (
-        httpx.get(
-            url, params={"path": "/etc/shadow", "username": "root"}, headers=token
-        ).status_code
-        == 200
+def _owner(path: str) -> str:
+    return pwd.getpwuid(os.stat(path).st_uid).pw_name
+
+
+def test_root_only_files_are_read_for_the_user(
+    envd: Envd, sandbox: Sandbox, root_dirs: tuple[str, str]
+) -> None:
+    private, _ = root_dirs
+    secret = f"{private}/file.txt"
+    r = httpx.get(
+        f"{envd.url}/files", params={"path": secret}, headers={"X-Access-Token": envd.token or ""}
     )
-    with pytest.raises(SandboxException, match=DENIED):
-        sandbox.files.read("/etc/shadow")
-    shadow = sandbox.files.read("/etc/shadow", format="bytes", user="root")
-    with open("/etc/shadow", "rb") as f:
-        assert hashlib.sha256(shadow).digest() == hashlib.sha256(f.read()).digest()
+    assert (r.status_code, r.text) == (200, "root's")
+    assert sandbox.files.read(secret) == "root's"
+    assert sandbox.files.read(secret, user="root") == "root's"
 
 
-def test_writes_need_the_users_permission(
-    sandbox: Sandbox, root_dirs: tuple[str, str], workdir: str, test_user: str
+def test_writes_anywhere_belong_to_the_user(
+    sandbox: Sandbox, root_dirs: tuple[str, str], test_user: str
 ) -> None:
     private, readonly = root_dirs
-    for target in (
+    sandbox.files.write(f"{private}/new.txt", "x")
+    sandbox.files.write(f"{readonly}/sub/deeper/new.txt", iter([b"y"]))  # octet-stream
+    assert Path(f"{private}/new.txt").read_text() == "x"
+    for p in (
         f"{private}/new.txt",
-        f"{readonly}/new.txt",
-        f"{readonly}/sub/new.txt",
-        f"{readonly}/file.txt",
+        f"{readonly}/sub",
+        f"{readonly}/sub/deeper",
+        f"{readonly}/sub/deeper/new.txt",
     ):
-        with pytest.raises(SandboxException, match=DENIED):
-            sandbox.files.write(target, "x")
-        with pytest.raises(SandboxException, match=DENIED):
-            sandbox.files.write(target, iter([b"x"]))  # the octet-stream upload
-    assert not os.path.exists(f"{readonly}/new.txt") and not os.path.exists(f"{readonly}/sub")
-    assert Path(f"{readonly}/file.txt").read_text() == "root's"
-    # what the user may write is written, and is the user's, parents included
-    sandbox.files.write(f"{workdir}/a/b/c.txt", "mine")
-    for p in (f"{workdir}/a", f"{workdir}/a/b", f"{workdir}/a/b/c.txt"):
-        assert pwd.getpwuid(os.stat(p).st_uid).pw_name == test_user
-    # as root, root's directory takes the file, and root owns it
-    sandbox.files.write(f"{readonly}/by-root.txt", "r", user="root")
-    assert os.stat(f"{readonly}/by-root.txt").st_uid == 0
+        assert _owner(p) == test_user, p
+    assert os.stat(f"{readonly}/sub").st_mode & 0o777 == 0o755
+    # the directories that were there keep their owner
+    assert (_owner(private), _owner(readonly)) == ("root", "root")
+    # an overwritten file is the user's afterwards (E2B chowns it), its metadata replaced
+    sandbox.files.write(f"{readonly}/file.txt", "mine", metadata={"k": "v"})
+    assert Path(f"{readonly}/file.txt").read_text() == "mine"
+    assert _owner(f"{readonly}/file.txt") == test_user
+    assert sandbox.files.get_info(f"{readonly}/file.txt").metadata == {"k": "v"}
+    # as root, the file is root's, also one the user owned
+    sandbox.files.write(f"{readonly}/file.txt", "r", user="root")
+    assert _owner(f"{readonly}/file.txt") == "root"
 
 
-def test_filesystem_rpcs_act_as_the_user(sandbox: Sandbox, root_dirs: tuple[str, str]) -> None:
+def test_the_users_processes_still_meet_the_kernel(
+    sandbox: Sandbox, root_dirs: tuple[str, str]
+) -> None:
+    private, readonly = root_dirs
+    for cmd in (f"cat {private}/file.txt", f"touch {readonly}/by-process"):
+        with pytest.raises(CommandExitException, match=r"(?i)permission denied"):
+            sandbox.commands.run(cmd)
+    assert not os.path.exists(f"{readonly}/by-process")
+
+
+def test_filesystem_rpcs_work_with_envds_rights(
+    sandbox: Sandbox, root_dirs: tuple[str, str], test_user: str
+) -> None:
     private, readonly = root_dirs
     files = sandbox.files
-    with pytest.raises(SandboxException, match=DENIED):
-        files.get_info(f"{private}/file.txt")
-    with pytest.raises(SandboxException, match=DENIED):
-        files.list(private)
-    with pytest.raises(SandboxException, match=DENIED):
-        files.make_dir(f"{readonly}/newdir")
-    with pytest.raises(SandboxException, match=DENIED):
-        files.rename(f"{readonly}/file.txt", f"{readonly}/moved.txt")
-    with pytest.raises(SandboxException, match=DENIED):
-        files.remove(f"{readonly}/file.txt")
-    with pytest.raises(SandboxException, match=DENIED):
-        files.watch_dir(private)
-    assert os.path.exists(f"{readonly}/file.txt") and not os.path.exists(f"{readonly}/newdir")
-    # what others may read, the user may list and stat
-    assert [e.name for e in files.list(readonly)] == ["file.txt"]
-    assert files.get_info(f"{readonly}/file.txt").size == len("root's")
-    # and root may do all of it (Basic-auth user on the RPCs)
-    assert [e.name for e in files.list(private, user="root")] == ["file.txt"]
-    assert files.get_info(f"{private}/file.txt", user="root").owner == "root"
-    files.rename(f"{readonly}/file.txt", f"{readonly}/moved.txt", user="root")
-    files.remove(f"{readonly}/moved.txt", user="root")
-    assert not os.path.exists(f"{readonly}/moved.txt")
+    assert files.get_info(f"{private}/file.txt").owner == "root"
+    assert [e.name for e in files.list(private)] == ["file.txt"]
+    files.make_dir(f"{readonly}/newdir/inner")
+    assert _owner(f"{readonly}/newdir") == _owner(f"{readonly}/newdir/inner") == test_user
+    files.rename(f"{readonly}/file.txt", f"{readonly}/moved/here.txt")
+    assert _owner(f"{readonly}/moved") == test_user
+    assert _owner(f"{readonly}/moved/here.txt") == "root"  # a move keeps the owner
+    files.remove(f"{readonly}/moved/here.txt")
+    Path(f"{readonly}/newdir/inner/f").write_text("x")
+    files.remove(f"{readonly}/newdir")  # a tree: removed in a child
+    assert sorted(os.listdir(readonly)) == ["moved"]
+    # a link to a directory: the link goes, not what it points to
+    os.symlink(private, f"{readonly}/link")
+    files.remove(f"{readonly}/link")
+    assert os.path.exists(f"{private}/file.txt") and not os.path.lexists(f"{readonly}/link")
+    w = files.watch_dir(private)
+    w.stop()
 
 
 def test_a_long_listing_crosses_back_whole(sandbox: Sandbox, workdir: str) -> None:
@@ -125,3 +138,33 @@ def test_a_long_listing_crosses_back_whole(sandbox: Sandbox, workdir: str) -> No
     for name in names:
         Path(workdir, name).touch()
     assert [e.name for e in sandbox.files.list(workdir)] == names
+
+
+def test_envd_not_root_writes_without_giving_away(test_user: str, workdir: str) -> None:
+    """envd as `aenvtest` (as on a developer's host): a request as root — any user but
+    envd's — writes where envd may, and the file stays envd's user's (no chown to try)."""
+    pw = pwd.getpwnam(test_user)
+    proc = subprocess.Popen(
+        [GUEST_PYTHON, "-m", "envd", "--host", "127.0.0.1", "--port", "0"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        user=pw.pw_uid,
+        group=pw.pw_gid,
+        extra_groups=[],
+        env={"PATH": os.environ["PATH"], "HOME": pw.pw_dir},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("ENVD-READY "), line
+    own = Envd(proc, int(line.split()[1]), None, test_user)
+    try:
+        init_envd(own, "tok-" + uuid.uuid4().hex)
+        sbx = make_sandbox(own, own.token)
+        sbx.files.write(f"{workdir}/a/b.txt", "z", user="root")
+        sbx.files.make_dir(f"{workdir}/c/d", user="root")
+        for p in (f"{workdir}/a", f"{workdir}/a/b.txt", f"{workdir}/c/d"):
+            assert _owner(p) == test_user, p
+    finally:
+        stop_envd(own)

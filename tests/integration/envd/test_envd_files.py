@@ -200,8 +200,8 @@ def test_100mib_round_trip_with_checksum(sandbox: Sandbox, envd: Envd, workdir: 
 
 
 def test_read_file_without_a_size(sandbox: Sandbox) -> None:
-    """procfs files report size 0; their content must still arrive. (`self` is envd: the
-    child a file operation runs in was gone before the read, 2 times in 5.)"""
+    """procfs files report size 0; their content must still arrive. (`self` is envd, also
+    for what runs in a forked child: one that is gone cannot be read.)"""
     for _ in range(10):
         text = sandbox.files.read("/proc/self/status")
         assert "Name:" in text

@@ -34,7 +34,7 @@ def test_sync_watcher_sees_create_write_remove(sandbox: Sandbox, workdir: str) -
 
 
 def test_sync_watcher_recursive_with_entries(sandbox: Sandbox, workdir: str) -> None:
-    sandbox.files.make_dir(f"{workdir}/sub")  # the user's: envd writes in it as the user
+    sandbox.files.make_dir(f"{workdir}/sub")  # the user's, as all envd makes for them
     w = sandbox.files.watch_dir(workdir, recursive=True, include_entry=True)
     sandbox.files.write(f"{workdir}/sub/deep.txt", "abc")
     events: list[FilesystemEvent] = []
