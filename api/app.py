@@ -18,6 +18,7 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
 from api import (
+    network,
     observed,
     sandboxes,
     snapshots,
@@ -69,6 +70,7 @@ def create_litestar(ctx: ApiContext, resolve: Resolver = _no_route) -> Litestar:
         route_handlers=[
             *observed.ROUTES,
             *sandboxes.ROUTES,
+            *network.ROUTES,
             *snapshots.ROUTES,
             *templates.ROUTES,
             *tags.ROUTES,

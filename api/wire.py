@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field
 
 _REQ = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 _RESP = ConfigDict(populate_by_name=True, frozen=True)
@@ -51,6 +51,21 @@ class NetworkConfig(BaseModel):
     allow_public_traffic: bool | None = Field(None, alias="allowPublicTraffic")
     allow_out: list[str] = Field(default_factory=list, alias="allowOut")
     deny_out: list[str] = Field(default_factory=list, alias="denyOut")
+
+
+class NetworkUpdate(BaseModel):
+    """Body of `PUT /sandboxes/{id}/network` (E2B's `SandboxNetworkUpdateConfig`): the whole
+    egress configuration, a field left out cleared (`allow_internet_access` back to true).
+    The SDK sends `allow_internet_access` in snake_case, as in a create body. `rules`,
+    `dnsServers`, `egressProxy` and `maskRequestHost` are ignored, as a create ignores them:
+    aenv has no HTTPS transform proxy, DNS allowance or SOCKS egress."""
+
+    model_config = _REQ
+    allow_out: list[str] = Field(default_factory=list, alias="allowOut")
+    deny_out: list[str] = Field(default_factory=list, alias="denyOut")
+    allow_internet_access: bool | None = Field(
+        None, validation_alias=AliasChoices("allow_internet_access", "allowInternetAccess")
+    )
 
 
 class VolumeMount(BaseModel):

@@ -41,6 +41,7 @@ COMMAND_VERBS: Final[dict[str, str]] = {
     "SetSandboxTimeout": "timeout",
     "ForkSandbox": "fork",
     "SnapshotSandbox": "snapshot",
+    "UpdateSandboxNetwork": "network",
     "RegisterTemplate": "template-register",
     "DeleteTemplate": "template-delete",
     "ImportTemplateImage": "template-import",

@@ -7,6 +7,7 @@ from domain.sandbox.decide import DEFAULT_POLICY, decide
 from domain.sandbox.events import *  # noqa: F403
 from domain.sandbox.events import __all__ as _events
 from domain.sandbox.evolve import State, evolve, fold
+from domain.sandbox.network import MAX_EGRESS_ENTRIES, check_egress
 from domain.sandbox.spec import SPEC_FIELDS, SandboxSpec, upcast_requested_v1
 from domain.sandbox.state import RECENT_COMMANDS, Sandbox, ttl_on_resume
 from domain.sandbox.timer import (
@@ -24,12 +25,14 @@ __all__ = [
     *_events,
     *_values,
     "DEFAULT_POLICY",
+    "MAX_EGRESS_ENTRIES",
     "Clock",
     "RECENT_COMMANDS",
     "SPEC_FIELDS",
     "Sandbox",
     "SandboxSpec",
     "State",
+    "check_egress",
     "clock_of",
     "decide",
     "drop_command",

@@ -27,6 +27,7 @@ from domain.sandbox.events import (
     SandboxForkRequested,
     SandboxKilled,
     SandboxKillRequested,
+    SandboxNetworkUpdated,
     SandboxPaused,
     SandboxPauseRequested,
     SandboxRequested,
@@ -138,7 +139,7 @@ def tick(clock: Clock | None, event: Event) -> Clock | None:
             return clock.model_copy(update={"status": S.PAUSED, "paused_at": e.at})
         case SandboxTimeoutSet():
             return clock if e.end_at is None else clock.model_copy(update={"end_at": e.end_at})
-        case SnapshotUploaded():
+        case SnapshotUploaded() | SandboxNetworkUpdated():
             return clock
         case _:
             assert_never(e)

@@ -1,8 +1,8 @@
 """Commands on the sandbox aggregate.
 
-Client commands (Create/Pause/Resume/Kill/SetTimeout/Fork/Snapshot) come from the API, the
-timer or pipelines. `Complete*` commands are what the node worker issues after doing the I/O
-a `*Requested` event asked for; `decide` turns them into the outcome events.
+Client commands (Create/Pause/Resume/Kill/SetTimeout/Fork/Snapshot/UpdateNetwork) come from
+the API, the timer or pipelines. `Complete*` commands are what the node worker issues after
+doing the I/O a `*Requested` event asked for; `decide` turns them into the outcome events.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ __all__ = [
     "SandboxCommand",
     "SetSandboxTimeout",
     "SnapshotSandbox",
+    "UpdateSandboxNetwork",
 ]
 
 #: who wanted it: a client, the TTL, the node that lost the VM (a crash, a dead VM), or
@@ -92,6 +93,16 @@ class SetSandboxTimeout(SandboxCommand):
 
     timeout_s: int
     extend_only: bool = False
+
+
+class UpdateSandboxNetwork(SandboxCommand):
+    """Replace a running sandbox's egress rules (E2B `PUT /sandboxes/{id}/network`): the
+    whole set at once, what is left out is cleared. Its node applies them to the VM's
+    firewall before the event records them, so the log says what the guest lives under."""
+
+    allow_internet_access: bool = True
+    allow_out: tuple[str, ...] = ()
+    deny_out: tuple[str, ...] = ()
 
 
 class ForkSandbox(SandboxCommand):
@@ -182,6 +193,7 @@ AnySandboxCommand = (
     | SetSandboxTimeout
     | ForkSandbox
     | SnapshotSandbox
+    | UpdateSandboxNetwork
     | CompleteCreate
     | CompletePause
     | CompleteResume

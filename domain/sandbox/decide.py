@@ -20,6 +20,7 @@ from domain.sandbox.commands import (
     ResumeSandbox,
     SetSandboxTimeout,
     SnapshotSandbox,
+    UpdateSandboxNetwork,
 )
 from domain.sandbox.complete import decide_completion
 from domain.sandbox.events import (
@@ -33,6 +34,7 @@ from domain.sandbox.events import (
     SnapshotRequested,
 )
 from domain.sandbox.evolve import State
+from domain.sandbox.network import check_egress, update_network
 from domain.sandbox.state import Sandbox
 from domain.sandbox.values import MAX_VOLUME_MOUNTS, Policy, SandboxStatus, fork_child_ids
 from domain.volume import check_mount_path
@@ -58,6 +60,7 @@ _Request = (
     | SetSandboxTimeout
     | ForkSandbox
     | SnapshotSandbox
+    | UpdateSandboxNetwork
 )
 
 
@@ -82,6 +85,7 @@ def decide(
             | SetSandboxTimeout()
             | ForkSandbox()
             | SnapshotSandbox()
+            | UpdateSandboxNetwork()
         ):
             return _decide_request(state, command, policy)
         case _:  # what is left is a node's completion (mypy checks it is)
@@ -105,6 +109,8 @@ def _decide_request(state: State, command: _Request, policy: Policy) -> list[San
             return _fork(_existing(state), command, policy)
         case SnapshotSandbox():
             return _snapshot(_existing(state), command)
+        case UpdateSandboxNetwork():
+            return update_network(_existing(state), command)
         case _:
             assert_never(command)
 
@@ -177,6 +183,7 @@ def _create(state: State, c: CreateSandbox, policy: Policy) -> list[SandboxEvent
     if c.disk_size_mb < 1:
         raise Invalid(f"diskSizeMB must be positive, got {c.disk_size_mb}")
     _check_ingress(c)
+    check_egress(c.network.allow_out, c.network.deny_out)
     _check_volumes(c)
     return [
         SandboxRequested(sandbox_id=c.sandbox_id, at=c.at, command_id=c.command_id, spec=c.spec)

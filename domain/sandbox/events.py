@@ -27,6 +27,7 @@ __all__ = [
     "SandboxForked",
     "SandboxKillRequested",
     "SandboxKilled",
+    "SandboxNetworkUpdated",
     "SandboxPauseRequested",
     "SandboxPaused",
     "SandboxRequested",
@@ -133,6 +134,17 @@ class SandboxTimeoutSet(SandboxEvent):
     end_at: AwareDatetime | None
 
 
+class SandboxNetworkUpdated(SandboxEvent):
+    """The sandbox's egress rules were replaced (and its node's firewall swapped to them):
+    from now on, and on every resume, it lives under these; `allow_public_traffic` (ingress)
+    is not part of an update and stays as created."""
+
+    command_id: UUID
+    allow_internet_access: bool
+    allow_out: tuple[str, ...]
+    deny_out: tuple[str, ...]
+
+
 class SandboxForkRequested(SandboxEvent):
     command_id: UUID
     child_ids: tuple[str, ...]
@@ -194,6 +206,7 @@ AnySandboxEvent = (
     | SandboxKillRequested
     | SandboxKilled
     | SandboxTimeoutSet
+    | SandboxNetworkUpdated
     | SandboxForkRequested
     | SandboxForked
     | SnapshotRequested
@@ -214,6 +227,7 @@ SANDBOX_EVENTS: tuple[type[SandboxEvent], ...] = (
     SandboxKillRequested,
     SandboxKilled,
     SandboxTimeoutSet,
+    SandboxNetworkUpdated,
     SandboxForkRequested,
     SandboxForked,
     SnapshotRequested,

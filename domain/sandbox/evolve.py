@@ -20,6 +20,7 @@ from domain.sandbox.events import (
     SandboxForkRequested,
     SandboxKilled,
     SandboxKillRequested,
+    SandboxNetworkUpdated,
     SandboxPaused,
     SandboxPauseRequested,
     SandboxRequested,
@@ -33,7 +34,7 @@ from domain.sandbox.events import (
     SnapshotUploaded,
 )
 from domain.sandbox.state import RECENT_COMMANDS, Sandbox
-from domain.sandbox.values import SandboxStatus
+from domain.sandbox.values import NetworkPolicy, SandboxStatus
 
 __all__ = ["State", "evolve", "fold"]
 
@@ -81,7 +82,7 @@ def _evolve(state: State, event: AnySandboxEvent) -> State:
         ):
             u = _copy_changes(event)
         case _:  # what is left: its run from creation to kill (mypy checks it is)
-            u = _run_changes(event)
+            u = _run_changes(event, state.network)
     command_id = getattr(event, "command_id", None)
     if command_id is not None:
         u["recent_commands"] = _remember(state, command_id)
@@ -89,7 +90,13 @@ def _evolve(state: State, event: AnySandboxEvent) -> State:
 
 
 def _run_changes(
-    e: SandboxCreated | SandboxFailed | SandboxKillRequested | SandboxKilled | SandboxTimeoutSet,
+    e: SandboxCreated
+    | SandboxFailed
+    | SandboxKillRequested
+    | SandboxKilled
+    | SandboxTimeoutSet
+    | SandboxNetworkUpdated,
+    network: NetworkPolicy,
 ) -> dict[str, object]:
     match e:
         case SandboxCreated():
@@ -114,6 +121,9 @@ def _run_changes(
             if e.end_at is not None:
                 return {"timeout_s": e.timeout_s, "end_at": e.end_at}
             return {"timeout_s": e.timeout_s, "remaining_s": float(e.timeout_s)}
+        case SandboxNetworkUpdated():
+            egress = e.model_dump(include={"allow_internet_access", "allow_out", "deny_out"})
+            return {"network": network.model_copy(update=egress)}
         case _:
             assert_never(e)
 

@@ -162,9 +162,8 @@ class SandboxHost:
         ]
 
     def _running(self, live: LiveSandbox) -> None:
-        """Register a running VM and watch it: a QEMU that exits without being asked (the
-        memory cgroup killed it, the guest panicked) must become an event, not a sandbox
-        that stays `running` until the next command fails."""
+        """Register a running VM and watch it: a QEMU that exits unasked (OOM, a guest
+        panic) must become an event, not a sandbox `running` until a command fails."""
         self.sandboxes[live.sandbox_id] = live
         self._deaths.watch(live)
 
@@ -182,9 +181,8 @@ class SandboxHost:
         return snap.machine.volume_slots
 
     async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None:
-        """A warm VM of the template handed over, else the template restored into a new
-        VM; returns once envd in it has been initialised. Idempotent: a redelivered create
-        for a sandbox already running here returns."""
+        """A warm VM of the template handed over, else the template restored; returns once
+        envd is initialised. Idempotent: a redelivery for a sandbox running here returns."""
         if sandbox_id in self.sandboxes:
             return
         if self.free <= 0:
@@ -213,10 +211,9 @@ class SandboxHost:
         """Capture the VM and release it: no process, no slot, no host RAM while paused.
 
         The cost is stop + device state (~10 ms) whatever the guest's RAM size: the RAM
-        already lives in the sandbox's own file, which simply stays on disk. Without
-        `keep_memory` only the disk is kept (E2B's filesystem-only pause): the guest
-        flushes its writes first (envd /sync) and says what its next boot must be told.
-        """
+        already lives in the sandbox's own file, which stays on disk. Without `keep_memory`
+        only the disk is kept (E2B's filesystem-only pause): the guest flushes its writes
+        first (envd /sync) and says what its next boot must be told."""
         live = self.sandboxes.get(sandbox_id)
         if live is None:
             if sandbox_id in self.paused:
@@ -324,6 +321,9 @@ class SandboxHost:
         self._resumed[sandbox_id] = paused.snapshot
         self._running(LiveSandbox(sandbox_id, paused.template_id, vm, paused.guest))
         return paused.template_id
+
+    async def reconfigure(self, sandbox_id: str, guest: GuestConfig) -> None:
+        await self._starts.reconfigure(sandbox_id, self.sandboxes.get(sandbox_id), guest)
 
     def resume_recorded(self, sandbox_id: str) -> None:
         """The log holds the resume: the capture it ran from can go."""

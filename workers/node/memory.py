@@ -13,6 +13,7 @@ not survive a node's), and a guest has no address (`upstream` is None: no route 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import time
@@ -213,6 +214,12 @@ class MemoryHost:
         box.capture = None
         self.live[sandbox_id] = box
         return box.template_id
+
+    async def reconfigure(self, sandbox_id: str, guest: GuestConfig) -> None:
+        live = self.live.get(sandbox_id)
+        if live is None or live.capture is not None:
+            raise HostError(f"sandbox {sandbox_id} is not running on this node")
+        live.guest = dataclasses.replace(live.guest, egress=guest.egress)
 
     def resume_recorded(self, sandbox_id: str) -> None:
         return None

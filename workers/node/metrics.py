@@ -47,6 +47,7 @@ OPS: dict[type[Command], str] = {
     sb.ForkSandbox: "fork",
     sb.SnapshotSandbox: "snapshot",
     sb.KillSandbox: "kill",
+    sb.UpdateSandboxNetwork: "network",
 }
 STAGES = ("queue", "restore", "envd_ready", "total")
 #: the stages each op has: only what starts a VM restores one

@@ -286,6 +286,11 @@ class Host(Protocol):
     def resume_recorded(self, sandbox_id: str) -> None:
         """The log holds the sandbox's resume: what it was restored from can go."""
 
+    async def reconfigure(self, sandbox_id: str, guest: GuestConfig) -> None:
+        """A running sandbox lives under `guest`'s egress rules from now on (swapped at
+        once), and its pause keeps them for its resume; the rest of a guest config is fixed
+        at its start. `HostError` when it does not run here."""
+
     def running_ids(self) -> list[str]:
         """The sandboxes whose VMs run here."""
         ...

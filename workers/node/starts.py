@@ -8,6 +8,7 @@ each stage took to the stage hook, so the node's histograms see every start alik
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -140,6 +141,19 @@ class VmStarts:
         )
         self._timed("resume", timing.running, timing.envd)
         return vm
+
+    async def reconfigure(self, sandbox_id: str, live: LiveSandbox | None, g: GuestConfig) -> None:
+        """Swap a running VM's egress firewall for `g`'s (one `iptables-restore` of its
+        slot's tables: no moment without rules); the sandbox keeps it, so a pause here
+        resumes under it."""
+        if live is None or not live.vm.qemu.alive:
+            raise HostError(f"sandbox {sandbox_id} is not running on this node")
+        try:
+            await self.runtime.pool.apply(live.vm.slot, g.egress)
+        except Exception as e:
+            log.exception("network update of %s failed", sandbox_id)
+            raise HostError(f"the network of sandbox {sandbox_id} was not updated: {e}") from e
+        live.guest = dataclasses.replace(live.guest, egress=g.egress)
 
     async def fork(
         self, parent_id: str, parent: LiveSandbox, children: dict[str, GuestConfig]

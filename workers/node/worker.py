@@ -41,6 +41,7 @@ from workers.node.heartbeat import beat_forever
 from workers.node.journal import Journal
 from workers.node.metrics import NodeMetrics
 from workers.node.net.firewall import EgressPolicy
+from workers.node.network import update_network
 from workers.node.openings import Openings
 from workers.node.ports import (
     GuestConfig,
@@ -239,6 +240,8 @@ class NodeWorker:
                 await fork(self, cmd, ctx)
             case sb.SetSandboxTimeout():
                 await execute(self.bus.sandboxes, cmd, ctx)
+            case sb.UpdateSandboxNetwork():
+                await update_network(self.bus, self.host, self.guest_config, cmd, ctx)
             case tp.ImportTemplateImage():
                 await self._import(cmd, ctx)
             case tp.DeleteTemplate():

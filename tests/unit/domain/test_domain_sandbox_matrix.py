@@ -23,6 +23,9 @@ COMMANDS: dict[str, Callable[[], sb.SandboxCommand]] = {
     "set_timeout": lambda: sb.SetSandboxTimeout(sandbox_id=SID, at=at(50), timeout_s=30),
     "fork": lambda: sb.ForkSandbox(sandbox_id=SID, at=at(50), count=2),
     "snapshot": lambda: sb.SnapshotSandbox(sandbox_id=SID, at=at(50), snapshot_id="s:1"),
+    "update_network": lambda: sb.UpdateSandboxNetwork(
+        sandbox_id=SID, at=at(50), deny_out=("0.0.0.0/0",)
+    ),
     "complete_create": lambda: sb.CompleteCreate(sandbox_id=SID, at=at(50), node_id="n1"),
     "complete_pause": lambda: sb.CompletePause(sandbox_id=SID, at=at(50)),
     "complete_resume": lambda: sb.CompleteResume(sandbox_id=SID, at=at(50), node_id="n2"),
@@ -47,6 +50,7 @@ _STATE_ORDER = [
     "failed",
 ]
 
+NU = sb.SandboxNetworkUpdated
 KR, PR, RR, TS = (
     sb.SandboxKillRequested,
     sb.SandboxPauseRequested,
@@ -63,6 +67,7 @@ MATRIX: dict[str, list[object]] = {
     "set_timeout": [NF, C, TS, C, TS, C, TS, TS, C, NF, C],
     "fork": [NF, C, sb.SandboxForkRequested, C, C, C, C, C, C, NF, C],
     "snapshot": [NF, C, sb.SnapshotRequested, C, C, C, C, C, C, NF, C],
+    "update_network": [NF, C, NU, C, C, C, NU, NU, C, NF, C],
     "complete_create": [NF, sb.SandboxCreated, C, C, C, C, C, C, NONE, NONE, NONE],
     "complete_pause": [NF, C, C, sb.SandboxPaused, C, C, C, C, NONE, NONE, NONE],
     "complete_resume": [NF, C, C, C, C, sb.SandboxResumed, C, C, NONE, NONE, NONE],
