@@ -74,6 +74,7 @@ def test_the_histories_cover_every_lifecycle_step() -> None:
         "SandboxCreated",
         "SandboxFailed",
         "SandboxTimeoutSet",
+        "SandboxNetworkUpdated",
         "SandboxPauseRequested",
         "SandboxPaused",
         "SandboxResumeRequested",
