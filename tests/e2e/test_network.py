@@ -2,7 +2,7 @@
 sandbox's egress firewall, and the guest feels it at once — its dial to a decoy host (a
 network namespace this test makes, `tests/decoy.py`) goes through, is blocked after a
 deny-all update, goes through again after an allow — and the rules hold across a pause and
-a resume.
+a resume; an `allowOut` entry beats a deny-all, as in E2B.
 
 It runs a stack of its own: the shared e2e stack keeps egress off (`AENV_EGRESS_ENABLED`),
 and this one turns it on. Its sandboxes stay off the internet (`allow_internet_access`
@@ -72,7 +72,8 @@ def test_update_network_swaps_the_guests_firewall_and_holds_across_pause(
         assert info.allow_internet_access is False
         assert (info.network or {}).get("deny_out") == ["0.0.0.0/0"]
         assert _dial(resumed, d).startswith("BLOCKED"), "the resume did not keep deny-all"
-        resumed.update_network(ALLOW_DECOY)
+        # E2B's "only X": an allowed entry beats a deny-all
+        resumed.update_network({"allow_out": [DECOY_NET], "deny_out": ["0.0.0.0/0"]})
         assert _dial(resumed, d) == reached
     finally:
         sbx.kill()

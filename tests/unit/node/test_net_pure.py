@@ -44,13 +44,19 @@ def test_internet_policy_still_blocks_private_ranges_and_host() -> None:
     assert host_drop == 0
 
 
-def test_deny_beats_allow() -> None:
+def test_allow_beats_deny_as_in_e2b_but_not_the_nodes_own_addresses() -> None:
+    """E2B: allowed entries take precedence over denied ones (`allow=X, deny=0.0.0.0/0` is
+    "only X"); the node's addresses stay closed whatever is allowed."""
     rules = render_rules(
-        slot_address(0), EgressPolicy(allow=("10.1.0.0/16",), deny=("10.1.2.0/24",))
+        slot_address(0),
+        EgressPolicy(internet=True, allow=("10.1.0.0/16",), deny=("0.0.0.0/0",)),
+        host_addresses=("10.1.0.1",),
     ).splitlines()
-    deny = next(i for i, r in enumerate(rules) if "10.1.2.0/24 -j DROP" in r)
+    host = next(i for i, r in enumerate(rules) if "10.1.0.1/32 -j DROP" in r)
     allow = next(i for i, r in enumerate(rules) if "10.1.0.0/16 -j ACCEPT" in r)
-    assert deny < allow
+    deny = next(i for i, r in enumerate(rules) if "-d 0.0.0.0/0 -j DROP" in r)
+    internet = next(i for i, r in enumerate(rules) if r.endswith("-s 169.254.0.21/32 -j ACCEPT"))
+    assert host < allow < deny < internet
 
 
 def test_bad_cidr_is_rejected() -> None:

@@ -37,7 +37,9 @@ BLOCKED_BY_DEFAULT: tuple[str, ...] = (
 class EgressPolicy:
     """What a guest may dial. `internet` opens public addresses; `allow`/`deny` are CIDRs.
 
-    Precedence: deny > allow > default-blocked ranges > internet flag.
+    Precedence (E2B's: "allowed entries always take precedence over denied entries", so
+    `allow=X, deny=0.0.0.0/0` means "only X"): the node's own addresses (never) > allow >
+    deny > default-blocked ranges > internet flag.
     """
 
     internet: bool = False
@@ -72,12 +74,12 @@ def render_rules(
         f"-A FORWARD -i {veth} -o {tap} -d {g}/32 -m conntrack --ctstate DNAT -j ACCEPT",
     ]
     egress = f"-A FORWARD -i {tap} -o {veth} -s {g}/32"
-    for cidr in policy.deny:
-        filt.append(f"{egress} -d {_net(cidr)} -j DROP")
     for addr in host_addresses:  # the node's own addresses: never reachable, even if allowed
         filt.append(f"{egress} -d {_net(addr)} -j DROP")
     for cidr in policy.allow:
         filt.append(f"{egress} -d {_net(cidr)} -j ACCEPT")
+    for cidr in policy.deny:
+        filt.append(f"{egress} -d {_net(cidr)} -j DROP")
     if policy.internet:
         for cidr in BLOCKED_BY_DEFAULT:
             filt.append(f"{egress} -d {cidr} -j DROP")
