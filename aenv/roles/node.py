@@ -167,6 +167,7 @@ async def _qemu_host(
         slot_cidr=node_cfg.slot_cidr,
         egress=node_cfg.egress_enabled,
         runtime_disk=envd_rt.path,
+        ram_pool_bytes=node_cfg.ram_pool_bytes,
     )
     stack.push_async_callback(runtime.close)
     say(f"accelerator: {runtime.accel.accel} ({runtime.accel.reason})")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -75,6 +74,7 @@ class SandboxHost:
         #: captures of resumed sandboxes whose resume the log does not hold yet
         self._resumed: dict[str, Snapshot] = {}
         self._gone_hooks: list[Callable[[str], None]] = []
+        self.ram_pool_stats = runtime.ram_pool.stats  # (the Host port's)
         self._busy: dict[str, asyncio.Lock] = {}
         #: disk layers and fork captures nothing needs any more, freed off the command path
         self.garbage = Garbage(
@@ -292,7 +292,7 @@ class SandboxHost:
 
     def drop_capture(self, snapshot_id: str) -> None:
         """A stale local copy (its sandbox was killed or moved); its layers go with GC."""
-        shutil.rmtree(self.runtime.snapshot_dir(snapshot_id), ignore_errors=True)
+        self.runtime.remove_capture_dir(self.runtime.snapshot_dir(snapshot_id))
         self.collect_soon()
 
     async def resume(self, sandbox_id: str) -> str:
@@ -304,7 +304,7 @@ class SandboxHost:
             raise HostError(f"sandbox {sandbox_id} has no paused state on this node")
         snap = paused.snapshot
         if snap.spent:  # a resume ran from it and failed (or the node died): its RAM moved on
-            shutil.rmtree(snap.dir, ignore_errors=True)
+            self.runtime.remove_capture_dir(snap.dir)
         if not (snap.dir / "manifest.json").exists():
             # the local capture is gone (disk replaced, spent): fetch it back; never a
             # half-restored VM, the download completes first

@@ -33,6 +33,7 @@ from workers.node.ports import (
     HostError,
     ImageSource,
     ImportedImage,
+    RamPoolStats,
     Stage,
     TemplateLocator,
     WarmStats,
@@ -179,6 +180,9 @@ class MemoryHost:
 
     def warm_stats(self) -> WarmStats:
         return WarmStats()
+
+    def ram_pool_stats(self) -> RamPoolStats:
+        return RamPoolStats()  # no RAM files
 
     async def flush_guest(self, sandbox_id: str) -> dict[str, object]:
         if sandbox_id not in self.live:

@@ -9,7 +9,9 @@
   cgroup killed them) or `crash` (anything else).
 - Read at each scrape: the node's budget and what is left (`aenv_node_*`, label `node`),
   its running VMs, their summed RSS and CPU time, its JetStream consumers, and its warm
-  pool (`aenv_node_warm_*`: VMs by template, their memory, creates it served or missed).
+  pool (`aenv_node_warm_*`: VMs by template, their memory, creates it served or missed),
+  and its RAM pool (`aenv_node_ram_pool_{bytes,files,budget_bytes}`: the ready RAM copies
+  on its disk — evictable, within their budget `AENV_RAM_POOL_BYTES`).
 
 Labels stay bounded: ops, stages and causes are closed sets; `node` is one value per node.
 """
@@ -166,6 +168,10 @@ class NodeMetrics:
         )
         self._claims = _WarmClaims(node_id)
         r.register(self._claims)
+        self.ram_pool = {
+            name: Gauge(f"aenv_node_ram_pool_{name}", text, ["node"], registry=r)
+            for name, text in _RAM_POOL.items()
+        }
 
     # ---- where things happen ----------------------------------------------------------
     def stage(self, op: str, stage: str, seconds: float, start: str = COLD) -> None:
@@ -227,8 +233,20 @@ class NodeMetrics:
             sum(u.rss_bytes for pid in pool.pids if (u := read_usage(pid)) is not None)
         )
         self._claims.hits, self._claims.misses = pool.hits, pool.misses
+        ram = host.ram_pool_stats()
+        for name, value in (
+            ("bytes", ram.bytes),
+            ("files", ram.files),
+            ("budget_bytes", ram.budget),
+        ):
+            self.ram_pool[name].labels(node).set(value)
 
 
+_RAM_POOL = {
+    "bytes": "Bytes of ready RAM copies on the node's disk (evictable: a cache).",
+    "files": "Ready RAM copies on the node's disk.",
+    "budget_bytes": "The most the RAM pool holds (AENV_RAM_POOL_BYTES).",
+}
 _ROOM = {
     "capacity_sandboxes": "Sandboxes the node holds at most.",
     "free_sandboxes": "Sandboxes the node takes more of now.",

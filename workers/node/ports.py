@@ -117,6 +117,17 @@ class WarmStats:
 
 
 @dataclass(frozen=True)
+class RamPoolStats:
+    """The RAM pool's ready copies on the node's disk (`runtime/rampool.py`): all of it
+    is evictable (a create without a ready copy makes its own), within its budget."""
+
+    bytes: int = 0
+    files: int = 0
+    sources: int = 0
+    budget: int = 0
+
+
+@dataclass(frozen=True)
 class Capture:
     """A capture the host took: a pause's (its sandbox's paused state) or a snapshot's."""
 
@@ -260,6 +271,10 @@ class Host(Protocol):
         """Keep warm VMs from now on, within `spare_mib` (room the sandboxes leave)."""
 
     def warm_stats(self) -> WarmStats: ...
+
+    def ram_pool_stats(self) -> RamPoolStats:
+        """What the RAM pool holds on disk (none for a host without VMs)."""
+        ...
 
     async def pause(
         self,

@@ -89,5 +89,6 @@ async def sweep(runtime: Runtime, keep: set[Path]) -> int:
     ]
     for d in gone:
         log.info("removing %s: left by a crash", d)
+        runtime.ram_pool.forget_under(d)
         await asyncio.to_thread(shutil.rmtree, d, True)
     return len(gone)

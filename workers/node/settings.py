@@ -59,6 +59,10 @@ class NodeSettings(BaseSettings):
     egress_enabled: bool = False
     #: Node-local cache of snapshot blobs pulled from the repository (LRU beyond this).
     blob_cache_bytes: int = Field(default=10 << 30, ge=0)
+    #: The RAM pool's budget: ready copies of template RAM files (a create of a sandbox
+    #: that may pause renames one into place instead of copying ~150 MiB), two per template
+    #: restored lately; least recently used templates' copies go first. 0: no pool.
+    ram_pool_bytes: int = Field(default=2 << 30, ge=0)
     #: Heartbeat period in the nodes bucket; missing 3 of them marks the node gone, and its
     #: paused sandboxes resume elsewhere from the snapshot repository (`bus.nodes`).
     heartbeat_s: float = Field(default=5.0, gt=0)

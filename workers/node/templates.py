@@ -11,7 +11,6 @@ import asyncio
 import json
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -277,7 +276,7 @@ class TemplateCatalog:
         await wait_and_init(vm.host, guest_defaults(image), timeout=60.0)
         self.progress(f"{spec.name}: envd answered after {took:.1f}s; capturing")
         if sdir.exists():  # a half-written capture from a crash: start over
-            shutil.rmtree(sdir)
+            self.runtime.remove_capture_dir(sdir)
         return await self.runtime.capture(vm, resume=False, snapshot_id=snap_id)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from workers.node.foreground import Foreground
 from workers.node.runtime.layers import MAX_CHAIN_DEPTH, LayerStore
+from workers.node.runtime.rampool import RamPool
 from workers.node.runtime.ramstage import RamStage
 from workers.node.runtime.snapshot import Snapshot
 from workers.node.runtime.teardown import Teardowns
@@ -30,6 +31,7 @@ class CaptureFiles:
     state_dir: Path
     layers: LayerStore
     ram_stage: RamStage
+    ram_pool: RamPool
     foreground: Foreground
     teardowns: Teardowns
     vms: dict[str, Vm]
@@ -54,9 +56,17 @@ class CaptureFiles:
 
     def delete_snapshot(self, snap: Snapshot) -> None:
         """Remove a snapshot's own files. Its disk layers may still be under a running VM
-        or another snapshot: `collect_layers` frees them once nothing needs them."""
+        or another snapshot: `collect_layers` frees them once nothing needs them. The RAM
+        pool's ready copies of its RAM file go too (nothing would take them again)."""
         self.ram_stage.discard(snap.mem)
-        shutil.rmtree(snap.dir, ignore_errors=True)
+        self.remove_capture_dir(snap.dir)
+
+    def remove_capture_dir(self, sdir: Path) -> None:
+        """Remove a capture's directory, whatever state it is in (a crash's half-written
+        one, a stale or spent copy), and the RAM pool's copies of anything in it: every
+        removal of a capture goes through here or `delete_snapshot`."""
+        self.ram_pool.forget_under(sdir)
+        shutil.rmtree(sdir, ignore_errors=True)
 
     async def collect_layers(self, snapshots: list[Snapshot], *, min_age_s: float = 60) -> int:
         """Delete disk layers that neither a live VM nor one of `snapshots` stacks on.

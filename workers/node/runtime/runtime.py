@@ -29,7 +29,7 @@ from workers.node.runtime.forking import fork_children
 from workers.node.runtime.guest import over_defaults, wait_and_init, wait_envd
 from workers.node.runtime.layers import LayerStore
 from workers.node.runtime.ramfile import keep_capture, ram_for_restore
-from workers.node.runtime.rampool import RamPool
+from workers.node.runtime.rampool import DEFAULT_BUDGET, RamPool
 from workers.node.runtime.ramstage import RamStage
 from workers.node.runtime.snapshot import Snapshot
 from workers.node.runtime.teardown import Teardowns
@@ -96,11 +96,12 @@ class Runtime(CaptureFiles):
         slot_cidr: str = DEFAULT_SLOT_CIDR,
         egress: bool = False,
         runtime_disk: Path | None = None,
+        ram_pool_bytes: int = DEFAULT_BUDGET,
     ) -> Runtime:
         """`egress`: carry guest traffic their policy allows beyond the host (forwarding +
         NAT, `net.uplink`); without it nothing a guest sends leaves the node.
         `runtime_disk`: envd's runtime for VMs booted here (default: built or found in the
-        image cache for this envd)."""
+        image cache for this envd). `ram_pool_bytes`: the RAM pool's budget (`RamPool`)."""
         state_dir.mkdir(parents=True, exist_ok=True)
         accel = await asyncio.to_thread(choose_accel, kernel_for_probe)
         ver = await asyncio.to_thread(qemu_version)
@@ -113,6 +114,7 @@ class Runtime(CaptureFiles):
         if runtime_disk is None:
             runtime_disk = (await asyncio.to_thread(build_runtime, progress=log.info)).path
         rt = cls(state_dir, pool, accel, ver, foreground, runtime_disk)
+        rt.ram_pool.budget = ram_pool_bytes
         await asyncio.to_thread(rt.ram_stage.reset)
         if egress:
             rt.uplink = Uplink(slot_prefix, pool.cidr)
