@@ -24,6 +24,7 @@ from projections.tables import (
     projection_checkpoints,
     sandboxes,
     snapshots,
+    template_spawns,
     templates,
     volumes,
 )
@@ -238,7 +239,8 @@ async def team_templates(conn: AsyncConnection, team_id: str) -> list[tuple[Row 
     """(template row or None, the team's builds of it newest first) for `base` and every
     template the team built; the row is None while a first build is still running or after
     it failed (listed with its reason: the user must see it). Deleted templates are gone.
-    Snapshot templates are listed by the snapshot routes instead."""
+    Snapshot templates are listed by the snapshot routes instead. A row carries its creates
+    (`spawn_count`, `last_spawned_at`) once a sandbox was created from the template."""
     q = select(builds).where(builds.c.team_id == team_id).order_by(builds.c.requested_at.desc())
     by_template: dict[str, list[Row]] = {}
     for b in (await conn.execute(q)).mappings():
@@ -246,6 +248,13 @@ async def team_templates(conn: AsyncConnection, team_id: str) -> list[tuple[Row 
     ids = sorted(set(by_template) | {"base"})
     known = select(templates).where(templates.c.template_id.in_(ids))
     rows = {r["template_id"]: dict(r) for r in (await conn.execute(known)).mappings()}
+    spawned = select(template_spawns).where(template_spawns.c.template_id.in_(ids))
+    for s in (await conn.execute(spawned)).mappings():
+        if s["template_id"] in rows:
+            rows[s["template_id"]] |= {
+                "spawn_count": s["spawn_count"],
+                "last_spawned_at": s["last_spawned_at"],
+            }
     out: list[tuple[Row | None, list[Row]]] = []
     for tid in ids:
         row, bs = rows.get(tid), by_template.get(tid, [])

@@ -1,4 +1,5 @@
-"""The `sandboxes` and `snapshots` read models, folded from sandbox events."""
+"""The `sandboxes` and `snapshots` read models, folded from sandbox events, and the creates
+counted per template (`template_spawns`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bus import AggregateKind, RecordedEvent
 from domain import sandbox as sb
+from domain import tags as tg
 from domain.aggregates import SANDBOX
 from projections.folding import Row, fold_batch, load_rows, upsert
-from projections.tables import sandboxes, snapshots
+from projections.tables import sandboxes, snapshots, template_spawns
 
 __all__ = ["SandboxProjection", "sandbox_from_row", "sandbox_row"]
 
@@ -99,11 +101,12 @@ def sandbox_from_row(r: Row) -> sb.Sandbox:
 
 
 class SandboxProjection:
-    """Sandboxes (one row each, E2B's listing and detail) and their named snapshots."""
+    """Sandboxes (one row each, E2B's listing and detail), their named snapshots, and the
+    creates of each template (E2B's `spawnCount`)."""
 
     name: str = "sandboxes"
     kind: AggregateKind = SANDBOX.kind
-    tables: tuple[Table, ...] = (sandboxes, snapshots)
+    tables: tuple[Table, ...] = (sandboxes, snapshots, template_spawns)
 
     async def apply(self, conn: AsyncConnection, batch: Sequence[RecordedEvent]) -> None:
         rows = await fold_batch(
@@ -121,6 +124,13 @@ class SandboxProjection:
             snapshots,
             "snapshot_id",
             await self._snapshots(conn, batch, rows),
+            guard="last_seq",
+        )
+        await upsert(
+            conn,
+            template_spawns,
+            "template_id",
+            await _spawns(conn, batch, rows),
             guard="last_seq",
         )
 
@@ -171,3 +181,31 @@ class SandboxProjection:
             row |= {"revision": rec.envelope.aggregate_version, "last_seq": rec.seq}
             rows[e.snapshot_id] = changed[e.snapshot_id] = row
         return changed
+
+
+async def _spawns(
+    conn: AsyncConnection, batch: Sequence[RecordedEvent], sbx: dict[str, Row]
+) -> dict[str, Row]:
+    """Each template's count moved by the batch's `SandboxCreated` (once per sandbox: a
+    resume is `SandboxResumed`). A sandbox the batch did not change had all its events
+    folded already, its create counted with them; a template's `last_seq` skips a create
+    replayed after that (the count and the checkpoint commit together)."""
+    created = [
+        (tg.shown_template(sbx[r.envelope.aggregate_id]["template_id"]), r)
+        for r in batch
+        if isinstance(r.event, sb.SandboxCreated) and r.envelope.aggregate_id in sbx
+    ]
+    if not created:
+        return {}
+    rows = await load_rows(conn, template_spawns, "template_id", {t for t, _ in created})
+    changed: dict[str, Row] = {}
+    for tid, rec in created:
+        row = rows.get(tid) or {"template_id": tid, "spawn_count": 0, "last_seq": 0}
+        if int(row["last_seq"]) >= rec.seq:
+            continue
+        rows[tid] = changed[tid] = row | {
+            "spawn_count": int(row["spawn_count"]) + 1,
+            "last_spawned_at": rec.event.at,
+            "last_seq": rec.seq,
+        }
+    return changed

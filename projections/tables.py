@@ -35,6 +35,7 @@ __all__ = [
     "projection_checkpoints",
     "sandboxes",
     "snapshots",
+    "template_spawns",
     "templates",
     "volumes",
 ]
@@ -107,6 +108,18 @@ snapshots = Table(
     _tz("requested_at", nullable=False),
     _tz("taken_at"),
     *_position(),
+)
+
+#: Creates of sandboxes per template (E2B's `spawnCount`, `lastSpawnedAt`), counted by the
+#: sandboxes projection from `SandboxCreated` (0011). `last_seq`: the stream sequence of the
+#: last create counted, so a replayed one is never counted twice.
+template_spawns = Table(
+    "template_spawns",
+    metadata,
+    Column("template_id", Text, primary_key=True),
+    Column("spawn_count", BigInteger, nullable=False),
+    _tz("last_spawned_at", nullable=False),
+    Column("last_seq", BigInteger, nullable=False),
 )
 
 templates = Table(

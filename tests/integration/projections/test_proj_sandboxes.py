@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -10,7 +12,7 @@ from domain import CommandRejected
 from domain import sandbox as sb
 from domain.sandbox.values import new_sandbox_id
 from projections import Projector, SandboxProjection, checkpoints, format_history, history
-from projections.tables import sandboxes, snapshots
+from projections.tables import sandboxes, snapshots, template_spawns
 from tests.integration.projections.lifecycle import T0, at, full_lifecycle, kill, step
 
 
@@ -158,3 +160,46 @@ def test_row_round_trip_is_lossless() -> None:
         )
         back = sandbox_from_row(sandbox_row(state, rec))
         assert back == state.model_copy(update={"recent_commands": ()})
+
+
+async def _spawns(engine: AsyncEngine, template_id: str) -> tuple[int, object] | None:
+    async with engine.connect() as conn:
+        r = (
+            await conn.execute(
+                select(template_spawns).where(template_spawns.c.template_id == template_id)
+            )
+        ).one_or_none()
+    return (r.spawn_count, r.last_spawned_at) if r is not None else None
+
+
+async def test_creates_are_counted_per_template_once(
+    bus: Bus, engine: AsyncEngine, projectors: dict[str, Projector]
+) -> None:
+    """E2B's `spawnCount`: each create of a sandbox from the template, a build's capture
+    counting for its template; a resume, a create not answered yet, or a replayed event
+    does not count."""
+    tid = f"spawned-{uuid.uuid4().hex[:8]}"
+    p = projectors["sandboxes"]
+    sids = [new_sandbox_id() for _ in range(4)]
+    refs = [tid, f"{tid}:{uuid.uuid4()}", tid, tid]  # the second: a build's capture
+    for i, (sid, ref) in enumerate(zip(sids, refs, strict=True)):
+        await step(bus, sb.CreateSandbox(sandbox_id=sid, template_id=ref, at=at(i), timeout_s=60))
+    for i, sid in enumerate(sids[:3]):  # the last one is still being created
+        v = await step(bus, sb.CompleteCreate(sandbox_id=sid, node_id="n", at=at(10 + i)))
+    await p.wait_for(v.seq)
+    assert await _spawns(engine, tid) == (3, at(12))
+
+    await step(bus, sb.PauseSandbox(sandbox_id=sids[0], at=at(20)))
+    await step(bus, sb.CompletePause(sandbox_id=sids[0], at=at(21)))
+    await step(bus, sb.ResumeSandbox(sandbox_id=sids[0], at=at(30)))
+    v = await step(bus, sb.CompleteResume(sandbox_id=sids[0], node_id="n", at=at(31)))
+    await p.wait_for(v.seq)
+    assert await _spawns(engine, tid) == (3, at(12))
+
+    async with engine.begin() as conn:  # every event of the template's sandboxes again
+        for sid in sids:
+            await SandboxProjection().apply(conn, await bus.sandboxes.read(sid))
+    assert await _spawns(engine, tid) == (3, at(12))
+    v = await step(bus, sb.CompleteCreate(sandbox_id=sids[3], node_id="n", at=at(40)))
+    await p.wait_for(v.seq)
+    assert await _spawns(engine, tid) == (4, at(40))
