@@ -4,6 +4,7 @@ running, its capture becomes a template new sandboxes start from), list them, de
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 from typing import Annotated, Any
@@ -20,10 +21,11 @@ from api.guards import node_answers, visible
 from api.ids import is_template_ref
 from api.outcomes import send_and_wait
 from bus.decisions import execute
+from domain import build as bd
 from domain import sandbox as sb
 from domain import tags as tg
 from domain import template as tp
-from projections import template_state
+from projections import ProjectionTimeout, checkpoints, queries, template_state
 
 __all__ = ["ROUTES", "snapshot_info"]
 
@@ -89,7 +91,8 @@ async def list_snapshots(
 @delete("/templates/{template_id:str}", status_code=204, responses=ERRORS)
 async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> None:
     """Delete a snapshot template (`Sandbox.delete_snapshot`) or a built one with all its
-    tags; 404 when there is none. Running sandboxes started from it keep their own copies
+    tags, or one the listing shows whose builds all failed (`_discard_builds`); 404 when
+    there is none. Running sandboxes started from it keep their own copies
     of what they need."""
     if template_id in tp.BUILTIN_TEMPLATES:
         raise ApiError(409, f"the built-in template {template_id!r} cannot be deleted")
@@ -104,6 +107,8 @@ async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> 
                 f"{template_id!r} is a build of template {split[0]!r} that "
                 "a tag names: remove its tags instead",
             )
+    elif await _discard_builds(ctx, caller, template_id):
+        return
     nodes = await holders(ctx, template_id)
     cmd = tp.DeleteTemplate(template_id=template_id)
     state, version, events = await execute(ctx.bus.templates, cmd)
@@ -117,6 +122,33 @@ async def delete_template(template_id: str, ctx: ApiContext, caller: Caller) -> 
     await ctx.bus.commands.to_each_node(nodes, cmd)
     for capture in sorted(state.released) if state is not None else ():
         await drop_capture(ctx, template_id, capture)
+
+
+async def _discard_builds(ctx: ApiContext, caller: Caller, template_id: str) -> bool:
+    """A template no build of it published (they failed, or still wait for their files) has
+    no log of its own; the listing shows it from its builds alone, so deleting it discards
+    them (`DiscardTemplateBuild`). False: it has a log (the usual delete), or no build
+    listed either (the delete's 404). A build still running: 409, nothing discarded."""
+    owner, _ = await ctx.bus.templates.load(template_id)
+    if owner is not None:
+        return False
+    async with ctx.engine.connect() as conn:
+        listed = await queries.team_templates(conn, caller.team_id)
+    builds = next(
+        (bs for row, bs in listed if row is None and bs and bs[0]["template_id"] == template_id),
+        [],
+    )
+    if any(b["status"] == bd.BuildStatus.BUILDING.value for b in builds):
+        raise ApiError(409, f"template {template_id!r} is being built: delete it once it is done")
+    seq = 0
+    for b in builds:
+        _, version, _ = await execute(
+            ctx.bus.builds, bd.DiscardTemplateBuild(build_id=b["build_id"])
+        )
+        seq = max(seq, version.seq)
+    with contextlib.suppress(ProjectionTimeout):  # read-your-writes for the listings
+        await checkpoints.wait_for(ctx.engine, "template_builds", seq)
+    return bool(builds)
 
 
 ROUTES = [create_snapshot, list_snapshots, delete_template]

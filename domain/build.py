@@ -1,17 +1,12 @@
 """The template build aggregate: one build of a template, from request to ready or error.
 
 A build is an aggregate of its own (subject `aenv.evt.build.<build_id>`), not a field of the
-template: a template has many builds over its life, a build has a lifecycle of its own
-(waiting → building → ready | error) and a log that the builder appends to while it runs.
-E2B's `waiting` is "requested, its files still uploading"; once its steps are sent the
-build is `building`, queued for a builder (`queued`) until one claims it.
-Keeping them apart means log appends never contend with template registration, and each
-read model folds one aggregate kind into one row per aggregate.
-
-The build log lives in `TemplateBuildLogged` events, bounded (at most `MAX_LOG_BATCH`
-entries of at most `MAX_LOG_MESSAGE` characters each, and `MAX_LOG_ENTRIES` per build): the
-status route needs the log long after the build sandbox is gone, and the event log is the
-only state a rebuild of the read models may use.
+template: a template has many builds, a build a lifecycle of its own (waiting → building →
+ready | error; E2B's `waiting` is "its files still uploading", then `building`, `queued`
+until a builder claims it) and a log the builder appends to: log appends never contend
+with template registration. The log lives in `TemplateBuildLogged` events, bounded (see the
+`MAX_LOG_*`): the status route needs it long after the build sandbox is gone, and the event
+log is the only state a rebuild of the read models may use.
 """
 
 from __future__ import annotations
@@ -43,11 +38,13 @@ __all__ = [
     "BuildStep",
     "ClaimTemplateBuild",
     "CompleteTemplateBuild",
+    "DiscardTemplateBuild",
     "LogTemplateBuild",
     "RequestTemplateBuild",
     "StartTemplateBuild",
     "TemplateBuildClaimed",
     "TemplateBuildCommand",
+    "TemplateBuildDiscarded",
     "TemplateBuildFailed",
     "TemplateBuildLogged",
     "TemplateBuildRequested",
@@ -173,6 +170,11 @@ class CompleteTemplateBuild(TemplateBuildCommand):
     envd_version: str | None = None
 
 
+class DiscardTemplateBuild(TemplateBuildCommand):
+    """`DELETE /templates/{id}` of a template no build published (its builds failed): the
+    build leaves the listing; a running one cannot (409), a discarded one never starts."""
+
+
 #: The closed set of build commands (`decide_build` matches it exhaustively).
 AnyBuildCommand = (
     RequestTemplateBuild
@@ -180,6 +182,7 @@ AnyBuildCommand = (
     | ClaimTemplateBuild
     | LogTemplateBuild
     | CompleteTemplateBuild
+    | DiscardTemplateBuild
 )
 
 
@@ -227,6 +230,10 @@ class TemplateBuildFailed(Event):
     step: str | None = None
 
 
+class TemplateBuildDiscarded(Event):
+    build_id: str
+
+
 # ---- state ------------------------------------------------------------------------------
 class Build(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -249,6 +256,8 @@ class Build(BaseModel):
     sandbox_id: str | None = None
     envd_version: str | None = None
     log_count: int = 0
+    #: its template was deleted before any build of it was published
+    discarded: bool = False
     requested_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -275,6 +284,8 @@ def decide_build(state: Build | None, command: AnyBuildCommand) -> list[Event]:
             return _request(state, command)
         case StartTemplateBuild():
             state = _requested(state, command.build_id)
+            if state.discarded:
+                raise NotFound(f"build {command.build_id} was deleted with its template")
             if state.status is not BuildStatus.WAITING:
                 if state.spec == command.spec:
                     return []  # a retried start
@@ -312,6 +323,12 @@ def decide_build(state: Build | None, command: AnyBuildCommand) -> list[Event]:
             ]
         case CompleteTemplateBuild():
             return _complete(_requested(state, command.build_id), command)
+        case DiscardTemplateBuild():
+            state = _requested(state, command.build_id)
+            if state.status is BuildStatus.BUILDING:
+                raise Conflict(f"build {command.build_id} of {state.template_id} is running")
+            done = state.discarded
+            return [] if done else [TemplateBuildDiscarded(build_id=state.build_id, at=command.at)]
         case _:
             assert_never(command)
 
@@ -362,6 +379,7 @@ AnyBuildEvent = (
     | TemplateBuildLogged
     | TemplateBuilt
     | TemplateBuildFailed
+    | TemplateBuildDiscarded
 )
 BUILD_EVENTS = (
     TemplateBuildRequested,
@@ -370,6 +388,7 @@ BUILD_EVENTS = (
     TemplateBuildLogged,
     TemplateBuilt,
     TemplateBuildFailed,
+    TemplateBuildDiscarded,
 )
 
 
@@ -421,6 +440,8 @@ def _evolve_build(state: Build | None, event: AnyBuildEvent) -> Build | None:
                     "failed_step": event.step,
                 }
             )
+        case TemplateBuildDiscarded():
+            return state.model_copy(update={"discarded": True})
         case _:
             assert_never(event)
 

@@ -36,6 +36,7 @@ _STATE_FIELDS = (
     "sandbox_id",
     "envd_version",
     "log_count",
+    "discarded",
     "requested_at",
     "started_at",
     "finished_at",

@@ -238,10 +238,15 @@ async def build_log_entries(
 async def team_templates(conn: AsyncConnection, team_id: str) -> list[tuple[Row | None, list[Row]]]:
     """(template row or None, the team's builds of it newest first) for `base` and every
     template the team built; the row is None while a first build is still running or after
-    it failed (listed with its reason: the user must see it). Deleted templates are gone.
+    it failed (listed with its reason: the user must see it). Deleted templates are gone,
+    and so are the builds discarded by the delete of a template none of them published.
     Snapshot templates are listed by the snapshot routes instead. A row carries its creates
     (`spawn_count`, `last_spawned_at`) once a sandbox was created from the template."""
-    q = select(builds).where(builds.c.team_id == team_id).order_by(builds.c.requested_at.desc())
+    q = (
+        select(builds)
+        .where(builds.c.team_id == team_id, builds.c.discarded.is_(False))
+        .order_by(builds.c.requested_at.desc())
+    )
     by_template: dict[str, list[Row]] = {}
     for b in (await conn.execute(q)).mappings():
         by_template.setdefault(b["template_id"], []).append(dict(b))

@@ -21,6 +21,7 @@ from sqlalchemy import (
     MetaData,
     Table,
     Text,
+    false,
     text,
     true,
 )
@@ -175,6 +176,8 @@ builds = Table(
     Column("sandbox_id", Text),
     Column("envd_version", Text),
     Column("log_count", Integer, nullable=False),
+    # its template was deleted before any build of it was published (0012): not listed
+    Column("discarded", Boolean, nullable=False, server_default=false()),
     _tz("requested_at", nullable=False),
     _tz("started_at"),
     _tz("finished_at"),

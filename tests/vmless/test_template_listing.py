@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from e2b import Template
+from e2b import BuildException, Template
 
 from tests.support import eventually_sync
 from tests.vmless.conftest import VmlessStack
@@ -54,3 +54,29 @@ def test_spawn_count_counts_the_creates_of_a_template(api: httpx.Client) -> None
     assert one["spawnCount"] == 3 and one["lastSpawnedAt"] == listed["lastSpawnedAt"]
     for sid in sandboxes:
         assert api.delete(f"/sandboxes/{sid}").status_code == 204
+
+
+def test_a_template_whose_only_build_failed_is_deleted(api: httpx.Client) -> None:
+    """The listing shows a template whose builds all failed (with the reason); its DELETE
+    answered 404 (no template had been registered). Now 204, and it is gone."""
+    name = f"failed-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(BuildException):  # the in-memory node refuses a path with no image
+        Template.build(Template().from_image("/no/such/oci-layout"), name)
+    listed = _listed(api, name)
+    assert listed is not None and listed["buildStatus"] == "error", listed
+    assert api.get(f"/templates/{name}").status_code == 200
+
+    r = api.delete(f"/templates/{name}")
+    assert r.status_code == 204, r.text
+    assert _listed(api, name) is None
+    assert api.get(f"/templates/{name}").status_code == 404
+    r = api.delete(f"/templates/{name}")  # gone: as for any template
+    assert r.status_code == 404 and r.json()["code"] == 404, r.text
+
+    # the name is free again: a build of it that succeeds is listed, alone
+    Template.build(Template().from_image("busybox:latest"), name)
+    listed = _listed(api, name)
+    assert listed is not None and listed["buildStatus"] == "ready"
+    assert listed["buildCount"] == 1
+    assert api.delete(f"/templates/{name}").status_code == 204
+    assert _listed(api, name) is None

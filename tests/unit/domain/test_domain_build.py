@@ -127,3 +127,24 @@ def test_a_requests_tags_are_normalised() -> None:
     assert s is not None and s.tags == ("v1", "x")
     with pytest.raises(Invalid):
         bd.decide_build(None, cmd.model_copy(update={"tags": ("no spaces",)}))
+
+
+def test_a_failed_or_waiting_build_is_discarded_once_a_running_one_is_not() -> None:
+    """`DELETE /templates/{id}` of a template no build published discards its builds."""
+    discard = bd.DiscardTemplateBuild(build_id="b1")
+    with pytest.raises(Conflict):
+        bd.decide_build(_started(), discard)  # still running: it may yet publish
+    with pytest.raises(NotFound):
+        bd.decide_build(None, discard)
+    fail = bd.CompleteTemplateBuild(build_id="b1", error="RUN exited with 3", step="2")
+    failed = bd.fold_build(bd.decide_build(_started(), fail), _started())
+    assert failed is not None and not failed.discarded
+    for s in (failed, _requested()):
+        ev = bd.decide_build(s, discard)
+        assert [type(e) for e in ev] == [bd.TemplateBuildDiscarded]
+        gone = bd.fold_build(ev, s)
+        assert gone is not None and gone.discarded and gone.status is s.status
+        assert bd.decide_build(gone, discard) == []  # a retried delete
+    gone = bd.fold_build(bd.decide_build(_requested(), discard), _requested())
+    with pytest.raises(NotFound):  # a discarded build never starts
+        bd.decide_build(gone, bd.StartTemplateBuild(build_id="b1", spec=SPEC))
