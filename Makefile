@@ -3,7 +3,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup up down test test-fast unit lint bench image clean-leaks
+.PHONY: setup up down test test-fast test-scale unit lint bench image clean-leaks
 
 setup:            ## system packages (apt) + Python venv; idempotent
 	bash scripts/setup.sh
@@ -19,6 +19,9 @@ test: setup       ## the gates, then every tier, fast ones first (real VMs, real
 
 test-fast: setup  ## the gates and the tiers without VMs (unit, golden, deploy, contract, vmless)
 	bash scripts/test.sh --fast
+
+test-scale: setup ## the scale checks (real VMs, minutes each): 50 template builds and their deletion leave the RAM pool within its bound
+	AENV_E2E_TEMPLATE_BUILDS=50 $(BIN)/pytest -q tests/e2e/test_ram_pool.py
 
 unit: setup       ## pure tests only: no services, no VMs
 	$(BIN)/pytest -q tests/unit
