@@ -39,6 +39,9 @@ NODE: dict[str, Kind] = {
     "aenv_node_paused_sandboxes": "gauge",
     "aenv_node_vm_rss_bytes": "gauge",
     "aenv_node_vm_cpu_seconds": "counter",
+    "aenv_node_ram_pool_bytes": "gauge",
+    "aenv_node_ram_pool_files": "gauge",
+    "aenv_node_ram_pool_budget_bytes": "gauge",
 }
 #: the node's warm pool (a node that runs VMs: `tests/e2e/test_warm.py` finds them)
 WARM: dict[str, Kind] = {
