@@ -39,6 +39,24 @@ if [ ! -x "$OLD_SDK/bin/python" ] || ! "$OLD_SDK/bin/python" -c "import e2b" 2>/
     "$PY" -m venv "$OLD_SDK"
     "$OLD_SDK/bin/pip" install -q "e2b==2.45.1"
 fi
+# ... and Harbor (the agent-benchmark/RL harness) with its own E2B environment
+# (tests/e2e/test_harbor.py, examples/harbor): its own venv, as it needs Python >= 3.12
+# and pins its own e2b. Python 3.12: $HARBOR_PYTHON, else pyenv's 3.12, else python3.12.
+HARBOR_VENV=${HARBOR_VENV:-.venv-harbor}
+if [ ! -x "$HARBOR_VENV/bin/harbor" ]; then
+    PY312=${HARBOR_PYTHON:-}
+    if [ -z "$PY312" ] && prefix=$(pyenv prefix 3.12 2>/dev/null); then
+        PY312=$prefix/bin/python3.12
+    fi
+    [ -n "$PY312" ] || PY312=$(command -v python3.12 || true)
+    if [ -n "$PY312" ] && [ -x "$PY312" ]; then
+        echo "setup: installing harbor[e2b] 0.25.0 into $HARBOR_VENV (Harbor test)" >&2
+        "$PY312" -m venv "$HARBOR_VENV"
+        "$HARBOR_VENV/bin/pip" install -q 'harbor[e2b]==0.25.0'
+    else
+        echo "setup: no Python 3.12 found; skipping Harbor (tests/e2e/test_harbor.py skips)" >&2
+    fi
+fi
 # The e2e suite also drives E2B's own CLI (`e2b template create`) from npm, when npm exists.
 E2B_CLI=${E2B_CLI_DIR:-.npm-e2b}
 if command -v npm >/dev/null && [ ! -x "$E2B_CLI/node_modules/.bin/e2b" ]; then
