@@ -160,6 +160,14 @@ def _report(results: list[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
+def _why(result: dict[str, object]) -> object:
+    """A failed trial in one line: Harbor's exception (type and message), else its rewards."""
+    exc = result.get("exception_info")
+    if isinstance(exc, dict):
+        return f"{exc.get('exception_type')}: {exc.get('exception_message')}"
+    return result.get("verifier_result")
+
+
 def test_harbor_runs_oracle_trials_on_its_e2b_environment(stack: Stack, tmp_path: Path) -> None:
     if not HARBOR.exists():
         pytest.skip(f"Harbor is not installed at {HARBOR} (scripts/setup.sh makes .venv-harbor)")
@@ -194,8 +202,8 @@ def test_harbor_runs_oracle_trials_on_its_e2b_environment(stack: Stack, tmp_path
         "prebuilt",
     ], out
     failed = {
-        r["task_name"]: r.get("exception_info") or r.get("verifier_result")
+        r["task_name"]: _why(r)
         for r in results
         if (r.get("verifier_result") or {}).get("rewards") != {"reward": 1}
     }
-    assert failed == {}, f"{_report(results)}\n{json.dumps(failed, indent=1)[:4000]}\n{out}"
+    assert failed == {}, f"{_report(results)}\n{json.dumps(failed, indent=1)}\n{out}"
