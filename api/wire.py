@@ -58,7 +58,8 @@ class NetworkUpdate(BaseModel):
     egress configuration, a field left out cleared (`allow_internet_access` back to true).
     The SDK sends `allow_internet_access` in snake_case, as in a create body. `rules`,
     `dnsServers`, `egressProxy` and `maskRequestHost` are ignored, as a create ignores them:
-    aenv has no HTTPS transform proxy, DNS allowance or SOCKS egress."""
+    aenv has no HTTPS transform proxy, DNS allowance or SOCKS egress. `allowPublicTraffic`
+    (ingress) is no part of an update: it stays as created, with its traffic token."""
 
     model_config = _REQ
     allow_out: list[str] = Field(default_factory=list, alias="allowOut")

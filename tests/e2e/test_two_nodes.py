@@ -345,3 +345,44 @@ def _beats(stack: Stack, node_id: str) -> bool:
             await bus.close()
 
     return asyncio.run(read())
+
+
+def _firewalls_dropping(prefix: str, cidr: str) -> list[str]:
+    """The slot namespaces of a node (its slot prefix) whose firewall drops `cidr`."""
+    from workers.node.net import list_leftovers
+
+    found = []
+    for ns in list_leftovers(prefix):
+        saved = subprocess.run(
+            ["nsenter", f"--net=/run/netns/{ns}", "iptables-save"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        # iptables-save orders a rule's matches its own way: -s, -d, -i, -o, -j
+        if any(f"-d {cidr} " in ln and ln.endswith("-j DROP") for ln in saved.stdout.splitlines()):
+            found.append(ns)
+    return found
+
+
+def test_network_rules_move_with_a_sandbox_to_another_node(stack: Stack, n2: Path) -> None:
+    """`update_network` rules are the sandbox's, not its slot's: one paused on a node that
+    then dies resumes on the other under the same rules (its firewall built from the log's
+    spec). A deny of a TEST-NET-3 address of its own marks its firewall among the node's."""
+    from tests.e2e.test_pause import _uploaded
+    from tests.support import eventually_sync
+
+    marker = "203.0.113.77/32"
+    with _second_node(stack, n2, AENV_HEARTBEAT_S="0.5") as node:
+        sbx = node.place()
+        sbx.update_network({"deny_out": [marker]})
+        assert len(_firewalls_dropping(tagged("aenvf"), marker)) == 1  # applied where it runs
+        assert sbx.pause()
+        eventually_sync(lambda: _uploaded(stack, sbx.sandbox_id), timeout=120, interval=1)
+        node.die()
+        back = Sandbox.connect(sbx.sandbox_id, timeout=600)
+        assert _node_of(stack, sbx.sandbox_id) != "e2e-two"
+        assert (back.get_info().network or {}).get("deny_out") == [marker]
+        assert len(_firewalls_dropping(tagged("aenve"), marker)) == 1, "the rules did not move"
+        back.update_network({})  # its new node takes updates: the rule goes
+        assert _firewalls_dropping(tagged("aenve"), marker) == []
