@@ -26,7 +26,7 @@ from typing import Any
 from bench.stats import emit, ratio, summary
 from tests.registry import local_registry, push
 from workers.node.image import base_rootfs_tree, build_from_oci
-from workers.node.image.disk import make_ext4, tree_bytes
+from workers.node.image.disk import DEFAULT_FREE, make_ext4, need_bytes, root_size
 from workers.node.image.oci_chains import chain_dir, chain_ids
 from workers.node.image.oci_write import tar_tree, write_layout
 from workers.node.image.registry import parse_reference, pull
@@ -94,7 +94,7 @@ def _raw_convert(layout: Path, work: Path) -> float:
     for layer in manifest["layers"]:
         blob = layout / "blobs/sha256" / layer["digest"].split(":", 1)[1]
         subprocess.run(["tar", "-xf", str(blob), "-C", str(tree)], check=True)
-    make_ext4(tree, work / "root.ext4", int(tree_bytes(tree) * 1.3) + (256 << 20))
+    make_ext4(tree, work / "root.ext4", root_size(need_bytes(tree), DEFAULT_FREE))
     took = time.monotonic() - t0
     shutil.rmtree(work)
     return took

@@ -143,7 +143,11 @@ def build(
     ] = None,
     disk: Annotated[
         int | None,
-        typer.Option("--disk", help="Free disk in MiB to ask for (recorded, not enforced)."),
+        typer.Option(
+            "--disk",
+            help="Free disk in MiB the sandboxes' root keeps beyond a FROM image "
+            "(default: the node's, 8 GiB); a FROM template keeps its own disk.",
+        ),
     ] = None,
     start_cmd: Annotated[
         str | None,
@@ -239,6 +243,15 @@ def pull(
             show_default=False,
         ),
     ] = "",
+    disk: Annotated[
+        int | None,
+        typer.Option(
+            "--disk",
+            help="Free disk in MiB the sandboxes' root keeps beyond the image "
+            "(default: the node's, 8 GiB).",
+            min=1,
+        ),
+    ] = None,
     api_url: ApiUrl = None,
     api_key: ApiKey = None,
     data_dir: DataDir = DEFAULT_DATA,
@@ -273,6 +286,7 @@ def pull(
                 progress=_progress,
                 from_image=source,
                 from_image_registry=login,
+                disk_mb=disk,
             )
         )
     client.close()

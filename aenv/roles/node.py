@@ -157,7 +157,9 @@ async def _qemu_host(
     """QEMU microVMs: the `base` image and template ready, the runtime open, and the
     snapshot worker when there is a repository; with the base image's size in MiB."""
     say("preparing the default template `base` (first run: debootstrap, ~2 min)")
-    image = await asyncio.to_thread(build_base, progress=lambda m: say(f"  image: {m}"))
+    image = await asyncio.to_thread(
+        build_base, progress=lambda m: say(f"  image: {m}"), free_bytes=node_cfg.image_free_bytes
+    )
     envd_rt = await asyncio.to_thread(build_runtime, progress=lambda m: say(f"  {m}"))
     runtime = await Runtime.open(
         node_cfg.state_dir,
@@ -172,7 +174,12 @@ async def _qemu_host(
     stack.push_async_callback(runtime.close)
     say(f"accelerator: {runtime.accel.accel} ({runtime.accel.reason})")
     base = TemplateSpec("base", vcpus=node_cfg.base_vcpus, mem_mib=node_cfg.base_mem_mib)
-    catalog = TemplateCatalog(runtime, progress=lambda m: say(f"  template: {m}"), base=base)
+    catalog = TemplateCatalog(
+        runtime,
+        progress=lambda m: say(f"  template: {m}"),
+        base=base,
+        free_bytes=node_cfg.image_free_bytes,
+    )
     await catalog.get("base")
     if node_cfg.code_interpreter:
         await _code_interpreter(catalog, node_cfg)
@@ -193,7 +200,11 @@ async def _code_interpreter(catalog: TemplateCatalog, node_cfg: NodeSettings) ->
     """`code-interpreter-v1`: its image (built once, cached by digest) and its capture,
     taken once the server on 49999 answers with its default kernel started."""
     say(f"preparing `{CODE_INTERPRETER}` (first run: apt in the image tree, a few minutes)")
-    image = await asyncio.to_thread(build_code_interpreter, progress=lambda m: say(f"  image: {m}"))
+    image = await asyncio.to_thread(
+        build_code_interpreter,
+        progress=lambda m: say(f"  image: {m}"),
+        free_bytes=node_cfg.image_free_bytes,
+    )
     spec = TemplateSpec(
         CODE_INTERPRETER,
         vcpus=node_cfg.code_interpreter_vcpus,

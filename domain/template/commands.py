@@ -76,6 +76,9 @@ class ImportTemplateImage(TemplateCommand):
     build_id: str | None = None
     cpu_count: int = Field(default=1, ge=1, le=16)
     memory_mb: int = Field(default=512, ge=128, le=65536)
+    #: free space (MiB) the template's root disk keeps beyond the image (a build's
+    #: `minFreeDiskMb`); None: the node's default (`NodeSettings.image_free_bytes`)
+    disk_free_mb: int | None = Field(default=None, ge=0, le=1 << 20)
 
     @model_validator(mode="after")
     def _one_source(self) -> ImportTemplateImage:

@@ -206,6 +206,11 @@ class BuildRun:
             login = self.build.build_id if self.spec.from_image_username else None
             source = {"image_ref": ref, "credentials": login}
         plain = not self.spec.steps and not self.spec.start_cmd and not self.spec.ready_cmd
+        # the build's `minFreeDiskMb` (0: not asked, the node's default) sizes the image's
+        # root disk; an image imported with another free space is another template
+        free_mb = self.build.disk_size_mb or None
+        if free_mb is not None:
+            identity += f"|free={free_mb}"
         key = hashlib.sha256(identity.encode()).hexdigest()
         name = self.capture_id if plain else f"img-{key[:16]}"
         forced = self.spec.force or any(st.force for st in self.spec.steps)
@@ -226,6 +231,7 @@ class BuildRun:
             **source,
             cpu_count=self.build.cpu_count,
             memory_mb=self.build.memory_mb,
+            disk_free_mb=free_mb,
             command_id=sb.derived_command_id("build-import", self.build.build_id),
         )
         version = await self.bus.templates.version(name)

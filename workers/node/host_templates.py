@@ -43,7 +43,9 @@ class HostTemplates:
         """An image becomes a template on this node: pulled into the layer cache if it is a
         registry reference, converted (cached by content), booted once, captured and
         adopted (so a restart keeps it)."""
-        image = await asyncio.to_thread(convert_image, name, source, progress)
+        image = await asyncio.to_thread(
+            convert_image, name, source, progress, free_bytes=self.templates.free_bytes
+        )
         if self.warm is not None:  # an import again under a name: the old VMs go
             await self.warm.drain(name, forget=False)
         self.templates.register(TemplateSpec(name, vcpus=vcpus, mem_mib=mem_mib), lambda: image)

@@ -149,6 +149,8 @@ class ImageSource:
     ref: str | None = None
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    #: free space its root disk keeps (None: the node's `image_free_bytes`)
+    free_bytes: int | None = None
 
     def __str__(self) -> str:
         return self.ref or self.path or "?"

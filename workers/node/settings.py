@@ -57,6 +57,11 @@ class NodeSettings(BaseSettings):
     #: `allowInternetAccess`, `network.allowOut`), forwarded and NATed by the host
     #: (`net.uplink`; turns on the host's IPv4 forwarding). Off by default: no egress.
     egress_enabled: bool = False
+    #: Free space a guest image's root disk keeps beyond the image, for its sandboxes
+    #: (pip installs, clones): the disk is sparse, so it costs host disk only once written.
+    #: Part of each image's recipe, so a change builds new images; a template may ask for
+    #: its own (a build's `minFreeDiskMb`, `aenv template pull --disk`).
+    image_free_bytes: int = Field(default=8 << 30, ge=0)
     #: Node-local cache of snapshot blobs pulled from the repository (LRU beyond this).
     blob_cache_bytes: int = Field(default=10 << 30, ge=0)
     #: The RAM pool's budget: ready copies of template RAM files (a create of a sandbox

@@ -58,8 +58,9 @@ async def import_template(
 async def _image_source(bus: Bus, cmd: tp.ImportTemplateImage) -> ImageSource:
     """Where the image comes from; a private registry's login from the secrets bucket
     (the command names it, the log never holds it)."""
+    free = None if cmd.disk_free_mb is None else cmd.disk_free_mb << 20
     if cmd.credentials is None:
-        return ImageSource(path=cmd.image_path, ref=cmd.image_ref)
+        return ImageSource(path=cmd.image_path, ref=cmd.image_ref, free_bytes=free)
     box = await SecretBox.open(bus.js, bus.names.secrets_bucket)
     login = await box.get(cmd.credentials)
     if login is None:
@@ -72,6 +73,7 @@ async def _image_source(bus: Bus, cmd: tp.ImportTemplateImage) -> ImageSource:
         ref=cmd.image_ref,
         username=str(login.get("username", "")),
         password=str(login.get("password", "")),
+        free_bytes=free,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from workers.node.image import GuestImage, build_base, kernel_cmdline
 from workers.node.image.build import guest_defaults
+from workers.node.image.disk import DEFAULT_FREE
 from workers.node.runtime import Runtime, Snapshot
 from workers.node.runtime.guest import http_request, wait_and_init
 
@@ -65,12 +66,15 @@ class TemplateCatalog:
         *,
         progress: Progress | None = None,
         base: TemplateSpec | None = None,
+        free_bytes: int = DEFAULT_FREE,
     ) -> None:
         self.runtime = runtime
         self.progress = progress or (lambda m: log.info("template: %s", m))
+        #: free space this node's image root disks keep (`NodeSettings.image_free_bytes`)
+        self.free_bytes = free_bytes
         self._specs: dict[str, TemplateSpec] = {"base": base or TemplateSpec("base")}
         self._images: dict[str, Callable[[], GuestImage]] = {
-            "base": lambda: build_base(progress=self.progress)
+            "base": lambda: build_base(progress=self.progress, free_bytes=free_bytes)
         }
         self._ready: dict[str, Snapshot] = {}
         self._records = runtime.state_dir / "snapshot-templates"

@@ -28,7 +28,7 @@ def test_bad_oci_source_is_one_error_line(tmp_path: Path) -> None:
 
 
 def test_bad_size_is_one_error_line(tmp_path: Path) -> None:
-    p = run("build-base", "--cache", str(tmp_path), "--size", "huge")
+    p = run("build-base", "--cache", str(tmp_path), "--free", "huge")
     assert p.returncode == 1 and p.stderr.strip() == "error: bad size 'huge' (use e.g. 2G or 512M)"
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import cache as _cache
 from .cmdline import CMDLINE_BASE, GUEST_GW, GUEST_IP, GUEST_MAC
-from .disk import DEFAULT_SIZE, make_ext4
+from .disk import DEFAULT_FREE, census, disk_uuid, make_ext4, root_size
 from .errors import ImageError
 from .initramfs import build_initramfs, read_static_busybox, sha256_hex
 from .inject import inject
@@ -38,7 +38,9 @@ from .scripts import ENVD_PORT, initramfs_init
 
 # Bumped when what the builder writes changes in a way the inputs below do not capture.
 # 2: envd, PID 1 and their busybox moved to the runtime disk (`runtime.py`).
-FORMAT_VERSION = 2
+# 3: the root disk is sized by what the tree needs plus free space (`free`, not `size`),
+#    with a recipe-derived UUID, a fixed mkfs clock and no zeroed journal (`disk.py`).
+FORMAT_VERSION = 3
 
 Progress = Callable[[str], None]
 
@@ -104,7 +106,8 @@ class _Common:
 
     kernel: Kernel
     busybox: bytes
-    size: int
+    #: free bytes the root disk keeps beyond the image (its size follows from the tree)
+    free: int
 
     def digest_inputs(self, source: dict[str, object]) -> dict[str, object]:
         return {
@@ -114,16 +117,16 @@ class _Common:
             "modules": [list(REQUIRED_MODULES), list(OPTIONAL_MODULES)],
             "scripts": scripts_hash(),
             "busybox": sha256_hex(self.busybox),
-            "size": self.size,
+            "free": self.free,
             "cmdline": CMDLINE_BASE,
         }
 
 
-def _common(root: Path, size: int, progress: Progress) -> _Common:
+def _common(root: Path, free: int, progress: Progress) -> _Common:
     package = resolve_package_cached(root / "kernel-resolved.json", progress)
     with _cache.locked(root, "kernel"), step(progress, f"kernel {package.name}"):
         kernel = ensure_kernel(root, package, progress)
-    return _Common(kernel, read_static_busybox(), size)
+    return _Common(kernel, read_static_busybox(), free)
 
 
 def _cached(root: Path, digest: str) -> GuestImage | None:
@@ -157,8 +160,10 @@ def _assemble(
         defaults = populate(tree) or {}
         with step(progress, "add user, /etc files, the runtime's mount point"):
             info = inject(tree, image_info={"digest": digest, "source": source})
-        with step(progress, f"mkfs.ext4 ({common.size >> 20} MiB)"):
-            make_ext4(tree, tmp / "root.ext4", common.size)
+        counted = census(tree)
+        size = root_size(counted.need, common.free)
+        with step(progress, f"mkfs.ext4 ({size >> 20} MiB: {common.free >> 20} MiB free)"):
+            make_ext4(tree, tmp / "root.ext4", size, fs_uuid=disk_uuid(digest), counted=counted)
         shutil.rmtree(tree)
         with step(progress, "initramfs"):
             initrd = build_initramfs(common.kernel, common.busybox)
@@ -176,7 +181,13 @@ def _assemble(
                 "modules": [m.name for m in common.kernel.modules],
             },
             "initrd_sha256": sha256_hex(initrd),
-            "rootfs": {"fs": "ext4", "size": common.size, "label": "root"},
+            "rootfs": {
+                "fs": "ext4",
+                "size": size,
+                "label": "root",
+                "need": counted.need,
+                "free": common.free,
+            },
             "guest": {
                 "python": info.python,
                 "user": "user",
@@ -231,16 +242,17 @@ def build_base(
     *,
     progress: Progress = print,
     force: bool = False,
-    size: int = DEFAULT_SIZE,
+    free_bytes: int = DEFAULT_FREE,
     spec: DebootstrapSpec | None = None,
 ) -> GuestImage:
     """The default Debian guest image: from the cache, or built (debootstrap cached apart).
+    `free_bytes`: what its root disk keeps free for sandboxes.
 
     With default arguments the result is also recorded as the image named `base`.
     """
     root = _cache.cache_root(cache)
     spec = spec or DebootstrapSpec()
-    common = _common(root, size, progress)
+    common = _common(root, free_bytes, progress)
     source = {**spec.key(), "login_profile": LOGIN_PROFILE_VERSION}
     digest = _cache.digest_of(common.digest_inputs(source))
     if not force and (img := _cached(root, digest)) is not None:
@@ -258,7 +270,7 @@ def build_base(
             return None
 
         img = _assemble(root, digest, common, source, populate, progress)
-    if (spec, size) == (DebootstrapSpec(), DEFAULT_SIZE):
+    if (spec, free_bytes) == (DebootstrapSpec(), DEFAULT_FREE):
         _cache.link_name(root, "base", digest)  # only the default image is `base`
     return img
 
@@ -270,7 +282,7 @@ def build_from_oci(
     *,
     progress: Progress = print,
     force: bool = False,
-    size: int = DEFAULT_SIZE,
+    free_bytes: int = DEFAULT_FREE,
     ref: str | None = None,
     blobs: Path | None = None,
 ) -> GuestImage:
@@ -279,6 +291,7 @@ def build_from_oci(
     `ref` selects a tagged image when the layout holds several; `blobs` is a blob
     directory the layout shares with others (a registry pull's layer cache). The image is
     recorded under `name` (`names/<name>`); its digest depends on the content, not the name.
+    Its root disk is the image plus `free_bytes` free, whatever the image's size.
     """
     from .oci import image_defaults, open_layout, unpack
 
@@ -287,7 +300,7 @@ def build_from_oci(
     root = _cache.cache_root(cache)
     with open_layout(path, ref, blobs=blobs) as layout:
         source: dict[str, object] = {"kind": "oci", "manifest": layout.manifest_digest}
-        common = _common(root, size, progress)
+        common = _common(root, free_bytes, progress)
         digest = _cache.digest_of(common.digest_inputs(source))
         img = None if force else _cached(root, digest)
         if img is None:

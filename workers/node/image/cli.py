@@ -22,7 +22,7 @@ from pathlib import Path
 from .build import GuestImage, build_base, build_from_oci, find_image
 from .cache import cache_root, collect_garbage
 from .cmdline import kernel_cmdline
-from .disk import DEFAULT_SIZE, parse_size
+from .disk import DEFAULT_FREE, parse_size
 from .errors import ImageError
 from .runtime import build_runtime
 
@@ -37,7 +37,11 @@ def _parser() -> argparse.ArgumentParser:
         "--cache", type=Path, help="cache dir (default $AENV_IMAGE_CACHE or /var/lib/aenv/images)"
     )
     common.add_argument("--force", action="store_true", help="rebuild even if cached")
-    common.add_argument("--size", default=str(DEFAULT_SIZE), help="root disk size, e.g. 2G")
+    common.add_argument(
+        "--free",
+        default=str(DEFAULT_FREE),
+        help="free space the root disk keeps beyond the image, e.g. 8G",
+    )
     sub.add_parser("build-base", parents=[common], help="the default Debian image")
     sub.add_parser(
         "build-code-interpreter",
@@ -82,14 +86,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "build-base":
             _report(
                 build_base(
-                    args.cache, progress=progress, force=args.force, size=parse_size(args.size)
+                    args.cache,
+                    progress=progress,
+                    force=args.force,
+                    free_bytes=parse_size(args.free),
                 )
             )
         elif args.cmd == "build-code-interpreter":
             from .codeint import build_code_interpreter
 
             _report(
-                build_code_interpreter(args.cache, progress=progress, size=parse_size(args.size))
+                build_code_interpreter(
+                    args.cache, progress=progress, free_bytes=parse_size(args.free)
+                )
             )
         elif args.cmd == "build-oci":
             img = build_from_oci(
@@ -98,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.cache,
                 progress=progress,
                 force=args.force,
-                size=parse_size(args.size),
+                free_bytes=parse_size(args.free),
                 ref=args.ref,
             )
             _report(img)

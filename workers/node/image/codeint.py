@@ -29,7 +29,7 @@ from .build import (
     base_rootfs_tree,
     step,
 )
-from .disk import DEFAULT_SIZE
+from .disk import DEFAULT_FREE
 from .errors import ImageError
 from .rootfs import (
     LOGIN_PROFILE_VERSION,
@@ -109,11 +109,11 @@ def codeint_tree(root: Path, progress: Progress) -> Path:
 
 
 def build_code_interpreter(
-    cache: Path | None = None, *, progress: Progress = print, size: int = DEFAULT_SIZE
+    cache: Path | None = None, *, progress: Progress = print, free_bytes: int = DEFAULT_FREE
 ) -> GuestImage:
     """The code-interpreter image: from the cache, or built; recorded as `code-interpreter`."""
     root = _cache.cache_root(cache)
-    common = _common(root, size, progress)
+    common = _common(root, free_bytes, progress)
     files = _sources(codeint_src())
     source: dict[str, object] = {
         "kind": "code-interpreter",

@@ -29,7 +29,7 @@ from py_compile import PycInvalidationMode
 from typing import Any
 
 from . import cache as _cache
-from .disk import make_ext4, tree_bytes
+from .disk import census, disk_uuid, make_ext4, root_size
 from .elf import ElfFormatError, needed
 from .errors import ImageError
 from .initramfs import read_static_busybox, sha256_hex
@@ -39,7 +39,9 @@ from .scripts import ENVD_DIR, GUEST_BUSYBOX, GUEST_INIT, GUEST_INIT_SCRIPT, RUN
 
 __all__ = ["RuntimeDisk", "build_runtime", "find_runtime", "populate_runtime"]
 
-FORMAT_VERSION = 1
+# 2: sized by `disk.root_size` (what the tree needs, no free space: read-only in the guest),
+#    with a digest-derived UUID and a fixed mkfs clock.
+FORMAT_VERSION = 2
 #: Where the runtime sits inside the guest (the disk's root): the scripts' paths start here.
 MOUNT = "/opt/aenv"
 LOADER = "ld-linux-x86-64.so.2"
@@ -234,8 +236,17 @@ def build_runtime(
         with _cache.staging(root, f"runtime-{digest}") as tmp:
             progress("envd runtime: python, its libraries, envd, init ...")
             info = populate_runtime(tree, tmp / "tree", envd_src=envd_src, busybox=busybox)
-            size = int(tree_bytes(tmp / "tree") * 1.2) + (80 << 20)  # make_ext4's margin
-            make_ext4(tmp / "tree", tmp / "runtime.ext4", size, label=RUNTIME_LABEL)
+            # read-only in every guest: nothing is ever written to it, so no free space
+            counted = census(tmp / "tree")
+            size = root_size(counted.need, 0)
+            make_ext4(
+                tmp / "tree",
+                tmp / "runtime.ext4",
+                size,
+                label=RUNTIME_LABEL,
+                fs_uuid=disk_uuid(digest),
+                counted=counted,
+            )
             shutil.rmtree(tmp / "tree")
             manifest = {
                 "digest": digest,
