@@ -20,8 +20,9 @@ test: setup       ## the gates, then every tier, fast ones first (real VMs, real
 test-fast: setup  ## the gates and the tiers without VMs (unit, golden, deploy, contract, vmless)
 	bash scripts/test.sh --fast
 
-test-scale: setup ## the scale checks (real VMs, minutes each): 50 template builds and their deletion leave the RAM pool within its bound
+test-scale: setup ## the scale checks (real VMs, minutes each): 50 template builds and their deletion leave the RAM pool within its bound; 2.3 and 6 GiB registry images as sandboxes (~32 GB free disk)
 	AENV_E2E_TEMPLATE_BUILDS=50 $(BIN)/pytest -q tests/e2e/test_ram_pool.py
+	AENV_TEST_SCALE=1 $(BIN)/pytest -q tests/e2e/test_big_images.py
 
 unit: setup       ## pure tests only: no services, no VMs
 	$(BIN)/pytest -q tests/unit

@@ -5,10 +5,15 @@ skopeo. Tests reach no other registry."""
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import io
+import json
 import os
 import re
 import shutil
 import subprocess
+import tarfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +23,16 @@ from pathlib import Path
 
 from aenv.stack.process import free_port
 
-__all__ = ["LocalRegistry", "busybox_tree", "debian_tree", "layout", "local_registry", "push"]
+__all__ = [
+    "LocalRegistry",
+    "busybox_tree",
+    "debian_tree",
+    "layout",
+    "layout_with_big_file",
+    "local_registry",
+    "pattern_block",
+    "push",
+]
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,102 @@ def layout(out: Path, *trees: Path, config: dict[str, object] | None = None) -> 
 
     write_layout(out, [tar_tree(t) for t in trees], config=config)
     return out
+
+
+def pattern_block(seed: bytes) -> bytes:
+    """The 4 KiB block a big test file repeats: not zeros (mkfs skips zero blocks, so the
+    disk would stay sparse), and gzip keeps 0.6 % of it (a 6 GiB layer is ~40 MB)."""
+    return b"".join(hashlib.sha256(seed + i.to_bytes(4, "big")).digest() for i in range(128))
+
+
+class _Pattern(io.RawIOBase):
+    """`size` bytes of `block` over and over, read without holding them."""
+
+    def __init__(self, block: bytes, size: int) -> None:
+        self.block, self.left = block * 256, size  # 1 MiB per read
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n is None or n < 0 else min(n, self.left)
+        out = (self.block * (n // len(self.block) + 1))[:n]
+        self.left -= n
+        return out
+
+
+class _Hashing(io.RawIOBase):
+    """Writes through to `sink` (if any), hashing and counting what passes."""
+
+    def __init__(self, sink: io.RawIOBase | gzip.GzipFile | None) -> None:
+        self.sink, self.sha, self.count = sink, hashlib.sha256(), 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: bytes) -> int:  # type: ignore[override]
+        self.sha.update(b)
+        self.count += len(b)
+        if self.sink is not None:
+            self.sink.write(b)
+        return len(b)
+
+
+def layout_with_big_file(
+    out: Path, base: Path, path: str, size: int, seed: bytes
+) -> tuple[Path, int]:
+    """An OCI layout of `base` (one layer) and a second layer holding one `size`-byte file
+    at `path` (`pattern_block(seed)` repeated), streamed to disk and never held in memory;
+    with the image's uncompressed bytes (both layers' tars)."""
+    from workers.node.image.oci_write import CONFIG, INDEX, LAYER_GZIP, MANIFEST, tar_tree
+
+    blobs = out / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+    (out / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}\n')
+
+    def put(data: bytes) -> dict[str, object]:
+        digest = hashlib.sha256(data).hexdigest()
+        (blobs / digest).write_bytes(data)
+        return {"digest": f"sha256:{digest}", "size": len(data)}
+
+    plain = tar_tree(base, compress=False)
+    descs = [{"mediaType": LAYER_GZIP, **put(gzip.compress(plain, 1, mtime=0))}]
+    diff_ids = ["sha256:" + hashlib.sha256(plain).hexdigest()]
+    tmp = blobs / "big.tmp"
+    with tmp.open("wb") as f:
+        packed = _Hashing(f)  # type: ignore[arg-type]
+        with gzip.GzipFile(fileobj=packed, mode="wb", compresslevel=1, mtime=0) as gz:
+            tar = _Hashing(gz)
+            with tarfile.open(fileobj=tar, mode="w|", format=tarfile.PAX_FORMAT) as tf:
+                info = tarfile.TarInfo(path.lstrip("/"))
+                info.size, info.mode, info.mtime = size, 0o644, 1_600_000_000
+                dirs = Path(path.lstrip("/")).parents
+                for d in reversed(list(dirs)[:-1]):
+                    di = tarfile.TarInfo(str(d))
+                    di.type, di.mode, di.mtime = tarfile.DIRTYPE, 0o755, 1_600_000_000
+                    tf.addfile(di)
+                tf.addfile(info, _Pattern(pattern_block(seed), size))
+    digest = packed.sha.hexdigest()
+    tmp.rename(blobs / digest)
+    descs.append({"mediaType": LAYER_GZIP, "digest": f"sha256:{digest}", "size": packed.count})
+    diff_ids.append("sha256:" + tar.sha.hexdigest())
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }
+    cfg = {"mediaType": CONFIG, **put(json.dumps(config, sort_keys=True).encode())}
+    manifest = {"schemaVersion": 2, "mediaType": MANIFEST, "config": cfg, "layers": descs}
+    man = {
+        "mediaType": MANIFEST,
+        **put(json.dumps(manifest, sort_keys=True).encode()),
+        "annotations": {"org.opencontainers.image.ref.name": "latest"},
+        "platform": {"architecture": "amd64", "os": "linux"},
+    }
+    index = {"schemaVersion": 2, "mediaType": INDEX, "manifests": [man]}
+    (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return out, len(plain) + tar.count
 
 
 def busybox_tree(root: Path, *applets: str) -> Path:
