@@ -18,13 +18,22 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from e2b import Sandbox, Template
 
 from tests.e2e.conftest import Stack
-from tests.registry import debian_tree, layout_with_big_file, local_registry, pattern_block, push
+from tests.registry import (
+    debian_tree,
+    layout,
+    layout_with_big_file,
+    local_registry,
+    pattern_block,
+    push,
+)
 from workers.node.image.cache import cache_root
 from workers.node.image.oci_chains import chain_dir, chain_ids
 from workers.node.image.registry import parse_reference
@@ -77,21 +86,50 @@ def _read_layout(path: Path) -> dict[str, object]:
     return {"blobs": blobs, "diff_ids": config["rootfs"]["diff_ids"]}
 
 
+@contextmanager
+def _imported(ref: str, layout: dict[str, object], **build: int) -> Iterator[tuple[str, Path]]:
+    """`ref` built as a template through the SDK: (its name, its image dir on this host);
+    the template and what the import left in the node's cache deleted after."""
+    name = f"big-{uuid.uuid4().hex[:8]}"
+    logs: list[str] = []
+    try:
+        Template.build(
+            Template().from_image(ref),
+            name,
+            on_build_logs=lambda e: logs.append(e.message),
+            **build,  # type: ignore[arg-type]
+        )
+        image = _image_dir(logs)
+        assert image is not None, logs
+        yield name, image
+    finally:
+        try:
+            Sandbox.delete_snapshot(name)
+        finally:
+            _forget(cache_root(None), ref, layout, _image_dir(logs))
+
+
+def _room(where: list[Path], need: int) -> None:
+    for p in where:
+        free = shutil.disk_usage(p).free
+        if free < need:
+            pytest.skip(f"{p}: {free / GiB:.1f} GiB free, the test needs {need / GiB:.1f}")
+
+
+def _df_avail(sbx: Sandbox) -> int:
+    return int(sbx.commands.run("df -B1 --output=avail / | tail -n 1").stdout)
+
+
 @pytest.mark.parametrize("size", SIZES, ids=lambda n: f"{n / GiB:.1f}GiB")
 def test_a_big_registry_image_is_a_sandbox_with_room(
     stack: Stack, tmp_path: Path, size: int
 ) -> None:
-    cache = cache_root(None)  # the stack's node runs on this host, on this cache
-    need = 2 * size + MARGIN  # the unpacked layer chain and the root disk, then the margin
-    for where in (cache, tmp_path):
-        free = shutil.disk_usage(where).free
-        if free < need:
-            pytest.skip(f"{where}: {free / GiB:.1f} GiB free, the test needs {need / GiB:.1f}")
+    # the stack's node runs on this host, on this cache: the unpacked layer chain and the
+    # root disk, then the margin
+    _room([cache_root(None), tmp_path], 2 * size + MARGIN)
     seed = uuid.uuid4().hex
     base = debian_tree(tmp_path / "base", *PROGRAMS)
     (base / "etc/aenv-test-seed").write_text(seed + "\n")  # layers no other image shares
-    name = f"big-{seed[:8]}"
-    logs: list[str] = []
     t0 = time.monotonic()
     with local_registry(tmp_path / "registry") as registry:
         base_bytes = sum(p.stat().st_size for p in base.rglob("*") if p.is_file())
@@ -102,18 +140,12 @@ def test_a_big_registry_image_is_a_sandbox_with_room(
         ref = push(out, registry, "scale/big", seed[:8])
         shutil.rmtree(out)
         made = time.monotonic() - t0
-        image: Path | None = None
-        try:
-            Template.build(
-                Template().from_image(ref), name, on_build_logs=lambda e: logs.append(e.message)
-            )
+        with _imported(ref, layout) as (name, image):
             built = time.monotonic() - t0 - made
-            image = _image_dir(logs)
-            assert image is not None, logs
             sbx = Sandbox.create(name)
             try:
                 run = sbx.commands.run
-                avail = int(run("df -B1 --output=avail / | tail -n 1").stdout)
+                avail = _df_avail(sbx)
                 assert avail >= FREE, f"{avail / GiB:.2f} GiB free in the guest"
                 assert int(run(f"stat -c %s {BIG}").stdout) == size - base_bytes
                 head = hashlib.sha256(pattern_block(seed.encode()) * 2).hexdigest()
@@ -130,8 +162,25 @@ def test_a_big_registry_image_is_a_sandbox_with_room(
                 f"{avail / GiB:.2f} GiB free in the guest"
             )
             assert allocated <= image_bytes * 1.05 + 100 * MiB
-        finally:
+    shutil.rmtree(tmp_path / "registry", ignore_errors=True)
+
+
+def test_a_template_asks_for_its_own_free_disk(stack: Stack, tmp_path: Path) -> None:
+    """A build's `minFreeDiskMb` (the SDK's `min_free_disk_mb`) sizes the image's root
+    disk: 12 GiB free in the guest instead of the node's 8; sparse, so it costs nothing."""
+    _room([cache_root(None)], MARGIN)
+    seed = uuid.uuid4().hex
+    base = debian_tree(tmp_path / "base", *PROGRAMS)
+    (base / "etc/aenv-test-seed").write_text(seed + "\n")
+    with local_registry(tmp_path / "registry") as registry:
+        out = layout(tmp_path / "img", base)
+        ref = push(out, registry, "scale/roomy", seed[:8])
+        with _imported(ref, _read_layout(out), min_free_disk_mb=12 << 10) as (name, image):
+            sbx = Sandbox.create(name)
             try:
-                Sandbox.delete_snapshot(name)
+                avail = _df_avail(sbx)
             finally:
-                _forget(cache, ref, layout, image or _image_dir(logs))
+                sbx.kill()
+            assert avail >= 12 * GiB, f"{avail / GiB:.2f} GiB free in the guest"
+            assert (image / "root.ext4").stat().st_blocks * 512 < 200 * MiB
+    shutil.rmtree(tmp_path / "registry", ignore_errors=True)
