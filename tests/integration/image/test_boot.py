@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from aenv.stack.process import free_port
+from shared.diskdigest import chunk_list
 from workers.node.image import (
     GuestImage,
     base_rootfs_tree,
@@ -21,6 +22,7 @@ from workers.node.image import (
     cache_root,
 )
 from workers.node.image.build import default_envd_src
+from workers.node.image.disk import DEFAULT_FREE
 from workers.node.image.oci_write import write_archive, write_layout_from_dir
 
 from .qemu_boot import boot
@@ -104,6 +106,8 @@ def test_an_envd_change_rebuilds_the_runtime_not_the_image(
     again: list[str] = []
     assert build_runtime(progress=again.append, envd_src=envd).digest == runtime.digest
     assert again == []  # a cache hit builds nothing
+    # what the disk is, recorded at build time: the chunk list of its bytes
+    assert runtime.content_digest == chunk_list(runtime.path).digest
     with boot(base_image, runtime=runtime) as vm:  # the image runs on either runtime
         m, _ = vm.wait_for(r"ENVD-READY 49983|AENV-ENVD-EXIT \d+", timeout=90)
         assert m.group(0) == "ENVD-READY 49983", vm.console()
@@ -119,6 +123,9 @@ def test_an_image_with_no_libc_and_no_python_runs_envd(tmp_path: Path) -> None:
     img = build_from_oci(image, "busybox-test", progress=lambda m: None, force=True)
     try:
         assert img.manifest["guest"]["python"] is None
+        # a tiny image still keeps the node's free space; its content digest is its bytes'
+        assert img.rootfs.stat().st_size >= DEFAULT_FREE
+        assert img.content_digest == chunk_list(img.rootfs).digest
         port = free_port()
         with boot(img, forward_port=port) as vm:
             m, _ = vm.wait_for(r"ENVD-READY 49983|AENV-ENVD-EXIT \d+", timeout=120)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shared.diskdigest import chunk_list
+
 from . import cache as _cache
 from .cmdline import CMDLINE_BASE, GUEST_GW, GUEST_IP, GUEST_MAC
 from .disk import DEFAULT_FREE, census, disk_uuid, make_ext4, root_size
@@ -55,6 +57,13 @@ class GuestImage:
     rootfs: Path  # raw ext4, read-only base for per-VM qcow2 overlays
     kernel_cmdline_base: str  # add host/VM knobs with `kernel_cmdline(image, ...)`
     manifest: dict[str, Any]
+
+    @property
+    def content_digest(self) -> str | None:
+        """The root disk's content digest (`shared/diskdigest.py`), recorded when it was
+        built; None for an image built before the digest was recorded."""
+        content = self.manifest.get("content") or {}
+        return content.get("digest")
 
     @classmethod
     def load(cls, directory: Path) -> GuestImage:
@@ -165,6 +174,8 @@ def _assemble(
         with step(progress, f"mkfs.ext4 ({size >> 20} MiB: {common.free >> 20} MiB free)"):
             make_ext4(tree, tmp / "root.ext4", size, fs_uuid=disk_uuid(digest), counted=counted)
         shutil.rmtree(tree)
+        with step(progress, "content digest of the root disk"):
+            content = chunk_list(tmp / "root.ext4")
         with step(progress, "initramfs"):
             initrd = build_initramfs(common.kernel, common.busybox)
             (tmp / "initrd.cpio").write_bytes(initrd)
@@ -181,6 +192,8 @@ def _assemble(
                 "modules": [m.name for m in common.kernel.modules],
             },
             "initrd_sha256": sha256_hex(initrd),
+            # what the disk is (its bytes, `shared/diskdigest.py`); `digest` is the recipe
+            "content": {"digest": content.digest, **content.as_json()},
             "rootfs": {
                 "fs": "ext4",
                 "size": size,

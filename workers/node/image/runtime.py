@@ -28,6 +28,8 @@ from pathlib import Path
 from py_compile import PycInvalidationMode
 from typing import Any
 
+from shared.diskdigest import chunk_list
+
 from . import cache as _cache
 from .disk import census, disk_uuid, make_ext4, root_size
 from .elf import ElfFormatError, needed
@@ -93,6 +95,12 @@ class RuntimeDisk:
     digest: str
     path: Path  # raw ext4, attached read-only to every VM
     manifest: dict[str, Any]
+
+    @property
+    def content_digest(self) -> str | None:
+        """The disk's content digest, recorded when it was built (None if it was built before)."""
+        content = self.manifest.get("content") or {}
+        return content.get("digest")
 
     @classmethod
     def load(cls, directory: Path) -> RuntimeDisk:
@@ -248,8 +256,11 @@ def build_runtime(
                 counted=counted,
             )
             shutil.rmtree(tmp / "tree")
+            content = chunk_list(tmp / "runtime.ext4")
             manifest = {
                 "digest": digest,
+                # what the disk is (its bytes, `shared/diskdigest.py`); `digest` is the recipe
+                "content": {"digest": content.digest, **content.as_json()},
                 "inputs": _inputs(spec.key(), envd_src, busybox),
                 "mount": MOUNT,
                 "label": RUNTIME_LABEL,
