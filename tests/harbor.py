@@ -171,7 +171,8 @@ def report(results: list[dict[str, object]]) -> str:
     lines = [f"{'task':<14}" + "".join(f"{p:>19}" for p in PHASES) + "  rewards"]
     for r in sorted(results, key=lambda r: str(r["task_name"])):
         times = [phase_seconds(r.get(p)) for p in PHASES]  # type: ignore[arg-type]
-        rewards = (r.get("verifier_result") or {}).get("rewards")  # type: ignore[union-attr]
+        verdict = r.get("verifier_result")
+        rewards = verdict.get("rewards") if isinstance(verdict, dict) else None
         lines.append(
             f"{r['task_name']!s:<14}"
             + "".join(f"{'-' if t is None else f'{t:.1f}s':>19}" for t in times)
