@@ -58,6 +58,10 @@ def _start_node(stack: Stack, data: Path, **extra: str) -> subprocess.Popen[str]
     pytest.fail(f"second node exited during start-up ({proc.wait()})")
 
 
+#: a TEST-NET-3 address no test dials: its deny rule marks one sandbox's firewall
+MARKER = "203.0.113.77/32"
+
+
 def _wait_warm(stack: Stack, node_id: str) -> None:
     """Until the node's heartbeat says it holds a warm VM of `base`: before, the API names
     only the first node in a create's `warm_on`, and the new node, which would restore
@@ -174,8 +178,11 @@ def test_a_paused_sandbox_resumes_on_another_node_when_its_node_is_gone(
     stack: Stack, n2: Path
 ) -> None:
     """Nothing is lost with a node: a sandbox paused there (its capture uploaded) resumes on
-    the remaining node from S3, processes and files intact; when the dead node comes back,
-    its start-up leaves the moved sandbox alone (it only drops its stale local copy)."""
+    the remaining node from S3, processes and files intact, and under the same
+    `update_network` rules (they are the sandbox's, not its slot's: its new firewall is
+    built from the log's spec; a deny of a TEST-NET-3 address of its own marks it among
+    the node's firewalls); when the dead node comes back, its start-up leaves the moved
+    sandbox alone (it only drops its stale local copy)."""
     from tests.e2e.test_pause import COUNTER, _count, _uploaded
     from tests.support import eventually_sync
 
@@ -183,6 +190,8 @@ def test_a_paused_sandbox_resumes_on_another_node_when_its_node_is_gone(
     # gone after 3 missed beats: 1.5 s
     with _second_node(stack, data, AENV_HEARTBEAT_S="0.5") as node:
         sbx = node.place()
+        sbx.update_network({"deny_out": [MARKER]})
+        assert len(_firewalls_dropping(tagged("aenvf"), MARKER)) == 1  # applied where it runs
         sbx.files.write("/home/user/moved.txt", "survives its node")
         sbx.commands.run(COUNTER)
         eventually_sync(lambda: _count(sbx) > 2, timeout=20)
@@ -193,6 +202,10 @@ def test_a_paused_sandbox_resumes_on_another_node_when_its_node_is_gone(
         home = _node_of(stack, sbx.sandbox_id)
         assert home != "e2e-two"
         assert back.files.read("/home/user/moved.txt") == "survives its node"
+        assert (back.get_info().network or {}).get("deny_out") == [MARKER]
+        assert len(_firewalls_dropping(tagged("aenve"), MARKER)) == 1, "the rules did not move"
+        back.update_network({})  # its new node takes updates: the rule goes
+        assert _firewalls_dropping(tagged("aenve"), MARKER) == []
         before = _count(back)
         eventually_sync(lambda: _count(back) > before, timeout=20)  # the process runs on
         assert back.pause()  # its new home pauses and resumes it like its own
@@ -363,26 +376,3 @@ def _firewalls_dropping(prefix: str, cidr: str) -> list[str]:
         if any(f"-d {cidr} " in ln and ln.endswith("-j DROP") for ln in saved.stdout.splitlines()):
             found.append(ns)
     return found
-
-
-def test_network_rules_move_with_a_sandbox_to_another_node(stack: Stack, n2: Path) -> None:
-    """`update_network` rules are the sandbox's, not its slot's: one paused on a node that
-    then dies resumes on the other under the same rules (its firewall built from the log's
-    spec). A deny of a TEST-NET-3 address of its own marks its firewall among the node's."""
-    from tests.e2e.test_pause import _uploaded
-    from tests.support import eventually_sync
-
-    marker = "203.0.113.77/32"
-    with _second_node(stack, n2, AENV_HEARTBEAT_S="0.5") as node:
-        sbx = node.place()
-        sbx.update_network({"deny_out": [marker]})
-        assert len(_firewalls_dropping(tagged("aenvf"), marker)) == 1  # applied where it runs
-        assert sbx.pause()
-        eventually_sync(lambda: _uploaded(stack, sbx.sandbox_id), timeout=120, interval=1)
-        node.die()
-        back = Sandbox.connect(sbx.sandbox_id, timeout=600)
-        assert _node_of(stack, sbx.sandbox_id) != "e2e-two"
-        assert (back.get_info().network or {}).get("deny_out") == [marker]
-        assert len(_firewalls_dropping(tagged("aenve"), marker)) == 1, "the rules did not move"
-        back.update_network({})  # its new node takes updates: the rule goes
-        assert _firewalls_dropping(tagged("aenve"), marker) == []
