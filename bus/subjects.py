@@ -27,9 +27,17 @@ __all__ = [
     "COMMAND_VERBS",
     "AggregateKind",  # re-exported: each kind owns a subject family in AENV_EVT
     "Names",
+    "carries",
+    "decode_id",
+    "encode_id",
 ]
 
 _TOKEN = re.compile(r"^[^.*>\s]+$")
+#: What an aggregate id's token escapes (`%XX`, as in a URL): `.` separates tokens, and the
+#: escape character itself, so that decoding is exact. `*`, `>` and whitespace are not
+#: escaped: no id of ours may hold them (`carries`), and the API refuses them with a 400.
+_ESCAPED = {"%": "%25", ".": "%2E"}
+_UNESCAPE = re.compile(r"%(25|2E)")
 
 
 #: Subject verb of each command type that travels over AENV_CMD.
@@ -53,6 +61,30 @@ def _token(value: str, what: str) -> str:
     if not _TOKEN.match(value):
         raise InvalidName(f"{what} {value!r} cannot be a subject token")
     return value
+
+
+def encode_id(aggregate_id: str) -> str:
+    """The subject token of an aggregate id, without loss: template names with a `.`
+    (`my.tpl`) and image references (`docker.io/library/python:3.12`) are ids too. Ids
+    without `%` or `.` (every sandbox id, most names) are their own token, so the subjects
+    of events written before this escape are unchanged."""
+    token = "".join(_ESCAPED.get(c, c) for c in aggregate_id)
+    return _token(token, "aggregate id")
+
+
+def decode_id(token: str) -> str:
+    """Inverse of `encode_id`."""
+    return _UNESCAPE.sub(lambda m: chr(int(m.group(1), 16)), token)
+
+
+def carries(aggregate_id: str) -> bool:
+    """Whether `aggregate_id` can name an aggregate on the bus (the API refuses the rest
+    with a 400 before anything is written)."""
+    try:
+        encode_id(aggregate_id)
+    except InvalidName:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -110,14 +142,14 @@ class Names:
 
     def events(self, kind: AggregateKind, aggregate_id: str) -> str:
         """The subject of one aggregate: its whole history, in order."""
-        return self._subject("aenv", "evt", kind.value, _token(aggregate_id, "aggregate id"))
+        return self._subject("aenv", "evt", kind.value, encode_id(aggregate_id))
 
     def sandbox_events(self, sandbox_id: str) -> str:
         return self.events(AggregateKind.SANDBOX, sandbox_id)
 
     def aggregate_id_of(self, subject: str) -> str:
         """Inverse of `events`: the aggregate id is always the last token."""
-        return subject.rsplit(".", 1)[-1]
+        return decode_id(subject.rsplit(".", 1)[-1])
 
     @staticmethod
     def kind_of(subject: str) -> str:

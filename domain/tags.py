@@ -100,10 +100,12 @@ def shown_template(template_id: str) -> str:
 
 def candidates(ref: str) -> list[tuple[str, str]]:
     """Where `ref` may point, in order: a template of exactly that id (a snapshot's
-    `name:tag` id, a build's capture) at `default`, then `name` at tag `tag`."""
+    `name:tag` id, a build's capture) at `default`, then `name` at tag `tag`. A `:` that
+    precedes a `/` is a registry's port (`127.0.0.1:5000/cat/a:1`), not a tag: such a
+    reference is no `name:tag` and is looked up whole (then as an image, by the API)."""
     out = [(ref, DEFAULT_TAG)]
     name, sep, tag = ref.partition(":")
-    if sep and name and tag:
+    if sep and name and tag and "/" not in tag:
         out.append((name, tag))
     return out
 

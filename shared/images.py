@@ -4,20 +4,27 @@ reference with a 400), the template builder and the node that pulls."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 __all__ = [
     "DOCKER_HUB",
+    "IMAGE_METADATA_KEY",
     "ImageRef",
     "InvalidImageReference",
+    "image_template_id",
+    "looks_like_image",
     "mirrored",
     "parse_mirrors",
     "parse_reference",
 ]
 
 DOCKER_HUB = "docker.io"
+#: The create metadata key that names a sandbox's image (for frameworks that keep the task's
+#: image in the create's metadata rather than in `templateID`; docs/templates.md).
+IMAGE_METADATA_KEY = "aenv.image"
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _DIGEST = re.compile(r"^[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-fA-F0-9]{32,}$")
@@ -75,6 +82,31 @@ def parse_reference(text: str) -> ImageRef:
     if digest and not _DIGEST.match(digest):
         raise InvalidImageReference(f"invalid image reference {text!r}: bad digest {digest!r}")
     return ImageRef(registry, path, tag if tag or digest else "latest", digest or None)
+
+
+def image_template_id(image: str, username: str | None = None) -> str:
+    """The template a registry image becomes when it is imported as-is (a create that names
+    it, a template build FROM it): one name for the API and the builder, so both find one
+    import. Keyed by the normalised reference (`python:3.12` and
+    `docker.io/library/python:3.12` are one image) and the login pulled with, since two
+    logins may see different images. A subject token: `img-` and hex, no `.`."""
+    ref = str(parse_reference(image))
+    key = hashlib.sha256(f"registry|{ref}|{username or ''}".encode()).hexdigest()
+    return f"img-{key[:16]}"
+
+
+def looks_like_image(text: str) -> bool:
+    """Whether a create's `templateID` that names no template is meant as an image: it
+    has a `/` or an `@` (no template name, `name:tag` or capture id does) and parses as a
+    reference. `python:3.12` does not qualify (a template `python`, tag `3.12`): its
+    registry form, `docker.io/library/python:3.12`, does."""
+    if "/" not in text and "@" not in text:
+        return False
+    try:
+        parse_reference(text)
+    except InvalidImageReference:
+        return False
+    return True
 
 
 _HOST = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\])(?::\d{1,5})?$")

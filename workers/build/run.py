@@ -27,7 +27,7 @@ from domain import build as bd
 from domain import sandbox as sb
 from domain import tags as tg
 from domain import template as tp
-from shared.images import InvalidImageReference, parse_reference
+from shared.images import InvalidImageReference, image_template_id, parse_reference
 from workers.build.guest import BuildGuest, CommandFailed
 from workers.build.steps import Context, Log, StepFailed, Steps
 
@@ -196,13 +196,15 @@ class BuildRun:
                 raise StepFailed("base", f"FROM {image}: no such OCI layout or archive")
             st = path.stat()
             identity = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+            image_id = f"img-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
             source = {"image_path": str(path)}
         else:
             try:
                 ref = str(parse_reference(image))
             except InvalidImageReference as e:
                 raise StepFailed("base", f"FROM {image}: {e}") from e
-            identity = f"registry|{ref}|{self.spec.from_image_username or ''}"
+            # the name a create of this image imports it as, too (`api/images.py`)
+            image_id = image_template_id(ref, self.spec.from_image_username)
             login = self.build.build_id if self.spec.from_image_username else None
             source = {"image_ref": ref, "credentials": login}
         plain = not self.spec.steps and not self.spec.start_cmd and not self.spec.ready_cmd
@@ -210,9 +212,9 @@ class BuildRun:
         # root disk; an image imported with another free space is another template
         free_mb = self.build.disk_size_mb or None
         if free_mb is not None:
-            identity += f"|free={free_mb}"
-        key = hashlib.sha256(identity.encode()).hexdigest()
-        name = self.capture_id if plain else f"img-{key[:16]}"
+            sized = f"{image_id}|free={free_mb}"
+            image_id = f"img-{hashlib.sha256(sized.encode()).hexdigest()[:16]}"
+        name = self.capture_id if plain else image_id
         forced = self.spec.force or any(st.force for st in self.spec.steps)
         if not plain and not forced:
             existing, _ = await self.bus.templates.load(name)

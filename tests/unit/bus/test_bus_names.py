@@ -6,6 +6,7 @@ import pytest
 
 from bus import COMMAND_VERBS, AggregateKind, BusSettings, DecodeError, InvalidName, Names
 from bus.commands import aggregate_id_of, verb_of
+from bus.subjects import carries, decode_id, encode_id
 from domain import COMMAND_TYPES
 from domain import sandbox as sb
 
@@ -37,12 +38,43 @@ def test_prefix_namespaces_everything() -> None:
     assert n.node_consumer("n") == "t1234_node-n" and n.durable("timer") == "t1234_timer"
 
 
-@pytest.mark.parametrize("bad", ["a.b", "a*", ">", "a b", ""])
+@pytest.mark.parametrize("bad", ["a*", ">", "a b", "a\tb", ""])
 def test_ids_cannot_inject_subject_tokens(bad: str) -> None:
     with pytest.raises(InvalidName):
         Names().sandbox_events(bad)
     with pytest.raises(InvalidName):
         Names().node_command(bad, "pause")
+    assert not carries(bad)
+
+
+@pytest.mark.parametrize(
+    "aggregate_id",
+    [
+        "base",
+        "my.tpl",
+        "docker.io/library/python:3.12",
+        "127.0.0.1:5000/cat/a:1",
+        "app:0b6f3c1e-9a7e-4f0e-8a59-6d1f1f2b6a11",
+        "a%2Eb",  # looks escaped already: must come back as written
+        "%25%",
+        "..",
+    ],
+)
+def test_aggregate_ids_map_to_one_token_without_loss(aggregate_id: str) -> None:
+    n = Names("t1")
+    subject = n.events(AggregateKind.TEMPLATE, aggregate_id)
+    assert subject.count(".") == 4  # prefix, aenv, evt, kind, one id token
+    assert n.aggregate_id_of(subject) == aggregate_id
+    assert Names.kind_of(subject) == "template" and carries(aggregate_id)
+
+
+def test_ids_without_an_escaped_character_keep_their_old_subject() -> None:
+    """Events written before the escape existed stay where their aggregate reads them."""
+    assert Names().events(AggregateKind.TEMPLATE, "app:v1") == "aenv.evt.template.app:v1"
+    assert encode_id("docker.io/x") == "docker%2Eio/x" and decode_id("docker%2Eio/x") == (
+        "docker.io/x"
+    )
+    assert encode_id("my.tpl") != encode_id("my%2Etpl")
 
 
 def test_prefix_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -191,6 +191,9 @@ def test_a_capture_a_tag_names_is_never_waiting_to_be_dropped() -> None:
         ("app", [("app", "default")]),
         ("app:v1", [("app:v1", "default"), ("app", "v1")]),
         ("app:", [("app:", "default")]),
+        # a registry's port is no tag: the reference is looked up whole
+        ("127.0.0.1:5000/cat/a:1", [("127.0.0.1:5000/cat/a:1", "default")]),
+        ("localhost:5000/a", [("localhost:5000/a", "default")]),
     ],
 )
 def test_a_reference_is_tried_as_an_id_then_as_name_and_tag(

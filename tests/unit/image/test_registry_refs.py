@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from shared.images import InvalidImageReference, mirrored, parse_mirrors
+from shared.images import (
+    InvalidImageReference,
+    image_template_id,
+    looks_like_image,
+    mirrored,
+    parse_mirrors,
+)
 from workers.node.image.errors import ImageError
 from workers.node.image.registry import parse_reference
 
@@ -55,3 +61,30 @@ def test_a_mirrored_registry_is_pulled_from_its_mirror_only() -> None:
 def test_bad_mirror_settings_are_refused(text: str) -> None:
     with pytest.raises(InvalidImageReference, match="bad registry mirror"):
         parse_mirrors(text)
+
+
+def test_an_image_has_one_template_name_for_the_api_and_the_builder() -> None:
+    """`img-` + the hash the builder has always used: a create finds a build's import."""
+    assert image_template_id("python:3.12") == "img-a3697db92aaa76c4"
+    assert image_template_id("docker.io/library/python:3.12") == "img-a3697db92aaa76c4"
+    assert image_template_id("python:3.12", "bob") != "img-a3697db92aaa76c4"
+    assert image_template_id("127.0.0.1:5000/cat/a:1").startswith("img-")
+
+
+@pytest.mark.parametrize(
+    ("text", "image"),
+    [
+        ("127.0.0.1:5000/cat/a:1", True),
+        ("docker.io/library/python:3.12", True),
+        ("ghcr.io/org/img", True),
+        ("busybox@sha256:" + "a" * 64, True),
+        ("python:3.12", False),  # a template `python` at tag `3.12`
+        ("base", False),
+        ("my.tpl", False),
+        ("app:0b6f3c1e-9a7e-4f0e-8a59-6d1f1f2b6a11", False),
+        ("Bad/Upper", False),
+        ("a b/c", False),
+    ],
+)
+def test_a_create_names_an_image_by_a_slash_or_a_digest(text: str, image: bool) -> None:
+    assert looks_like_image(text) is image
