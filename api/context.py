@@ -24,6 +24,10 @@ class ApiSettings(BaseSettings):
 
     #: Upper bound on waiting for a create (restore + envd ready), then 504 with the command.
     create_timeout_s: float = Field(default=120.0, gt=0)
+    #: Upper bound on waiting for the import of an image a create names (`api/images.py`):
+    #: pull, conversion and a first boot of a large image take minutes. The SDK gives up
+    #: after its own request timeout (60 s) meanwhile; the import goes on regardless.
+    image_create_timeout_s: float = Field(default=900.0, gt=0)
     #: How long a create sent to placement may wait for a node to take it; then the API
     #: withdraws it and answers 503 (`api/room.py`): a fleet with no room says so.
     placement_timeout_s: float = Field(default=10.0, gt=0)

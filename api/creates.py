@@ -128,7 +128,7 @@ def sandbox_body(s: sb.Sandbox | sb.CreateSandbox, domain: str | None) -> dict[s
     has it, or of the create just answered (its tokens are the ones it was sent with)."""
     return wire.dump(
         wire.Sandbox(
-            template_id=tg.shown_template(s.template_id),
+            template_id=tg.shown_template(s.template_id, s.alias),
             sandbox_id=s.sandbox_id,
             client_id=reads.CLIENT_ID,
             envd_version=s.envd_version,

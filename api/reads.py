@@ -22,7 +22,7 @@ Row = dict[str, Any]
 
 def detail(r: Row) -> wire.SandboxDetail:
     return wire.SandboxDetail(
-        template_id=tg.shown_template(r["template_id"]),
+        template_id=tg.shown_template(r["template_id"], r["alias"]),
         sandbox_id=r["sandbox_id"],
         client_id=CLIENT_ID,
         started_at=r["started_at"] or r["requested_at"],

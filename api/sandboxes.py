@@ -31,6 +31,7 @@ from api.errors import ERRORS, ApiError
 from api.guards import node_answers, not_found, visible
 from api.hangup import watch_hangup
 from api.ids import is_sandbox_id
+from api.images import asked_image, check_template_name, image_template, looks_like_image
 from api.mounts import preferred_node, resolve_mounts
 from api.outcomes import REJECTION_STATUS, send_and_wait
 from api.resume import LIVE, node_or_placement, resume
@@ -50,7 +51,7 @@ async def create_sandbox(
 ) -> Response[dict[str, Any]]:
     v1 = not request.url.path.startswith("/v2/")
     create_timeout(data, v1=v1)  # a bad timeout is a 400 before the template is looked up
-    tpl = await _template(ctx, data.template_id)
+    tpl = await _template_or_image(ctx, data, caller)
     idempotency_key = request.headers.get("idempotency-key")
     sandbox_id, command_id = create_ids(caller, idempotency_key)
     domain = ctx.settings.sandbox_domain
@@ -69,6 +70,24 @@ async def create_sandbox(
     node, cmd = await _placed(ctx, tpl, cmd, volumes)
     await _started(request, ctx, caller, cmd, node, named=bool(idempotency_key))
     return Response(sandbox_body(cmd, domain), status_code=201)
+
+
+async def _template_or_image(
+    ctx: ApiContext, data: wire.NewSandbox, caller: Caller
+) -> dict[str, Any]:
+    """The template row a create starts from: of the image its metadata names, else of its
+    template — or, if no template has that name and it reads as an image reference, of
+    that image (`api/images.py`: imported on first use)."""
+    image = asked_image(data.metadata)
+    if image is not None:
+        return await image_template(ctx, image, caller)
+    check_template_name(data.template_id)
+    try:
+        return await _template(ctx, data.template_id)
+    except ApiError as e:
+        if e.status != 404 or not looks_like_image(data.template_id):
+            raise
+    return await image_template(ctx, data.template_id, caller)
 
 
 async def _template(ctx: ApiContext, template_id: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from domain.errors import Invalid
 
 __all__ = [
     "DEFAULT_TAG",
+    "IMAGE_TEMPLATE_PREFIX",
     "TaggedBuild",
     "build_capture_id",
     "candidates",
@@ -37,6 +38,9 @@ __all__ = [
     "split_capture_id",
     "valid_tag",
 ]
+
+#: How the template an image is imported as begins (`shared.images.image_template_id`).
+IMAGE_TEMPLATE_PREFIX = "img-"
 
 #: The tag every successful build takes: the build `Sandbox.create(name)` starts.
 DEFAULT_TAG = "default"
@@ -92,8 +96,12 @@ def split_capture_id(template_id: str) -> tuple[str, str] | None:
     return (name, build) if sep and name and _UUID.match(build) else None
 
 
-def shown_template(template_id: str) -> str:
-    """The template id E2B shows for a sandbox: its template's, not its build's capture."""
+def shown_template(template_id: str, alias: str | None = None) -> str:
+    """The template id E2B shows for a sandbox: its template's, not its build's capture;
+    for a sandbox of an image (template `img-…`) the reference it was created by, its
+    `alias` — what the client sent, so its SDK shows what it asked for."""
+    if alias and template_id.startswith(IMAGE_TEMPLATE_PREFIX):
+        return alias
     split = split_capture_id(template_id)
     return split[0] if split is not None else template_id
 

@@ -9,6 +9,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from domain.tags import IMAGE_TEMPLATE_PREFIX
+
 __all__ = [
     "DOCKER_HUB",
     "IMAGE_METADATA_KEY",
@@ -92,7 +94,7 @@ def image_template_id(image: str, username: str | None = None) -> str:
     logins may see different images. A subject token: `img-` and hex, no `.`."""
     ref = str(parse_reference(image))
     key = hashlib.sha256(f"registry|{ref}|{username or ''}".encode()).hexdigest()
-    return f"img-{key[:16]}"
+    return f"{IMAGE_TEMPLATE_PREFIX}{key[:16]}"
 
 
 def looks_like_image(text: str) -> bool:

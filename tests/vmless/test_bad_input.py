@@ -37,6 +37,17 @@ CASES: dict[str, tuple[str, str, dict[str, Any], int]] = {
     "NUL in snapshot filters": ("GET", "/snapshots", {"params": {"sandboxID": "\0"}}, 400),
     "NUL in a query key": ("GET", "/v2/sandboxes", {"params": {"\0": "x"}}, 400),
     "NUL in templateID": ("POST", "/v2/sandboxes", {"json": {"templateID": "ba\0se"}}, 400),
+    # a template id the bus cannot carry: nothing of it can ever have been stored
+    "templateID a*b": ("POST", "/v2/sandboxes", {"json": {"templateID": "a*b"}}, 400),
+    "templateID a b": ("POST", "/v2/sandboxes", {"json": {"templateID": "a b"}}, 400),
+    "templateID a>": ("POST", "/sandboxes", {"json": {"templateID": "a>"}}, 400),
+    "no such template a.b": ("POST", "/v2/sandboxes", {"json": {"templateID": "a.b"}}, 404),
+    "an image in the metadata that is none": (
+        "POST",
+        "/v2/sandboxes",
+        {"json": {"templateID": "base", "metadata": {"aenv.image": "Not An/Image"}}},
+        400,
+    ),
     "NUL in metadata": (
         "POST",
         "/v2/sandboxes",

@@ -129,6 +129,14 @@ class NodeMetrics:
         )
         for cause in CAUSES:
             self.deaths.labels(cause)
+        self.image_builds = Counter(
+            "aenv_image_builds",
+            "Images the node imported as templates (pulled or read, converted, booted once, "
+            "captured): one per import, however many creates or builds waited for it.",
+            ["node"],
+            registry=r,
+        )
+        self.image_builds.labels(node_id)
         self._room = {
             name: Gauge(f"aenv_node_{name}", text, ["node"], registry=r)
             for name, text in _ROOM.items()

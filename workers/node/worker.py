@@ -381,6 +381,7 @@ class NodeWorker:
     # ---- template imports and lookups: a module of their own ---------------------------
     async def _import(self, cmd: tp.ImportTemplateImage, ctx: MessageContext) -> None:
         await import_template(self.bus, self.host, self.node_id, cmd, ctx)
+        self.metrics.image_builds.labels(self.node_id).inc()
 
     async def _locate_template(self, name: str) -> TemplateLocation | None:
         return await locate_template(self.bus, name)

@@ -211,3 +211,11 @@ def test_capture_ids_name_their_template() -> None:
         assert tg.shown_template(other) == other
     assert tg.normalize_tags(["B", "a", "b"]) == ("b", "a")
     assert tg.valid_tag("v1.2_rc-3") and not tg.valid_tag(build_id(1))
+
+
+def test_a_sandbox_of_an_image_shows_the_reference_it_was_created_by() -> None:
+    ref = "127.0.0.1:5000/cat/a:1"
+    assert tg.shown_template("img-0123456789abcdef", ref) == ref
+    assert tg.shown_template("img-0123456789abcdef") == "img-0123456789abcdef"
+    assert tg.shown_template("app", "other") == "app"  # a template's alias is no image
+    assert tg.shown_template(tg.build_capture_id("app", build_id(7)), "app") == "app"
