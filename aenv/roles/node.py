@@ -48,7 +48,8 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         host: Host
         if node_cfg.node_host == "memory":
             say("node host: in memory (no VMs: AENV_NODE_HOST=memory)")
-            host, uploads, disk_mb = MemoryHost(capacity=node_cfg.capacity), None, 2048
+            host = MemoryHost(capacity=node_cfg.capacity, delay_s=node_cfg.memory_host_delay_s)
+            uploads, disk_mb = None, 2048
         else:
             host, uploads, disk_mb = await _qemu_host(cfg, node_cfg, bus, stack, metrics.scrape)
         stack.push_async_callback(host.close)

@@ -24,6 +24,10 @@ class NodeSettings(BaseSettings):
     #: What runs the sandboxes: QEMU microVMs, or records in memory (no VMs, no root: the
     #: VM-less test tier and fleet simulations; `workers/node/memory.py`).
     node_host: Literal["qemu", "memory"] = "qemu"
+    #: How long each operation of the in-memory host takes (`MemoryHost.delay_s`): a VM's
+    #: work in a simulation, or the window in which a test's concurrent requests meet (an
+    #: import they all wait for). No effect on QEMU.
+    memory_host_delay_s: float = Field(default=0.0, ge=0, le=60)
     state_dir: Path = Path("/var/lib/aenv/node")
     #: Sandboxes this node holds at most (running), whatever room its memory and vCPUs
     #: leave; placement skips a full node.
