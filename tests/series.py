@@ -29,6 +29,7 @@ API: dict[str, Kind] = {
 NODE: dict[str, Kind] = {
     "aenv_lifecycle_seconds": "histogram",
     "aenv_vm_deaths": "counter",
+    "aenv_image_builds": "counter",
     "aenv_node_capacity_sandboxes": "gauge",
     "aenv_node_free_sandboxes": "gauge",
     "aenv_node_vcpus": "gauge",
