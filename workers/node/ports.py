@@ -384,10 +384,14 @@ class _BaseImage(Protocol):
 
 
 class Manifest(Protocol):
-    """A stored capture's manifest: the node needs the base image it stacks on."""
+    """A stored capture's manifest: the node needs the base image it stacks on, and the
+    runtime disk its node manifest names."""
 
     @property
     def base_image(self) -> _BaseImage: ...
+
+    @property
+    def node_manifest(self) -> dict[str, Any]: ...
 
 
 class Fetched(Protocol):
@@ -427,7 +431,13 @@ class CaptureRepository(Protocol):
         base_image_path: Path,
         *,
         layers_dir: Path | None = None,
-    ) -> Fetched: ...
+        base_content: str | None = None,
+        runtime_content: str | None = None,
+        foreign: bool = False,
+    ) -> Fetched:
+        """Refuses (before fetching anything) a capture taken over other bytes than this
+        node's disks' content digests, and with `foreign` one that recorded none."""
+        ...
 
     async def upload_volume(self, image: Path, *, key: str, volume_id: str) -> object: ...
 

@@ -11,8 +11,10 @@ import asyncio
 import logging
 from pathlib import Path
 
+from workers.node.image import ImageError, find_runtime
 from workers.node.image.cache import cache_root
-from workers.node.ports import CaptureRepository, HostError, TemplateLocator
+from workers.node.image.content import content_of
+from workers.node.ports import CaptureRepository, HostError, Manifest, TemplateLocator
 from workers.node.runtime import Runtime, Snapshot
 from workers.node.templates import TemplateCatalog, TemplateError, TemplateNotLocal
 
@@ -86,15 +88,37 @@ class Transfers:
             raise HostError(f"{what} and no snapshot repository is set")
         return self.repository
 
-    async def fetch(self, key: str, directory: Path, base_image: Path, what: str) -> Snapshot:
+    async def fetch(
+        self,
+        key: str,
+        directory: Path,
+        base_image: Path,
+        what: str,
+        *,
+        foreign: bool = False,
+        manifest: Manifest | None = None,
+    ) -> Snapshot:
         """Rebuild a capture from the repository in `directory`; the download completes
-        before anything restores from it (never a half-restored VM)."""
+        before anything restores from it (never a half-restored VM). It is stacked only on
+        the bytes it was taken over: this node's base image and runtime disk must have the
+        content digests the capture recorded, or nothing is fetched and the error names
+        both (`foreign`: another node's capture, refused too if it recorded none)."""
         repository = self.require(f"{what} is not on this disk")
         try:
+            manifest = manifest or await repository.get_manifest(key)
+            base_content, runtime_content = await asyncio.to_thread(
+                _local_contents, base_image, manifest
+            )
             # layers into the node's layer store: the restored VM runs on them after this
             # directory is deleted, and a later pause freezes a chain that still needs them
             local = await repository.download(
-                key, directory, base_image, layers_dir=self.runtime.layers.root
+                key,
+                directory,
+                base_image,
+                layers_dir=self.runtime.layers.root,
+                base_content=base_content,
+                runtime_content=runtime_content,
+                foreign=foreign,
             )
         except Exception as e:
             log.exception("pulling %s failed", key)
@@ -109,18 +133,22 @@ class Transfers:
 
     async def fetch_foreign(self, key: str, what: str) -> Snapshot:
         """A capture another node took, from the repository into this node's snapshot
-        directory, its disk chain rebuilt over this node's copy of the same base image."""
+        directory, its disk chain rebuilt over this node's copy of the same base image
+        (the same bytes: `fetch`)."""
         repository = self.require(f"{what} is on another node")
         try:
             manifest = await repository.get_manifest(key)
         except Exception as e:
             raise HostError(f"{what} is not in the repository: {e}") from e
         base = self._base_image(manifest.base_image.digest)
-        return await self.fetch(key, self.runtime.snapshot_dir(key), base, what)
+        return await self.fetch(
+            key, self.runtime.snapshot_dir(key), base, what, foreign=True, manifest=manifest
+        )
 
     def _base_image(self, digest: str) -> Path:
-        """This node's copy of a base image, by the digest a capture names (its directory in
-        the image cache, as the uploading node had it)."""
+        """This node's copy of a base image, by the recipe digest a capture names (its
+        directory in the image cache, as the uploading node had it). Whether its bytes are
+        the capture's is `fetch`'s check."""
         candidates = [c.base_image for c in self.templates.captures()]
         candidates.append(cache_root() / digest / "root.ext4")
         for path in candidates:
@@ -130,3 +158,17 @@ class Transfers:
             f"base image {digest[:12]} is not on this node (build the same image "
             "here: `python -m workers.node.image build-base`)"
         )
+
+
+def _local_contents(base_image: Path, manifest: Manifest) -> tuple[str, str | None]:
+    """The content digests of this node's base image and of its runtime disk of the recipe
+    the capture's node manifest names (None: not on this node; restoring then fails on it
+    as before). Blocking: a disk built before digests were recorded is hashed once."""
+    runtime: str | None = None
+    recipe = manifest.node_manifest.get("runtime_digest")
+    if recipe:
+        try:
+            runtime = content_of(find_runtime(str(recipe)).path)
+        except ImageError:
+            runtime = None
+    return content_of(base_image), runtime

@@ -71,10 +71,14 @@ class MemoryRef(_Frozen):
 
 
 class BaseImageRef(_Frozen):
-    """The template's raw base image: not uploaded (every node has it), only identified."""
+    """The template's raw base image: not uploaded (every node has it), only identified.
+    `digest` names it in a node's image cache (its recipe); `content` is what its bytes are
+    (`shared/diskdigest.py`), the one thing a restoring node's copy must match
+    (`samebytes.py`). None: a capture taken before it was recorded (stays on its node)."""
 
     digest: str
     size: int = Field(ge=0)
+    content: str | None = None
 
 
 class SnapshotManifest(_Frozen):

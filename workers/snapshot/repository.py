@@ -44,6 +44,7 @@ from workers.snapshot.nodedir import (
 )
 from workers.snapshot.results import GcReport, LocalSnapshot, UploadResult
 from workers.snapshot.retry import RetryPolicy, retrying
+from workers.snapshot.samebytes import check_disks
 from workers.snapshot.sender import BlobSender, const
 from workers.snapshot.store import SnapshotStore
 from workers.snapshot.tasks import gather
@@ -156,7 +157,12 @@ class SnapshotRepository:
                 created_at=parse_time(doc.get("created_at")),
                 fingerprint=str(doc.get("fingerprint", "")),
                 machine=dict(doc.get("machine", {})),
-                base_image=BaseImageRef(digest=base_image_digest, size=os.stat(base).st_size),
+                base_image=BaseImageRef(
+                    digest=base_image_digest,
+                    size=os.stat(base).st_size,
+                    # the bytes the layers were written over, as the capture recorded them
+                    content=doc.get("base_content"),
+                ),
                 layers=layer_refs,
                 memory=memory,
                 state=BlobRef(digest=state_digest, size=state_size),
@@ -254,8 +260,16 @@ class SnapshotRepository:
         base_image_path: Path,
         *,
         layers_dir: Path | None = None,
+        base_content: str | None = None,
+        runtime_content: str | None = None,
+        foreign: bool = False,
     ) -> LocalSnapshot:
         """Rebuild snapshot `snapshot_id` in `dest_dir` over the local `base_image_path`.
+
+        `base_content`/`runtime_content`: the content digests of this node's base image and
+        runtime disk. Unless they are the ones the capture was taken over, nothing is
+        fetched and `LayoutError` names both (`samebytes.check_disks`); `foreign`: the
+        capture is another node's, so one that recorded no digest is refused too.
 
         Layout: `state`, `mem` (sparse), `layers/<digest>.qcow2` re-pointed bottom->top at
         each other and the base, and `manifest.json` written last (its presence means the
@@ -268,7 +282,15 @@ class SnapshotRepository:
         """
         t0 = time.monotonic()
         try:
-            local = await self._download(snapshot_id, dest_dir, base_image_path, layers_dir)
+            local = await self._download(
+                snapshot_id,
+                dest_dir,
+                base_image_path,
+                layers_dir,
+                lambda m: check_disks(
+                    m, base=base_content, runtime=runtime_content, foreign=foreign
+                ),
+            )
         except Exception:
             self.metrics.failed("download")
             raise
@@ -276,9 +298,15 @@ class SnapshotRepository:
         return local
 
     async def _download(
-        self, snapshot_id: str, dest_dir: Path, base_image_path: Path, layers_dir: Path | None
+        self,
+        snapshot_id: str,
+        dest_dir: Path,
+        base_image_path: Path,
+        layers_dir: Path | None,
+        check: Callable[[SnapshotManifest], None],
     ) -> LocalSnapshot:
         manifest = await self.get_manifest(snapshot_id)
+        check(manifest)  # before anything is fetched or written
         base_size = os.stat(base_image_path).st_size
         if base_size != manifest.base_image.size:
             raise LayoutError(

@@ -359,3 +359,41 @@ async def test_gc_keeps_what_volume_images_name(store: SnapshotStore, tmp_path: 
 
 def os_size(path: Path) -> int:
     return path.stat().st_size
+
+
+async def test_a_capture_is_rebuilt_on_the_same_bytes_only(
+    store: SnapshotStore, tmp_path: Path
+) -> None:
+    """The manifest carries the content digest the capture recorded of its base image
+    (`base_content` in its node manifest): another node's copy of the same bytes takes it,
+    a copy with one byte changed is refused before anything is fetched, both digests
+    named (issue 40)."""
+    import json
+
+    from shared.diskdigest import chunk_list
+
+    snap = build_snapshot(tmp_path / "node-a")
+    theirs = chunk_list(snap.base).digest
+    doc = json.loads((snap.dir / "manifest.json").read_text())
+    (snap.dir / "manifest.json").write_text(json.dumps({**doc, "base_content": theirs}))
+    repo = repo_for(store, tmp_path)
+    up = await repo.upload(snap.dir, base_image_digest=BASE_DIGEST)
+    assert up.manifest.base_image.content == theirs
+
+    same = tmp_path / "same.raw"
+    shutil.copyfile(snap.base, same)
+    local = await repo.download(
+        "snap-1", tmp_path / "b", same, base_content=chunk_list(same).digest, foreign=True
+    )
+    run("qemu-img", "compare", "-q", str(snap.layers[-1]), str(local.disk_top))
+
+    other = tmp_path / "other.raw"
+    shutil.copyfile(snap.base, other)
+    with open(other, "r+b") as f:
+        f.seek(30 * MIB)  # in a hole: a byte no layer covers
+        f.write(b"\1")
+    ours = chunk_list(other).digest
+    with pytest.raises(LayoutError) as refused:
+        await repo.download("snap-1", tmp_path / "c", other, base_content=ours, foreign=True)
+    assert theirs in str(refused.value) and ours in str(refused.value)
+    assert not (tmp_path / "c").exists()

@@ -9,17 +9,39 @@ still for as short a time as the copy and the state write overlapped allow).
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from workers.node.image.content import content_of
 from workers.node.runtime.layers import LayerStore
 from workers.node.runtime.ramstage import RamStage
 from workers.node.runtime.snapshot import Snapshot
 from workers.node.runtime.vm import Vm, sparse_like
 
-__all__ = ["take_capture", "take_disk_capture"]
+__all__ = ["disk_contents", "take_capture", "take_disk_capture"]
+
+log = logging.getLogger(__name__)
+
+
+async def disk_contents(vm: Vm) -> tuple[str | None, str | None]:
+    """What the capture's layers were written over: the content digests of the VM's base
+    image and runtime disk (recorded at build; hashed once for a disk built before), read
+    once the VM stands still no longer. Never fails the capture it is for: a digest that
+    cannot be read is None, and such a capture stays on this node."""
+
+    def read(disk: Path) -> str | None:
+        try:
+            return content_of(disk)
+        except Exception:
+            log.exception("no content digest for %s: its captures stay on this node", disk)
+            return None
+
+    return await asyncio.to_thread(read, vm.base_image), await asyncio.to_thread(
+        read, vm.runtime_disk
+    )
 
 
 async def take_capture(
@@ -82,6 +104,7 @@ async def take_capture(
         stage.release(prepared)
         shutil.rmtree(sdir, ignore_errors=True)
         raise
+    base_content, runtime_content = await disk_contents(vm)
     snap = Snapshot(
         snapshot_id=snapshot_id,
         dir=sdir,
@@ -94,6 +117,8 @@ async def take_capture(
         state_bytes=state_bytes,
         ram_in_state=not vm.mem_shared,
         stopped_ms=round(stopped_ms, 3),
+        base_content=base_content,
+        runtime_content=runtime_content,
     )
     snap.write()
     return snap
@@ -118,6 +143,7 @@ async def take_disk_capture(
     except BaseException:
         shutil.rmtree(sdir, ignore_errors=True)
         raise
+    base_content, runtime_content = await disk_contents(vm)
     snap = Snapshot(
         snapshot_id=snapshot_id,
         dir=sdir,
@@ -130,6 +156,8 @@ async def take_disk_capture(
         stopped_ms=round(stopped_ms, 3),
         disk_only=True,
         guest_defaults=guest_defaults,
+        base_content=base_content,
+        runtime_content=runtime_content,
     )
     snap.write()
     return snap

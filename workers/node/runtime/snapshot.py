@@ -43,6 +43,12 @@ class Snapshot:
     #: /init tells envd (the template's ENV, USER, WORKDIR, as the guest had them)
     disk_only: bool = False
     guest_defaults: dict[str, object] = field(default_factory=dict)
+    #: the content digests (`shared/diskdigest.py`) of the base image and runtime disk the
+    #: VM ran over: its layers are writes to those bytes, so a node that stacks them on
+    #: other bytes corrupts the guest's filesystem. None: a capture taken before digests
+    #: were recorded, which never leaves its node (`workers/snapshot/samebytes.py`)
+    base_content: str | None = None
+    runtime_content: str | None = None
 
     @property
     def state(self) -> Path:
@@ -78,6 +84,8 @@ class Snapshot:
             "stopped_ms": self.stopped_ms,
             "disk_only": self.disk_only,
             "guest_defaults": self.guest_defaults,
+            "base_content": self.base_content,
+            "runtime_content": self.runtime_content,
         }
         tmp = self.dir / (MANIFEST + ".tmp")
         tmp.write_text(json.dumps(doc, indent=2))
@@ -104,6 +112,8 @@ class Snapshot:
             stopped_ms=float(doc.get("stopped_ms", 0.0)),
             disk_only=bool(doc.get("disk_only", False)),
             guest_defaults=dict(doc.get("guest_defaults") or {}),
+            base_content=doc.get("base_content"),
+            runtime_content=doc.get("runtime_content"),
         )
 
 

@@ -1,0 +1,76 @@
+"""What a disk in the cache *is*: its content digest (`shared/diskdigest.py`), as recorded in
+its directory's `manifest.json`, so a capture can say which bytes its qcow2 layers were
+written over and another node can refuse to stack them on other bytes (issue 40: two
+builds of one recipe are two different ext4 filesystems).
+
+A disk built before the digest was recorded (or one whose file changed since: its inode,
+size or mtime differ from the stamp taken with the digest) is hashed here once, and the
+digest recorded, so every image a node runs a VM over has one. Blocking: ~2 s for the base
+image the first time, a manifest read after; call it from a thread off the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from shared.diskdigest import chunk_list
+
+from . import cache as _cache
+
+__all__ = ["content_of", "recorded_content"]
+
+MANIFEST = "manifest.json"
+
+
+def _stamp(disk: Path) -> list[int]:
+    st = os.stat(disk)
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _read(disk: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads((disk.parent / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _valid(doc: dict[str, Any], disk: Path) -> str | None:
+    content = doc.get("content")
+    if not isinstance(content, dict) or not content.get("digest"):
+        return None
+    stamp = content.get("stamp")
+    if stamp is not None and stamp != _stamp(disk):
+        return None  # the file changed since it was hashed
+    return str(content["digest"])
+
+
+def recorded_content(disk: Path) -> str | None:
+    """The disk's recorded content digest, None if none is recorded (or it is stale)."""
+    return _valid(_read(disk), disk)
+
+
+def content_of(disk: Path) -> str:
+    """The disk's content digest: the recorded one, else hashed now and recorded in its
+    directory's manifest (under the entry's cache lock, written atomically)."""
+    found = recorded_content(disk)
+    if found is not None:
+        return found
+    root, key = disk.parent.parent, disk.parent.name
+    with _cache.locked(root, key):
+        doc = _read(disk)
+        found = _valid(doc, disk)
+        if found is not None:  # another thread or node hashed it meanwhile
+            return found
+        stamp = _stamp(disk)
+        chunks = chunk_list(disk)
+        if stamp != _stamp(disk):
+            raise OSError(f"{disk} changed while it was hashed")
+        doc["content"] = {"digest": chunks.digest, **chunks.as_json(), "stamp": stamp}
+        tmp = disk.parent / f".{MANIFEST}.{os.getpid()}"
+        tmp.write_text(json.dumps(doc, indent=2) + "\n")
+        os.replace(tmp, disk.parent / MANIFEST)
+        return chunks.digest
