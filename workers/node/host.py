@@ -28,6 +28,7 @@ from workers.node.ports import (
     Accelerator,
     Capture,
     CaptureRepository,
+    Claim,
     Died,
     GuestConfig,
     HostError,
@@ -255,12 +256,11 @@ class SandboxHost:
         return await guestcalls.flush(live)
 
     async def take_over_paused(
-        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
+        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig, claim: Claim
     ) -> None:
         """A paused sandbox whose node is gone, taken over (`recovery.take_over`)."""
-        self.paused[sandbox_id] = await recovery.take_over(
-            self.transfers, self.runtime, self._volumes, sandbox_id, template_id, snapshot_id, guest
-        )
+        parts, ids = (self.transfers, self.runtime, self._volumes), (sandbox_id, template_id)
+        self.paused[sandbox_id] = await recovery.take_over(*parts, *ids, snapshot_id, guest, claim)
 
     def adopt_paused(
         self,

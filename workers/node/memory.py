@@ -28,6 +28,7 @@ from workers.node.image.registry import parse_reference
 from workers.node.ports import (
     Accelerator,
     Capture,
+    Claim,
     Died,
     GuestConfig,
     HostError,
@@ -238,7 +239,7 @@ class MemoryHost:
         return None
 
     async def take_over_paused(
-        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
+        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig, claim: Claim
     ) -> None:
         raise HostError(
             f"the capture of {sandbox_id} is on another node: an in-memory host "

@@ -246,9 +246,13 @@ class Openings:
                             f"sandbox {sid} is not paused on this node and its "
                             "capture is not in the repository"
                         )
-                    await move_volumes(site.bus, site.node_id, state)
+                    taken = state
                     await host.take_over_paused(
-                        sid, state.template_id, state.paused_snapshot_id, site.guest_config(state)
+                        sid,
+                        state.template_id,
+                        state.paused_snapshot_id,
+                        site.guest_config(state),
+                        claim=lambda: move_volumes(site.bus, site.node_id, taken),
                     )
                 template = await host.resume(sid)
                 site.journal.add(sid, template)

@@ -26,6 +26,7 @@ __all__ = [
     "Accelerator",
     "Capture",
     "CaptureRepository",
+    "Claim",
     "Died",
     "Fetched",
     "GuestConfig",
@@ -50,6 +51,8 @@ TemplateLocator = Callable[[str], Awaitable[TemplateLocation | None]]
 #: told (sandbox id, why, cause) when a running sandbox's VM died without being asked to;
 #: cause: "oom" (its memory cgroup killed it) or "crash" (anything else)
 Died = Callable[[str, str, str], Awaitable[None]]
+#: run by a take-over once the capture is here and fits this node's disks (`take_over_paused`)
+Claim = Callable[[], Awaitable[None]] | None
 #: told (op, stage, seconds, start) of each stage of the host's work it timed: a create's,
 #: a resume's or a fork's `restore` (until the VM runs) and `envd_ready` (then until envd
 #: was initialised); `start` "warm" for a create a warm VM took, else "cold" — the node's
@@ -322,10 +325,12 @@ class Host(Protocol):
         ...
 
     async def take_over_paused(
-        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig
+        self, sandbox_id: str, template_id: str, snapshot_id: str, guest: GuestConfig, claim: Claim
     ) -> None:
         """A sandbox paused on a node that is gone: its capture comes from the repository
-        (then `resume` it as any other)."""
+        (then `resume` it as any other). `claim` runs once the capture is here (it fits
+        this node's disks), before its volumes come: their attachment moves with it, and a
+        take-over refused leaves them where they were."""
 
     async def fork(self, parent_id: str, children: dict[str, GuestConfig]) -> dict[str, str | None]:
         """Children of a running sandbox: child id → error (None when it runs)."""
@@ -385,7 +390,7 @@ class _BaseImage(Protocol):
 
 class Manifest(Protocol):
     """A stored capture's manifest: the node needs the base image it stacks on, and the
-    runtime disk its node manifest names."""
+    runtime disk its node manifest names (`download` refuses other bytes than theirs)."""
 
     @property
     def base_image(self) -> _BaseImage: ...
@@ -434,10 +439,7 @@ class CaptureRepository(Protocol):
         base_content: str | None = None,
         runtime_content: str | None = None,
         foreign: bool = False,
-    ) -> Fetched:
-        """Refuses (before fetching anything) a capture taken over other bytes than this
-        node's disks' content digests, and with `foreign` one that recorded none."""
-        ...
+    ) -> Fetched: ...
 
     async def upload_volume(self, image: Path, *, key: str, volume_id: str) -> object: ...
 

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from workers.node.hosted import PausedSandbox
-from workers.node.ports import GuestConfig, HostError
+from workers.node.ports import Claim, GuestConfig, HostError
 from workers.node.runtime import Runtime, Snapshot
 from workers.node.transfer import Transfers
 from workers.node.volumes.images import VolumeImages
@@ -30,10 +30,15 @@ async def take_over(
     template_id: str,
     snapshot_id: str,
     guest: GuestConfig,
+    claim: Claim = None,
 ) -> PausedSandbox:
     """A paused sandbox whose node is gone: its capture comes from the repository (then
-    `resume` it as any other), the disk chain rebuilt over this node's base image."""
+    `resume` it as any other), the disk chain rebuilt over this node's base image — only
+    if that holds the bytes the capture was taken over (`Transfers.fetch`); refused, the
+    sandbox stays paused where it was, its volumes unclaimed (`claim` comes after)."""
     snap = await transfers.fetch_foreign(snapshot_id, f"the capture of {sandbox_id}")
+    if claim is not None:
+        await claim()
     for slot, volume in enumerate(guest.volumes):  # as the paused guest left them
         repository = transfers.require(f"volume {volume.name} is on another node")
         part = runtime.state_dir / "volumes" / f".{volume.volume_id}.take-over"
