@@ -50,3 +50,10 @@ def test_a_disk_changed_since_it_was_hashed_is_hashed_again(tmp_path: Path) -> N
     assert recorded_content(disk) is None  # its stamp no longer matches
     again = content_of(disk)
     assert again != first and again == chunk_list(disk).digest
+
+
+def test_a_disk_outside_the_cache_is_hashed_and_nothing_written(tmp_path: Path) -> None:
+    disk = tmp_path / "base.raw"
+    disk.write_bytes(os.urandom(4096))
+    assert content_of(disk) == chunk_list(disk).digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base.raw"]

@@ -55,10 +55,13 @@ def recorded_content(disk: Path) -> str | None:
 
 def content_of(disk: Path) -> str:
     """The disk's content digest: the recorded one, else hashed now and recorded in its
-    directory's manifest (under the entry's cache lock, written atomically)."""
+    directory's manifest (under the entry's cache lock, written atomically); a disk outside
+    the cache (no manifest beside it: a test's) is hashed every time."""
     found = recorded_content(disk)
     if found is not None:
         return found
+    if not (disk.parent / MANIFEST).is_file():  # not a cache entry: nowhere to record it
+        return chunk_list(disk).digest
     root, key = disk.parent.parent, disk.parent.name
     with _cache.locked(root, key):
         doc = _read(disk)
