@@ -50,3 +50,25 @@ def test_a_capture_from_another_node_finds_this_nodes_runtime_by_digest(
     elsewhere = Path("/elsewhere/runtime-d1g35t/runtime.ext4")
     Snapshot("s1", tmp_path, m, tmp_path / "top", tmp_path / "base", elsewhere).write()
     assert Snapshot.read(tmp_path).runtime_disk == mine / "runtime.ext4"
+
+
+def test_a_capture_keeps_the_content_digests_of_its_disks(tmp_path: Path) -> None:
+    """What the capture's layers were written over travels with it (issue 40); a capture
+    written before they were recorded reads back as None (it stays on its node)."""
+    m = Machine("7.2.22", "tcg", "max", 2, 512, "06:00:ac:10:00:02")
+    runtime = tmp_path / "runtime.ext4"
+    runtime.write_bytes(b"")
+    s = Snapshot(
+        "s1", tmp_path, m, tmp_path / "top", tmp_path / "base", runtime,
+        base_content="1" * 64, runtime_content="2" * 64,
+    )  # fmt: skip
+    s.write()
+    doc = json.loads((tmp_path / "manifest.json").read_text())
+    assert (doc["base_content"], doc["runtime_content"]) == ("1" * 64, "2" * 64)
+    back = Snapshot.read(tmp_path)
+    assert (back.base_content, back.runtime_content) == (s.base_content, s.runtime_content)
+    for key in ("base_content", "runtime_content"):
+        del doc[key]
+    (tmp_path / "manifest.json").write_text(json.dumps(doc))
+    old = Snapshot.read(tmp_path)
+    assert (old.base_content, old.runtime_content) == (None, None)
