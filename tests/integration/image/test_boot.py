@@ -22,6 +22,7 @@ from workers.node.image import (
     cache_root,
 )
 from workers.node.image.build import default_envd_src
+from workers.node.image.content import recorded_content
 from workers.node.image.disk import DEFAULT_FREE
 from workers.node.image.oci_write import write_archive, write_layout_from_dir
 
@@ -108,6 +109,8 @@ def test_an_envd_change_rebuilds_the_runtime_not_the_image(
     assert again == []  # a cache hit builds nothing
     # what the disk is, recorded at build time: the chunk list of its bytes
     assert runtime.content_digest == chunk_list(runtime.path).digest
+    # with a stamp that still holds once published: no capture hashes it again
+    assert recorded_content(runtime.path) == runtime.content_digest
     with boot(base_image, runtime=runtime) as vm:  # the image runs on either runtime
         m, _ = vm.wait_for(r"ENVD-READY 49983|AENV-ENVD-EXIT \d+", timeout=90)
         assert m.group(0) == "ENVD-READY 49983", vm.console()
@@ -126,6 +129,7 @@ def test_an_image_with_no_libc_and_no_python_runs_envd(tmp_path: Path) -> None:
         # a tiny image still keeps the node's free space; its content digest is its bytes'
         assert img.rootfs.stat().st_size >= DEFAULT_FREE
         assert img.content_digest == chunk_list(img.rootfs).digest
+        assert recorded_content(img.rootfs) == img.content_digest  # its stamp holds
         port = free_port()
         with boot(img, forward_port=port) as vm:
             m, _ = vm.wait_for(r"ENVD-READY 49983|AENV-ENVD-EXIT \d+", timeout=120)

@@ -24,6 +24,7 @@ from shared.diskdigest import chunk_list
 
 from . import cache as _cache
 from .cmdline import CMDLINE_BASE, GUEST_GW, GUEST_IP, GUEST_MAC
+from .content import disk_stamp
 from .disk import DEFAULT_FREE, census, disk_uuid, make_ext4, root_size
 from .errors import ImageError
 from .initramfs import build_initramfs, read_static_busybox, sha256_hex
@@ -193,7 +194,11 @@ def _assemble(
             },
             "initrd_sha256": sha256_hex(initrd),
             # what the disk is (its bytes, `shared/diskdigest.py`); `digest` is the recipe
-            "content": {"digest": content.digest, **content.as_json()},
+            "content": {
+                "digest": content.digest,
+                **content.as_json(),
+                "stamp": disk_stamp(tmp / "root.ext4"),  # kept by the publishing rename
+            },
             "rootfs": {
                 "fs": "ext4",
                 "size": size,

@@ -20,12 +20,14 @@ from shared.diskdigest import chunk_list
 
 from . import cache as _cache
 
-__all__ = ["content_of", "recorded_content"]
+__all__ = ["content_of", "disk_stamp", "recorded_content"]
 
 MANIFEST = "manifest.json"
 
 
-def _stamp(disk: Path) -> list[int]:
+def disk_stamp(disk: Path) -> list[int]:
+    """(inode, size, mtime ns): recorded beside a digest; a disk whose stamp differs since is
+    hashed again before a capture is stacked on it (it may have been rebuilt or copied)."""
     st = os.stat(disk)
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
@@ -43,7 +45,7 @@ def _valid(doc: dict[str, Any], disk: Path) -> str | None:
     if not isinstance(content, dict) or not content.get("digest"):
         return None
     stamp = content.get("stamp")
-    if stamp is not None and stamp != _stamp(disk):
+    if stamp is not None and stamp != disk_stamp(disk):
         return None  # the file changed since it was hashed
     return str(content["digest"])
 
@@ -68,9 +70,9 @@ def content_of(disk: Path) -> str:
         found = _valid(doc, disk)
         if found is not None:  # another thread or node hashed it meanwhile
             return found
-        stamp = _stamp(disk)
+        stamp = disk_stamp(disk)
         chunks = chunk_list(disk)
-        if stamp != _stamp(disk):
+        if stamp != disk_stamp(disk):
             raise OSError(f"{disk} changed while it was hashed")
         doc["content"] = {"digest": chunks.digest, **chunks.as_json(), "stamp": stamp}
         tmp = disk.parent / f".{MANIFEST}.{os.getpid()}"

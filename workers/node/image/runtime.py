@@ -31,6 +31,7 @@ from typing import Any
 from shared.diskdigest import chunk_list
 
 from . import cache as _cache
+from .content import disk_stamp
 from .disk import census, disk_uuid, make_ext4, root_size
 from .elf import ElfFormatError, needed
 from .errors import ImageError
@@ -260,7 +261,11 @@ def build_runtime(
             manifest = {
                 "digest": digest,
                 # what the disk is (its bytes, `shared/diskdigest.py`); `digest` is the recipe
-                "content": {"digest": content.digest, **content.as_json()},
+                "content": {
+                    "digest": content.digest,
+                    **content.as_json(),
+                    "stamp": disk_stamp(tmp / "runtime.ext4"),
+                },
                 "inputs": _inputs(spec.key(), envd_src, busybox),
                 "mount": MOUNT,
                 "label": RUNTIME_LABEL,
