@@ -57,3 +57,13 @@ def test_a_disk_outside_the_cache_is_hashed_and_nothing_written(tmp_path: Path) 
     disk.write_bytes(os.urandom(4096))
     assert content_of(disk) == chunk_list(disk).digest
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base.raw"]
+
+
+def test_a_rewritten_manifest_is_read_again(tmp_path: Path) -> None:
+    """The process remembers a digest only while the disk and its manifest are unchanged."""
+    disk = disk_in_cache(tmp_path, {"content": {"digest": "f" * 64}})
+    assert content_of(disk) == "f" * 64
+    new = disk.parent / "manifest.new"
+    new.write_text(json.dumps({"content": {"digest": "e" * 64}}))
+    os.replace(new, disk.parent / "manifest.json")  # a new inode, as every writer does
+    assert content_of(disk) == "e" * 64

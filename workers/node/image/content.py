@@ -58,12 +58,29 @@ def recorded_content(disk: Path) -> str | None:
 def content_of(disk: Path) -> str:
     """The disk's content digest: the recorded one, else hashed now and recorded in its
     directory's manifest (under the entry's cache lock, written atomically); a disk outside
-    the cache (no manifest beside it: a test's) is hashed every time."""
-    found = recorded_content(disk)
-    if found is not None:
-        return found
+    the cache (no manifest beside it: a test's) is hashed every time. Remembered in the
+    process while neither the disk nor its manifest changed: a capture (the pause path)
+    pays two stats, not the parse of a chunk list."""
     if not (disk.parent / MANIFEST).is_file():  # not a cache entry: nowhere to record it
         return chunk_list(disk).digest
+    key = _memo_key(disk)
+    if key in _memo:
+        return _memo[key]
+    found = recorded_content(disk) or _hash_and_record(disk)
+    _memo[_memo_key(disk)] = found
+    return found
+
+
+#: (disk, its stamp, its manifest's inode and mtime) -> content digest
+_memo: dict[tuple[object, ...], str] = {}
+
+
+def _memo_key(disk: Path) -> tuple[object, ...]:
+    manifest = os.stat(disk.parent / MANIFEST)
+    return (str(disk), *disk_stamp(disk), manifest.st_ino, manifest.st_mtime_ns)
+
+
+def _hash_and_record(disk: Path) -> str:
     root, key = disk.parent.parent, disk.parent.name
     with _cache.locked(root, key):
         doc = _read(disk)
