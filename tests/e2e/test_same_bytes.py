@@ -51,6 +51,27 @@ def _own_image_cache(shared: Path, dest: Path, recipe: str, *, other_bytes: bool
     return dest
 
 
+def _resume_failures(stack: Stack, sandbox_id: str) -> list[str]:
+    """The reasons of the sandbox's `SandboxResumeFailed` events (the log, not the API)."""
+    import asyncio
+
+    from bus import Bus, BusSettings
+    from domain import sandbox as sb
+
+    async def read() -> list[str]:
+        bus = await Bus.connect(BusSettings(nats_url=stack.nats_url), setup=False)
+        try:
+            return [
+                rec.event.reason
+                for rec in await bus.sandboxes.read(sandbox_id)
+                if isinstance(rec.event, sb.SandboxResumeFailed)
+            ]
+        finally:
+            await bus.close()
+
+    return asyncio.run(read())
+
+
 def test_a_sandbox_is_never_resumed_over_other_bytes(
     stack: Stack, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -101,6 +122,8 @@ def test_a_sandbox_is_never_resumed_over_other_bytes(
             assert body["code"] == r.status_code, body
             assert ours in body["message"] and theirs in body["message"], body
             assert "stays paused" in body["message"], body
+            refused = _resume_failures(stack, sid)  # the log's record of it
+            assert any(ours in r and theirs in r for r in refused), refused
             info = httpx.get(f"{stack.api_url}/sandboxes/{sid}", headers=headers, timeout=30)
             assert info.json()["state"] == "paused", info.text
             assert _node_of(stack, sid) == "e2e-two"
