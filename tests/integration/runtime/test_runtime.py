@@ -23,6 +23,16 @@ async def run(vm_sdk_host: object, cmd: str) -> str:
     return await asyncio.to_thread(lambda: vm_sdk_host.commands.run(cmd).stdout)  # type: ignore[attr-defined]
 
 
+async def test_a_capture_records_the_bytes_of_its_disks(template: Snapshot) -> None:
+    """The digests a capture records (issue 40) are those of the files it ran over,
+    recomputed here from their bytes; a node stacks it only on disks with these."""
+    from shared.diskdigest import chunk_list
+
+    assert template.base_content == chunk_list(template.base_image).digest
+    assert template.runtime_content == chunk_list(template.runtime_disk).digest
+    assert Snapshot.read(template.dir).base_content == template.base_content
+
+
 async def test_template_boot_reports_accelerator(runtime: Runtime, template: Snapshot) -> None:
     assert runtime.accel.accel in ("kvm", "tcg") and runtime.accel.reason
     assert template.machine.accel == runtime.accel.accel

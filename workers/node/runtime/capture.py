@@ -39,9 +39,10 @@ async def disk_contents(vm: Vm) -> tuple[str | None, str | None]:
             log.exception("no content digest for %s: its captures stay on this node", disk)
             return None
 
-    return await asyncio.to_thread(read, vm.base_image), await asyncio.to_thread(
-        read, vm.runtime_disk
-    )
+    def both() -> tuple[str | None, str | None]:
+        return read(vm.base_image), read(vm.runtime_disk)
+
+    return await asyncio.to_thread(both)  # one thread hop
 
 
 async def take_capture(
