@@ -81,8 +81,11 @@ async def resume(
         actor=actor,
     )
     if isinstance(event, sb.SandboxResumeFailed):
+        # Its own node gone, another refused it (its capture over other bytes, the
+        # repository out of reach): like a capture not yet durable, it waits for its node
+        # — a 503, not a fault of ours. On its own node a refusal stays a 500.
         raise ApiError(
-            500,
+            503 if node is None else 500,
             f"sandbox {state.sandbox_id} could not be resumed and stays "
             f"paused (try again later): {event.reason}",
         )
