@@ -43,8 +43,9 @@ async def update_network(
     """204 once the sandbox lives under the new rules. A paused sandbox is a 409: E2B's
     orchestrator refuses one that is not running (409; its paused ones are not in its
     store at all, a 404 that the SDK would report as "not found" — aenv's exists)."""
+    sb.check_egress(data.allow_out, data.deny_out)  # 400 before the sandbox is looked up
+    state = await visible(ctx, caller, sandbox_id)  # 404 too for an id no sandbox can have
     cmd = network_command(sandbox_id, data)
-    state = await visible(ctx, caller, sandbox_id)
     sb.decide(state, cmd)  # paused, pausing, …: 409 before any work
     await node_answers(ctx, state, "update the network of")
     await send_and_wait(
