@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
+import httpx
 import pytest
 
 from aenv.stack.process import free_port
@@ -38,6 +39,12 @@ class VmlessStack:
     api_key: str
     env: dict[str, str]
     bus_settings: BusSettings
+
+    def client(self, timeout: float = 30) -> httpx.Client:
+        """The API over plain HTTP, with this stack's key."""
+        return httpx.Client(
+            base_url=self.api_url, headers={"X-API-KEY": self.api_key}, timeout=timeout
+        )
 
     def aenv(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """The CLI against this stack."""
@@ -129,3 +136,12 @@ def vmless_stack(data: Path, **extra_env: str) -> Iterator[VmlessStack]:
 def vmless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
     with vmless_stack(tmp_path_factory.mktemp("aenv-vmless")) as stack:
         yield stack
+
+
+@pytest.fixture
+def sdk_env(vmless: VmlessStack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unchanged E2B SDK (its sandboxes and volumes), pointed at this stack."""
+    monkeypatch.setenv("E2B_API_URL", vmless.api_url)
+    monkeypatch.setenv("E2B_SANDBOX_URL", vmless.api_url)
+    monkeypatch.setenv("E2B_VOLUME_API_URL", vmless.api_url)
+    monkeypatch.setenv("E2B_API_KEY", vmless.api_key)

@@ -10,7 +10,6 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 
 from tests.vmless.conftest import VmlessStack
@@ -108,14 +107,10 @@ CASES: dict[str, tuple[str, str, dict[str, Any], int]] = {
 }
 
 
-def _client(stack: VmlessStack) -> httpx.Client:
-    return httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key}, timeout=30)
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_a_4xx_in_e2bs_error_shape(vmless: VmlessStack, case: str) -> None:
     method, path, kwargs, status = CASES[case]
-    with _client(vmless) as c:
+    with vmless.client() as c:
         r = c.request(method, path, **kwargs)
     assert r.status_code == status, r.text
     body = r.json()
@@ -141,7 +136,7 @@ def test_valid_input_at_the_limits_is_taken_and_the_read_model_keeps_up(
 ) -> None:
     """Metadata and env vars just under their limits create a sandbox; the refused NUL
     (above) never reached the log, so the listing still follows new sandboxes."""
-    with _client(vmless) as c:
+    with vmless.client() as c:
         assert (
             c.post(
                 "/v2/sandboxes", json={"templateID": "base", "metadata": {"a": "\0"}}

@@ -26,11 +26,7 @@ __all__ = ["chromium", "shots"]  # fixtures
 TIMEOUT_MS = 20_000
 
 
-@pytest.fixture(autouse=True)
-def _sdk_env(vmless: VmlessStack, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("E2B_API_URL", vmless.api_url)
-    monkeypatch.setenv("E2B_SANDBOX_URL", vmless.api_url)
-    monkeypatch.setenv("E2B_API_KEY", vmless.api_key)
+pytestmark = pytest.mark.usefixtures("sdk_env")
 
 
 @pytest.fixture

@@ -40,10 +40,6 @@ def _builds(stack: VmlessStack) -> float:
     return samples.get(("aenv_image_builds_total", frozenset({("node", NODE)})), 0.0)
 
 
-def _client(stack: VmlessStack) -> httpx.Client:
-    return httpx.Client(base_url=stack.api_url, headers={"X-API-Key": stack.api_key}, timeout=60)
-
-
 def _create(c: httpx.Client, template: str, **extra: object) -> httpx.Response:
     return c.post("/v2/sandboxes", json={"templateID": template, "timeout": 60, **extra})
 
@@ -52,7 +48,7 @@ def test_an_image_where_a_template_goes(vmless: VmlessStack) -> None:
     tag = uuid.uuid4().hex[:8]
     port_ref = f"127.0.0.1:5999/cat/a:{tag}"
     meta_ref = f"docker.io/library/imgfirst:{tag}"
-    with _client(vmless) as c:
+    with vmless.client(timeout=60) as c:
         for attempt in range(2):  # imported, then as any template
             r = _create(c, port_ref)
             assert r.status_code == 201, (attempt, r.text)
@@ -78,7 +74,7 @@ def test_concurrent_first_uses_of_one_reference_are_one_import(slow: VmlessStack
     before = _builds(slow)
 
     def first_use(_: int) -> httpx.Response:
-        with _client(slow) as c:
+        with slow.client(timeout=60) as c:
             return _create(c, ref)
 
     with ThreadPoolExecutor(16) as pool:

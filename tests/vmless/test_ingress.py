@@ -8,22 +8,12 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 from e2b import Sandbox
 
 from tests.vmless.conftest import VmlessStack
 
-
-@pytest.fixture(autouse=True)
-def _sdk_env(vmless: VmlessStack, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("E2B_API_URL", vmless.api_url)
-    monkeypatch.setenv("E2B_SANDBOX_URL", vmless.api_url)
-    monkeypatch.setenv("E2B_API_KEY", vmless.api_key)
-
-
-def _client(stack: VmlessStack) -> httpx.Client:
-    return httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key}, timeout=30)
+pytestmark = pytest.mark.usefixtures("sdk_env")
 
 
 def test_a_private_sandbox_gets_a_traffic_token_and_keeps_it(vmless: VmlessStack) -> None:
@@ -31,7 +21,7 @@ def test_a_private_sandbox_gets_a_traffic_token_and_keeps_it(vmless: VmlessStack
     token = sbx.traffic_access_token
     assert token, "create answered no trafficAccessToken"
     sid = sbx.sandbox_id
-    with _client(vmless) as c:
+    with vmless.client() as c:
         try:
             detail = c.get(f"/sandboxes/{sid}").json()
             assert detail["trafficAccessToken"] == token
@@ -70,7 +60,7 @@ def test_a_public_sandbox_has_none(vmless: VmlessStack) -> None:
         sbx = Sandbox.create(timeout=120, network=network)  # type: ignore[arg-type]
         try:
             assert sbx.traffic_access_token is None
-            with _client(vmless) as c:
+            with vmless.client() as c:
                 detail = c.get(f"/sandboxes/{sbx.sandbox_id}").json()
             assert "trafficAccessToken" not in detail
             assert detail["network"]["allowPublicTraffic"] is True
@@ -79,7 +69,7 @@ def test_a_public_sandbox_has_none(vmless: VmlessStack) -> None:
 
 
 def test_allow_public_traffic_must_be_a_boolean(vmless: VmlessStack) -> None:
-    with _client(vmless) as c:
+    with vmless.client() as c:
         r = c.post(
             "/v2/sandboxes", json={"templateID": "base", "network": {"allowPublicTraffic": "maybe"}}
         )

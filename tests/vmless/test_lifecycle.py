@@ -12,7 +12,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
 import pytest
 from e2b import Sandbox
 
@@ -20,10 +19,6 @@ from aenv.logformat import marks
 from bus import Bus
 from domain import sandbox as sb
 from tests.vmless.conftest import VmlessStack
-
-
-def _client(stack: VmlessStack) -> httpx.Client:
-    return httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key}, timeout=30)
 
 
 def _history(stack: VmlessStack, sandbox_id: str) -> list[str]:
@@ -37,19 +32,14 @@ def _history(stack: VmlessStack, sandbox_id: str) -> list[str]:
     return asyncio.run(read())
 
 
-@pytest.fixture(autouse=True)
-def _sdk_env(vmless: VmlessStack, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The unchanged E2B SDK, pointed at this stack."""
-    monkeypatch.setenv("E2B_API_URL", vmless.api_url)
-    monkeypatch.setenv("E2B_SANDBOX_URL", vmless.api_url)
-    monkeypatch.setenv("E2B_API_KEY", vmless.api_key)
+pytestmark = pytest.mark.usefixtures("sdk_env")
 
 
 def test_create_pause_resume_fork_kill(vmless: VmlessStack) -> None:
     t0 = time.monotonic()
     sbx = Sandbox.create(timeout=120, metadata={"run": "vmless"})
     sid = sbx.sandbox_id
-    with _client(vmless) as c:
+    with vmless.client() as c:
         assert c.get(f"/sandboxes/{sid}").json()["state"] == "running"
         sbx.pause()
         assert c.get(f"/sandboxes/{sid}").json()["state"] == "paused"
@@ -89,7 +79,7 @@ def test_a_paused_sandbox_shows_the_time_it_keeps(vmless: VmlessStack) -> None:
     gets its whole timeout again (issue 18: `aenv ls` showed `-19m08s`)."""
     sbx = Sandbox.create(timeout=600)
     expired = Sandbox.create(timeout=3, lifecycle={"on_timeout": "pause"})
-    with _client(vmless) as c:
+    with vmless.client() as c:
         assert "remainingS" not in c.get(f"/sandboxes/{sbx.sandbox_id}").json()
         sbx.pause()
         first = c.get(f"/sandboxes/{sbx.sandbox_id}").json()
@@ -119,7 +109,7 @@ def test_refusals_are_answered_not_timed_out(vmless: VmlessStack) -> None:
     """The node decides again on the log, so what the API checks early still ends in a
     clear 4xx: fork of a paused sandbox 409, a bad count 400, an unknown sandbox 404."""
     sbx = Sandbox.create(timeout=120)
-    with _client(vmless) as c:
+    with vmless.client() as c:
         assert c.post(f"/sandboxes/{sbx.sandbox_id}/fork", json={"count": 17}).status_code == 400
         sbx.pause()
         r = c.post(f"/sandboxes/{sbx.sandbox_id}/fork", json={"count": 2})
@@ -177,7 +167,7 @@ def test_a_paused_sandbox_stranded_on_a_gone_node_is_refused_at_once(
     node = _second_node(vmless, tmp_path / "two")
     placed: list[Sandbox] = []
     try:
-        with _client(vmless) as c:
+        with vmless.client() as c:
             for _ in range(40):  # placement is whoever pulls first: node two gets one soon
                 sbx = Sandbox.create(
                     timeout=120, lifecycle={"on_timeout": "pause", "auto_resume": True}
@@ -238,7 +228,7 @@ def test_a_filesystem_pause_is_asked_for_and_recorded(vmless: VmlessStack) -> No
     timed.set_timeout(0)  # its timeout's pause, now
     assert _pause_memory(vmless, timed.sandbox_id) == [("requested", False), ("paused", False)]
     Sandbox.kill(timed.sandbox_id)
-    with _client(vmless) as c:
+    with vmless.client() as c:
         both = {"autoPause": True, "autoPauseMemory": False, "autoResume": {"enabled": True}}
         r = c.post("/sandboxes", json={"templateID": "base", **both})
         assert r.status_code == 400 and "autoResume" in r.json()["message"]

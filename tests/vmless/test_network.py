@@ -8,23 +8,13 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 from e2b import Sandbox, SandboxException
 from e2b.exceptions import NotFoundException
 
 from tests.vmless.conftest import VmlessStack
 
-
-@pytest.fixture(autouse=True)
-def _sdk_env(vmless: VmlessStack, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("E2B_API_URL", vmless.api_url)
-    monkeypatch.setenv("E2B_SANDBOX_URL", vmless.api_url)
-    monkeypatch.setenv("E2B_API_KEY", vmless.api_key)
-
-
-def _client(stack: VmlessStack) -> httpx.Client:
-    return httpx.Client(base_url=stack.api_url, headers={"X-API-KEY": stack.api_key}, timeout=30)
+pytestmark = pytest.mark.usefixtures("sdk_env")
 
 
 def _egress(sbx: Sandbox) -> tuple[bool | None, list[str], list[str]]:
@@ -62,7 +52,7 @@ def test_the_rules_stay_across_pause_and_resume(vmless: VmlessStack) -> None:
         sbx.update_network({"deny_out": ["0.0.0.0/0"], "allow_internet_access": False})
         assert sbx.pause()
         assert _egress(sbx) == (False, [], ["0.0.0.0/0"])
-        with _client(vmless) as c:
+        with vmless.client() as c:
             # a paused sandbox is a conflict (E2B's orchestrator: 409 when not running)
             r = c.put(f"/sandboxes/{sid}/network", json={})
             assert r.status_code == 409, r.text
@@ -79,7 +69,7 @@ def test_the_rules_stay_across_pause_and_resume(vmless: VmlessStack) -> None:
 def test_bad_rules_are_a_400_and_change_nothing(vmless: VmlessStack) -> None:
     sbx = Sandbox.create(timeout=120, network={"allow_out": ["198.51.100.10"]})
     try:
-        with _client(vmless) as c:
+        with vmless.client() as c:
             for body in (
                 {"allowOut": ["example.com"]},
                 {"denyOut": ["10.0.0.0/33"]},
@@ -99,6 +89,6 @@ def test_bad_rules_are_a_400_and_change_nothing(vmless: VmlessStack) -> None:
 def test_an_unknown_sandbox_is_not_found(vmless: VmlessStack) -> None:
     with pytest.raises(NotFoundException):
         Sandbox.update_network("nosuchsandbox0000000", {"deny_out": ["0.0.0.0/0"]})
-    with _client(vmless) as c:
+    with vmless.client() as c:
         r = c.put("/sandboxes/nosuchsandbox0000000/network", json={})
         assert r.status_code == 404 and r.json()["code"] == 404

@@ -24,12 +24,7 @@ from tests.vmless.conftest import VmlessStack
 MOUNT = "/mnt/data"
 
 
-@pytest.fixture(autouse=True)
-def _sdk_env(vmless: VmlessStack, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("E2B_API_URL", vmless.api_url)
-    monkeypatch.setenv("E2B_SANDBOX_URL", vmless.api_url)
-    monkeypatch.setenv("E2B_VOLUME_API_URL", vmless.api_url)
-    monkeypatch.setenv("E2B_API_KEY", vmless.api_key)
+pytestmark = pytest.mark.usefixtures("sdk_env")
 
 
 def _events(stack: VmlessStack, kind: str, aggregate_id: str) -> list[object]:
