@@ -8,7 +8,6 @@ leaves the import going: the creates after it join it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -19,10 +18,9 @@ import pytest
 from e2b import Sandbox, TimeoutException
 
 from bus import BusSettings
-from shared.images import image_template_id
 from tests.e2e.conftest import Stack
+from tests.imagefirst import builds_counted, imports_in_log
 from tests.registry import busybox_tree, layout, local_registry, push
-from tests.series import Samples, node_url, scrape
 
 pytestmark = pytest.mark.vm
 
@@ -46,25 +44,12 @@ def _os_release(sbx: Sandbox) -> str:
 
 
 def _imports(stack: Stack, image: str) -> int:
-    """TemplateImported events of the template `image` is imported as, from the log."""
-    from bus import Bus
-    from domain import template as tp
-
-    async def read() -> int:
-        bus = await Bus.connect(BusSettings(nats_url=stack.nats_url), setup=False)
-        try:
-            recs = await bus.templates.read(image_template_id(image))
-            return sum(isinstance(r.event, tp.TemplateImported) for r in recs)
-        finally:
-            await bus.close()
-
-    return asyncio.run(read())
+    return imports_in_log(BusSettings(nats_url=stack.nats_url), image)
 
 
 def _builds(stack: Stack) -> float:
     token = json.loads((stack.data_dir / "stack.json").read_text())["metrics_token"]
-    samples: Samples = scrape(node_url(BusSettings(nats_url=stack.nats_url), NODE), token)
-    return samples.get(("aenv_image_builds_total", frozenset({("node", NODE)})), 0.0)
+    return builds_counted(BusSettings(nats_url=stack.nats_url), NODE, token)
 
 
 def test_a_registry_reference_where_a_template_goes(stack: Stack, tmp_path: Path) -> None:

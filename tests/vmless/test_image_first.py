@@ -6,7 +6,6 @@ and one on the node's counter. The e2e tier does the same with real images and V
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,30 +13,18 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from bus import Bus
-from domain import template as tp
-from shared.images import image_template_id
-from tests.series import node_url, scrape
+from tests.imagefirst import builds_counted, imports_in_log
 from tests.vmless.conftest import METRICS_TOKEN, VmlessStack, vmless_stack
 
 NODE = "vmless"
 
 
 def _imports(stack: VmlessStack, image: str) -> int:
-    async def read() -> int:
-        bus = await Bus.connect(stack.bus_settings, setup=False)
-        try:
-            recs = await bus.templates.read(image_template_id(image))
-            return sum(isinstance(r.event, tp.TemplateImported) for r in recs)
-        finally:
-            await bus.close()
-
-    return asyncio.run(read())
+    return imports_in_log(stack.bus_settings, image)
 
 
 def _builds(stack: VmlessStack) -> float:
-    samples = scrape(node_url(stack.bus_settings, NODE), METRICS_TOKEN)
-    return samples.get(("aenv_image_builds_total", frozenset({("node", NODE)})), 0.0)
+    return builds_counted(stack.bus_settings, NODE, METRICS_TOKEN)
 
 
 def _create(c: httpx.Client, template: str, **extra: object) -> httpx.Response:
