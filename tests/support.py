@@ -68,3 +68,19 @@ def eventually_sync(probe: Callable[[], T], *, timeout: float = 10.0, interval: 
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s (last error: {last!r})")
         time.sleep(interval)
+
+
+def drop_image(digest: str, name: str | None = None) -> None:
+    """Remove a test's image from the shared cache: its entry (by content), the recipe's
+    link to it and the name it was built under."""
+    import shutil
+
+    from workers.node.image.cache import RECIPES, cache_root, entry_dir
+
+    root = cache_root()
+    entry = entry_dir(root, digest)
+    if entry is not None:
+        shutil.rmtree(entry, ignore_errors=True)
+    (root / RECIPES / digest).unlink(missing_ok=True)
+    if name is not None:
+        (root / "names" / name).unlink(missing_ok=True)

@@ -22,33 +22,44 @@ from tests.e2e.test_two_nodes import _node_of, _second_node
 pytestmark = pytest.mark.vm
 
 
-def _own_image_cache(shared: Path, dest: Path, recipe: str, *, other_bytes: bool) -> Path:
+def _own_image_cache(shared: Path, dest: Path, *, other_bytes: bool) -> tuple[Path, str]:
     """A node's own image cache holding what the shared one has for the `base` image
     (kernel, runtime disks: hard links, read-only to both), except the base image's root
     disk: a copy, with `other_bytes` one byte changed in its free space — another build of
-    the same recipe, as two nodes that each ran mkfs have. Its manifest records no content
-    digest (an image built before digests were), so the node hashes it itself."""
+    the same recipe, as two nodes that each ran mkfs have. It is laid out as an entry built
+    before content keys (under its recipe, no content digest recorded), so the node hashes
+    it itself. Returns the cache and the base image's recipe."""
+    from workers.node.image.build import find_image
+    from workers.node.image.cache import IMAGES, RECIPES
+
+    base = find_image("base", shared)
     dest.mkdir(parents=True, exist_ok=True)
     for entry in shared.iterdir():
         if entry.is_dir() and entry.name.startswith(("kernel-", "runtime-")):
             subprocess.run(["cp", "-al", str(entry), str(dest / entry.name)], check=True)
+    (dest / IMAGES).mkdir()
+    (dest / RECIPES).mkdir()
+    for link in (shared / RECIPES).glob("runtime-*"):
+        target = link.resolve()
+        subprocess.run(["cp", "-al", str(target), str(dest / IMAGES / target.name)], check=True)
+        (dest / RECIPES / link.name).symlink_to(f"../{IMAGES}/{target.name}")
     shutil.copy(shared / "kernel-resolved.json", dest / "kernel-resolved.json")
-    mine = dest / recipe
+    mine = dest / base.digest
     mine.mkdir()
     for name in ("vmlinux", "initrd.cpio"):
-        os.link(shared / recipe / name, mine / name)
+        os.link(base.rootfs.parent / name, mine / name)
     subprocess.run(
-        ["cp", "--sparse=always", str(shared / recipe / "root.ext4"), str(mine / "root.ext4")],
+        ["cp", "--sparse=always", str(base.rootfs), str(mine / "root.ext4")],
         check=True,
     )
     if other_bytes:
         with open(mine / "root.ext4", "r+b") as f:  # the last block: free, never read
             f.seek(os.fstat(f.fileno()).st_size - 4096)
             f.write(b"other bytes")
-    doc = json.loads((shared / recipe / "manifest.json").read_text())
+    doc = json.loads((base.rootfs.parent / "manifest.json").read_text())
     doc.pop("content", None)
     (mine / "manifest.json").write_text(json.dumps(doc, indent=2))
-    return dest
+    return dest, base.digest
 
 
 def _resume_failures(stack: Stack, sandbox_id: str) -> list[str]:
@@ -79,11 +90,11 @@ def test_a_sandbox_is_never_resumed_over_other_bytes(
 
     from tests.e2e.test_pause import _uploaded
     from tests.support import eventually_sync
+    from workers.node.image.build import find_image
     from workers.node.image.cache import cache_root
 
     shared = cache_root()
-    recipe = (shared / "names" / "base").resolve().name
-    cache = _own_image_cache(shared, tmp_path_factory.mktemp("images-a"), recipe, other_bytes=True)
+    cache, recipe = _own_image_cache(shared, tmp_path_factory.mktemp("images-a"), other_bytes=True)
     data = tmp_path_factory.mktemp("node-a")
     headers = {"X-API-KEY": stack.api_key}
     try:
@@ -102,7 +113,7 @@ def test_a_sandbox_is_never_resumed_over_other_bytes(
 
             # the capture recorded the bytes it was taken over: node A's own disk's
             ours = chunk_list(cache / recipe / "root.ext4").digest
-            theirs = chunk_list(shared / recipe / "root.ext4").digest
+            theirs = chunk_list(find_image("base", shared).rootfs).digest
             assert ours != theirs
             capture = json.loads(
                 (data / "node" / "snapshots" / str(snapshot_id) / "manifest.json").read_text()
@@ -150,8 +161,7 @@ def test_a_copy_of_the_same_bytes_takes_the_sandbox(
     from workers.node.image.cache import cache_root
 
     shared = cache_root()
-    recipe = (shared / "names" / "base").resolve().name
-    cache = _own_image_cache(shared, tmp_path_factory.mktemp("images-a"), recipe, other_bytes=False)
+    cache, _ = _own_image_cache(shared, tmp_path_factory.mktemp("images-a"), other_bytes=False)
     data = tmp_path_factory.mktemp("node-a")
     try:
         with _second_node(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from workers.node.image.content import recipe_of
 from workers.node.ports import Capture, GuestConfig
 from workers.node.runtime import Snapshot, Vm, allocated_bytes
 
@@ -55,7 +56,7 @@ class LocalCapture:
     @classmethod
     def of(cls, snap: Snapshot, volumes: tuple[tuple[int, str, Path], ...] = ()) -> LocalCapture:
         return cls(
-            snap.snapshot_id, snap.dir, snap.base_image.parent.name, capture_size(snap), volumes
+            snap.snapshot_id, snap.dir, recipe_of(snap.base_image), capture_size(snap), volumes
         )
 
 

@@ -385,7 +385,10 @@ class Host(Protocol):
 
 class _BaseImage(Protocol):
     @property
-    def digest(self) -> str: ...
+    def digest(self) -> str: ...  # the recipe that built it
+
+    @property
+    def content(self) -> str | None: ...  # its bytes (None: taken before it was recorded)
 
 
 class Manifest(Protocol):

@@ -12,8 +12,8 @@ import logging
 from pathlib import Path
 
 from workers.node.image import ImageError, find_runtime
-from workers.node.image.cache import cache_root
-from workers.node.image.content import content_of
+from workers.node.image.cache import cache_root, content_dir, entry_dir
+from workers.node.image.content import content_of, recipe_of
 from workers.node.ports import CaptureRepository, HostError, Manifest, TemplateLocator
 from workers.node.runtime import Runtime, Snapshot
 from workers.node.templates import TemplateCatalog, TemplateError, TemplateNotLocal
@@ -140,19 +140,23 @@ class Transfers:
             manifest = await repository.get_manifest(key)
         except Exception as e:
             raise HostError(f"{what} is not in the repository: {e}") from e
-        base = self._base_image(manifest.base_image.digest)
+        base = self._base_image(manifest.base_image.digest, manifest.base_image.content)
         return await self.fetch(
             key, self.runtime.snapshot_dir(key), base, what, foreign=True, manifest=manifest
         )
 
-    def _base_image(self, digest: str) -> Path:
-        """This node's copy of a base image, by the recipe digest a capture names (its
-        directory in the image cache, as the uploading node had it). Whether its bytes are
-        the capture's is `fetch`'s check."""
-        candidates = [c.base_image for c in self.templates.captures()]
-        candidates.append(cache_root() / digest / "root.ext4")
-        for path in candidates:
-            if path.parent.name == digest and path.is_file():
+    def _base_image(self, digest: str, content: str | None = None) -> Path:
+        """This node's copy of a base image: the very bytes a capture names (its content
+        digest) if this node has them, else what the capture's recipe built here, else a
+        template capture's base of that recipe. Whether those bytes are the capture's is
+        `fetch`'s check."""
+        root = cache_root()
+        if content and (same := content_dir(root, content)) is not None:
+            return same / "root.ext4"
+        if (entry := entry_dir(root, digest)) is not None:
+            return entry / "root.ext4"
+        for path in (c.base_image for c in self.templates.captures()):
+            if path.is_file() and recipe_of(path) == digest:
                 return path
         raise HostError(
             f"base image {digest[:12]} is not on this node (build the same image "
@@ -166,7 +170,10 @@ def _local_contents(base_image: Path, manifest: Manifest) -> tuple[str, str | No
     as before). Blocking: a disk built before digests were recorded is hashed once."""
     runtime: str | None = None
     recipe = manifest.node_manifest.get("runtime_digest")
-    if recipe:
+    wanted = manifest.node_manifest.get("runtime_content")
+    if wanted and (same := content_dir(cache_root(), str(wanted))) is not None:
+        runtime = content_of(same / "runtime.ext4")  # the same bytes, by whatever recipe
+    elif recipe:
         try:
             runtime = content_of(find_runtime(str(recipe)).path)
         except ImageError:

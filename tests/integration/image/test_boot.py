@@ -13,6 +13,7 @@ import pytest
 
 from aenv.stack.process import free_port
 from shared.diskdigest import chunk_list
+from tests.support import drop_image
 from workers.node.image import (
     GuestImage,
     base_rootfs_tree,
@@ -22,13 +23,27 @@ from workers.node.image import (
     cache_root,
 )
 from workers.node.image.build import default_envd_src
-from workers.node.image.content import recorded_content
+from workers.node.image.content import recipe_of, recorded_content
 from workers.node.image.disk import DEFAULT_FREE
 from workers.node.image.oci_write import write_archive, write_layout_from_dir
 
 from .qemu_boot import boot
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def test_two_builds_of_one_base_are_one_cache_entry(base_image: GuestImage) -> None:
+    """The cache is keyed by bytes (issue 40, S3): the entry is named by the chunk-list
+    digest recomputed from its disk, and a second build of the recipe finds that entry."""
+    again = build_base(progress=lambda m: None)
+    assert again.digest == base_image.digest and again.rootfs == base_image.rootfs
+    entry = base_image.rootfs.parent
+    assert entry.parent == cache_root() / "images"
+    assert entry.name == base_image.content_digest == chunk_list(base_image.rootfs).digest
+    same_recipe = [
+        d for d in entry.parent.iterdir() if recipe_of(d / "root.ext4") == base_image.digest
+    ]
+    assert same_recipe == [entry]
 
 
 def test_base_image_boots_to_init_and_envd(base_image: GuestImage) -> None:
@@ -114,7 +129,7 @@ def test_an_envd_change_rebuilds_the_runtime_not_the_image(
     with boot(base_image, runtime=runtime) as vm:  # the image runs on either runtime
         m, _ = vm.wait_for(r"ENVD-READY 49983|AENV-ENVD-EXIT \d+", timeout=90)
         assert m.group(0) == "ENVD-READY 49983", vm.console()
-    shutil.rmtree(runtime.path.parent)  # keep the shared cache lean: this one is test-only
+    drop_image(f"runtime-{runtime.digest}")  # keep the shared cache lean: test-only
 
 
 def test_an_image_with_no_libc_and_no_python_runs_envd(tmp_path: Path) -> None:
@@ -137,8 +152,7 @@ def test_an_image_with_no_libc_and_no_python_runs_envd(tmp_path: Path) -> None:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as r:
                 assert 200 <= r.status < 300
     finally:
-        shutil.rmtree(img.rootfs.parent, ignore_errors=True)
-        (img.rootfs.parent.parent / "names" / "busybox-test").unlink(missing_ok=True)
+        drop_image(img.digest, "busybox-test")
 
 
 def test_oci_image_from_the_debootstrap_tree_boots(base_image: GuestImage, tmp_path: Path) -> None:
@@ -162,8 +176,7 @@ def test_oci_image_from_the_debootstrap_tree_boots(base_image: GuestImage, tmp_p
                 m, _ = vm.wait_for(r"ENVD-READY 49983|AENV-ENVD-EXIT \d+", timeout=60)
                 assert m.group(0) == "ENVD-READY 49983", vm.console()
     finally:
-        shutil.rmtree(img.rootfs.parent, ignore_errors=True)
-        (img.rootfs.parent.parent / "names" / "oci-test").unlink(missing_ok=True)
+        drop_image(img.digest, "oci-test")
 
 
 def test_nothing_left_behind() -> None:

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import drop_image
 from workers.node.image import GuestImage
 from workers.node.image.build import default_envd_src
+from workers.node.image.cache import cache_root, entry_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -47,6 +49,6 @@ def test_concurrent_builders_share_one_build(base_image: GuestImage, tmp_path: P
     assert len(digests) == 1, outs
     builds = sum("envd runtime" in out and "ready" in out for out in outs)
     assert builds == 1, outs  # the second builder found the first one's result
-    runtime_dir = base_image.rootfs.parent.parent / f"runtime-{digests.pop()}"
-    assert (runtime_dir / "manifest.json").is_file()
-    shutil.rmtree(runtime_dir)
+    key = f"runtime-{digests.pop()}"
+    assert entry_dir(cache_root(), key) is not None
+    drop_image(key)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.runtime.conftest import sdk
+from tests.support import drop_image
 from workers.node.image import base_rootfs_tree, build_from_oci, kernel_cmdline
 from workers.node.image.oci_write import tar_tree, write_layout
 from workers.node.runtime import Runtime
@@ -52,4 +53,4 @@ async def test_oci_template_boots_and_runs_through_envd(runtime: Runtime, tmp_pa
         assert marker == "from-the-oci-layer\n"
     finally:
         await runtime.destroy(vm)
-        (image.rootfs.parent.parent / "names" / "runtime-oci-test").unlink(missing_ok=True)
+        drop_image(image.digest, "runtime-oci-test")

@@ -73,22 +73,6 @@ def test_digests_are_stable_and_input_sensitive(tmp_path: Path) -> None:
     assert envd_hash(envd) != h1
 
 
-def test_publish_is_atomic_and_replaces(tmp_path: Path) -> None:
-    root = cache.cache_root(tmp_path / "c")
-    final = root / "abc"
-    with cache.locked(root, "abc"), cache.staging(root, "abc") as tmp:
-        (tmp / "manifest.json").write_text("1")
-        assert not final.exists()
-        cache.publish(tmp, final)
-    assert (final / "manifest.json").read_text() == "1"
-    assert stat.S_IMODE(final.stat().st_mode) == 0o755
-    with cache.staging(root, "abc") as tmp:
-        (tmp / "manifest.json").write_text("2")
-        cache.publish(tmp, final)
-    assert (final / "manifest.json").read_text() == "2"
-    assert [p.name for p in root.iterdir() if p.name.startswith(".tmp")] == []
-
-
 def test_stale_staging_dirs_are_cleared_under_the_lock(tmp_path: Path) -> None:
     root = cache.cache_root(tmp_path)
     (root / ".tmp-k-dead").mkdir()

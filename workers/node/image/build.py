@@ -7,6 +7,7 @@ first, and an image already in the cache is returned without building anything.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -140,10 +141,12 @@ def _common(root: Path, free: int, progress: Progress) -> _Common:
 
 
 def _cached(root: Path, digest: str) -> GuestImage | None:
-    d = root / digest
-    if not (d / "manifest.json").is_file():
+    """What recipe `digest` built, if this cache has it (as that recipe's image: the entry
+    it shares with another recipe of the same bytes names the first)."""
+    d = _cache.entry_dir(root, digest)
+    if d is None:
         return None
-    return GuestImage.load(d)
+    return dataclasses.replace(GuestImage.load(d), digest=digest)
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -223,9 +226,9 @@ def _assemble(
             "build_seconds": round(time.monotonic() - t0, 1),
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        _cache.publish(tmp, root / digest)
-    progress(f"image {digest} ready in {root / digest}")
-    return GuestImage.load(root / digest)
+        final = _cache.publish_content(root, tmp, digest, content.digest)
+    progress(f"image {digest} ready in {final}")
+    return dataclasses.replace(GuestImage.load(final), digest=digest)
 
 
 def base_rootfs_tree(
@@ -339,9 +342,12 @@ def build_from_oci(
 
 
 def find_image(name_or_digest: str, cache: Path | None = None) -> GuestImage:
-    """A cached image by digest or by the name it was built under (`base` for build_base)."""
+    """A cached image by recipe or content digest, or by the name it was built under
+    (`base` for build_base)."""
     root = _cache.cache_root(cache)
-    for d in (root / name_or_digest, root / "names" / name_or_digest):
+    if (img := _cached(root, name_or_digest)) is not None:
+        return img
+    for d in (root / _cache.IMAGES / name_or_digest, root / "names" / name_or_digest):
         if (d / "manifest.json").is_file():
             return GuestImage.load(d.resolve())
     raise ImageError(f"no image {name_or_digest!r} in {root}")

@@ -1,20 +1,34 @@
 """The on-disk image cache: content-addressed directories, built aside, published by rename.
 
 Layout under the cache root (default /var/lib/aenv/images, env AENV_IMAGE_CACHE):
-    <digest>/{vmlinux, initrd.cpio, root.ext4, manifest.json}   a complete image
+    images/<content>/{vmlinux, initrd.cpio, root.ext4, manifest.json}
+                                                               a complete image, named by
+                                                               its root disk's bytes
+    images/<content>/{runtime.ext4, manifest.json}             an envd runtime disk
+    recipes/<recipe> -> ../images/<content>                    what a recipe built (a
+    recipes/runtime-<recipe> -> ../images/<content>            runtime's: runtime-<recipe>)
+    <recipe>/, runtime-<recipe>/                               images built before content
+                                                               keys (still found, in place)
     kernel-<release>-<version>/{vmlinux, modules/, kernel.json} shared kernel (vmlinux is
                                                                hard-linked into images)
     rootfs-<digest>/                                           cached debootstrap tree
-    names/<name> -> ../<digest>                                images built under a name
+    names/<name> -> ../recipes/<recipe>                        images built under a name
     .locks/<key>.lock                                          flock per cache entry
     .tmp-<key>-*                                               builds in progress
 A directory named by a digest only ever appears complete: it is assembled in a `.tmp-`
 sibling and renamed into place while holding that key's lock.
+
+Why by content (issue 40): a capture's qcow2 layers are only valid over the exact bytes
+they were written over. Keyed by recipe, a forced rebuild replaced the disk under every
+capture stacked on it; keyed by content, a rebuild that gives the same bytes is the same
+entry, one that gives other bytes is a new entry beside the old one (which stays for the
+captures over it until `gc`), and a recipe only ever moves its `recipes/` link.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -80,25 +94,79 @@ def staging(root: Path, key: str) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def publish(tmp: Path, final: Path) -> None:
-    """Move a finished build into place, replacing an older one (a forced rebuild)."""
-    if final.exists():
-        old = final.with_name(f".tmp-old-{final.name}-{os.getpid()}")
-        os.rename(final, old)
-        os.rename(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, final)
+IMAGES = "images"
+RECIPES = "recipes"
+MANIFEST = "manifest.json"
+
+
+def entry_dir(root: Path, recipe: str) -> Path | None:
+    """The complete entry a recipe built (its `recipes/` link, resolved), else one built
+    before content keys under the recipe's own name; None if neither is there."""
+    for d in (root / RECIPES / recipe, root / recipe):
+        if (d / MANIFEST).is_file():
+            return d.resolve()
+    return None
+
+
+def content_dir(root: Path, content: str) -> Path | None:
+    """The complete entry holding exactly these bytes, if this cache has it."""
+    d = root / IMAGES / content
+    return d if (d / MANIFEST).is_file() else None
+
+
+def publish_content(root: Path, tmp: Path, recipe: str, content: str) -> Path:
+    """Publish a finished build as `images/<content>` and point `recipes/<recipe>` at it
+    (caller holds the recipe's lock). Bytes already there (a rebuild that gave the same
+    disk) are kept as they are and the new copy dropped: captures may be stacked on them."""
+    images = root / IMAGES
+    images.mkdir(exist_ok=True)
+    final = images / content
+    if not (final / MANIFEST).is_file():
+        if final.exists():  # not complete, so never published: a crash's leftover
+            shutil.rmtree(final, ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+        except OSError as e:
+            # another recipe's build of the very same bytes got there first
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not (final / MANIFEST).is_file():
+                raise
+    _link(root / RECIPES, recipe, f"../{IMAGES}/{content}")
+    return final
+
+
+def _link(directory: Path, name: str, target: str) -> None:
+    """`directory/name -> target`, atomically replacing an older link."""
+    directory.mkdir(exist_ok=True)
+    tmp = directory / f".{name}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, directory / name)
 
 
 def link_name(root: Path, name: str, digest: str) -> None:
-    """Point `names/<name>` at an image digest (atomically replacing an older target)."""
-    names = root / "names"
-    names.mkdir(exist_ok=True)
-    tmp = names / f".{name}.{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(f"../{digest}")
-    os.replace(tmp, names / name)
+    """Point `names/<name>` at what recipe `digest` built (atomically replacing an older
+    target); through `recipes/`, so the name follows a rebuild."""
+    target = f"../{RECIPES}/{digest}" if (root / RECIPES / digest).is_symlink() else f"../{digest}"
+    _link(root / "names", name, target)
+
+
+def entries(root: Path) -> list[Path]:
+    """Every complete entry: by content, and those built before content keys."""
+    found = [d for d in root.iterdir() if d.is_dir() and (d / MANIFEST).is_file()]
+    if (root / IMAGES).is_dir():
+        found += [
+            d
+            for d in (root / IMAGES).iterdir()
+            if not d.name.startswith(".") and (d / MANIFEST).is_file()
+        ]
+    return found
+
+
+def lock_of(entry: Path) -> tuple[Path, str]:
+    """The cache root and lock key that guard an entry's directory."""
+    if entry.parent.name == IMAGES:
+        return entry.parent.parent, f"content-{entry.name}"
+    return entry.parent, entry.name
 
 
 def _open_files() -> set[str]:
@@ -121,18 +189,18 @@ def collect_garbage(root: Path, keep: int, *, dry_run: bool = False) -> list[Pat
     uses as its qcow2 backing file is not detectable here, hence an explicit command with
     `--keep` rather than anything automatic.
     """
-    named = {p.resolve().name for p in (root / "names").glob("*") if p.is_symlink()}
-    images = sorted(
-        (d for d in root.iterdir() if d.is_dir() and (d / "manifest.json").is_file()),
-        key=lambda d: (d / "manifest.json").stat().st_mtime,
-        reverse=True,
-    )
+    named = {p.resolve() for p in (root / "names").glob("*") if p.is_symlink()}
+    images = sorted(entries(root), key=lambda d: (d / MANIFEST).stat().st_mtime, reverse=True)
     busy = _open_files()
     removed = []
     for d in images[keep:]:
-        if d.name in named or any(f.startswith(str(d) + "/") for f in busy):
+        if d.resolve() in named or any(f.startswith(str(d) + "/") for f in busy):
             continue
         removed.append(d)
         if not dry_run:
             shutil.rmtree(d, ignore_errors=True)
+    if not dry_run:
+        for link in (root / RECIPES).glob("*") if (root / RECIPES).is_dir() else ():
+            if link.is_symlink() and not link.exists():
+                link.unlink()  # its entry is gone: the recipe builds again when asked
     return removed

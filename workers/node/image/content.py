@@ -20,7 +20,7 @@ from shared.diskdigest import chunk_list
 
 from . import cache as _cache
 
-__all__ = ["content_of", "disk_stamp", "recorded_content"]
+__all__ = ["content_of", "disk_stamp", "recipe_of", "recorded_content"]
 
 MANIFEST = "manifest.json"
 
@@ -48,6 +48,14 @@ def _valid(doc: dict[str, Any], disk: Path) -> str | None:
     if stamp is not None and stamp != disk_stamp(disk):
         return None  # the file changed since it was hashed
     return str(content["digest"])
+
+
+def recipe_of(disk: Path) -> str:
+    """The recipe a cache entry's disk was built from (its manifest's `digest`): what a
+    capture names so another node finds its own build of it. A disk outside the cache
+    (or from before content keys) is named by its directory, as it always was."""
+    recipe = _read(disk).get("digest")
+    return str(recipe) if recipe else disk.parent.name.removeprefix("runtime-")
 
 
 def recorded_content(disk: Path) -> str | None:
@@ -81,7 +89,7 @@ def _memo_key(disk: Path) -> tuple[object, ...]:
 
 
 def _hash_and_record(disk: Path) -> str:
-    root, key = disk.parent.parent, disk.parent.name
+    root, key = _cache.lock_of(disk.parent)
     with _cache.locked(root, key):
         doc = _read(disk)
         found = _valid(doc, disk)

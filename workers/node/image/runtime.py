@@ -234,15 +234,15 @@ def build_runtime(
     envd_src = envd_src or default_envd_src()
     busybox = read_static_busybox()
     digest = _cache.digest_of(_inputs(spec.key(), envd_src, busybox))
-    final = root / f"runtime-{digest}"
-    if (final / "manifest.json").is_file():
-        return RuntimeDisk.load(final)
+    key = f"runtime-{digest}"
+    if (found := _cache.entry_dir(root, key)) is not None:
+        return RuntimeDisk.load(found)
     tree = base_rootfs_tree(root, spec, progress)
-    with _cache.locked(root, f"runtime-{digest}"):
-        if (final / "manifest.json").is_file():
-            return RuntimeDisk.load(final)
+    with _cache.locked(root, key):
+        if (found := _cache.entry_dir(root, key)) is not None:
+            return RuntimeDisk.load(found)
         t0 = time.monotonic()
-        with _cache.staging(root, f"runtime-{digest}") as tmp:
+        with _cache.staging(root, key) as tmp:
             progress("envd runtime: python, its libraries, envd, init ...")
             info = populate_runtime(tree, tmp / "tree", envd_src=envd_src, busybox=busybox)
             # read-only in every guest: nothing is ever written to it, so no free space
@@ -274,15 +274,15 @@ def build_runtime(
                 "build_seconds": round(time.monotonic() - t0, 1),
             }
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-            _cache.publish(tmp, final)
+            final = _cache.publish_content(root, tmp, key, content.digest)
     progress(f"envd runtime {digest[:12]} ready ({size >> 20} MiB disk)")
     return RuntimeDisk.load(final)
 
 
 def find_runtime(digest: str, cache: Path | None = None) -> RuntimeDisk:
     """A runtime disk of this node by digest (a capture names the one it was taken with)."""
-    d = _cache.cache_root(cache) / f"runtime-{digest}"
-    if not (d / "manifest.json").is_file():
+    d = _cache.entry_dir(_cache.cache_root(cache), f"runtime-{digest}")
+    if d is None:
         raise ImageError(
             f"envd runtime {digest[:12]} is not on this node (build it with the "
             "same envd: `python -m workers.node.image build-runtime`)"

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from workers.node.image.cache import cache_root, content_dir
+from workers.node.image.content import recipe_of
 from workers.node.image.runtime import find_runtime
 from workers.node.vmm.spec import Machine
 
@@ -76,7 +78,7 @@ class Snapshot:
             "runtime_disk": str(self.runtime_disk),
             # on another node (a capture pulled from the repository) the path may differ:
             # the runtime of the same digest is looked up in that node's image cache
-            "runtime_digest": self.runtime_disk.parent.name.removeprefix("runtime-"),
+            "runtime_digest": recipe_of(self.runtime_disk),
             "parent_vm": self.parent_vm,
             "created_at": self.created_at or datetime.now(UTC).isoformat(),
             "state_bytes": self.state_bytes,
@@ -123,4 +125,8 @@ def _runtime_disk(doc: dict[str, object]) -> Path:
     path = Path(str(doc["runtime_disk"]))
     if path.is_file() or not doc.get("runtime_digest"):
         return path
+    if doc.get("runtime_content") and (
+        same := content_dir(cache_root(), str(doc["runtime_content"]))
+    ):
+        return same / path.name  # the very bytes, whatever recipe built them here
     return find_runtime(str(doc["runtime_digest"])).path
