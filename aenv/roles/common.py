@@ -31,6 +31,9 @@ class RoleSettings(BaseSettings):
     s3_access_key: str | None = None
     s3_secret_key: str | None = None
     s3_bucket: str = "aenv-snapshots"
+    #: The snapshot repository as a directory (a filesystem every node mounts), used when no
+    #: S3 endpoint is set (`workers/snapshot/posix.py`).
+    snapshot_dir: Path | None = None
     #: Template builds one API process runs at once (each drives a build sandbox).
     build_parallel: int = 2
     #: After SIGTERM (`aenv down`, or the supervisor's death), the role drains this long at

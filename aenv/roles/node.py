@@ -34,7 +34,14 @@ from workers.node.templates import TemplateCatalog, TemplateSpec
 from workers.node.volumes.endpoint import VolumeEndpoint, release_content_writes
 from workers.node.volumes.releaser import VolumeReleaser
 from workers.node.worker import NodeWorker
-from workers.snapshot import BlobCache, S3Config, S3Store, SnapshotRepository
+from workers.snapshot import (
+    BlobCache,
+    PosixStore,
+    S3Config,
+    S3Store,
+    SnapshotRepository,
+    SnapshotStore,
+)
 from workers.snapshot.metrics import TransferMetrics
 from workers.snapshot.worker import SnapshotWorker
 
@@ -227,18 +234,25 @@ async def _repository(
     stack: contextlib.AsyncExitStack,
     metrics: TransferMetrics,
 ) -> SnapshotRepository | None:
-    """Pauses upload to S3 when the stack has one (embedded SeaweedFS or AENV_S3_*)."""
-    if not cfg.s3_endpoint:
-        return None
-    store = await S3Store.open(
-        S3Config(
-            bucket=cfg.s3_bucket,
-            endpoint_url=cfg.s3_endpoint,
-            access_key=cfg.s3_access_key,
-            secret_key=cfg.s3_secret_key,
+    """Pauses upload to S3 when the stack has one (embedded SeaweedFS or AENV_S3_*), else
+    to a shared directory when one is set (AENV_SNAPSHOT_DIR, the POSIX store); neither:
+    captures stay on this node."""
+    store: SnapshotStore
+    if cfg.s3_endpoint:
+        store = await S3Store.open(
+            S3Config(
+                bucket=cfg.s3_bucket,
+                endpoint_url=cfg.s3_endpoint,
+                access_key=cfg.s3_access_key,
+                secret_key=cfg.s3_secret_key,
+            )
         )
-    )
+        say(f"snapshot repository: S3 at {cfg.s3_endpoint}")
+    elif cfg.snapshot_dir is not None:
+        store = PosixStore(cfg.snapshot_dir)
+        say(f"snapshot repository: directory {cfg.snapshot_dir}")
+    else:
+        return None
     stack.push_async_callback(store.close)
     cache = BlobCache(node_cfg.state_dir / "blob-cache", node_cfg.blob_cache_bytes)
-    say(f"snapshot repository: S3 at {cfg.s3_endpoint}")
     return SnapshotRepository(store, cache, metrics=metrics)

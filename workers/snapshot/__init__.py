@@ -1,7 +1,8 @@
 """Snapshot repository: content-addressed snapshots in S3 or a shared filesystem.
 
 The node calls `SnapshotRepository.upload` after a pause and `download` to resume a
-sandbox elsewhere; everything else here is the machinery behind those two calls.
+sandbox elsewhere; `ImageRepository` stores guest disk images as content beside them.
+Everything else here is the machinery behind those calls.
 """
 
 from workers.snapshot.cache import BlobCache
@@ -16,9 +17,11 @@ from workers.snapshot.errors import (
     SnapshotError,
     StoreError,
 )
+from workers.snapshot.images import ImageFiles, ImageRepository
 from workers.snapshot.manifest import (
     BaseImageRef,
     BlobRef,
+    ImageManifest,
     LayerRef,
     MemoryRef,
     SnapshotManifest,
@@ -26,7 +29,7 @@ from workers.snapshot.manifest import (
 )
 from workers.snapshot.posix import PosixStore
 from workers.snapshot.repository import SnapshotRepository
-from workers.snapshot.results import GcReport, LocalSnapshot, UploadResult
+from workers.snapshot.results import GcReport, ImageUpload, LocalImage, LocalSnapshot, UploadResult
 from workers.snapshot.retry import RetryPolicy
 from workers.snapshot.s3 import S3Config, S3Store
 from workers.snapshot.store import BlobInfo, BlobSource, SnapshotStore
@@ -41,8 +44,13 @@ __all__ = [
     "BlobSource",
     "CorruptBlob",
     "GcReport",
+    "ImageFiles",
+    "ImageManifest",
+    "ImageRepository",
+    "ImageUpload",
     "LayerRef",
     "LayoutError",
+    "LocalImage",
     "LocalSnapshot",
     "ManifestNotFound",
     "MemoryRef",

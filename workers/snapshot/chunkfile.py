@@ -56,10 +56,17 @@ async def upload_chunks(
 
 
 async def download_chunks(
-    ref: MemoryRef, dest: Path, load: Callable[[str], Awaitable[Path]], *, concurrency: int
+    ref: MemoryRef,
+    dest: Path,
+    load: Callable[[str], Awaitable[Path]],
+    *,
+    concurrency: int,
+    discard: bool = False,
 ) -> Path:
     """Rebuild the file `ref` describes at `dest`, sparse (only chunks with data written),
-    under a private name until it is whole: `load` gives a chunk's blob as a local file."""
+    under a private name until it is whole: `load` gives a chunk's blob as a local file.
+    `discard`: each loaded file was fetched for this placement alone (not a cache entry)
+    and is removed once placed, so at most `concurrency` chunks sit beside the file."""
     tmp = dest.with_name(dest.name + ".part")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -69,7 +76,11 @@ async def download_chunks(
         async def worker() -> None:
             for i, digest in todo:
                 blob = await load(digest)
-                await asyncio.to_thread(_place_chunk, fd, i * ref.chunk_size, blob)
+                try:
+                    await asyncio.to_thread(_place_chunk, fd, i * ref.chunk_size, blob)
+                finally:
+                    if discard:
+                        blob.unlink(missing_ok=True)
 
         await run_workers(concurrency, worker)
         await asyncio.to_thread(os.fsync, fd)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from workers.snapshot.paths import check_digest, check_snapshot_id
+from workers.snapshot.paths import check_digest, check_snapshot_id, image_key
 
 FORMAT_VERSION = 1
 
@@ -157,9 +157,55 @@ class VolumeManifest(_Frozen):
         return cls.model_validate_json(data)
 
 
-def parse_manifest(data: bytes) -> SnapshotManifest | VolumeManifest:
-    """A stored manifest document of either kind (they share one namespace of ids)."""
+class ImageManifest(_Frozen):
+    """A guest disk image as content (images-at-scale §2): its raw sparse disk as chunks
+    (zero chunks never stored), with the kernel and initramfs it boots with (a runtime
+    disk has neither). `digest` is the disk's content digest (`shared/diskdigest.py`, the
+    Merkle root over `disk`'s chunk list) and names the manifest (`paths.image_key`), so two
+    builds of one `recipe` that gave different bytes are two images, never confused."""
+
+    format: Literal[1] = 1
+    kind: Literal["image"] = "image"
+    digest: str
+    role: Literal["root", "runtime"]
+    recipe: str  # the recipe digest this build came from (how the builder found it)
+    label: str = ""
+    created_at: datetime
+    disk: MemoryRef
+    kernel: BlobRef | None = None
+    initrd: BlobRef | None = None
+
+    _digest = field_validator("digest")(check_digest)
+
+    @property
+    def key(self) -> str:
+        return image_key(self.digest)
+
+    def blob_digests(self) -> set[str]:
+        """The disk's chunks, kernel and initrd: what GC must keep while this image is named."""
+        out = {c for c in self.disk.chunks if c is not None}
+        out.update(ref.digest for ref in (self.kernel, self.initrd) if ref is not None)
+        return out
+
+    @property
+    def stored_bytes(self) -> int:
+        extra = sum(ref.size for ref in (self.kernel, self.initrd) if ref is not None)
+        return self.disk.stored_bytes + extra
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json().encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> ImageManifest:
+        return cls.model_validate_json(data)
+
+
+def parse_manifest(data: bytes) -> SnapshotManifest | VolumeManifest | ImageManifest:
+    """A stored manifest document of any kind (they share one namespace of ids)."""
     doc = json.loads(data)
-    if isinstance(doc, dict) and doc.get("kind") == "volume":
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    if kind == "volume":
         return VolumeManifest.model_validate(doc)
+    if kind == "image":
+        return ImageManifest.model_validate(doc)
     return SnapshotManifest.model_validate(doc)

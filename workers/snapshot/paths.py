@@ -4,6 +4,7 @@ Layout, under an optional prefix:
 
     blobs/sha256/<first two hex>/<digest>   content-addressed bytes (layers, chunks, state)
     manifests/<snapshot_id>.json            one document per snapshot
+    manifests/image-<content digest>.json   one document per disk image (`image_key`)
 
 The two-character fan-out keeps posix directories small and spreads S3 key ranges.
 Both stores and every test derive keys from here; nothing else writes a key literal.
@@ -37,6 +38,24 @@ def check_snapshot_id(value: str) -> str:
     if not _SNAPSHOT_ID.match(value):
         raise ValueError(f"invalid snapshot id {value!r}: use [A-Za-z0-9._-], at most 128 chars")
     return value
+
+
+#: Image manifests share the manifests' namespace under this prefix: an image's key is
+#: its content digest (`shared/diskdigest.py`), so any node finds the same bytes under it.
+IMAGE_PREFIX = "image-"
+
+
+def image_key(digest: str) -> str:
+    """The manifest id of the disk image whose content digest is `digest`."""
+    return check_snapshot_id(f"{IMAGE_PREFIX}{check_digest(digest)}")
+
+
+def image_digest_from_id(manifest_id: str) -> str | None:
+    """The content digest an image manifest id names, or None for any other manifest."""
+    if not manifest_id.startswith(IMAGE_PREFIX):
+        return None
+    digest = manifest_id[len(IMAGE_PREFIX) :]
+    return digest if is_digest(digest) else None
 
 
 def normalize_prefix(prefix: str) -> str:

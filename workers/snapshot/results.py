@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.snapshot.manifest import SnapshotManifest, VolumeManifest
+from workers.snapshot.manifest import ImageManifest, SnapshotManifest, VolumeManifest
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,29 @@ class LocalSnapshot:
     @property
     def disk_top(self) -> Path:
         return self.layers[-1]
+
+
+@dataclass(frozen=True)
+class ImageUpload:
+    """A stored image, and what this upload had to send (`UploadResult`'s fields)."""
+
+    manifest: ImageManifest
+    blobs_uploaded: int
+    bytes_uploaded: int
+    blobs_reused: int
+
+
+@dataclass(frozen=True)
+class LocalImage:
+    """A disk image downloaded whole and verified: `disk` (sparse) holds exactly the bytes
+    whose content digest is `manifest.digest`; `kernel`/`initrd` are None for a runtime disk."""
+
+    dir: Path
+    disk: Path
+    kernel: Path | None
+    initrd: Path | None
+    manifest: ImageManifest
+    bytes_fetched: int
 
 
 @dataclass(frozen=True)

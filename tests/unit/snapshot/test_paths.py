@@ -41,3 +41,14 @@ def test_unsafe_snapshot_ids_are_refused(bad: str) -> None:
 def test_only_lowercase_sha256_hex_is_a_digest(bad: str) -> None:
     with pytest.raises(ValueError):
         paths.blob_key(bad)
+
+
+def test_an_image_is_named_by_its_content_digest() -> None:
+    key = paths.image_key(D)
+    assert key == f"image-{D}" and paths.check_snapshot_id(key) == key
+    assert paths.manifest_key(key) == f"manifests/image-{D}.json"
+    assert paths.image_digest_from_id(key) == D
+    assert paths.image_digest_from_id("snap-1") is None
+    assert paths.image_digest_from_id("image-abc") is None  # not a digest
+    with pytest.raises(ValueError, match="sha256"):
+        paths.image_key("ABC")
