@@ -23,6 +23,7 @@ from bus.store import (
     ApiKeyStore,
     BuildStore,
     EventStore,
+    ImageStore,
     SandboxStore,
     TemplateStore,
     VolumeStore,
@@ -30,7 +31,7 @@ from bus.store import (
 from bus.subjects import AggregateKind, Names
 from domain import AGGREGATES, Aggregate, Command, CommandRejected, Event
 from domain import sandbox as sb
-from domain.aggregates import APIKEY, BUILD, SANDBOX, TEMPLATE, VOLUME
+from domain.aggregates import APIKEY, BUILD, IMAGE, SANDBOX, TEMPLATE, VOLUME
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,11 @@ class Bus:
     @property
     def volumes(self) -> VolumeStore:
         return self.store(VOLUME)
+
+    @property
+    def images(self) -> ImageStore:
+        """The fleet's one build of each recipe (`domain/image`): nodes claim, publish."""
+        return self.store(IMAGE)
 
     @property
     def rejection_sinks(self) -> dict[str, EventStore[Any, Any]]:

@@ -36,6 +36,7 @@ from bus.tracing import publish_span
 from domain import Aggregate, Command, CommandRejected, Event
 from domain import apikey as ak
 from domain import build as bd
+from domain import image as im
 from domain import sandbox as sb
 from domain import template as tp
 from domain import volume as vo
@@ -44,6 +45,7 @@ __all__ = [
     "ApiKeyStore",
     "BuildStore",
     "EventStore",
+    "ImageStore",
     "RecordedEvent",  # re-exported
     "SandboxStore",
     "TemplateStore",
@@ -340,3 +342,4 @@ TemplateStore: TypeAlias = EventStore[tp.Template, tp.AnyTemplateCommand]
 ApiKeyStore: TypeAlias = EventStore[ak.ApiKey, ak.AnyApiKeyCommand]
 BuildStore: TypeAlias = EventStore[bd.Build, bd.AnyBuildCommand]
 VolumeStore: TypeAlias = EventStore[vo.Volume, vo.AnyVolumeCommand]
+ImageStore: TypeAlias = EventStore[im.Image, im.AnyImageCommand]

@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar, get_args
 
 from domain import apikey as ak
 from domain import build as bd
+from domain import image as im
 from domain import sandbox as sb
 from domain import template as tp
 from domain import volume as vo
@@ -24,6 +25,7 @@ __all__ = [
     "AGGREGATES",
     "APIKEY",
     "BUILD",
+    "IMAGE",
     "SANDBOX",
     "TEMPLATE",
     "VOLUME",
@@ -50,6 +52,7 @@ class AggregateKind(StrEnum):
     APIKEY = "apikey"
     BUILD = "build"
     VOLUME = "volume"
+    IMAGE = "image"
 
 
 @dataclass(frozen=True)
@@ -126,8 +129,24 @@ VOLUME: Aggregate[vo.Volume, vo.AnyVolumeCommand, vo.AnyVolumeEvent] = Aggregate
     events=_members(vo.AnyVolumeEvent),
 )
 
+IMAGE: Aggregate[im.Image, im.AnyImageCommand, im.AnyImageEvent] = Aggregate(
+    kind=AggregateKind.IMAGE,
+    state=im.Image,
+    decide=im.decide_image,
+    evolve=im.evolve_image,
+    commands=_members(im.AnyImageCommand),
+    events=_members(im.AnyImageEvent),
+)
+
 #: Every aggregate kind, in the order they are listed everywhere else.
-AGGREGATES: tuple[Aggregate[Any, Any, Any], ...] = (SANDBOX, TEMPLATE, APIKEY, BUILD, VOLUME)
+AGGREGATES: tuple[Aggregate[Any, Any, Any], ...] = (
+    SANDBOX,
+    TEMPLATE,
+    APIKEY,
+    BUILD,
+    VOLUME,
+    IMAGE,
+)
 
 _BY_KIND: dict[str, Aggregate[Any, Any, Any]] = {a.kind: a for a in AGGREGATES}
 

@@ -14,6 +14,7 @@ from domain.aggregates import APIKEY, TEMPLATE
 from projections.base import Projection
 from projections.builds import BuildProjection
 from projections.folding import Row, fold_batch, upsert
+from projections.images import ImageProjection
 from projections.sandboxes import SandboxProjection
 from projections.tables import api_keys, templates
 from projections.volumes import VolumeProjection
@@ -134,4 +135,5 @@ def all_projections() -> list[Projection]:
         ApiKeyProjection(),
         BuildProjection(),
         VolumeProjection(),
+        ImageProjection(),
     ]

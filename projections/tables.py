@@ -31,6 +31,7 @@ __all__ = [
     "api_keys",
     "build_logs",
     "builds",
+    "images",
     "metadata",
     "nodes",
     "projection_checkpoints",
@@ -216,6 +217,27 @@ volumes = Table(
     Column("version_node", Text),
     _tz("created_at", nullable=False),
     _tz("attached_at"),
+    _tz("updated_at", nullable=False),
+    *_position(),
+)
+
+images = Table(
+    "images",
+    metadata,
+    Column("image_id", Text, primary_key=True),
+    Column("status", Text, nullable=False),  # empty | claimed | published | failed
+    Column("claim_node", Text),
+    _tz("claim_since"),
+    _tz("claim_until"),
+    Column("digest", Text),
+    Column("stored_bytes", BigInteger),
+    Column("size", BigInteger),
+    Column("role", Text),
+    Column("published_node", Text),
+    _tz("published_at"),
+    Column("failure_node", Text),
+    Column("failure_reason", Text),
+    _tz("failed_at"),
     _tz("updated_at", nullable=False),
     *_position(),
 )

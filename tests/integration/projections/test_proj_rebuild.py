@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from bus import AggregateKind, Bus, MessageContext, RecordedEvent, Version
 from bus.decisions import execute
 from domain import apikey as ak
+from domain import image as im
 from domain import template as tp
 from domain import volume as vo
 from domain.sandbox.values import new_sandbox_id
@@ -124,12 +125,14 @@ async def test_rebuild_reproduces_the_live_tables(
         await _volume_lifecycle(bus, name, destroy=d)
         for name, d in (("kept", False), ("gone", True))
     ]
+    images = [await _image_lifecycle(bus, end) for end in ("published", "failed", "forgotten")]
     last = await bus.sandboxes.version(sid)
     await projectors["sandboxes"].wait_for(last.seq)
     await projectors["template_builds"].wait_for(max(b.seq for b in builds))
     await projectors["templates"].wait_for(t.seq)
     await projectors["api_keys"].wait_for(k.seq)
     await projectors["volumes"].wait_for(max(v.seq for v in volumes))
+    await projectors["images"].wait_for(max(i.seq for i in images))
 
     for projection in all_projections():
         before = await _dump(engine, projection.tables)
@@ -170,6 +173,28 @@ async def _volume_lifecycle(bus: Bus, name: str, *, destroy: bool) -> Version:
     version = bus.volumes.NEW
     for cmd in steps:
         _, version, _ = await execute(bus.volumes, cmd)
+    return version
+
+
+async def _image_lifecycle(bus: Bus, end: str) -> Version:
+    """A recipe claimed, renewed, then published, failed, or published and forgotten."""
+    iid = im.image_aggregate_id(uuid.uuid4().hex * 2)
+    steps: list[im.AnyImageCommand] = [
+        im.ClaimImageBuild(image_id=iid, node_id="n1", at=T0),
+        im.ClaimImageBuild(image_id=iid, node_id="n1", at=T0),
+    ]
+    publish = im.PublishImage(
+        image_id=iid, digest="d" * 64, stored_bytes=4096, size=1 << 30, role="root", at=T0
+    )
+    if end == "failed":
+        steps.append(im.FailImageBuild(image_id=iid, node_id="n1", reason="no space", at=T0))
+    else:
+        steps.append(publish)
+    if end == "forgotten":
+        steps.append(im.ForgetImage(image_id=iid, at=T0))
+    version = bus.images.NEW
+    for cmd in steps:
+        _, version, _ = await execute(bus.images, cmd)
     return version
 
 
