@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from shared import diskdigest
 from workers.snapshot import chunks, paths
@@ -111,6 +111,7 @@ class ImageRepository:
         role: Role,
         label: str = "",
         expect_digest: str | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> ImageUpload:
         """Store the image in `source` (a directory laid out as the node's image cache, or
         its files), blobs first and the manifest last; returns what had to be sent.
@@ -139,6 +140,7 @@ class ImageRepository:
                 disk=disk,
                 kernel=await _send_file(files.kernel, sender),
                 initrd=await _send_file(files.initrd, sender),
+                meta=meta,
             )
             await self._call(lambda: self.store.put_manifest(manifest.key, manifest.to_json()))
             await sender.recheck_reused()

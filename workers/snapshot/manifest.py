@@ -174,6 +174,11 @@ class ImageManifest(_Frozen):
     disk: MemoryRef
     kernel: BlobRef | None = None
     initrd: BlobRef | None = None
+    #: The builder's own description of the image (the node cache's `manifest.json`: guest
+    #: defaults, kernel, `kernel_cmdline_base`...), without its `content` section, which a
+    #: fetching node rebuilds from `disk` and its own copy's stamp. Opaque here; kept in
+    #: the manifest (a few KiB) rather than as a blob, so it needs no GC of its own.
+    meta: dict[str, Any] | None = None
 
     _digest = field_validator("digest")(check_digest)
 

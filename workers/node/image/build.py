@@ -8,6 +8,7 @@ first, and an image already in the cache is returned without building anything.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -34,6 +35,7 @@ from .kernel import (
     OPTIONAL_MODULES,
     REQUIRED_MODULES,
     Kernel,
+    KernelPackage,
     ensure_kernel,
     resolve_package_cached,
 )
@@ -113,18 +115,27 @@ def step(progress: Progress, what: str) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class _Common:
-    """Inputs shared by every image kind."""
+    """Inputs shared by every image kind. The kernel itself is unpacked only when an image
+    is built: the recipe needs its package's name and version, and a node that fetches
+    the fleet's build (`supply.py`) never needs the kernel's files."""
 
-    kernel: Kernel
+    package: KernelPackage
     busybox: bytes
     #: free bytes the root disk keeps beyond the image (its size follows from the tree)
     free: int
+    root: Path = dataclasses.field(compare=False)
+    progress: Progress = dataclasses.field(compare=False)
+
+    @functools.cached_property
+    def kernel(self) -> Kernel:
+        with _cache.locked(self.root, "kernel"), step(self.progress, f"kernel {self.package.name}"):
+            return ensure_kernel(self.root, self.package, self.progress)
 
     def digest_inputs(self, source: dict[str, object]) -> dict[str, object]:
         return {
             "format": FORMAT_VERSION,
             "source": source,
-            "kernel": {"package": self.kernel.package.name, "version": self.kernel.package.version},
+            "kernel": {"package": self.package.name, "version": self.package.version},
             "modules": [list(REQUIRED_MODULES), list(OPTIONAL_MODULES)],
             "scripts": scripts_hash(),
             "busybox": sha256_hex(self.busybox),
@@ -132,12 +143,14 @@ class _Common:
             "cmdline": CMDLINE_BASE,
         }
 
+    def recipe(self, source: dict[str, object]) -> str:
+        """The recipe digest of an image from `source`: known before anything is built."""
+        return _cache.digest_of(self.digest_inputs(source))
+
 
 def _common(root: Path, free: int, progress: Progress) -> _Common:
     package = resolve_package_cached(root / "kernel-resolved.json", progress)
-    with _cache.locked(root, "kernel"), step(progress, f"kernel {package.name}"):
-        kernel = ensure_kernel(root, package, progress)
-    return _Common(kernel, read_static_busybox(), free)
+    return _Common(package, read_static_busybox(), free, root, progress)
 
 
 def _cached(root: Path, digest: str) -> GuestImage | None:
@@ -258,6 +271,23 @@ def _link_tree(src: Path, dst: Path) -> None:
         raise ImageError(f"copying {src} failed: {proc.stderr.strip()[-300:]}")
 
 
+def _base_source(spec: DebootstrapSpec) -> dict[str, object]:
+    return {**spec.key(), "login_profile": LOGIN_PROFILE_VERSION}
+
+
+def base_recipe(
+    cache: Path | None = None,
+    *,
+    progress: Progress = print,
+    free_bytes: int = DEFAULT_FREE,
+    spec: DebootstrapSpec | None = None,
+) -> str:
+    """The recipe digest `build_base` with these arguments builds (or finds): computed
+    from its inputs alone, so the fleet can be asked for it before anything is built."""
+    root = _cache.cache_root(cache)
+    return _common(root, free_bytes, progress).recipe(_base_source(spec or DebootstrapSpec()))
+
+
 def build_base(
     cache: Path | None = None,
     *,
@@ -274,8 +304,8 @@ def build_base(
     root = _cache.cache_root(cache)
     spec = spec or DebootstrapSpec()
     common = _common(root, free_bytes, progress)
-    source = {**spec.key(), "login_profile": LOGIN_PROFILE_VERSION}
-    digest = _cache.digest_of(common.digest_inputs(source))
+    source = _base_source(spec)
+    digest = common.recipe(source)
     if not force and (img := _cached(root, digest)) is not None:
         progress(f"image {digest} is cached")
         return img
@@ -322,7 +352,7 @@ def build_from_oci(
     with open_layout(path, ref, blobs=blobs) as layout:
         source: dict[str, object] = {"kind": "oci", "manifest": layout.manifest_digest}
         common = _common(root, free_bytes, progress)
-        digest = _cache.digest_of(common.digest_inputs(source))
+        digest = common.recipe(source)
         img = None if force else _cached(root, digest)
         if img is None:
             with _cache.locked(root, digest):

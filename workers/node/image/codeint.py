@@ -108,12 +108,7 @@ def codeint_tree(root: Path, progress: Progress) -> Path:
     return final
 
 
-def build_code_interpreter(
-    cache: Path | None = None, *, progress: Progress = print, free_bytes: int = DEFAULT_FREE
-) -> GuestImage:
-    """The code-interpreter image: from the cache, or built; recorded as `code-interpreter`."""
-    root = _cache.cache_root(cache)
-    common = _common(root, free_bytes, progress)
+def _source() -> tuple[dict[str, object], dict[str, bytes]]:
     files = _sources(codeint_src())
     source: dict[str, object] = {
         "kind": "code-interpreter",
@@ -124,7 +119,25 @@ def build_code_interpreter(
         "service": hashlib.sha256(_SERVICE_SCRIPT.encode()).hexdigest(),
         "login_profile": LOGIN_PROFILE_VERSION,
     }
-    digest = _cache.digest_of(common.digest_inputs(source))
+    return source, files
+
+
+def code_interpreter_recipe(
+    cache: Path | None = None, *, progress: Progress = print, free_bytes: int = DEFAULT_FREE
+) -> str:
+    """The recipe digest `build_code_interpreter` builds, from its inputs alone."""
+    root = _cache.cache_root(cache)
+    return _common(root, free_bytes, progress).recipe(_source()[0])
+
+
+def build_code_interpreter(
+    cache: Path | None = None, *, progress: Progress = print, free_bytes: int = DEFAULT_FREE
+) -> GuestImage:
+    """The code-interpreter image: from the cache, or built; recorded as `code-interpreter`."""
+    root = _cache.cache_root(cache)
+    common = _common(root, free_bytes, progress)
+    source, files = _source()
+    digest = common.recipe(source)
     img = _cached(root, digest)
     if img is None:
         tree = codeint_tree(root, progress)

@@ -40,7 +40,7 @@ from .inject import envd_files, envd_hash
 from .rootfs import DebootstrapSpec
 from .scripts import ENVD_DIR, GUEST_BUSYBOX, GUEST_INIT, GUEST_INIT_SCRIPT, RUNTIME_LABEL
 
-__all__ = ["RuntimeDisk", "build_runtime", "find_runtime", "populate_runtime"]
+__all__ = ["RuntimeDisk", "build_runtime", "find_runtime", "populate_runtime", "runtime_recipe"]
 
 # 2: sized by `disk.root_size` (what the tree needs, no free space: read-only in the guest),
 #    with a digest-derived UUID and a fixed mkfs clock.
@@ -219,6 +219,16 @@ def _inputs(base_key: dict[str, object], envd_src: Path, busybox: bytes) -> dict
     }
 
 
+def runtime_recipe(spec: DebootstrapSpec | None = None, envd_src: Path | None = None) -> str:
+    """The recipe digest `build_runtime` builds (its cache key is `runtime-<recipe>`), from
+    its inputs alone: what the fleet is asked for before anything is built."""
+    from .build import default_envd_src
+
+    spec = spec or DebootstrapSpec()
+    envd_src = envd_src or default_envd_src()
+    return _cache.digest_of(_inputs(spec.key(), envd_src, read_static_busybox()))
+
+
 def build_runtime(
     cache: Path | None = None,
     *,
@@ -233,7 +243,7 @@ def build_runtime(
     spec = spec or DebootstrapSpec()
     envd_src = envd_src or default_envd_src()
     busybox = read_static_busybox()
-    digest = _cache.digest_of(_inputs(spec.key(), envd_src, busybox))
+    digest = runtime_recipe(spec, envd_src)
     key = f"runtime-{digest}"
     if (found := _cache.entry_dir(root, key)) is not None:
         return RuntimeDisk.load(found)
