@@ -19,10 +19,9 @@ from domain import template as tp
 from envd.version import ENVD_VERSION
 from shared.metrics import ConsumerGauges, Scrape
 from workers.node.host import SandboxHost
-from workers.node.image import build_base, build_runtime
 from workers.node.image.codeint import PORT as CI_PORT
 from workers.node.image.codeint import TEMPLATE as CODE_INTERPRETER
-from workers.node.image.codeint import build_code_interpreter
+from workers.node.image.supply import Fleet, ImageSupply
 from workers.node.memory import MemoryHost
 from workers.node.metrics import NodeMetrics
 from workers.node.observe import GuestObserver
@@ -36,6 +35,7 @@ from workers.node.volumes.releaser import VolumeReleaser
 from workers.node.worker import NodeWorker
 from workers.snapshot import (
     BlobCache,
+    ImageRepository,
     PosixStore,
     S3Config,
     S3Store,
@@ -58,7 +58,7 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
             host = MemoryHost(capacity=node_cfg.capacity, delay_s=node_cfg.memory_host_delay_s)
             uploads, disk_mb = None, 2048
         else:
-            host, uploads, disk_mb = await _qemu_host(cfg, node_cfg, bus, stack, metrics.scrape)
+            host, uploads, disk_mb = await _qemu_host(cfg, node_cfg, bus, stack, metrics)
         stack.push_async_callback(host.close)
         register = tp.RegisterTemplate(
             template_id="base",
@@ -160,15 +160,15 @@ async def _qemu_host(
     node_cfg: NodeSettings,
     bus: Bus,
     stack: contextlib.AsyncExitStack,
-    scrape: Scrape,
+    metrics: NodeMetrics,
 ) -> tuple[SandboxHost, SnapshotWorker | None, int]:
     """QEMU microVMs: the `base` image and template ready, the runtime open, and the
     snapshot worker when there is a repository; with the base image's size in MiB."""
-    say("preparing the default template `base` (first run: debootstrap, ~2 min)")
-    image = await asyncio.to_thread(
-        build_base, progress=lambda m: say(f"  image: {m}"), free_bytes=node_cfg.image_free_bytes
-    )
-    envd_rt = await asyncio.to_thread(build_runtime, progress=lambda m: say(f"  {m}"))
+    repository = await _repository(cfg, node_cfg, stack, TransferMetrics(metrics.scrape))
+    supply = _image_supply(bus, node_cfg, repository, metrics)
+    say("preparing the default template `base` (first run in a fleet: debootstrap, ~2 min)")
+    image = await supply.base(node_cfg.image_free_bytes)
+    envd_rt = await supply.runtime()
     runtime = await Runtime.open(
         node_cfg.state_dir,
         kernel_for_probe=image.kernel,
@@ -188,10 +188,10 @@ async def _qemu_host(
         base=base,
         free_bytes=node_cfg.image_free_bytes,
     )
+    catalog.register(base, lambda: image)  # the one `supply` found, fetched or built
     await catalog.get("base")
     if node_cfg.code_interpreter:
-        await _code_interpreter(catalog, node_cfg)
-    repository = await _repository(cfg, node_cfg, stack, TransferMetrics(scrape))
+        await _code_interpreter(catalog, node_cfg, supply)
     host = SandboxHost(
         runtime,
         catalog,
@@ -204,15 +204,31 @@ async def _qemu_host(
     return host, uploads, image.rootfs.stat().st_size >> 20
 
 
-async def _code_interpreter(catalog: TemplateCatalog, node_cfg: NodeSettings) -> None:
-    """`code-interpreter-v1`: its image (built once, cached by digest) and its capture,
-    taken once the server on 49999 answers with its default kernel started."""
-    say(f"preparing `{CODE_INTERPRETER}` (first run: apt in the image tree, a few minutes)")
-    image = await asyncio.to_thread(
-        build_code_interpreter,
-        progress=lambda m: say(f"  image: {m}"),
-        free_bytes=node_cfg.image_free_bytes,
+def _image_supply(
+    bus: Bus, node_cfg: NodeSettings, repository: SnapshotRepository | None, metrics: NodeMetrics
+) -> ImageSupply:
+    """With a repository, this node's images are built once per fleet and fetched by the
+    others (images-at-scale S5); without one, built here."""
+    progress = lambda m: say(f"  image: {m}")  # noqa: E731
+    if repository is None:
+        return ImageSupply(progress=progress)
+    fleet = Fleet(
+        bus.images,
+        ImageRepository(repository.store, metrics=repository.metrics),
+        node_cfg.node_id,
+        on_fetched=metrics.image_fetched,
+        on_built=metrics.image_built,
     )
+    return ImageSupply(fleet=fleet, progress=progress)
+
+
+async def _code_interpreter(
+    catalog: TemplateCatalog, node_cfg: NodeSettings, supply: ImageSupply
+) -> None:
+    """`code-interpreter-v1`: its image (built once per fleet, cached by digest) and its
+    capture, taken once the server on 49999 answers with its default kernel started."""
+    say(f"preparing `{CODE_INTERPRETER}` (first run in a fleet: apt in the image tree, minutes)")
+    image = await supply.code_interpreter(node_cfg.image_free_bytes)
     spec = TemplateSpec(
         CODE_INTERPRETER,
         vcpus=node_cfg.code_interpreter_vcpus,

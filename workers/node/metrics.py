@@ -137,6 +137,34 @@ class NodeMetrics:
             registry=r,
         )
         self.image_builds.labels(node_id)
+        # images-at-scale S5: the node's own images (base, envd's runtime, code interpreter)
+        # are built once per fleet; every other node fetches them from the repository
+        self.image_fleet_builds = Counter(
+            "aenv_image_fleet_builds",
+            "Images this node built for the fleet (it won the recipe's claim), by image.",
+            ["node", "image"],
+            registry=r,
+        )
+        self.image_fetches = Counter(
+            "aenv_image_fetches",
+            "Images this node fetched from the repository instead of building them.",
+            ["node"],
+            registry=r,
+        )
+        self.image_fetch_bytes = Counter(
+            "aenv_image_fetch_bytes",
+            "Bytes of images fetched from the repository (stored chunks, holes not counted).",
+            ["node"],
+            registry=r,
+        )
+        self.image_fetch_seconds = Counter(
+            "aenv_image_fetch_seconds",
+            "Time spent fetching images from the repository, lock waits included.",
+            ["node"],
+            registry=r,
+        )
+        for c in (self.image_fetches, self.image_fetch_bytes, self.image_fetch_seconds):
+            c.labels(node_id)
         self._room = {
             name: Gauge(f"aenv_node_{name}", text, ["node"], registry=r)
             for name, text in _ROOM.items()
@@ -210,6 +238,16 @@ class NodeMetrics:
         log.info("%s done in %.0f ms (%.0f ms queued, %s)", op, total * 1000, queued * 1000, start)
 
     # ---- read at each scrape ----------------------------------------------------------
+    def image_fetched(self, nbytes: int, seconds: float) -> None:
+        """One image fetched from the repository (`ImageSupply`)."""
+        self.image_fetches.labels(self.node).inc()
+        self.image_fetch_bytes.labels(self.node).inc(nbytes)
+        self.image_fetch_seconds.labels(self.node).inc(seconds)
+
+    def image_built(self, image: str) -> None:
+        """One image this node built for the fleet (`ImageSupply`)."""
+        self.image_fleet_builds.labels(self.node, image).inc()
+
     def watch(self, host: Host, room: Callable[[], Room]) -> None:
         async def refresh() -> None:
             self.read(host, room())

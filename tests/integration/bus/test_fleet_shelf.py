@@ -24,12 +24,14 @@ from domain.aggregates import IMAGE
 from shared.diskdigest import chunk_list
 from tests.contract.snapshot.conftest import s3_config, s3_endpoint
 from workers.node.image import cache
-from workers.node.image.build import GuestImage
+from workers.node.image.build import GuestImage, base_recipe
 from workers.node.image.content import disk_stamp, recorded_content
-from workers.node.image.disk import census, make_ext4, root_size
+from workers.node.image.disk import DEFAULT_FREE, census, make_ext4, root_size
 from workers.node.image.fleet import FleetImages
 from workers.node.image.runtime import RuntimeDisk
 from workers.node.image.shelf import CacheShelf, Role, disk_file
+from workers.node.image.supply import Fleet, ImageSupply
+from workers.node.metrics import NodeMetrics
 from workers.snapshot import CorruptBlob, ImageRepository, S3Store, SnapshotStore
 
 __all__ = ["s3_endpoint"]  # the session's SeaweedFS, shared with the snapshot contract
@@ -187,3 +189,54 @@ async def test_a_corrupt_chunk_fails_the_fetch_and_leaves_no_entry(
     assert leftovers == []  # no staging dir, no recipes/ link
     assert not any((b.root / "images").iterdir()) if (b.root / "images").exists() else True
     assert await _history(bus, recipe) == ["ImageBuildClaimed", "ImagePublished"]
+
+
+REAL_CACHE = Path("/var/lib/aenv/images")
+
+
+@pytest.mark.slow
+async def test_a_node_with_an_empty_cache_fetches_the_published_base(
+    bus: Bus, store: SnapshotStore, tmp_path: Path
+) -> None:
+    """The node's own path (`ImageSupply.base`, as `aenv/roles/node.py` calls it): with the
+    base published by another node, a node with an empty cache fetches it — no
+    debootstrap, no kernel unpacked, no build counted — and gets a bootable entry."""
+    link = REAL_CACHE / "names" / "base"
+    if not (link / cache.MANIFEST).is_file():
+        pytest.skip("no base image built on this machine (python -m workers.node.image build)")
+    base = link.resolve()
+    recipe = GuestImage.load(base).digest
+    if await asyncio.to_thread(base_recipe, REAL_CACHE, free_bytes=DEFAULT_FREE) != recipe:
+        pytest.skip("this machine's base was built from other inputs than the current ones")
+
+    # another node built it: its upload, published through the log
+    publisher = _node(bus, store, tmp_path, "a", "root")
+    real = CacheShelf(REAL_CACHE, ImageRepository(store), "root")
+    published = await publisher.images.ensure(
+        recipe, "root", lambda: real.build(recipe, lambda: base, label="base")
+    )
+    assert published == GuestImage.load(base).content_digest
+
+    metrics = NodeMetrics("b")
+    root = tmp_path / "b" / "images"
+    fleet = Fleet(
+        EventStore(bus.js, bus.publisher, bus.settings, IMAGE),
+        ImageRepository(store),
+        "b",
+        on_fetched=metrics.image_fetched,
+        on_built=metrics.image_built,
+    )
+    lines: list[str] = []
+    image = await ImageSupply(root, fleet=fleet, progress=lines.append).base(DEFAULT_FREE)
+
+    assert image.digest == recipe and image.content_digest == published
+    assert image.rootfs.parent.parent == root / cache.IMAGES
+    assert await asyncio.to_thread(lambda: chunk_list(image.rootfs).digest) == published
+    assert image.kernel_cmdline_base == GuestImage.load(base).kernel_cmdline_base
+    value = metrics.scrape.registry.get_sample_value
+    assert value("aenv_image_fleet_builds_total", {"node": "b", "image": "base"}) is None
+    assert value("aenv_image_fetches_total", {"node": "b"}) == 1
+    assert (value("aenv_image_fetch_bytes_total", {"node": "b"}) or 0) > 100 * MIB
+    unpacked = [p.name for p in root.glob("*-*") if p.is_dir()]  # rootfs-*, kernel-*
+    assert unpacked == []
+    assert any("fetched" in line for line in lines)
