@@ -17,14 +17,15 @@ no such deadline: it waits in the queue for room.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from api.context import ApiContext
 from api.errors import ApiError
-from bus.nodes import has_room, is_gone
+from bus.nodes import Heartbeat, has_room, is_gone
 from bus.steps import withdraw_create
 from domain import sandbox as sb
 
-__all__ = ["RETRY_AFTER_S", "check_room", "no_room", "warm_nodes", "withdraw"]
+__all__ = ["RETRY_AFTER_S", "check_room", "held_nodes", "no_room", "warm_nodes", "withdraw"]
 
 #: What a refused client is told to wait (the SDK honours it, up to 3 retries).
 RETRY_AFTER_S = 5
@@ -62,17 +63,21 @@ def check_room(
 def warm_nodes(ctx: ApiContext, template_id: str) -> tuple[str, ...]:
     """Nodes beating now whose heartbeat says they hold a warm VM of `template_id` (the
     create's `warm_on` hint: they take it before a node that would restore it cold)."""
+    return _beating(ctx, lambda b: b.warm.get(template_id, 0) > 0)
+
+
+def held_nodes(ctx: ApiContext, template_id: str) -> tuple[str, ...]:
+    """Nodes beating now whose heartbeat says `template_id`'s capture is on their disk
+    (the create's `held_on` hint: they take it before a node that would fetch it)."""
+    return _beating(ctx, lambda b: template_id in b.templates)
+
+
+def _beating(ctx: ApiContext, which: Callable[[Heartbeat], bool]) -> tuple[str, ...]:
     beats = ctx.nodes.current() if ctx.nodes is not None else None
     if not beats:
         return ()
     now = time.time()
-    return tuple(
-        sorted(
-            b.node_id
-            for b in beats.values()
-            if b.warm.get(template_id, 0) > 0 and not is_gone(b, now)
-        )
-    )
+    return tuple(sorted(b.node_id for b in beats.values() if which(b) and not is_gone(b, now)))
 
 
 async def withdraw(ctx: ApiContext, cmd: sb.CreateSandbox, actor: str | None) -> bool:

@@ -35,7 +35,7 @@ from api.images import asked_image, check_template_name, image_template, looks_l
 from api.mounts import preferred_node, resolve_mounts
 from api.outcomes import REJECTION_STATUS, send_and_wait
 from api.resume import LIVE, node_or_placement, resume
-from api.room import check_room, no_room, warm_nodes, withdraw
+from api.room import check_room, held_nodes, no_room, warm_nodes, withdraw
 from bus.decisions import execute
 from bus.envelope import MessageContext
 from bus.steps import kill_in_log
@@ -114,14 +114,15 @@ async def _placed(
     ctx: ApiContext, tpl: dict[str, Any], cmd: sb.CreateSandbox, volumes: list[vo.Volume]
 ) -> tuple[str | None, sb.CreateSandbox]:
     """The node `cmd` goes to (None: placement, after a 503 if no node has room) and the
-    create as sent (to placement: with the nodes that hold a warm VM of its template)."""
+    create as sent (to placement: with the nodes holding a warm VM or the capture of it)."""
     node = await _template_node(ctx, tpl)
     if node is None and volumes:
         node = _room_on(ctx, preferred_node(ctx, volumes), cmd)
     if node is None:  # placement: is there room anywhere? a warm VM somewhere?
         check_room(ctx, cmd.cpu_count, cmd.memory_mb)
-        if not cmd.volume_mounts:  # a warm VM's volume slots hold placeholders: no mounts
-            cmd = cmd.model_copy(update={"warm_on": warm_nodes(ctx, cmd.template_id)})
+        # a warm VM's volume slots hold placeholders: none for a create with mounts
+        warm = () if cmd.volume_mounts else warm_nodes(ctx, cmd.template_id)
+        cmd = cmd.model_copy(update={"warm_on": warm, "held_on": held_nodes(ctx, cmd.template_id)})
     return node, cmd
 
 
@@ -185,8 +186,11 @@ def _room_on(ctx: ApiContext, node: str | None, cmd: sb.CreateSandbox) -> str | 
 
 
 async def _template_node(ctx: ApiContext, tpl: dict[str, Any]) -> str | None:
-    """Where a create from `tpl` goes: a snapshot template to the node that took it (see
-    `api.resume.node_or_placement`); a built template to placement."""
+    """Where a create from `tpl` goes: a durable template (its capture uploaded) to
+    placement, whose nodes fetch what they lack (`held_on`: those holding it first); a
+    snapshot whose capture is only on its node's disk to that node (`node_or_placement`)."""
+    if tpl.get("capture_key"):
+        return None
     tpl_id = tpl["template_id"]
     node: str | None = await ctx.cached(
         f"tpl-node:{tpl_id}", lambda: reads.snapshot_node(ctx.engine, tpl_id)
@@ -194,7 +198,7 @@ async def _template_node(ctx: ApiContext, tpl: dict[str, Any]) -> str | None:
     return await node_or_placement(
         ctx,
         node,
-        durable=bool(tpl.get("capture_key")),
+        durable=False,
         stranded=f"snapshot {tpl_id!r} is on node {node}, which is not running, and its "
         "capture has not reached the snapshot repository",
     )

@@ -252,7 +252,7 @@ async def start_build(
     node = None
     if spec.from_template:
         base = await reads.template_for(ctx.engine, spec.from_template)  # `name:tag` too
-        if base is not None:
+        if base is not None and not base.get("capture_key"):  # durable: any node fetches it
             node = await reads.snapshot_node(ctx.engine, base["template_id"])
     start_id = sb.derived_command_id("build-start", build_id)
     cmd = bd.StartTemplateBuild(build_id=build_id, spec=spec, node_id=node, command_id=start_id)

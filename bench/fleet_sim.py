@@ -71,7 +71,7 @@ from envd.version import ENVD_VERSION
 from workers.node.memory import MemoryHost
 from workers.node.settings import NodeSettings
 from workers.node.worker import NodeWorker
-from workers.snapshot.worker import SnapshotWorker
+from workers.snapshot.worker import SnapshotWorker, TemplateSource
 
 REPO = Path(__file__).resolve().parent.parent
 PG = os.environ.get("AENV_BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
@@ -248,7 +248,7 @@ class SimulatedHost(MemoryHost):
     def template_capture(self, name: str) -> SimCapture | None:
         return None
 
-    def template_uploaded(self, name: str, snapshot_id: str) -> str | None:
+    def template_uploaded(self, name: str, snapshot_id: str) -> TemplateSource | None:
         return None
 
 

@@ -75,6 +75,9 @@ class Heartbeat(BaseModel):
     warm_hits: int = 0
     warm_misses: int = 0
     warm_mem_mib: int = 0
+    #: Templates whose capture is on its disk: a create of one restores there without a
+    #: fetch from the snapshot repository (placement prefers them: `held_on`).
+    templates: tuple[str, ...] = ()
 
 
 def describe_uploads(waiting: int, oldest_s: float) -> str:

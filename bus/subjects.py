@@ -202,6 +202,11 @@ class Names:
         captures are on that node's disk: nobody else can upload them)."""
         return self._lower(f"snapshot-{_token(node_id, 'node id')}")
 
+    def snapshot_template_consumer(self, node_id: str) -> str:
+        """Durable consumer of the template events for one node's snapshot worker: the
+        images imported on that node, whose captures it uploads."""
+        return self._lower(f"snapshot-tpl-{_token(node_id, 'node id')}")
+
     def volume_consumer(self, node_id: str) -> str:
         """Durable consumer of the sandbox events for one node's volume releaser (the
         images its ended sandboxes wrote are on that node's disk)."""

@@ -62,10 +62,15 @@ class CreateSandbox(SandboxCommand, SandboxSpec):
     `warm_on`: a hint, not part of the spec — nodes whose heartbeat said they hold a warm
     VM of the template (the API fills it). A node not among them, with none of its own,
     passes the create on once (its first delivery), so that a node that hands a warm VM
-    over takes it rather than one that would restore cold. Placement stays pull-based."""
+    over takes it rather than one that would restore cold. Placement stays pull-based.
+
+    `held_on`: likewise, nodes whose heartbeat said the template's capture is on their
+    disk: a node without it passes the create on once rather than fetch the capture from
+    the snapshot repository (it takes the create when it comes back)."""
 
     creates: ClassVar[bool] = True
     warm_on: tuple[str, ...] = ()
+    held_on: tuple[str, ...] = ()
 
 
 class PauseSandbox(SandboxCommand):

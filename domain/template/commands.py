@@ -51,12 +51,13 @@ class DeleteTemplate(TemplateCommand):
 
 
 class RecordTemplateUpload(TemplateCommand):
-    """Node: a snapshot template's capture is in the snapshot repository under `key`;
+    """Node: a template's capture is in the snapshot repository under `key`;
     `source_sandbox_id` is the sandbox it was taken of (its guest holds that sandbox's
-    envd token, which a node restoring the capture elsewhere must present)."""
+    envd token, which a node restoring the capture elsewhere must present), None for an
+    imported image's capture (its guest holds no sandbox's token)."""
 
     key: str = Field(min_length=1)
-    source_sandbox_id: str = Field(min_length=1)
+    source_sandbox_id: str | None = Field(default=None, min_length=1)
 
 
 class ImportTemplateImage(TemplateCommand):

@@ -45,7 +45,8 @@ class TemplateDeleted(Event):
 class TemplateUploaded(Event):
     template_id: str
     key: str
-    source_sandbox_id: str
+    #: None: an imported image's capture (no sandbox's token in its guest)
+    source_sandbox_id: str | None = None
 
 
 class TemplateBuildPublished(Event):

@@ -59,6 +59,7 @@ async def beat_forever(
             warm_hits=pool.hits,
             warm_misses=pool.misses,
             warm_mem_mib=pool.mem_mib,
+            templates=host.held_templates(),
         )
         try:
             await book.beat(beat)

@@ -84,6 +84,10 @@ class SandboxHost:
         #: a VM's QEMU that exits unasked becomes a `Died` call
         self._deaths = DeathWatch(self.sandboxes, self.lock)
         self._templates = HostTemplates(runtime, templates, self.warm, self.collect_soon)
+        # (the Host port's, and the snapshot worker's `LocalCaptures`)
+        self.held_templates = templates.held
+        self.template_capture = self._templates.capture
+        self.template_uploaded = self._templates.uploaded
         self._starts = VmStarts(
             runtime,
             templates,
@@ -426,12 +430,6 @@ class SandboxHost:
             for slot, v in enumerate(paused.guest.volumes)
         )
         return LocalCapture.of(paused.snapshot, volumes)
-
-    def template_capture(self, name: str) -> LocalCapture | None:
-        return self._templates.capture(name)
-
-    def template_uploaded(self, name: str, snapshot_id: str) -> str | None:
-        return self._templates.uploaded(name, snapshot_id)
 
     # ---- housekeeping -------------------------------------------------------------------
     def collect_soon(self) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from workers.node.hosted import LocalCapture
+from workers.node.hosted import LocalCapture, UploadedTemplate
 from workers.node.imports import convert_image
 from workers.node.ports import ImageSource, ImportedImage
 from workers.node.runtime import Runtime, Snapshot
@@ -78,10 +78,10 @@ class HostTemplates:
         snap = self.templates.capture_of(name)
         return LocalCapture.of(snap) if snap is not None else None
 
-    def uploaded(self, name: str, snapshot_id: str) -> str | None:
+    def uploaded(self, name: str, snapshot_id: str) -> UploadedTemplate | None:
         snap = self.templates.capture_of(name)
         if snap is None or snap.snapshot_id != snapshot_id:
             return None
         if not self.templates.mark_uploaded(name, snap):
             return None
-        return self.templates.source_of(name)
+        return UploadedTemplate(self.templates.source_of(name))

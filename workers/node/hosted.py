@@ -10,7 +10,7 @@ from workers.node.image.content import recipe_of
 from workers.node.ports import Capture, GuestConfig
 from workers.node.runtime import Snapshot, Vm, allocated_bytes
 
-__all__ = ["LiveSandbox", "LocalCapture", "PausedSandbox", "capture_size"]
+__all__ = ["LiveSandbox", "LocalCapture", "PausedSandbox", "UploadedTemplate", "capture_size"]
 
 
 @dataclass
@@ -58,6 +58,14 @@ class LocalCapture:
         return cls(
             snap.snapshot_id, snap.dir, recipe_of(snap.base_image), capture_size(snap), volumes
         )
+
+
+@dataclass(frozen=True)
+class UploadedTemplate:
+    """A template capture marked durable (`workers.snapshot.worker.TemplateSource`): the
+    sandbox it was taken of, None for an imported image."""
+
+    sandbox_id: str | None
 
 
 def capture_size(snap: Snapshot) -> int:

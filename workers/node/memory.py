@@ -182,6 +182,9 @@ class MemoryHost:
     def warm_stats(self) -> WarmStats:
         return WarmStats()
 
+    def held_templates(self) -> tuple[str, ...]:
+        return tuple(sorted(self.templates))
+
     def ram_pool_stats(self) -> RamPoolStats:
         return RamPoolStats()  # no RAM files
 

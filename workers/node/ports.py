@@ -44,19 +44,17 @@ __all__ = [
     "WarmStats",
 ]
 
-#: A snapshot template's capture in the repository: (key, guest token, source sandbox id).
-TemplateLocation = tuple[str, str | None, str]
-#: Asks the log where a snapshot template taken elsewhere is durable (None: nowhere).
+#: A template's durable capture, per the log: (key, guest token, source sandbox; None: an image)
+TemplateLocation = tuple[str, str | None, str | None]
 TemplateLocator = Callable[[str], Awaitable[TemplateLocation | None]]
 #: told (sandbox id, why, cause) when a running sandbox's VM died without being asked to;
 #: cause: "oom" (its memory cgroup killed it) or "crash" (anything else)
 Died = Callable[[str, str, str], Awaitable[None]]
 #: run by a take-over once the capture is here and fits this node's disks (`take_over_paused`)
 Claim = Callable[[], Awaitable[None]] | None
-#: told (op, stage, seconds, start) of each stage of the host's work it timed: a create's,
-#: a resume's or a fork's `restore` (until the VM runs) and `envd_ready` (then until envd
-#: was initialised); `start` "warm" for a create a warm VM took, else "cold" — the node's
-#: `aenv_lifecycle_seconds`
+#: told (op, stage, seconds, start) of each stage of the host's work it timed: a create's, a
+#: resume's or a fork's `restore` (until the VM runs) and `envd_ready` (then until envd was
+#: initialised); `start` "warm" for a create a warm VM took, else "cold" (`aenv_lifecycle_seconds`)
 Stage = Callable[[str, str, float, str], None]
 
 
@@ -276,6 +274,9 @@ class Host(Protocol):
         """Keep warm VMs from now on, within `spare_mib` (room the sandboxes leave)."""
 
     def warm_stats(self) -> WarmStats: ...
+
+    def held_templates(self) -> tuple[str, ...]:
+        """Templates whose capture is on this disk (the heartbeat's: placement prefers them)."""
 
     def ram_pool_stats(self) -> RamPoolStats:
         """What the RAM pool holds on disk (none for a host without VMs)."""

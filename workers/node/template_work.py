@@ -1,6 +1,6 @@
 """The template work a node does: an image made into a template (`ImportTemplateImage`:
 pulled or read, converted, booted once and captured here, then registered and answered on
-the template's subject), and where a snapshot template taken on another node is durable."""
+the template's subject), and where a template captured on another node is durable."""
 
 from __future__ import annotations
 
@@ -78,11 +78,14 @@ async def _image_source(bus: Bus, cmd: tp.ImportTemplateImage) -> ImageSource:
 
 
 async def locate_template(bus: Bus, name: str) -> TemplateLocation | None:
-    """Where the log says a snapshot template taken elsewhere is durable, with the
-    envd token its captured guest holds (its source sandbox's)."""
+    """Where the log says a template captured elsewhere is durable, with the envd token
+    its captured guest holds: its source sandbox's for a snapshot (a build's too), none
+    for an imported image (`capture_of` None: no sandbox was its source)."""
     tpl, _ = await bus.templates.load(name)
-    if tpl is None or tpl.deleted or tpl.capture_key is None or tpl.capture_of is None:
+    if tpl is None or tpl.deleted or tpl.capture_key is None:
         return None
+    if tpl.capture_of is None:
+        return tpl.capture_key, None, None
     source, _ = await bus.sandboxes.load(tpl.capture_of)
     token = source.envd_access_token if source is not None else None
     return tpl.capture_key, token, tpl.capture_of

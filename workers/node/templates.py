@@ -8,6 +8,7 @@ new envd, image or QEMU never restores a stale snapshot: it builds a fresh one.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -26,6 +27,9 @@ from workers.node.runtime.guest import http_request, wait_and_init
 # A service's start in an emulated (TCG) guest: the code interpreter's kernel imports
 # IPython, numpy, pandas and matplotlib before it listens (~1-3 min under TCG).
 READY_TIMEOUT_S = 900.0
+#: At most this much of a template's name goes into its capture's id (128 characters in
+#: all: `tpl-`, the name, two 16-character digests)
+_NAME_IN_ID = 64
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +92,10 @@ class TemplateCatalog:
         """The RAM of `name`'s VMs, if this node knows the template."""
         spec = self._specs.get(name)
         return spec.mem_mib if spec is not None else None
+
+    def held(self) -> tuple[str, ...]:
+        """The templates whose capture is on this disk now (built, taken or fetched)."""
+        return tuple(sorted(self._ready))
 
     def ready(self, name: str) -> Snapshot | None:
         """`name`'s capture if it is on this disk now (nothing is built or pulled)."""
@@ -244,7 +252,7 @@ class TemplateCatalog:
     async def _build(self, spec: TemplateSpec) -> Snapshot:
         image = await asyncio.to_thread(self._images[spec.name])
         machine = self.runtime.machine(vcpus=spec.vcpus, mem_mib=spec.mem_mib)
-        snap_id = f"tpl-{spec.name}-{image.digest[:16]}-{machine.fingerprint()}"
+        snap_id = capture_id(spec.name, image.digest, machine.fingerprint())
         sdir = self.runtime.snapshot_dir(snap_id)
         if (sdir / "manifest.json").exists():
             snap = Snapshot.read(sdir)
@@ -298,6 +306,17 @@ async def wait_port_ready(host: str, port: int, *, timeout: float) -> float:
             last = e
         await asyncio.sleep(0.5)
     raise TemplateError(f"port {port} of the template's guest not ready in {timeout:.0f}s ({last})")
+
+
+def capture_id(name: str, image_digest: str, fingerprint: str) -> str:
+    """The id of template `name`'s capture of an image: also its key in the snapshot
+    repository once uploaded (an import is, like a snapshot), so it keeps to the keys'
+    alphabet and length (`workers.snapshot.paths`): a build's `name:<build id>` made safe,
+    a long name cut and told apart by its hash."""
+    safe = _safe(name)
+    if len(safe) > _NAME_IN_ID:
+        safe = f"{safe[: _NAME_IN_ID - 13]}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+    return f"tpl-{safe}-{image_digest[:16]}-{fingerprint}"
 
 
 def _safe(name: str) -> str:

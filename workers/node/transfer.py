@@ -1,8 +1,9 @@
 """Captures between this node's disk and the snapshot repository, for the host: a
-template's capture (built here, pulled back when this disk lost it, or taken over from the
-node that took it), and paused captures of other nodes (their disk chain rebuilt over this
-node's copy of the same base image). Uploads are the snapshot worker's
-(`workers/snapshot/worker.py`); this is the other direction.
+template's capture (built here, pulled back when this disk lost it, or fetched when it was
+captured on another node: a build's, a persistent snapshot's, an imported image's — creates
+of a durable template go to any node), and paused captures of other nodes (their disk
+chain rebuilt over this node's copy of the same base image). Uploads are the snapshot
+worker's (`workers/snapshot/worker.py`); this is the other direction.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ class Transfers:
 
     async def template(self, name: str) -> Snapshot:
         """A template's capture, pulled back from the repository first if this disk lost
-        it (a persistent snapshot is durable once uploaded), or taken over from there if it
-        was taken on another node."""
+        it (a persistent snapshot is durable once uploaded), or fetched from there if it
+        was captured on another node."""
         try:
             return await self.templates.get(name)
         except TemplateNotLocal as gone:
@@ -46,7 +47,7 @@ class Transfers:
         except TemplateError:
             if self.templates.knows(name):  # ours, and it failed: say why
                 raise
-            return await self._take_over_template(name)
+            return await self._fetch_template(name)
 
     async def _pull_template(self, name: str, gone: TemplateNotLocal) -> Snapshot:
         async with self._pulls.setdefault(name, asyncio.Lock()):
@@ -63,9 +64,11 @@ class Transfers:
             self.templates.mark_uploaded(name, snap)
             return snap
 
-    async def _take_over_template(self, name: str) -> Snapshot:
-        """A snapshot template taken on another node (gone now): pull its durable capture
-        over this node's copy of the base image, and keep it as this node's from then on."""
+    async def _fetch_template(self, name: str) -> Snapshot:
+        """A template captured on another node (a build, a persistent snapshot, an
+        imported image; that node may be gone or busy): pull its durable capture over this
+        node's copy of the same base bytes (`fetch_foreign`: refused over other bytes),
+        and keep it as this node's from then on."""
         where = await self.locate(name) if self.locate else None
         if where is None or self.repository is None:
             raise HostError(

@@ -126,8 +126,9 @@ def targets(
     return {t: n for t, n in out.items() if n > 0}
 
 
-def passes_on(warm_on: tuple[str, ...], node_id: str, held: int) -> bool:
-    """Whether a node passes a create on (once): other nodes said they hold a warm VM of
-    its template (`warm_on`, from their heartbeats), and this one holds none (`held`) — it
-    would restore cold what they would hand over."""
-    return bool(warm_on) and node_id not in warm_on and held == 0
+def passes_on(held_on: tuple[str, ...], node_id: str, held: int) -> bool:
+    """Whether a node passes a create on (once): other nodes said they hold something of
+    its template (`held_on`, from their heartbeats: a warm VM, its capture), and this one
+    holds none of it (`held`) — it would restore cold what they would hand over, or fetch
+    what they have on disk."""
+    return bool(held_on) and node_id not in held_on and held == 0

@@ -218,12 +218,8 @@ class NodeWorker:
         cmd, ctx = d.command, d.context
         match cmd:
             case sb.CreateSandbox():
-                if d.attempt == 1 and self._warm_elsewhere(cmd):
-                    raise RetryableError(
-                        f"passed on to {', '.join(cmd.warm_on)}, which hold "
-                        f"a warm VM of {cmd.template_id}",
-                        delay_s=0,
-                    )
+                if d.attempt == 1 and (why := self._better_elsewhere(cmd)) is not None:
+                    raise RetryableError(why, delay_s=0)
                 await self.openings.create(cmd, ctx)
             case sb.ResumeSandbox():
                 await self.openings.resume(cmd, ctx)
@@ -249,11 +245,17 @@ class NodeWorker:
             case _:
                 raise Invalid(f"{type(cmd).__name__} is not supported by this node")
 
-    def _warm_elsewhere(self, cmd: sb.CreateSandbox) -> bool:
+    def _better_elsewhere(self, cmd: sb.CreateSandbox) -> str | None:
+        """Why this node passes a create on (once), or None: other nodes hand a warm VM
+        over, or hold the capture this node would fetch from the snapshot repository."""
         if cmd.forked_from is not None:  # a fork child starts beside its parent
-            return False
-        held = self.host.warm_stats().ready.get(cmd.template_id, 0)
-        return passes_on(cmd.warm_on, self.node_id, held)
+            return None
+        tpl = cmd.template_id
+        if passes_on(cmd.warm_on, self.node_id, self.host.warm_stats().ready.get(tpl, 0)):
+            return f"passed on to {', '.join(cmd.warm_on)}, which hold a warm VM of {tpl}"
+        if passes_on(cmd.held_on, self.node_id, int(tpl in self.host.held_templates())):
+            return f"passed on to {', '.join(cmd.held_on)}, which hold the capture of {tpl}"
+        return None
 
     async def _operate(
         self, request: sb.AnySandboxCommand, ctx: MessageContext, expect: S, work: Work

@@ -1,9 +1,11 @@
 """The snapshot worker: makes a node's captures durable in the snapshot repository.
 
-A per-node durable JetStream consumer of the sandbox events (`EventConsumer`): a
-`SandboxPaused` whose capture is on this node is uploaded, then `SnapshotUploaded` is
-appended (`RecordUpload`); a `SnapshotTaken` on this node uploads the persistent snapshot's
-capture and records where it is durable (`RecordTemplateUpload` → `TemplateUploaded`).
+Per-node durable JetStream consumers of the sandbox and template events (`EventConsumer`):
+a `SandboxPaused` whose capture is on this node is uploaded, then `SnapshotUploaded` is
+appended (`RecordUpload`); a `SnapshotTaken` (a persistent snapshot, a build's capture) or
+a `TemplateImported` (`aenv pull`, a build FROM an image) on this node uploads the
+template's capture and records where it is durable (`RecordTemplateUpload` →
+`TemplateUploaded`): from then on creates of it go to any node, which fetches it.
 JetStream does the bookkeeping the node once did by hand: the event is acked only once the
 capture is durable or moot, so an upload cut short by a crash or a dead S3 is delivered
 again (backoff up to 5 minutes, for a month) — after a restart too.
@@ -37,6 +39,7 @@ __all__ = [
     "LocalCapture",
     "LocalCaptures",
     "SnapshotWorker",
+    "TemplateSource",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,6 +79,16 @@ class LocalCapture(Protocol):
         ...
 
 
+class TemplateSource(Protocol):
+    """What a node knows of a template capture it marked durable."""
+
+    @property
+    def sandbox_id(self) -> str | None:
+        """The sandbox it was taken of (None: an imported image, no sandbox's token in
+        its guest)."""
+        ...
+
+
 class LocalCaptures(Protocol):
     """The node's side of the port."""
 
@@ -84,12 +97,12 @@ class LocalCaptures(Protocol):
         (None: resumed, killed, never here), once nothing writes to it any more."""
 
     def template_capture(self, name: str) -> LocalCapture | None:
-        """The current capture of snapshot template `name` on this node (None: not here,
-        deleted)."""
+        """The current capture of template `name` on this node (a snapshot's or an
+        import's; None: not here, deleted)."""
 
-    def template_uploaded(self, name: str, snapshot_id: str) -> str | None:
-        """Record that template `name`'s capture `snapshot_id` is durable; the sandbox it was
-        taken of, or None if the name has moved on to a newer capture meanwhile."""
+    def template_uploaded(self, name: str, snapshot_id: str) -> TemplateSource | None:
+        """Record that template `name`'s capture `snapshot_id` is durable; where it came
+        from, or None if the name has moved on to a newer capture meanwhile."""
 
 
 class CaptureStore(Protocol):
@@ -121,7 +134,7 @@ class SnapshotWorker:
         self.repository = repository
         self.pause_delay_s = pause_delay_s
         self._uploads: dict[str, asyncio.Task[None]] = {}
-        self._consumer: EventConsumer | None = None
+        self._consumers: list[EventConsumer] = []
         #: failed uploads waiting for their redelivery (the heartbeat reports it)
         self.backlog = UploadBacklog()
 
@@ -130,10 +143,19 @@ class SnapshotWorker:
         return self.backlog.summary(time.monotonic())
 
     def spec(self) -> ConsumerSpec:
+        """Of the sandbox events: pauses, persistent snapshots."""
         names = self.bus.names
+        return self._spec(names.snapshot_consumer(self.node_id), AggregateKind.SANDBOX)
+
+    def template_spec(self) -> ConsumerSpec:
+        """Of the template events: imports (one consumer filters one aggregate kind)."""
+        names = self.bus.names
+        return self._spec(names.snapshot_template_consumer(self.node_id), AggregateKind.TEMPLATE)
+
+    def _spec(self, durable: str, kind: AggregateKind) -> ConsumerSpec:
         return ConsumerSpec(
-            durable=names.snapshot_consumer(self.node_id),
-            filter_subject=names.events_of_kind(AggregateKind.SANDBOX),
+            durable=durable,
+            filter_subject=self.bus.names.events_of_kind(kind),
             max_deliver=UPLOAD_ATTEMPTS,
             backoff=UPLOAD_BACKOFF,
             max_ack_pending=8,
@@ -141,15 +163,17 @@ class SnapshotWorker:
         )
 
     async def start(self) -> None:
-        self._consumer = EventConsumer(self.bus.js, self.bus.settings, self.spec(), self.handle)
-        await self._consumer.start()
+        for spec in (self.spec(), self.template_spec()):
+            consumer = EventConsumer(self.bus.js, self.bus.settings, spec, self.handle)
+            await consumer.start()
+            self._consumers.append(consumer)
 
     async def stop(self) -> None:
         """Uploads in flight are abandoned: their events are delivered again later."""
         for task in list(self._uploads.values()):
             task.cancel()
-        if self._consumer is not None:
-            await self._consumer.stop()
+        for consumer in self._consumers:
+            await consumer.stop()
 
     def cancel(self, sandbox_id: str) -> None:
         """The sandbox is being resumed or killed: its capture is moot (and the VM is about
@@ -163,7 +187,9 @@ class SnapshotWorker:
             case sb.SandboxPaused(snapshot_id=str(snapshot_id)) as paused:
                 await self._paused(d, paused.sandbox_id, snapshot_id)
             case sb.SnapshotTaken(node_id=node) as taken if node == self.node_id:
-                await self._template(d, taken)
+                await self._template(d, taken.snapshot_id)
+            case tp.TemplateImported(node_id=node) as imported if node == self.node_id:
+                await self._template(d, imported.template_id)
             case _:
                 return  # not ours to upload: ack
 
@@ -183,8 +209,7 @@ class SnapshotWorker:
         )
         await execute(self.bus.sandboxes, done, MessageContext.caused_by_event(d.record))
 
-    async def _template(self, d: EventDelivery, taken: sb.SnapshotTaken) -> None:
-        name = taken.snapshot_id
+    async def _template(self, d: EventDelivery, name: str) -> None:
         capture = self.captures.template_capture(name)
         if capture is None:
             self.backlog.settled(f"template:{name}")
@@ -195,7 +220,7 @@ class SnapshotWorker:
         if source is None:
             return  # a newer capture took the name while this one was uploading
         uploaded = tp.RecordTemplateUpload(
-            template_id=name, key=capture.snapshot_id, source_sandbox_id=source
+            template_id=name, key=capture.snapshot_id, source_sandbox_id=source.sandbox_id
         )
         await execute(self.bus.templates, uploaded, MessageContext.caused_by_event(d.record))
 

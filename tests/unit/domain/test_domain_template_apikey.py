@@ -68,6 +68,17 @@ def test_a_snapshot_taken_again_under_its_name_is_not_durable_until_its_own_uplo
     assert s is not None and (s.capture_key, s.capture_of) == ("cap-2", "sbx2")
 
 
+def test_an_imported_images_upload_names_no_source_sandbox() -> None:
+    """An import's capture (`aenv pull`, a build FROM an image) is uploaded like a
+    snapshot's; its guest holds no sandbox's token, so none is recorded."""
+    reg = tp.RegisterTemplate(template_id="img-a3697db92aaa76c4", at=T0)
+    s = tp.fold_template(tp.decide_template(None, reg))
+    up = tp.RecordTemplateUpload(template_id="img-a3697db92aaa76c4", key="tpl-img-1")
+    s = tp.fold_template(tp.decide_template(s, up), s)
+    assert s is not None and (s.capture_key, s.capture_of) == ("tpl-img-1", None)
+    assert tp.decide_template(s, up) == []
+
+
 def test_api_key_lifecycle() -> None:
     raw = ak.new_api_key()
     assert raw.startswith(ak.KEY_PREFIX)
