@@ -180,12 +180,21 @@ async def _sql(sql: str) -> None:
 
 @contextlib.contextmanager
 def fleet_rig(
-    root: Path, *, apis: int = 2, nodes: int = 3, env: dict[str, str] | None = None, tag: str = ""
+    root: Path,
+    *,
+    apis: int = 2,
+    nodes: int = 3,
+    env: dict[str, str] | None = None,
+    tag: str = "",
+    node_env: dict[str, dict[str, str]] | None = None,
+    started: int | None = None,
 ) -> Iterator[Fleet]:
     """The fleet, started (the first node builds or finds the guest image before the
     others start), until the block ends; then every process stopped and the database
     dropped. Raises `RigError` with the role's log when one does not come up. `tag` ends
-    the nodes' slot prefixes, so two rigs on one machine keep their namespaces apart."""
+    the nodes' slot prefixes, so two rigs on one machine keep their namespaces apart.
+    `node_env`: settings of one node (by id) over `env`; `started`: how many nodes start
+    with the rig (default all; the test starts the others, `Role.start`)."""
     db = f"aenv_fleet_{secrets.token_hex(4)}"
     asyncio.run(_sql(f'CREATE DATABASE "{db}"'))
     nats = NatsCluster(root / "nats")
@@ -234,15 +243,17 @@ def fleet_rig(
                         "AENV_PROXY_HOST": "127.0.0.1",
                         "AENV_PROXY_PORT": str(port),
                         "AENV_CAPACITY": "24",
+                        **(node_env or {}).get(node_id, {}),
                     },
                     port,
                 )
             )
         fleet.nodes[0].start()
         fleet.nodes[0].wait_ready()
-        for role in [*fleet.nodes[1:], *fleet.apis]:
+        rest = [*fleet.nodes[1 : nodes if started is None else started], *fleet.apis]
+        for role in rest:
             role.start()
-        for role in [*fleet.nodes[1:], *fleet.apis]:
+        for role in rest:
             role.wait_ready()
         yield fleet
     finally:

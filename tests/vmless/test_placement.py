@@ -67,6 +67,7 @@ def test_a_full_node_refuses_at_once_and_takes_again_after_a_kill(small: VmlessS
         beat = eventually_sync(lambda: (b := _beat(small)).free_mem_mib == 0 and b, timeout=10)
         assert beat and (beat.mem_mib, beat.vcpus, beat.running) == (1024, 4, 2)
         assert beat.free_vcpus == 2 and beat.free == 30
+        assert beat.templates == ("base",)  # its captures: placement prefers it for them
         # the refusal came from the heartbeat now: at once
         t0 = time.monotonic()
         assert _create(c).status_code == 503
