@@ -8,9 +8,10 @@ A keeps room for `A_ROOM` sandboxes and neither node keeps warm VMs (`AENV_WARM_
 a warm VM on A would make B pass every create on to A), so while a round's sandboxes live,
 placement must use B: before S6 a built or snapshot template's creates went to A only.
 
-Both nodes share one image cache for now (B finds A's base and image bytes there). Once
-base images are fetched by digest (S5's `FleetImages`), set `SEPARATE_CACHES`: each node
-then gets a cache of its own and the test asserts the same."""
+Node B has an image cache of its own, empty when it starts (A keeps the machine's shared
+cache, whose images were built before any fleet: A publishes them, S5's sharing of a held
+copy). B fetches the base image, envd's runtime disk and the captures by digest, and builds
+no image of its own (`aenv_image_fleet_builds_total`, `aenv_image_fetches_total`)."""
 
 from __future__ import annotations
 
@@ -30,12 +31,13 @@ from bench.fleetrig import Fleet, RigError, fleet_rig
 from bus import Bus, BusSettings
 from tests.imagefirst import builds_counted
 from tests.registry import busybox_tree, layout
+from tests.series import node_url, scrape
 from tests.support import eventually_sync, session_tag
 
 pytestmark = [pytest.mark.vm, pytest.mark.fleet]
 
-#: One line to flip once nodes fetch base images by digest: a cache per node.
-SEPARATE_CACHES = False
+#: B starts with an image cache of its own (False: both nodes share the machine's).
+SEPARATE_CACHES = True
 #: Creates of each template (`AENV_S6_CREATES`; 10 as the plan asks).
 CREATES = int(os.environ.get("AENV_S6_CREATES", "10"))
 #: Sandboxes node A takes at most: the rest of a round must land on B.
@@ -52,8 +54,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     env = {"AENV_HEARTBEAT_S": "1", "AENV_WARM_POOL_MIB": "0", "AENV_METRICS_TOKEN": METRICS_TOKEN}
     node_env: dict[str, dict[str, str]] = {"fleet-a": {"AENV_CAPACITY": str(A_ROOM)}}
     if SEPARATE_CACHES:
-        for node in ("fleet-a", "fleet-b"):
-            node_env.setdefault(node, {})["AENV_IMAGE_CACHE"] = str(root / f"{node}-images")
+        node_env["fleet-b"] = {"AENV_IMAGE_CACHE": str(root / "fleet-b-images")}
     try:
         with fleet_rig(
             root, apis=1, nodes=2, env=env, tag=session_tag(), node_env=node_env, started=1
@@ -150,3 +151,14 @@ def test_templates_made_on_one_node_start_on_another(pair: Fleet, tmp_path: Path
         assert "fleet-b" in nodes, (name, nodes)
         assert nodes.count("fleet-a") <= A_ROOM, (name, nodes)
     assert builds_counted(settings, "fleet-b", METRICS_TOKEN) == 0
+    if SEPARATE_CACHES:
+        samples = scrape(node_url(settings, "fleet-b"), METRICS_TOKEN)
+        mine = frozenset({("node", "fleet-b")})
+        built = [
+            v
+            for (name, labels), v in samples.items()
+            if name == "aenv_image_fleet_builds_total" and ("node", "fleet-b") in labels
+        ]
+        assert sum(built) == 0, samples
+        assert samples.get(("aenv_image_fetches_total", mine), 0) >= 2  # base + runtime
+        assert samples.get(("aenv_image_fetch_bytes_total", mine), 0) > 100 << 20

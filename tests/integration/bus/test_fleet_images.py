@@ -125,3 +125,31 @@ async def test_an_image_the_node_holds_needs_no_log(bus: Bus) -> None:
         == "d" * 64
     )
     assert await _history(bus, recipe) == []
+
+
+async def test_a_held_copy_the_fleet_lacks_is_published_for_the_next_node(bus: Bus) -> None:
+    """A node that built its image before the fleet shared images (or with no repository)
+    publishes the copy it holds, so the next node fetches it instead of building; a copy
+    the fleet has already published is not published again."""
+    recipe, builder = secrets.token_hex(32), Builder()
+    old, new = Shelf(), Shelf()
+    old.images[recipe] = "a" * 64
+    shared: list[str] = []
+
+    async def share() -> BuiltImage:
+        shared.append(recipe)
+        return BuiltImage(digest="a" * 64, stored_bytes=4096, size=1 << 30)
+
+    first = _node(bus, "old", old)
+    assert (
+        await first.ensure(recipe, "root", builder.for_node(old, recipe), share=share) == "a" * 64
+    )
+    await asyncio.gather(*first._sharing)
+    assert shared == [recipe]
+    assert await _history(bus, recipe) == ["ImageBuildClaimed", "ImagePublished"]
+    second = _node(bus, "new", new)
+    assert await second.ensure(recipe, "root", builder.for_node(new, recipe)) == "a" * 64
+    assert builder.calls == 0 and new.fetched == ["a" * 64]
+    await first.ensure(recipe, "root", builder.for_node(old, recipe), share=share)
+    await asyncio.gather(*first._sharing)
+    assert shared == [recipe]  # published already: nothing to share

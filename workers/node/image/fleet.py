@@ -76,12 +76,28 @@ class FleetImages:
         self._lease_s = lease_s
         self._clock = clock
         self._ctx = MessageContext(actor=f"node:{node_id}")
+        #: background publishes of held copies (`ensure(share=...)`), kept referenced
+        self._sharing: set[asyncio.Task[None]] = set()
 
     async def ensure(
-        self, recipe: str, role: im.ImageRole, build: Callable[[], Awaitable[BuiltImage]]
+        self,
+        recipe: str,
+        role: im.ImageRole,
+        build: Callable[[], Awaitable[BuiltImage]],
+        *,
+        share: Callable[[], Awaitable[BuiltImage]] | None = None,
     ) -> str:
-        """The digest of the image this node runs for `recipe`, fetched or built."""
+        """The digest of the image this node runs for `recipe`, fetched or built.
+
+        `share` uploads the copy this node already holds: given, a held image the fleet
+        has not published yet is published from here (in the background), so a fleet whose
+        nodes built their images before S5 — or one node that built it with no repository
+        — still gives the next node bytes to fetch instead of a build of its own."""
         if (held := self._shelf.held(recipe)) is not None:
+            if share is not None:
+                task = asyncio.create_task(self._share(recipe, role, share))
+                self._sharing.add(task)
+                task.add_done_callback(self._sharing.discard)
             return held
         iid = im.image_aggregate_id(recipe)
         while True:
@@ -95,6 +111,26 @@ class FleetImages:
                 await self._await_holder(iid)
                 continue
             return await self._build(iid, recipe, role, build)
+
+    async def _share(
+        self, recipe: str, role: im.ImageRole, share: Callable[[], Awaitable[BuiltImage]]
+    ) -> None:
+        """Publish this node's copy unless the fleet has an image of `recipe` or another
+        node is building one; best effort (a failure only means no sharing)."""
+        iid = im.image_aggregate_id(recipe)
+        try:
+            state, _ = await self._store.load(iid)
+            if state is not None and (
+                state.published is not None or state.holder_at(self._clock()) is not None
+            ):
+                return
+            await self._claim(iid)
+            digest = await self._build(iid, recipe, role, share)
+            log.info("image %s: shared this node's copy %s", iid, digest[:12])
+        except (im.ClaimHeld, im.AlreadyPublished):
+            return
+        except Exception:
+            log.warning("image %s: sharing this node's copy failed", iid, exc_info=True)
 
     async def _claim(self, iid: str) -> None:
         claim = im.ClaimImageBuild(

@@ -134,5 +134,13 @@ class ImageSupply:
             on_built(label)
             return entry_of(build())
 
-        await images.ensure(recipe, role, lambda: shelf.build(recipe, make, label=label))
+        def held() -> Path:
+            return entry_of(build())  # in the cache: found, not built
+
+        await images.ensure(
+            recipe,
+            role,
+            lambda: shelf.build(recipe, make, label=label),
+            share=lambda: shelf.build(recipe, held, label=label),
+        )
         return await asyncio.to_thread(build)  # in the cache now: found, not built
