@@ -21,6 +21,7 @@ from bus.settings import BusSettings
 from bus.setup import ensure_streams
 from bus.store import (
     ApiKeyStore,
+    BuildKeyStore,
     BuildStore,
     EventStore,
     ImageStore,
@@ -31,7 +32,7 @@ from bus.store import (
 from bus.subjects import AggregateKind, Names
 from domain import AGGREGATES, Aggregate, Command, CommandRejected, Event
 from domain import sandbox as sb
-from domain.aggregates import APIKEY, BUILD, IMAGE, SANDBOX, TEMPLATE, VOLUME
+from domain.aggregates import APIKEY, BUILD, BUILDKEY, IMAGE, SANDBOX, TEMPLATE, VOLUME
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +158,10 @@ class Bus:
     def images(self) -> ImageStore:
         """The fleet's one build of each recipe (`domain/image`): nodes claim, publish."""
         return self.store(IMAGE)
+
+    @property
+    def build_keys(self) -> BuildKeyStore:
+        return self.store(BUILDKEY)
 
     @property
     def rejection_sinks(self) -> dict[str, EventStore[Any, Any]]:

@@ -37,12 +37,14 @@ from domain import Aggregate, Command, CommandRejected, Event
 from domain import apikey as ak
 from domain import build as bd
 from domain import image as im
+from domain import buildkey as bk
 from domain import sandbox as sb
 from domain import template as tp
 from domain import volume as vo
 
 __all__ = [
     "ApiKeyStore",
+    "BuildKeyStore",
     "BuildStore",
     "EventStore",
     "ImageStore",
@@ -343,3 +345,4 @@ ApiKeyStore: TypeAlias = EventStore[ak.ApiKey, ak.AnyApiKeyCommand]
 BuildStore: TypeAlias = EventStore[bd.Build, bd.AnyBuildCommand]
 VolumeStore: TypeAlias = EventStore[vo.Volume, vo.AnyVolumeCommand]
 ImageStore: TypeAlias = EventStore[im.Image, im.AnyImageCommand]
+BuildKeyStore: TypeAlias = EventStore[bk.BuildKey, bk.AnyBuildKeyCommand]

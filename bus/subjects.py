@@ -4,7 +4,7 @@ subject literals are written; everyone else calls these builders.
 Layout (with an empty prefix)::
 
     stream AENV_EVT   aenv.evt.<kind>.<id>         kind: sandbox | template | apikey |
-                                                        build | volume | image (the log;
+                                                        build | volume | image | buildkey (the log;
                                                         `domain.aggregates` lists them)
     stream AENV_CMD   aenv.cmd.node.<node>.<verb>  commands on a sandbox a node holds
                       aenv.cmd.place.<verb>        creates, pulled by any node with room

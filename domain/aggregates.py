@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar, get_args
 from domain import apikey as ak
 from domain import build as bd
 from domain import image as im
+from domain import buildkey as bk
 from domain import sandbox as sb
 from domain import template as tp
 from domain import volume as vo
@@ -26,6 +27,7 @@ __all__ = [
     "APIKEY",
     "BUILD",
     "IMAGE",
+    "BUILDKEY",
     "SANDBOX",
     "TEMPLATE",
     "VOLUME",
@@ -53,6 +55,7 @@ class AggregateKind(StrEnum):
     BUILD = "build"
     VOLUME = "volume"
     IMAGE = "image"
+    BUILDKEY = "buildkey"
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,16 @@ IMAGE: Aggregate[im.Image, im.AnyImageCommand, im.AnyImageEvent] = Aggregate(
     events=_members(im.AnyImageEvent),
 )
 
+
+BUILDKEY: Aggregate[bk.BuildKey, bk.AnyBuildKeyCommand, bk.AnyBuildKeyEvent] = Aggregate(
+    kind=AggregateKind.BUILDKEY,
+    state=bk.BuildKey,
+    decide=bk.decide_build_key,
+    evolve=bk.evolve_build_key,
+    commands=_members(bk.AnyBuildKeyCommand),
+    events=_members(bk.AnyBuildKeyEvent),
+)
+
 #: Every aggregate kind, in the order they are listed everywhere else.
 AGGREGATES: tuple[Aggregate[Any, Any, Any], ...] = (
     SANDBOX,
@@ -146,6 +159,7 @@ AGGREGATES: tuple[Aggregate[Any, Any, Any], ...] = (
     BUILD,
     VOLUME,
     IMAGE,
+    BUILDKEY,
 )
 
 _BY_KIND: dict[str, Aggregate[Any, Any, Any]] = {a.kind: a for a in AGGREGATES}

@@ -16,10 +16,24 @@ from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 from functools import reduce
-from typing import ClassVar, Literal, assert_never
+from typing import ClassVar, assert_never
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from domain.buildevents import (
+    BUILD_EVENTS,
+    AnyBuildEvent,
+    BuildLogEntry,
+    TemplateBuildClaimed,
+    TemplateBuildDiscarded,
+    TemplateBuildFailed,
+    TemplateBuildJoined,
+    TemplateBuildLogged,
+    TemplateBuildRequested,
+    TemplateBuildStarted,
+    TemplateBuilt,
+)
+from domain.buildspec import STEP_TYPES, BuildSpec, BuildStep, forced, spec_fingerprint
 from domain.errors import Conflict, CorruptHistory, Invalid, NotFound
 from domain.messages import Command, CommandRejected, Event
 from domain.tags import normalize_tags
@@ -39,6 +53,7 @@ __all__ = [
     "ClaimTemplateBuild",
     "CompleteTemplateBuild",
     "DiscardTemplateBuild",
+    "JoinTemplateBuild",
     "LogTemplateBuild",
     "RequestTemplateBuild",
     "StartTemplateBuild",
@@ -46,6 +61,7 @@ __all__ = [
     "TemplateBuildCommand",
     "TemplateBuildDiscarded",
     "TemplateBuildFailed",
+    "TemplateBuildJoined",
     "TemplateBuildLogged",
     "TemplateBuildRequested",
     "TemplateBuildStarted",
@@ -53,12 +69,11 @@ __all__ = [
     "decide_build",
     "evolve_build",
     "fold_build",
+    "forced",
+    "spec_fingerprint",
     "valid_template_name",
 ]
 
-#: Instructions a build runs. Anything else is accepted into the spec (so the build, not the
-#: request, fails with the step named), as E2B reports a bad step through the build status.
-STEP_TYPES = frozenset({"RUN", "COPY", "ENV", "WORKDIR", "USER", "ARG"})
 MAX_LOG_BATCH = 200
 MAX_LOG_MESSAGE = 4096
 MAX_LOG_ENTRIES = 5000
@@ -77,45 +92,6 @@ class BuildStatus(StrEnum):
     BUILDING = "building"  # steps sent: queued for a builder, or running
     READY = "ready"
     ERROR = "error"
-
-
-class BuildStep(BaseModel):
-    """One instruction, in E2B's wire shape (`type`, `args`, `filesHash` for COPY)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    type: str = Field(min_length=1, max_length=32)
-    args: tuple[str, ...] = ()
-    files_hash: str | None = None
-    force: bool = False
-
-
-class BuildSpec(BaseModel):
-    """What to build: a base (an existing template, or an image the node can convert) and
-    the steps on top; `start_cmd` runs in the background before the snapshot, `ready_cmd`
-    must then succeed."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    from_template: str | None = None
-    from_image: str | None = None
-    #: a private registry's username for `from_image`; its password is kept beside the log
-    #: (the secrets bucket, under the build id) and never in it
-    from_image_username: str | None = None
-    steps: tuple[BuildStep, ...] = ()
-    start_cmd: str | None = None
-    ready_cmd: str | None = None
-    #: E2B's `force` (`skip_cache`): nothing cached is reused, a FROM image is pulled again
-    force: bool = False
-
-
-class BuildLogEntry(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    at: AwareDatetime
-    level: Literal["debug", "info", "warn", "error"] = "info"
-    message: str
-    step: str | None = None
 
 
 # ---- commands ---------------------------------------------------------------------------
@@ -156,6 +132,18 @@ class ClaimTemplateBuild(TemplateBuildCommand):
     """Builder: it runs this started build now (so a redelivery of the start, once it has
     been claimed, means the builder that claimed it stopped)."""
 
+    #: the build key it leads (`domain.buildkey`): identical builds join it meanwhile
+    key_id: str | None = None
+
+
+class JoinTemplateBuild(TemplateBuildCommand):
+    """Builder: this started build is identical to `leader_build_id`, which runs (or just
+    ran) under the build key `key_id`: it runs no sandbox of its own and ends as the
+    leader ends (its verdict is given by whoever sees the leader's first)."""
+
+    leader_build_id: str = Field(min_length=1)
+    key_id: str = Field(min_length=1)
+
 
 class LogTemplateBuild(TemplateBuildCommand):
     entries: tuple[BuildLogEntry, ...]
@@ -180,58 +168,11 @@ AnyBuildCommand = (
     RequestTemplateBuild
     | StartTemplateBuild
     | ClaimTemplateBuild
+    | JoinTemplateBuild
     | LogTemplateBuild
     | CompleteTemplateBuild
     | DiscardTemplateBuild
 )
-
-
-# ---- events -----------------------------------------------------------------------------
-class TemplateBuildRequested(Event):
-    build_id: str
-    template_id: str
-    alias: str | None
-    team_id: str | None
-    cpu_count: int
-    memory_mb: int
-    disk_size_mb: int
-    tags: tuple[str, ...] = ()  # absent from events written before tags
-
-
-class TemplateBuildStarted(Event):
-    build_id: str
-    spec: BuildSpec
-    node_id: str | None = None
-    #: waiting for a builder to claim it; absent (False) from events written before the
-    #: API recorded starts — then the builder recorded it when it began to run it
-    queued: bool = False
-
-
-class TemplateBuildClaimed(Event):
-    build_id: str
-
-
-class TemplateBuildLogged(Event):
-    build_id: str
-    #: index of the first entry in the build's log (the status route's `logsOffset`)
-    first_index: int
-    entries: tuple[BuildLogEntry, ...]
-
-
-class TemplateBuilt(Event):
-    build_id: str
-    sandbox_id: str | None = None
-    envd_version: str | None = None
-
-
-class TemplateBuildFailed(Event):
-    build_id: str
-    reason: str
-    step: str | None = None
-
-
-class TemplateBuildDiscarded(Event):
-    build_id: str
 
 
 # ---- state ------------------------------------------------------------------------------
@@ -258,6 +199,10 @@ class Build(BaseModel):
     log_count: int = 0
     #: its template was deleted before any build of it was published
     discarded: bool = False
+    #: the build key it leads or joined (None: a forced build, or one from before keys)
+    key_id: str | None = None
+    #: the build whose result it shares (it joined it), None when it ran itself
+    leader_build_id: str | None = None
     requested_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -306,7 +251,12 @@ def decide_build(state: Build | None, command: AnyBuildCommand) -> list[Event]:
                 raise Conflict(f"build {command.build_id} has not started")
             if state.finished or not state.queued:
                 return []  # done, or another builder has it
-            return [TemplateBuildClaimed(build_id=command.build_id, at=command.at)]
+            claimed = TemplateBuildClaimed(
+                build_id=command.build_id, key_id=command.key_id, at=command.at
+            )
+            return [claimed]
+        case JoinTemplateBuild():
+            return _join(_requested(state, command.build_id), command)
         case LogTemplateBuild():
             state = _requested(state, command.build_id)
             room = MAX_LOG_ENTRIES - state.log_count
@@ -344,6 +294,19 @@ def _request(state: Build | None, c: RequestTemplateBuild) -> list[Event]:
     return [TemplateBuildRequested(**fields, tags=normalize_tags(c.tags), at=c.at)]
 
 
+def _join(s: Build, c: JoinTemplateBuild) -> list[Event]:
+    if s.status is BuildStatus.WAITING:
+        raise Conflict(f"build {c.build_id} has not started")
+    if c.leader_build_id == c.build_id:
+        raise Invalid(f"build {c.build_id} cannot join itself")
+    if s.finished or not s.queued:
+        return []  # done (its leader's verdict came first), or claimed/joined already
+    joined = TemplateBuildJoined(
+        build_id=c.build_id, leader_build_id=c.leader_build_id, key_id=c.key_id, at=c.at
+    )
+    return [joined]
+
+
 def _complete(s: Build, c: CompleteTemplateBuild) -> list[Event]:
     if s.finished:
         return []
@@ -371,27 +334,6 @@ def _check_spec(spec: BuildSpec) -> None:
         raise Invalid(f"at most {MAX_STEPS} steps per build")
 
 
-#: The closed set of build events (`evolve_build` matches it exhaustively).
-AnyBuildEvent = (
-    TemplateBuildRequested
-    | TemplateBuildStarted
-    | TemplateBuildClaimed
-    | TemplateBuildLogged
-    | TemplateBuilt
-    | TemplateBuildFailed
-    | TemplateBuildDiscarded
-)
-BUILD_EVENTS = (
-    TemplateBuildRequested,
-    TemplateBuildStarted,
-    TemplateBuildClaimed,
-    TemplateBuildLogged,
-    TemplateBuilt,
-    TemplateBuildFailed,
-    TemplateBuildDiscarded,
-)
-
-
 def evolve_build(state: Build | None, event: Event) -> Build | None:
     if isinstance(event, CommandRejected):
         return state
@@ -417,7 +359,10 @@ def _evolve_build(state: Build | None, event: AnyBuildEvent) -> Build | None:
                 }
             )
         case TemplateBuildClaimed():
-            return state.model_copy(update={"queued": False})
+            return state.model_copy(update={"queued": False, "key_id": event.key_id})
+        case TemplateBuildJoined():
+            update = {"queued": False, "key_id": event.key_id}
+            return state.model_copy(update={**update, "leader_build_id": event.leader_build_id})
         case TemplateBuildLogged():
             return state.model_copy(update={"log_count": event.first_index + len(event.entries)})
         case TemplateBuilt():

@@ -12,6 +12,7 @@ from domain import apikey as ak
 from domain import template as tp
 from domain.aggregates import APIKEY, TEMPLATE
 from projections.base import Projection
+from projections.buildkeys import BuildKeyProjection
 from projections.builds import BuildProjection
 from projections.folding import Row, fold_batch, upsert
 from projections.images import ImageProjection
@@ -136,4 +137,5 @@ def all_projections() -> list[Projection]:
         BuildProjection(),
         VolumeProjection(),
         ImageProjection(),
+        BuildKeyProjection(),
     ]

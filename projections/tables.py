@@ -29,6 +29,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = [
     "api_keys",
+    "build_keys",
     "build_logs",
     "builds",
     "images",
@@ -238,6 +239,25 @@ images = Table(
     Column("failure_node", Text),
     Column("failure_reason", Text),
     _tz("failed_at"),
+    _tz("updated_at", nullable=False),
+    *_position(),
+)
+
+#: One row per build key (`domain.buildkey`, migration 0014): which build leads the identical
+#: builds of a template and which joined it, and how the current generation ended.
+build_keys = Table(
+    "build_keys",
+    metadata,
+    Column("key_id", Text, primary_key=True),
+    Column("template_id", Text, nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("leader_build_id", Text, nullable=False),
+    Column("followers", JSONB, nullable=False),  # [build id] that joined this generation
+    Column("status", Text, nullable=False),  # building | ready | error
+    Column("capture_id", Text),
+    Column("reason", Text),
+    Column("failed_step", Text),
+    _tz("settled_at"),
     _tz("updated_at", nullable=False),
     *_position(),
 )

@@ -23,6 +23,7 @@ from domain import build as bd
 from envd.version import ENVD_VERSION
 from workers.build.metrics import BuildMetrics
 from workers.build.run import BuildRun, BuildSettings, Published, build_sandbox_id
+from workers.build.sharing import Sharing
 
 __all__ = ["BuildSettings", "Builder"]
 
@@ -45,6 +46,7 @@ class Builder:
         #: told the template a build was published to (the API beside it forgets its
         #: lookups of the name: `default` moved)
         self.published: Published = published or (lambda _: None)
+        self.sharing = Sharing(bus, self.published)
         self._consumer: CommandConsumer | None = None
         self.metrics = metrics or BuildMetrics()
         self.metrics.count_queue(self._waiting)
@@ -78,6 +80,10 @@ class Builder:
             raise Invalid(f"{type(cmd).__name__} is not a builder command")
         ctx = d.context
         state, _ = await self.bus.builds.load(cmd.build_id)
+        if state is not None and state.leader_build_id is not None:
+            # a joined build's start again: its leader's verdict is its own, once given
+            await self.sharing.rejoin(state.build_id, state.leader_build_id)
+            return
         if state is not None and state.status is bd.BuildStatus.BUILDING and not state.queued:
             await self._verdict(
                 state, ctx, "the builder stopped during this build; start a new build", None
@@ -86,11 +92,21 @@ class Builder:
         # recorded by the API already (then nothing new), unless this builder was quicker
         state, version, _ = await execute(self.bus.builds, cmd, ctx)
         if state is None or state.finished:
+            if state is not None:  # a leader's start again: its followers may wait still
+                await self.sharing.settle(state)
             return  # already finished (a duplicate start)
+        # identical builds of the template share one: the key's leader runs it, the others
+        # join it and are acked now (they end with its verdict, `workers/build/sharing.py`)
+        key_id = await self.sharing.key_of(state)
+        if key_id is not None:
+            key = await self.sharing.enter(state, key_id, ctx)
+            if key.leader != state.build_id:
+                await self.sharing.follow(state, key, ctx)
+                return
         # of two builders claiming at once (a start queued twice), one appends; the other's
         # append fails its expected sequence (or is a stale duplicate), and deciding again
         # on the claimed build gives nothing
-        claim = bd.ClaimTemplateBuild(build_id=cmd.build_id)
+        claim = bd.ClaimTemplateBuild(build_id=cmd.build_id, key_id=key_id)
         state, _, events = await execute(self.bus.builds, claim, ctx, known=(state, version))
         if state is None or not events:
             return  # claimed by another builder meanwhile
@@ -143,3 +159,4 @@ class Builder:
             envd_version=ENVD_VERSION,
         )
         await execute(self.bus.builds, done, ctx)
+        await self.sharing.settle(build)

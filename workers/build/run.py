@@ -28,6 +28,7 @@ from domain import sandbox as sb
 from domain import tags as tg
 from domain import template as tp
 from shared.images import InvalidImageReference, image_template_id, parse_reference
+from workers.build.bases import base_template
 from workers.build.guest import BuildGuest, CommandFailed
 from workers.build.steps import Context, Log, StepFailed, Steps
 
@@ -134,7 +135,7 @@ class BuildRun:
                 return
         else:
             name = self.spec.from_template or "base"
-        tpl = await self._base_template(name)
+        tpl = await base_template(self.bus, name)
         if tpl is None:
             raise StepFailed("base", f"base template {name!r} not found")
         await self.emit(f"FROM {name}: starting the build sandbox", "base", "info")
@@ -170,20 +171,6 @@ class BuildRun:
         assert isinstance(event, sb.SandboxCreated)
         self.node_id = event.node_id
         self.guest = BuildGuest(self.settings.proxy_url, self.sandbox_id, tpl.envd_version, token)
-
-    async def _base_template(self, ref: str) -> tp.Template | None:
-        """The template a build FROM `ref` starts from: `name[:tag]` is the build the tag
-        names (its capture), as for a create; a snapshot's or an image's, itself."""
-        for template_id, tag in tg.candidates(ref):
-            state, _ = await self.bus.templates.load(template_id)
-            if state is None or state.deleted:
-                continue
-            capture = state.capture_for(tag)
-            if capture is None or capture == state.template_id:
-                return state if capture is not None else None
-            found, _ = await self.bus.templates.load(capture)
-            return found if found is not None and not found.deleted else None
-        return None
 
     async def _import(self, image: str) -> str:
         """The template an image becomes: the build's capture (nothing else to do) or an
