@@ -36,8 +36,8 @@ from bus.tracing import publish_span
 from domain import Aggregate, Command, CommandRejected, Event
 from domain import apikey as ak
 from domain import build as bd
-from domain import image as im
 from domain import buildkey as bk
+from domain import image as im
 from domain import sandbox as sb
 from domain import template as tp
 from domain import volume as vo

@@ -15,8 +15,8 @@ from typing import Any, Generic, TypeVar, get_args
 
 from domain import apikey as ak
 from domain import build as bd
-from domain import image as im
 from domain import buildkey as bk
+from domain import image as im
 from domain import sandbox as sb
 from domain import template as tp
 from domain import volume as vo
@@ -26,8 +26,8 @@ __all__ = [
     "AGGREGATES",
     "APIKEY",
     "BUILD",
-    "IMAGE",
     "BUILDKEY",
+    "IMAGE",
     "SANDBOX",
     "TEMPLATE",
     "VOLUME",
