@@ -165,6 +165,8 @@ class NodeMetrics:
         )
         for c in (self.image_fetches, self.image_fetch_bytes, self.image_fetch_seconds):
             c.labels(node_id)
+        for image in ("base", "runtime", "code-interpreter"):  # at zero: a fetching node's
+            self.image_fleet_builds.labels(node_id, image)
         self._room = {
             name: Gauge(f"aenv_node_{name}", text, ["node"], registry=r)
             for name, text in _ROOM.items()
