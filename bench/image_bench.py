@@ -8,6 +8,10 @@ Every figure sits next to the raw primitive in the same run: a bare `skopeo copy
 same image into an empty directory for the pull, and `tar -x` of the same layers plus
 `mkfs.ext4 -d` for the conversion — the ratio is what aenv's layer cache, verification and
 guest preparation add. Run as root: `python -m bench.image_bench [--gib 1] [--n 2]`.
+
+`fleet` (`bench/image_fetch.py`): two nodes, each with its own image cache — the first create
+of a template on the node that never held it (capture and base bytes fetched) against a
+create on the node that built it, beside the raw restore. `--only pull|fleet` runs one part.
 """
 
 from __future__ import annotations
@@ -169,8 +173,33 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def fleet(args: argparse.Namespace) -> dict[str, Any]:
+    """`bench.image_fetch`: a template's first create on a node that never held it."""
+    import asyncio
+
+    from bench.fleet_bench import raw_primitive
+    from bench.image_fetch import fetch_vs_local
+
+    raw = asyncio.run(raw_primitive(args.n))
+    root = Path(tempfile.mkdtemp(prefix="aenv-imgfetch-", dir="/var/tmp"))
+    try:
+        return {"raw_primitive": raw, **fetch_vs_local(root, args.templates, raw)}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gib", type=float, default=1.0, help="size of the big layer's data")
     parser.add_argument("--n", type=int, default=2, help="rounds")
-    emit("image", main(parser.parse_args()))
+    parser.add_argument(
+        "--only", choices=("pull", "fleet"), help="one part: registry pull, or fleet fetch"
+    )
+    parser.add_argument("--templates", type=int, default=3, help="fleet: templates built")
+    args = parser.parse_args()
+    doc: dict[str, Any] = {}
+    if args.only in (None, "pull"):
+        doc.update(main(args))
+    if args.only in (None, "fleet"):
+        doc["fleet"] = fleet(args)
+    emit("image", doc)
