@@ -8,10 +8,11 @@ A keeps room for `A_ROOM` sandboxes and neither node keeps warm VMs (`AENV_WARM_
 a warm VM on A would make B pass every create on to A), so while a round's sandboxes live,
 placement must use B: before S6 a built or snapshot template's creates went to A only.
 
-With `SEPARATE_CACHES`, node B has an image cache of its own, empty when it starts (A keeps the machine's shared
-cache, whose images were built before any fleet: A publishes them, S5's sharing of a held
-copy). B fetches the base image, envd's runtime disk and the captures by digest, and builds
-no image of its own (`aenv_image_fleet_builds_total`, `aenv_image_fetches_total`)."""
+With `SEPARATE_CACHES`, node B has an image cache of its own, empty when it starts (A
+keeps the machine's shared cache, whose images were built before any fleet: A publishes
+them, S5's sharing of a held copy). B fetches the base image, envd's runtime disk and the
+captures by digest, and builds no image of its own (`aenv_image_fleet_builds_total`,
+`aenv_image_fetches_total`)."""
 
 from __future__ import annotations
 
