@@ -30,11 +30,12 @@ from api.creates import (
 from api.errors import ERRORS, ApiError
 from api.guards import node_answers, not_found, visible
 from api.hangup import watch_hangup
+from api.holders import template_node
 from api.ids import is_sandbox_id
 from api.images import asked_image, check_template_name, image_template, looks_like_image
 from api.mounts import preferred_node, resolve_mounts
 from api.outcomes import REJECTION_STATUS, send_and_wait
-from api.resume import LIVE, node_or_placement, resume
+from api.resume import LIVE, resume
 from api.room import check_room, held_nodes, no_room, warm_nodes, withdraw
 from bus.decisions import execute
 from bus.envelope import MessageContext
@@ -115,7 +116,7 @@ async def _placed(
 ) -> tuple[str | None, sb.CreateSandbox]:
     """The node `cmd` goes to (None: placement, after a 503 if no node has room) and the
     create as sent (to placement: with the nodes holding a warm VM or the capture of it)."""
-    node = await _template_node(ctx, tpl)
+    node = await template_node(ctx, tpl)
     if node is None and volumes:
         node = _room_on(ctx, preferred_node(ctx, volumes), cmd)
     if node is None:  # placement: is there room anywhere? a warm VM somewhere?
@@ -183,25 +184,6 @@ def _room_on(ctx: ApiContext, node: str | None, cmd: sb.CreateSandbox) -> str | 
     except ApiError:
         return None
     return node
-
-
-async def _template_node(ctx: ApiContext, tpl: dict[str, Any]) -> str | None:
-    """Where a create from `tpl` goes: a durable template (its capture uploaded) to
-    placement, whose nodes fetch what they lack (`held_on`: those holding it first); a
-    snapshot whose capture is only on its node's disk to that node (`node_or_placement`)."""
-    if tpl.get("capture_key"):
-        return None
-    tpl_id = tpl["template_id"]
-    node: str | None = await ctx.cached(
-        f"tpl-node:{tpl_id}", lambda: reads.snapshot_node(ctx.engine, tpl_id)
-    )
-    return await node_or_placement(
-        ctx,
-        node,
-        durable=False,
-        stranded=f"snapshot {tpl_id!r} is on node {node}, which is not running, and its "
-        "capture has not reached the snapshot repository",
-    )
 
 
 @get("/sandboxes/{sandbox_id:str}", responses=ERRORS)

@@ -44,7 +44,10 @@ def _evolve_template(state: Template | None, event: AnyTemplateEvent) -> Templat
             kept = {"released": state.released, "tags": {} if state.deleted else state.tags}
             return fresh.model_copy(update=kept)
         case TemplateImported():
-            return state  # an import is registered by the TemplateRegistered before it
+            # registered by the TemplateRegistered before it; where its capture is
+            if state is None:  # (a history without its registration: nothing to place)
+                return state
+            return state.model_copy(update={"imported_on": event.node_id})
         case TemplateDeleted():
             s = _retagged(_existing(state, event), {}, event.released, event.at)
             return s.model_copy(update={"deleted": True})

@@ -29,6 +29,8 @@ class Template(BaseModel):
     #: that capture in the snapshot repository (None: only on its node so far)
     capture_key: str | None = None
     capture_of: str | None = None
+    #: the node that imported the image (its capture is there until `capture_key`)
+    imported_on: str | None = None
     #: a built template's tags (empty: a template from before tags, or not built — its
     #: `default` is its own capture)
     tags: dict[str, TaggedBuild] = Field(default_factory=dict)

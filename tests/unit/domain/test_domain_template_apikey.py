@@ -100,3 +100,16 @@ def test_api_key_lifecycle() -> None:
         ak.decide_api_key(None, ak.RevokeApiKey(key_id="k2"))
     with pytest.raises(CorruptHistory):
         ak.evolve_api_key(None, ak.ApiKeyRevoked(key_id="k", at=T0))
+
+
+def test_an_imported_template_knows_the_node_its_capture_is_on() -> None:
+    """Until its capture is uploaded, a create goes where the import ran (api/holders.py)."""
+    reg = tp.RegisterTemplate(template_id="img", at=T0)
+    s = tp.fold_template(tp.decide_template(None, reg))
+    assert s is not None and s.imported_on is None
+    done = tp.CompleteTemplateImport(template_id="img", image_digest="d" * 64, node_id="n2")
+    s = tp.fold_template(tp.decide_template(s, done), s)
+    assert s is not None and s.imported_on == "n2"
+    assert tp.evolve_template(None, tp.TemplateImported(
+        template_id="x", image_digest="d", node_id="n", at=T0
+    )) is None  # fmt: skip
