@@ -41,7 +41,7 @@ from workers.node.ports import (
 from workers.node.runtime import Runtime, Snapshot
 from workers.node.starts import VmStarts
 from workers.node.templates import TemplateCatalog
-from workers.node.transfer import Transfers
+from workers.node.transfer import ImagesByContent, Transfers
 from workers.node.volumes.images import VolumeImages
 from workers.node.warm import WarmPool
 from workers.node.warmsize import WarmPolicy
@@ -62,13 +62,14 @@ class SandboxHost:
         capacity: int,
         repository: CaptureRepository | None = None,
         warm: WarmPolicy | None = None,
+        images: ImagesByContent | None = None,
     ) -> None:
         self.runtime = runtime
         self.templates = templates
         self._capacity = capacity
         #: VMs restored and warmed before anyone asked (None: no pool)
         self.warm = WarmPool(runtime, templates, warm) if warm is not None else None
-        self.transfers = Transfers(runtime, templates, repository)
+        self.transfers = Transfers(runtime, templates, repository, images)
         self._volumes = VolumeImages(runtime.state_dir / "volumes", repository)
         self.sandboxes: dict[str, LiveSandbox] = {}
         self.paused: dict[str, PausedSandbox] = {}

@@ -4,6 +4,11 @@ captured on another node: a build's, a persistent snapshot's, an imported image'
 of a durable template go to any node), and paused captures of other nodes (their disk
 chain rebuilt over this node's copy of the same base image). Uploads are the snapshot
 worker's (`workers/snapshot/worker.py`); this is the other direction.
+
+A capture is stacked only on the disks it was taken over, named by their content digests:
+a base image or runtime disk this node lacks is fetched from the fleet's repository into
+its image cache first (`ImagesByContent`: the node's `ImageSupply`, published there by
+images-at-scale S5), and only if the repository lacks it too is the capture refused.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Literal, Protocol
 
 from workers.node.image import ImageError, find_runtime
 from workers.node.image.cache import cache_root, content_dir, entry_dir
@@ -19,19 +25,33 @@ from workers.node.ports import CaptureRepository, HostError, Manifest, TemplateL
 from workers.node.runtime import Runtime, Snapshot
 from workers.node.templates import TemplateCatalog, TemplateError, TemplateNotLocal
 
-__all__ = ["Transfers"]
+__all__ = ["ImagesByContent", "Transfers"]
 
 log = logging.getLogger(__name__)
 
 
+class ImagesByContent(Protocol):
+    """This node's image cache, filled from the repository by content (`ImageSupply`)."""
+
+    async def by_content(self, role: Literal["root", "runtime"], digest: str) -> Path | None:
+        """The cache entry holding the bytes `digest`, fetched if need be; None: nowhere."""
+        ...
+
+
 class Transfers:
     def __init__(
-        self, runtime: Runtime, templates: TemplateCatalog, repository: CaptureRepository | None
+        self,
+        runtime: Runtime,
+        templates: TemplateCatalog,
+        repository: CaptureRepository | None,
+        images: ImagesByContent | None = None,
     ) -> None:
         self.runtime = runtime
         self.templates = templates
         #: where captures become durable (S3 or a shared filesystem); None: node-local only
         self.repository = repository
+        #: where disks a capture names come from when this node lacks them (None: nowhere)
+        self.images = images
         #: where a template this node never had is durable (the log knows; set by the worker)
         self.locate: TemplateLocator | None = None
         self._pulls: dict[str, asyncio.Lock] = {}
@@ -109,6 +129,7 @@ class Transfers:
         repository = self.require(f"{what} is not on this disk")
         try:
             manifest = manifest or await repository.get_manifest(key)
+            await self._runtime_disk(manifest)
             base_content, runtime_content = await asyncio.to_thread(
                 _local_contents, base_image, manifest
             )
@@ -143,19 +164,21 @@ class Transfers:
             manifest = await repository.get_manifest(key)
         except Exception as e:
             raise HostError(f"{what} is not in the repository: {e}") from e
-        base = self._base_image(manifest.base_image.digest, manifest.base_image.content)
+        base = await self._base_image(manifest.base_image.digest, manifest.base_image.content)
         return await self.fetch(
             key, self.runtime.snapshot_dir(key), base, what, foreign=True, manifest=manifest
         )
 
-    def _base_image(self, digest: str, content: str | None = None) -> Path:
+    async def _base_image(self, digest: str, content: str | None = None) -> Path:
         """This node's copy of a base image: the very bytes a capture names (its content
-        digest) if this node has them, else what the capture's recipe built here, else a
-        template capture's base of that recipe. Whether those bytes are the capture's is
-        `fetch`'s check."""
+        digest) if this node has them or fetches them from the repository, else what the
+        capture's recipe built here, else a template capture's base of that recipe. Whether
+        those bytes are the capture's is `fetch`'s check (other bytes: refused, naming both)."""
         root = cache_root()
         if content and (same := content_dir(root, content)) is not None:
             return same / "root.ext4"
+        if content and (fetched := await self._by_content("root", content)) is not None:
+            return fetched / "root.ext4"
         if (entry := entry_dir(root, digest)) is not None:
             return entry / "root.ext4"
         for path in (c.base_image for c in self.templates.captures()):
@@ -165,6 +188,22 @@ class Transfers:
             f"base image {digest[:12]} is not on this node (build the same image "
             "here: `python -m workers.node.image build-base`)"
         )
+
+    async def _runtime_disk(self, manifest: Manifest) -> None:
+        """The runtime disk the capture ran with, fetched by content if this node lacks it
+        (`_local_contents` and `Snapshot.read` then find it in the cache)."""
+        wanted = manifest.node_manifest.get("runtime_content")
+        if wanted and content_dir(cache_root(), str(wanted)) is None:
+            await self._by_content("runtime", str(wanted))
+
+    async def _by_content(self, role: Literal["root", "runtime"], digest: str) -> Path | None:
+        if self.images is None:
+            return None
+        try:
+            return await self.images.by_content(role, digest)
+        except Exception as e:
+            log.exception("fetching image %s failed", digest)
+            raise HostError(f"image {digest} ({role}) could not be fetched: {e}") from e
 
 
 def _local_contents(base_image: Path, manifest: Manifest) -> tuple[str, str | None]:

@@ -114,10 +114,11 @@ def content_dir(root: Path, content: str) -> Path | None:
     return d if (d / MANIFEST).is_file() else None
 
 
-def publish_content(root: Path, tmp: Path, recipe: str, content: str) -> Path:
+def publish_content(root: Path, tmp: Path, recipe: str | None, content: str) -> Path:
     """Publish a finished build as `images/<content>` and point `recipes/<recipe>` at it
-    (caller holds the recipe's lock). Bytes already there (a rebuild that gave the same
-    disk) are kept as they are and the new copy dropped: captures may be stacked on them."""
+    (caller holds the recipe's lock; None: no link, the bytes are wanted by content only).
+    Bytes already there (a rebuild that gave the same disk) are kept as they are and the
+    new copy dropped: captures may be stacked on them."""
     images = root / IMAGES
     images.mkdir(exist_ok=True)
     final = images / content
@@ -130,7 +131,8 @@ def publish_content(root: Path, tmp: Path, recipe: str, content: str) -> Path:
             # another recipe's build of the very same bytes got there first
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not (final / MANIFEST).is_file():
                 raise
-    _link(root / RECIPES, recipe, f"../{IMAGES}/{content}")
+    if recipe is not None:
+        _link(root / RECIPES, recipe, f"../{IMAGES}/{content}")
     return final
 
 

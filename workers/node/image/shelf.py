@@ -110,6 +110,8 @@ class ImageStorage(Protocol):
 
     async def download_image(self, digest: str, dest_dir: Path) -> _Downloaded: ...
 
+    async def has_image(self, digest: str) -> bool: ...
+
 
 def _nothing(_bytes: int, _seconds: float) -> None:
     return None
@@ -162,6 +164,44 @@ class CacheShelf:
             f"image {digest[:12]} ({self.role}, recipe {recipe[:12]}): fetched "
             f"{got.bytes_fetched >> 20} MiB in {seconds:.1f}s"
         )
+
+    async def fetch_content(self, digest: str) -> Path | None:
+        """The cache entry holding exactly the bytes `digest` (`images/<digest>`), fetched
+        from the repository if this node lacks them; None if the repository lacks them too.
+
+        For a capture taken over bytes this node never had (another node's build of the
+        recipe, a recipe of another envd or size): its layers are valid only over those
+        bytes, so they are fetched by content. A recipe this node already holds keeps its
+        own entry (its templates and new VMs run on that); one it lacks is linked to these."""
+        if (held := _cache.content_dir(self.root, digest)) is not None:
+            return held
+        if not await self.storage.has_image(digest):
+            return None
+        key = f"content-{digest}"  # `cache.lock_of` an `images/` entry
+        t0 = time.monotonic()
+        async with _locked(self.root, key):
+            if (held := _cache.content_dir(self.root, digest)) is not None:
+                return held  # another task of this node fetched it
+            with _cache.staging(self.root, key) as tmp:
+                async with self._reporting(digest, tmp):
+                    got = await self.storage.download_image(digest, tmp)
+                if not (tmp / disk_file(self.role)).is_file():
+                    raise ImageError(f"image {digest} is not a {self.role} image")
+                recipe = str((got.manifest.meta or {}).get("digest", ""))
+                await asyncio.to_thread(self._complete, tmp, recipe, got)
+                link = (
+                    self.key(recipe)
+                    if _cache.entry_dir(self.root, self.key(recipe)) is None
+                    else None
+                )
+                final = _cache.publish_content(self.root, tmp, link, digest)
+        seconds = time.monotonic() - t0
+        self.on_fetched(got.bytes_fetched, seconds)
+        self.progress(
+            f"image {digest[:12]} ({self.role}, by content): fetched "
+            f"{got.bytes_fetched >> 20} MiB in {seconds:.1f}s"
+        )
+        return final
 
     def _complete(self, tmp: Path, recipe: str, got: _Downloaded) -> None:
         """Write the entry's `manifest.json`: the builder's, with `content` for these bytes."""

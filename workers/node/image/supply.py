@@ -116,6 +116,14 @@ class ImageSupply:
             lambda disk: disk.path.parent,
         )
 
+    async def by_content(self, role: Role, digest: str) -> Path | None:
+        """The cache entry holding the bytes `digest` (a capture names the disks it was
+        taken over), fetched from the fleet's repository if this node lacks it
+        (`CacheShelf.fetch_content`); None: neither has it, or there is no repository."""
+        if self._fleet is None:
+            return _cache.content_dir(self.root, digest)
+        return await self._images[role][1].fetch_content(digest)
+
     async def _get(
         self,
         role: Role,
