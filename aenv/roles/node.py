@@ -198,7 +198,7 @@ async def _qemu_host(
         capacity=node_cfg.capacity,
         repository=repository,
         warm=node_cfg.warm_policy(),
-        images=supply,  # the disks a capture of another node names, fetched by content
+        images=supply,  # imports built once per fleet; a capture's disks fetched by content
     )
     # captures become durable through the node's snapshot worker
     uploads = SnapshotWorker(bus, node_cfg.node_id, host, repository) if repository else None

@@ -24,6 +24,7 @@ from workers.node.deathwatch import DeathWatch
 from workers.node.garbage import Garbage
 from workers.node.host_templates import HostTemplates
 from workers.node.hosted import LiveSandbox, LocalCapture, PausedSandbox, capture_size
+from workers.node.image.supply import ImageSupply
 from workers.node.ports import (
     Accelerator,
     Capture,
@@ -41,7 +42,7 @@ from workers.node.ports import (
 from workers.node.runtime import Runtime, Snapshot
 from workers.node.starts import VmStarts
 from workers.node.templates import TemplateCatalog
-from workers.node.transfer import ImagesByContent, Transfers
+from workers.node.transfer import Transfers
 from workers.node.volumes.images import VolumeImages
 from workers.node.warm import WarmPool
 from workers.node.warmsize import WarmPolicy
@@ -62,7 +63,7 @@ class SandboxHost:
         capacity: int,
         repository: CaptureRepository | None = None,
         warm: WarmPolicy | None = None,
-        images: ImagesByContent | None = None,
+        images: ImageSupply | None = None,
     ) -> None:
         self.runtime = runtime
         self.templates = templates
@@ -84,7 +85,7 @@ class SandboxHost:
         )
         #: a VM's QEMU that exits unasked becomes a `Died` call
         self._deaths = DeathWatch(self.sandboxes, self.lock)
-        self._templates = HostTemplates(runtime, templates, self.warm, self.collect_soon)
+        self._templates = HostTemplates(runtime, templates, self.warm, self.collect_soon, images)
         # (the Host port's, and the snapshot worker's `LocalCaptures`)
         self.held_templates = templates.held
         self.template_capture = self._templates.capture

@@ -4,11 +4,11 @@ uploads of them. The warm pool's VMs of a template go whenever its capture chang
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from workers.node.hosted import LocalCapture, UploadedTemplate
-from workers.node.imports import convert_image
+from workers.node.image.supply import ImageSupply
+from workers.node.imports import import_image
 from workers.node.ports import ImageSource, ImportedImage
 from workers.node.runtime import Runtime, Snapshot
 from workers.node.templates import TemplateCatalog, TemplateSpec
@@ -24,12 +24,15 @@ class HostTemplates:
         templates: TemplateCatalog,
         warm: WarmPool | None,
         collect_soon: Callable[[], None],
+        images: ImageSupply | None = None,
     ) -> None:
         self.runtime = runtime
         self.templates = templates
         self.warm = warm
         #: a dropped capture's layers are freed by layer GC
         self.collect_soon = collect_soon
+        #: how a registry image's bytes come here: built once per fleet (`imports.py`)
+        self.images = images
 
     async def import_image(
         self,
@@ -40,11 +43,11 @@ class HostTemplates:
         mem_mib: int,
         progress: Callable[[str], None] | None = None,
     ) -> ImportedImage:
-        """An image becomes a template on this node: pulled into the layer cache if it is a
-        registry reference, converted (cached by content), booted once, captured and
-        adopted (so a restart keeps it)."""
-        image = await asyncio.to_thread(
-            convert_image, name, source, progress, free_bytes=self.templates.free_bytes
+        """An image becomes a template on this node: a registry reference's image fetched
+        from the fleet or pulled into the layer cache and converted (cached by content),
+        then booted once, captured and adopted (so a restart keeps it)."""
+        image = await import_image(
+            name, source, progress, free_bytes=self.templates.free_bytes, supply=self.images
         )
         if self.warm is not None:  # an import again under a name: the old VMs go
             await self.warm.drain(name, forget=False)

@@ -1,21 +1,104 @@
 """An image made into a guest image for a template on this node: a local OCI layout or
 archive converted, or a registry reference pulled into the node's layer cache first (its
-login, for a private registry, read from the secrets bucket by the worker)."""
+login, for a private registry, read from the secrets bucket by the worker).
+
+With a repository (`ImageSupply.fleet_wide`), a registry image is built once per fleet
+(images-at-scale S5): its manifest digest is read from the registry first (`resolve`, no
+layer pulled), which names its recipe; the node that wins the recipe's claim pulls,
+unpacks and converts it and uploads the disk, and every other node importing the same
+image — under any name or tag — fetches those bytes instead of pulling a layer."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
 from workers.node.image import GuestImage, build_from_oci
 from workers.node.image.disk import DEFAULT_FREE
-from workers.node.image.registry import RegistryAuth, parse_reference, pull
+from workers.node.image.registry import (
+    ImageRef,
+    RegistryAuth,
+    Resolved,
+    parse_reference,
+    pull,
+    resolve,
+)
+from workers.node.image.supply import ImageSupply
 from workers.node.ports import ImageSource
 
-__all__ = ["convert_image"]
+__all__ = ["convert_image", "import_image"]
 
 log = logging.getLogger(__name__)
+
+
+def _progress(name: str, tell: Callable[[str], None] | None) -> Callable[[str], None]:
+    def progress(message: str) -> None:
+        log.info("import %s: %s", name, message)
+        if tell is not None:
+            tell(message)
+
+    return progress
+
+
+def _auth(source: ImageSource) -> RegistryAuth | None:
+    if source.username is None:
+        return None
+    return RegistryAuth(source.username, source.password or "")
+
+
+def _free(source: ImageSource, free_bytes: int) -> int:
+    return free_bytes if source.free_bytes is None else source.free_bytes
+
+
+async def import_image(
+    name: str,
+    source: ImageSource,
+    tell: Callable[[str], None] | None,
+    *,
+    free_bytes: int = DEFAULT_FREE,
+    supply: ImageSupply | None = None,
+) -> GuestImage:
+    """The guest image of `source`: a registry image through the fleet when `supply` has
+    one (see above); a local layout, or any image on a node without a repository, built
+    here (`convert_image`, in a thread)."""
+    if source.ref is None or supply is None or not supply.fleet_wide:
+        return await asyncio.to_thread(convert_image, name, source, tell, free_bytes=free_bytes)
+    progress = _progress(name, tell)
+    auth = _auth(source)
+    ref = parse_reference(source.ref)
+    resolved = await asyncio.to_thread(resolve, ref, auth=auth, progress=progress)
+    free = _free(source, free_bytes)
+
+    def build() -> GuestImage:  # the claim's winner only
+        return _pulled(name, ref, auth, progress, free, resolved, cache=supply.root)
+
+    return await supply.oci_import(resolved.manifest, f"tpl-{name}", free, build, progress=tell)
+
+
+def _pulled(
+    name: str,
+    ref: ImageRef,
+    auth: RegistryAuth | None,
+    progress: Callable[[str], None],
+    free: int,
+    resolved: Resolved | None = None,
+    *,
+    cache: Path | None = None,
+) -> GuestImage:
+    """Pull into the layer cache and convert: the registry's manifest digest names it."""
+    pulled = pull(ref, cache=cache, auth=auth, progress=progress, resolved=resolved)
+    return build_from_oci(
+        pulled.layout,
+        f"tpl-{name}",
+        cache,
+        progress=progress,
+        ref="image",
+        blobs=pulled.blobs,
+        free_bytes=free,
+        manifest=pulled.manifest,
+    )
 
 
 def convert_image(
@@ -28,26 +111,10 @@ def convert_image(
     """Blocking (a thread's work): pull, unpack, convert — each step said to `tell` and
     logged. Cached by content, so an image imported again costs only the lookups. The root
     disk keeps the source's free space if it asks for one, else `free_bytes`."""
-    free = free_bytes if source.free_bytes is None else source.free_bytes
-
-    def progress(message: str) -> None:
-        log.info("import %s: %s", name, message)
-        if tell is not None:
-            tell(message)
-
+    free = _free(source, free_bytes)
+    progress = _progress(name, tell)
     if source.ref is None:
         return build_from_oci(
             Path(source.path or ""), f"tpl-{name}", progress=progress, free_bytes=free
         )
-    auth = None
-    if source.username is not None:
-        auth = RegistryAuth(source.username, source.password or "")
-    pulled = pull(parse_reference(source.ref), auth=auth, progress=progress)
-    return build_from_oci(
-        pulled.layout,
-        f"tpl-{name}",
-        progress=progress,
-        ref="image",
-        blobs=pulled.blobs,
-        free_bytes=free,
-    )
+    return _pulled(name, parse_reference(source.ref), _auth(source), progress, free)

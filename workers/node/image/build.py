@@ -326,6 +326,24 @@ def build_base(
     return img
 
 
+def _oci_source(manifest: str) -> dict[str, object]:
+    return {"kind": "oci", "manifest": manifest}
+
+
+def oci_recipe(
+    manifest: str,
+    cache: Path | None = None,
+    *,
+    progress: Progress = print,
+    free_bytes: int = DEFAULT_FREE,
+) -> str:
+    """The recipe digest `build_from_oci` gives the image whose manifest digest is
+    `manifest`: a registry's answer to `skopeo inspect` is enough (`registry.resolve`),
+    so the fleet is asked for the import before any layer is pulled (images-at-scale S5)."""
+    root = _cache.cache_root(cache)
+    return _common(root, free_bytes, progress).recipe(_oci_source(manifest))
+
+
 def build_from_oci(
     path: Path,
     name: str,
@@ -336,6 +354,7 @@ def build_from_oci(
     free_bytes: int = DEFAULT_FREE,
     ref: str | None = None,
     blobs: Path | None = None,
+    manifest: str | None = None,
 ) -> GuestImage:
     """A guest image from an OCI image layout directory or OCI archive (tar of a layout).
 
@@ -343,6 +362,9 @@ def build_from_oci(
     directory the layout shares with others (a registry pull's layer cache). The image is
     recorded under `name` (`names/<name>`); its digest depends on the content, not the name.
     Its root disk is the image plus `free_bytes` free, whatever the image's size.
+    `manifest` names the image by the registry's manifest digest (a pull's
+    `Pulled.manifest`) instead of the layout's: skopeo rewrites a Docker manifest as an
+    OCI one on the way, and the recipe must be the one `oci_recipe` computed before.
     """
     from .oci import image_defaults, open_layout, unpack
 
@@ -350,7 +372,7 @@ def build_from_oci(
         raise ImageError(f"bad image name {name!r}")
     root = _cache.cache_root(cache)
     with open_layout(path, ref, blobs=blobs) as layout:
-        source: dict[str, object] = {"kind": "oci", "manifest": layout.manifest_digest}
+        source = _oci_source(manifest or layout.manifest_digest)
         common = _common(root, free_bytes, progress)
         digest = common.recipe(source)
         img = None if force else _cached(root, digest)
@@ -368,6 +390,17 @@ def build_from_oci(
         else:
             progress(f"image {digest} is cached")
     _cache.link_name(root, name, digest)
+    return img
+
+
+def name_image(recipe: str, name: str, cache: Path | None = None) -> GuestImage:
+    """The cached image of `recipe` (built here or fetched), recorded under `name` as
+    `build_from_oci` records what it builds."""
+    root = _cache.cache_root(cache)
+    img = _cached(root, recipe)
+    if img is None:
+        raise ImageError(f"no image of recipe {recipe} in {root}")
+    _cache.link_name(root, name, recipe)
     return img
 
 

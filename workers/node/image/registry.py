@@ -18,12 +18,13 @@ to over plain HTTP, as Docker allows; any other needs TLS unless the operator li
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,12 @@ __all__ = [
     "ImageRef",
     "Pulled",
     "RegistryAuth",
+    "Resolved",
     "insecure_registries",
     "parse_reference",
     "pull",
     "registry_mirrors",
+    "resolve",
 ]
 
 INSECURE_ENV = "AENV_INSECURE_REGISTRIES"
@@ -67,6 +70,8 @@ class Pulled:
     ref: ImageRef
     layers_cached: int  # already in the layer cache before this pull
     layers_fetched: int
+    #: the registry's digest of the manifest pulled (`Resolved.manifest`)
+    manifest: str
 
 
 def parse_reference(text: str) -> ImageRef:
@@ -90,16 +95,18 @@ def registry_mirrors() -> dict[str, str]:
 
 def _skopeo(argv: list[str], what: str, timeout: float) -> str:
     """Run skopeo; its output, or an `ImageError` saying why it failed."""
+    return _skopeo_bytes(argv, what, timeout).decode()
+
+
+def _skopeo_bytes(argv: list[str], what: str, timeout: float) -> bytes:
     try:
-        proc = subprocess.run(
-            ["skopeo", *argv], capture_output=True, text=True, timeout=timeout, check=False
-        )
+        proc = subprocess.run(["skopeo", *argv], capture_output=True, timeout=timeout, check=False)
     except FileNotFoundError as e:
         raise ImageError("skopeo is not installed (apt-get install skopeo)") from e
     except subprocess.TimeoutExpired as e:
         raise ImageError(f"{what}: no answer within {timeout:.0f}s") from e
     if proc.returncode != 0:
-        raise ImageError(f"{what}: {_reason(proc.stderr)}")
+        raise ImageError(f"{what}: {_reason(proc.stderr.decode(errors='replace'))}")
     return proc.stdout
 
 
@@ -121,6 +128,26 @@ def _reason(stderr: str) -> str:
     return text
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """A reference as the registry answers it now: the digest of its linux/amd64 manifest
+    (what a build of it is named by, `build.oci_recipe`) and its layers, read without
+    pulling any."""
+
+    ref: ImageRef
+    manifest: str  # sha256:<hex> of the manifest's bytes
+    layers: tuple[str, ...]
+
+
+def resolve(
+    ref: ImageRef, *, auth: RegistryAuth | None = None, progress: Progress = print
+) -> Resolved:
+    """Read `ref`'s manifest (an index: its linux/amd64 entry's) from the registry: the
+    recipe of its import is known before a layer is pulled."""
+    with _options(ref, auth, progress) as (source, inspect, _):
+        return _resolve(ref, source, inspect, progress)
+
+
 def pull(
     ref: ImageRef,
     *,
@@ -128,16 +155,52 @@ def pull(
     auth: RegistryAuth | None = None,
     progress: Progress = print,
     timeout: float = 1800.0,
+    resolved: Resolved | None = None,
 ) -> Pulled:
-    """Copy `ref` (linux/amd64) into this node's layer cache; its OCI layout and blob dir."""
+    """Copy `ref` (linux/amd64) into this node's layer cache; its OCI layout and blob dir.
+    The copy is of the manifest `resolved` names (read here if not given), by digest: a
+    tag moved meanwhile does not change what the recipe said."""
     root = _cache.cache_root(cache)
     blobs = root / "blobs"
     blobs.mkdir(exist_ok=True)
     key = hashlib.sha256(str(ref).encode()).hexdigest()[:32]
     layout = root / "oci" / key
     layout.parent.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="aenv-pull-") as tmp, _cache.locked(root, f"oci-{key}"):
-        inspect: list[str] = []  # `skopeo inspect` and `copy` name the same options apart
+    with (
+        _options(ref, auth, progress) as (source, inspect, copy),
+        _cache.locked(root, f"oci-{key}"),
+    ):
+        got = resolved or _resolve(ref, source, inspect, progress)
+        cached = sum(1 for d in got.layers if (blobs / d.replace(":", "/", 1)).is_file())
+        progress(f"pull {ref}: {len(got.layers)} layers, {cached} already in the layer cache")
+        _skopeo(
+            [
+                *_PLATFORM,
+                "copy",
+                "--quiet",
+                *copy,
+                "--dest-shared-blob-dir",
+                str(blobs),
+                f"docker://{source.registry}/{source.repository}@{got.manifest}",
+                f"oci:{layout}:image",
+            ],
+            f"pull {ref}",
+            timeout,
+        )
+    fetched = len(got.layers) - cached
+    progress(f"pull {ref}: {fetched} layers downloaded")
+    return Pulled(layout, blobs, ref, cached, fetched, got.manifest)
+
+
+@contextlib.contextmanager
+def _options(
+    ref: ImageRef, auth: RegistryAuth | None, progress: Progress
+) -> Iterator[tuple[ImageRef, list[str], list[str]]]:
+    """Where `ref` is read from (a mirror, maybe) and skopeo's options for `inspect` and
+    `copy` (which name the same options apart); a login lives in a private auth file for
+    as long as the context."""
+    with tempfile.TemporaryDirectory(prefix="aenv-pull-") as tmp:
+        inspect: list[str] = []
         copy: list[str] = []
         source = mirrored(ref, registry_mirrors())
         if source != ref:
@@ -156,38 +219,32 @@ def pull(
         else:
             inspect.append("--no-creds")
             copy.append("--src-no-creds")
-        progress(f"pull {ref}: reading its manifest")
-        manifest = _manifest(ref, inspect, source.transport)
-        if manifest.get("manifests"):  # an index: the linux/amd64 entry's manifest
-            by_digest = f"docker://{source.registry}/{ref.repository}@{_amd64(manifest, ref)}"
-            manifest = _manifest(ref, inspect, by_digest)
-        layers = [str(d["digest"]) for d in manifest.get("layers") or []]
-        cached = sum(1 for d in layers if (blobs / d.replace(":", "/", 1)).is_file())
-        progress(f"pull {ref}: {len(layers)} layers, {cached} already in the layer cache")
-        _skopeo(
-            [
-                *_PLATFORM,
-                "copy",
-                "--quiet",
-                *copy,
-                "--dest-shared-blob-dir",
-                str(blobs),
-                source.transport,
-                f"oci:{layout}:image",
-            ],
-            f"pull {ref}",
-            timeout,
-        )
-    progress(f"pull {ref}: {len(layers) - cached} layers downloaded")
-    return Pulled(layout, blobs, ref, cached, len(layers) - cached)
+        yield source, inspect, copy
+
+
+def _resolve(ref: ImageRef, source: ImageRef, inspect: list[str], progress: Progress) -> Resolved:
+    progress(f"pull {ref}: reading its manifest")
+    raw = _manifest(ref, inspect, source.transport)
+    manifest = _json(ref, raw)
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    if manifest.get("manifests"):  # an index: the linux/amd64 entry's manifest
+        digest = _amd64(manifest, ref)
+        raw = _manifest(ref, inspect, f"docker://{source.registry}/{source.repository}@{digest}")
+        manifest = _json(ref, raw)
+    layers = tuple(str(d["digest"]) for d in manifest.get("layers") or [])
+    return Resolved(ref, digest, layers)
 
 
 #: global options: the variant of a multi-platform image to take
 _PLATFORM = ["--override-os", "linux", "--override-arch", "amd64"]
 
 
-def _manifest(ref: ImageRef, options: list[str], transport: str) -> dict[str, Any]:
-    raw = _skopeo([*_PLATFORM, "inspect", "--raw", *options, transport], f"pull {ref}", 120)
+def _manifest(ref: ImageRef, options: list[str], transport: str) -> bytes:
+    """The manifest's bytes as the registry serves them (its digest is theirs)."""
+    return _skopeo_bytes([*_PLATFORM, "inspect", "--raw", *options, transport], f"pull {ref}", 120)
+
+
+def _json(ref: ImageRef, raw: bytes) -> dict[str, Any]:
     try:
         doc = json.loads(raw)
     except ValueError as e:

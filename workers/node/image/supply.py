@@ -24,7 +24,7 @@ from bus.store import ImageStore
 from domain import image as im
 
 from . import cache as _cache
-from .build import GuestImage, base_recipe, build_base
+from .build import GuestImage, base_recipe, build_base, name_image, oci_recipe
 from .codeint import build_code_interpreter, code_interpreter_recipe
 from .fleet import FleetImages
 from .runtime import RuntimeDisk, build_runtime, runtime_recipe
@@ -124,6 +124,39 @@ class ImageSupply:
             return _cache.content_dir(self.root, digest)
         return await self._images[role][1].fetch_content(digest)
 
+    @property
+    def fleet_wide(self) -> bool:
+        """Whether images come from the fleet (a repository) rather than a local build."""
+        return self._fleet is not None
+
+    async def oci_import(
+        self,
+        manifest: str,
+        name: str,
+        free_bytes: int,
+        build: Callable[[], GuestImage],
+        *,
+        progress: Callable[[str], None] | None = None,
+    ) -> GuestImage:
+        """An image imported from a registry (`imports.py`), named by its manifest digest
+        (`oci_recipe`, no layer pulled): `build` (pull, unpack, mkfs) runs only on the node
+        that wins the recipe's claim; any other fetches its bytes. Recorded as `name`.
+        `progress` (the import's build log) hears the recipe's steps; a fetch's lines go to
+        the node's log."""
+        p = _both(self.progress, progress)
+        recipe_of = functools.partial(
+            oci_recipe, manifest, self.root, progress=p, free_bytes=free_bytes
+        )
+        found = functools.partial(name_image, cache=self.root)
+        return await self._get(
+            "root",
+            "import",
+            recipe_of,
+            build,
+            lambda img: img.rootfs.parent,
+            found=lambda recipe: found(recipe, name),
+        )
+
     async def _get(
         self,
         role: Role,
@@ -131,19 +164,24 @@ class ImageSupply:
         recipe_of: Callable[[], str],
         build: Callable[[], T],
         entry_of: Callable[[T], Path],
+        *,
+        found: Callable[[str], T] | None = None,
     ) -> T:
+        """`build`'s result, its bytes fetched or built once per fleet first. `found`
+        reads the entry once it is in the cache (default: `build`, which finds it)."""
         if self._fleet is None:
             return await asyncio.to_thread(build)
         images, shelf = self._images[role]
         on_built = self._fleet.on_built
         recipe = await asyncio.to_thread(recipe_of)
+        find = found or (lambda _: build())  # in the cache: found, not built
 
         def make() -> Path:
             on_built(label)
             return entry_of(build())
 
         def held() -> Path:
-            return entry_of(build())  # in the cache: found, not built
+            return entry_of(find(recipe))
 
         await images.ensure(
             recipe,
@@ -151,4 +189,17 @@ class ImageSupply:
             lambda: shelf.build(recipe, make, label=label),
             share=lambda: shelf.build(recipe, held, label=label),
         )
-        return await asyncio.to_thread(build)  # in the cache now: found, not built
+        return await asyncio.to_thread(find, recipe)  # in the cache now
+
+
+def _both(
+    first: Callable[[str], None], second: Callable[[str], None] | None
+) -> Callable[[str], None]:
+    if second is None:
+        return first
+
+    def tell(message: str) -> None:
+        first(message)
+        second(message)
+
+    return tell
