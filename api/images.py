@@ -15,9 +15,12 @@ a command on the bus, not work of the request); a retried create finds it under 
 joins it, or finds the template made. After a failed import the position has moved (the
 rejection is on the subject), so a later create tries again with a new command id.
 
-One node's dedup is all this gives: two imports of one image can still happen when creates
-are more than the stream's duplicate window apart and the first import is still running;
-the fleet-wide claim on a build (design images-at-scale S5) closes that later.
+JetStream's dedup holds for its duplicate window: creates further apart than that while
+the first import still runs send a second import of the template (a second
+`TemplateImported`), and other references to the same manifest (another tag, a digest)
+are templates of their own. None of these builds the image again: an import's recipe is
+the registry's manifest digest, and the fleet builds each recipe once (images-at-scale S5:
+the claim's winner pulls and converts, every other node fetches its bytes).
 """
 
 from __future__ import annotations
