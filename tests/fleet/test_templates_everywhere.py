@@ -37,10 +37,8 @@ from tests.support import eventually_sync, session_tag
 
 pytestmark = [pytest.mark.vm, pytest.mark.fleet]
 
-#: B starts with an image cache of its own (False: both nodes share the machine's). Off
-#: until imported images are published to the fleet too: B then lacks the pulled image's
-#: bytes (a failed start naming its recipe).
-SEPARATE_CACHES = False
+#: B starts with an image cache of its own (False: both nodes share the machine's).
+SEPARATE_CACHES = True
 #: Creates of each template (`AENV_S6_CREATES`; 10 as the plan asks).
 CREATES = int(os.environ.get("AENV_S6_CREATES", "10"))
 #: Sandboxes node A takes at most: the rest of a round must land on B.
