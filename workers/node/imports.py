@@ -6,7 +6,9 @@ With a repository (`ImageSupply.fleet_wide`), a registry image is built once per
 (images-at-scale S5): its manifest digest is read from the registry first (`resolve`, no
 layer pulled), which names its recipe; the node that wins the recipe's claim pulls,
 unpacks and converts it and uploads the disk, and every other node importing the same
-image — under any name or tag — fetches those bytes instead of pulling a layer."""
+image — under any name or tag — fetches those bytes instead of pulling a layer. A local
+layout is named by its manifest digest the same way: built where it is, published, and
+fetched by any other node that creates its template."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from workers.node.image import GuestImage, build_from_oci
 from workers.node.image.disk import DEFAULT_FREE
+from workers.node.image.oci import open_layout
 from workers.node.image.registry import (
     ImageRef,
     RegistryAuth,
@@ -60,11 +63,14 @@ async def import_image(
     free_bytes: int = DEFAULT_FREE,
     supply: ImageSupply | None = None,
 ) -> GuestImage:
-    """The guest image of `source`: a registry image through the fleet when `supply` has
-    one (see above); a local layout, or any image on a node without a repository, built
-    here (`convert_image`, in a thread)."""
-    if source.ref is None or supply is None or not supply.fleet_wide:
+    """The guest image of `source` through the fleet when `supply` has one (see above): a
+    registry image, or a local layout (`aenv pull <dir>`: only this node can build it, but
+    every other node can then fetch its bytes — a create of the template elsewhere needs
+    them); on a node without a repository, built here (`convert_image`, in a thread)."""
+    if supply is None or not supply.fleet_wide:
         return await asyncio.to_thread(convert_image, name, source, tell, free_bytes=free_bytes)
+    if source.ref is None:
+        return await _local_layout(name, source, tell, free_bytes, supply)
     progress = _progress(name, tell)
     auth = _auth(source)
     ref = parse_reference(source.ref)
@@ -75,6 +81,31 @@ async def import_image(
         return _pulled(name, ref, auth, progress, free, resolved, cache=supply.root)
 
     return await supply.oci_import(resolved.manifest, f"tpl-{name}", free, build, progress=tell)
+
+
+async def _local_layout(
+    name: str,
+    source: ImageSource,
+    tell: Callable[[str], None] | None,
+    free_bytes: int,
+    supply: ImageSupply,
+) -> GuestImage:
+    """A local OCI layout or archive, named by its manifest digest (read, nothing unpacked):
+    built here unless the fleet has its bytes already, and published either way."""
+    path = Path(source.path or "")
+    free = _free(source, free_bytes)
+    progress = _progress(name, tell)
+    manifest = await asyncio.to_thread(_manifest_of, path)
+
+    def build() -> GuestImage:  # the claim's winner only
+        return build_from_oci(path, f"tpl-{name}", supply.root, progress=progress, free_bytes=free)
+
+    return await supply.oci_import(manifest, f"tpl-{name}", free, build, progress=tell)
+
+
+def _manifest_of(path: Path) -> str:
+    with open_layout(path) as layout:
+        return layout.manifest_digest
 
 
 def _pulled(
