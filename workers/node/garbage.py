@@ -34,20 +34,28 @@ class Garbage:
         self.fork_captures: list[Snapshot] = []
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        #: asked for since the current round began
+        self._again = False
 
     def collect_soon(self) -> None:
+        """A collection a few seconds from now; asked while one is under way, another
+        round follows it (a kill landing during a collection that still saw its VM
+        running would otherwise wait for the next kill: a lost wake-up)."""
+        self._again = True
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._later())
 
     async def _later(self) -> None:
-        await asyncio.sleep(GC_DELAY_S)
-        await self.runtime.foreground.settled()  # housekeeping: after the restores
-        try:
-            freed = await self.collect()
-            if freed:
-                log.info("freed %d unused disk layers", freed)
-        except Exception as e:  # GC is best effort; the next kill retries
-            log.warning("layer GC failed: %s", e)
+        while self._again:
+            self._again = False
+            await asyncio.sleep(GC_DELAY_S)
+            await self.runtime.foreground.settled()  # housekeeping: after the restores
+            try:
+                freed = await self.collect()
+                if freed:
+                    log.info("freed %d unused disk layers", freed)
+            except Exception as e:  # GC is best effort; the next kill retries
+                log.warning("layer GC failed: %s", e)
 
     async def collect(self) -> int:
         """Free what nothing needs now; returns how many disk layers went."""
