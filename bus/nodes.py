@@ -78,6 +78,10 @@ class Heartbeat(BaseModel):
     #: Templates whose capture is on its disk: a create of one restores there without a
     #: fetch from the snapshot repository (placement prefers them: `held_on`).
     templates: tuple[str, ...] = ()
+    #: Bytes its data dirs (state and image cache) allocate, per its last disk walk
+    #: (`workers/node/disk`); None: a node from before disk accounting, or before its
+    #: first walk ended.
+    disk_used: int | None = None
 
 
 def describe_uploads(waiting: int, oldest_s: float) -> str:

@@ -142,7 +142,7 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
 def _watch(metrics: NodeMetrics, bus: Bus, worker: NodeWorker, node_id: str, uploads: bool) -> None:
     """What the node's scrape reads fresh: its room and VMs, and its JetStream consumers
     (once its worker made them)."""
-    metrics.watch(worker.host, worker.capacity.room)
+    metrics.watch(worker.host, worker.capacity.room, lambda: worker.disk.last)
     names = bus.names
     jetstream = ConsumerGauges(metrics.scrape, bus.js)
     jetstream.watch(

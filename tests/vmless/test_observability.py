@@ -260,6 +260,9 @@ def test_both_roles_count_a_whole_lifecycle(
     assert _get(after_api, "aenv_jetstream_consumer_pending", **build) == 0
     errors = {k: v for k, v in after_api.items() if k[0] == "aenv_scrape_errors_total" and v}
     assert errors == {}, errors
+    # the node's disk walk ran (its state dir holds at least its journal)
+    disk = [v for (name, _), v in after_node.items() if name == "aenv_node_disk_bytes"]
+    assert sum(disk) > 0, disk
     # every series the catalogue (and so the dashboard and the docs) names, found here
     found_api = {name for name, _ in after_api}
     found_node = {name for name, _ in after_node}

@@ -27,10 +27,11 @@ async def beat_forever(
     uploads: Callable[[], tuple[int, float]] | None = None,
     *,
     proxy: str | None = None,
+    disk_used: Callable[[], int | None] | None = None,
 ) -> None:
     """`room`: the node's budget and what is left (`capacity.Ledger`); `uploads`:
     (captures waiting for a retried upload, oldest wait) from the snapshot worker, when
-    the node has a repository."""
+    the node has a repository; `disk_used`: bytes its data dirs allocate (`disk.DiskUsage`)."""
     book = await NodeBook.open(bus.js, bus.names.nodes_bucket)
     while True:
         accel = host.accelerator
@@ -60,6 +61,7 @@ async def beat_forever(
             warm_misses=pool.misses,
             warm_mem_mib=pool.mem_mib,
             templates=host.held_templates(),
+            disk_used=disk_used() if disk_used is not None else None,
         )
         try:
             await book.beat(beat)

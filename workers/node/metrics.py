@@ -12,6 +12,8 @@
   pool (`aenv_node_warm_*`: VMs by template, their memory, creates it served or missed),
   and its RAM pool (`aenv_node_ram_pool_{bytes,files,budget_bytes}`: the ready RAM copies
   on its disk — evictable, within their budget `AENV_RAM_POOL_BYTES`).
+- `aenv_node_disk_bytes{node, category}`: what its data dirs allocate, by category
+  (`workers/node/disk`), from its last disk walk (every minute, not at the scrape).
 
 Labels stay bounded: ops, stages and causes are closed sets; `node` is one value per node.
 """
@@ -32,6 +34,7 @@ from domain import Command
 from domain import sandbox as sb
 from shared.metrics import Scrape
 from workers.node.capacity import Room
+from workers.node.disk import CATEGORIES, Tally
 from workers.node.ports import Host
 from workers.node.usage import CpuTally, read_usage
 
@@ -210,6 +213,12 @@ class NodeMetrics:
             name: Gauge(f"aenv_node_ram_pool_{name}", text, ["node"], registry=r)
             for name, text in _RAM_POOL.items()
         }
+        self.disk = Gauge(
+            "aenv_node_disk_bytes",
+            "Bytes the node's data dirs allocate, by category (its last disk walk).",
+            ["node", "category"],
+            registry=r,
+        )
 
     # ---- where things happen ----------------------------------------------------------
     def stage(self, op: str, stage: str, seconds: float, start: str = COLD) -> None:
@@ -250,11 +259,21 @@ class NodeMetrics:
         """One image this node built for the fleet (`ImageSupply`)."""
         self.image_fleet_builds.labels(self.node, image).inc()
 
-    def watch(self, host: Host, room: Callable[[], Room]) -> None:
+    def watch(
+        self, host: Host, room: Callable[[], Room], disk: Callable[[], Tally | None] | None = None
+    ) -> None:
+        """`disk`: the node's last disk walk (`disk.DiskUsage.last`), None before one ended."""
+
         async def refresh() -> None:
             self.read(host, room())
+            if disk is not None and (tally := disk()) is not None:
+                self.read_disk(tally)
 
         self.scrape.on_scrape("node", refresh)
+
+    def read_disk(self, tally: Tally) -> None:
+        for category in CATEGORIES:
+            self.disk.labels(self.node, category).set(tally.bytes[category])
 
     def read(self, host: Host, room: Room) -> None:
         node = self.node

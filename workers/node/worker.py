@@ -36,6 +36,7 @@ from domain import template as tp
 from domain.sandbox import SandboxStatus as S
 from workers.node.capacity import Size, ledger_of
 from workers.node.completions import completion_id
+from workers.node.disk import DiskUsage, image_cache_dir
 from workers.node.forks import fork
 from workers.node.heartbeat import beat_forever
 from workers.node.journal import Journal
@@ -111,6 +112,10 @@ class NodeWorker:
         self.routes: RoutePublisher | None = None
         self._consumers: list[CommandConsumer] = []
         self._heartbeat: asyncio.Task[None] | None = None
+        #: what its data dirs hold, walked every minute (a memory host builds no images)
+        images = image_cache_dir() if settings.node_host == "qemu" else None
+        self.disk = DiskUsage(settings.state_dir, images)
+        self._disk_walks: asyncio.Task[None] | None = None
         #: reconciled and pulling commands (the node's readiness)
         self.serving = False
         host.set_template_locator(self._locate_template)
@@ -176,8 +181,10 @@ class NodeWorker:
             self.capacity.room,
             self.uploads_waiting,
             proxy=self.node_proxy,
+            disk_used=self.disk.used,
         )
         self._heartbeat = asyncio.create_task(beats)
+        self._disk_walks = asyncio.create_task(self.disk.run_forever())
         # warm VMs live in the room the sandboxes leave: given up first when they need it
         self.host.start_warm_pool(lambda: self.capacity.room().free_mem_mib)
         self.serving = True
@@ -189,6 +196,7 @@ class NodeWorker:
             await c.stop()
         # its KV put is a nats-py request, whose wait_for can swallow one cancel
         await cancel_and_wait(self._heartbeat)
+        await cancel_and_wait(self._disk_walks)
 
     def guest_config(self, state: sb.Sandbox | sb.CreateSandbox) -> GuestConfig:
         """What envd is told: from a sandbox's state, or from a fork child's create."""

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from domain import sandbox as sb
 from workers.node.capacity import Room
+from workers.node.disk import CATEGORIES, Tally
 from workers.node.memory import MemoryHost
 from workers.node.metrics import NodeMetrics
 from workers.node.ports import GuestConfig
@@ -100,6 +101,18 @@ def test_room_and_vms_are_read_at_the_scrape() -> None:
     assert s[("aenv_node_free_memory_mib", node)] == 2560
     assert s[("aenv_node_free_vcpus", node)] == 31
     assert s[("aenv_node_vms", node)] == 0 and s[("aenv_node_vm_rss_bytes", node)] == 0
+
+
+def test_disk_bytes_are_the_last_walks_and_absent_before_one() -> None:
+    m = NodeMetrics("n1")
+    room = Room(vcpus=1, mem_mib=512, sandboxes=1, free_vcpus=1, free_mem_mib=512, free_sandboxes=1)
+    last: list[Tally] = []
+    m.watch(MemoryHost(capacity=1), lambda: room, lambda: last[-1] if last else None)
+    assert not [k for k in _samples(m) if k[0] == "aenv_node_disk_bytes"]
+    last.append(Tally({**dict.fromkeys(CATEGORIES, 0), "image": 4096, "vm": 8192}))
+    s = _samples(m)
+    disk = {dict(k[1])["category"]: v for k, v in s.items() if k[0] == "aenv_node_disk_bytes"}
+    assert disk == {**dict.fromkeys(CATEGORIES, 0), "image": 4096, "vm": 8192}
 
 
 def test_procfs_usage_of_a_live_process() -> None:
