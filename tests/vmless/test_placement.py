@@ -68,6 +68,8 @@ def test_a_full_node_refuses_at_once_and_takes_again_after_a_kill(small: VmlessS
         assert beat and (beat.mem_mib, beat.vcpus, beat.running) == (1024, 4, 2)
         assert beat.free_vcpus == 2 and beat.free == 30
         assert beat.templates == ("base",)  # its captures: placement prefers it for them
+        # what its data dirs allocate, from its disk walk (a memory host: its state dir)
+        assert beat.disk_used is not None and beat.disk_used > 0, beat.disk_used
         # the refusal came from the heartbeat now: at once
         t0 = time.monotonic()
         assert _create(c).status_code == 503
