@@ -22,7 +22,7 @@ test-fast: setup  ## the gates and the tiers without VMs (unit, golden, deploy, 
 
 test-scale: setup ## the scale checks (real VMs, minutes each): 50 template builds and their deletion leave the RAM pool within its bound; 2.3 and 6 GiB registry images as sandboxes (~32 GB free disk); 10 creates each of three templates made on another node
 	AENV_E2E_TEMPLATE_BUILDS=50 $(BIN)/pytest -q tests/e2e/test_ram_pool.py
-	AENV_TEST_SCALE=1 $(BIN)/pytest -q tests/e2e/test_big_images.py
+	AENV_TEST_SCALE=1 $(BIN)/pytest -q tests/e2e/test_big_images.py tests/e2e/test_same_bytes.py tests/e2e/test_take_over.py
 	AENV_S6_CREATES=10 $(BIN)/pytest -q tests/fleet/test_templates_everywhere.py
 
 unit: setup       ## pure tests only: no services, no VMs
