@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePath
-from typing import Literal
+from typing import Literal, get_args
 
 __all__ = ["CATEGORIES", "IMAGES", "STATE", "Category", "RootKind", "category_of"]
 
@@ -31,22 +31,7 @@ Category = Literal[
     "other",
 ]
 #: every category, in the order reports list them (a closed set: a label value each)
-CATEGORIES: tuple[Category, ...] = (
-    "image",
-    "runtime",
-    "kernel",
-    "rootfs_tree",
-    "oci_blob",
-    "chain",
-    "scratch",
-    "vm",
-    "layer",
-    "capture",
-    "ram_pool",
-    "blob_cache",
-    "volume",
-    "other",
-)
+CATEGORIES: tuple[Category, ...] = get_args(Category)
 
 RootKind = Literal["images", "state"]
 #: the image cache (`AENV_IMAGE_CACHE`, `workers/node/image/cache.py`'s layout)
