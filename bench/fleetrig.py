@@ -142,6 +142,25 @@ class Fleet:
             env=self.operator_env(),
         )
 
+    def capture_key(self, ref: str) -> str | None:
+        """The repository key of the capture a create of template `ref` restores (its
+        `default` build's, for a built or pulled template), once the log says it is
+        uploaded: from then on any node can fetch it."""
+        from bus import Bus, BusSettings
+
+        async def read() -> str | None:
+            bus = await Bus.connect(BusSettings(nats_url=self.nats.url), setup=False)
+            try:
+                tpl, _ = await bus.templates.load(ref)
+                capture = tpl.capture_for("default") if tpl is not None else None
+                if tpl is not None and capture is not None and capture != ref:
+                    tpl, _ = await bus.templates.load(capture)
+                return tpl.capture_key if tpl is not None else None
+            finally:
+                await bus.close()
+
+        return asyncio.run(read())
+
     def api_ok(self, i: int) -> bool:
         try:
             return httpx.get(f"{self.api_url(i)}/health/live", timeout=2).status_code == 200

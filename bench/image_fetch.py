@@ -15,7 +15,6 @@ control plane (`fleet_bench.raw_primitive`).
 
 from __future__ import annotations
 
-import asyncio
 import re
 import secrets
 import time
@@ -28,23 +27,6 @@ from bench.stats import ratio, summary
 
 METRICS_TOKEN = "bench-" + secrets.token_hex(8)
 _PULLED = re.compile(r"pulled (\S+) from the repository \((\d+) blobs, (\d+) bytes\)")
-
-
-def _durable(fleet: Fleet, name: str) -> bool:
-    from bus import Bus, BusSettings
-
-    async def read() -> bool:
-        bus = await Bus.connect(BusSettings(nats_url=fleet.nats.url), setup=False)
-        try:
-            tpl, _ = await bus.templates.load(name)
-            capture = tpl.capture_for("default") if tpl is not None else None
-            if tpl is not None and capture is not None and capture != name:
-                tpl, _ = await bus.templates.load(capture)
-            return tpl is not None and tpl.capture_key is not None
-        finally:
-            await bus.close()
-
-    return asyncio.run(read())
 
 
 def _create(fleet: Fleet, name: str, expect: str) -> tuple[float, str]:
@@ -108,7 +90,7 @@ def fetch_vs_local(root: Path, n: int, raw: dict[str, Any]) -> dict[str, Any]:
             builds.append(time.monotonic() - t0)
         for name in names:
             deadline = time.monotonic() + 300
-            while not _durable(fleet, name):  # uploaded: the capture any node can fetch
+            while fleet.capture_key(name) is None:  # uploaded: the capture any node can fetch
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{name}: its capture was never uploaded")
                 time.sleep(1)

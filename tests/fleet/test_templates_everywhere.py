@@ -16,7 +16,6 @@ captures by digest, and builds no image of its own (`aenv_image_fleet_builds_tot
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import time
@@ -29,7 +28,7 @@ import pytest
 from e2b import Sandbox, Template
 
 from bench.fleetrig import Fleet, RigError, fleet_rig
-from bus import Bus, BusSettings
+from bus import BusSettings
 from tests.imagefirst import builds_counted
 from tests.registry import busybox_tree, layout
 from tests.series import node_url, scrape
@@ -64,24 +63,6 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             yield f
     except RigError as e:
         pytest.fail(str(e))
-
-
-def _durable(fleet: Fleet, ref: str) -> str | None:
-    """The repository key of the capture a create of `ref` restores (its `default`
-    build's for a built or pulled template), once the log says it is uploaded."""
-
-    async def read() -> str | None:
-        bus = await Bus.connect(BusSettings(nats_url=fleet.nats.url), setup=False)
-        try:
-            tpl, _ = await bus.templates.load(ref)
-            capture = tpl.capture_for("default") if tpl is not None else None
-            if tpl is not None and capture is not None and capture != ref:
-                tpl, _ = await bus.templates.load(capture)
-            return tpl.capture_key if tpl is not None else None
-        finally:
-            await bus.close()
-
-    return asyncio.run(read())
 
 
 def _on_a(fleet: Fleet, tmp_path: Path) -> dict[str, tuple[str, str]]:
@@ -139,7 +120,7 @@ def test_templates_made_on_one_node_start_on_another(pair: Fleet, tmp_path: Path
     t0 = time.monotonic()
     templates = _on_a(pair, tmp_path)
     for name in templates:
-        eventually_sync(lambda n=name: _durable(pair, n), timeout=300, interval=1)
+        eventually_sync(lambda n=name: pair.capture_key(n), timeout=300, interval=1)
     made = time.monotonic() - t0
     b = pair.nodes[1]
     b.start()
