@@ -18,7 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from workers.node.image import GuestImage, build_from_oci
+from workers.node.image.cache import cache_root
 from workers.node.image.disk import DEFAULT_FREE
+from workers.node.image.errors import DiskFull
+from workers.node.image.leftovers import forget_on_failure
 from workers.node.image.oci import open_layout
 from workers.node.image.registry import (
     ImageRef,
@@ -29,7 +32,7 @@ from workers.node.image.registry import (
     resolve,
 )
 from workers.node.image.supply import ImageSupply
-from workers.node.ports import ImageSource
+from workers.node.ports import HostError, ImageSource
 
 __all__ = ["convert_image", "import_image"]
 
@@ -56,6 +59,22 @@ def _free(source: ImageSource, free_bytes: int) -> int:
 
 
 async def import_image(
+    name: str,
+    source: ImageSource,
+    tell: Callable[[str], None] | None,
+    *,
+    free_bytes: int = DEFAULT_FREE,
+    supply: ImageSupply | None = None,
+) -> GuestImage:
+    """The guest image of `source` (`_import`); a full disk is `HostError` with code
+    `unavailable` ("node disk full: ..."): another node with room can take the import."""
+    try:
+        return await _import(name, source, tell, free_bytes=free_bytes, supply=supply)
+    except DiskFull as e:
+        raise HostError(str(e), code="unavailable") from e
+
+
+async def _import(
     name: str,
     source: ImageSource,
     tell: Callable[[str], None] | None,
@@ -98,7 +117,7 @@ async def _local_layout(
     manifest = await asyncio.to_thread(_manifest_of, path)
 
     def build() -> GuestImage:  # the claim's winner only
-        return build_from_oci(path, f"tpl-{name}", supply.root, progress=progress, free_bytes=free)
+        return _built(name, path, progress, free, supply.root)
 
     return await supply.oci_import(manifest, f"tpl-{name}", free, build, progress=tell)
 
@@ -119,17 +138,29 @@ def _pulled(
     cache: Path | None = None,
 ) -> GuestImage:
     """Pull into the layer cache and convert: the registry's manifest digest names it."""
-    pulled = pull(ref, cache=cache, auth=auth, progress=progress, resolved=resolved)
-    return build_from_oci(
-        pulled.layout,
-        f"tpl-{name}",
-        cache,
-        progress=progress,
-        ref="image",
-        blobs=pulled.blobs,
-        free_bytes=free,
-        manifest=pulled.manifest,
-    )
+    with forget_on_failure(cache_root(cache), f"import of {ref}") as made:
+        pulled = pull(ref, cache=cache, auth=auth, progress=progress, resolved=resolved, made=made)
+        return build_from_oci(
+            pulled.layout,
+            f"tpl-{name}",
+            cache,
+            progress=progress,
+            ref="image",
+            blobs=pulled.blobs,
+            free_bytes=free,
+            manifest=pulled.manifest,
+            made=made,
+        )
+
+
+def _built(
+    name: str, path: Path, progress: Callable[[str], None], free: int, cache: Path | None = None
+) -> GuestImage:
+    """A local layout or archive converted; a failure leaves no chain it kept."""
+    with forget_on_failure(cache_root(cache), f"import of {path}") as made:
+        return build_from_oci(
+            path, f"tpl-{name}", cache, progress=progress, free_bytes=free, made=made
+        )
 
 
 def convert_image(
@@ -145,7 +176,5 @@ def convert_image(
     free = _free(source, free_bytes)
     progress = _progress(name, tell)
     if source.ref is None:
-        return build_from_oci(
-            Path(source.path or ""), f"tpl-{name}", progress=progress, free_bytes=free
-        )
+        return _built(name, Path(source.path or ""), progress, free)
     return _pulled(name, parse_reference(source.ref), _auth(source), progress, free)

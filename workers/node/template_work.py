@@ -13,7 +13,7 @@ from domain import template as tp
 from envd.version import ENVD_VERSION
 from workers.node.buildlog import BuildLog
 from workers.node.completions import completion_id
-from workers.node.ports import Host, ImageSource, TemplateLocation
+from workers.node.ports import Host, HostError, ImageSource, TemplateLocation
 
 __all__ = ["import_template", "locate_template"]
 
@@ -34,7 +34,10 @@ async def import_template(
         except Exception as e:
             # the consumer answers it on the template's subject, where the requester waits
             log.exception("import of %s as %s failed", source, name)
-            raise PermanentError(f"image {source}: {e}") from e
+            # a full disk is the node's, not the image's: `unavailable` (503), not permanent
+            full = isinstance(e, HostError) and e.code == "unavailable"
+            code = "unavailable" if full else "permanent"
+            raise PermanentError(f"image {source}: {e}", code=code) from e
     register = tp.RegisterTemplate(
         template_id=name,
         alias=cmd.alias,

@@ -39,6 +39,7 @@ from .kernel import (
     ensure_kernel,
     resolve_package_cached,
 )
+from .leftovers import Made, disk_full_error
 from .rootfs import LOGIN_PROFILE_VERSION, DebootstrapSpec, debootstrap, tune_login_profile
 from .scripts import ENVD_PORT, initramfs_init
 
@@ -181,7 +182,7 @@ def _assemble(
     `populate` fills the tree and may say what the image asks of its sandboxes (`defaults`:
     an OCI image's ENV, USER, WORKDIR)."""
     t0 = time.monotonic()
-    with _cache.staging(root, digest) as tmp:
+    with _cache.staging(root, digest) as tmp, disk_full_error(f"build of image {digest[:12]}"):
         tree = tmp / "tree"
         defaults = populate(tree) or {}
         with step(progress, "add user, /etc files, the runtime's mount point"):
@@ -355,6 +356,7 @@ def build_from_oci(
     ref: str | None = None,
     blobs: Path | None = None,
     manifest: str | None = None,
+    made: Made | None = None,
 ) -> GuestImage:
     """A guest image from an OCI image layout directory or OCI archive (tar of a layout).
 
@@ -365,6 +367,7 @@ def build_from_oci(
     `manifest` names the image by the registry's manifest digest (a pull's
     `Pulled.manifest`) instead of the layout's: skopeo rewrites a Docker manifest as an
     OCI one on the way, and the recipe must be the one `oci_recipe` computed before.
+    `made`: the import's ledger (`leftovers.forget_on_failure`), told the chains kept.
     """
     from .oci import image_defaults, open_layout, unpack
 
@@ -383,7 +386,7 @@ def build_from_oci(
 
                     def populate(dst: Path) -> dict[str, Any]:
                         with step(progress, f"unpack OCI {layout.manifest_digest}"):
-                            unpack(layout, dst, progress, cache=root / "layers")
+                            unpack(layout, dst, progress, cache=root / "layers", made=made)
                         return image_defaults(layout.config, dst)
 
                     img = _assemble(root, digest, common, source, populate, progress)

@@ -26,6 +26,7 @@ from typing import IO, Any, Protocol
 
 from .errors import ImageError
 from .fsutil import guest_path
+from .leftovers import Made
 from .oci_apply import apply_layer
 from .oci_chains import chain_dir, chain_ids, keep_chain, link_tree
 
@@ -305,6 +306,7 @@ def unpack(
     progress: Callable[[str], None] = print,
     *,
     cache: Path | None = None,
+    made: Made | None = None,
 ) -> None:
     """Unpack all layers of `layout`, in order, into a new directory `dest`.
 
@@ -312,7 +314,8 @@ def unpack(
     its chain id as hard links, and an image whose first layers are a chain already there
     starts from it: layers two images share are unpacked once. Hard links are safe because
     unpacking never writes into an existing file (it unlinks and creates), and directories
-    are copied, not linked."""
+    are copied, not linked. `made` (the import's ledger, `leftovers.py`) hears each chain
+    this call kept, so a failure later removes them."""
     diff_ids = (layout.config.get("rootfs") or {}).get("diff_ids") or []
     if diff_ids and len(diff_ids) != len(layout.layers):
         n, m = len(diff_ids), len(layout.layers)
@@ -338,8 +341,8 @@ def unpack(
             if diff_ids and diff_ids[i] != diff_id:
                 raise ImageError(f"{label}: uncompressed digest {diff_id} != diff_id {diff_ids[i]}")
             apply_layer(plain, root=dest, label=label)
-        if chains:
-            keep_chain(cache, chains[i], dest)
+        if chains and keep_chain(cache, chains[i], dest) and made is not None:
+            made.chains.add(chains[i])
 
 
 def image_defaults(config: dict[str, Any], tree: Path) -> dict[str, Any]:

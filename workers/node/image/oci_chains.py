@@ -39,11 +39,12 @@ def chain_dir(cache: Path | None, chain: str) -> Path:
     return cache / chain.replace(":", "-")
 
 
-def keep_chain(cache: Path | None, chain: str, tree: Path) -> None:
-    """The tree as it is after this layer, into the cache (hard links; published whole)."""
+def keep_chain(cache: Path | None, chain: str, tree: Path) -> bool:
+    """The tree as it is after this layer, into the cache (hard links; published whole).
+    Whether this call put it there (a failed import's ledger removes what it made)."""
     final = chain_dir(cache, chain)
     if (final / "ok").is_file():
-        return
+        return False
     tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -54,6 +55,8 @@ def keep_chain(cache: Path | None, chain: str, tree: Path) -> None:
         os.rename(tmp, final)
     except (OSError, ImageError):
         shutil.rmtree(tmp, ignore_errors=True)  # the cache is an optimisation: go on without
+        return False
+    return True
 
 
 def link_tree(src: Path, dst: Path) -> None:

@@ -34,6 +34,7 @@ from shared.images import parse_reference as _parse
 
 from . import cache as _cache
 from .errors import ImageError
+from .leftovers import Made, blob_file
 
 __all__ = [
     "ImageRef",
@@ -137,6 +138,8 @@ class Resolved:
     ref: ImageRef
     manifest: str  # sha256:<hex> of the manifest's bytes
     layers: tuple[str, ...]
+    #: its config blob's digest ("" when not known): a failed pull's ledger names it
+    config: str = ""
 
 
 def resolve(
@@ -156,10 +159,13 @@ def pull(
     progress: Progress = print,
     timeout: float = 1800.0,
     resolved: Resolved | None = None,
+    made: Made | None = None,
 ) -> Pulled:
     """Copy `ref` (linux/amd64) into this node's layer cache; its OCI layout and blob dir.
     The copy is of the manifest `resolved` names (read here if not given), by digest: a
-    tag moved meanwhile does not change what the recipe said."""
+    tag moved meanwhile does not change what the recipe said. `made` (the import's
+    ledger, `leftovers.py`) hears the blobs this pull wrote and the layout it created,
+    whether it succeeds or not."""
     root = _cache.cache_root(cache)
     blobs = root / "blobs"
     blobs.mkdir(exist_ok=True)
@@ -171,22 +177,30 @@ def pull(
         _cache.locked(root, f"oci-{key}"),
     ):
         got = resolved or _resolve(ref, source, inspect, progress)
-        cached = sum(1 for d in got.layers if (blobs / d.replace(":", "/", 1)).is_file())
+        before = _blob_names(blobs)
+        cached = sum(1 for d in got.layers if blob_file(blobs, d).is_file())
         progress(f"pull {ref}: {len(got.layers)} layers, {cached} already in the layer cache")
-        _skopeo(
-            [
-                *_PLATFORM,
-                "copy",
-                "--quiet",
-                *copy,
-                "--dest-shared-blob-dir",
-                str(blobs),
-                f"docker://{source.registry}/{source.repository}@{got.manifest}",
-                f"oci:{layout}:image",
-            ],
-            f"pull {ref}",
-            timeout,
-        )
+        if made is not None and not layout.exists():
+            made.layouts.add(layout)
+        try:
+            _skopeo(
+                [
+                    *_PLATFORM,
+                    "copy",
+                    "--quiet",
+                    *copy,
+                    "--dest-shared-blob-dir",
+                    str(blobs),
+                    f"docker://{source.registry}/{source.repository}@{got.manifest}",
+                    f"oci:{layout}:image",
+                ],
+                f"pull {ref}",
+                timeout,
+            )
+        finally:
+            if made is not None:
+                ours = {*got.layers, got.config} | _layout_names(layout, blobs)
+                made.blobs |= (_blob_names(blobs) - before) & ours
     fetched = len(got.layers) - cached
     progress(f"pull {ref}: {fetched} layers downloaded")
     return Pulled(layout, blobs, ref, cached, fetched, got.manifest)
@@ -232,7 +246,26 @@ def _resolve(ref: ImageRef, source: ImageRef, inspect: list[str], progress: Prog
         raw = _manifest(ref, inspect, f"docker://{source.registry}/{source.repository}@{digest}")
         manifest = _json(ref, raw)
     layers = tuple(str(d["digest"]) for d in manifest.get("layers") or [])
-    return Resolved(ref, digest, layers)
+    config = str((manifest.get("config") or {}).get("digest") or "")
+    return Resolved(ref, digest, layers, config)
+
+
+def _blob_names(blobs: Path) -> set[str]:
+    """The digests the shared blob directory holds (sha256 only: what skopeo writes)."""
+    d = blobs / "sha256"
+    return {f"sha256:{p.name}" for p in d.iterdir()} if d.is_dir() else set()
+
+
+def _layout_names(layout: Path, blobs: Path) -> set[str]:
+    """The manifests and configs a layout's index names (skopeo may have rewritten the
+    registry's manifest, so its digest is known only from here); nothing if unreadable."""
+    named: set[str] = set()
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+        for entry in json.loads((layout / "index.json").read_text()).get("manifests") or []:
+            named.add(str(entry["digest"]))
+            manifest = json.loads(blob_file(blobs, str(entry["digest"])).read_text())
+            named.add(str(manifest["config"]["digest"]))
+    return named
 
 
 #: global options: the variant of a multi-platform image to take
