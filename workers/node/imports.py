@@ -138,7 +138,8 @@ def _pulled(
     cache: Path | None = None,
 ) -> GuestImage:
     """Pull into the layer cache and convert: the registry's manifest digest names it."""
-    with forget_on_failure(cache_root(cache), f"import of {ref}") as made:
+    root = cache_root(cache)
+    with forget_on_failure(root, f"import of {ref} in {root}") as made:
         pulled = pull(ref, cache=cache, auth=auth, progress=progress, resolved=resolved, made=made)
         return build_from_oci(
             pulled.layout,
@@ -157,7 +158,8 @@ def _built(
     name: str, path: Path, progress: Callable[[str], None], free: int, cache: Path | None = None
 ) -> GuestImage:
     """A local layout or archive converted; a failure leaves no chain it kept."""
-    with forget_on_failure(cache_root(cache), f"import of {path}") as made:
+    root = cache_root(cache)
+    with forget_on_failure(root, f"import of {path} in {root}") as made:
         return build_from_oci(
             path, f"tpl-{name}", cache, progress=progress, free_bytes=free, made=made
         )

@@ -29,8 +29,8 @@ from tests.registry import LocalRegistry, busybox_tree, local_registry, push
 from workers.node.image import cache
 from workers.node.image.errors import ImageError
 from workers.node.image.oci_write import tar_tree, write_layout
-from workers.node.imports import convert_image
-from workers.node.ports import ImageSource
+from workers.node.imports import convert_image, import_image
+from workers.node.ports import HostError, ImageSource
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -144,3 +144,45 @@ def test_a_failed_import_leaves_the_cache_as_it_was(
     _import("next", push(tmp_path / "next", registry, "t/next"), messages)
     assert any("layers 0-0 already unpacked" in m for m in messages), messages
     assert (root / "names" / "tpl-good" / cache.MANIFEST).is_file()
+
+
+@pytest.fixture
+def small_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An image cache on a 40 MiB tmpfs of its own: room for the pull, not the unpack."""
+    root = tmp_path / "small"
+    root.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(root)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode().strip()}")
+    try:
+        shutil.copy(REAL_CACHE / "kernel-resolved.json", root / "kernel-resolved.json")
+        monkeypatch.setenv(cache.CACHE_ENV, str(root))
+        yield root
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+async def test_a_full_disk_is_unavailable_and_leaves_nothing(
+    registry: LocalRegistry, small_root: Path, tmp_path: Path
+) -> None:
+    """ENOSPC while importing: `HostError` with code `unavailable` (another node with room
+    can take it) whose message names the disk, and the same cleanup."""
+    if not (REAL_CACHE / "kernel-resolved.json").is_file():
+        pytest.skip("no resolved kernel in this machine's image cache")
+    base = tar_tree(busybox_tree(tmp_path / "base"))
+    write_layout(
+        tmp_path / "big", [base, _top(tmp_path, "mid", 12 * MiB), _top(tmp_path, "top", 12 * MiB)]
+    )
+    ref = push(tmp_path / "big", registry, "t/big")
+    before = _du(small_root)
+    with pytest.raises(HostError) as failed:
+        await import_image("big", ImageSource(ref=ref), None, free_bytes=FREE)
+    assert failed.value.code == "unavailable"
+    message = str(failed.value)  # the disk (the cache's path) and the step that filled it
+    assert message.startswith("node disk full: ") and f" in {small_root}: " in message
+    assert "No space left on device" in message
+    assert abs(_du(small_root) - before) <= MiB
+    assert not list(small_root.glob("blobs/sha256/*")) and not list(small_root.glob("layers/*"))
+    assert not list(small_root.glob("oci/*")) and not list(small_root.glob(".tmp-*"))

@@ -182,7 +182,10 @@ def _assemble(
     `populate` fills the tree and may say what the image asks of its sandboxes (`defaults`:
     an OCI image's ENV, USER, WORKDIR)."""
     t0 = time.monotonic()
-    with _cache.staging(root, digest) as tmp, disk_full_error(f"build of image {digest[:12]}"):
+    with (
+        _cache.staging(root, digest) as tmp,
+        disk_full_error(f"build of image {digest[:12]} in {root}"),
+    ):
         tree = tmp / "tree"
         defaults = populate(tree) or {}
         with step(progress, "add user, /etc files, the runtime's mount point"):
