@@ -15,7 +15,7 @@ from workers.node.buildlog import BuildLog
 from workers.node.completions import completion_id
 from workers.node.ports import Host, HostError, ImageSource, TemplateLocation
 
-__all__ = ["import_template", "locate_template"]
+__all__ = ["import_failure_code", "import_template", "locate_template"]
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +34,7 @@ async def import_template(
         except Exception as e:
             # the consumer answers it on the template's subject, where the requester waits
             log.exception("import of %s as %s failed", source, name)
-            # a full disk is the node's, not the image's: `unavailable` (503), not permanent
-            full = isinstance(e, HostError) and e.code == "unavailable"
-            code = "unavailable" if full else "permanent"
-            raise PermanentError(f"image {source}: {e}", code=code) from e
+            raise PermanentError(f"image {source}: {e}", code=import_failure_code(e)) from e
     register = tp.RegisterTemplate(
         template_id=name,
         alias=cmd.alias,
@@ -56,6 +53,15 @@ async def import_template(
         command_id=completion_id(cmd, "imported"),
     )
     await execute(bus.templates, done, ctx)
+
+
+def import_failure_code(e: Exception) -> str:
+    """The rejection code of a failed import: a full node disk is the node's fault, not
+    the image's — `unavailable` (503: try again, another node may have room); anything
+    else is the image's, `permanent`."""
+    if isinstance(e, HostError) and e.code == "unavailable":
+        return "unavailable"
+    return "permanent"
 
 
 async def _image_source(bus: Bus, cmd: tp.ImportTemplateImage) -> ImageSource:
