@@ -21,7 +21,7 @@ from workers.node.image import GuestImage, build_from_oci
 from workers.node.image.cache import cache_root
 from workers.node.image.disk import DEFAULT_FREE
 from workers.node.image.errors import DiskFull
-from workers.node.image.leftovers import forget_on_failure
+from workers.node.image.leftovers import disk_full, forget_on_failure
 from workers.node.image.oci import open_layout
 from workers.node.image.registry import (
     ImageRef,
@@ -66,12 +66,20 @@ async def import_image(
     free_bytes: int = DEFAULT_FREE,
     supply: ImageSupply | None = None,
 ) -> GuestImage:
-    """The guest image of `source` (`_import`); a full disk is `HostError` with code
-    `unavailable` ("node disk full: ..."): another node with room can take the import."""
+    """The guest image of `source` (`_import`); a full disk — while pulling, unpacking,
+    in mkfs (`DiskFull`, after the import's cleanup) or fetching the fleet's bytes — is
+    `HostError` with code `unavailable` ("node disk full: ..."): another node with room can
+    take the import."""
     try:
         return await _import(name, source, tell, free_bytes=free_bytes, supply=supply)
-    except DiskFull as e:
-        raise HostError(str(e), code="unavailable") from e
+    except Exception as e:
+        if isinstance(e, DiskFull):
+            raise HostError(str(e), code="unavailable") from e
+        if disk_full(e):
+            where = supply.root if supply is not None else cache_root()
+            message = f"node disk full: import of {name} in {where}: {e}"
+            raise HostError(message, code="unavailable") from e
+        raise
 
 
 async def _import(

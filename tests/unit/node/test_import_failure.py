@@ -33,3 +33,23 @@ def test_disk_full_becomes_a_host_error_the_worker_answers_unavailable(
     assert failed.value.code == "unavailable"
     assert import_failure_code(failed.value) == "unavailable"
     assert str(failed.value).startswith("node disk full: ")
+
+
+def test_a_full_disk_while_fetching_is_unavailable_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(*_a: object, **_k: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("workers.node.imports.convert_image", full)
+    with pytest.raises(HostError) as failed:
+        asyncio.run(import_image("x", ImageSource(path="/nowhere"), None))
+    assert failed.value.code == "unavailable"
+    assert str(failed.value).startswith("node disk full: import of x in ")
+
+
+def test_other_failures_pass_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    def bad(*_a: object, **_k: object) -> None:
+        raise ImageError("layer 1: corrupt gzip stream")
+
+    monkeypatch.setattr("workers.node.imports.convert_image", bad)
+    with pytest.raises(ImageError, match="corrupt gzip"):
+        asyncio.run(import_image("x", ImageSource(path="/nowhere"), None))

@@ -37,6 +37,7 @@ from .elf import ElfFormatError, needed
 from .errors import ImageError
 from .initramfs import read_static_busybox, sha256_hex
 from .inject import envd_files, envd_hash
+from .leftovers import disk_full_error
 from .rootfs import DebootstrapSpec
 from .scripts import ENVD_DIR, GUEST_BUSYBOX, GUEST_INIT, GUEST_INIT_SCRIPT, RUNTIME_LABEL
 
@@ -252,7 +253,8 @@ def build_runtime(
         if (found := _cache.entry_dir(root, key)) is not None:
             return RuntimeDisk.load(found)
         t0 = time.monotonic()
-        with _cache.staging(root, key) as tmp:
+        full = disk_full_error(f"build of envd's runtime disk in {root}")
+        with _cache.staging(root, key) as tmp, full:
             progress("envd runtime: python, its libraries, envd, init ...")
             info = populate_runtime(tree, tmp / "tree", envd_src=envd_src, busybox=busybox)
             # read-only in every guest: nothing is ever written to it, so no free space
