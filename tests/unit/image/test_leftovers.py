@@ -20,6 +20,7 @@ from workers.node.image.leftovers import (
     disk_full,
     forget_on_failure,
     held_by_others,
+    in_use_by_others,
     leftovers,
 )
 from workers.node.image.oci import open_layout, unpack
@@ -143,3 +144,20 @@ def test_unpack_tells_the_ledger_each_chain_it_kept(tmp_path: Path) -> None:
         unpack(lo, tmp_path / "dest", progress=lambda _: None, cache=cache, made=made)
     assert made.chains == {chains[1]}
     assert (chain_dir(cache, chains[1]) / "ok").is_file()
+
+
+def test_what_a_running_import_uses_stays_when_another_fails(tmp_path: Path) -> None:
+    """Two imports in this node at once share a new layer: the one still running (its
+    layout not complete yet) keeps the blob and chain the failing one made."""
+    shared, chain = "sha256:" + "c" * 64, "sha256:" + "d" * 64
+    with forget_on_failure(tmp_path, "other") as other:
+        other.use(blobs=[shared], chains=[chain])
+        with pytest.raises(ImageError), forget_on_failure(tmp_path, "mine") as made:
+            _touch(blob_file(tmp_path / "blobs", shared))
+            _touch(chain_dir(tmp_path / "layers", chain) / "ok")
+            made.blobs.add(shared)
+            made.chains.add(chain)
+            raise ImageError("layer 2: corrupt gzip stream")
+        assert blob_file(tmp_path / "blobs", shared).is_file()
+        assert chain_dir(tmp_path / "layers", chain).is_dir()
+    assert in_use_by_others(Made()) == Held()  # both are done: nothing is in use

@@ -10,8 +10,11 @@ So the attempt keeps a ledger, `Made`, filled where things are created (`registr
 notes the blobs it wrote and the layout it created, `oci.unpack` the chains it kept). On
 failure `forget_on_failure` removes exactly that, minus what another image holds
 (`Held`: what every other OCI layout in the cache names — its blobs, and the chains of
-its layers). Shared base layers an earlier import made were never in the ledger, so they
-stay. The decision (`leftovers`) is pure; reading the holds and removing are the I/O.
+its layers — and what the other imports running in this process use, whose layouts may
+not be complete yet). Shared base layers an earlier import made were never in the ledger,
+so they stay. An import in another process (a separate `python -m workers.node.image`)
+that is still pulling a blob this one made is not seen: it fails and cleans up in turn.
+The decision (`leftovers`) is pure; reading the holds and removing are the I/O.
 
 An ENOSPC anywhere in the failure becomes `DiskFull` ("node disk full: ..."), after the
 same cleanup: the node worker answers it as `unavailable`, so another node can take it.
@@ -23,7 +26,8 @@ import contextlib
 import errno
 import json
 import shutil
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,8 +42,17 @@ __all__ = [
     "disk_full_error",
     "forget_on_failure",
     "held_by_others",
+    "in_use_by_others",
     "leftovers",
 ]
+
+
+@dataclass(frozen=True)
+class Held:
+    """What other images in the cache name, so a failed attempt must leave it."""
+
+    blobs: frozenset[str] = frozenset()
+    chains: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -50,14 +63,13 @@ class Made:
     blobs: set[str] = field(default_factory=set)
     chains: set[str] = field(default_factory=set)
     layouts: set[Path] = field(default_factory=set)
+    #: what it reads from the shared cache, made by it or not (its layers, its chains):
+    #: while it runs, another attempt's failure must leave these
+    uses: Held = field(default_factory=lambda: Held())
 
-
-@dataclass(frozen=True)
-class Held:
-    """What other images in the cache name, so a failed attempt must leave it."""
-
-    blobs: frozenset[str] = frozenset()
-    chains: frozenset[str] = frozenset()
+    def use(self, blobs: Iterable[str] = (), chains: Iterable[str] = ()) -> None:
+        """Note blobs and chains this attempt reads."""
+        self.uses = Held(self.uses.blobs | set(blobs), self.uses.chains | set(chains))
 
 
 def leftovers(made: Made, held: Held) -> Made:
@@ -116,6 +128,22 @@ def _layout_holds(layout: Path, blobs: Path) -> tuple[set[str], set[str]]:
     return named, chains
 
 
+#: the attempts running in this process (the node imports in threads), by id: what each
+#: uses is held against another's failure, even before its layout is complete
+_RUNNING: dict[int, Made] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
+def in_use_by_others(mine: Made) -> Held:
+    """What the other attempts running in this process use."""
+    with _RUNNING_LOCK:
+        others = [m.uses for k, m in _RUNNING.items() if k != id(mine)]
+    return Held(
+        frozenset().union(*(h.blobs for h in others)),
+        frozenset().union(*(h.chains for h in others)),
+    )
+
+
 def held_by_others(root: Path, mine: set[Path]) -> Held:
     """What every OCI layout in the cache but `mine` names. A layout that cannot be read
     is one mid-pull or broken; it holds nothing it can name."""
@@ -147,13 +175,20 @@ def forget_on_failure(root: Path, what: str) -> Iterator[Made]:
     """A ledger for one import attempt into cache `root`; if the body fails, what it made
     goes (see above), and a full disk is raised as `DiskFull` naming `what`."""
     made = Made()
+    with _RUNNING_LOCK:
+        _RUNNING[id(made)] = made
     try:
         yield made
     except BaseException as e:
-        remove(root, leftovers(made, held_by_others(root, made.layouts)))
+        on_disk, running = held_by_others(root, made.layouts), in_use_by_others(made)
+        held = Held(on_disk.blobs | running.blobs, on_disk.chains | running.chains)
+        remove(root, leftovers(made, held))
         if isinstance(e, Exception) and disk_full(e) and not isinstance(e, DiskFull):
             raise DiskFull(f"node disk full: {what}: {e}") from e
         raise
+    finally:
+        with _RUNNING_LOCK:
+            del _RUNNING[id(made)]
 
 
 @contextlib.contextmanager

@@ -321,6 +321,8 @@ def unpack(
         n, m = len(diff_ids), len(layout.layers)
         raise ImageError(f"{layout.source}: config lists {n} diff_ids for {m} layers")
     chains = chain_ids(diff_ids) if cache is not None and diff_ids else []
+    if made is not None:
+        made.use(blobs=[d.digest for d in layout.layers], chains=chains)
     start = 0
     for i in reversed(range(len(chains))):
         kept = chain_dir(cache, chains[i])

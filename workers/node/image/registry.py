@@ -180,8 +180,10 @@ def pull(
         before = _blob_names(blobs)
         cached = sum(1 for d in got.layers if blob_file(blobs, d).is_file())
         progress(f"pull {ref}: {len(got.layers)} layers, {cached} already in the layer cache")
-        if made is not None and not layout.exists():
-            made.layouts.add(layout)
+        if made is not None:
+            made.use(blobs=[*got.layers, got.config])
+            if not layout.exists():
+                made.layouts.add(layout)
         try:
             _skopeo(
                 [
