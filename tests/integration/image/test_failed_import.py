@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 
 from tests.registry import LocalRegistry, busybox_tree, local_registry, push
+from workers.node.disk.categories import IMAGES, STATE
+from workers.node.disk.usage import scan
 from workers.node.image import cache
 from workers.node.image.errors import ImageError
 from workers.node.image.oci_write import tar_tree, write_layout
@@ -100,6 +102,7 @@ def test_a_failed_import_leaves_the_cache_as_it_was(
     assert good
     _import("good", push(tmp_path / "good", registry, "t/good"))
     before = {"cache": _du(root), "state": _du(state)}
+    by_category = scan([(IMAGES, root), (STATE, state)]).bytes
     blobs, chains = _names(root / "blobs" / "sha256"), _names(root / "layers")
     layouts = _names(root / "oci")
     assert len(chains) == 2 and len(layouts) == 1
@@ -133,6 +136,9 @@ def test_a_failed_import_leaves_the_cache_as_it_was(
     after = {"cache": _du(root), "state": _du(state)}
     for where, size in before.items():
         assert abs(after[where] - size) <= MiB, (where, size, after[where], failed.value)
+    # the node's own accounting (S7) agrees, category by category (oci_blob, chain, ...)
+    for category, size in scan([(IMAGES, root), (STATE, state)]).bytes.items():
+        assert abs(size - by_category[category]) <= MiB, (category, size, by_category[category])
     assert _names(root / "blobs" / "sha256") == blobs  # the shared base's blob too
     assert _names(root / "layers") == chains
     assert _names(root / "oci") == layouts
