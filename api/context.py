@@ -31,6 +31,10 @@ class ApiSettings(BaseSettings):
     #: How long a create sent to placement may wait for a node to take it; then the API
     #: withdraws it and answers 503 (`api/room.py`): a fleet with no room says so.
     placement_timeout_s: float = Field(default=10.0, gt=0)
+    #: Room a create keeps free on a node's disk beyond what it fetches there (the nodes'
+    #: `AENV_DISK_HEADROOM_BYTES`, one variable for both): no node with that much room →
+    #: 503 naming the disk (`bus/diskroom.py`).
+    disk_headroom_bytes: int = Field(default=1 << 30, ge=0)
     #: Upper bound on waiting for other lifecycle outcomes (kill, pause, resume).
     command_timeout_s: float = Field(default=60.0, gt=0)
     #: Send sandbox traffic through the node's proxy instead of straight to the guest: what

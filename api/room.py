@@ -18,14 +18,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from api.context import ApiContext
 from api.errors import ApiError
+from bus.diskroom import DiskNeed, short_of_disk, template_bytes
 from bus.nodes import Heartbeat, has_room, is_gone
 from bus.steps import withdraw_create
 from domain import sandbox as sb
 
-__all__ = ["RETRY_AFTER_S", "check_room", "held_nodes", "no_room", "warm_nodes", "withdraw"]
+__all__ = [
+    "RETRY_AFTER_S",
+    "check_room",
+    "disk_need",
+    "held_nodes",
+    "no_room",
+    "warm_nodes",
+    "withdraw",
+]
 
 #: What a refused client is told to wait (the SDK honours it, up to 3 retries).
 RETRY_AFTER_S = 5
@@ -33,11 +43,18 @@ _RETRY = {"Retry-After": str(RETRY_AFTER_S)}
 
 
 def check_room(
-    ctx: ApiContext, vcpus: int, mem_mib: int, *, node: str | None = None, count: int = 1
+    ctx: ApiContext,
+    vcpus: int,
+    mem_mib: int,
+    *,
+    node: str | None = None,
+    count: int = 1,
+    disk: DiskNeed | None = None,
 ) -> None:
     """Raise 503 when no node beating now has room for `count` sandboxes of this size (on
-    `node` only: a fork's children start beside their parent). Quiet when the API has not
-    heard the nodes yet (its mirror of the bucket is still filling)."""
+    `node` only: a fork's children start beside their parent), or — `disk` given — none
+    that has it has the disk room for the template too. Quiet when the API has not heard
+    the nodes yet (its mirror of the bucket is still filling)."""
     beats = ctx.nodes.current() if ctx.nodes is not None else None
     if beats is None:
         return
@@ -47,8 +64,11 @@ def check_room(
     headers = _RETRY
     if not live:
         raise ApiError(503, "no node is running: nothing can take the sandbox", headers=headers)
-    if any(has_room(b, vcpus, mem_mib, count) for b in live):
+    roomy = [b for b in live if has_room(b, vcpus, mem_mib, count)]
+    if roomy and (disk is None or not short_of_disk(roomy, disk)):
         return
+    if roomy and disk is not None:
+        raise ApiError(503, disk.refusal(roomy), headers=headers)
     most = max(live, key=lambda b: (b.free_mem_mib or 0, b.free_vcpus or 0))
     raise ApiError(
         503,
@@ -66,10 +86,19 @@ def warm_nodes(ctx: ApiContext, template_id: str) -> tuple[str, ...]:
     return _beating(ctx, lambda b: b.warm.get(template_id, 0) > 0)
 
 
-def held_nodes(ctx: ApiContext, template_id: str) -> tuple[str, ...]:
+def held_nodes(ctx: ApiContext, template_id: str, disk: DiskNeed | None = None) -> tuple[str, ...]:
     """Nodes beating now whose heartbeat says `template_id`'s capture is on their disk
-    (the create's `held_on` hint: they take it before a node that would fetch it)."""
-    return _beating(ctx, lambda b: template_id in b.templates)
+    (the create's `held_on` hint: they take it before a node that would fetch it) — and,
+    `disk` given, that have the disk room for its headroom (a full one would refuse it)."""
+    return _beating(ctx, lambda b: template_id in b.templates and (disk is None or disk.fits(b)))
+
+
+def disk_need(ctx: ApiContext, tpl: dict[str, Any]) -> DiskNeed:
+    """What a create from the template row `tpl` needs of a node's disk: its capture and
+    the disks under it where it is not held (sizes from its upload record; unknown: 0),
+    and the headroom."""
+    fetched = template_bytes(tpl.get("capture_bytes"), tpl.get("image_bytes"))
+    return DiskNeed(tpl["template_id"], fetched, ctx.settings.disk_headroom_bytes)
 
 
 def _beating(ctx: ApiContext, which: Callable[[Heartbeat], bool]) -> tuple[str, ...]:

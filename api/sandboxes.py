@@ -36,7 +36,7 @@ from api.images import asked_image, check_template_name, image_template, looks_l
 from api.mounts import preferred_node, resolve_mounts
 from api.outcomes import REJECTION_STATUS, send_and_wait
 from api.resume import LIVE, resume
-from api.room import check_room, held_nodes, no_room, warm_nodes, withdraw
+from api.room import check_room, disk_need, held_nodes, no_room, warm_nodes, withdraw
 from bus.decisions import execute
 from bus.envelope import MessageContext
 from bus.steps import kill_in_log
@@ -120,10 +120,16 @@ async def _placed(
     if node is None and volumes:
         node = _room_on(ctx, preferred_node(ctx, volumes), cmd)
     if node is None:  # placement: is there room anywhere? a warm VM somewhere?
-        check_room(ctx, cmd.cpu_count, cmd.memory_mb)
+        disk = disk_need(ctx, tpl)
+        check_room(ctx, cmd.cpu_count, cmd.memory_mb, disk=disk)
         # a warm VM's volume slots hold placeholders: none for a create with mounts
         warm = () if cmd.volume_mounts else warm_nodes(ctx, cmd.template_id)
-        cmd = cmd.model_copy(update={"warm_on": warm, "held_on": held_nodes(ctx, cmd.template_id)})
+        hints = {
+            "warm_on": warm,
+            "held_on": held_nodes(ctx, cmd.template_id, disk),
+            "template_bytes": disk.fetched,
+        }
+        cmd = cmd.model_copy(update=hints)
     return node, cmd
 
 

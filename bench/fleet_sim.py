@@ -208,6 +208,7 @@ class SimCapture:
     base_image_digest: str = "simulated"
     size_bytes: int = 0
     volumes: tuple[tuple[int, str, Path], ...] = ()
+    image_bytes: int = 0
 
 
 class NoRepository:

@@ -82,6 +82,11 @@ class Heartbeat(BaseModel):
     #: (`workers/node/disk`); None: a node from before disk accounting, or before its
     #: first walk ended.
     disk_used: int | None = None
+    #: Bytes it may keep (its disk budget), and bytes it could hold for a new sandbox:
+    #: free under the budget plus what it could evict (placement by disk,
+    #: `bus.diskroom`). None: a node with no budget, or from before one — room unknown.
+    disk_budget: int | None = None
+    disk_room: int | None = None
 
 
 def describe_uploads(waiting: int, oldest_s: float) -> str:
@@ -129,6 +134,7 @@ def fleet_view(beats: Iterable[Heartbeat], now: float) -> dict[str, Any]:
                     "sandboxes": b.capacity,
                     "free_sandboxes": b.free,
                 },
+                "disk": {"used": b.disk_used, "budget": b.disk_budget, "room": b.disk_room},
                 "uploads_waiting": b.uploads_waiting,
                 "warm": {
                     "ready": b.warm,

@@ -34,6 +34,8 @@ def _template_row(t: tp.Template, rec: RecordedEvent, prior: Row | None) -> Row:
         "deleted": t.deleted,
         "capture_key": t.capture_key,
         "capture_of": t.capture_of,
+        "capture_bytes": t.capture_bytes,
+        "image_bytes": t.image_bytes,
         "tags": {tag: b.model_dump(mode="json") for tag, b in t.tags.items()},
         "released": {c: since.isoformat() for c, since in t.released.items()},
         "created_at": prior["created_at"] if prior else rec.time,
@@ -51,6 +53,8 @@ _STATE_FIELDS = (
     "deleted",
     "capture_key",
     "capture_of",
+    "capture_bytes",
+    "image_bytes",
     "tags",
     "released",
 )

@@ -137,6 +137,9 @@ templates = Table(
     Column("deleted", Boolean, nullable=False),
     Column("capture_key", Text),  # a snapshot template's capture in the repository (0005)
     Column("capture_of", Text),  # the sandbox it was taken of (0005)
+    # what a node without it stores to create from it: capture, image and runtime (0015)
+    Column("capture_bytes", BigInteger),
+    Column("image_bytes", BigInteger),
     # a built template's tags: {tag: {build_id, capture_id, at}} (0009)
     Column("tags", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     # captures no tag names any more, waiting to be dropped: {capture_id: since} (0009)

@@ -66,11 +66,17 @@ class CreateSandbox(SandboxCommand, SandboxSpec):
 
     `held_on`: likewise, nodes whose heartbeat said the template's capture is on their
     disk: a node without it passes the create on once rather than fetch the capture from
-    the snapshot repository (it takes the create when it comes back)."""
+    the snapshot repository (it takes the create when it comes back).
+
+    `template_bytes`: likewise, what a node without the template's capture stores to take
+    the create (the capture and the disks under it, from the template's upload record; 0:
+    unknown). A node whose disk cannot make that room plus its headroom refuses it, and
+    another takes it (`bus.diskroom`)."""
 
     creates: ClassVar[bool] = True
     warm_on: tuple[str, ...] = ()
     held_on: tuple[str, ...] = ()
+    template_bytes: int = Field(default=0, ge=0)
 
 
 class PauseSandbox(SandboxCommand):

@@ -58,6 +58,10 @@ class RecordTemplateUpload(TemplateCommand):
 
     key: str = Field(min_length=1)
     source_sandbox_id: str | None = Field(default=None, min_length=1)
+    #: allocated bytes of the capture, and of the image and runtime disks it stacks on
+    #: (`TemplateUploaded`: what placement by disk counts)
+    capture_bytes: int | None = Field(default=None, ge=0)
+    image_bytes: int | None = Field(default=None, ge=0)
 
 
 class ImportTemplateImage(TemplateCommand):

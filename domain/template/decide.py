@@ -58,6 +58,8 @@ def decide_template(state: Template | None, command: AnyTemplateCommand) -> list
                     template_id=command.template_id,
                     key=command.key,
                     source_sandbox_id=command.source_sandbox_id,
+                    capture_bytes=command.capture_bytes,
+                    image_bytes=command.image_bytes,
                     at=command.at,
                 )
             ]

@@ -47,6 +47,11 @@ class TemplateUploaded(Event):
     key: str
     #: None: an imported image's capture (no sandbox's token in its guest)
     source_sandbox_id: str | None = None
+    #: What a node without the template stores to create from it (placement by disk):
+    #: its capture's bytes, and the image and runtime disks under it. None: an upload
+    #: recorded before sizes were.
+    capture_bytes: int | None = None
+    image_bytes: int | None = None
 
 
 class TemplateBuildPublished(Event):

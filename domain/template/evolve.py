@@ -53,7 +53,12 @@ def _evolve_template(state: Template | None, event: AnyTemplateEvent) -> Templat
             return s.model_copy(update={"deleted": True})
         case TemplateUploaded():
             return _existing(state, event).model_copy(
-                update={"capture_key": event.key, "capture_of": event.source_sandbox_id}
+                update={
+                    "capture_key": event.key,
+                    "capture_of": event.source_sandbox_id,
+                    "capture_bytes": event.capture_bytes,
+                    "image_bytes": event.image_bytes,
+                }
             )
         case TemplateBuildPublished():
             return _published(state, event)

@@ -29,6 +29,11 @@ class Template(BaseModel):
     #: that capture in the snapshot repository (None: only on its node so far)
     capture_key: str | None = None
     capture_of: str | None = None
+    #: what a node without it stores to create from it: the durable capture's bytes, and
+    #: the image and runtime disks under it (None: not uploaded, or before sizes were
+    #: recorded — placement then counts nothing for them)
+    capture_bytes: int | None = None
+    image_bytes: int | None = None
     #: the node that imported the image (its capture is there until `capture_key`)
     imported_on: str | None = None
     #: a built template's tags (empty: a template from before tags, or not built — its

@@ -19,7 +19,16 @@ from bus import RetryableError
 from domain import sandbox as sb
 from workers.node.settings import NodeSettings
 
-__all__ = ["Ledger", "Room", "Size", "host_memory_mib", "ledger_of", "no_room", "size_of"]
+__all__ = [
+    "Ledger",
+    "Room",
+    "Size",
+    "host_memory_mib",
+    "ledger_of",
+    "no_disk_room",
+    "no_room",
+    "size_of",
+]
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,16 @@ def ledger_of(settings: NodeSettings) -> Ledger:
         max_sandboxes=settings.capacity,
         cpu_overcommit=settings.cpu_overcommit,
         memory_overcommit=settings.memory_overcommit,
+    )
+
+
+def no_disk_room(node_id: str, template_id: str, need: int, room: int) -> RetryableError:
+    """As `no_room`, for the disk (placement by disk): the create names what it needed."""
+    return RetryableError(
+        f"node {node_id} has no disk room for template {template_id}: needs {need} bytes, "
+        f"has {room}",
+        delay_s=0.25,
+        final_code="unavailable",
     )
 
 

@@ -28,10 +28,14 @@ async def beat_forever(
     *,
     proxy: str | None = None,
     disk_used: Callable[[], int | None] | None = None,
+    disk_budget: Callable[[], int | None] | None = None,
+    disk_room: Callable[[], int | None] | None = None,
 ) -> None:
     """`room`: the node's budget and what is left (`capacity.Ledger`); `uploads`:
     (captures waiting for a retried upload, oldest wait) from the snapshot worker, when
-    the node has a repository; `disk_used`: bytes its data dirs allocate (`disk.DiskUsage`)."""
+    the node has a repository; `disk_used`: bytes its data dirs allocate (`disk.DiskUsage`);
+    `disk_budget`, `disk_room`: bytes it may keep, and could hold for a new sandbox
+    (placement by disk; None: no budget, room unknown)."""
     book = await NodeBook.open(bus.js, bus.names.nodes_bucket)
     while True:
         accel = host.accelerator
@@ -61,10 +65,16 @@ async def beat_forever(
             warm_misses=pool.misses,
             warm_mem_mib=pool.mem_mib,
             templates=host.held_templates(),
-            disk_used=disk_used() if disk_used is not None else None,
+            disk_used=_read(disk_used),
+            disk_budget=_read(disk_budget),
+            disk_room=_read(disk_room),
         )
         try:
             await book.beat(beat)
         except Exception as e:  # a missed heartbeat is retried on the next beat
             log.warning("node heartbeat failed: %s", e)
         await asyncio.sleep(every_s)
+
+
+def _read(source: Callable[[], int | None] | None) -> int | None:
+    return source() if source is not None else None

@@ -10,7 +10,14 @@ from workers.node.image.content import recipe_of
 from workers.node.ports import Capture, GuestConfig
 from workers.node.runtime import Snapshot, Vm, allocated_bytes
 
-__all__ = ["LiveSandbox", "LocalCapture", "PausedSandbox", "UploadedTemplate", "capture_size"]
+__all__ = [
+    "LiveSandbox",
+    "LocalCapture",
+    "PausedSandbox",
+    "UploadedTemplate",
+    "capture_size",
+    "image_size",
+]
 
 
 @dataclass
@@ -52,11 +59,18 @@ class LocalCapture:
     base_image_digest: str
     size_bytes: int
     volumes: tuple[tuple[int, str, Path], ...] = ()
+    #: the image and runtime disks it stacks on (what a node without them fetches too)
+    image_bytes: int = 0
 
     @classmethod
     def of(cls, snap: Snapshot, volumes: tuple[tuple[int, str, Path], ...] = ()) -> LocalCapture:
         return cls(
-            snap.snapshot_id, snap.dir, recipe_of(snap.base_image), capture_size(snap), volumes
+            snap.snapshot_id,
+            snap.dir,
+            recipe_of(snap.base_image),
+            capture_size(snap),
+            volumes,
+            image_bytes=image_size(snap),
         )
 
 
@@ -70,3 +84,9 @@ class UploadedTemplate:
 
 def capture_size(snap: Snapshot) -> int:
     return sum(allocated_bytes(p) for p in (snap.mem, snap.state, snap.disk_top))
+
+
+def image_size(snap: Snapshot) -> int:
+    """The disks under a capture (base image, envd's runtime), allocated bytes; a disk not
+    there (moved, evicted) counts nothing."""
+    return sum(allocated_bytes(p) for p in (snap.base_image, snap.runtime_disk) if p.exists())

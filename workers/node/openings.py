@@ -15,10 +15,11 @@ from opentelemetry import trace
 
 from bus import MessageContext
 from bus.decisions import execute
+from bus.diskroom import disk_need, fits_disk
 from domain import DomainError
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus as S
-from workers.node.capacity import Size, no_room, size_of
+from workers.node.capacity import Size, no_disk_room, no_room, size_of
 from workers.node.completions import completion_id
 from workers.node.early import EarlyStarts, Started, Starter
 from workers.node.ports import GuestConfig, HostError
@@ -45,8 +46,14 @@ class Openings:
         *,
         on_moot: Callable[[str], None],
         kill: Kill,
+        disk_room: Callable[[], int | None] = lambda: None,
+        disk_headroom: int = 0,
     ) -> None:
         self.site = site
+        #: bytes this node could hold for a new sandbox (None: unknown, no check), and what
+        #: a create keeps free beyond what it fetches (`bus.diskroom`)
+        self._disk_room = disk_room
+        self._disk_headroom = disk_headroom
         self.early = EarlyStarts(site.host)
         #: what a resume whose sandbox this node never saw is taken to need
         self._typical = typical
@@ -143,8 +150,20 @@ class Openings:
     # ---- a create ----------------------------------------------------------------------
     def _room_to_create(self, cmd: sb.CreateSandbox) -> None:
         sid, size = cmd.sandbox_id, size_of(cmd)
-        if not self.site.host.runs(sid) and not self.site.capacity.take(sid, size):
+        if self.site.host.runs(sid):
+            return
+        self._disk_to_create(cmd)  # before the ledger: a refusal leaves nothing taken
+        if not self.site.capacity.take(sid, size):
             raise no_room(self.site.node_id, size)  # another node may take it
+
+    def _disk_to_create(self, cmd: sb.CreateSandbox) -> None:
+        """A create whose template (and headroom) this node's disk cannot hold is refused
+        like one its memory cannot: a short nak, and another node takes it."""
+        held = cmd.template_id in self.site.host.held_templates()
+        need = disk_need(cmd.template_bytes, self._disk_headroom, held=held)
+        room = self._disk_room()
+        if not fits_disk(room, need):
+            raise no_disk_room(self.site.node_id, cmd.template_id, need, room or 0)
 
     def _early_create(self, cmd: sb.CreateSandbox) -> Starter | None:
         # with volumes, nothing starts before the volumes are attached (after the claim)

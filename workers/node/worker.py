@@ -36,7 +36,7 @@ from domain import template as tp
 from domain.sandbox import SandboxStatus as S
 from workers.node.capacity import Size, ledger_of
 from workers.node.completions import completion_id
-from workers.node.disk import DiskUsage, image_cache_dir
+from workers.node.disk import DiskUsage, FixedBudget, image_cache_dir
 from workers.node.forks import fork
 from workers.node.heartbeat import beat_forever
 from workers.node.journal import Journal
@@ -115,6 +115,8 @@ class NodeWorker:
         #: what its data dirs hold, walked every minute (a memory host builds no images)
         images = image_cache_dir() if settings.node_host == "qemu" else None
         self.disk = DiskUsage(settings.state_dir, images)
+        #: what it may keep and could hold for a new sandbox (heartbeat, creates)
+        self.disk_budget = FixedBudget(settings.disk_budget_bytes, self.disk.used)
         self._disk_walks: asyncio.Task[None] | None = None
         #: reconciled and pulling commands (the node's readiness)
         self.serving = False
@@ -125,7 +127,12 @@ class NodeWorker:
         host.on_stage(self.metrics.stage)
         #: creates and resumes: one skeleton, two verbs
         self.openings = Openings(
-            self, self._typical, on_moot=lambda sid: self.on_moot(sid), kill=self._kill
+            self,
+            self._typical,
+            on_moot=lambda sid: self.on_moot(sid),
+            kill=self._kill,
+            disk_room=self.disk_budget.room,
+            disk_headroom=settings.disk_headroom_bytes,
         )
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -182,6 +189,8 @@ class NodeWorker:
             self.uploads_waiting,
             proxy=self.node_proxy,
             disk_used=self.disk.used,
+            disk_budget=self.disk_budget.budget,
+            disk_room=self.disk_budget.room,
         )
         self._heartbeat = asyncio.create_task(beats)
         self._disk_walks = asyncio.create_task(self.disk.run_forever())

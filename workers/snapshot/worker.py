@@ -73,6 +73,12 @@ class LocalCapture(Protocol):
     def size_bytes(self) -> int: ...
 
     @property
+    def image_bytes(self) -> int:
+        """Allocated bytes of the image and runtime disks the capture stacks on: what a
+        node without them fetches besides the capture (placement by disk counts both)."""
+        ...
+
+    @property
     def volumes(self) -> tuple[tuple[int, str, Path], ...]:
         """(slot, volume id, image) of the volumes a paused sandbox holds: uploaded with
         its capture (`<capture>-v<slot>`), since a take-over on another node needs them."""
@@ -220,7 +226,11 @@ class SnapshotWorker:
         if source is None:
             return  # a newer capture took the name while this one was uploading
         uploaded = tp.RecordTemplateUpload(
-            template_id=name, key=capture.snapshot_id, source_sandbox_id=source.sandbox_id
+            template_id=name,
+            key=capture.snapshot_id,
+            source_sandbox_id=source.sandbox_id,
+            capture_bytes=capture.size_bytes,
+            image_bytes=capture.image_bytes,
         )
         await execute(self.bus.templates, uploaded, MessageContext.caused_by_event(d.record))
 

@@ -22,6 +22,7 @@ class _Capture:
     base_image_digest: str = "b" * 64
     size_bytes: int = 1
     volumes: tuple[tuple[int, str, Path], ...] = ()
+    image_bytes: int = 2
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,8 @@ async def test_an_import_on_this_node_is_uploaded_and_recorded_with_no_source(
 
         tpl = await eventually(durable)
         assert tpl is not None and (tpl.capture_key, tpl.capture_of) == (f"tpl-{ours}", None)
+        # what placement by disk counts for a node without it: the capture, its disks
+        assert (tpl.capture_bytes, tpl.image_bytes) == (1, 2)
         assert store.uploaded == [f"tpl-{ours}"] and node.marked == [f"tpl-{ours}"]
         other, _ = await bus.templates.load(theirs)
         assert other is not None and other.capture_key is None

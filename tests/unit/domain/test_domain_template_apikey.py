@@ -79,6 +79,29 @@ def test_an_imported_images_upload_names_no_source_sandbox() -> None:
     assert tp.decide_template(s, up) == []
 
 
+def test_an_upload_records_what_a_node_without_the_template_stores() -> None:
+    """Placement by disk reads the sizes from the log: the capture's and the disks'
+    bytes ride on the upload; an upload recorded before sizes were folds to None; a new
+    capture under the name (registered again) is not sized until its own upload."""
+    reg = tp.RegisterTemplate(template_id="snap", capture_id="cap-1", at=T0)
+    s = tp.fold_template(tp.decide_template(None, reg))
+    up = tp.RecordTemplateUpload(
+        template_id="snap", key="cap-1", capture_bytes=300 << 20, image_bytes=2 << 30
+    )
+    events = tp.decide_template(s, up)
+    assert [(e.capture_bytes, e.image_bytes) for e in events] == [(300 << 20, 2 << 30)]  # type: ignore[attr-defined]
+    s = tp.fold_template(events, s)
+    assert s is not None and (s.capture_bytes, s.image_bytes) == (300 << 20, 2 << 30)
+    old = tp.TemplateUploaded.model_validate(
+        {"template_id": "snap", "key": "cap-1", "at": T0.isoformat()}
+    )
+    before = tp.fold_template([old], tp.fold_template(tp.decide_template(None, reg)))
+    assert before is not None and (before.capture_bytes, before.image_bytes) == (None, None)
+    again = reg.model_copy(update={"capture_id": "cap-2"})
+    s = tp.fold_template(tp.decide_template(s, again), s)
+    assert s is not None and (s.capture_key, s.capture_bytes, s.image_bytes) == (None, None, None)
+
+
 def test_api_key_lifecycle() -> None:
     raw = ak.new_api_key()
     assert raw.startswith(ak.KEY_PREFIX)

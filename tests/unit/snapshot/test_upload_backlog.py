@@ -32,6 +32,7 @@ class _Capture:
     base_image_digest: str = "sha256:base"
     size_bytes: int = 1
     volumes: tuple[tuple[int, str, Path], ...] = ()
+    image_bytes: int = 2
 
 
 class _Repository:

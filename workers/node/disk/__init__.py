@@ -2,6 +2,7 @@
 eviction over it come next, S8)."""
 
 from workers.node.disk.categories import CATEGORIES, IMAGES, STATE, Category, category_of
+from workers.node.disk.fixed import FixedBudget, room_under
 from workers.node.disk.usage import Tally, scan
 from workers.node.disk.watch import SCAN_EVERY_S, DiskUsage, image_cache_dir
 
@@ -12,8 +13,10 @@ __all__ = [
     "STATE",
     "Category",
     "DiskUsage",
+    "FixedBudget",
     "Tally",
     "category_of",
     "image_cache_dir",
+    "room_under",
     "scan",
 ]
