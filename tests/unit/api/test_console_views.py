@@ -206,6 +206,7 @@ def test_every_fragment_renders_and_escapes_what_users_typed() -> None:
             "free_sandboxes": 96,
         },
         "warm": {"ready": {"base": 2}, "hits": 5, "misses": 1, "mem_mib": 300},
+        "disk": {"used": 3 << 30, "budget": 10 << 30, "room": 7 << 30},
     }
     fleet = render(
         "fleet.html",
@@ -225,6 +226,7 @@ def test_every_fragment_renders_and_escapes_what_users_typed() -> None:
         builds=[],
     )
     assert "29 / 32" in fleet and "base 2" in fleet and "No builds yet." in fleet
+    assert re.search(r"3\.0\s*/ 10\.0 GiB", fleet) and "7.0 GiB room" in fleet  # its disk
     build = {
         "build_id": str(uuid.uuid4()),
         "template_id": "t",
