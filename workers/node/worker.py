@@ -29,6 +29,7 @@ from bus import (
     RetryableError,
 )
 from bus.decisions import execute
+from bus.diskroom import fits_disk
 from bus.tasks import cancel_and_wait
 from domain import Invalid, NotFound
 from domain import sandbox as sb
@@ -168,7 +169,7 @@ class NodeWorker:
                 parallel=max(1, self.settings.capacity),
             ),
         ]
-        gates = [None, lambda: self.capacity.fits(self._typical)]
+        gates = [None, self._takes_creates]
         for spec, gate in zip(specs, gates, strict=True):
             c = CommandConsumer(
                 self.bus.js,
@@ -197,6 +198,15 @@ class NodeWorker:
         # warm VMs live in the room the sandboxes leave: given up first when they need it
         self.host.start_warm_pool(lambda: self.capacity.room().free_mem_mib)
         self.serving = True
+
+    def _takes_creates(self) -> bool:
+        """Whether it pulls placed creates now: a typical sandbox fits its memory and vCPUs,
+        and its disk has room for at least the headroom every create keeps (short of that
+        it could take none: pulling would only nak them, `openings.py::_disk_to_create`)."""
+        room = self.disk_budget.room()
+        return self.capacity.fits(self._typical) and fits_disk(
+            room, self.settings.disk_headroom_bytes
+        )
 
     async def stop(self) -> None:
         """Stop taking work and let in-flight commands finish (the consumers drain them)."""
