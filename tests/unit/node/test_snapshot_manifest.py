@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from workers.node.hosted import LocalCapture, capture_size, image_size
 from workers.node.runtime import Snapshot
 from workers.node.vmm import Machine
 
@@ -72,3 +73,28 @@ def test_a_capture_keeps_the_content_digests_of_its_disks(tmp_path: Path) -> Non
     (tmp_path / "manifest.json").write_text(json.dumps(doc))
     old = Snapshot.read(tmp_path)
     assert (old.base_content, old.runtime_content) == (None, None)
+
+
+def test_what_a_capture_and_the_disks_under_it_allocate(tmp_path: Path) -> None:
+    """What its upload records for placement by disk (images-at-scale S9): the capture's
+    own files, and apart the image and runtime disks under it (allocated bytes: a sparse
+    disk counts what it holds); a disk not there counts nothing."""
+    m = Machine("7.2.22", "tcg", "max", 2, 512, "06:00:ac:10:00:02")
+    base, runtime = tmp_path / "base.ext4", tmp_path / "runtime.ext4"
+    base.write_bytes(b"b" * 8192)
+    with open(runtime, "wb") as f:  # sparse: 1 GiB long, one block written
+        f.truncate(1 << 30)
+        f.write(b"r" * 4096)
+    snap = Snapshot("s1", tmp_path / "cap", m, tmp_path / "cap" / "top", base, runtime)
+    snap.dir.mkdir()
+    for p in (snap.mem, snap.state, snap.disk_top):
+        p.write_bytes(b"c" * 4096)
+    assert image_size(snap) == base.stat().st_blocks * 512 + runtime.stat().st_blocks * 512
+    assert 12288 <= image_size(snap) < 1 << 20
+    assert capture_size(snap) == sum(
+        p.stat().st_blocks * 512 for p in (snap.mem, snap.state, snap.disk_top)
+    )
+    capture = LocalCapture.of(snap)
+    assert (capture.size_bytes, capture.image_bytes) == (capture_size(snap), image_size(snap))
+    runtime.unlink()
+    assert image_size(snap) == base.stat().st_blocks * 512
