@@ -29,4 +29,5 @@ echo "== import rules"; "$BIN/lint-imports" --no-cache
 tiers=("${FAST[@]}")
 ((fast)) || tiers+=("${SLOW[@]}")
 echo "== pytest: ${tiers[*]}"
-exec "$BIN/pytest" "${tiers[@]/#/tests/}" "$@"
+# --durations=30: the log ends with the 30 slowest phases (setups too), where the minutes go
+exec "$BIN/pytest" --durations=30 "${tiers[@]/#/tests/}" "$@"
