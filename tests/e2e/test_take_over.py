@@ -28,7 +28,9 @@ from tests.e2e.test_two_nodes import _node_of, _second_node
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(900)]
 
-FILES = 5000
+#: 5,000 in `make test-scale` (the design's figure); CI moves 1,000 (the same paths: many
+#: small files, a pause, a take-over, a filesystem-only pause and a cold boot) in less time
+FILES = 5000 if os.environ.get("AENV_TEST_SCALE", "") not in ("", "0") else 1000
 #: One guest command (bash builtins only: no fork per file, which TCG makes slow), each
 #: file's bytes its own (its number, the shell's random numbers, a length that varies).
 WRITE = (
@@ -103,7 +105,7 @@ def _e2fsck_raw(disk_top: Path) -> subprocess.CompletedProcess[str]:
         raw.unlink(missing_ok=True)
 
 
-def test_five_thousand_files_move_with_their_sandbox(
+def test_thousands_of_files_move_with_their_sandbox(
     stack: Stack, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     from tests.e2e.test_pause import _uploaded
@@ -151,7 +153,7 @@ def test_five_thousand_files_move_with_their_sandbox(
             assert capture["disk_only"]
             fsck = _e2fsck_raw(Path(capture["disk_top"]))
             assert fsck.returncode == 0, fsck.stdout + fsck.stderr
-            # the filesystem checked is the sandbox's: its inodes count the 5,000 files
+            # the filesystem checked is the sandbox's: its inodes count the files
             used = re.search(r": (\d+)/\d+ files", fsck.stdout)
             assert used is not None and int(used.group(1)) > FILES, fsck.stdout
 
