@@ -118,6 +118,11 @@ async def delete_all(js: JetStreamContext, settings: BusSettings) -> None:
     for stream in (names.event_stream, names.command_stream):
         with contextlib.suppress(NotFoundError):
             await js.delete_stream(stream)
-    for bucket in (names.nodes_bucket, names.routes_bucket, names.secrets_bucket):
+    for bucket in (
+        names.nodes_bucket,
+        names.routes_bucket,
+        names.secrets_bucket,
+        names.gc_lease_bucket,
+    ):
         with contextlib.suppress(NotFoundError, BucketNotFoundError):
             await js.delete_key_value(bucket)

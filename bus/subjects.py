@@ -130,6 +130,12 @@ class Names:
         registry password): never an event, gone after its TTL."""
         return self._lower("aenv_secrets")
 
+    @property
+    def gc_lease_bucket(self) -> str:
+        """KV bucket of the repository GC's lease (`bus.leases`): its TTL is the GC period,
+        so one node of the fleet collects per period."""
+        return self._lower("aenv_gc_lease")
+
     # -- event subjects ------------------------------------------------------------------
     @property
     def all_events(self) -> str:

@@ -1,5 +1,5 @@
 """The node role: this host's microVMs — runtime, templates, node worker, snapshot worker,
-volume releaser.
+volume releaser, the repository's janitor and GC.
 
 Alone in its process so a restore never waits behind HTTP parsing or a projection's SQL on
 the same event loop: the control plane's share of a create is then only the bus hops.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import timedelta
 
 import uvicorn
 
@@ -42,6 +43,9 @@ from workers.snapshot import (
     SnapshotRepository,
     SnapshotStore,
 )
+from workers.snapshot.gcmetrics import GcMetrics
+from workers.snapshot.gcrun import RepositoryGc
+from workers.snapshot.janitor import RepositoryJanitor
 from workers.snapshot.metrics import TransferMetrics
 from workers.snapshot.worker import SnapshotWorker
 
@@ -202,7 +206,35 @@ async def _qemu_host(
     )
     # captures become durable through the node's snapshot worker
     uploads = SnapshotWorker(bus, node_cfg.node_id, host, repository) if repository else None
+    if repository is not None:
+        await _repository_gc(bus, node_cfg, repository, GcMetrics(metrics.scrape), stack)
     return host, uploads, image.rootfs.stat().st_size >> 20
+
+
+async def _repository_gc(
+    bus: Bus,
+    node_cfg: NodeSettings,
+    repository: SnapshotRepository,
+    metrics: GcMetrics,
+    stack: contextlib.AsyncExitStack,
+) -> None:
+    """The repository's janitor (manifests go with what they describe) and its periodic,
+    leased blob GC: every node runs both, the fleet's share of the work goes to one."""
+    janitor = RepositoryJanitor(bus, repository.store, retry=repository.retry, metrics=metrics)
+    await janitor.start()
+    stack.push_async_callback(janitor.stop)
+    if node_cfg.repository_gc_every_s <= 0:
+        return
+    runner = RepositoryGc(
+        bus,
+        janitor,
+        node_cfg.node_id,
+        every_s=node_cfg.repository_gc_every_s,
+        min_age=timedelta(seconds=node_cfg.repository_gc_min_age_s),
+        image_grace=timedelta(seconds=node_cfg.repository_image_grace_s),
+    )
+    await runner.start()
+    stack.push_async_callback(runner.stop)
 
 
 def _image_supply(

@@ -98,6 +98,14 @@ class NodeSettings(BaseSettings):
     #: What Prometheus sends to scrape the node's `/metrics` on its proxy port
     #: (`Authorization: Bearer <token>`); the same token as the APIs'. None: no one may.
     metrics_token: SecretStr | None = None
+    #: The repository GC (images-at-scale S11, `workers/snapshot/gcrun.py`): how often one
+    #: node of the fleet collects (the period of its lease; 0: never), how old a blob no
+    #: manifest names must be to go (an upload writes its blobs before its manifest), and
+    #: how long an image no capture names is kept (a template whose capture is not uploaded
+    #: yet names its image on its node only).
+    repository_gc_every_s: float = Field(default=3600.0, ge=0)
+    repository_gc_min_age_s: float = Field(default=3600.0, ge=0)
+    repository_image_grace_s: float = Field(default=7 * 86400.0, ge=0)
     #: vCPUs and RAM of the default `base` template.
     base_vcpus: int = Field(default=1, ge=1)
     base_mem_mib: int = Field(default=512, ge=128)

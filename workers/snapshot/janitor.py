@@ -1,0 +1,187 @@
+"""The repository janitor: manifests go with what they describe (images-at-scale S11).
+
+One durable consumer of the event log shared by every node (`repo-janitor`): JetStream
+hands each event to one of them, so a fleet deletes each manifest once, and a node that
+dies mid-way leaves the event to be delivered again (deletes are idempotent).
+
+- `SandboxKilled`: the sandbox's pause captures (every `SandboxPaused` of its history) and
+  the volume images uploaded beside them (`<capture>-v<slot>`);
+- `TemplateDeleted` / `TemplateCaptureDropped`: the template's capture (`capture_key`);
+- `ImageForgotten`: `image-<digest>`, unless the image was published again since.
+
+`forget_images` is the other half, run with the blob GC under its lease (`gcrun.py`): an
+image no capture names, past its grace, is forgotten in the log and its manifest deleted.
+What the deleted manifests named becomes garbage for the next `collect_garbage`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from datetime import UTC, datetime, timedelta
+
+from bus import Bus, ConsumerSpec, MessageContext
+from bus.decisions import execute
+from bus.event_consumer import EventConsumer, EventDelivery
+from bus.records import RecordedEvent
+from domain import image as im
+from domain import sandbox as sb
+from domain import template as tp
+from workers.snapshot import paths
+from workers.snapshot.errors import LayoutError, ManifestNotFound
+from workers.snapshot.gcmetrics import GcMetrics
+from workers.snapshot.leftovers import (
+    StoredImage,
+    dropped_capture_key,
+    images_to_forget,
+    named_images,
+    pause_keys,
+)
+from workers.snapshot.manifest import ImageManifest, SnapshotManifest, parse_manifest
+from workers.snapshot.retry import RetryPolicy, retrying
+from workers.snapshot.store import SnapshotStore
+
+__all__ = ["JANITOR", "RepositoryJanitor"]
+
+log = logging.getLogger(__name__)
+
+#: The durable consumer's name (namespaced by the bus prefix).
+JANITOR = "repo-janitor"
+#: Redelivery while the store is down: 2 s … 5 minutes, for weeks.
+BACKOFF = (2.0, 6.0, 18.0, 54.0, 162.0, 300.0)
+ATTEMPTS = 10_000
+#: A consumer created now starts this far back (a fleet upgraded to S11 tidies the last
+#: day's kills; older leftovers stay until an operator deletes them).
+START_BACK = timedelta(days=1)
+
+
+class RepositoryJanitor:
+    """Deletes the manifests of what the log says is gone."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        store: SnapshotStore,
+        *,
+        retry: RetryPolicy | None = None,
+        metrics: GcMetrics | None = None,
+    ) -> None:
+        self.bus = bus
+        self.store = store
+        self.retry = retry or RetryPolicy()
+        self.metrics = metrics or GcMetrics()
+        self._consumer: EventConsumer | None = None
+
+    def spec(self) -> ConsumerSpec:
+        return ConsumerSpec(
+            durable=self.bus.names.durable(JANITOR),
+            filter_subject=self.bus.names.all_events,
+            max_deliver=ATTEMPTS,
+            backoff=BACKOFF,
+            max_ack_pending=16,
+            parallel=4,
+            start_time=datetime.now(UTC) - START_BACK,
+        )
+
+    async def start(self) -> None:
+        self._consumer = EventConsumer(self.bus.js, self.bus.settings, self.spec(), self.handle)
+        await self._consumer.start()
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    async def handle(self, d: EventDelivery) -> None:
+        await self.tidy(d.record)
+
+    async def tidy(self, rec: RecordedEvent) -> list[str]:
+        """Delete what `rec` leaves describing nothing; the manifest ids deleted."""
+        match rec.event:
+            case sb.SandboxKilled(sandbox_id=sid):
+                return await self.sandbox_killed(sid)
+            case tp.TemplateDeleted() | tp.TemplateCaptureDropped() as event:
+                return await self._template(rec, event)
+            case im.ImageForgotten(digest=str(digest)) as event:
+                state, _ = await self.bus.images.load(event.image_id)
+                if state is not None and state.published and state.published.digest == digest:
+                    return []  # published again since (the same bytes): still named
+                return await self._delete([paths.image_key(digest)], "image")
+            case _:
+                return []
+
+    async def sandbox_killed(self, sandbox_id: str) -> list[str]:
+        history = await self.bus.sandboxes.read(sandbox_id)
+        captures = [
+            r.event.snapshot_id
+            for r in history
+            if isinstance(r.event, sb.SandboxPaused) and r.event.snapshot_id is not None
+        ]
+        if not captures:
+            return []
+        stored = await retrying(self.store.list_manifests, self.retry)
+        return await self._delete(pause_keys(captures, stored), "pause")
+
+    async def _template(
+        self, rec: RecordedEvent, event: tp.TemplateDeleted | tp.TemplateCaptureDropped
+    ) -> list[str]:
+        history = await self.bus.templates.read(event.template_id)
+        before = tp.fold_template(r.event for r in history if r.seq < rec.seq)
+        now = tp.fold_template(r.event for r in history)
+        key = dropped_capture_key(event, before, now)
+        return await self._delete([key], "template") if key is not None else []
+
+    async def forget_images(self, *, grace: timedelta, now: datetime | None = None) -> list[str]:
+        """Forget every image no capture names, older than `grace`: in the log (its
+        recipe's aggregate back to empty, so the next use builds or shares it again) and in
+        the store. The content digests forgotten."""
+        ids = await retrying(self.store.list_manifests, self.retry)
+        captures: list[SnapshotManifest] = []
+        images: list[StoredImage] = []
+        for mid in ids:
+            m = await self._read(mid)
+            if isinstance(m, SnapshotManifest):
+                captures.append(m)
+            elif isinstance(m, ImageManifest):
+                images.append(StoredImage(m.digest, m.recipe, m.created_at))
+        gone = images_to_forget(
+            images, named_images(captures), now=now or datetime.now(UTC), grace=grace
+        )
+        out: list[str] = []
+        for image in gone:
+            if await self._forget(image):
+                out.append(image.digest)
+        return out
+
+    async def _forget(self, image: StoredImage) -> bool:
+        iid = im.image_aggregate_id(image.recipe)
+        state, _ = await self.bus.images.load(iid)
+        if state is not None and state.published and state.published.digest == image.digest:
+            forget = im.ForgetImage(
+                image_id=iid,
+                command_id=sb.derived_command_id("image-forget", iid, image.digest),
+            )
+            try:
+                await execute(self.bus.images, forget, MessageContext())
+            except im.ClaimHeld:  # a build of the recipe is running: next round
+                return False
+        await self._delete([paths.image_key(image.digest)], "image")
+        log.info("image %s (recipe %s) forgotten: no capture names it", image.digest, image.recipe)
+        return True
+
+    async def _read(self, mid: str) -> SnapshotManifest | ImageManifest | None:
+        try:
+            data = await retrying(functools.partial(self.store.get_manifest, mid), self.retry)
+        except ManifestNotFound:
+            return None
+        try:
+            m = parse_manifest(data)
+        except ValueError as e:  # a capture we cannot read may name any image: keep all
+            raise LayoutError(f"manifest {mid}: unreadable: {e}") from e
+        return m if isinstance(m, SnapshotManifest | ImageManifest) else None
+
+    async def _delete(self, keys: list[str], kind: str) -> list[str]:
+        for key in keys:
+            await retrying(functools.partial(self.store.delete_manifest, key), self.retry)
+            self.metrics.manifest_deleted(kind)
+            log.info("repository: deleted %s manifest %s", kind, key)
+        return keys

@@ -1,0 +1,106 @@
+"""Which repository manifests no longer describe anything (images-at-scale S11): pure
+decisions, apart from the log and the store they are read from (`janitor.py`).
+
+A manifest is what keeps its blobs alive (`gc.py`), so a manifest that outlives what it
+describes leaks every blob it names. Three kinds outlive their owner:
+
+- a killed sandbox's pause captures, and the volume images uploaded with each
+  (`<capture>-v<slot>`): nothing resumes them any more;
+- a deleted template's capture (`capture_key`), and a template's own pre-tags capture
+  once it is dropped (`TemplateCaptureDropped` naming the template itself);
+- an image (`image-<digest>`) that no capture names as its base or runtime disk, once it
+  is older than a grace period (a template whose capture is not uploaded yet names its
+  image only on its node; the grace covers that window).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from domain import tags as tg
+from domain import template as tp
+from workers.snapshot.manifest import SnapshotManifest
+
+__all__ = [
+    "StoredImage",
+    "dropped_capture_key",
+    "images_to_forget",
+    "named_images",
+    "pause_keys",
+]
+
+#: `<capture>-v<slot>`: a paused sandbox's volume image, uploaded beside its capture.
+VOLUME_INFIX = "-v"
+
+
+def pause_keys(capture_ids: Iterable[str], stored: Iterable[str]) -> list[str]:
+    """The stored manifests a killed sandbox's pauses left: each capture in `capture_ids`
+    and the volume images (`<capture>-v<slot>`) uploaded with it. Sorted."""
+    captures = set(capture_ids)
+    out: list[str] = []
+    for key in stored:
+        if key in captures:
+            out.append(key)
+            continue
+        owner, sep, slot = key.rpartition(VOLUME_INFIX)
+        if sep and slot.isdigit() and owner in captures:
+            out.append(key)
+    return sorted(out)
+
+
+def dropped_capture_key(
+    event: tp.TemplateDeleted | tp.TemplateCaptureDropped,
+    before: tp.Template | None,
+    now: tp.Template | None,
+) -> str | None:
+    """The capture manifest `event` leaves describing nothing, or None.
+
+    `before` is the template just before the event, `now` as the log has it today: a
+    template registered again under the name that uploaded the very same key keeps it.
+    A dropped capture of a build is a template of its own, deleted (and handled) apart.
+    """
+    if before is None or before.capture_key is None:
+        return None
+    if isinstance(event, tp.TemplateCaptureDropped) and event.capture_id != event.template_id:
+        return None
+    key = before.capture_key
+    if now is not None and not now.deleted and now.capture_key == key:
+        named = isinstance(event, tp.TemplateDeleted) or (
+            event.template_id in tg.captures(now.effective_tags())
+        )
+        if named:
+            return None
+    return key
+
+
+def named_images(manifests: Iterable[SnapshotManifest]) -> set[str]:
+    """Content digests of the disks captures were taken over (base image and runtime disk):
+    the images a restore on another node must still be able to fetch."""
+    out: set[str] = set()
+    for m in manifests:
+        if m.base_image.content is not None:
+            out.add(m.base_image.content)
+        runtime = m.node_manifest.get("runtime_content")
+        if isinstance(runtime, str):
+            out.add(runtime)
+    return out
+
+
+@dataclass(frozen=True)
+class StoredImage:
+    """An image manifest in the repository, as the janitor weighs it."""
+
+    digest: str
+    recipe: str
+    created_at: datetime
+
+
+def images_to_forget(
+    images: Sequence[StoredImage], named: set[str], *, now: datetime, grace: timedelta
+) -> list[StoredImage]:
+    """The images no capture names that are older than `grace`, oldest first."""
+    horizon = now - grace
+    gone = [i for i in images if i.digest not in named and i.created_at <= horizon]
+    return sorted(gone, key=lambda i: (i.created_at, i.digest))
