@@ -32,6 +32,7 @@ from workers.snapshot.errors import LayoutError, ManifestNotFound
 from workers.snapshot.gcmetrics import GcMetrics
 from workers.snapshot.leftovers import (
     StoredImage,
+    capture_keys,
     dropped_capture_key,
     images_to_forget,
     named_images,
@@ -118,8 +119,12 @@ class RepositoryJanitor:
         ]
         if not captures:
             return []
-        stored = await retrying(self.store.list_manifests, self.retry)
-        return await self._delete(pause_keys(captures, stored), "pause")
+        requested = [r.event for r in history if isinstance(r.event, sb.SandboxRequested)]
+        if requested:  # its mounts say which volume images its pauses uploaded
+            keys = capture_keys(captures, len(requested[0].spec.volume_mounts))
+        else:  # a history without its request: what the store holds (a listing of it)
+            keys = pause_keys(captures, await retrying(self.store.list_manifests, self.retry))
+        return await self._delete(keys, "pause")
 
     async def _template(
         self, rec: RecordedEvent, event: tp.TemplateDeleted | tp.TemplateCaptureDropped

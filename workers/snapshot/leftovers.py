@@ -25,6 +25,7 @@ from workers.snapshot.manifest import SnapshotManifest
 
 __all__ = [
     "StoredImage",
+    "capture_keys",
     "dropped_capture_key",
     "images_to_forget",
     "named_images",
@@ -37,7 +38,8 @@ VOLUME_INFIX = "-v"
 
 def pause_keys(capture_ids: Iterable[str], stored: Iterable[str]) -> list[str]:
     """The stored manifests a killed sandbox's pauses left: each capture in `capture_ids`
-    and the volume images (`<capture>-v<slot>`) uploaded with it. Sorted."""
+    and the volume images (`<capture>-v<slot>`) uploaded with it. Sorted. (For a history
+    without its `SandboxRequested`, whose mounts say how many slots: `capture_keys`.)"""
     captures = set(capture_ids)
     out: list[str] = []
     for key in stored:
@@ -48,6 +50,15 @@ def pause_keys(capture_ids: Iterable[str], stored: Iterable[str]) -> list[str]:
         if sep and slot.isdigit() and owner in captures:
             out.append(key)
     return sorted(out)
+
+
+def capture_keys(capture_ids: Iterable[str], slots: int) -> list[str]:
+    """The manifests a killed sandbox's pauses may have left, known without listing the
+    store: each capture and one volume image per slot of the sandbox's `slots` volume
+    mounts (`<capture>-v<slot>`). Sorted."""
+    captures = set(capture_ids)
+    volumes = {f"{c}{VOLUME_INFIX}{slot}" for c in captures for slot in range(slots)}
+    return sorted(captures | volumes)
 
 
 def dropped_capture_key(

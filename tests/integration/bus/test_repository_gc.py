@@ -17,6 +17,7 @@ import secrets
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from uuid import uuid4
 
 import pytest
 
@@ -133,6 +134,10 @@ async def test_gc_leaves_exactly_what_the_remaining_manifests_name(
 
     # the log: sandbox a paused twice and killed, b paused; template x deleted, y kept
     a, b = f"sbx-{run}-a", f"sbx-{run}-b"
+    mount = sb.VolumeMount(name="data", path="/data", volume_id="vol1")
+    spec = sb.SandboxSpec(template_id="base", volume_mounts=(mount,))  # one slot: -v0
+    requested = sb.SandboxRequested(sandbox_id=a, command_id=uuid4(), spec=spec, at=now())
+    await record(bus, a, requested)
     for sid in ids["killed"]:
         await record(
             bus, a, sb.SandboxPaused(sandbox_id=a, remaining_s=60, at=now(), snapshot_id=sid)
@@ -167,7 +172,8 @@ async def test_gc_leaves_exactly_what_the_remaining_manifests_name(
         await eventually(tidied, timeout=30)
         deleted = scrape.registry.get_sample_value
         kinds = {k: deleted("aenv_repository_manifests_deleted_total", {"kind": k}) for k in KINDS}
-        assert kinds == {"pause": 3, "template": 1, "image": 0}
+        # a1, a2 and their volumes' keys (a2-v0 was never stored: deleting it is a no-op)
+        assert kinds == {"pause": 4, "template": 1, "image": 0}
 
         # two nodes' GC runners at once: one takes the lease and runs
         runners = [

@@ -11,6 +11,7 @@ from domain.tags import TaggedBuild
 from tests.unit.snapshot.test_same_bytes import manifest
 from workers.snapshot.leftovers import (
     StoredImage,
+    capture_keys,
     dropped_capture_key,
     images_to_forget,
     named_images,
@@ -48,6 +49,11 @@ def test_pause_keys_are_the_captures_and_their_volumes_only() -> None:
     ]
     assert pause_keys(["p1", "p2", "p3"], stored) == ["p1", "p1-v0", "p1-v12", "p2"]
     assert pause_keys([], stored) == []
+
+
+def test_capture_keys_name_one_volume_per_slot_of_each_capture() -> None:
+    assert capture_keys(["p2", "p1"], 2) == ["p1", "p1-v0", "p1-v1", "p2", "p2-v0", "p2-v1"]
+    assert capture_keys(["p1", "p1"], 0) == ["p1"]
 
 
 def deleted() -> tp.TemplateDeleted:
