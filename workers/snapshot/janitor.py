@@ -20,7 +20,7 @@ import functools
 import logging
 from datetime import UTC, datetime, timedelta
 
-from bus import Bus, ConsumerSpec, MessageContext
+from bus import Bus, ConsumerSpec, MessageContext, RetryableError
 from bus.decisions import execute
 from bus.event_consumer import EventConsumer, EventDelivery
 from bus.records import RecordedEvent
@@ -51,6 +51,10 @@ JANITOR = "repo-janitor"
 #: Redelivery while the store is down: 2 s … 5 minutes, for weeks.
 BACKOFF = (2.0, 6.0, 18.0, 54.0, 162.0, 300.0)
 ATTEMPTS = 10_000
+#: A kill is tidied this long after it happened: the node cancels an upload of the
+#: sandbox's capture when it is killed, but a manifest PUT already in flight may land
+#: after the kill; deleted before it lands, it would stay for good.
+KILL_SETTLE_S = 30.0
 #: A consumer created now starts this far back (a fleet upgraded to S11 tidies the last
 #: day's kills; older leftovers stay until an operator deletes them).
 START_BACK = timedelta(days=1)
@@ -66,8 +70,10 @@ class RepositoryJanitor:
         *,
         retry: RetryPolicy | None = None,
         metrics: GcMetrics | None = None,
+        kill_settle_s: float = KILL_SETTLE_S,
     ) -> None:
         self.bus = bus
+        self.kill_settle_s = kill_settle_s
         self.store = store
         self.retry = retry or RetryPolicy()
         self.metrics = metrics or GcMetrics()
@@ -93,6 +99,8 @@ class RepositoryJanitor:
             await self._consumer.stop()
 
     async def handle(self, d: EventDelivery) -> None:
+        if isinstance(d.record.event, sb.SandboxKilled) and d.age_s < self.kill_settle_s:
+            raise RetryableError("kill too recent to tidy", delay_s=self.kill_settle_s - d.age_s)
         await self.tidy(d.record)
 
     async def tidy(self, rec: RecordedEvent) -> list[str]:

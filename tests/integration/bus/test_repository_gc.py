@@ -153,7 +153,9 @@ async def test_gc_leaves_exactly_what_the_remaining_manifests_name(
 
     scrape = Scrape()
     metrics = GcMetrics(scrape)
-    janitors = [RepositoryJanitor(bus, repo.store, metrics=metrics) for _ in range(2)]
+    janitors = [
+        RepositoryJanitor(bus, repo.store, metrics=metrics, kill_settle_s=1.0) for _ in range(2)
+    ]
     for j in janitors:  # two nodes sharing the durable consumer
         await j.start()
     try:
