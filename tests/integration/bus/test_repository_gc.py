@@ -224,3 +224,35 @@ async def test_gc_leaves_exactly_what_the_remaining_manifests_name(
         base.manifest.digest, tmp_path / "img-restored"
     )
     assert sha256(image.disk) == sha256(base_disk)
+
+
+async def test_a_forgotten_image_goes_unless_published_again(
+    bus: Bus, repo: SnapshotRepository, tmp_path: Path
+) -> None:
+    """`ImageForgotten` (an operator's, or the GC's own, delivered again) deletes
+    `image-<digest>`; once the recipe is published again with the same bytes, an old
+    forget is stale and the manifest stays."""
+    images = ImageRepository(repo.store)
+    make_image(tmp_path / "img", 16 * MIB, [0], zero_at=8 * MIB)
+    up = await images.upload_image(tmp_path / "img", recipe=secrets.token_hex(32), role="root")
+    iid = im.image_aggregate_id(up.manifest.recipe)
+    publish = im.PublishImage(
+        image_id=iid,
+        digest=up.manifest.digest,
+        stored_bytes=up.manifest.stored_bytes,
+        size=up.manifest.disk.size,
+        role="root",
+    )
+    await execute(bus.images, publish)
+    await execute(bus.images, im.ForgetImage(image_id=iid))
+    forgotten = [r for r in await bus.images.read(iid) if isinstance(r.event, im.ImageForgotten)]
+    assert len(forgotten) == 1
+    janitor = RepositoryJanitor(bus, repo.store)
+
+    await execute(bus.images, publish.model_copy(update={"command_id": uuid4()}))
+    assert await janitor.tidy(forgotten[0]) == []  # published again: stale
+    assert await images.has_image(up.manifest.digest)
+
+    await execute(bus.images, im.ForgetImage(image_id=iid))
+    assert await janitor.tidy(forgotten[0]) == [image_key(up.manifest.digest)]
+    assert not await images.has_image(up.manifest.digest)
