@@ -85,8 +85,10 @@ class RepositoryJanitor:
             filter_subject=self.bus.names.all_events,
             max_deliver=ATTEMPTS,
             backoff=BACKOFF,
-            max_ack_pending=16,
-            parallel=4,
+            # every kill waits `kill_settle_s` unacked: a fleet's burst of kills must not
+            # hold up the events behind it (a handler is busy only while it deletes)
+            max_ack_pending=10_000,
+            parallel=8,
             start_time=datetime.now(UTC) - START_BACK,
         )
 
