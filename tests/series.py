@@ -1,7 +1,8 @@
 """Every Prometheus series aenv exports, by the role that serves it — what the metrics tests
 found in real scrapes (each test asserts its part: `tests/vmless/test_observability.py` the
 API's and the node's, `tests/contract/snapshot/test_repository_contract.py` the snapshot
-transfers, which need a repository) and what the dashboard (`deploy/grafana/`) and the
+transfers, which need a repository, `tests/integration/bus/test_repository_gc.py` the
+repository GC's) and what the dashboard (`deploy/grafana/`) and the
 documentation (`docs/observability.md`) may name (`tests/deploy/test_grafana.py`)."""
 
 from __future__ import annotations
@@ -69,7 +70,15 @@ SNAPSHOT: dict[str, Kind] = {
     "aenv_snapshot_transfer_seconds": "histogram",
     "aenv_snapshot_transfer_failures": "counter",
 }
-FAMILIES: dict[str, Kind] = {**API, **NODE, **WARM, **COMMON, **SNAPSHOT}
+#: the node's, when it has a repository: its janitor and GC
+#: (`tests/integration/bus/test_repository_gc.py`)
+REPOSITORY_GC: dict[str, Kind] = {
+    "aenv_repository_gc_deleted": "counter",
+    "aenv_repository_gc_deleted_bytes": "counter",
+    "aenv_repository_gc_rounds": "counter",
+    "aenv_repository_manifests_deleted": "counter",
+}
+FAMILIES: dict[str, Kind] = {**API, **NODE, **WARM, **COMMON, **SNAPSHOT, **REPOSITORY_GC}
 
 
 def samples(families: dict[str, Kind]) -> set[str]:

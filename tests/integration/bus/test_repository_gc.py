@@ -20,6 +20,7 @@ from pathlib import Path
 from uuid import uuid4
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from aenv.stack import S3Endpoint
 from bus import Bus, MessageContext
@@ -34,6 +35,7 @@ from shared.metrics import Scrape
 from tests.contract.snapshot.builders import build_snapshot, same_content, sha256
 from tests.contract.snapshot.conftest import s3_config, s3_endpoint
 from tests.contract.snapshot.test_image_contract import make_image
+from tests.series import REPOSITORY_GC, samples
 from tests.support import eventually
 from workers.snapshot import BlobCache, ImageRepository, S3Store, SnapshotRepository
 from workers.snapshot.gcmetrics import MANIFEST_KINDS as KINDS
@@ -205,6 +207,13 @@ async def test_gc_leaves_exactly_what_the_remaining_manifests_name(
 
         # exactly the blobs the remaining manifests name
         assert await stored_blobs(repo) == await named_blobs(repo)
+        exposed = {
+            s.name
+            for f in text_string_to_metric_families((await scrape.render()).decode())
+            for s in f.samples
+            if s.name.startswith("aenv_repository_")
+        }
+        assert exposed == samples(REPOSITORY_GC)
         gc_bytes = scrape.registry.get_sample_value("aenv_repository_gc_deleted_bytes_total")
         assert gc_bytes == ran[0].bytes_freed > 0
         assert orphan.manifest.blob_digests() - base.manifest.blob_digests() <= (
