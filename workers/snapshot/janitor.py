@@ -140,9 +140,13 @@ class RepositoryJanitor:
         self, rec: RecordedEvent, event: tp.TemplateDeleted | tp.TemplateCaptureDropped
     ) -> list[str]:
         history = await self.bus.templates.read(event.template_id)
-        before = tp.fold_template(r.event for r in history if r.seq < rec.seq)
+        uploads = [
+            r.event.key
+            for r in history
+            if r.seq < rec.seq and isinstance(r.event, tp.TemplateUploaded)
+        ]
         now = tp.fold_template(r.event for r in history)
-        key = dropped_capture_key(event, before, now)
+        key = dropped_capture_key(event, uploads[-1] if uploads else None, now)
         return await self._delete([key], "template") if key is not None else []
 
     async def forget_images(self, *, grace: timedelta, now: datetime | None = None) -> list[str]:

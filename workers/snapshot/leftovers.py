@@ -63,27 +63,28 @@ def capture_keys(capture_ids: Iterable[str], slots: int) -> list[str]:
 
 def dropped_capture_key(
     event: tp.TemplateDeleted | tp.TemplateCaptureDropped,
-    before: tp.Template | None,
+    last_key: str | None,
     now: tp.Template | None,
 ) -> str | None:
     """The capture manifest `event` leaves describing nothing, or None.
 
-    `before` is the template just before the event, `now` as the log has it today: a
-    template registered again under the name that uploaded the very same key keeps it.
-    A dropped capture of a build is a template of its own, deleted (and handled) apart.
+    `last_key` is the key of the template's last `TemplateUploaded` before the event (not
+    the state's `capture_key`: a registration again under the name clears that, while the
+    manifest stays in the store); `now` is the template as the log has it today: a name
+    registered again that uploaded the very same key keeps it. A dropped capture of a
+    build is a template of its own, deleted (and handled) apart.
     """
-    if before is None or before.capture_key is None:
+    if last_key is None:
         return None
     if isinstance(event, tp.TemplateCaptureDropped) and event.capture_id != event.template_id:
         return None
-    key = before.capture_key
-    if now is not None and not now.deleted and now.capture_key == key:
+    if now is not None and not now.deleted and now.capture_key == last_key:
         named = isinstance(event, tp.TemplateDeleted) or (
             event.template_id in tg.captures(now.effective_tags())
         )
         if named:
             return None
-    return key
+    return last_key
 
 
 def named_images(manifests: Iterable[SnapshotManifest]) -> set[str]:

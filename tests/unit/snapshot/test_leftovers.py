@@ -64,33 +64,32 @@ def dropped(capture: str) -> tp.TemplateCaptureDropped:
     return tp.TemplateCaptureDropped(template_id="tpl", capture_id=capture, at=T0)
 
 
-def test_a_deleted_template_leaves_its_capture() -> None:
-    assert dropped_capture_key(deleted(), template("k1"), template("k1", deleted=True)) == "k1"
+def test_a_deleted_template_leaves_its_last_uploaded_capture() -> None:
+    assert dropped_capture_key(deleted(), "k1", template("k1", deleted=True)) == "k1"
+    # registered again (capture_key cleared in the state) and deleted before a new upload
+    assert dropped_capture_key(deleted(), "k1", template(None, deleted=True)) == "k1"
 
 
 def test_nothing_uploaded_nothing_to_delete() -> None:
-    assert dropped_capture_key(deleted(), template(None), template(None, deleted=True)) is None
+    assert dropped_capture_key(deleted(), None, template(None, deleted=True)) is None
     assert dropped_capture_key(deleted(), None, None) is None
 
 
 def test_a_name_registered_again_on_the_same_key_keeps_it() -> None:
-    assert dropped_capture_key(deleted(), template("k1"), template("k1")) is None
+    assert dropped_capture_key(deleted(), "k1", template("k1")) is None
     # ... but another key since: the old one describes nothing
-    assert dropped_capture_key(deleted(), template("k1"), template("k2")) == "k1"
+    assert dropped_capture_key(deleted(), "k1", template("k2")) == "k1"
 
 
 def test_a_dropped_build_capture_is_its_own_templates_deletion() -> None:
-    assert dropped_capture_key(dropped("tpl-b1"), template("k1"), template("k1")) is None
+    assert dropped_capture_key(dropped("tpl-b1"), "k1", template("k1")) is None
 
 
 def test_a_templates_own_capture_dropped_goes_unless_tagged_again() -> None:
     tagged = {"default": TaggedBuild(build_id="b1", capture_id="tpl-b1")}
-    untagged_now = template("k1", tags=tagged)
-    assert dropped_capture_key(dropped("tpl"), template("k1"), untagged_now) == "k1"
+    assert dropped_capture_key(dropped("tpl"), "k1", template("k1", tags=tagged)) == "k1"
     retagged = {"default": TaggedBuild(build_id=None, capture_id="tpl")}
-    assert (
-        dropped_capture_key(dropped("tpl"), template("k1"), template("k1", tags=retagged)) is None
-    )
+    assert dropped_capture_key(dropped("tpl"), "k1", template("k1", tags=retagged)) is None
 
 
 def test_named_images_are_base_and_runtime_contents() -> None:
