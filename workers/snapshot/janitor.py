@@ -7,7 +7,8 @@ dies mid-way leaves the event to be delivered again (deletes are idempotent).
 - `SandboxKilled`: the sandbox's pause captures (every `SandboxPaused` of its history) and
   the volume images uploaded beside them (`<capture>-v<slot>`);
 - `TemplateDeleted` / `TemplateCaptureDropped`: the template's capture (`capture_key`);
-- `ImageForgotten`: `image-<digest>`, unless the image was published again since.
+- `ImageForgotten`: `image-<digest>`, unless the image was published again since or a
+  capture names it (an operator's forget: a capture's base image keeps its manifest).
 
 `forget_images` is the other half, run with the blob GC under its lease (`gcrun.py`): an
 image no capture names, past its grace, is forgotten in the log and its manifest deleted.
@@ -116,6 +117,8 @@ class RepositoryJanitor:
                 state, _ = await self.bus.images.load(event.image_id)
                 if state is not None and state.published and state.published.digest == digest:
                     return []  # published again since (the same bytes): still named
+                if digest in named_images((await self._scan())[0]):
+                    return []  # a capture restores over these bytes (a forget by hand)
                 return await self._delete([paths.image_key(digest)], "image")
             case _:
                 return []
@@ -153,15 +156,7 @@ class RepositoryJanitor:
         """Forget every image no capture names, older than `grace`: in the log (its
         recipe's aggregate back to empty, so the next use builds or shares it again) and in
         the store. The content digests forgotten."""
-        ids = await retrying(self.store.list_manifests, self.retry)
-        captures: list[SnapshotManifest] = []
-        images: list[StoredImage] = []
-        for mid in ids:
-            m = await self._read(mid)
-            if isinstance(m, SnapshotManifest):
-                captures.append(m)
-            elif isinstance(m, ImageManifest):
-                images.append(StoredImage(m.digest, m.recipe, m.created_at))
+        captures, images = await self._scan()
         gone = images_to_forget(
             images, named_images(captures), now=now or datetime.now(UTC), grace=grace
         )
@@ -170,6 +165,18 @@ class RepositoryJanitor:
             if await self._forget(image):
                 out.append(image.digest)
         return out
+
+    async def _scan(self) -> tuple[list[SnapshotManifest], list[StoredImage]]:
+        """Every capture manifest and every image in the store."""
+        captures: list[SnapshotManifest] = []
+        images: list[StoredImage] = []
+        for mid in await retrying(self.store.list_manifests, self.retry):
+            m = await self._read(mid)
+            if isinstance(m, SnapshotManifest):
+                captures.append(m)
+            elif isinstance(m, ImageManifest):
+                images.append(StoredImage(m.digest, m.recipe, m.created_at))
+        return captures, images
 
     async def _forget(self, image: StoredImage) -> bool:
         iid = im.image_aggregate_id(image.recipe)

@@ -243,7 +243,7 @@ async def test_a_forgotten_image_goes_unless_published_again(
 ) -> None:
     """`ImageForgotten` (an operator's, or the GC's own, delivered again) deletes
     `image-<digest>`; once the recipe is published again with the same bytes, an old
-    forget is stale and the manifest stays."""
+    forget is stale, and while a capture names the bytes, they stay too."""
     images = ImageRepository(repo.store)
     make_image(tmp_path / "img", 16 * MIB, [0], zero_at=8 * MIB)
     up = await images.upload_image(tmp_path / "img", recipe=secrets.token_hex(32), role="root")
@@ -266,5 +266,15 @@ async def test_a_forgotten_image_goes_unless_published_again(
     assert await images.has_image(up.manifest.digest)
 
     await execute(bus.images, im.ForgetImage(image_id=iid))
+    snap = build_snapshot(tmp_path / "node", "p-over", base=tmp_path / "img" / "root.ext4")
+    doc = json.loads((snap.dir / "manifest.json").read_text())
+    doc["base_content"] = up.manifest.digest
+    (snap.dir / "manifest.json").write_text(json.dumps(doc))
+    capture = f"p-{secrets.token_hex(3)}"
+    await repo.upload(snap.dir, base_image_digest=up.manifest.recipe, snapshot_id=capture)
+    assert await janitor.tidy(forgotten[0]) == []  # a capture is taken over these bytes
+    assert await images.has_image(up.manifest.digest)
+
+    await repo.delete(capture)
     assert await janitor.tidy(forgotten[0]) == [image_key(up.manifest.digest)]
     assert not await images.has_image(up.manifest.digest)
