@@ -1,9 +1,10 @@
 """The repository GC, run periodically by one node of the fleet (images-at-scale S11).
 
 Every node tries each `every_s`; the one that takes the lease (`bus.leases`, a KV bucket
-whose TTL is `every_s`) forgets the images no capture names (`janitor.forget_images`) and
-then collects the blobs no manifest names (`gc.collect_garbage`), sparing those younger
-than `min_age` (an upload in flight writes its blobs before its manifest). The lease is
+whose TTL is `every_s`) collects the blobs no manifest names (`gc.collect_garbage`),
+sparing those younger than `min_age` (an upload in flight writes its blobs before its
+manifest), then forgets the images no capture names (`janitor.forget_images`): their
+chunks go in the next round, a period after their manifest. The lease is
 not released: it runs out by itself, so the fleet collects about once per period whoever
 does it. A round longer than the period may overlap the next one; that is harmless (both
 delete only what no manifest names), merely wasted work.
@@ -71,10 +72,12 @@ class RepositoryGc:
             self.metrics.round("skipped")
             return None
         try:
-            forgotten = await self.janitor.forget_images(grace=self.image_grace)
             report = await gc.collect_garbage(
                 self.janitor.store, self.janitor.retry, min_age=self.min_age
             )
+            # after the blobs: a forgotten image's chunks go a period later, so a node that
+            # read its manifest just before finishes its fetch
+            forgotten = await self.janitor.forget_images(grace=self.image_grace)
         except Exception:
             self.metrics.round("failed")
             raise
