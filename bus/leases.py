@@ -13,6 +13,7 @@ from __future__ import annotations
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import (
+    APIError,
     BucketNotFoundError,
     KeyDeletedError,
     KeyNotFoundError,
@@ -47,7 +48,10 @@ class Lease:
                 storage=StorageType.FILE,  # a restarted NATS must not free a held lease
                 replicas=replicas,
             )
-            kv = await js.create_key_value(config)  # (the same config twice is no error)
+            try:
+                kv = await js.create_key_value(config)  # (the same config twice is no error)
+            except APIError:  # made meanwhile by a node with another period: use it
+                kv = await js.key_value(bucket)
         return cls(kv, key)
 
     async def acquire(self, holder: str) -> bool:
