@@ -47,6 +47,11 @@ class DiskUsage:
         """Bytes the node's roots allocate, per the last walk."""
         return self.last.total if self.last is not None else None
 
+    def walk_now(self) -> Tally:
+        """A walk in this thread (blocking): the disk budget's first answer."""
+        self.last = scan(self.roots)
+        return self.last
+
     async def refresh(self) -> Tally:
         self.last = await in_background(scan, self.roots)
         return self.last

@@ -171,7 +171,7 @@ def lock_of(entry: Path) -> tuple[Path, str]:
     return entry.parent, entry.name
 
 
-def _open_files() -> set[str]:
+def open_files() -> set[str]:
     """Paths any process on the host has open (what a running QEMU holds)."""
     out: set[str] = set()
     for fd_dir in Path("/proc").glob("[0-9]*/fd"):
@@ -193,7 +193,7 @@ def collect_garbage(root: Path, keep: int, *, dry_run: bool = False) -> list[Pat
     """
     named = {p.resolve() for p in (root / "names").glob("*") if p.is_symlink()}
     images = sorted(entries(root), key=lambda d: (d / MANIFEST).stat().st_mtime, reverse=True)
-    busy = _open_files()
+    busy = open_files()
     removed = []
     for d in images[keep:]:
         if d.resolve() in named or any(f.startswith(str(d) + "/") for f in busy):

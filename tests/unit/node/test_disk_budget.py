@@ -1,0 +1,154 @@
+"""The node's disk budget (images-at-scale S8) over a real directory tree: its arithmetic,
+reservations adding up, eviction making room in the plan's order, and a write that cannot
+fit refused as `unavailable` with the numbers."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from workers.node.disk import DiskUsage
+from workers.node.disk.budget import DiskBudget, NoRoom, budget_of
+from workers.node.disk.evictor import CacheEvictor, allocated
+
+MiB = 1 << 20
+DIGEST = "cd" * 32
+
+
+def _file(path: Path, size: int, when: float | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(os.urandom(size))
+    if when is not None:
+        os.utime(path, (when, when))
+        os.utime(path.parent, (when, when))
+    return path
+
+
+def _image(root: Path, name: str, size: int, when: float) -> Path:
+    d = root / "images" / name
+    _file(d / "root.ext4", size)
+    _file(d / "manifest.json", 10)
+    os.utime(d, (when, when))
+    (root / "recipes").mkdir(exist_ok=True)
+    (root / "recipes" / f"r-{name}").symlink_to(f"../images/{name}")
+    return d
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> tuple[Path, Path]:
+    state, images = tmp_path / "state", tmp_path / "images"
+    state.mkdir()
+    images.mkdir()
+    return state, images
+
+
+def _budget(roots: tuple[Path, Path], budget: int, headroom: int = 0) -> DiskBudget:
+    state, images = roots
+    return DiskBudget(
+        DiskUsage(state, images), budget, headroom=headroom, evictor=CacheEvictor(images, state)
+    )
+
+
+def test_budget_is_the_setting_or_a_share_of_each_filesystem_once(tmp_path: Path) -> None:
+    assert budget_of([tmp_path], bytes_=123) == 123
+    st = os.statvfs(tmp_path)
+    whole = st.f_blocks * st.f_frsize
+    # two roots on one filesystem count it once; a root not made yet: its parent's
+    got = budget_of([tmp_path / "a", tmp_path / "b" / "c"], share=0.5)
+    assert got == int(0.5 * whole)
+
+
+def test_arithmetic_and_reservations_add_up(roots: tuple[Path, Path]) -> None:
+    state, _images = roots
+    _file(state / "journal", 2 * MiB)
+    b = _budget(roots, 100 * MiB, headroom=10 * MiB)
+    walked = b.used()  # walks once when asked first
+    assert walked >= 2 * MiB
+    assert b.limit == 90 * MiB and b.free() == 90 * MiB - walked
+    with b.reserve(30 * MiB) as one, b.reserve(20 * MiB):
+        assert b.reserved() == 50 * MiB
+        assert b.free() == 40 * MiB - walked
+        one.charge(5 * MiB)  # wrote part of it: counted once, not twice
+        assert b.accounted() == walked + 45 * MiB
+        with pytest.raises(NoRoom) as refused:
+            b.reserve(60 * MiB).__enter__()
+    assert refused.value.code == "unavailable"
+    assert str(refused.value).startswith("node disk budget: need 60 MiB, 0 MiB evictable, ")
+    assert b.reserved() == 0 and b.used() == walked + 5 * MiB
+    b.walk()  # the walk replaces the tally with what is there
+    assert b.used() == walked
+
+
+def test_additions_during_a_walk_are_kept_removals_dropped(roots: tuple[Path, Path]) -> None:
+    b = _budget(roots, 100 * MiB)
+    base = b.used()
+    b._walk_began()
+    b.added(3 * MiB)
+    b.removed(1 * MiB)
+    b._walk_ended(b.usage.walk_now())
+    assert b.used() == base + 3 * MiB  # high until the next walk, never low
+
+
+def test_make_room_evicts_in_the_plans_order(roots: tuple[Path, Path]) -> None:
+    state, images = roots
+    old = _image(images, "a" * 64, 8 * MiB, when=1000)
+    new = _image(images, "b" * 64, 8 * MiB, when=2000)
+    chain = _file(images / "layers" / "sha256-1" / "tree" / "f", 4 * MiB, when=3000).parents[1]
+    blob = _file(images / "blobs" / "sha256" / DIGEST, 4 * MiB, when=3000)
+    kernel = _file(images / "kernel-6.1" / "vmlinux", 4 * MiB, when=1)
+    b = _budget(roots, 40 * MiB)
+    used = b.used()
+    assert 28 * MiB <= used < 30 * MiB
+    assert b.room() == b.free() + allocated(old) + allocated(new) + allocated(chain) + 4 * MiB
+
+    assert b.make_room(b.free() + 6 * MiB)  # chain and blob go first, the images stay
+    assert not chain.exists() and not blob.exists() and old.exists() and new.exists()
+    assert b.make_room(b.free() + 1)  # then the least recently used image, and its link
+    assert not old.exists() and new.exists() and kernel.exists()
+    assert not (images / "recipes" / f"r-{'a' * 64}").exists()
+    assert (images / "recipes" / f"r-{'b' * 64}").exists()
+    assert b.used() >= allocated(images) + allocated(state)  # the tally stayed high
+    b.walk()
+    assert b.used() == allocated(images) + allocated(state)
+    assert not b.make_room(100 * MiB)  # cannot help: nothing removed
+    assert new.exists()
+
+
+def test_pinned_and_in_flight_entries_stay(roots: tuple[Path, Path]) -> None:
+    _state, images = roots
+    img = _image(images, "a" * 64, 8 * MiB, when=1000)
+    b = _budget(roots, 20 * MiB)
+    with b.pinned_while([str(img)]):
+        assert b.pinned() == allocated(img)
+        assert not b.make_room(b.free() + MiB)
+    assert b.pinned() == 0
+    with b.reserve(MiB):  # a build in flight: what it just made is not evicted under it
+        chain = _file(images / "layers" / "sha256-2" / "f", 4 * MiB).parent
+        assert b.make_room(b.free() + MiB)
+        assert chain.exists() and not img.exists()
+
+
+def test_concurrent_reservations_never_pass_the_limit(roots: tuple[Path, Path]) -> None:
+    b = _budget(roots, 64 * MiB)
+    peak = [0]
+    errors: list[Exception] = []
+
+    def writer() -> None:
+        for _ in range(50):
+            try:
+                with b.reserve(10 * MiB):
+                    peak[0] = max(peak[0], b.accounted())
+            except NoRoom:
+                pass
+            except Exception as e:  # pragma: no cover - a failure to report
+                errors.append(e)
+
+    threads = [threading.Thread(target=writer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and 0 < peak[0] <= b.limit and b.reserved() == 0

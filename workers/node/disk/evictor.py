@@ -1,0 +1,153 @@
+"""`CacheEvictor`: the node's evictable entries as they lie on disk, and their removal
+(the I/O side of `evict.plan`, images-at-scale S8).
+
+Entries: image cache `images/<content>/` (image or runtime disk), `layers/<chain>` (chain),
+`blobs/sha256/*` and `oci/<key>` (OCI blobs and layouts), `rootfs-*` (debootstrap trees),
+and the state dir's `blob-cache/` files. Each is measured once per (path, inode, mtime):
+entries are immutable once published, so the heartbeat's `room()` re-lists directories but
+does not re-walk trees. Entries built before content keys (`<recipe>/` in the cache root)
+are counted by the walk but not evicted here.
+
+Removing an image removes its directory (under its content lock, the one a fetch by content
+takes) and every `recipes/` link to it: the next create of a template on it fetches it back
+by content (`ImageSupply.by_content`) or, for an import, the recipe is fetched or built
+again (`ImageSupply.oci_import`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from workers.node.disk.categories import Category
+from workers.node.disk.evict import Entry
+from workers.node.image import cache as _cache
+
+__all__ = ["CacheEvictor", "allocated"]
+
+_BLOCK = 512
+
+
+def allocated(path: Path) -> int:
+    """Bytes a file or tree allocates (`du -x`: each inode once, symlinks as themselves)."""
+    try:
+        top = os.lstat(path)
+    except OSError:
+        return 0
+    seen = {(top.st_dev, top.st_ino)}
+    total = top.st_blocks * _BLOCK
+    if not stat.S_ISDIR(top.st_mode):
+        return total
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            key = (st.st_dev, st.st_ino)
+            if key in seen or st.st_dev != top.st_dev:
+                continue
+            seen.add(key)
+            total += st.st_blocks * _BLOCK
+    return total
+
+
+class CacheEvictor:
+    """Entries of one image cache and one state dir (either may be None)."""
+
+    def __init__(self, image_cache: Path | None, state_dir: Path | None) -> None:
+        self.image_cache = image_cache
+        self.state_dir = state_dir
+        self._sizes: dict[str, tuple[int, int, int]] = {}  # key -> (ino, mtime_ns, bytes)
+
+    # ---- listing -----------------------------------------------------------------------
+    def entries(self) -> list[Entry]:
+        out: list[Entry] = []
+        root = self.image_cache
+        if root is not None and root.is_dir():
+            for d in _children(root / _cache.IMAGES):
+                if not d.name.startswith(".") and (d / _cache.MANIFEST).is_file():
+                    kind: Category = "runtime" if (d / "runtime.ext4").exists() else "image"
+                    out += self._entry(d, kind)
+            for d in _children(root / "layers"):
+                out += self._entry(d, "chain")
+            for d in _children(root / "oci"):
+                out += self._entry(d, "oci_blob")
+            for f in _children(root / "blobs" / "sha256"):
+                out += self._entry(f, "oci_blob")
+            for d in _children(root):
+                if d.name.startswith("rootfs-") and d.is_dir():
+                    out += self._entry(d, "rootfs_tree")
+        if self.state_dir is not None:
+            for f in _files(self.state_dir / "blob-cache"):
+                out += self._entry(f, "blob_cache")
+        live = {e.key for e in out}
+        for gone in set(self._sizes) - live:
+            del self._sizes[gone]
+        return out
+
+    def _entry(self, path: Path, category: Category) -> list[Entry]:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return []
+        key = str(path)
+        known = self._sizes.get(key)
+        if known is not None and known[:2] == (st.st_ino, st.st_mtime_ns):
+            size = known[2]
+        else:
+            size = allocated(path)
+            self._sizes[key] = (st.st_ino, st.st_mtime_ns, size)
+        return [Entry(key, category, size, st.st_mtime)]
+
+    def in_use(self) -> set[str]:
+        """Image entries whose files a process has open (a running or warm VM's QEMU)."""
+        root = self.image_cache
+        if root is None:
+            return set()
+        images = str(root / _cache.IMAGES) + "/"
+        out = set()
+        for f in _cache.open_files():
+            if f.startswith(images):
+                out.add(images + f[len(images) :].split("/", 1)[0])
+        return out
+
+    # ---- removal -----------------------------------------------------------------------
+    def remove(self, entry: Entry) -> int:
+        path = Path(entry.key)
+        if entry.category in ("image", "runtime"):
+            self._remove_image(path)
+        elif path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        self._sizes.pop(entry.key, None)
+        return entry.bytes
+
+    def _remove_image(self, entry: Path) -> None:
+        root, key = _cache.lock_of(entry)
+        with _cache.locked(root, key):
+            for link in _children(root / _cache.RECIPES):
+                if link.is_symlink() and link.resolve() == entry.resolve():
+                    link.unlink(missing_ok=True)
+            # the manifest first: a half-removed entry is never taken for a complete one
+            (entry / _cache.MANIFEST).unlink(missing_ok=True)
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _children(directory: Path) -> list[Path]:
+    try:
+        return sorted(directory.iterdir())
+    except OSError:
+        return []
+
+
+def _files(directory: Path) -> list[Path]:
+    out = []
+    for dirpath, _, filenames in os.walk(directory):
+        for name in filenames:
+            if not name.startswith("."):
+                out.append(Path(dirpath) / name)
+    return out
