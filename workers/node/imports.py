@@ -17,14 +17,16 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from workers.node.disk.budget import DiskBudget
 from workers.node.image import GuestImage, build_from_oci
 from workers.node.image.cache import cache_root
 from workers.node.image.disk import DEFAULT_FREE
 from workers.node.image.errors import DiskFull
-from workers.node.image.leftovers import disk_full, forget_on_failure
+from workers.node.image.leftovers import Made, disk_full, forget_on_failure
 from workers.node.image.oci import open_layout
 from workers.node.image.registry import (
     ImageRef,
+    Pulled,
     RegistryAuth,
     Resolved,
     parse_reference,
@@ -32,6 +34,7 @@ from workers.node.image.registry import (
     resolve,
 )
 from workers.node.image.supply import ImageSupply
+from workers.node.import_budget import budgeted
 from workers.node.ports import HostError, ImageSource
 
 __all__ = ["convert_image", "import_image"]
@@ -65,13 +68,16 @@ async def import_image(
     *,
     free_bytes: int = DEFAULT_FREE,
     supply: ImageSupply | None = None,
+    budget: DiskBudget | None = None,
 ) -> GuestImage:
     """The guest image of `source` (`_import`); a full disk — while pulling, unpacking,
     in mkfs (`DiskFull`, after the import's cleanup) or fetching the fleet's bytes — is
     `HostError` with code `unavailable` ("node disk full: ..."): another node with room can
     take the import."""
     try:
-        return await _import(name, source, tell, free_bytes=free_bytes, supply=supply)
+        return await _import(
+            name, source, tell, free_bytes=free_bytes, supply=supply, budget=budget
+        )
     except Exception as e:
         if isinstance(e, DiskFull):
             raise HostError(str(e), code="unavailable") from e
@@ -89,13 +95,16 @@ async def _import(
     *,
     free_bytes: int = DEFAULT_FREE,
     supply: ImageSupply | None = None,
+    budget: DiskBudget | None = None,
 ) -> GuestImage:
     """The guest image of `source` through the fleet when `supply` has one (see above): a
     registry image, or a local layout (`aenv pull <dir>`: only this node can build it, but
     every other node can then fetch its bytes — a create of the template elsewhere needs
     them); on a node without a repository, built here (`convert_image`, in a thread)."""
     if supply is None or not supply.fleet_wide:
-        return await asyncio.to_thread(convert_image, name, source, tell, free_bytes=free_bytes)
+        return await asyncio.to_thread(
+            convert_image, name, source, tell, free_bytes=free_bytes, budget=budget
+        )
     if source.ref is None:
         return await _local_layout(name, source, tell, free_bytes, supply)
     progress = _progress(name, tell)
@@ -105,7 +114,7 @@ async def _import(
     free = _free(source, free_bytes)
 
     def build() -> GuestImage:  # the claim's winner only
-        return _pulled(name, ref, auth, progress, free, resolved, cache=supply.root)
+        return _pulled(name, ref, auth, progress, free, resolved, cache=supply.root, budget=budget)
 
     return await supply.oci_import(resolved.manifest, f"tpl-{name}", free, build, progress=tell)
 
@@ -144,22 +153,42 @@ def _pulled(
     resolved: Resolved | None = None,
     *,
     cache: Path | None = None,
+    budget: DiskBudget | None = None,
 ) -> GuestImage:
-    """Pull into the layer cache and convert: the registry's manifest digest names it."""
+    """Pull into the layer cache and convert: the registry's manifest digest names it.
+    Under a disk `budget`, each step reserves what it will write first (`budgeted`); a
+    failure leaves nothing the attempt made (`forget_on_failure`)."""
     root = cache_root(cache)
     with forget_on_failure(root, f"import of {ref} in {root}") as made:
+        if budget is not None:
+
+            def convert(pulled: Pulled) -> GuestImage:
+                return _convert(name, pulled, progress, free, cache, made)
+
+            return budgeted(budget, ref, auth, progress, free, resolved, cache, convert, made)
         pulled = pull(ref, cache=cache, auth=auth, progress=progress, resolved=resolved, made=made)
-        return build_from_oci(
-            pulled.layout,
-            f"tpl-{name}",
-            cache,
-            progress=progress,
-            ref="image",
-            blobs=pulled.blobs,
-            free_bytes=free,
-            manifest=pulled.manifest,
-            made=made,
-        )
+        return _convert(name, pulled, progress, free, cache, made)
+
+
+def _convert(
+    name: str,
+    pulled: Pulled,
+    progress: Callable[[str], None],
+    free: int,
+    cache: Path | None,
+    made: Made,
+) -> GuestImage:
+    return build_from_oci(
+        pulled.layout,
+        f"tpl-{name}",
+        cache,
+        progress=progress,
+        ref="image",
+        blobs=pulled.blobs,
+        free_bytes=free,
+        manifest=pulled.manifest,
+        made=made,
+    )
 
 
 def _built(
@@ -179,6 +208,7 @@ def convert_image(
     tell: Callable[[str], None] | None,
     *,
     free_bytes: int = DEFAULT_FREE,
+    budget: DiskBudget | None = None,
 ) -> GuestImage:
     """Blocking (a thread's work): pull, unpack, convert — each step said to `tell` and
     logged. Cached by content, so an image imported again costs only the lookups. The root
@@ -187,4 +217,4 @@ def convert_image(
     progress = _progress(name, tell)
     if source.ref is None:
         return _built(name, Path(source.path or ""), progress, free)
-    return _pulled(name, parse_reference(source.ref), _auth(source), progress, free)
+    return _pulled(name, parse_reference(source.ref), _auth(source), progress, free, budget=budget)

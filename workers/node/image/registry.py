@@ -140,6 +140,8 @@ class Resolved:
     layers: tuple[str, ...]
     #: its config blob's digest ("" when not known): a failed pull's ledger names it
     config: str = ""
+    #: the layers' sizes as the manifest states them (compressed): what a pull writes
+    sizes: tuple[int, ...] = ()
 
 
 def resolve(
@@ -247,9 +249,11 @@ def _resolve(ref: ImageRef, source: ImageRef, inspect: list[str], progress: Prog
         digest = _amd64(manifest, ref)
         raw = _manifest(ref, inspect, f"docker://{source.registry}/{source.repository}@{digest}")
         manifest = _json(ref, raw)
-    layers = tuple(str(d["digest"]) for d in manifest.get("layers") or [])
+    found = manifest.get("layers") or []
+    layers = tuple(str(d["digest"]) for d in found)
     config = str((manifest.get("config") or {}).get("digest") or "")
-    return Resolved(ref, digest, layers, config)
+    sizes = tuple(int(d.get("size") or 0) for d in found)
+    return Resolved(ref, digest, layers, config, sizes)
 
 
 def _blob_names(blobs: Path) -> set[str]:

@@ -1,0 +1,70 @@
+"""Writes under the disk budget: a reservation made before, and what the write left
+charged after, by listing the directories it adds to (cheap: no walk of what was there).
+
+And how much an OCI import will write, known before it writes: the layers' compressed
+sizes (the registry's manifest) for the pull, their uncompressed sizes (each gzip
+member's trailer) for the unpacked chain and the root disk made from it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from workers.node.disk.budget import DiskBudget, Reservation
+from workers.node.disk.evictor import allocated
+
+__all__ = ["disk_need", "unpacked_bytes", "writing"]
+
+#: what a root disk holds beside its tree: the ext4 journal and metadata, the kernel and
+#: initramfs files of its entry (a guess with room to spare; the charge is measured)
+DISK_EXTRA = 160 << 20
+_GZIP, _ZSTD = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
+_ZSTD_RATIO = 4  # no size in a zstd layer's trailer: assume it unpacks to this many times
+
+
+def _names(directory: Path) -> set[str]:
+    try:
+        return set(os.listdir(directory))
+    except OSError:
+        return set()
+
+
+@contextmanager
+def writing(budget: DiskBudget, nbytes: int, dirs: Iterable[Path]) -> Iterator[Reservation]:
+    """Reserve `nbytes` (evicting if needed; `NoRoom` if it cannot fit), then charge what
+    appeared in `dirs` meanwhile. Two writers into one directory at once both charge what
+    either added: counted high until the next walk, never low."""
+    watched = list(dirs)
+    before = {d: _names(d) for d in watched}
+    with budget.reserve(nbytes) as r:
+        try:
+            yield r
+        finally:
+            r.charge(sum(allocated(d / n) for d in watched for n in _names(d) - before[d]))
+
+
+def unpacked_bytes(blob: Path) -> int:
+    """What a layer blob unpacks to: a gzip member's ISIZE (modulo 4 GiB, so lifted to at
+    least the compressed size), a zstd layer's compressed size times `_ZSTD_RATIO`, an
+    uncompressed tar's own size."""
+    size = blob.stat().st_size
+    with blob.open("rb") as f:
+        magic = f.read(4)
+        if magic[:2] == _GZIP and size >= 18:
+            f.seek(size - 4)
+            isize = int.from_bytes(f.read(4), "little")
+            while isize < size:
+                isize += 1 << 32
+            return isize
+    if magic == _ZSTD:
+        return size * _ZSTD_RATIO
+    return size
+
+
+def disk_need(unpacked: int) -> int:
+    """Room an OCI build takes at its peak: the unpacked chain, the root disk made from the
+    same tree (plus a tenth for ext4's metadata) and `DISK_EXTRA`."""
+    return unpacked * 2 + unpacked // 10 + DISK_EXTRA
