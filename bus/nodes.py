@@ -82,11 +82,13 @@ class Heartbeat(BaseModel):
     #: (`workers/node/disk`); None: a node from before disk accounting, or before its
     #: first walk ended.
     disk_used: int | None = None
-    #: Bytes it may keep (its disk budget), and bytes it could hold for a new sandbox:
-    #: free under the budget plus what it could evict (placement by disk,
-    #: `bus.diskroom`). None: a node with no budget, or from before one — room unknown.
+    #: Bytes the node may keep on disk (its one budget, `disk.DiskBudget`), and the room it
+    #: has for more: free under the budget plus what it could evict. None: a node from
+    #: before the budget, or before its first walk ended.
     disk_budget: int | None = None
     disk_room: int | None = None
+    #: Bytes it cannot evict now (what running and warm VMs and captures stand on).
+    disk_pinned: int | None = None
 
 
 def describe_uploads(waiting: int, oldest_s: float) -> str:

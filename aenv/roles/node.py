@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import timedelta
+from pathlib import Path
 
 import uvicorn
 
@@ -19,6 +20,8 @@ from bus.decisions import execute
 from domain import template as tp
 from envd.version import ENVD_VERSION
 from shared.metrics import ConsumerGauges, Scrape
+from workers.node.disk import image_cache_dir
+from workers.node.disk.node import NodeDisk
 from workers.node.host import SandboxHost
 from workers.node.image.codeint import PORT as CI_PORT
 from workers.node.image.codeint import TEMPLATE as CODE_INTERPRETER
@@ -56,13 +59,15 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         stack.push_async_callback(bus.close)
         node_cfg = NodeSettings(state_dir=cfg.data_dir / "node")
         metrics = NodeMetrics(node_cfg.node_id, Scrape())
+        # the one disk budget of its state dir and image cache (a memory host has no cache)
+        disk = NodeDisk(node_cfg, image_cache_dir() if node_cfg.node_host == "qemu" else None)
         host: Host
         if node_cfg.node_host == "memory":
             say("node host: in memory (no VMs: AENV_NODE_HOST=memory)")
             host = MemoryHost(capacity=node_cfg.capacity, delay_s=node_cfg.memory_host_delay_s)
             uploads, disk_mb = None, 2048
         else:
-            host, uploads, disk_mb = await _qemu_host(cfg, node_cfg, bus, stack, metrics)
+            host, uploads, disk_mb = await _qemu_host(cfg, node_cfg, bus, stack, metrics, disk)
         stack.push_async_callback(host.close)
         register = tp.RegisterTemplate(
             template_id="base",
@@ -97,6 +102,7 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
             uploads_waiting=uploads.waiting if uploads else None,
             on_killed=observer.forget,
             metrics=metrics,
+            disk=disk,
         )
         _watch(metrics, bus, worker, node_cfg.node_id, uploads is not None)
         token = node_cfg.metrics_token
@@ -146,7 +152,9 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
 def _watch(metrics: NodeMetrics, bus: Bus, worker: NodeWorker, node_id: str, uploads: bool) -> None:
     """What the node's scrape reads fresh: its room and VMs, and its JetStream consumers
     (once its worker made them)."""
-    metrics.watch(worker.host, worker.capacity.room, lambda: worker.disk.last)
+    metrics.watch(
+        worker.host, worker.capacity.room, lambda: worker.disk.last, worker.node_disk.numbers
+    )
     names = bus.names
     jetstream = ConsumerGauges(metrics.scrape, bus.js)
     jetstream.watch(
@@ -165,11 +173,12 @@ async def _qemu_host(
     bus: Bus,
     stack: contextlib.AsyncExitStack,
     metrics: NodeMetrics,
+    disk: NodeDisk,
 ) -> tuple[SandboxHost, SnapshotWorker | None, int]:
     """QEMU microVMs: the `base` image and template ready, the runtime open, and the
     snapshot worker when there is a repository; with the base image's size in MiB."""
-    repository = await _repository(cfg, node_cfg, stack, TransferMetrics(metrics.scrape))
-    supply = _image_supply(bus, node_cfg, repository, metrics)
+    repository = await _repository(cfg, node_cfg, stack, TransferMetrics(metrics.scrape), disk)
+    supply = _image_supply(bus, node_cfg, repository, metrics, disk)
     say("preparing the default template `base` (first run in a fleet: debootstrap, ~2 min)")
     image = await supply.base(node_cfg.image_free_bytes)
     envd_rt = await supply.runtime()
@@ -204,6 +213,7 @@ async def _qemu_host(
         warm=node_cfg.warm_policy(),
         images=supply,  # imports built once per fleet; a capture's disks fetched by content
     )
+    disk.held_by(lambda: _stood_on(host))
     # captures become durable through the node's snapshot worker
     uploads = SnapshotWorker(bus, node_cfg.node_id, host, repository) if repository else None
     if repository is not None:
@@ -237,14 +247,26 @@ async def _repository_gc(
     stack.push_async_callback(runner.stop)
 
 
+def _stood_on(host: SandboxHost) -> list[Path]:
+    """Image files that captures here stand on (base images, runtime disks) and the
+    runtime disk new VMs boot with: the disk budget never evicts them. Read from the
+    budget's thread: the host's dict is copied first."""
+    snaps = [p.snapshot for p in list(host.paused.values())] + host.templates.captures()
+    return [f for s in snaps for f in (s.base_image, s.runtime_disk)] + [host.runtime.runtime_disk]
+
+
 def _image_supply(
-    bus: Bus, node_cfg: NodeSettings, repository: SnapshotRepository | None, metrics: NodeMetrics
+    bus: Bus,
+    node_cfg: NodeSettings,
+    repository: SnapshotRepository | None,
+    metrics: NodeMetrics,
+    disk: NodeDisk,
 ) -> ImageSupply:
     """With a repository, this node's images are built once per fleet and fetched by the
     others (images-at-scale S5); without one, built here."""
     progress = lambda m: say(f"  image: {m}")  # noqa: E731
     if repository is None:
-        return ImageSupply(progress=progress)
+        return ImageSupply(progress=progress, budget=disk.budget)
     fleet = Fleet(
         bus.images,
         ImageRepository(repository.store, metrics=repository.metrics),
@@ -252,7 +274,7 @@ def _image_supply(
         on_fetched=metrics.image_fetched,
         on_built=metrics.image_built,
     )
-    return ImageSupply(fleet=fleet, progress=progress)
+    return ImageSupply(fleet=fleet, progress=progress, budget=disk.budget)
 
 
 async def _code_interpreter(
@@ -282,6 +304,7 @@ async def _repository(
     node_cfg: NodeSettings,
     stack: contextlib.AsyncExitStack,
     metrics: TransferMetrics,
+    disk: NodeDisk,
 ) -> SnapshotRepository | None:
     """Pauses upload to S3 when the stack has one (embedded SeaweedFS or AENV_S3_*), else
     to a shared directory when one is set (AENV_SNAPSHOT_DIR, the POSIX store); neither:
@@ -304,4 +327,6 @@ async def _repository(
         return None
     stack.push_async_callback(store.close)
     cache = BlobCache(node_cfg.state_dir / "blob-cache", node_cfg.blob_cache_bytes)
+    # up to its cap, what it holds plus what the node's disk budget has free
+    cache.budget = disk.blob_cache_room(node_cfg.blob_cache_bytes, lambda: cache.used_bytes)
     return SnapshotRepository(store, cache, metrics=metrics)

@@ -70,6 +70,10 @@ def test_a_full_node_refuses_at_once_and_takes_again_after_a_kill(small: VmlessS
         assert beat.templates == ("base",)  # its captures: placement prefers it for them
         # what its data dirs allocate, from its disk walk (a memory host: its state dir)
         assert beat.disk_used is not None and beat.disk_used > 0, beat.disk_used
+        # its one disk budget (a share of the filesystem), and room under it
+        assert beat.disk_budget is not None and beat.disk_budget > beat.disk_used
+        assert beat.disk_room is not None and 0 < beat.disk_room <= beat.disk_budget
+        assert beat.disk_pinned == 0  # a memory host: no image cache, nothing in use
         # the refusal came from the heartbeat now: at once
         t0 = time.monotonic()
         assert _create(c).status_code == 503

@@ -30,12 +30,13 @@ async def beat_forever(
     disk_used: Callable[[], int | None] | None = None,
     disk_budget: Callable[[], int | None] | None = None,
     disk_room: Callable[[], int | None] | None = None,
+    disk_pinned: Callable[[], int | None] | None = None,
 ) -> None:
     """`room`: the node's budget and what is left (`capacity.Ledger`); `uploads`:
     (captures waiting for a retried upload, oldest wait) from the snapshot worker, when
     the node has a repository; `disk_used`: bytes its data dirs allocate (`disk.DiskUsage`);
-    `disk_budget`, `disk_room`: bytes it may keep, and could hold for a new sandbox
-    (placement by disk; None: no budget, room unknown)."""
+    `disk_budget`, `disk_room`, `disk_pinned`: its disk budget, free under it plus what it
+    could evict, and what it cannot evict now (`disk.NodeDisk`)."""
     book = await NodeBook.open(bus.js, bus.names.nodes_bucket)
     while True:
         accel = host.accelerator
@@ -65,9 +66,10 @@ async def beat_forever(
             warm_misses=pool.misses,
             warm_mem_mib=pool.mem_mib,
             templates=host.held_templates(),
-            disk_used=_read(disk_used),
-            disk_budget=_read(disk_budget),
-            disk_room=_read(disk_room),
+            disk_used=_call(disk_used),
+            disk_budget=_call(disk_budget),
+            disk_room=_call(disk_room),
+            disk_pinned=_call(disk_pinned),
         )
         try:
             await book.beat(beat)
@@ -76,5 +78,5 @@ async def beat_forever(
         await asyncio.sleep(every_s)
 
 
-def _read(source: Callable[[], int | None] | None) -> int | None:
-    return source() if source is not None else None
+def _call(read: Callable[[], int | None] | None) -> int | None:
+    return read() if read is not None else None

@@ -47,7 +47,12 @@ class HostTemplates:
         from the fleet or pulled into the layer cache and converted (cached by content),
         then booted once, captured and adopted (so a restart keeps it)."""
         image = await import_image(
-            name, source, progress, free_bytes=self.templates.free_bytes, supply=self.images
+            name,
+            source,
+            progress,
+            free_bytes=self.templates.free_bytes,
+            supply=self.images,
+            budget=self.images.budget if self.images is not None else None,
         )
         if self.warm is not None:  # an import again under a name: the old VMs go
             await self.warm.drain(name, forget=False)

@@ -14,6 +14,9 @@
   on its disk — evictable, within their budget `AENV_RAM_POOL_BYTES`).
 - `aenv_node_disk_bytes{node, category}`: what its data dirs allocate, by category
   (`workers/node/disk`), from its last disk walk (every minute, not at the scrape).
+- `aenv_node_disk_budget_bytes{node}`, `aenv_node_disk_room_bytes{node}`,
+  `aenv_node_disk_pinned_bytes{node}`: its one disk budget, free under it plus what it
+  could evict, and what it cannot evict now (`disk.NodeDisk`).
 
 Labels stay bounded: ops, stages and causes are closed sets; `node` is one value per node.
 """
@@ -219,6 +222,10 @@ class NodeMetrics:
             ["node", "category"],
             registry=r,
         )
+        self.disk_budget = {
+            name: Gauge(f"aenv_node_disk_{name}_bytes", text, ["node"], registry=r)
+            for name, text in _DISK_BUDGET.items()
+        }
 
     # ---- where things happen ----------------------------------------------------------
     def stage(self, op: str, stage: str, seconds: float, start: str = COLD) -> None:
@@ -260,14 +267,22 @@ class NodeMetrics:
         self.image_fleet_builds.labels(self.node, image).inc()
 
     def watch(
-        self, host: Host, room: Callable[[], Room], disk: Callable[[], Tally | None] | None = None
+        self,
+        host: Host,
+        room: Callable[[], Room],
+        disk: Callable[[], Tally | None] | None = None,
+        budget: Callable[[], dict[str, int | None]] | None = None,
     ) -> None:
-        """`disk`: the node's last disk walk (`disk.DiskUsage.last`), None before one ended."""
+        """`disk`: the node's last disk walk (`disk.DiskUsage.last`), None before one ended;
+        `budget`: its disk budget's numbers by `_DISK_BUDGET` name (`disk.NodeDisk.numbers`)."""
 
         async def refresh() -> None:
             self.read(host, room())
             if disk is not None and (tally := disk()) is not None:
                 self.read_disk(tally)
+            for name, value in (budget() if budget is not None else {}).items():
+                if value is not None:
+                    self.disk_budget[name].labels(self.node).set(value)
 
         self.scrape.on_scrape("node", refresh)
 
@@ -308,6 +323,12 @@ class NodeMetrics:
         ):
             self.ram_pool[name].labels(node).set(value)
 
+
+_DISK_BUDGET = {
+    "budget": "Bytes the node may keep on disk (its one budget: state dir and image cache).",
+    "room": "Free bytes under the node's disk budget plus what it could evict.",
+    "pinned": "Bytes on the node's disk it cannot evict now (in use by VMs and captures).",
+}
 
 _RAM_POOL = {
     "bytes": "Bytes of ready RAM copies on the node's disk (evictable: a cache).",

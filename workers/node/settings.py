@@ -66,17 +66,16 @@ class NodeSettings(BaseSettings):
     #: Part of each image's recipe, so a change builds new images; a template may ask for
     #: its own (a build's `minFreeDiskMb`, `aenv template pull --disk`).
     image_free_bytes: int = Field(default=8 << 30, ge=0)
-    #: Bytes this node's data dirs may hold (images, captures, sandboxes' disks). Unset:
-    #: no budget, its disk room unknown (placement sends it anything). With one, a create
-    #: of a template whose capture and disks it would fetch is refused when they and
-    #: `disk_headroom_bytes` do not fit (another node takes it; `bus/diskroom.py`).
-    disk_budget_bytes: int | None = Field(default=None, ge=0)
-    #: Room a create keeps free beyond what it fetches: its sandbox's writes grow its
-    #: disk's top layer. The API's setting of the same name must match (it refuses a
-    #: create no node has this room for).
-    disk_headroom_bytes: int = Field(default=1 << 30, ge=0)
-    #: Node-local cache of snapshot blobs pulled from the repository (LRU beyond this).
+    #: Node-local cache of snapshot blobs pulled from the repository (LRU beyond this; an
+    #: upper cap: the disk budget may give it less, `disk.DiskBudget.blob_cache_room`).
     blob_cache_bytes: int = Field(default=10 << 30, ge=0)
+    #: The node's one disk budget (images-at-scale S8): what its state dir and image cache
+    #: may hold together; eviction keeps them under it. None: `disk_budget_share` of the
+    #: filesystems holding them (summed when they differ).
+    disk_budget_bytes: int | None = Field(default=None, ge=0)
+    disk_budget_share: float = Field(default=0.8, gt=0, le=1)
+    #: Kept free under the budget for running VMs' top layers, which grow unasked.
+    disk_headroom_bytes: int = Field(default=1 << 30, ge=0)
     #: The RAM pool's budget: ready copies of template RAM files (a create of a sandbox
     #: that may pause renames one into place instead of copying ~150 MiB), two per template
     #: restored lately; least recently used templates' copies go first. 0: no pool.

@@ -37,7 +37,8 @@ from domain import template as tp
 from domain.sandbox import SandboxStatus as S
 from workers.node.capacity import Size, ledger_of
 from workers.node.completions import completion_id
-from workers.node.disk import DiskUsage, FixedBudget, image_cache_dir
+from workers.node.disk import image_cache_dir
+from workers.node.disk.node import NodeDisk
 from workers.node.forks import fork
 from workers.node.heartbeat import beat_forever
 from workers.node.journal import Journal
@@ -91,6 +92,7 @@ class NodeWorker:
         uploads_waiting: Callable[[], tuple[int, float]] | None = None,
         on_killed: Callable[[str], None] | None = None,
         metrics: NodeMetrics | None = None,
+        disk: NodeDisk | None = None,
     ) -> None:
         self.bus = bus
         self.host = host
@@ -113,11 +115,13 @@ class NodeWorker:
         self.routes: RoutePublisher | None = None
         self._consumers: list[CommandConsumer] = []
         self._heartbeat: asyncio.Task[None] | None = None
-        #: what its data dirs hold, walked every minute (a memory host builds no images)
+        #: what its data dirs hold, walked every minute, under one budget (images-at-scale
+        #: S8; a memory host builds no images)
         images = image_cache_dir() if settings.node_host == "qemu" else None
-        self.disk = DiskUsage(settings.state_dir, images)
-        #: what it may keep and could hold for a new sandbox (heartbeat, creates)
-        self.disk_budget = FixedBudget(settings.disk_budget_bytes, self.disk.used)
+        self.node_disk = disk or NodeDisk(settings, images)
+        self.disk = self.node_disk.usage
+        #: the node's disk budget: `make_room(nbytes)` for whoever finds the disk full
+        self.disk_budget = self.node_disk.budget
         self._disk_walks: asyncio.Task[None] | None = None
         #: reconciled and pulling commands (the node's readiness)
         self.serving = False
@@ -132,7 +136,7 @@ class NodeWorker:
             self._typical,
             on_moot=lambda sid: self.on_moot(sid),
             kill=self._kill,
-            disk_room=self.disk_budget.room,
+            disk_room=self.node_disk.room,
             disk_headroom=settings.disk_headroom_bytes,
         )
 
@@ -189,12 +193,13 @@ class NodeWorker:
             self.capacity.room,
             self.uploads_waiting,
             proxy=self.node_proxy,
-            disk_used=self.disk.used,
-            disk_budget=self.disk_budget.budget,
-            disk_room=self.disk_budget.room,
+            disk_used=self.node_disk.used,
+            disk_budget=lambda: self.disk_budget.budget,
+            disk_room=self.node_disk.room,
+            disk_pinned=self.node_disk.pinned,
         )
         self._heartbeat = asyncio.create_task(beats)
-        self._disk_walks = asyncio.create_task(self.disk.run_forever())
+        self._disk_walks = asyncio.create_task(self.node_disk.run_forever())
         # warm VMs live in the room the sandboxes leave: given up first when they need it
         self.host.start_warm_pool(lambda: self.capacity.room().free_mem_mib)
         self.serving = True
@@ -203,7 +208,7 @@ class NodeWorker:
         """Whether it pulls placed creates now: a typical sandbox fits its memory and vCPUs,
         and its disk has room for at least the headroom every create keeps (short of that
         it could take none: pulling would only nak them, `openings.py::_disk_to_create`)."""
-        room = self.disk_budget.room()
+        room = self.node_disk.room()
         return self.capacity.fits(self._typical) and fits_disk(
             room, self.settings.disk_headroom_bytes
         )

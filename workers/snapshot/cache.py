@@ -52,8 +52,9 @@ def plan_eviction(
 class BlobCache:
     """A directory of verified blobs, named by digest, under a byte budget."""
 
-    def __init__(self, root: Path, budget_bytes: int):
+    def __init__(self, root: Path, budget_bytes: int | Callable[[], int]):
         self.root = root
+        #: a number, or asked at each trim (the node's disk budget gives it what is free)
         self.budget = budget_bytes
         self._entries: dict[str, CacheEntry] = {}
         self._pins: Counter[str] = Counter()
@@ -133,7 +134,8 @@ class BlobCache:
 
     def trim(self) -> list[str]:
         """Evict least-recently-used unpinned blobs until within budget; returns them."""
-        victims = plan_eviction(self._entries, self.budget, self._pins.keys())
+        budget = self.budget() if callable(self.budget) else self.budget
+        victims = plan_eviction(self._entries, budget, self._pins.keys())
         for digest in victims:
             self.path_for(digest).unlink(missing_ok=True)
             del self._entries[digest]

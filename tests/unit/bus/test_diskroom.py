@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from bus.diskroom import DiskNeed, disk_need, fits_disk, short_of_disk, template_bytes
 from bus.nodes import Heartbeat
-from workers.node.disk import FixedBudget, room_under
 
 GIB = 1 << 30
 
@@ -50,15 +49,3 @@ def test_a_refusal_names_the_disk_the_need_and_the_largest_room() -> None:
         f"no node has disk room for template big: needs {6 * GIB} bytes "
         f"(with {GIB} headroom), largest room {2 * GIB} bytes on a"
     )
-
-
-def test_a_fixed_budget_leaves_room_under_it_and_none_without_one() -> None:
-    used: list[int | None] = [None]
-    budget = FixedBudget(10 * GIB, lambda: used[0])
-    assert (budget.budget(), budget.room()) == (10 * GIB, 10 * GIB)  # before the first walk
-    used[0] = 4 * GIB
-    assert budget.room() == 6 * GIB
-    used[0] = 12 * GIB
-    assert budget.room() == 0  # over its budget: no room, never negative
-    assert FixedBudget(None, lambda: 4 * GIB).room() is None
-    assert room_under(None, 1) is None and room_under(5, 2) == 3

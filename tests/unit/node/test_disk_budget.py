@@ -13,6 +13,8 @@ import pytest
 from workers.node.disk import DiskUsage
 from workers.node.disk.budget import DiskBudget, NoRoom, budget_of
 from workers.node.disk.evictor import CacheEvictor, allocated
+from workers.node.disk.node import NodeDisk
+from workers.node.settings import NodeSettings
 
 MiB = 1 << 20
 DIGEST = "cd" * 32
@@ -152,3 +154,24 @@ def test_concurrent_reservations_never_pass_the_limit(roots: tuple[Path, Path]) 
     for t in threads:
         t.join()
     assert not errors and 0 < peak[0] <= b.limit and b.reserved() == 0
+
+
+async def test_node_disk_numbers_for_heartbeat_and_scrape(roots: tuple[Path, Path]) -> None:
+    state, images = roots
+    _image(images, "a" * 64, 4 * MiB, when=1000)
+    settings = NodeSettings(state_dir=state, disk_budget_bytes=64 * MiB, disk_headroom_bytes=0)
+    disk = NodeDisk(settings, images)
+    assert disk.used() is None and disk.room() is None  # nothing before the first walk
+    cache_room = disk.blob_cache_room(10 * MiB, lambda: 2 * MiB)
+    assert cache_room() == 10 * MiB  # no walk yet: the cap
+    await disk.refresh()
+    used = disk.used()
+    assert used is not None and used >= 4 * MiB
+    numbers = disk.numbers()
+    assert numbers["budget"] == 64 * MiB and numbers["pinned"] == 0
+    assert numbers["room"] == 64 * MiB - used + allocated(images / "images" / ("a" * 64))
+    assert cache_room() == 10 * MiB
+    assert disk.blob_cache_room(100 * MiB, lambda: 2 * MiB)() == 2 * MiB + 64 * MiB - used
+    disk.held_by(lambda: [images / "images" / ("a" * 64) / "root.ext4"])
+    await disk.refresh()
+    assert disk.pinned() == allocated(images / "images" / ("a" * 64))

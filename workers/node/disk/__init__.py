@@ -1,8 +1,7 @@
-"""The node's disk: what its roots hold, by category (images-at-scale S7; a budget and
-eviction over it come next, S8)."""
+"""The node's disk: what its roots hold, by category (images-at-scale S7), and the one
+budget that eviction keeps them under (S8: `budget.py`, `evict.py`, `node.py`)."""
 
 from workers.node.disk.categories import CATEGORIES, IMAGES, STATE, Category, category_of
-from workers.node.disk.fixed import FixedBudget, room_under
 from workers.node.disk.usage import Tally, scan
 from workers.node.disk.watch import SCAN_EVERY_S, DiskUsage, image_cache_dir
 
@@ -13,10 +12,8 @@ __all__ = [
     "STATE",
     "Category",
     "DiskUsage",
-    "FixedBudget",
     "Tally",
     "category_of",
     "image_cache_dir",
-    "room_under",
     "scan",
 ]

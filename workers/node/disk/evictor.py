@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from workers.node.disk.categories import Category
@@ -61,6 +62,9 @@ class CacheEvictor:
         self.image_cache = image_cache
         self.state_dir = state_dir
         self._sizes: dict[str, tuple[int, int, int]] = {}  # key -> (ino, mtime_ns, bytes)
+        #: files captures and the runtime stand on (a capture's base image, the runtime
+        #: disk): their entries are in use even with no VM running
+        self.held: Callable[[], Iterable[Path]] = lambda: ()
 
     # ---- listing -----------------------------------------------------------------------
     def entries(self) -> list[Entry]:
@@ -103,15 +107,16 @@ class CacheEvictor:
         return [Entry(key, category, size, st.st_mtime)]
 
     def in_use(self) -> set[str]:
-        """Image entries whose files a process has open (a running or warm VM's QEMU)."""
+        """Image entries whose files a process has open (a running or warm VM's QEMU), or
+        that a capture or the runtime stands on (`held`)."""
         root = self.image_cache
         if root is None:
             return set()
-        images = str(root / _cache.IMAGES) + "/"
+        images = str((root / _cache.IMAGES).resolve()) + "/"  # as /proc and resolve() say
         out = set()
-        for f in _cache.open_files():
+        for f in [*_cache.open_files(), *(str(p.resolve()) for p in self.held())]:
             if f.startswith(images):
-                out.add(images + f[len(images) :].split("/", 1)[0])
+                out.add(str(root / _cache.IMAGES / f[len(images) :].split("/", 1)[0]))
         return out
 
     # ---- removal -----------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from bus.store import ImageStore
 from domain import image as im
+from workers.node.disk.budget import DiskBudget
 
 from . import cache as _cache
 from .build import GuestImage, base_recipe, build_base, name_image, oci_recipe
@@ -69,8 +70,11 @@ class ImageSupply:
         *,
         fleet: Fleet | None = None,
         progress: Callable[[str], None] = log.info,
+        budget: DiskBudget | None = None,
     ) -> None:
         self.root = _cache.cache_root(cache)
+        #: the node's disk budget: what an import reserves before it writes (None: none)
+        self.budget = budget
         self.progress = progress
         self._fleet = fleet
         self._images: dict[Role, tuple[FleetImages, CacheShelf]] = {}
