@@ -138,6 +138,12 @@ def fleet_view(beats: Iterable[Heartbeat], now: float) -> dict[str, Any]:
                 },
                 "disk": {"used": b.disk_used, "budget": b.disk_budget, "room": b.disk_room},
                 "uploads_waiting": b.uploads_waiting,
+                "disk": {  # bytes (None: a node from before disk accounting)
+                    "used": b.disk_used,
+                    "budget": b.disk_budget,
+                    "room": b.disk_room,
+                    "pinned": b.disk_pinned,
+                },
                 "warm": {
                     "ready": b.warm,
                     "hits": b.warm_hits,

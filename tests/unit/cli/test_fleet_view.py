@@ -51,3 +51,17 @@ def test_a_nodes_disk_used_budget_and_room() -> None:
 def test_an_empty_fleet() -> None:
     view = fleet_view([], now=0)
     assert view["nodes"] == [] and view["beating"] == 0 and view["placement_skew"] is None
+
+
+def test_disk_used_and_budget_per_node() -> None:
+    beat = _beat("a", 100, 1).model_copy(
+        update={"disk_used": 3 << 30, "disk_budget": 8 << 30, "disk_room": 6 << 30}
+    )
+    view = fleet_view([beat, _beat("b", 100, 0)], now=101)
+    assert view["nodes"][0]["disk"] == {
+        "used": 3 << 30,
+        "budget": 8 << 30,
+        "room": 6 << 30,
+        "pinned": None,
+    }
+    assert view["nodes"][1]["disk"]["budget"] is None  # a node from before the budget
