@@ -21,6 +21,7 @@ from domain import template as tp
 from envd.version import ENVD_VERSION
 from shared.metrics import ConsumerGauges, Scrape
 from workers.node.disk import image_cache_dir
+from workers.node.disk.captures import TemplateCaptures
 from workers.node.disk.node import NodeDisk
 from workers.node.host import SandboxHost
 from workers.node.image.codeint import PORT as CI_PORT
@@ -214,6 +215,7 @@ async def _qemu_host(
         images=supply,  # imports built once per fleet; a capture's disks fetched by content
     )
     disk.held_by(lambda: _stood_on(host))
+    disk.evictor.captures = TemplateCaptures(host, lambda: _busy(host), asyncio.get_running_loop())
     # captures become durable through the node's snapshot worker
     uploads = SnapshotWorker(bus, node_cfg.node_id, host, repository) if repository else None
     if repository is not None:
@@ -247,11 +249,17 @@ async def _repository_gc(
     stack.push_async_callback(runner.stop)
 
 
+def _busy(host: SandboxHost) -> set[str]:
+    """Templates a running sandbox or a warm VM was restored from: their captures stay."""
+    return {s.template_id for s in list(host.sandboxes.values())} | set(host.warm_stats().ready)
+
+
 def _stood_on(host: SandboxHost) -> list[Path]:
-    """Image files that captures here stand on (base images, runtime disks) and the
-    runtime disk new VMs boot with: the disk budget never evicts them. Read from the
-    budget's thread: the host's dict is copied first."""
-    snaps = [p.snapshot for p in list(host.paused.values())] + host.templates.captures()
+    """Image files that paused sandboxes' captures stand on (base images, runtime disks)
+    and the runtime disk new VMs boot with: the disk budget never evicts them (template
+    captures say theirs as entries: `TemplateCaptures`). Read from the budget's thread:
+    the host's dict is copied first."""
+    snaps = [p.snapshot for p in list(host.paused.values())]
     return [f for s in snaps for f in (s.base_image, s.runtime_disk)] + [host.runtime.runtime_disk]
 
 

@@ -150,6 +150,22 @@ class TemplateCatalog:
         self._write_record(name, {**doc, "uploaded": snap.snapshot_id})
         return True
 
+    def uploaded_id(self, name: str, snap: Snapshot) -> str | None:
+        """The repository's id of `snap` if it is `name`'s capture and uploaded (the disk
+        budget evicts only those: pulled back on the next create, `_missing`)."""
+        doc = self._read_record(name)
+        if doc is None or doc.get("snapshot") != str(snap.dir) or not doc.get("uploaded"):
+            return None
+        return str(doc["uploaded"])
+
+    def evict(self, name: str, snap: Snapshot) -> bool:
+        """Let go of `name`'s capture on this disk, keeping its record: the next create
+        pulls it back (`TemplateNotLocal`). False if it was not uploaded, or moved on."""
+        if self.uploaded_id(name, snap) is None or self._ready.get(name) is not snap:
+            return False
+        del self._ready[name]
+        return True
+
     def _read_record(self, name: str) -> dict[str, Any] | None:
         """The on-disk record of snapshot template `name`, or None (none, or unreadable)."""
         try:

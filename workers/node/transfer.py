@@ -75,8 +75,14 @@ class Transfers:
                 return await self.templates.get(name)  # another create pulled it
             except TemplateNotLocal:
                 pass
+            base = gone.base_image
+            if not base.is_file():  # evicted under the disk budget: its bytes by content
+                manifest = await self.require("its base image is gone").get_manifest(gone.key)
+                base = await self._base_image(
+                    manifest.base_image.digest, manifest.base_image.content
+                )
             snap = await self.fetch(
-                gone.key, gone.directory, gone.base_image, f"the capture of template {name!r}"
+                gone.key, gone.directory, base, f"the capture of template {name!r}"
             )
             self.templates.adopt(
                 name, snap, self.templates.guest_token(name), self.templates.source_of(name)

@@ -21,6 +21,7 @@ import shutil
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Protocol
 
 from workers.node.disk.categories import Category
 from workers.node.disk.evict import Entry
@@ -55,6 +56,16 @@ def allocated(path: Path) -> int:
     return total
 
 
+class CaptureSource(Protocol):
+    """Captures as entries (`captures.TemplateCaptures`): listed, in use, removed."""
+
+    def entries(self) -> list[Entry]: ...
+
+    def in_use(self) -> set[str]: ...
+
+    def remove(self, entry: Entry) -> int: ...
+
+
 class CacheEvictor:
     """Entries of one image cache and one state dir (either may be None)."""
 
@@ -65,6 +76,8 @@ class CacheEvictor:
         #: files captures and the runtime stand on (a capture's base image, the runtime
         #: disk): their entries are in use even with no VM running
         self.held: Callable[[], Iterable[Path]] = lambda: ()
+        #: the node's template captures (None: a node without VMs)
+        self.captures: CaptureSource | None = None
 
     # ---- listing -----------------------------------------------------------------------
     def entries(self) -> list[Entry]:
@@ -87,6 +100,8 @@ class CacheEvictor:
         if self.state_dir is not None:
             for f in _files(self.state_dir / "blob-cache"):
                 out += self._entry(f, "blob_cache")
+        if self.captures is not None:
+            out += self.captures.entries()
         live = {e.key for e in out}
         for gone in set(self._sizes) - live:
             del self._sizes[gone]
@@ -109,11 +124,11 @@ class CacheEvictor:
     def in_use(self) -> set[str]:
         """Image entries whose files a process has open (a running or warm VM's QEMU), or
         that a capture or the runtime stands on (`held`)."""
+        out = set(self.captures.in_use()) if self.captures is not None else set()
         root = self.image_cache
         if root is None:
-            return set()
+            return out
         images = str((root / _cache.IMAGES).resolve()) + "/"  # as /proc and resolve() say
-        out = set()
         for f in [*_cache.open_files(), *(str(p.resolve()) for p in self.held())]:
             if f.startswith(images):
                 out.add(str(root / _cache.IMAGES / f[len(images) :].split("/", 1)[0]))
@@ -122,6 +137,8 @@ class CacheEvictor:
     # ---- removal -----------------------------------------------------------------------
     def remove(self, entry: Entry) -> int:
         path = Path(entry.key)
+        if entry.category == "capture":
+            return self.captures.remove(entry) if self.captures is not None else 0
         if entry.category in ("image", "runtime"):
             self._remove_image(path)
         elif path.is_dir() and not path.is_symlink():
