@@ -8,19 +8,24 @@ member's trailer) for the unpacked chain and the root disk made from it.
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+import sys
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 from workers.node.disk.budget import DiskBudget, Reservation
 from workers.node.disk.evictor import allocated
 
-__all__ = ["disk_need", "unpacked_bytes", "writing"]
+__all__ = ["disk_need", "unpacked_bytes", "writing", "writing_async"]
 
 #: what a root disk holds beside its tree: the ext4 journal and metadata, the kernel and
 #: initramfs files of its entry (a guess with room to spare; the charge is measured)
 DISK_EXTRA = 160 << 20
+#: what a write leaves beside what it lists: lock files, `recipes/` and `names/` links,
+#: directories' own blocks growing (charged as is: high, never low)
+METADATA = 1 << 20
 _GZIP, _ZSTD = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
 _ZSTD_RATIO = 4  # no size in a zstd layer's trailer: assume it unpacks to this many times
 
@@ -43,7 +48,24 @@ def writing(budget: DiskBudget, nbytes: int, dirs: Iterable[Path]) -> Iterator[R
         try:
             yield r
         finally:
-            r.charge(sum(allocated(d / n) for d in watched for n in _names(d) - before[d]))
+            made = sum(allocated(d / n) for d in watched for n in _names(d) - before[d])
+            r.charge(made + METADATA)
+
+
+@asynccontextmanager
+async def writing_async(
+    budget: DiskBudget, nbytes: int, dirs: Iterable[Path]
+) -> AsyncIterator[Reservation]:
+    """`writing` from the event loop: making room (an eviction: rmtree) and measuring what
+    was left run in a thread."""
+    held = writing(budget, nbytes, dirs)
+    r = await asyncio.to_thread(held.__enter__)
+    try:
+        yield r
+    except BaseException:
+        await asyncio.to_thread(held.__exit__, *sys.exc_info())
+        raise
+    await asyncio.to_thread(held.__exit__, None, None, None)
 
 
 def unpacked_bytes(blob: Path) -> int:

@@ -32,6 +32,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from workers.node.disk.budget import DiskBudget
+from workers.node.disk.produced import writing_async
+
 from . import cache as _cache
 from .content import content_of, disk_stamp
 from .errors import ImageError
@@ -42,6 +45,8 @@ __all__ = ["CacheShelf", "ImageStorage", "disk_file"]
 log = logging.getLogger(__name__)
 
 Role = Literal["root", "runtime"]
+#: What a fetch writes beside the disk's stored chunks: kernel, initramfs, chunks in flight
+FETCH_EXTRA = 64 << 20
 #: A progress line at most this often while a fetch runs (a base image: ~600 MiB).
 PROGRESS_EVERY_S = 10.0
 
@@ -112,6 +117,8 @@ class ImageStorage(Protocol):
 
     async def has_image(self, digest: str) -> bool: ...
 
+    async def get_image_manifest(self, digest: str) -> _Stored: ...
+
 
 def _nothing(_bytes: int, _seconds: float) -> None:
     return None
@@ -128,8 +135,11 @@ class CacheShelf:
         *,
         progress: Callable[[str], None] = log.info,
         on_fetched: Callable[[int, float], None] = _nothing,
+        budget: DiskBudget | None = None,
     ) -> None:
         self.root = root
+        #: the node's disk budget: a fetch reserves the image's stored bytes first
+        self.budget = budget
         self.storage = storage
         self.role: Role = role
         self.progress = progress
@@ -153,11 +163,12 @@ class CacheShelf:
         async with _locked(self.root, key):
             if self.held(recipe) is not None:  # another task of this node fetched it
                 return
-            with _cache.staging(self.root, key) as tmp:
-                async with self._reporting(digest, tmp):
-                    got = await self.storage.download_image(digest, tmp)
-                await asyncio.to_thread(self._complete, tmp, recipe, got)
-                _cache.publish_content(self.root, tmp, key, digest)
+            async with self._reserved(digest):
+                with _cache.staging(self.root, key) as tmp:
+                    async with self._reporting(digest, tmp):
+                        got = await self.storage.download_image(digest, tmp)
+                    await asyncio.to_thread(self._complete, tmp, recipe, got)
+                    _cache.publish_content(self.root, tmp, key, digest)
         seconds = time.monotonic() - t0
         self.on_fetched(got.bytes_fetched, seconds)
         self.progress(
@@ -182,19 +193,20 @@ class CacheShelf:
         async with _locked(self.root, key):
             if (held := _cache.content_dir(self.root, digest)) is not None:
                 return held  # another task of this node fetched it
-            with _cache.staging(self.root, key) as tmp:
-                async with self._reporting(digest, tmp):
-                    got = await self.storage.download_image(digest, tmp)
-                if not (tmp / disk_file(self.role)).is_file():
-                    raise ImageError(f"image {digest} is not a {self.role} image")
-                recipe = str((got.manifest.meta or {}).get("digest", ""))
-                await asyncio.to_thread(self._complete, tmp, recipe, got)
-                link = (
-                    self.key(recipe)
-                    if _cache.entry_dir(self.root, self.key(recipe)) is None
-                    else None
-                )
-                final = _cache.publish_content(self.root, tmp, link, digest)
+            async with self._reserved(digest):
+                with _cache.staging(self.root, key) as tmp:
+                    async with self._reporting(digest, tmp):
+                        got = await self.storage.download_image(digest, tmp)
+                    if not (tmp / disk_file(self.role)).is_file():
+                        raise ImageError(f"image {digest} is not a {self.role} image")
+                    recipe = str((got.manifest.meta or {}).get("digest", ""))
+                    await asyncio.to_thread(self._complete, tmp, recipe, got)
+                    link = (
+                        self.key(recipe)
+                        if _cache.entry_dir(self.root, self.key(recipe)) is None
+                        else None
+                    )
+                    final = _cache.publish_content(self.root, tmp, link, digest)
         seconds = time.monotonic() - t0
         self.on_fetched(got.bytes_fetched, seconds)
         self.progress(
@@ -202,6 +214,18 @@ class CacheShelf:
             f"{got.bytes_fetched >> 20} MiB in {seconds:.1f}s"
         )
         return final
+
+    @contextlib.asynccontextmanager
+    async def _reserved(self, digest: str) -> AsyncIterator[None]:
+        """Room for the image's bytes under the disk budget (`NoRoom` if it cannot fit),
+        what the fetch published charged after."""
+        if self.budget is None:
+            yield
+            return
+        stored = await self.storage.get_image_manifest(digest)
+        need = stored.stored_bytes + FETCH_EXTRA
+        async with writing_async(self.budget, need, [self.root / _cache.IMAGES]):
+            yield
 
     def _complete(self, tmp: Path, recipe: str, got: _Downloaded) -> None:
         """Write the entry's `manifest.json`: the builder's, with `content` for these bytes."""

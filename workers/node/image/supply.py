@@ -81,7 +81,12 @@ class ImageSupply:
         if fleet is not None:
             for role in ("root", "runtime"):
                 shelf = CacheShelf(
-                    self.root, fleet.storage, role, progress=progress, on_fetched=fleet.on_fetched
+                    self.root,
+                    fleet.storage,
+                    role,
+                    progress=progress,
+                    on_fetched=fleet.on_fetched,
+                    budget=budget,
                 )
                 images = FleetImages(fleet.store, shelf, fleet.node_id, lease_s=fleet.lease_s)
                 self._images[role] = (images, shelf)
