@@ -51,9 +51,12 @@ def budgeted(
         pulled = pull(ref, cache=root, auth=auth, progress=progress, resolved=got, made=made)
     blobs = _blobs_of(pulled)
     keys = [str(pulled.layout), *(str(b) for b in blobs)]
+    for used in [pulled.layout, *blobs]:  # used now: least recently used goes first
+        budget.touch(used)
     recipe = oci_recipe(got.manifest, root, progress=progress, free_bytes=free)
     with budget.pinned_while(keys):
-        if _cache.entry_dir(root, recipe) is not None:
+        if (held := _cache.entry_dir(root, recipe)) is not None:
+            budget.touch(held)
             return convert(pulled)  # cached: found, nothing built
         unpacked = sum(
             unpacked_bytes(pulled.blobs / "sha256" / d.split(":", 1)[1]) for d in got.layers
