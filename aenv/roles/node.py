@@ -337,4 +337,5 @@ async def _repository(
     cache = BlobCache(node_cfg.state_dir / "blob-cache", node_cfg.blob_cache_bytes)
     # up to its cap, what it holds plus what the node's disk budget has free
     cache.budget = disk.blob_cache_room(node_cfg.blob_cache_bytes, lambda: cache.used_bytes)
+    disk.evictor.drop_blob = cache.drop
     return SnapshotRepository(store, cache, metrics=metrics)

@@ -132,6 +132,16 @@ class BlobCache:
             self._pins += Counter()  # drop zero counts
             self.trim()
 
+    def drop(self, path: Path) -> bool:
+        """Remove the blob at `path` for the node's disk budget, unless a download holds it
+        (False: kept). Called from the budget's thread: one dict update each."""
+        digest = paths.digest_from_key(path.relative_to(self.root).as_posix())
+        if digest is None or self._pins.get(digest, 0) > 0:
+            return False
+        path.unlink(missing_ok=True)
+        self._entries.pop(digest, None)
+        return True
+
     def trim(self) -> list[str]:
         """Evict least-recently-used unpinned blobs until within budget; returns them."""
         budget = self.budget() if callable(self.budget) else self.budget

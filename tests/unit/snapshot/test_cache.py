@@ -74,3 +74,19 @@ async def test_a_hit_does_not_load(tmp_path: Path) -> None:
         raise AssertionError("loaded a cached blob")
 
     assert (await cache.fetch(d, boom)).read_bytes() == b"x" * 10
+
+
+async def test_the_disk_budget_sets_its_size_and_drops_what_no_download_holds(
+    tmp_path: Path,
+) -> None:
+    room = [10_000]
+    cache = BlobCache(tmp_path, budget_bytes=lambda: room[0])  # asked at each trim
+    a = await _put(cache, os.urandom(1000))
+    b = await _put(cache, os.urandom(1000))
+    room[0] = 1500  # the node's disk got tighter: the next fill trims to it
+    c = await _put(cache, os.urandom(500))
+    assert a not in cache and b in cache and c in cache
+    with cache.hold([b]):
+        assert not cache.drop(cache.path_for(b))  # a download needs it
+    assert cache.drop(cache.path_for(b))
+    assert b not in cache and not cache.path_for(b).exists() and cache.used_bytes == 500

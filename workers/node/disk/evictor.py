@@ -78,6 +78,9 @@ class CacheEvictor:
         self.held: Callable[[], Iterable[Path]] = lambda: ()
         #: the node's template captures (None: a node without VMs)
         self.captures: CaptureSource | None = None
+        #: the repository blob cache's own removal (`BlobCache.drop`: it keeps the blobs a
+        #: download holds, and its index); None: files are unlinked as they are
+        self.drop_blob: Callable[[Path], bool] | None = None
 
     # ---- listing -----------------------------------------------------------------------
     def entries(self) -> list[Entry]:
@@ -139,7 +142,10 @@ class CacheEvictor:
         path = Path(entry.key)
         if entry.category == "capture":
             return self.captures.remove(entry) if self.captures is not None else 0
-        if entry.category in ("image", "runtime"):
+        if entry.category == "blob_cache" and self.drop_blob is not None:
+            if not self.drop_blob(path):
+                return 0  # a download holds it
+        elif entry.category in ("image", "runtime"):
             self._remove_image(path)
         elif path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
