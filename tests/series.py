@@ -49,6 +49,9 @@ NODE: dict[str, Kind] = {
     "aenv_node_ram_pool_files": "gauge",
     "aenv_node_ram_pool_budget_bytes": "gauge",
     "aenv_node_disk_bytes": "gauge",
+    "aenv_node_disk_budget_bytes": "gauge",
+    "aenv_node_disk_room_bytes": "gauge",
+    "aenv_node_disk_pinned_bytes": "gauge",
 }
 #: the node's warm pool (a node that runs VMs: `tests/e2e/test_warm.py` finds them)
 WARM: dict[str, Kind] = {
