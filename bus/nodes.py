@@ -136,7 +136,6 @@ def fleet_view(beats: Iterable[Heartbeat], now: float) -> dict[str, Any]:
                     "sandboxes": b.capacity,
                     "free_sandboxes": b.free,
                 },
-                "disk": {"used": b.disk_used, "budget": b.disk_budget, "room": b.disk_room},
                 "uploads_waiting": b.uploads_waiting,
                 "disk": {  # bytes (None: a node from before disk accounting)
                     "used": b.disk_used,
