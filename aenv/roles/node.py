@@ -216,6 +216,9 @@ async def _qemu_host(
     )
     disk.held_by(lambda: _stood_on(host))
     disk.evictor.captures = TemplateCaptures(host, lambda: _busy(host), asyncio.get_running_loop())
+    host.disk_watch.grace_s = node_cfg.disk_full_grace_s
+    # a VM stopped on a full host disk: the budget evicts (rmtree: off the loop), then `cont`
+    host.disk_watch.make_room = lambda nbytes: asyncio.to_thread(disk.budget.make_room, nbytes)
     # captures become durable through the node's snapshot worker
     uploads = SnapshotWorker(bus, node_cfg.node_id, host, repository) if repository else None
     if repository is not None:

@@ -30,6 +30,8 @@ class DeathWatch:
         self.sandboxes = sandboxes
         self.lock = lock
         self.died: Died | None = None
+        #: (cause, why) of VMs the node ended itself (`end`), reported as their death
+        self._ends: dict[str, tuple[str, str]] = {}
         self._watchers: set[asyncio.Task[None]] = set()
 
     def watch(self, live: LiveSandbox) -> None:
@@ -39,6 +41,13 @@ class DeathWatch:
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
 
+    async def end(self, live: LiveSandbox, cause: str, why: str) -> None:
+        """End a VM that cannot go on (its host's disk is full): killed here, reported by
+        its watch like a death of `cause` — the one way a VM ends without being asked.
+        The caller holds the sandbox's lock and knows the VM is still the sandbox's."""
+        self._ends[live.sandbox_id] = (cause, why)
+        await live.vm.qemu.kill()
+
     async def _watch(self, live: LiveSandbox) -> None:
         with logcontext.bound(sandbox_id=live.sandbox_id):
             await self._await_death(live)
@@ -46,18 +55,20 @@ class DeathWatch:
     async def _await_death(self, live: LiveSandbox) -> None:
         code = await live.vm.qemu.wait_exit()
         async with self.lock(live.sandbox_id):  # a pause or kill under way asked for it
+            ended = self._ends.pop(live.sandbox_id, None)
             if self.sandboxes.get(live.sandbox_id) is not live:
                 return
         tail = live.vm.qemu.console_tail(600).strip().splitlines()[-3:]
-        oom = live.vm.qemu.oom_killed()
-        why = (
-            f"the VM ran out of memory (its cgroup's OOM killer ended QEMU, status {code})"
-            if oom
-            else f"the VM exited unexpectedly (QEMU status {code})"
-        )
+        if ended is not None:
+            cause, why = ended
+        elif live.vm.qemu.oom_killed():
+            cause = "oom"
+            why = f"the VM ran out of memory (its cgroup's OOM killer ended QEMU, status {code})"
+        else:
+            cause, why = "crash", f"the VM exited unexpectedly (QEMU status {code})"
         log.warning("sandbox %s: %s; console: %s", live.sandbox_id, why, " | ".join(tail))
         if self.died is not None:
-            await self.died(live.sandbox_id, why, "oom" if oom else "crash")
+            await self.died(live.sandbox_id, why, cause)
 
     def close(self) -> None:
         for task in list(self._watchers):

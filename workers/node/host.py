@@ -21,6 +21,7 @@ from typing import Any
 
 from workers.node import guestcalls, recovery
 from workers.node.deathwatch import DeathWatch
+from workers.node.diskwatch import DiskWatch
 from workers.node.garbage import Garbage
 from workers.node.host_templates import HostTemplates
 from workers.node.hosted import LiveSandbox, LocalCapture, PausedSandbox, capture_size
@@ -83,8 +84,9 @@ class SandboxHost:
         self.garbage = Garbage(
             runtime, lambda: [p.snapshot for p in self.paused.values()] + templates.captures()
         )
-        #: a VM's QEMU that exits unasked becomes a `Died` call
+        #: a VM's QEMU that exits unasked, or stands stopped on a full disk, is a `Died` call
         self._deaths = DeathWatch(self.sandboxes, self.lock)
+        self.disk_watch = DiskWatch(self.sandboxes, self.lock, self._deaths)
         self._templates = HostTemplates(runtime, templates, self.warm, self.collect_soon, images)
         # (the Host port's, and the snapshot worker's `LocalCaptures`)
         self.held_templates = templates.held
@@ -173,6 +175,7 @@ class SandboxHost:
         panic) must become an event, not a sandbox `running` until a command fails."""
         self.sandboxes[live.sandbox_id] = live
         self._deaths.watch(live)
+        self.disk_watch.watch(live)
 
     def set_template_locator(self, locate: TemplateLocator) -> None:
         self.transfers.locate = locate
@@ -237,11 +240,9 @@ class SandboxHost:
                     live.vm, resume=False, snapshot_id=snap_id, detach=True
                 )
             else:
-                defaults = (
-                    guest_defaults
-                    if guest_defaults is not None
-                    else (await self.flush_guest(sandbox_id))
-                )
+                defaults = guest_defaults
+                if defaults is None:
+                    defaults = await self.flush_guest(sandbox_id)
                 snap = await self.runtime.capture_disk(
                     live.vm, snapshot_id=snap_id, guest_defaults=defaults
                 )
@@ -321,9 +322,8 @@ class SandboxHost:
             self.paused[sandbox_id] = paused
         vm = await self._starts.resume(sandbox_id, paused)
         del self.paused[sandbox_id]
-        # kept until the resume is recorded (`resume_recorded`): a node that dies before
-        # that still holds the sandbox as it was paused — its capture whole, the RAM copied
-        # for it — and the resume, delivered again, restores it from there
+        # kept until the resume is recorded (`resume_recorded`): a node dying before that
+        # still holds the capture whole (RAM copied for it); the resume, redelivered, reruns
         self._resumed[sandbox_id] = paused.snapshot
         self._running(LiveSandbox(sandbox_id, paused.template_id, vm, paused.guest))
         return paused.template_id
@@ -444,6 +444,7 @@ class SandboxHost:
         if self.warm is not None:
             await self.warm.close()
         self._deaths.close()
+        self.disk_watch.close()
         for sid in list(self.sandboxes):
             await self.kill(sid)
         self.garbage.close()

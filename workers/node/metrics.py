@@ -6,7 +6,8 @@
   (stored → the outcome appended). `start` is `cold` (restored from a template's capture)
   or `warm` (a create the warm pool's VM took: its `restore` is the hand-over).
 - `aenv_vm_deaths_total{cause}`: VMs that exited without being asked — `oom` (their memory
-  cgroup killed them) or `crash` (anything else).
+  cgroup killed them), `disk-full` (stopped on a full host disk past its grace, ended by
+  the node) or `crash` (anything else).
 - Read at each scrape: the node's budget and what is left (`aenv_node_*`, label `node`),
   its running VMs, their summed RSS and CPU time, its JetStream consumers, and its warm
   pool (`aenv_node_warm_*`: VMs by template, their memory, creates it served or missed),
@@ -62,7 +63,7 @@ STAGES = ("queue", "restore", "envd_ready", "total")
 _STAGES_OF = {
     op: STAGES if op in ("create", "resume", "fork") else ("queue", "total") for op in OPS.values()
 }
-CAUSES = ("oom", "crash")
+CAUSES = ("oom", "disk-full", "crash")
 COLD, WARM = "cold", "warm"
 
 

@@ -47,8 +47,8 @@ __all__ = [
 #: A template's durable capture, per the log: (key, guest token, source sandbox; None: an image)
 TemplateLocation = tuple[str, str | None, str | None]
 TemplateLocator = Callable[[str], Awaitable[TemplateLocation | None]]
-#: told (sandbox id, why, cause) when a running sandbox's VM died without being asked to;
-#: cause: "oom" (its memory cgroup killed it) or "crash" (anything else)
+#: told (sandbox id, why, cause) when a running sandbox's VM died unasked; cause: "oom" (its
+#: cgroup killed it), "disk-full" (`diskwatch.py` ended it) or "crash" (anything else)
 Died = Callable[[str, str, str], Awaitable[None]]
 #: run by a take-over once the capture is here and fits this node's disks (`take_over_paused`)
 Claim = Callable[[], Awaitable[None]] | None

@@ -80,6 +80,10 @@ class NodeSettings(BaseSettings):
     #: that may pause renames one into place instead of copying ~150 MiB), two per template
     #: restored lately; least recently used templates' copies go first. 0: no pool.
     ram_pool_bytes: int = Field(default=2 << 30, ge=0)
+    #: How long a VM stopped by a write that found the host's disk full may stay stopped
+    #: while the node makes room (`diskwatch.py`); then it is ended (`SandboxKilled`,
+    #: cause `disk-full`) instead of standing still while called running.
+    disk_full_grace_s: float = Field(default=10.0, gt=0, le=600)
     #: Heartbeat period in the nodes bucket; missing 3 of them marks the node gone, and its
     #: paused sandboxes resume elsewhere from the snapshot repository (`bus.nodes`).
     heartbeat_s: float = Field(default=5.0, gt=0)

@@ -130,3 +130,15 @@ def test_a_machine_from_before_volumes_keeps_its_devices() -> None:
         qemu_argv(replace(spec(Incoming(Path("/s"))), machine=old, volumes=(Path("/v"),)))
     # and its fingerprint is not the new machine's: built templates are captured again
     assert old.fingerprint() != machine().fingerprint()
+
+
+def test_writable_drives_stop_on_a_full_host_and_report_other_errors() -> None:
+    # a full host must stop the VM for the disk watch, never corrupt the guest's disk
+    drives = opt(qemu_argv(spec(Incoming(Path("/s")))), "-drive")
+    root = next(d for d in drives if d.startswith("id=root,"))
+    rt = next(d for d in drives if d.startswith("id=rt,"))
+    assert "werror=enospc" in root and "rerror=report" in root
+    assert "rerror=report" in rt and "werror" not in rt
+    used = replace(spec(Incoming(Path("/s"))), volumes=(Path("/v/a.img"),))
+    vol = next(d for d in opt(qemu_argv(used), "-drive") if d.startswith("id=vol0,"))
+    assert "werror=enospc" in vol and "rerror=report" in vol

@@ -9,6 +9,14 @@ from __future__ import annotations
 from workers.node.vmm.spec import VOLUME_BYTES, VOLUME_SERIAL, Boot, Incoming, LaunchSpec
 
 QEMU_BINARY = "qemu-system-x86_64"
+#: What a writable drive does on a failed write: a host out of space stops the VM (QEMU
+#: keeps the write and retries it on `cont`; `workers/node/diskwatch.py` makes room or ends
+#: the sandbox), any other write error and every read error goes to the guest as an I/O
+#: error. QEMU's defaults say the same; spelled out so a changed default cannot turn a full
+#: host into corrupted guests or into VMs that stop with nobody watching.
+WRITE_ERRORS = "werror=enospc,rerror=report"
+#: A read-only drive only reads: its errors go to the guest.
+READ_ERRORS = "rerror=report"
 
 
 def qemu_argv(spec: LaunchSpec, binary: str = QEMU_BINARY) -> list[str]:
@@ -40,11 +48,12 @@ def qemu_argv(spec: LaunchSpec, binary: str = QEMU_BINARY) -> list[str]:
         "-qmp",
         f"unix:{spec.qmp_socket},server=on,wait=off",
         "-drive",
-        f"id=root,file={spec.disk},format=qcow2,if=none,discard=unmap,cache=writeback",
+        f"id=root,file={spec.disk},format=qcow2,if=none,discard=unmap,cache=writeback,"
+        + WRITE_ERRORS,
         "-device",
         "virtio-blk-device,drive=root",
         "-drive",
-        f"id=rt,file={spec.runtime_disk},format=raw,if=none,readonly=on",
+        f"id=rt,file={spec.runtime_disk},format=raw,if=none,readonly=on,{READ_ERRORS}",
         "-device",
         "virtio-blk-device,drive=rt",
         "-netdev",
@@ -82,7 +91,7 @@ def volume_slots(spec: LaunchSpec) -> list[str]:
         else:
             drive = (
                 f"id=vol{i},file={image},format=raw,if=none,cache=writeback,"
-                "discard=unmap,detect-zeroes=unmap"
+                f"discard=unmap,detect-zeroes=unmap,{WRITE_ERRORS}"
             )
         out += [
             "-drive",

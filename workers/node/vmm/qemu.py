@@ -16,11 +16,11 @@ import socket
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from qemu.qmp import ExecuteError, QMPClient
+from qemu.qmp import EventListener, ExecuteError, QMPClient
 from qemu.qmp.error import QMPError
 
 from workers.node.vmm import limits
@@ -239,6 +239,27 @@ class QemuVm:
         """Whether this VM yields the CPU to the others (a warm pool's VM, which no client
         waits on yet) or competes as usual (once a sandbox claimed it)."""
         limits.set_weight(self.cgroup, limits.WEIGHT_BACKGROUND if on else limits.WEIGHT_DEFAULT)
+
+    async def events(self, *names: str) -> AsyncIterator[dict[str, Any]]:
+        """QMP events of these names (`{"event", "data", "timestamp"}`) from now on, as
+        they come, until QEMU exits."""
+        listener = EventListener(names)
+        self.qmp.register_listener(listener)
+        try:
+            while self.alive:
+                get = asyncio.ensure_future(listener.get())
+                done, _ = await asyncio.wait(
+                    {get, self._exit_task}, return_when=asyncio.FIRST_COMPLETED
+                )
+                if get not in done:
+                    get.cancel()
+                    with contextlib.suppress(BaseException):
+                        await get
+                    return
+                yield dict(get.result())
+        finally:
+            with contextlib.suppress(Exception):
+                self.qmp.remove_listener(listener)
 
     async def status(self) -> str:
         reply = await self.execute("query-status")
