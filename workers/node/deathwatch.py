@@ -7,15 +7,30 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import signal
 from collections.abc import Callable
 
 from bus import logcontext
 from workers.node.hosted import LiveSandbox
 from workers.node.ports import Died
 
-__all__ = ["DeathWatch"]
+__all__ = ["DeathWatch", "cause_of"]
 
 log = logging.getLogger(__name__)
+
+
+def cause_of(code: int, *, oom: bool) -> tuple[str, str]:
+    """(cause, why) of a QEMU that exited unasked with status `code`. SIGBUS is what a VM
+    gets when its guest touches RAM its memory file (on the node's disk) cannot grow into:
+    the host's disk is full — often before any disk write of the guest found it so."""
+    if oom:
+        return (
+            "oom",
+            f"the VM ran out of memory (its cgroup's OOM killer ended QEMU, status {code})",
+        )
+    if code == -signal.SIGBUS:
+        return "disk-full", "the host's disk is full: the VM's memory file could not grow (SIGBUS)"
+    return "crash", f"the VM exited unexpectedly (QEMU status {code})"
 
 
 class DeathWatch:
@@ -59,13 +74,7 @@ class DeathWatch:
             if self.sandboxes.get(live.sandbox_id) is not live:
                 return
         tail = live.vm.qemu.console_tail(600).strip().splitlines()[-3:]
-        if ended is not None:
-            cause, why = ended
-        elif live.vm.qemu.oom_killed():
-            cause = "oom"
-            why = f"the VM ran out of memory (its cgroup's OOM killer ended QEMU, status {code})"
-        else:
-            cause, why = "crash", f"the VM exited unexpectedly (QEMU status {code})"
+        cause, why = ended or cause_of(code, oom=live.vm.qemu.oom_killed())
         log.warning("sandbox %s: %s; console: %s", live.sandbox_id, why, " | ".join(tail))
         if self.died is not None:
             await self.died(live.sandbox_id, why, cause)

@@ -144,10 +144,7 @@ class DiskWatch:
                 return
             if step == "give-up":
                 break
-        why = (
-            f"the host's disk is full: the VM's writes found no room for {self.grace_s:g} s "
-            "and it was stopped"
-        )
+        why = f"the host's disk is full: the VM's writes found no room for {self.grace_s:g} s"
         async with self.lock(live.sandbox_id):
             if self._mine(live):
                 await self.deaths.end(live, "disk-full", why)

@@ -1,3 +1,6 @@
+import signal
+
+from workers.node.deathwatch import cause_of
 from workers.node.diskwatch import next_step, no_space
 
 
@@ -31,3 +34,12 @@ def test_a_vm_still_stopped_is_retried_until_its_grace_is_spent() -> None:
     assert next_step(stopped=True, since=100.0, now=101.0, grace_s=10) == "retry"
     assert next_step(stopped=True, since=100.0, now=109.9, grace_s=10) == "retry"
     assert next_step(stopped=True, since=100.0, now=110.0, grace_s=10) == "give-up"
+
+
+def test_a_vm_killed_by_sigbus_died_of_a_full_host_disk() -> None:
+    # its RAM is a file on the node's disk: a page it cannot grow into is a SIGBUS
+    cause, why = cause_of(-signal.SIGBUS, oom=False)
+    assert cause == "disk-full" and "disk is full" in why
+    assert cause_of(-signal.SIGKILL, oom=True)[0] == "oom"
+    assert cause_of(-signal.SIGSEGV, oom=False)[0] == "crash"
+    assert cause_of(1, oom=False)[0] == "crash"
