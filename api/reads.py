@@ -43,6 +43,7 @@ def detail(r: Row) -> wire.SandboxDetail:
         forked_from=r["forked_from"],
         node_id=r["node_id"],
         volume_mounts=_mounts(r),
+        disk_full_at=r.get("disk_full_at"),
     )
 
 

@@ -206,6 +206,9 @@ class SandboxDetail(ListedSandbox):
     lifecycle: Lifecycle | None = None
     forked_from: str | None = Field(None, serialization_alias="forkedFrom")
     node_id: str | None = Field(None, serialization_alias="nodeID")
+    #: not in E2B's: when its guest last filled its own root disk (`SandboxDiskFull`; its
+    #: writes fail, envd's uploads answer 507); omitted when it never did
+    disk_full_at: datetime | None = Field(None, serialization_alias="diskFullAt")
 
 
 class NewVolume(BaseModel):

@@ -105,6 +105,7 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
             metrics=metrics,
             disk=disk,
         )
+        observer.on_disk_full = worker.guest_disk_full
         _watch(metrics, bus, worker, node_cfg.node_id, uploads is not None)
         token = node_cfg.metrics_token
         volumes = (

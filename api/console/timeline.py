@@ -35,6 +35,8 @@ _SHOWN = (
     "warm",
     "snapshot_id",
     "size_bytes",
+    "used_bytes",
+    "total_bytes",
     "child_ids",
     "children",
     "cpu_count",

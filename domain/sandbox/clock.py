@@ -22,6 +22,7 @@ from domain.sandbox.events import (
     SANDBOX_EVENTS,
     AnySandboxEvent,
     SandboxCreated,
+    SandboxDiskFull,
     SandboxFailed,
     SandboxForked,
     SandboxForkRequested,
@@ -139,7 +140,7 @@ def tick(clock: Clock | None, event: Event) -> Clock | None:
             return clock.model_copy(update={"status": S.PAUSED, "paused_at": e.at})
         case SandboxTimeoutSet():
             return clock if e.end_at is None else clock.model_copy(update={"end_at": e.end_at})
-        case SnapshotUploaded() | SandboxNetworkUpdated():
+        case SnapshotUploaded() | SandboxNetworkUpdated() | SandboxDiskFull():
             return clock
         case _:
             assert_never(e)

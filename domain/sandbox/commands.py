@@ -29,6 +29,7 @@ __all__ = [
     "ForkSandbox",
     "KillSandbox",
     "PauseSandbox",
+    "RecordDiskFull",
     "RecordUpload",
     "ResumeSandbox",
     "SandboxCommand",
@@ -194,6 +195,14 @@ class RecordUpload(SandboxCommand):
     size_bytes: int
 
 
+class RecordDiskFull(SandboxCommand):
+    """Node: the guest's root disk filled up (once per episode: the node notes it again only
+    after the guest had room), as envd measured it."""
+
+    used_bytes: int
+    total_bytes: int
+
+
 #: The closed set of sandbox commands: `decide` matches it exhaustively (the type checker
 #: fails the build when a new command is added here and not decided).
 AnySandboxCommand = (
@@ -212,4 +221,5 @@ AnySandboxCommand = (
     | CompleteFork
     | CompleteSnapshot
     | RecordUpload
+    | RecordDiskFull
 )

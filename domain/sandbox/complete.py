@@ -19,12 +19,14 @@ from domain.sandbox.commands import (
     CompletePause,
     CompleteResume,
     CompleteSnapshot,
+    RecordDiskFull,
     RecordUpload,
     SandboxCommand,
 )
 from domain.sandbox.events import (
     ForkOutcome,
     SandboxCreated,
+    SandboxDiskFull,
     SandboxEvent,
     SandboxFailed,
     SandboxForked,
@@ -55,6 +57,7 @@ Completion = (
     | CompleteFork
     | CompleteSnapshot
     | RecordUpload
+    | RecordDiskFull
 )
 
 
@@ -75,6 +78,8 @@ def decide_completion(state: State, command: Completion) -> list[SandboxEvent]:
             return _complete_snapshot(state, command)
         case RecordUpload():
             return _record_upload(state, command)
+        case RecordDiskFull():
+            return _record_disk_full(state, command)
         case _:
             assert_never(command)
 
@@ -184,6 +189,22 @@ def _record_upload(state: State, c: RecordUpload) -> list[SandboxEvent]:
     return [
         SnapshotUploaded(
             sandbox_id=state.sandbox_id, at=c.at, snapshot_id=c.snapshot_id, size_bytes=c.size_bytes
+        )
+    ]
+
+
+def _record_disk_full(state: State, c: RecordDiskFull) -> list[SandboxEvent]:
+    """A guest's full disk is news while the sandbox lives; moot once it is being killed
+    (a late sample of a guest that is going)."""
+    if state is None or state.status in _SUPERSEDED:
+        return []
+    return [
+        SandboxDiskFull(
+            sandbox_id=state.sandbox_id,
+            at=c.at,
+            command_id=c.command_id,
+            used_bytes=c.used_bytes,
+            total_bytes=c.total_bytes,
         )
     ]
 

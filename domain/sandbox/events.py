@@ -21,6 +21,7 @@ __all__ = [
     "AnySandboxEvent",
     "ForkOutcome",
     "SandboxCreated",
+    "SandboxDiskFull",
     "SandboxEvent",
     "SandboxFailed",
     "SandboxForkRequested",
@@ -193,6 +194,15 @@ class SnapshotUploaded(SandboxEvent):
     size_bytes: int
 
 
+class SandboxDiskFull(SandboxEvent):
+    """The guest filled its own root disk (its writes fail with ENOSPC, envd's file uploads
+    answer 507): news for its owner, not a change of its life — it runs on."""
+
+    command_id: UUID
+    used_bytes: int
+    total_bytes: int
+
+
 #: The closed set of sandbox events: `evolve` matches it exhaustively.
 AnySandboxEvent = (
     SandboxRequested
@@ -213,6 +223,7 @@ AnySandboxEvent = (
     | SnapshotTaken
     | SnapshotFailed
     | SnapshotUploaded
+    | SandboxDiskFull
 )
 #: The same set as classes, for `isinstance` at the edge of the fold.
 SANDBOX_EVENTS: tuple[type[SandboxEvent], ...] = (
@@ -234,4 +245,5 @@ SANDBOX_EVENTS: tuple[type[SandboxEvent], ...] = (
     SnapshotTaken,
     SnapshotFailed,
     SnapshotUploaded,
+    SandboxDiskFull,
 )

@@ -15,6 +15,7 @@ from domain.sandbox.events import (
     SANDBOX_EVENTS,
     AnySandboxEvent,
     SandboxCreated,
+    SandboxDiskFull,
     SandboxFailed,
     SandboxForked,
     SandboxForkRequested,
@@ -81,6 +82,8 @@ def _evolve(state: State, event: AnySandboxEvent) -> State:
             | SnapshotUploaded()
         ):
             u = _copy_changes(event)
+        case SandboxDiskFull():
+            u = {"disk_full_at": event.at}
         case _:  # what is left: its run from creation to kill (mypy checks it is)
             u = _run_changes(event, state.network)
     command_id = getattr(event, "command_id", None)

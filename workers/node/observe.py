@@ -6,8 +6,10 @@ Every `every_s` the node asks each running guest's envd for a resource snapshot 
 measures the guest: CPU, memory, disk) and reads what the guest wrote to its console since
 the last look (envd's one-line JSON logs). Both are kept per sandbox in bounded rings, for
 its whole life on this node: across pauses (a paused sandbox's history stays), dropped
-when it is killed. In memory only: a node that restarts, or a sandbox resumed on another
-node, starts a new history — the log, not this, is the record of a life.
+when it is killed. A guest whose root disk fills is told once per episode (`on_disk_full`:
+the node records a `SandboxDiskFull`), again only after it had room (`disk_full`). In
+memory only: a node that restarts, or a sandbox resumed on another node, starts a new
+history — the log, not this, is the record of a life.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ import json
 import logging
 import os
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from bus.tasks import cancel_and_wait
 from workers.node.ports import Host
 
-__all__ = ["GuestObserver"]
+__all__ = ["DiskFull", "GuestObserver", "disk_full"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,22 @@ KEEP_SAMPLES = 720
 KEEP_LINES = 2000
 #: bytes of console read per look, at most (a guest that floods its console is cut)
 READ_CHUNK = 256 << 10
+#: a guest's root disk is full with this share of it or less free (`diskUsed ≥ diskTotal -
+#: 1%`), and has room again only with more than `ROOM_AGAIN` free: a guest hovering at the
+#: edge (a log rotating, a cache trimming itself) makes one episode, not one per sample
+FULL_LEFT = 0.01
+ROOM_AGAIN = 0.05
+
+#: told (sandbox id, used bytes, total bytes) when a guest's root disk filled (an episode)
+DiskFull = Callable[[str, int, int], Awaitable[None]]
+
+
+def disk_full(was_full: bool, used: int, total: int) -> bool:
+    """Whether a guest's root disk counts as full after a sample, given whether it did."""
+    if total <= 0:
+        return was_full  # envd could not measure it: nothing changed that we know of
+    free = total - used
+    return free <= total * (ROOM_AGAIN if was_full else FULL_LEFT)
 
 
 class GuestObserver:
@@ -44,6 +62,9 @@ class GuestObserver:
         #: (console file's inode, bytes of it already read) per sandbox
         self._read: dict[str, tuple[int, int]] = {}
         self._task: asyncio.Task[None] | None = None
+        #: guests whose disk is full now (an episode under way), and who hears of a new one
+        self._full: set[str] = set()
+        self.on_disk_full: DiskFull | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="guest-observer")
@@ -56,6 +77,7 @@ class GuestObserver:
         self._samples.pop(sandbox_id, None)
         self._logs.pop(sandbox_id, None)
         self._read.pop(sandbox_id, None)
+        self._full.discard(sandbox_id)
 
     async def _run(self) -> None:
         while True:
@@ -74,8 +96,28 @@ class GuestObserver:
         for sid, sample in zip(ids, answers, strict=True):
             if isinstance(sample, dict):
                 ring = self._samples.setdefault(sid, deque(maxlen=KEEP_SAMPLES))
-                ring.append(_metric(sample))
+                ring.append(metric := _metric(sample))
+                await self._check_disk(sid, metric["diskUsed"], metric["diskTotal"])
             self._read_console(sid)
+
+    async def _check_disk(self, sandbox_id: str, used: int, total: int) -> None:
+        was = sandbox_id in self._full
+        now = disk_full(was, used, total)
+        if now == was:
+            return
+        if not now:
+            self._full.discard(sandbox_id)
+            return
+        log.warning(
+            "sandbox %s: its guest's disk is full (%d of %d bytes)", sandbox_id, used, total
+        )
+        if self.on_disk_full is not None:
+            try:
+                await self.on_disk_full(sandbox_id, used, total)
+            except Exception:  # the next sample tries again: the episode is not begun yet
+                log.exception("recording the full disk of %s failed", sandbox_id)
+                return
+        self._full.add(sandbox_id)
 
     def _read_console(self, sandbox_id: str) -> None:
         console = self.host.console_log(sandbox_id)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 
 from bus import (
@@ -406,6 +407,14 @@ class NodeWorker:
             await self._kill_lost(sb.KillSandbox(sandbox_id=sandbox_id, command_id=cid), why)
         except Exception:  # the sandbox may be gone meanwhile; a restart reconciles the rest
             log.exception("recording the death of %s's VM failed", sandbox_id)
+
+    async def guest_disk_full(self, sandbox_id: str, used: int, total: int) -> None:
+        """A guest filled its root disk (the observer's new episode): an event on its log."""
+        cid = sb.derived_command_id(sandbox_id, "disk-full", str(uuid.uuid4()))
+        full = sb.RecordDiskFull(
+            sandbox_id=sandbox_id, command_id=cid, used_bytes=used, total_bytes=total
+        )
+        await execute(self.bus.sandboxes, full, MessageContext(actor=f"node:{self.node_id}"))
 
     async def _kill_lost(self, cmd: sb.KillSandbox, why: str) -> None:
         """Not a client's kill: the log says the node asked, and why."""

@@ -165,6 +165,9 @@ def test_every_fragment_renders_and_escapes_what_users_typed() -> None:
     assert "&lt;script&gt;" in out and "<script>alert" not in out
     assert 'data-end-at="2026-12-01T15:43:25+00:00"' in out and "4 min 00 s left" in out
     assert 'data-revision="7"' in out
+    assert 'id="disk-full"' not in out
+    full = render("sandbox.html", s=_sandbox(disk_full_at=T0 + timedelta(seconds=30)), now=now)
+    assert 'id="disk-full"' in full and "filled up 30.0 s ago" in full
     paused = render("sandbox.html", s=_sandbox(status="paused", remaining_s=90.0), now=now)
     assert "1 min 30 s left once resumed" in paused
     listing = render(
