@@ -1,8 +1,8 @@
 """When a sandbox's guest last filled its own root disk (`SandboxDiskFull`): shown by
 `GET /sandboxes/{id}` and the console.
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-12-06
 
 Locking: ADD COLUMN without a default: a catalog-only change (ACCESS EXCLUSIVE for a
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0015"
-down_revision: str | None = "0014"
+revision: str = "0016"
+down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
