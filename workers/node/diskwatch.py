@@ -24,7 +24,7 @@ from workers.node.deathwatch import DeathWatch
 from workers.node.hosted import LiveSandbox
 from workers.node.vmm import VmmError
 
-__all__ = ["ROOM_BYTES", "DiskWatch", "MakeRoom", "Step", "next_step", "no_space"]
+__all__ = ["ROOM_BYTES", "DiskWatch", "MakeRoom", "Step", "event_time", "next_step", "no_space"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,12 @@ def next_step(*, stopped: bool, since: float, now: float, grace_s: float) -> Ste
     if not stopped:
         return "over"
     return "give-up" if now - since >= grace_s else "retry"
+
+
+def event_time(event: Mapping[str, Any]) -> float:
+    """When QEMU sent a QMP event (unix seconds; 0 when it does not say)."""
+    ts = event.get("timestamp") or {}
+    return float(ts.get("seconds", 0)) + float(ts.get("microseconds", 0)) / 1e6
 
 
 def _no_room(_: int) -> bool:
@@ -97,11 +103,15 @@ class DiskWatch:
 
     async def _watch(self, live: LiveSandbox) -> None:
         with logcontext.bound(sandbox_id=live.sandbox_id):
+            over_at = 0.0  # (wall clock, as QEMU stamps its events)
             try:
                 async for event in live.vm.qemu.events("BLOCK_IO_ERROR"):
                     device = no_space(event)
-                    if device is not None and self._mine(live):
-                        await self._episode(live, device)
+                    # each `cont` of an episode retried the write: its errors are old news
+                    if device is None or event_time(event) <= over_at or not self._mine(live):
+                        continue
+                    await self._episode(live, device)
+                    over_at = time.time()
             except VmmError:
                 pass  # QEMU went away mid-episode: the death watch reports it
 

@@ -1,7 +1,7 @@
 import signal
 
 from workers.node.deathwatch import cause_of
-from workers.node.diskwatch import next_step, no_space
+from workers.node.diskwatch import event_time, next_step, no_space
 
 
 def event(**data: object) -> dict[str, object]:
@@ -23,6 +23,12 @@ def test_other_io_errors_and_events_are_the_guests_own() -> None:
     assert no_space(event(device="root", action="stop")) is None
     assert no_space({"event": "STOP"}) is None
     assert no_space({"event": "BLOCK_IO_ERROR"}) is None
+
+
+def test_an_event_s_time_is_qemu_s_stamp() -> None:
+    e = {"event": "BLOCK_IO_ERROR", "timestamp": {"seconds": 1796554671, "microseconds": 500000}}
+    assert event_time(e) == 1796554671.5
+    assert event_time({"event": "STOP"}) == 0.0
 
 
 def test_a_vm_running_again_ends_its_episode_whatever_the_time() -> None:
