@@ -40,6 +40,10 @@ READ_CHUNK = 256 << 10
 #: edge (a log rotating, a cache trimming itself) makes one episode, not one per sample
 FULL_LEFT = 0.01
 ROOM_AGAIN = 0.05
+#: ...or with this little free, or less: ext4 keeps up to 16 MiB (`s_resv_clusters`) that
+#: no write can take, which is more than 1% of a small disk (seen: a 1.25 GiB root filled
+#: by `dd` still had 16 MiB free); room again takes twice that
+FULL_LEFT_BYTES = 32 << 20
 
 #: told (sandbox id, used bytes, total bytes) when a guest's root disk filled (an episode)
 DiskFull = Callable[[str, int, int], Awaitable[None]]
@@ -50,7 +54,9 @@ def disk_full(was_full: bool, used: int, total: int) -> bool:
     if total <= 0:
         return was_full  # envd could not measure it: nothing changed that we know of
     free = total - used
-    return free <= total * (ROOM_AGAIN if was_full else FULL_LEFT)
+    if was_full:
+        return free <= max(total * ROOM_AGAIN, 2 * FULL_LEFT_BYTES)
+    return free <= max(total * FULL_LEFT, FULL_LEFT_BYTES)
 
 
 class GuestObserver:

@@ -16,6 +16,14 @@ def test_a_disk_is_full_within_one_percent_of_its_size_and_has_room_again_past_f
     assert not disk_full(True, 94 * GIB, total)
 
 
+def test_a_small_disk_is_full_with_what_ext4_keeps_back_still_free() -> None:
+    mib, total = 1 << 20, 1280 << 20
+    assert disk_full(False, total - 16 * mib, total)  # 1.25% free: ext4's reserve
+    assert not disk_full(False, total - 40 * mib, total)
+    assert disk_full(True, total - 64 * mib, total)
+    assert not disk_full(True, total - 65 * mib, total)
+
+
 def test_an_unmeasured_disk_changes_nothing() -> None:
     assert disk_full(True, 0, 0) and not disk_full(False, 0, 0)
 
