@@ -34,8 +34,9 @@ from tests.vmstack import running_stack
 pytestmark = pytest.mark.vm
 
 MIB = 1 << 20
-#: the node's state dir: the base template's capture, a sandbox's RAM file and disk layers
-TMPFS = "1600m"
+#: the node's state dir: the base template's capture, sandboxes' RAM files and disk layers (a
+#: guest filling its root twice may not have its first file's clusters discarded)
+TMPFS = "2400m"
 #: a guest's root disk keeps this much free beyond its image (a guest fills it in seconds)
 GUEST_FREE = 384 * MIB
 #: what the host keeps free once the test's file is in: less than a `dd` writes
