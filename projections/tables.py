@@ -88,7 +88,7 @@ sandboxes = Table(
     _tz("end_at"),
     Column("remaining_s", Float),
     _tz("paused_at"),  # paused sandboxes are kept AENV_PAUSED_RETENTION_S (0008)
-    _tz("disk_full_at"),  # when its guest last filled its root disk (0015)
+    _tz("disk_full_at"),  # when its guest last filled its root disk (0016)
     Column("failure_reason", Text),
     Column("pending_children", JSONB, nullable=False),
     Column("pending_snapshot_id", Text),
