@@ -28,9 +28,9 @@ from workers.node.ports import ImageSource
 
 REAL_CACHE = Path("/var/lib/aenv/images")
 MiB = 1 << 20
-BUDGET = 1024 * MiB
+BUDGET = 512 * MiB
 HEADROOM = 64 * MiB
-BIG = 200 * MiB  # each image's one big file: ~420 MiB kept per import (chain + root disk)
+BIG = 100 * MiB  # each image's one big file: ~220 MiB kept per import (chain + root disk)
 FREE = 16 * MiB
 COUNT = 6
 
@@ -156,7 +156,7 @@ async def test_an_import_that_cannot_fit_is_refused_as_unavailable(
         tmp_path / "img", busybox_tree(tmp_path / "base"), "/data/big", BIG, b"too-big"
     )
     ref = push(out, registry, "budget/too-big", "1")
-    budget = DiskBudget(DiskUsage(state, root), 400 * MiB, headroom=HEADROOM)
+    budget = DiskBudget(DiskUsage(state, root), 2 * BIG, headroom=HEADROOM)
     with pytest.raises(NoRoom) as refused:
         await import_image("big", ImageSource(ref=ref), None, free_bytes=FREE, budget=budget)
     assert refused.value.code == "unavailable"
