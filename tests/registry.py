@@ -21,15 +21,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from aenv.stack.process import free_port
 
 __all__ = [
+    "MACHINE_CACHE",
     "LocalRegistry",
     "busybox_tree",
     "debian_tree",
+    "import_registry",
     "layout",
     "layout_with_big_file",
     "local_registry",
+    "own_image_cache",
     "pattern_block",
     "push",
 ]
@@ -249,4 +254,33 @@ def debian_tree(root: Path, *programs: str) -> Path:
     for d in ("tmp", "root", "home"):
         (root / d).mkdir()
     (root / "tmp").chmod(0o1777)
+    return root
+
+
+#: the machine's image cache: `scripts/setup.sh` unpacks the guest kernel there
+MACHINE_CACHE = Path("/var/lib/aenv/images")
+
+
+def import_registry(tmp_path: Path) -> Iterator[LocalRegistry]:
+    """A registry for tests that import images into a node's cache (mkfs of root-owned
+    trees: root); skipped where the tools are missing. Yields from a fixture."""
+    if os.geteuid() != 0:
+        pytest.skip("mkfs of a tree with root-owned files needs root")
+    if shutil.which("docker-registry") is None or shutil.which("skopeo") is None:
+        pytest.skip("docker-registry and skopeo are needed (scripts/setup.sh)")
+    with local_registry(tmp_path / "registry") as reg:
+        yield reg
+
+
+def own_image_cache(root: Path) -> Path:
+    """An empty image cache but for the machine's unpacked kernel (hard links): a node of
+    its own, whose imports are all this test made."""
+    resolved = MACHINE_CACHE / "kernel-resolved.json"
+    kernels = list(MACHINE_CACHE.glob("kernel-*/"))
+    if not resolved.is_file() or not kernels:
+        pytest.skip("no kernel in this machine's image cache (python -m workers.node.image build)")
+    root.mkdir(parents=True)
+    shutil.copy(resolved, root / resolved.name)
+    for k in kernels:
+        subprocess.run(["cp", "-al", str(k), str(root / k.name)], check=True)
     return root

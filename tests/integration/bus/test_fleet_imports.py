@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
-import shutil
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -25,7 +22,14 @@ from bus.store import EventStore
 from domain import image as im
 from domain.aggregates import IMAGE
 from tests.contract.snapshot.conftest import s3_config, s3_endpoint
-from tests.registry import LocalRegistry, busybox_tree, layout, local_registry, push
+from tests.registry import (
+    LocalRegistry,
+    busybox_tree,
+    import_registry,
+    layout,
+    own_image_cache,
+    push,
+)
 from workers.node.image import GuestImage, cache
 from workers.node.image.build import oci_recipe
 from workers.node.image.registry import parse_reference, resolve
@@ -39,7 +43,6 @@ __all__ = ["s3_endpoint"]  # the session's SeaweedFS, shared with the snapshot c
 
 #: the machine's image cache: its resolved kernel is lent to each node's own cache, so no
 #: node downloads a kernel package for the test
-REAL_CACHE = Path("/var/lib/aenv/images")
 FREE = 64 << 20  # a small root disk: the test is about who builds, not how big
 
 
@@ -54,12 +57,7 @@ async def store(s3_endpoint: S3Endpoint) -> AsyncIterator[SnapshotStore]:
 
 @pytest.fixture
 def registry(tmp_path: Path) -> Iterator[LocalRegistry]:
-    if os.geteuid() != 0:
-        pytest.skip("mkfs of a tree with root-owned files needs root")
-    if shutil.which("docker-registry") is None or shutil.which("skopeo") is None:
-        pytest.skip("docker-registry and skopeo are needed (scripts/setup.sh)")
-    with local_registry(tmp_path / "registry") as reg:
-        yield reg
+    yield from import_registry(tmp_path)
 
 
 @dataclass
@@ -74,21 +72,8 @@ class Node:
         return got or 0.0
 
 
-def _own_cache(root: Path) -> Path:
-    """An empty image cache but for the machine's unpacked kernel (hard links)."""
-    resolved = REAL_CACHE / "kernel-resolved.json"
-    kernels = list(REAL_CACHE.glob("kernel-*/"))
-    if not resolved.is_file() or not kernels:
-        pytest.skip("no kernel in this machine's image cache (python -m workers.node.image build)")
-    root.mkdir(parents=True)
-    shutil.copy(resolved, root / resolved.name)
-    for k in kernels:
-        subprocess.run(["cp", "-al", str(k), str(root / k.name)], check=True)
-    return root
-
-
 def _node(bus: Bus, store: SnapshotStore, tmp_path: Path, name: str) -> Node:
-    root = _own_cache(tmp_path / name / "images")
+    root = own_image_cache(tmp_path / name / "images")
     metrics = NodeMetrics(name)
     fleet = Fleet(
         EventStore(bus.js, bus.publisher, bus.settings, IMAGE),  # a process of its own
@@ -169,7 +154,7 @@ async def test_a_node_without_a_repository_builds_the_same_recipe(
     """The no-repository path still builds locally, and names the image by the same
     recipe as the fleet path would (the registry's manifest digest)."""
     ref = push(_image(tmp_path / "img", uuid.uuid4().hex), registry, "solo/imp", "1")
-    root = _own_cache(tmp_path / "solo" / "images")
+    root = own_image_cache(tmp_path / "solo" / "images")
     supply = ImageSupply(root, progress=lambda _: None)
     assert not supply.fleet_wide
     monkeypatch.setenv(cache.CACHE_ENV, str(root))  # `convert_image` builds in the node's

@@ -7,9 +7,7 @@ evicted, and one evicted is imported again (pulled and built back)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.registry import LocalRegistry, busybox_tree, layout_with_big_file, local_registry, push
+from tests.registry import (
+    LocalRegistry,
+    busybox_tree,
+    import_registry,
+    layout_with_big_file,
+    own_image_cache,
+    push,
+)
 from workers.node.disk import IMAGES, STATE, DiskUsage, scan
 from workers.node.disk.budget import DiskBudget, NoRoom
 from workers.node.disk.evict import Entry
@@ -26,7 +31,6 @@ from workers.node.image import cache
 from workers.node.imports import import_image
 from workers.node.ports import ImageSource
 
-REAL_CACHE = Path("/var/lib/aenv/images")
 MiB = 1 << 20
 BUDGET = 512 * MiB
 HEADROOM = 64 * MiB
@@ -37,25 +41,7 @@ COUNT = 6
 
 @pytest.fixture
 def registry(tmp_path: Path) -> Iterator[LocalRegistry]:
-    if os.geteuid() != 0:
-        pytest.skip("mkfs of a tree with root-owned files needs root")
-    if shutil.which("docker-registry") is None or shutil.which("skopeo") is None:
-        pytest.skip("docker-registry and skopeo are needed (scripts/setup.sh)")
-    with local_registry(tmp_path / "registry") as reg:
-        yield reg
-
-
-def _own_cache(root: Path) -> Path:
-    """An empty image cache but for the machine's unpacked kernel (hard links)."""
-    resolved = REAL_CACHE / "kernel-resolved.json"
-    kernels = list(REAL_CACHE.glob("kernel-*/"))
-    if not resolved.is_file() or not kernels:
-        pytest.skip("no kernel in this machine's image cache (python -m workers.node.image build)")
-    root.mkdir(parents=True)
-    shutil.copy(resolved, root / resolved.name)
-    for k in kernels:
-        subprocess.run(["cp", "-al", str(k), str(root / k.name)], check=True)
-    return root
+    yield from import_registry(tmp_path)
 
 
 class Sampler:
@@ -86,7 +72,7 @@ class Sampler:
 async def test_imports_stay_under_one_budget_and_evicted_images_come_back(
     registry: LocalRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = _own_cache(tmp_path / "node" / "images")
+    root = own_image_cache(tmp_path / "node" / "images")
     state = tmp_path / "node" / "state"
     state.mkdir()
     monkeypatch.setenv(cache.CACHE_ENV, str(root))  # `convert_image` builds in the node's
@@ -148,7 +134,7 @@ async def test_imports_stay_under_one_budget_and_evicted_images_come_back(
 async def test_an_import_that_cannot_fit_is_refused_as_unavailable(
     registry: LocalRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = _own_cache(tmp_path / "node" / "images")
+    root = own_image_cache(tmp_path / "node" / "images")
     state = tmp_path / "node" / "state"
     state.mkdir()
     monkeypatch.setenv(cache.CACHE_ENV, str(root))

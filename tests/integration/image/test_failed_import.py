@@ -25,7 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.registry import LocalRegistry, busybox_tree, local_registry, push
+from tests.registry import (
+    MACHINE_CACHE,
+    LocalRegistry,
+    busybox_tree,
+    import_registry,
+    own_image_cache,
+    push,
+)
 from workers.node.disk.categories import IMAGES, STATE
 from workers.node.disk.usage import scan
 from workers.node.image import cache
@@ -37,34 +44,20 @@ from workers.node.ports import HostError, ImageSource
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 #: the machine's image cache: its kernel is lent (hard links) so nothing is downloaded
-REAL_CACHE = Path("/var/lib/aenv/images")
 FREE = 64 << 20  # a small root disk: the test is about what stays behind, not size
 MiB = 1 << 20
 
 
 @pytest.fixture
 def registry(tmp_path: Path) -> Iterator[LocalRegistry]:
-    if os.geteuid() != 0:
-        pytest.skip("mkfs of a tree with root-owned files needs root")
-    if shutil.which("docker-registry") is None or shutil.which("skopeo") is None:
-        pytest.skip("docker-registry and skopeo are needed (scripts/setup.sh)")
-    with local_registry(tmp_path / "registry") as reg:
-        yield reg
+    yield from import_registry(tmp_path)
 
 
 @pytest.fixture
 def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty image cache but for the machine's unpacked kernel; `convert_image` builds
     in it."""
-    resolved = REAL_CACHE / "kernel-resolved.json"
-    kernels = list(REAL_CACHE.glob("kernel-*/"))
-    if not resolved.is_file() or not kernels:
-        pytest.skip("no kernel in this machine's image cache (python -m workers.node.image build)")
-    root = tmp_path / "images"
-    root.mkdir()
-    shutil.copy(resolved, root / resolved.name)
-    for k in kernels:
-        subprocess.run(["cp", "-al", str(k), str(root / k.name)], check=True)
+    root = own_image_cache(tmp_path / "images")
     monkeypatch.setenv(cache.CACHE_ENV, str(root))
     return root
 
@@ -163,7 +156,7 @@ def small_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode().strip()}")
     try:
-        shutil.copy(REAL_CACHE / "kernel-resolved.json", root / "kernel-resolved.json")
+        shutil.copy(MACHINE_CACHE / "kernel-resolved.json", root / "kernel-resolved.json")
         monkeypatch.setenv(cache.CACHE_ENV, str(root))
         yield root
     finally:
@@ -175,7 +168,7 @@ async def test_a_full_disk_is_unavailable_and_leaves_nothing(
 ) -> None:
     """ENOSPC while importing: `HostError` with code `unavailable` (another node with room
     can take it) whose message names the disk, and the same cleanup."""
-    if not (REAL_CACHE / "kernel-resolved.json").is_file():
+    if not (MACHINE_CACHE / "kernel-resolved.json").is_file():
         pytest.skip("no resolved kernel in this machine's image cache")
     base = tar_tree(busybox_tree(tmp_path / "base"))
     write_layout(
