@@ -1,15 +1,11 @@
-"""The node's disk usage, kept fresh: a full walk of its roots every minute, in a thread at
-the lowest priority (`foreground.in_background`), read by the heartbeat and the scrape.
-
-Read-only for now (images-at-scale S7): nothing is evicted on what it finds. A walk of a
-large cache takes seconds of metadata reads, so the answer is the last walk's, never one
-made while a heartbeat or a scrape waits.
+"""The node's disk usage: a full walk of its roots in a thread at the lowest priority
+(`foreground.in_background`), run every minute by `node.py::NodeDisk`, whose budget evicts
+on what it finds. A walk of a large cache takes seconds of metadata reads, so readers get
+the last walk's answer, never one made while a heartbeat or a scrape waits.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
 from pathlib import Path
 
@@ -18,8 +14,6 @@ from workers.node.disk.usage import Tally, scan
 from workers.node.foreground import in_background
 
 __all__ = ["SCAN_EVERY_S", "DiskUsage", "image_cache_dir"]
-
-log = logging.getLogger(__name__)
 
 #: How often the walk runs: disk fills over minutes (imports, captures), not seconds.
 SCAN_EVERY_S = 60.0
@@ -55,11 +49,3 @@ class DiskUsage:
     async def refresh(self) -> Tally:
         self.last = await in_background(scan, self.roots)
         return self.last
-
-    async def run_forever(self, every_s: float = SCAN_EVERY_S) -> None:
-        while True:
-            try:
-                await self.refresh()
-            except Exception as e:  # a walk that failed is tried again on the next round
-                log.warning("disk usage walk failed: %s", e)
-            await asyncio.sleep(every_s)
