@@ -188,13 +188,28 @@ def fleet(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def disk(args: argparse.Namespace) -> dict[str, Any]:
+    """`bench.image_disk`: node disk per image after import and first create."""
+    from bench.image_disk import disk_per_image
+
+    root = Path(tempfile.mkdtemp(prefix="aenv-imgdisk-", dir="/var/tmp"))
+    try:
+        return disk_per_image(root, args.disk_images, args.disk_mib)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gib", type=float, default=1.0, help="size of the big layer's data")
     parser.add_argument("--n", type=int, default=2, help="rounds")
     parser.add_argument(
-        "--only", choices=("pull", "fleet"), help="one part: registry pull, or fleet fetch"
+        "--only",
+        choices=("pull", "fleet", "disk"),
+        help="one part: registry pull, fleet fetch, or node disk per image",
     )
+    parser.add_argument("--disk-mib", type=int, default=300, help="disk: random MiB per image")
+    parser.add_argument("--disk-images", type=int, default=3, help="disk: images imported")
     parser.add_argument("--templates", type=int, default=3, help="fleet: templates built")
     args = parser.parse_args()
     doc: dict[str, Any] = {}
@@ -202,4 +217,6 @@ if __name__ == "__main__":
         doc.update(main(args))
     if args.only in (None, "fleet"):
         doc["fleet"] = fleet(args)
+    if args.only in (None, "disk"):
+        doc["disk"] = disk(args)
     emit("image", doc)
