@@ -13,10 +13,12 @@ the baseline, so not in any Δ). Each image is imported through the unchanged e2
 node's two roots are walked (`workers/node/disk/usage.py::scan`, allocated bytes by
 category) and the Δ over the walk before the import is divided by the image's bytes (the
 layer tar's). The sandbox is killed at the end and a last walk taken, so the breakdown also
-shows what a running VM adds. The categories the disk budget can regenerate (`chain`,
-`oci_blob`, `rootfs_tree`: `evict.REGENERABLE`) are reported apart: what of them an
-import still holds once it finished is what dropping them after a successful import
-would save.
+shows what a running VM adds. What the disk budget can regenerate (`evict.REGENERABLE`:
+layer chains, RAM-pool copies, OCI blobs and layouts, debootstrap trees, the blob cache) is
+reported apart: what of it an import still holds once it finished is what dropping it
+after a successful import would save. Captures, RAM-pool copies and a running VM's RAM
+file are the guest's memory, a fixed cost per template whatever the image's size: they
+weigh less in the ratio the larger the image (`--disk-mib`).
 """
 
 from __future__ import annotations
