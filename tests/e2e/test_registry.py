@@ -36,7 +36,10 @@ def test_registry_images_become_sandboxes(stack: Stack, tmp_path: Path) -> None:
         local_registry(tmp_path / "open") as open_reg,
         local_registry(tmp_path / "private", login=("aenv", "s3cret")) as private,
     ):
-        one = push(layout(tmp_path / "one", base), open_reg, "tests/busybox", tag)
+        own = tmp_path / "own"
+        (own / "srv").mkdir(parents=True)
+        (own / "srv/one.txt").write_text("its own layer\n")
+        one = push(layout(tmp_path / "one", base, own), open_reg, "tests/busybox", tag)
         config = {
             "config": {
                 "Env": ["IMAGE_GREETING=hello"],
@@ -63,9 +66,11 @@ def test_registry_images_become_sandboxes(stack: Stack, tmp_path: Path) -> None:
             assert sbx.files.read("/home/user/f.txt") == "through envd"
         finally:
             sbx.kill()
-        assert any("1 layers, 0 already in the layer cache" in m for m in first), first
+        assert any("2 layers, 0 already in the layer cache" in m for m in first), first
 
-        # the second image shares the first's base layer: only its own layer is downloaded
+        # the second image shares the first's base layer, which the first import kept (its
+        # own layer's blob and whole-stack chain it dropped: `leftovers.finished`): only
+        # the second's own layer is downloaded
         logs = _build(two, f"{name}-plus")
         assert any("2 layers, 1 already in the layer cache" in m for m in logs), logs
         assert any("layers 0-0 already unpacked" in m for m in logs), logs  # nor unpacked

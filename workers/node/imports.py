@@ -22,7 +22,7 @@ from workers.node.image import GuestImage, build_from_oci
 from workers.node.image.cache import cache_root
 from workers.node.image.disk import DEFAULT_FREE
 from workers.node.image.errors import DiskFull
-from workers.node.image.leftovers import Made, disk_full, forget_on_failure
+from workers.node.image.leftovers import Made, disk_full, forget_on_failure, tidy_after_import
 from workers.node.image.oci import open_layout
 from workers.node.image.registry import (
     ImageRef,
@@ -178,7 +178,9 @@ def _convert(
     cache: Path | None,
     made: Made,
 ) -> GuestImage:
-    return build_from_oci(
+    """The pulled image built; then what only this build needed goes (its layout, its own
+    layers' blobs, its whole-stack chain: `leftovers.finished`), its lower layers stay."""
+    image = build_from_oci(
         pulled.layout,
         f"tpl-{name}",
         cache,
@@ -189,6 +191,8 @@ def _convert(
         manifest=pulled.manifest,
         made=made,
     )
+    tidy_after_import(cache_root(cache), made, pulled.layout)
+    return image
 
 
 def _built(

@@ -32,7 +32,7 @@ from workers.node.imports import import_image
 from workers.node.ports import ImageSource
 
 MiB = 1 << 20
-BUDGET = 512 * MiB
+BUDGET = 640 * MiB
 HEADROOM = 64 * MiB
 BIG = 100 * MiB  # each image's one big file: ~220 MiB kept per import (chain + root disk)
 FREE = 16 * MiB

@@ -18,6 +18,7 @@ from workers.node.image.leftovers import (
     Made,
     blob_file,
     disk_full,
+    finished,
     forget_on_failure,
     held_by_others,
     in_use_by_others,
@@ -28,6 +29,29 @@ from workers.node.image.oci_chains import chain_dir, chain_ids
 from workers.node.image.oci_write import write_layout
 
 from .test_oci import f, layer
+
+
+def test_a_finished_import_keeps_its_lower_layers_and_drops_the_rest() -> None:
+    made = Made(
+        blobs={"sha256:manifest", "sha256:config", "sha256:base", "sha256:mid", "sha256:top"},
+        chains={"sha256:c1", "sha256:c2"},  # c0 (the base's chain) was there before
+        layouts={Path("/c/oci/mine")},
+    )
+    layers = ["sha256:base", "sha256:mid", "sha256:top"]
+    chains = ["sha256:c0", "sha256:c1", "sha256:c2"]
+    plan = finished(made, layers, chains, Held())
+    assert plan.blobs == {"sha256:manifest", "sha256:config", "sha256:top"}
+    assert plan.chains == {"sha256:c2"}  # the whole stack's: only these bytes would reuse it
+    assert plan.layouts == {Path("/c/oci/mine")}
+    # what another image holds stays; a whole-stack chain made before this import stays
+    held = Held(blobs=frozenset({"sha256:top"}), chains=frozenset())
+    assert finished(made, layers, chains, held).blobs == {"sha256:manifest", "sha256:config"}
+    assert finished(Made(chains={"sha256:c1"}), layers, chains, Held()).chains == set()
+    # one layer: its blob and its chain are the top's
+    one = finished(
+        Made(blobs={"sha256:only"}, chains={"sha256:k"}), ["sha256:only"], ["sha256:k"], Held()
+    )
+    assert one.blobs == {"sha256:only"} and one.chains == {"sha256:k"}
 
 
 def test_what_it_made_goes_unless_another_image_holds_it() -> None:
