@@ -397,6 +397,8 @@ class NodeWorker:
         async with self.host.lock(sandbox_id):
             held = await self.host.kill(sandbox_id)
             self.journal.remove(sandbox_id)
+        if held:
+            self.node_disk.changed()  # its VM's files went: the room the API sees grows
         await self.route_publisher.dropped()
         return held
 

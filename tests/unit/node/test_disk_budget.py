@@ -4,6 +4,7 @@ fit refused as `unavailable` with the numbers."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -175,3 +176,55 @@ async def test_node_disk_numbers_for_heartbeat_and_scrape(roots: tuple[Path, Pat
     disk.held_by(lambda: [images / "images" / ("a" * 64) / "root.ext4"])
     await disk.refresh()
     assert disk.pinned() == allocated(images / "images" / ("a" * 64))
+
+
+def test_an_eviction_that_frees_less_than_planned_is_planned_again(
+    roots: tuple[Path, Path],
+) -> None:
+    """The first plan takes the blob-cache file (regenerable first), but a download holds
+    it and nothing is freed: a second plan takes the image, and the room is made."""
+    state, images = roots
+    img = _image(images, "a" * 64, 8 * MiB, when=1000)
+    held = _file(state / "blob-cache" / "ab" / DIGEST, 8 * MiB, when=3000)
+    b = _budget(roots, 24 * MiB)
+    evicted: list[str] = []
+    b.on_evicted = lambda e: evicted.append(e.category)
+    assert isinstance(b.evictor, CacheEvictor)
+    b.evictor.drop_blob = lambda _path: False  # a download holds every blob
+    assert b.make_room(b.free() + 6 * MiB)
+    assert evicted == ["blob_cache", "image"], evicted
+    assert held.exists() and not img.exists()
+
+
+async def test_a_change_is_walked_soon_not_on_the_minute(roots: tuple[Path, Path]) -> None:
+    """A sandbox gone (`changed`): the room the API places by is walked again within
+    `soon_s`, not a minute later (a create refused 503 right after kills made room)."""
+    import asyncio
+
+    state, images = roots
+    settings = NodeSettings(state_dir=state, disk_budget_bytes=64 * MiB, disk_headroom_bytes=0)
+    disk = NodeDisk(settings, images)
+    loop = asyncio.create_task(disk.run_forever(every_s=60.0, soon_s=0.05))
+    try:
+        for _ in range(100):
+            if disk.room() is not None:
+                break
+            await asyncio.sleep(0.02)
+        before = disk.room()
+        assert before is not None
+        _file(state / "vms" / "gone" / "ram", 8 * MiB)  # as if a sandbox's files were here
+        await asyncio.sleep(0.3)
+        assert disk.room() == before  # no walk on its own: the minute is far
+        (state / "vms" / "gone" / "ram").unlink()
+        _file(state / "vms" / "new" / "ram", 4 * MiB)
+        disk.changed()
+        for _ in range(100):
+            if disk.room() != before:
+                break
+            await asyncio.sleep(0.02)
+        taken = before - (disk.room() or 0)  # the new file and its directories' blocks
+        assert 4 * MiB <= taken <= 4 * MiB + 64 * 1024, taken
+    finally:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop

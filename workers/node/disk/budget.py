@@ -51,6 +51,10 @@ class Evictor(Protocol):
         ...
 
 
+#: Plans made and carried out for one need before giving up (`_fits_after_eviction`)
+EVICTION_ROUNDS = 4
+
+
 class NoRoom(HostError):
     """A write that does not fit even after eviction: `unavailable`, so placement hands
     the create to another node."""
@@ -238,12 +242,13 @@ class DiskBudget:
             os.utime(entry)
 
     # ---- room ----------------------------------------------------------------------------
-    def plan_for(self, need: int) -> tuple[Plan, int]:
-        """The eviction plan that would make `need` bytes fit, and the free room now."""
+    def plan_for(self, need: int, kept: Iterable[str] = ()) -> tuple[Plan, int]:
+        """The eviction plan that would make `need` bytes fit, and the free room now;
+        `kept`: entries a removal just now could not free (left out of this plan)."""
         free = self.free()
         short = need - free
         entries = self.evictor.entries()
-        busy = self.pins() | set(self.evictor.in_use())
+        busy = self.pins() | set(self.evictor.in_use()) | set(kept)
         busy |= self._in_flight(entries)
         return plan(entries, max(0, short), busy), free
 
@@ -288,14 +293,23 @@ class DiskBudget:
                     self._walk_adds += r.charged
 
     def _fits_after_eviction(self, need: int) -> bool:
+        """Evict by plan until `need` fits. An entry may free less than the plan counted
+        (blocks shared by hard links, a capture's layers that layer GC frees later), so
+        after each round the plan is made again from what is there now; a round that
+        finds too little to evict ends it (no cache destroyed in vain)."""
         if self.free() >= need:
             return True  # no listing: a reservation that fits costs no I/O
-        p, free = self.plan_for(need)
-        if free >= need:
-            return True
-        if not p.enough:
-            return False
-        for entry in p.evict:
-            self.removed(self.evictor.remove(entry))
-            self.on_evicted(entry)
+        kept: set[str] = set()
+        for _ in range(EVICTION_ROUNDS):
+            p, free = self.plan_for(need, kept)
+            if free >= need:
+                return True
+            if not p.enough or not p.evict:
+                return False
+            for entry in p.evict:
+                freed = self.evictor.remove(entry)
+                self.removed(freed)
+                self.on_evicted(entry)
+                if freed <= 0:
+                    kept.add(entry.key)  # held (a download): the next plan looks elsewhere
         return self.free() >= need

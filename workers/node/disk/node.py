@@ -5,6 +5,7 @@ is paid there, in the background, not by each heartbeat or scrape."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -18,6 +19,9 @@ from workers.node.settings import NodeSettings
 __all__ = ["NodeDisk"]
 
 log = logging.getLogger(__name__)
+
+#: The least time between walks: what `changed` waits for, so a burst of kills is one walk
+SOON_S = 3.0
 
 
 class NodeDisk:
@@ -35,6 +39,7 @@ class NodeDisk:
         )
         self._evictable: int | None = None
         self._pinned: int | None = None
+        self._changed = asyncio.Event()
 
     def held_by(self, paths: Callable[[], Iterable[Path]]) -> None:
         """What captures and the runtime stand on (base images, runtime disks): never
@@ -64,13 +69,22 @@ class NodeDisk:
         self._evictable = plan.evictable
         self._pinned = await in_background(self.budget.pinned)
 
-    async def run_forever(self, every_s: float = SCAN_EVERY_S) -> None:
+    def changed(self) -> None:
+        """Disk was freed or taken outside the ledger (a sandbox's VM and files gone): walk
+        again soon. Its room is what the API places by; a minute-old room turns creates
+        away with 503 right after kills made room (the catalogue test saw it)."""
+        self._changed.set()
+
+    async def run_forever(self, every_s: float = SCAN_EVERY_S, soon_s: float = SOON_S) -> None:
         while True:
+            self._changed.clear()  # a change during the walk asks for the next one
             try:
                 await self.refresh()
             except Exception as e:  # a walk that failed is tried again on the next round
                 log.warning("disk walk failed: %s", e)
-            await asyncio.sleep(every_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), every_s)
+            await asyncio.sleep(soon_s)  # a burst of kills is one walk, not one each
 
     def blob_cache_room(self, cap: int, held: Callable[[], int]) -> Callable[[], int]:
         """The repository blob cache's budget: what it holds plus what the disk has free,
