@@ -1,0 +1,175 @@
+"""The catalogue test's parts (issue 42, images-at-scale §4): its size from the environment,
+the payload layers (files of one 4 KiB block repeated, a per-file seed, and a `SHA256SUMS`
+the guest checks: gzip keeps 0.6 % of them, so the registry stays small while the node's
+ext4 holds them at full size), and the sampler of a node's disk use.
+
+`AENV_CATALOGUE` picks the form: unset, the test is skipped; `small` is a reduced form that
+runs in minutes on a 2-core machine; anything else is the issue's full form. Each number can
+be set on its own (`AENV_CATALOGUE_IMAGES`, `_SHARED_MIB`, `_DISTINCT_MIB` as `lo-hi`,
+`_BUDGET_MIB`)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.registry import pattern_block
+from workers.node.disk.categories import IMAGES, STATE
+from workers.node.disk.usage import scan
+
+__all__ = ["Form", "Sampler", "form_from_env", "payload", "sizes"]
+
+MiB = 1 << 20
+#: a payload file's size (the last one of a layer is shorter)
+FILE = 16 * MiB
+
+
+@dataclass(frozen=True)
+class Form:
+    images: int
+    shared: int  # bytes of the layer every image has
+    distinct: tuple[int, int]  # bytes of each image's own layer: lowest, highest
+    budget: int  # the measured node's disk budget
+
+    @property
+    def catalogue(self) -> int:
+        """Uncompressed payload bytes of all images together (the mean distinct layer)."""
+        return self.images * (self.shared + sum(self.distinct) // 2)
+
+
+#: the issue's numbers: ≥ 40 images, a ≥ 400 MiB shared layer, 50-300 MiB each, 3 GiB
+#: budget and a catalogue ≥ 10x it (so more than 40 images: 54 x 575 MiB ≈ 30 GiB)
+FULL = Form(54, 400 * MiB, (50 * MiB, 300 * MiB), 3072 * MiB)
+#: minutes here: 6 x ~390 MiB ≈ 2.3x a 1 GiB budget
+SMALL = Form(6, 192 * MiB, (128 * MiB, 256 * MiB), 1024 * MiB)
+
+
+def form_from_env() -> Form | None:
+    which = os.environ.get("AENV_CATALOGUE", "")
+    if which == "":
+        return None
+    base = SMALL if which == "small" else FULL
+    lo, _, hi = os.environ.get("AENV_CATALOGUE_DISTINCT_MIB", "").partition("-")
+    return Form(
+        int(os.environ.get("AENV_CATALOGUE_IMAGES", base.images)),
+        int(os.environ.get("AENV_CATALOGUE_SHARED_MIB", base.shared // MiB)) * MiB,
+        (int(lo) * MiB, int(hi or lo) * MiB) if lo else base.distinct,
+        int(os.environ.get("AENV_CATALOGUE_BUDGET_MIB", base.budget // MiB)) * MiB,
+    )
+
+
+def sizes(form: Form, seed: int) -> list[int]:
+    """Each image's distinct layer size, spread over the range (4 KiB multiples)."""
+    rng = random.Random(seed)
+    lo, hi = form.distinct
+    return [rng.randrange(lo, hi + 1) // 4096 * 4096 for _ in range(form.images)]
+
+
+def payload(root: Path, inside: str, size: int, seed: str) -> str:
+    """Files of `size` bytes in all under `root/inside`, each one 4 KiB block repeated
+    (its own seed), and `SHA256SUMS` of them; the SHA256SUMS text."""
+    where = root / inside.lstrip("/")
+    where.mkdir(parents=True)
+    lines, left, i = [], size, 0
+    while left > 0:
+        n = min(FILE, left)
+        chunk = pattern_block(f"{seed}/{i}".encode()) * 256  # 1 MiB
+        sha = hashlib.sha256()
+        with (where / f"f{i:04d}").open("wb") as f:
+            done = 0
+            while done < n:
+                piece = chunk[: n - done]
+                f.write(piece)
+                sha.update(piece)
+                done += len(piece)
+        lines.append(f"{sha.hexdigest()}  f{i:04d}\n")
+        left, i = left - n, i + 1
+    text = "".join(lines)
+    (where / "SHA256SUMS").write_text(text)
+    return text
+
+
+@dataclass
+class Sampler:
+    """A node's disk use (`usage.scan` of its state dir and image cache, what its budget
+    counts) at `hz`, and `du -sxB1` of both every `du_every` seconds as a cross-check;
+    and the entries of the cache that vanished (evictions)."""
+
+    state: Path
+    cache: Path
+    hz: float = 10
+    du_every: float = 30
+    peak: int = 0
+    samples: int = 0
+    du_peak: int = 0
+    du_runs: int = 0
+    over: list[tuple[float, int]] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+    gone: set[str] = field(default_factory=set)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    budget: int = 0
+
+    def __enter__(self) -> Sampler:
+        for run in (self._scan, self._du):
+            t = threading.Thread(target=run, daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(120)
+
+    def entries(self) -> set[str]:
+        """The cache's and state's evictable entries by path (images, chains, blobs,
+        layouts, captures and blob-cache files)."""
+        out: set[str] = set()
+        for top in (self.cache / "images", self.cache / "layers", self.cache / "oci"):
+            out.update(str(p) for p in _children(top))
+        out.update(str(p) for p in _children(self.cache / "blobs" / "sha256"))
+        for top in _children(self.state):
+            if top.is_dir():
+                out.update(str(p) for p in _children(top))
+        return out
+
+    def _scan(self) -> None:
+        t0 = time.monotonic()
+        while not self._stop.is_set():
+            total = scan([(STATE, self.state), (IMAGES, self.cache)]).total
+            self.samples += 1
+            self.peak = max(self.peak, total)
+            if self.budget and total > self.budget:
+                self.over.append((time.monotonic() - t0, total))
+            if self.samples % int(self.hz) == 0:  # the entries once a second
+                now = self.entries()
+                self.gone |= self.seen - now
+                self.seen = now
+            self._stop.wait(1 / self.hz)
+
+    def _du(self) -> None:
+        while True:
+            out = subprocess.run(
+                ["du", "-sxcB1", str(self.state), str(self.cache)],
+                capture_output=True,
+                text=True,
+            ).stdout.splitlines()
+            if out and out[-1].endswith("total"):
+                self.du_peak = max(self.du_peak, int(out[-1].split()[0]))
+                self.du_runs += 1
+            if self._stop.wait(self.du_every):
+                return
+
+
+def _children(d: Path) -> list[Path]:
+    try:
+        return list(d.iterdir())
+    except OSError:
+        return []
