@@ -116,7 +116,7 @@ def _make(fleet: Fleet, form: Form, tmp: Path, cat: _Catalogue) -> None:
                 Template().from_image(ref),
                 name,
                 on_build_logs=lambda e, logs=logs: logs.append(e.message),
-                **sdk,  # type: ignore[arg-type]
+                **sdk,
             )
             cat.cleanup[-1] = (ref, layout, _image_dir(logs))
             cat.sums[name] = (f"/catalogue/{name}", sums)
@@ -166,26 +166,30 @@ def test_a_catalogue_many_times_the_budget_starts_on_one_node(pair: Fleet, tmp_p
         b.start()
         b.wait_ready()
         sampler = Sampler(b.data_dir / "node", pair.root / "fleet-b-images", budget=form.budget)
-        with sampler:
-            names = list(cat.sums)
-            first: set[str] = set()
-            for i, name in enumerate(names):
-                before = sampler.entries()
-                _start(pair, name, *cat.sums[name])
-                if i == 0:
-                    first = sampler.entries() - before
-            time.sleep(1.5)  # one more listing of the entries
-            evicted_first = first & sampler.gone
-            _start(pair, names[0], *cat.sums[names[0]])  # evicted: fetched again
-        print(
-            f"\ncatalogue: {form.images} images, shared {form.shared / MiB:.0f} MiB, "
-            f"{form.catalogue / GiB:.2f} GiB ({form.catalogue / form.budget:.1f}x the "
-            f"{form.budget / GiB:.2f} GiB budget); made+imported in {made:.0f} s, "
-            f"all in {time.monotonic() - t0:.0f} s; peak {sampler.peak / MiB:.0f} MiB over "
-            f"{sampler.samples} samples, du peak {sampler.du_peak / MiB:.0f} MiB over "
-            f"{sampler.du_runs} runs; {len(sampler.gone)} entries evicted, "
-            f"{len(evicted_first)} of the first image's {len(first)}"
-        )
+        names = list(cat.sums)
+        first: set[str] = set()
+        try:
+            with sampler:
+                for i, name in enumerate(names):
+                    before = sampler.entries()
+                    _start(pair, name, *cat.sums[name])
+                    if i == 0:
+                        first = sampler.entries() - before
+                time.sleep(1.5)  # one more listing of the entries
+                evicted_first = first & sampler.gone
+                _start(pair, names[0], *cat.sums[names[0]])  # evicted: fetched again
+        finally:
+            print(
+                f"\ncatalogue: {form.images} images, shared {form.shared / MiB:.0f} MiB, "
+                f"{form.catalogue / GiB:.2f} GiB ({form.catalogue / form.budget:.1f}x the "
+                f"{form.budget / GiB:.2f} GiB budget); made+imported in {made:.0f} s, "
+                f"all in {time.monotonic() - t0:.0f} s; peak {sampler.peak / MiB:.0f} MiB over "
+                f"{sampler.samples} samples, du peak {sampler.du_peak / MiB:.0f} MiB over "
+                f"{sampler.du_runs} runs; {len(sampler.gone)} entries evicted "
+                f"({len(first & sampler.gone)} of the first image's {len(first)}); "
+                f"over the budget: {sampler.over[:5]}"
+            )
+            print("\n".join(ln for ln in b.tail(4000).splitlines() if "evict" in ln)[-3000:])
         assert form.catalogue > 2 * form.budget
         assert sampler.over == [], f"over the budget: {sampler.over[:10]}"
         assert sampler.du_peak <= form.budget
