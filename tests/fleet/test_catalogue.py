@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from e2b import Sandbox, Template
+from e2b.exceptions import ServiceBusyException
 
 from bench.fleetrig import Fleet, RigError, fleet_rig
 from tests.catalogue import Form, Sampler, form_from_env, payload, sizes
@@ -129,8 +130,31 @@ def _make(fleet: Fleet, form: Form, tmp: Path, cat: _Catalogue) -> None:
         eventually_sync(lambda n=name: fleet.capture_key(n), timeout=300, interval=1)
 
 
+#: 503s a create met (template, seconds waited): a node's room is "free now + what it could
+#: evict as of its last disk walk" (`NodeDisk.room`, refreshed each minute), so right after
+#: a kill the sandbox's disk still counts as pinned and the API turns the next create away
+BUSY: list[tuple[str, float]] = []
+#: how long a create is retried on 503 (the SDK's "please retry"): past one disk walk
+RETRY_S = 150
+
+
+def _create(fleet: Fleet, name: str) -> Sandbox:
+    t0 = time.monotonic()
+    while True:
+        try:
+            sbx = Sandbox.create(name, timeout=600, **fleet.sdk(0))
+        except ServiceBusyException:
+            if time.monotonic() - t0 > RETRY_S:
+                raise
+            time.sleep(5)
+            continue
+        if time.monotonic() - t0 > 5:
+            BUSY.append((name, round(time.monotonic() - t0)))
+        return sbx
+
+
 def _start(fleet: Fleet, name: str, where: str, sums: str) -> None:
-    sbx = Sandbox.create(name, timeout=600, **fleet.sdk(0))
+    sbx = _create(fleet, name)
     try:
         got = sbx.commands.run(f"cat {where}/SHA256SUMS").stdout
         assert got == sums, name
@@ -202,7 +226,7 @@ def test_a_catalogue_many_times_the_budget_starts_on_one_node(pair: Fleet, tmp_p
                 f"{sampler.samples} samples, du peak {sampler.du_peak / MiB:.0f} MiB over "
                 f"{sampler.du_runs} runs; {len(sampler.gone)} entries evicted "
                 f"({len(first & sampler.gone)} of the first image's {len(first)}); "
-                f"over the budget: {sampler.over[:5]}"
+                f"over the budget: {sampler.over[:5]}; creates that met 503s first: {BUSY}"
             )
             print("\n".join(ln for ln in b.tail(4000).splitlines() if "evict" in ln)[-3000:])
         assert form.catalogue > 2 * (form.budget - held.total), "not a catalogue test"
