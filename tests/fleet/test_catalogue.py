@@ -210,8 +210,12 @@ def test_a_catalogue_many_times_the_budget_starts_on_one_node(pair: Fleet, tmp_p
         try:
             with sampler:
                 for i, name in enumerate(names):
-                    before = sampler.entries()
+                    before, t1 = sampler.entries(), time.monotonic()
                     _start(pair, name, *cat.sums[name])
+                    print(
+                        f"{name} checked on B in {time.monotonic() - t1:.0f} s; peak so far "
+                        f"{sampler.peak / MiB:.0f} MiB"
+                    )
                     if i == 0:
                         first = sampler.entries() - before
                 time.sleep(1.5)  # one more listing of the entries
