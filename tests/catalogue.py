@@ -108,6 +108,7 @@ class Sampler:
     hz: float = 10
     du_every: float = 30
     peak: int = 0
+    peak_mib: dict[str, int] = field(default_factory=dict)  # by category, at the peak
     samples: int = 0
     du_peak: int = 0
     du_runs: int = 0
@@ -145,9 +146,14 @@ class Sampler:
     def _scan(self) -> None:
         t0 = time.monotonic()
         while not self._stop.is_set():
-            total = scan([(STATE, self.state), (IMAGES, self.cache)]).total
+            tally = scan([(STATE, self.state), (IMAGES, self.cache)])
+            total = tally.total
             self.samples += 1
-            self.peak = max(self.peak, total)
+            if total > self.peak:
+                self.peak, self.peak_mib = (
+                    total,
+                    {k: round(v / MiB) for k, v in tally.bytes.items() if v},
+                )
             if self.budget and total > self.budget:
                 self.over.append((time.monotonic() - t0, total))
             if self.samples % int(self.hz) == 0:  # the entries once a second
