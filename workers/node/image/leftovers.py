@@ -130,21 +130,43 @@ def _json(path: Path) -> dict[str, object]:
     return doc
 
 
+@dataclass(frozen=True)
+class _Image:
+    """One image a layout's index names, as its blobs say it."""
+
+    manifest: str
+    config: str
+    layers: list[str]  # bottom to top
+    diff_ids: list[str]
+
+
+def _images(layout: Path, blobs: Path) -> list[_Image]:
+    """The images a layout's index names: manifest, config, layers and diff ids each."""
+    out = []
+    for entry in _json(layout / "index.json").get("manifests") or []:  # type: ignore[attr-defined]
+        digest = str(entry["digest"])
+        manifest = _json(blob_file(blobs, digest))
+        config = str(manifest["config"]["digest"])  # type: ignore[index]
+        rootfs = _json(blob_file(blobs, config)).get("rootfs") or {}
+        out.append(
+            _Image(
+                digest,
+                config,
+                [str(d["digest"]) for d in manifest.get("layers") or []],  # type: ignore[attr-defined]
+                [str(d) for d in rootfs.get("diff_ids") or []],  # type: ignore[attr-defined]
+            )
+        )
+    return out
+
+
 def _layout_holds(layout: Path, blobs: Path) -> tuple[set[str], set[str]]:
     """The blobs and chains one layout names: its manifests, their configs and layers,
     and the chain ids of each config's diff_ids."""
     named: set[str] = set()
     chains: set[str] = set()
-    index = _json(layout / "index.json")
-    for entry in index.get("manifests") or []:  # type: ignore[attr-defined]
-        digest = str(entry["digest"])
-        named.add(digest)
-        manifest = _json(blob_file(blobs, digest))
-        config = str(manifest["config"]["digest"])  # type: ignore[index]
-        named.add(config)
-        named.update(str(d["digest"]) for d in manifest.get("layers") or [])  # type: ignore[attr-defined]
-        rootfs = _json(blob_file(blobs, config)).get("rootfs") or {}
-        chains.update(chain_ids(list(rootfs.get("diff_ids") or [])))  # type: ignore[attr-defined]
+    for image in _images(layout, blobs):
+        named.update((image.manifest, image.config, *image.layers))
+        chains.update(chain_ids(image.diff_ids))
     return named, chains
 
 
@@ -190,16 +212,11 @@ def remove(root: Path, plan: Made) -> None:
         shutil.rmtree(layout, ignore_errors=True)
 
 
-def _stack(layout: Path, blobs: Path) -> tuple[list[str], list[str]]:
-    """A single-image layout's layer digests and their diff ids, bottom to top."""
-    entries: list[dict[str, object]] = _json(layout / "index.json").get("manifests") or []  # type: ignore[assignment]
-    if len(entries) != 1:
-        raise ValueError(f"{layout} holds {len(entries)} images, not one")
-    manifest = _json(blob_file(blobs, str(entries[0]["digest"])))
-    layers = [str(d["digest"]) for d in manifest.get("layers") or []]  # type: ignore[attr-defined]
-    config = _json(blob_file(blobs, str(manifest["config"]["digest"])))  # type: ignore[index]
-    rootfs = config.get("rootfs") or {}
-    return layers, [str(d) for d in rootfs.get("diff_ids") or []]  # type: ignore[attr-defined]
+def _held(root: Path, made: Made, mine: set[Path]) -> Held:
+    """What an attempt must leave: what the cache's other layouts name (`mine` aside) and
+    what the other attempts running in this process use."""
+    on_disk, running = held_by_others(root, mine), in_use_by_others(made)
+    return Held(on_disk.blobs | running.blobs, on_disk.chains | running.chains)
 
 
 def tidy_after_import(root: Path, made: Made, layout: Path) -> None:
@@ -207,11 +224,9 @@ def tidy_after_import(root: Path, made: Made, layout: Path) -> None:
     What cannot be read or removed stays (regenerable cache the budget evicts first): the
     import has succeeded, and this must not fail it."""
     try:
-        layers, diff_ids = _stack(layout, root / "blobs")
-        on_disk = held_by_others(root, made.layouts | {layout})
-        running = in_use_by_others(made)
-        held = Held(on_disk.blobs | running.blobs, on_disk.chains | running.chains)
-        remove(root, finished(made, layers, chain_ids(diff_ids), held))
+        [image] = _images(layout, root / "blobs")  # a layout of one reference: one image
+        held = _held(root, made, made.layouts | {layout})
+        remove(root, finished(made, image.layers, chain_ids(image.diff_ids), held))
     except (OSError, ValueError, KeyError, TypeError) as e:
         log.warning("tidying after the import of %s failed: %s", layout, e)
 
@@ -226,9 +241,7 @@ def forget_on_failure(root: Path, what: str) -> Iterator[Made]:
     try:
         yield made
     except BaseException as e:
-        on_disk, running = held_by_others(root, made.layouts), in_use_by_others(made)
-        held = Held(on_disk.blobs | running.blobs, on_disk.chains | running.chains)
-        remove(root, leftovers(made, held))
+        remove(root, leftovers(made, _held(root, made, made.layouts)))
         if isinstance(e, Exception) and disk_full(e) and not isinstance(e, DiskFull):
             raise DiskFull(f"node disk full: {what}: {e}") from e
         raise

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from workers.node.disk.budget import DiskBudget
+from workers.node.disk.evictor import allocated
 from workers.node.disk.produced import writing_async
 
 from . import cache as _cache
@@ -266,7 +267,7 @@ class CacheShelf:
         async def report() -> None:
             while True:
                 await asyncio.sleep(PROGRESS_EVERY_S)
-                landed = await asyncio.to_thread(_allocated, tmp)
+                landed = await asyncio.to_thread(allocated, tmp)
                 self.progress(
                     f"image {digest[:12]}: {landed >> 20} MiB fetched "
                     f"({time.monotonic() - t0:.0f}s)"
@@ -298,14 +299,6 @@ class CacheShelf:
         )
         stored = uploaded.manifest
         return BuiltImage(stored.digest, stored.stored_bytes, stored.disk.size)
-
-
-def _allocated(directory: Path) -> int:
-    total = 0
-    for p in directory.rglob("*"):
-        with contextlib.suppress(OSError):
-            total += p.lstat().st_blocks * 512
-    return total
 
 
 @contextlib.asynccontextmanager
