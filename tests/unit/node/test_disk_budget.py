@@ -13,8 +13,9 @@ import pytest
 
 from workers.node.disk import DiskUsage
 from workers.node.disk.budget import DiskBudget, NoRoom, budget_of
-from workers.node.disk.evictor import CacheEvictor, allocated
+from workers.node.disk.evictor import CacheEvictor
 from workers.node.disk.node import NodeDisk
+from workers.node.disk.usage import allocated
 from workers.node.settings import NodeSettings
 
 MiB = 1 << 20

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from workers.node.disk.evict import Entry
-from workers.node.disk.evictor import allocated
+from workers.node.disk.usage import allocated
 from workers.node.runtime import Snapshot
 
 __all__ = ["CaptureHost", "TemplateCaptures"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from workers.node.disk.categories import Category
 
-__all__ = ["DURABLE", "REGENERABLE", "Entry", "Plan", "evictable", "plan"]
+__all__ = ["DURABLE", "REGENERABLE", "Entry", "Plan", "evictable", "order", "plan"]
 
 #: evicted first, in this order (each least recently used first)
 REGENERABLE: tuple[Category, ...] = ("chain", "ram_pool", "oci_blob", "rootfs_tree", "blob_cache")
@@ -59,7 +59,8 @@ def evictable(entry: Entry) -> bool:
     return entry.category in REGENERABLE or entry.category in DURABLE
 
 
-def _order(entries: Iterable[Entry]) -> list[Entry]:
+def order(entries: Iterable[Entry]) -> list[Entry]:
+    """Every evictable kind of entry in the order plans take them (pins and holds aside)."""
     regenerable = sorted(
         (e for e in entries if e.category in REGENERABLE),
         key=lambda e: (REGENERABLE.index(e.category), e.last_used, e.key),
@@ -83,7 +84,7 @@ def plan(entries: Collection[Entry], need: int, pins: Collection[str] = ()) -> P
     for e in entries:
         for held in e.holds:
             holders[held] = holders.get(held, 0) + 1
-    candidates = [e for e in _order(entries) if evictable(e) and e.key not in pinned]
+    candidates = [e for e in order(entries) if evictable(e) and e.key not in pinned]
     chosen: list[Entry] = []
     freed = 0
     waiting = list(candidates)

@@ -5,7 +5,9 @@ Entries: image cache `images/<content>/` (image or runtime disk), `layers/<chain
 `blobs/sha256/*` and `oci/<key>` (OCI blobs and layouts), `rootfs-*` (debootstrap trees),
 and the state dir's `blob-cache/` files. Each is measured once per (path, inode, mtime):
 entries are immutable once published, so the heartbeat's `room()` re-lists directories but
-does not re-walk trees. Entries built before content keys (`<recipe>/` in the cache root)
+does not re-walk trees. An entry's size is what removing it frees (`shares`): blocks
+hard-linked from outside it are not its own; a removal measures again, and says what it
+really freed. Entries built before content keys (`<recipe>/` in the cache root)
 are counted by the walk but not evicted here.
 
 Removing an image removes its directory (under its content lock, the one a fetch by content
@@ -18,42 +20,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
 from workers.node.disk.categories import Category
 from workers.node.disk.evict import Entry
+from workers.node.disk.shares import Holding, attribute, holding
 from workers.node.image import cache as _cache
 
-__all__ = ["CacheEvictor", "allocated"]
-
-_BLOCK = 512
-
-
-def allocated(path: Path) -> int:
-    """Bytes a file or tree allocates (`du -x`: each inode once, symlinks as themselves)."""
-    try:
-        top = os.lstat(path)
-    except OSError:
-        return 0
-    seen = {(top.st_dev, top.st_ino)}
-    total = top.st_blocks * _BLOCK
-    if not stat.S_ISDIR(top.st_mode):
-        return total
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in dirnames + filenames:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            key = (st.st_dev, st.st_ino)
-            if key in seen or st.st_dev != top.st_dev:
-                continue
-            seen.add(key)
-            total += st.st_blocks * _BLOCK
-    return total
+__all__ = ["CacheEvictor"]
 
 
 class CaptureSource(Protocol):
@@ -72,7 +48,7 @@ class CacheEvictor:
     def __init__(self, image_cache: Path | None, state_dir: Path | None) -> None:
         self.image_cache = image_cache
         self.state_dir = state_dir
-        self._sizes: dict[str, tuple[int, int, int]] = {}  # key -> (ino, mtime_ns, bytes)
+        self._sizes: dict[str, tuple[int, int, Holding]] = {}  # key -> (ino, mtime_ns, ...)
         #: files captures and the runtime stand on (a capture's base image, the runtime
         #: disk): their entries are in use even with no VM running
         self.held: Callable[[], Iterable[Path]] = lambda: ()
@@ -103,11 +79,12 @@ class CacheEvictor:
         if self.state_dir is not None:
             for f in _files(self.state_dir / "blob-cache"):
                 out += self._entry(f, "blob_cache")
-        if self.captures is not None:
-            out += self.captures.entries()
         live = {e.key for e in out}
         for gone in set(self._sizes) - live:
             del self._sizes[gone]
+        out = attribute(out, {k: self._sizes[k][2] for k in live})
+        if self.captures is not None:
+            out += self.captures.entries()
         return out
 
     def _entry(self, path: Path, category: Category) -> list[Entry]:
@@ -117,12 +94,9 @@ class CacheEvictor:
             return []
         key = str(path)
         known = self._sizes.get(key)
-        if known is not None and known[:2] == (st.st_ino, st.st_mtime_ns):
-            size = known[2]
-        else:
-            size = allocated(path)
-            self._sizes[key] = (st.st_ino, st.st_mtime_ns, size)
-        return [Entry(key, category, size, st.st_mtime)]
+        if known is None or known[:2] != (st.st_ino, st.st_mtime_ns):
+            self._sizes[key] = (st.st_ino, st.st_mtime_ns, holding(path))
+        return [Entry(key, category, self._sizes[key][2].own, st.st_mtime)]
 
     def in_use(self) -> set[str]:
         """Image entries whose files a process has open (a running or warm VM's QEMU), or
@@ -139,9 +113,13 @@ class CacheEvictor:
 
     # ---- removal -----------------------------------------------------------------------
     def remove(self, entry: Entry) -> int:
+        """Remove the entry; the bytes of the inodes it alone linked to (measured now: what
+        the listing counted may be shared bytes it was to free with others gone first)."""
         path = Path(entry.key)
         if entry.category == "capture":
             return self.captures.remove(entry) if self.captures is not None else 0
+        held = holding(path)
+        self._forget(held)
         if entry.category == "blob_cache" and self.drop_blob is not None:
             if not self.drop_blob(path):
                 return 0  # a download holds it
@@ -152,7 +130,14 @@ class CacheEvictor:
         else:
             path.unlink(missing_ok=True)
         self._sizes.pop(entry.key, None)
-        return entry.bytes
+        return held.own
+
+    def _forget(self, gone: Holding) -> None:
+        """Measure again the entries that share inodes with one going: their links' count
+        drops, and what they alone hold grows."""
+        for key, (_, _, held) in list(self._sizes.items()):
+            if not gone.shared.keys().isdisjoint(held.shared):
+                del self._sizes[key]
 
     def _remove_image(self, entry: Path) -> None:
         root, key = _cache.lock_of(entry)

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 from workers.node.disk.budget import DiskBudget, Reservation
-from workers.node.disk.evictor import allocated
+from workers.node.disk.usage import allocated
 
 __all__ = ["disk_need", "unpacked_bytes", "writing", "writing_async"]
 

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
 from workers.node.disk.categories import CATEGORIES, Category, RootKind, category_of
 
-__all__ = ["Tally", "scan"]
+__all__ = ["Key", "Tally", "allocated", "links", "scan"]
 
 _BLOCK = 512  # st_blocks' unit, whatever the filesystem's block size
+
+#: an inode: (st_dev, st_ino)
+Key = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -42,29 +45,56 @@ def scan(roots: Iterable[tuple[RootKind, Path]]) -> Tally:
     directory order."""
     roots = [(kind, path) for kind, path in roots if path.is_dir()]
     nested = {_key(os.stat(path)) for _, path in roots}
-    seen: set[tuple[int, int]] = set()
+    seen: set[Key] = set()
     out = dict.fromkeys(CATEGORIES, 0)
     for kind, path in roots:
-        top = os.stat(path)
-        if _key(top) in seen:
-            continue  # the same root twice, or one already walked inside another
-        seen.add(_key(top))
-        out["other"] += top.st_blocks * _BLOCK
-        stack: list[tuple[Path, PurePath]] = [(path, PurePath())]
-        while stack:
-            here, rel = stack.pop()
-            subdirs = []
-            for name, st in _entries(here):
-                key = _key(st)
-                if key in seen or st.st_dev != top.st_dev or key in nested:
-                    continue
-                seen.add(key)
-                sub = rel / name
-                out[category_of(kind, sub)] += st.st_blocks * _BLOCK
-                if stat.S_ISDIR(st.st_mode):
-                    subdirs.append((here / name, sub))
-            stack.extend(reversed(subdirs))  # depth first, in name order
+        for rel, st, first in links(path, seen=seen, skip=nested, follow_top=True):
+            if first:
+                out[category_of(kind, rel)] += st.st_blocks * _BLOCK
     return Tally(out)
+
+
+def allocated(path: Path) -> int:
+    """Bytes a file or tree allocates (`du -x`: each inode once, symlinks as themselves)."""
+    return sum(st.st_blocks * _BLOCK for _, st, first in links(path) if first)
+
+
+def links(
+    top: Path,
+    *,
+    seen: set[Key] | None = None,
+    skip: Collection[Key] = (),
+    follow_top: bool = False,
+) -> Iterator[tuple[PurePath, os.stat_result, bool]]:
+    """Every name under `top` (itself first, as `PurePath()`), with its lstat and whether
+    its inode is met here first (`seen`, shared by the caller across walks, says what was
+    met before). Depth first in name order; a directory is entered on first sight only;
+    nothing on another filesystem than `top`'s (`du -x`), nor in `skip` (roots walked as
+    themselves); symlinks are names, never followed (`top` itself if `follow_top`)."""
+    seen = set() if seen is None else seen
+    try:
+        top_st = os.stat(top) if follow_top else os.lstat(top)
+    except OSError:
+        return
+    first = _key(top_st) not in seen
+    seen.add(_key(top_st))
+    yield PurePath(), top_st, first
+    if not first or not stat.S_ISDIR(top_st.st_mode):
+        return
+    stack: list[tuple[Path, PurePath]] = [(top, PurePath())]
+    while stack:
+        here, rel = stack.pop()
+        subdirs = []
+        for name, st in _entries(here):
+            key = _key(st)
+            if st.st_dev != top_st.st_dev or key in skip:
+                continue
+            first = key not in seen
+            seen.add(key)
+            yield rel / name, st, first
+            if first and stat.S_ISDIR(st.st_mode):
+                subdirs.append((here / name, rel / name))
+        stack.extend(reversed(subdirs))  # depth first, in name order
 
 
 def _entries(directory: Path) -> list[tuple[str, os.stat_result]]:
@@ -84,5 +114,5 @@ def _entries(directory: Path) -> list[tuple[str, os.stat_result]]:
     return out
 
 
-def _key(st: os.stat_result) -> tuple[int, int]:
+def _key(st: os.stat_result) -> Key:
     return st.st_dev, st.st_ino

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from workers.node.disk.budget import DiskBudget
-from workers.node.disk.evictor import allocated
 from workers.node.disk.produced import writing_async
+from workers.node.disk.usage import allocated
 
 from . import cache as _cache
 from .content import content_of, disk_stamp
