@@ -10,8 +10,10 @@ hard-linked from outside it are not its own; a removal measures again, and says 
 really freed. Entries built before content keys (`<recipe>/` in the cache root)
 are counted by the walk but not evicted here.
 
-Removing an image removes its directory (under its content lock, the one a fetch by content
-takes) and every `recipes/` link to it: the next create of a template on it fetches it back
+A directory is removed by renaming it aside first (`discard`): a kill mid-delete leaves a
+`.gone-` name that the next listing sweeps, never a half entry. Removing an image removes
+its directory (renamed under its content lock, the one a fetch by content takes) and every
+`recipes/` link to it: the next create of a template on it fetches it back
 by content (`ImageSupply.by_content`) or, for an import, the recipe is fetched or built
 again (`ImageSupply.oci_import`).
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from workers.node.disk.categories import Category
+from workers.node.disk.discard import GONE, gone_aside, parents, sweep, sweep_gone
 from workers.node.disk.evict import Entry
 from workers.node.disk.shares import Holding, attribute, holding
 from workers.node.image import cache as _cache
@@ -57,20 +60,22 @@ class CacheEvictor:
         #: the repository blob cache's own removal (`BlobCache.drop`: it keeps the blobs a
         #: download holds, and its index); None: files are unlinked as they are
         self.drop_blob: Callable[[Path], bool] | None = None
+        self._removing: set[Path] = set()  # `.gone-` dirs this evictor is deleting now
 
     # ---- listing -----------------------------------------------------------------------
     def entries(self) -> list[Entry]:
         out: list[Entry] = []
         root = self.image_cache
         if root is not None and root.is_dir():
+            sweep_gone(parents(root), self._removing)  # what a killed removal left
             for d in _children(root / _cache.IMAGES):
                 if not d.name.startswith(".") and (d / _cache.MANIFEST).is_file():
                     kind: Category = "runtime" if (d / "runtime.ext4").exists() else "image"
                     out += self._entry(d, kind)
             for d in _children(root / "layers"):
-                out += self._entry(d, "chain")
+                out += self._entry(d, "chain") if not d.name.startswith(GONE) else []
             for d in _children(root / "oci"):
-                out += self._entry(d, "oci_blob")
+                out += self._entry(d, "oci_blob") if not d.name.startswith(GONE) else []
             for f in _children(root / "blobs" / "sha256"):
                 out += self._entry(f, "oci_blob")
             for d in _children(root):
@@ -124,13 +129,27 @@ class CacheEvictor:
             if not self.drop_blob(path):
                 return 0  # a download holds it
         elif entry.category in ("image", "runtime"):
-            self._remove_image(path)
+            self._delete(self._image_aside(path))
         elif path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
+            self._delete(gone_aside(path))
         else:
             path.unlink(missing_ok=True)
         self._sizes.pop(entry.key, None)
         return held.own
+
+    def sweep(self) -> None:
+        """At node start: what a removal or a build killed midway left (`discard.sweep`)."""
+        if self.image_cache is not None and self.image_cache.is_dir():
+            sweep(self.image_cache, self._removing)
+
+    def _delete(self, gone: Path | None) -> None:
+        if gone is None:
+            return
+        self._removing.add(gone)
+        try:
+            shutil.rmtree(gone, ignore_errors=True)
+        finally:
+            self._removing.discard(gone)
 
     def _forget(self, gone: Holding) -> None:
         """Measure again the entries that share inodes with one going: their links' count
@@ -139,15 +158,16 @@ class CacheEvictor:
             if not gone.shared.keys().isdisjoint(held.shared):
                 del self._sizes[key]
 
-    def _remove_image(self, entry: Path) -> None:
+    def _image_aside(self, entry: Path) -> Path | None:
+        """Under its content lock (a fetch by content waits): its `recipes/` links gone,
+        then the entry renamed aside whole (a kill later leaves a `.gone-`, never a
+        half entry); deleting it needs no lock."""
         root, key = _cache.lock_of(entry)
         with _cache.locked(root, key):
             for link in _children(root / _cache.RECIPES):
                 if link.is_symlink() and link.resolve() == entry.resolve():
                     link.unlink(missing_ok=True)
-            # the manifest first: a half-removed entry is never taken for a complete one
-            (entry / _cache.MANIFEST).unlink(missing_ok=True)
-            shutil.rmtree(entry, ignore_errors=True)
+            return gone_aside(entry)
 
 
 def _children(directory: Path) -> list[Path]:

@@ -76,6 +76,10 @@ class NodeDisk:
         self._changed.set()
 
     async def run_forever(self, every_s: float = SCAN_EVERY_S, soon_s: float = SOON_S) -> None:
+        try:  # what a removal or a build killed with the last run left: before any walk
+            await in_background(self.evictor.sweep)
+        except Exception as e:
+            log.warning("disk sweep at start failed: %s", e)
         while True:
             self._changed.clear()  # a change during the walk asks for the next one
             try:

@@ -15,6 +15,8 @@ Layout under the cache root (default /var/lib/aenv/images, env AENV_IMAGE_CACHE)
     names/<name> -> ../recipes/<recipe>                        images built under a name
     .locks/<key>.lock                                          flock per cache entry
     .tmp-<key>-*                                               builds in progress
+    .gone-<name> (here, in images/, layers/, oci/)             an entry being deleted
+                                                               (`disk.discard`)
 A directory named by a digest only ever appears complete: it is assembled in a `.tmp-`
 sibling and renamed into place while holding that key's lock.
 
@@ -59,8 +61,9 @@ def digest_of(inputs: dict[str, object]) -> str:
 
 
 @contextmanager
-def locked(root: Path, key: str) -> Iterator[None]:
-    """Hold an exclusive flock for `key` (blocks while another builder holds it).
+def locked(root: Path, key: str, *, wait: bool = True) -> Iterator[bool]:
+    """Hold an exclusive flock for `key` (blocks while another builder holds it); with
+    `wait=False`, yield False at once if someone holds it (and hold nothing).
 
     Also clears `.tmp-<key>-*` leftovers (and anything mounted in them): whoever left
     them died holding this lock.
@@ -68,14 +71,18 @@ def locked(root: Path, key: str) -> Iterator[None]:
     locks = root / ".locks"
     locks.mkdir(exist_ok=True)
     with (locks / f"{key}.lock").open("a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
         try:
             for stale in root.glob(f".tmp-{key}-*"):
                 # a killed debootstrap may have left /proc etc. mounted in there:
                 # detach first, or rmtree would walk into them
                 unmount_under(stale)
                 shutil.rmtree(stale, ignore_errors=True)
-            yield
+            yield True
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 
