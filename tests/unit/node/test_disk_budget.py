@@ -89,11 +89,15 @@ def test_arithmetic_and_reservations_add_up(roots: tuple[Path, Path]) -> None:
 def test_additions_during_a_walk_are_kept_removals_dropped(roots: tuple[Path, Path]) -> None:
     b = _budget(roots, 100 * MiB)
     base = b.used()
-    b._walk_began()
-    b.added(3 * MiB)
-    b.removed(1 * MiB)
-    b._walk_ended(b.usage.walk_now())
+    with b._walking() as ended:
+        b.added(3 * MiB)
+        b.removed(1 * MiB)
+        ended(b.usage.walk_now())
     assert b.used() == base + 3 * MiB  # high until the next walk, never low
+    with pytest.raises(OSError), b._walking():
+        b.added(MiB)
+        raise OSError("the walk failed")  # replaces nothing: the addition stays counted
+    assert b.used() == base + 4 * MiB
 
 
 def test_make_room_evicts_in_the_plans_order(roots: tuple[Path, Path]) -> None:

@@ -175,36 +175,32 @@ class DiskBudget:
 
     def walk(self) -> Tally:
         """A full walk now (blocking), which replaces the tally."""
-        self._walk_began()
-        try:
-            tally = self.usage.walk_now()
-        except BaseException:
-            self._walk_ended(None)
-            raise
-        self._walk_ended(tally)
-        return tally
+        with self._walking() as ended:
+            return ended(self.usage.walk_now())
 
     async def refresh(self) -> Tally:
         """The minute's walk (`DiskUsage.refresh`, in the background), replacing the tally."""
-        self._walk_began()
-        try:
-            tally = await self.usage.refresh()
-        except BaseException:
-            self._walk_ended(None)
-            raise
-        self._walk_ended(tally)
-        return tally
+        with self._walking() as ended:
+            return ended(await self.usage.refresh())
 
-    def _walk_began(self) -> None:
+    @contextmanager
+    def _walking(self) -> Iterator[Callable[[Tally], Tally]]:
+        """A walk's window: what is added while it runs is kept on top of the tally it
+        ends with (`ended`); one that fails replaces nothing."""
         with self._lock:
             self._walk_adds = 0
 
-    def _walk_ended(self, tally: Tally | None) -> None:
-        with self._lock:
-            if tally is not None:
+        def ended(tally: Tally) -> Tally:
+            with self._lock:
                 self._base = tally.total
                 self._delta = self._walk_adds or 0
-            self._walk_adds = None
+            return tally
+
+        try:
+            yield ended
+        finally:
+            with self._lock:
+                self._walk_adds = None
 
     # ---- pins and use ------------------------------------------------------------------
     def pin(self, keys: Iterable[str]) -> None:
