@@ -61,7 +61,8 @@ def budgeted(
         unpacked = sum(
             unpacked_bytes(pulled.blobs / "sha256" / d.split(":", 1)[1]) for d in got.layers
         )
-        made_into = [root / "layers", root / _cache.IMAGES]
+        # the root too: a kernel built now (`kernel-*/`) is linked into the image
+        made_into = [root / "layers", root / _cache.IMAGES, root]
         with writing(budget, disk_need(unpacked), made_into):
             return convert(pulled)
 

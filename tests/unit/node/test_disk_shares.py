@@ -10,7 +10,8 @@ from pathlib import Path
 from workers.node.disk import DiskUsage
 from workers.node.disk.budget import DiskBudget
 from workers.node.disk.evictor import CacheEvictor
-from workers.node.disk.shares import holding
+from workers.node.disk.produced import METADATA, writing
+from workers.node.disk.shares import holding, made
 from workers.node.disk.usage import allocated
 
 MiB = 1 << 20
@@ -92,3 +93,30 @@ def test_the_ledger_counts_what_was_freed_not_what_was_listed(tmp_path: Path) ->
     assert budget.used() == by_ledger  # the ledger agrees with a fresh walk
     # listed, chain a held 5 MiB; it freed 1 MiB: the shared file stays with chain b
     assert allocated(b) > shared
+
+
+def test_a_write_is_charged_what_it_made_not_what_it_linked(tmp_path: Path) -> None:
+    """A new image's link to the kernel's vmlinux adds nothing; a new file linked from
+    two new places counts once (`produced.writing` charges this)."""
+    state, images = tmp_path / "state", tmp_path / "images"
+    state.mkdir()
+    kernel = _file(images / "kernel-6.1" / "vmlinux", 4 * MiB, when=1)
+    budget = DiskBudget(DiskUsage(state, images), 64 * MiB, headroom=0)
+    budget.walk()
+    watched = [images / "images", images / "layers"]
+    for d in watched:
+        d.mkdir()
+    with writing(budget, 8 * MiB, watched):
+        image = images / "images" / ("c" * 64)
+        root = _file(image / "root.ext4", 2 * MiB, when=1000)
+        os.link(kernel, image / "vmlinux")
+        (images / "layers" / "sha256-1").mkdir()
+        os.link(root, images / "layers" / "sha256-1" / "root")  # new, linked twice
+    new = [image, images / "layers" / "sha256-1"]
+    assert made(new) == allocated(image) - allocated(kernel) + os.lstat(new[1]).st_blocks * 512
+    assert budget.used() == budget.usage.walk_now().total + METADATA - _dirs(watched)
+
+
+def _dirs(paths: list[Path]) -> int:
+    """Directories made before the write, after the first walk: not its charge."""
+    return sum(os.lstat(p).st_blocks * 512 for p in paths)

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 from workers.node.disk.budget import DiskBudget, Reservation
-from workers.node.disk.usage import allocated
+from workers.node.disk.shares import made
 
 __all__ = ["disk_need", "unpacked_bytes", "writing", "writing_async"]
 
@@ -40,16 +40,18 @@ def _names(directory: Path) -> set[str]:
 @contextmanager
 def writing(budget: DiskBudget, nbytes: int, dirs: Iterable[Path]) -> Iterator[Reservation]:
     """Reserve `nbytes` (evicting if needed; `NoRoom` if it cannot fit), then charge what
-    appeared in `dirs` meanwhile. Two writers into one directory at once both charge what
-    either added: counted high until the next walk, never low."""
+    appeared in `dirs` meanwhile, less what it links to that was there before
+    (`shares.made`: watch every directory the write makes new links in, or what it links
+    from an unwatched one goes uncharged). Two writers into one directory at once both
+    charge what either added: counted high until the next walk, never low."""
     watched = list(dirs)
     before = {d: _names(d) for d in watched}
     with budget.reserve(nbytes) as r:
         try:
             yield r
         finally:
-            made = sum(allocated(d / n) for d in watched for n in _names(d) - before[d])
-            r.charge(made + METADATA)
+            new = [d / n for d in watched for n in _names(d) - before[d]]
+            r.charge(made(new) + METADATA)
 
 
 @asynccontextmanager

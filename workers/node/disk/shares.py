@@ -10,20 +10,24 @@ lies in listed entries is freed once all of them go: its bytes count for the hol
 plan takes last, so a plan's running sum is what its prefix frees (layer chains share
 most of their files, and counting those for none would leave them unplannable). What is
 linked from outside any entry (a kernel, a build's scratch) counts for none.
+
+A write is charged the same way (`made`): a new image's link to the kernel's vmlinux, a
+new chain's links to the older chain's files add nothing, so the ledger that subtracts
+what removals truly free adds only what writes truly made.
 """
 
 from __future__ import annotations
 
 import stat
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from workers.node.disk.evict import Entry, order
 from workers.node.disk.usage import Key, links
 
-__all__ = ["Holding", "attribute", "holding"]
+__all__ = ["Holding", "attribute", "holding", "made"]
 
 _BLOCK = 512
 
@@ -40,13 +44,28 @@ class Holding:
 def holding(path: Path) -> Holding:
     """Walk `path` (`du -x`, symlinks as themselves) and split its inodes by where their
     links lie. Directories cannot be hard-linked: always its own."""
+    return _holding([path])
+
+
+def made(paths: Iterable[Path]) -> int:
+    """What a write that made `paths` added to the disk: the bytes of their inodes linked
+    from nowhere else. A link to what was there before (a kernel's vmlinux in a new image,
+    an older chain's files in the next chain) adds nothing."""
+    return _holding(paths).own
+
+
+def _holding(paths: Iterable[Path]) -> Holding:
+    tops = sorted(set(paths))
+    tops = [p for p in tops if not any(q in p.parents for q in tops)]  # each link once
     counts: Counter[Key] = Counter()
     stats = {}
-    for _, st, first in links(path):
-        key = (st.st_dev, st.st_ino)
-        counts[key] += 1
-        if first:
-            stats[key] = st
+    seen: set[Key] = set()
+    for top in tops:
+        for _, st, first in links(top, seen=seen):
+            key = (st.st_dev, st.st_ino)
+            counts[key] += 1
+            if first:
+                stats[key] = st
     own = 0
     shared: dict[Key, tuple[int, int, int]] = {}
     for key, st in stats.items():
