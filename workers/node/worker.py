@@ -42,6 +42,7 @@ from workers.node.disk import image_cache_dir
 from workers.node.disk.node import NodeDisk
 from workers.node.forks import fork
 from workers.node.heartbeat import beat_forever
+from workers.node.image.leftovers import finish_interrupted
 from workers.node.journal import Journal
 from workers.node.metrics import NodeMetrics
 from workers.node.net.firewall import EgressPolicy
@@ -119,6 +120,7 @@ class NodeWorker:
         #: what its data dirs hold, walked every minute, under one budget (images-at-scale
         #: S8; a memory host builds no images)
         images = image_cache_dir() if settings.node_host == "qemu" else None
+        self._image_cache = images
         self.node_disk = disk or NodeDisk(settings, images)
         self.disk = self.node_disk.usage
         #: the node's disk budget: `make_room(nbytes)` for whoever finds the disk full
@@ -158,6 +160,9 @@ class NodeWorker:
         swept = await self.host.sweep_leftovers()
         if swept:
             log.info("removed %d directories left by a crash", swept)
+        if self._image_cache is not None and self._image_cache.is_dir():
+            # an import's tidy or cleanup a kill cut short: the rest goes before any import
+            await asyncio.to_thread(finish_interrupted, self._image_cache)
         await self.routes.sweep()
         names = self.bus.names
         specs = [

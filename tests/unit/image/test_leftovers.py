@@ -5,8 +5,10 @@ that fails on a layer cut short, in a cache on tmp_path."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import gzip
 import hashlib
+import json
 import subprocess
 from pathlib import Path
 
@@ -18,11 +20,13 @@ from workers.node.image.leftovers import (
     Made,
     blob_file,
     disk_full,
+    finish_interrupted,
     finished,
     forget_on_failure,
     held_by_others,
     in_use_by_others,
     leftovers,
+    remove,
 )
 from workers.node.image.oci import open_layout, unpack
 from workers.node.image.oci_chains import chain_dir, chain_ids
@@ -185,3 +189,47 @@ def test_what_a_running_import_uses_stays_when_another_fails(tmp_path: Path) -> 
         assert blob_file(tmp_path / "blobs", shared).is_file()
         assert chain_dir(tmp_path / "layers", chain).is_dir()
     assert in_use_by_others(Made()) == Held()  # both are done: nothing is in use
+
+
+def _plan(root: Path, name: str, blobs: list[str], chains: list[str], layouts: list[Path]) -> Path:
+    """A removal's plan in `.tidy/`, as `remove` writes it before it starts."""
+    doc = {"blobs": blobs, "chains": chains, "layouts": [str(p) for p in layouts]}
+    _touch(root / ".tidy" / name, json.dumps(doc).encode())
+    return root / ".tidy" / name
+
+
+def test_a_removal_cut_short_is_finished_by_the_next_start(tmp_path: Path) -> None:
+    """A plan nobody holds locked (its remover was killed): the rest of it goes, minus
+    what another layout holds by now; a locked one (its remover alive) is left alone."""
+    shared, _ = _cache_with_other_layout(tmp_path)
+    mine, live = "sha256:" + "a" * 64, "sha256:" + "e" * 64
+    for digest in (mine, live):
+        _touch(blob_file(tmp_path / "blobs", digest))
+    chain = "sha256:" + "b" * 64
+    _touch(chain_dir(tmp_path / "layers", chain) / "tree" / "half-removed")
+    layout = tmp_path / "oci" / "mine"
+    _touch(layout / "index.json", b"{}")
+    cut = _plan(tmp_path, "1-cut.json", [mine, shared], [chain], [layout])
+    running = _plan(tmp_path, "2-running.json", [live], [], [])
+    _touch(tmp_path / ".tidy" / "3-unrenamed.tmp")  # killed before its plan was in place
+    with running.open() as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # its remover, alive
+        assert finish_interrupted(tmp_path) == 1
+    assert not blob_file(tmp_path / "blobs", mine).exists()
+    assert blob_file(tmp_path / "blobs", shared).is_file()  # oci/other names it
+    assert not chain_dir(tmp_path / "layers", chain).exists() and not layout.exists()
+    assert not cut.exists() and running.is_file()
+    assert blob_file(tmp_path / "blobs", live).is_file()
+    assert sorted(p.name for p in (tmp_path / ".tidy").iterdir()) == ["2-running.json"]
+    # its remover died since: the next import finishes it before it starts
+    with forget_on_failure(tmp_path, "next"):
+        assert not blob_file(tmp_path / "blobs", live).exists()
+    assert not running.exists()
+
+
+def test_a_removal_that_ends_leaves_no_plan(tmp_path: Path) -> None:
+    digest = "sha256:" + "f" * 64
+    _touch(blob_file(tmp_path / "blobs", digest))
+    remove(tmp_path, Made(blobs={digest}))
+    assert not blob_file(tmp_path / "blobs", digest).exists()
+    assert list((tmp_path / ".tidy").iterdir()) == []

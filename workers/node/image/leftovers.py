@@ -16,6 +16,13 @@ so they stay. An import in another process (a separate `python -m workers.node.i
 that is still pulling a blob this one made is not seen: it fails and cleans up in turn.
 The decision (`leftovers`) is pure; reading the holds and removing are the I/O.
 
+A removal killed half-way (the node killed -9 while it tidies or cleans up) must not leave
+the rest for ever: the ledger died with the process, and what it had not yet removed looks
+like any kept base layer. So each removal first writes its plan to `.tidy/` in the cache,
+locked while it runs, and deletes it when done; a plan nobody holds is one cut short, and
+the next import or the node's start finishes it (`finish_interrupted`), minus what is held
+by then.
+
 An ENOSPC anywhere in the failure becomes `DiskFull` ("node disk full: ..."), after the
 same cleanup: the node worker answers it as `unavailable`, so another node can take it.
 """
@@ -24,10 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import logging
+import os
 import shutil
 import threading
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +53,7 @@ __all__ = [
     "blob_file",
     "disk_full",
     "disk_full_error",
+    "finish_interrupted",
     "finished",
     "forget_on_failure",
     "held_by_others",
@@ -202,8 +213,82 @@ def held_by_others(root: Path, mine: set[Path]) -> Held:
     return Held(frozenset(blobs), frozenset(chains))
 
 
+#: plans of removals under way, in the cache (`<pid>-<uuid>.json`, locked by their remover)
+TIDY = ".tidy"
+
+
 def remove(root: Path, plan: Made) -> None:
-    """Remove what `leftovers` decided (what is already gone is no error)."""
+    """Remove what `leftovers` decided (what is already gone is no error), its plan noted
+    in `.tidy/` meanwhile, so a kill half-way leaves the rest to `finish_interrupted`."""
+    if not (plan.blobs or plan.chains or plan.layouts):
+        return
+    with _noted(root, plan) as note:
+        _remove(root, plan)
+        note.unlink()
+
+
+@contextlib.contextmanager
+def _noted(root: Path, plan: Made) -> Iterator[Path]:
+    """The plan written (synced, then renamed into place) and locked until the body ends:
+    the lock dies with its holder, so a plan whose lock is free was cut short."""
+    notes = root / TIDY
+    notes.mkdir(exist_ok=True)
+    path = notes / f"{os.getpid()}-{uuid.uuid4().hex}.json"
+    tmp = path.with_suffix(".tmp")
+    doc = {
+        "blobs": sorted(plan.blobs),
+        "chains": sorted(plan.chains),
+        "layouts": sorted(str(p) for p in plan.layouts),
+    }
+    with tmp.open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.write(json.dumps(doc))
+        f.flush()
+        os.fsync(f.fileno())
+        tmp.rename(path)  # the lock is the inode's: it holds under the new name
+        yield path
+
+
+def finish_interrupted(root: Path) -> int:
+    """Finish the removals a killed process cut short in cache `root` (their plans in
+    `.tidy/`, unlocked), minus what other images and this process's imports hold now;
+    how many. Run where nothing else can have started removing: a node's start, and each
+    import's (`forget_on_failure`)."""
+    done = 0
+    notes = root / TIDY
+    for path in sorted(notes.glob("*.json")) if notes.is_dir() else ():
+        try:
+            done += _finish(root, path)
+        except (OSError, ValueError, KeyError, TypeError) as e:  # the next start retries
+            log.warning("finishing the removal planned in %s failed: %s", path, e)
+    for tmp in notes.glob("*.tmp") if notes.is_dir() else ():  # killed before its rename
+        with contextlib.suppress(OSError), tmp.open() as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            tmp.unlink()
+    return done
+
+
+def _finish(root: Path, path: Path) -> int:
+    with path.open() as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0  # its remover is alive
+        if not path.exists() or path.stat().st_ino != os.fstat(f.fileno()).st_ino:
+            return 0  # finished meanwhile (and its name gone with it)
+        doc = json.loads(f.read())
+        plan = Made(
+            blobs={str(b) for b in doc["blobs"]},
+            chains={str(c) for c in doc["chains"]},
+            layouts={Path(p) for p in doc["layouts"]},
+        )
+        _remove(root, leftovers(plan, _held(root, plan, plan.layouts)))
+        log.info("finished the removal planned in %s, cut short by a kill", path)
+        path.unlink()
+        return 1
+
+
+def _remove(root: Path, plan: Made) -> None:
     for digest in plan.blobs:
         blob_file(root / "blobs", digest).unlink(missing_ok=True)
     for chain in plan.chains:
@@ -235,6 +320,7 @@ def tidy_after_import(root: Path, made: Made, layout: Path) -> None:
 def forget_on_failure(root: Path, what: str) -> Iterator[Made]:
     """A ledger for one import attempt into cache `root`; if the body fails, what it made
     goes (see above), and a full disk is raised as `DiskFull` naming `what`."""
+    finish_interrupted(root)
     made = Made()
     with _RUNNING_LOCK:
         _RUNNING[id(made)] = made
