@@ -252,8 +252,9 @@ def _noted(root: Path, plan: Made) -> Iterator[Path]:
 def finish_interrupted(root: Path) -> int:
     """Finish the removals a killed process cut short in cache `root` (their plans in
     `.tidy/`, unlocked), minus what other images and this process's imports hold now;
-    how many. Run where nothing else can have started removing: a node's start, and each
-    import's (`forget_on_failure`)."""
+    how many. Run at a node's start and each import's (`forget_on_failure`); a plan whose
+    remover is alive stays locked, so it is left alone. (An import running in another
+    process is not seen, as for a failure's cleanup: see above.)"""
     done = 0
     notes = root / TIDY
     for path in sorted(notes.glob("*.json")) if notes.is_dir() else ():
@@ -269,7 +270,11 @@ def finish_interrupted(root: Path) -> int:
 
 
 def _finish(root: Path, path: Path) -> int:
-    with path.open() as f:
+    try:
+        f = path.open()
+    except FileNotFoundError:
+        return 0  # finished meanwhile
+    with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
