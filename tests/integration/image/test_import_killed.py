@@ -1,14 +1,14 @@
-"""An import killed -9 while it removes what it no longer needs (issue 42): a finished
-import's tidy (`leftovers.tidy_after_import`) and a failed import's cleanup
-(`forget_on_failure`), each run by a real import's steps in a process of its own
-(`importpass`: skopeo from a registry on loopback, the unpack through the chain cache),
-all but the guest image build, which needs a kernel. The removal is killed once it has
-begun (its plan is in `.tidy/`, the layer it removes first is gone) and before it ends.
+"""An import killed -9 (issue 42): while it removes what it no longer needs — a finished
+import's tidy (`leftovers.tidy_after_import`), a failed import's cleanup
+(`forget_on_failure`) — and before it removes anything. Each is a real import's steps in
+a process of its own (`importpass`: skopeo from a registry on loopback, the unpack through
+the chain cache; all but the guest image build, which needs a kernel). A removal is
+killed once it has begun (the layer it removes first is gone) and before it ends.
 
-What it had not removed yet must not stay for ever: the node's start (a kill -9 of an
-import is one of the node) and the next import finish it, and the cache is then what a
-cache where nothing was killed holds (`du` within 1 MiB, the same blobs, chains and
-layouts).
+What it had made or not removed yet must not stay for ever: the node's start (a kill -9
+of an import is one of the node) and the next import finish it from its record in
+`.tidy/`, and the cache is then what a cache where nothing was killed holds (`du` within
+1 MiB, the same blobs, chains and layouts).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -76,26 +76,37 @@ def _digest(blob: bytes) -> str:
     return "sha256:" + hashlib.sha256(blob).hexdigest()
 
 
-def _kill_while_removing(root: Path, ref: str, gone: Path) -> None:
-    """Import in a process of its own; SIGKILL it once its removal has begun (a plan in
-    `.tidy/` and `gone`, the first thing it removes, removed) and before it ends."""
+def _went(path: Path) -> Callable[[], bool]:
+    """Whether `path` was seen and is gone since (a removal under way)."""
+    seen = False
+
+    def probe() -> bool:
+        nonlocal seen
+        if path.exists():
+            seen = True
+            return False
+        return seen
+
+    return probe
+
+
+def _kill_when(root: Path, ref: str, ready: Callable[[], bool]) -> None:
+    """Import in a process of its own; SIGKILL it (and skopeo, its child: a node's whole
+    cgroup goes) as soon as `ready`, and before it ends: its record stays in `.tidy/`."""
     env = {**os.environ, "AENV_IMAGE_CACHE": str(root), "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-m", "tests.integration.image.importpass", ref]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stderr=subprocess.PIPE)
-    plans = root / TIDY
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        while proc.poll() is None:
-            if gone.exists() or not plans.is_dir() or not any(plans.glob("*.json")):
-                time.sleep(0.002)
-                continue
-            proc.send_signal(signal.SIGKILL)
-            break
+        while proc.poll() is None and not ready():
+            time.sleep(0.002)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
         assert proc.wait() == -signal.SIGKILL, proc.stderr.read() if proc.stderr else None
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert any(plans.glob("*.json")), "the removal ended before the kill"
+    assert any((root / TIDY).glob("*.json")), "the kill left no record"
 
 
 def _same(killed: Path, clean: Path) -> None:
@@ -125,14 +136,23 @@ def test_an_import_killed_while_it_removes_leaves_nothing_for_ever(
     blobs = killed / "blobs"
     # a finished import's tidy, killed: the node's start finishes it
     import_steps(good, clean)
-    _kill_while_removing(killed, good, blob_file(blobs, _digest(top)))
+    _kill_when(killed, good, _went(blob_file(blobs, _digest(top))))
     assert finish_interrupted(killed) == 1
     _same(killed, clean)
 
     # a failed import's cleanup, killed: the next import finishes it
     with pytest.raises(ImageError, match="corrupt gzip"):
         import_steps(bad, clean)
-    _kill_while_removing(killed, bad, blob_file(blobs, _digest(mid)))
+    _kill_when(killed, bad, _went(blob_file(blobs, _digest(mid))))
     for root in (clean, killed):
         import_steps(good, root)
+    _same(killed, clean)
+
+    # an import killed before it removes anything (once its layer is pulled): what it
+    # made goes at the node's start, as if it had failed
+    third = _many_files(tmp_path, "third")
+    write_layout(tmp_path / "third", [base, third])
+    ref = push(tmp_path / "third", registry, "t/third")
+    _kill_when(killed, ref, blob_file(blobs, _digest(third)).exists)
+    assert finish_interrupted(killed) == 1
     _same(killed, clean)

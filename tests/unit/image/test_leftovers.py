@@ -233,3 +233,23 @@ def test_a_removal_that_ends_leaves_no_plan(tmp_path: Path) -> None:
     remove(tmp_path, Made(blobs={digest}))
     assert not blob_file(tmp_path / "blobs", digest).exists()
     assert list((tmp_path / ".tidy").iterdir()) == []
+
+
+def test_an_attempt_keeps_a_record_of_what_it_made_while_it_runs(tmp_path: Path) -> None:
+    """Killed mid-import, the attempt's record names what it made and what it was about to
+    make; a line torn by the kill is skipped. Ended, the record goes."""
+    made_blob, coming = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    with forget_on_failure(tmp_path, "import") as made:
+        _touch(blob_file(tmp_path / "blobs", made_blob))
+        made.expect(blobs=[made_blob, coming])  # a pull's new blobs, before skopeo
+        made.wrote(blobs=[made_blob])
+        [record] = (tmp_path / ".tidy").glob("*.json")
+        lines = record.read_text().splitlines()
+        assert len(lines) == 2 and made.blobs == {made_blob}
+        # as a kill would leave it: the same lines, a torn one, no lock
+        _plan(tmp_path, "9-killed.json", [], [], [])
+        (tmp_path / ".tidy" / "9-killed.json").write_text("\n".join([*lines, '{"blobs": ["sha']))
+    assert list((tmp_path / ".tidy").glob("*.json")) == [tmp_path / ".tidy" / "9-killed.json"]
+    assert finish_interrupted(tmp_path) == 1
+    assert not blob_file(tmp_path / "blobs", made_blob).exists()
+    assert list((tmp_path / ".tidy").iterdir()) == []

@@ -16,12 +16,14 @@ so they stay. An import in another process (a separate `python -m workers.node.i
 that is still pulling a blob this one made is not seen: it fails and cleans up in turn.
 The decision (`leftovers`) is pure; reading the holds and removing are the I/O.
 
-A removal killed half-way (the node killed -9 while it tidies or cleans up) must not leave
-the rest for ever: the ledger died with the process, and what it had not yet removed looks
-like any kept base layer. So each removal first writes its plan to `.tidy/` in the cache,
-locked while it runs, and deletes it when done; a plan nobody holds is one cut short, and
-the next import or the node's start finishes it (`finish_interrupted`), minus what is held
-by then.
+An import killed -9 (the node killed mid-import, or while it tidies or cleans up) must not
+leave what it made for ever: the ledger dies with the process, and an unremoved chain
+looks like any kept base layer. So the ledger has a record in `.tidy/` in the cache (JSON
+lines appended and synced as it fills, and a pull's new blobs before skopeo writes them),
+and each removal writes its plan there before it starts, replacing the attempt's record;
+each record is flocked while its writer lives and deleted when done. A record nobody holds
+was cut short: the next import or the node's start finishes it (`finish_interrupted`),
+minus what is held by then.
 
 An ENOSPC anywhere in the failure becomes `DiskFull` ("node disk full: ..."), after the
 same cleanup: the node worker answers it as `unavailable`, so another node can take it.
@@ -71,6 +73,61 @@ class Held:
     chains: frozenset[str] = frozenset()
 
 
+#: records of attempts and removals under way, in the cache (`<pid>-<uuid>.json`)
+TIDY = ".tidy"
+
+
+class _Note:
+    """One attempt's or one removal's record in `.tidy/`: JSON lines of what it made or
+    will remove, appended and synced as it goes (a line torn by a kill is skipped), locked
+    while its writer lives (the lock dies with it: a record whose lock is free was cut
+    short)."""
+
+    def __init__(self, root: Path) -> None:
+        notes = root / TIDY
+        notes.mkdir(exist_ok=True)
+        self.path = notes / f"{os.getpid()}-{uuid.uuid4().hex}.json"
+        tmp = self.path.with_suffix(".tmp")
+        self._f = tmp.open("a")
+        fcntl.flock(self._f, fcntl.LOCK_EX)
+        tmp.rename(self.path)  # visible only once locked (the lock is the inode's)
+
+    @classmethod
+    def open(cls, root: Path) -> _Note | None:
+        """A new record, or None where none can be written (a full disk): the import or
+        its cleanup goes on without one rather than fail for it."""
+        try:
+            return cls(root)
+        except OSError as e:
+            log.warning("no record of this import's removals in %s: %s", root, e)
+            return None
+
+    def add(
+        self, blobs: Iterable[str] = (), chains: Iterable[str] = (), layouts: Iterable[Path] = ()
+    ) -> None:
+        doc = {
+            "blobs": sorted(blobs),
+            "chains": sorted(chains),
+            "layouts": sorted(map(str, layouts)),
+        }
+        try:
+            self._f.write(json.dumps(doc) + "\n")
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        except OSError as e:  # a full disk: the import fails (or not) for its own reasons
+            log.warning("the record %s is incomplete: %s", self.path, e)
+
+    def done(self) -> None:
+        """The record goes: what it noted is dealt with (idempotent)."""
+        if not self._f.closed:
+            self.path.unlink(missing_ok=True)
+            self._f.close()
+
+    def release(self) -> None:
+        """The record stays for `finish_interrupted` (its writer failed half-way)."""
+        self._f.close()
+
+
 @dataclass
 class Made:
     """What one import attempt created in the cache (filled as it goes): blobs by digest
@@ -82,10 +139,32 @@ class Made:
     #: what it reads from the shared cache, made by it or not (its layers, its chains):
     #: while it runs, another attempt's failure must leave these
     uses: Held = field(default_factory=lambda: Held())
+    #: the attempt's record in `.tidy/` (`forget_on_failure`): a kill mid-import leaves
+    #: what it made found
+    journal: _Note | None = field(default=None, compare=False, repr=False)
 
     def use(self, blobs: Iterable[str] = (), chains: Iterable[str] = ()) -> None:
         """Note blobs and chains this attempt reads."""
         self.uses = Held(self.uses.blobs | set(blobs), self.uses.chains | set(chains))
+
+    def wrote(
+        self, blobs: Iterable[str] = (), chains: Iterable[str] = (), layouts: Iterable[Path] = ()
+    ) -> None:
+        """Note what this attempt created."""
+        b, c, lay = set(blobs), set(chains), set(layouts)
+        self.blobs |= b
+        self.chains |= c
+        self.layouts |= lay
+        self.expect(b, c, lay)
+
+    def expect(
+        self, blobs: Iterable[str] = (), chains: Iterable[str] = (), layouts: Iterable[Path] = ()
+    ) -> None:
+        """Note, in the record only, what this attempt is about to create (a pull's new
+        blobs): killed while it creates them, they are found all the same."""
+        b, c, lay = set(blobs), set(chains), set(layouts)
+        if self.journal is not None and (b or c or lay):
+            self.journal.add(b, c, lay)
 
 
 def leftovers(made: Made, held: Held) -> Made:
@@ -213,40 +292,25 @@ def held_by_others(root: Path, mine: set[Path]) -> Held:
     return Held(frozenset(blobs), frozenset(chains))
 
 
-#: plans of removals under way, in the cache (`<pid>-<uuid>.json`, locked by their remover)
-TIDY = ".tidy"
-
-
-def remove(root: Path, plan: Made) -> None:
+def remove(root: Path, plan: Made, *, supersedes: _Note | None = None) -> None:
     """Remove what `leftovers` decided (what is already gone is no error), its plan noted
-    in `.tidy/` meanwhile, so a kill half-way leaves the rest to `finish_interrupted`."""
+    in `.tidy/` meanwhile, so a kill half-way leaves the rest to `finish_interrupted`.
+    `supersedes`: the attempt's own record, which this plan replaces once noted."""
     if not (plan.blobs or plan.chains or plan.layouts):
         return
-    with _noted(root, plan) as note:
+    note = _Note.open(root)
+    try:
+        if note is not None:
+            note.add(plan.blobs, plan.chains, plan.layouts)
+        if supersedes is not None:
+            supersedes.done()
         _remove(root, plan)
-        note.unlink()
-
-
-@contextlib.contextmanager
-def _noted(root: Path, plan: Made) -> Iterator[Path]:
-    """The plan written (synced, then renamed into place) and locked until the body ends:
-    the lock dies with its holder, so a plan whose lock is free was cut short."""
-    notes = root / TIDY
-    notes.mkdir(exist_ok=True)
-    path = notes / f"{os.getpid()}-{uuid.uuid4().hex}.json"
-    tmp = path.with_suffix(".tmp")
-    doc = {
-        "blobs": sorted(plan.blobs),
-        "chains": sorted(plan.chains),
-        "layouts": sorted(str(p) for p in plan.layouts),
-    }
-    with tmp.open("w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        f.write(json.dumps(doc))
-        f.flush()
-        os.fsync(f.fileno())
-        tmp.rename(path)  # the lock is the inode's: it holds under the new name
-        yield path
+    except BaseException:
+        if note is not None:
+            note.release()
+        raise
+    if note is not None:
+        note.done()
 
 
 def finish_interrupted(root: Path) -> int:
@@ -281,12 +345,15 @@ def _finish(root: Path, path: Path) -> int:
             return 0  # its remover is alive
         if not path.exists() or path.stat().st_ino != os.fstat(f.fileno()).st_ino:
             return 0  # finished meanwhile (and its name gone with it)
-        doc = json.loads(f.read())
-        plan = Made(
-            blobs={str(b) for b in doc["blobs"]},
-            chains={str(c) for c in doc["chains"]},
-            layouts={Path(p) for p in doc["layouts"]},
-        )
+        plan = Made()
+        for line in f.read().splitlines():
+            try:
+                doc = json.loads(line)
+            except ValueError:  # torn by the kill
+                continue
+            plan.blobs |= {str(b) for b in doc["blobs"]}
+            plan.chains |= {str(c) for c in doc["chains"]}
+            plan.layouts |= {Path(p) for p in doc["layouts"]}
         _remove(root, leftovers(plan, _held(root, plan, plan.layouts)))
         log.info("finished the removal planned in %s, cut short by a kill", path)
         path.unlink()
@@ -316,7 +383,8 @@ def tidy_after_import(root: Path, made: Made, layout: Path) -> None:
     try:
         [image] = _images(layout, root / "blobs")  # a layout of one reference: one image
         held = _held(root, made, made.layouts | {layout})
-        remove(root, finished(made, image.layers, chain_ids(image.diff_ids), held))
+        plan = finished(made, image.layers, chain_ids(image.diff_ids), held)
+        remove(root, plan, supersedes=made.journal)
     except (OSError, ValueError, KeyError, TypeError) as e:
         log.warning("tidying after the import of %s failed: %s", layout, e)
 
@@ -326,17 +394,21 @@ def forget_on_failure(root: Path, what: str) -> Iterator[Made]:
     """A ledger for one import attempt into cache `root`; if the body fails, what it made
     goes (see above), and a full disk is raised as `DiskFull` naming `what`."""
     finish_interrupted(root)
-    made = Made()
+    journal = _Note.open(root)
+    made = Made(journal=journal)
     with _RUNNING_LOCK:
         _RUNNING[id(made)] = made
     try:
         yield made
     except BaseException as e:
-        remove(root, leftovers(made, _held(root, made, made.layouts)))
+        plan = leftovers(made, _held(root, made, made.layouts))
+        remove(root, plan, supersedes=made.journal)
         if isinstance(e, Exception) and disk_full(e) and not isinstance(e, DiskFull):
             raise DiskFull(f"node disk full: {what}: {e}") from e
         raise
     finally:
+        if journal is not None:  # ended: what it made is kept, tidied or removed
+            journal.done()
         with _RUNNING_LOCK:
             del _RUNNING[id(made)]
 

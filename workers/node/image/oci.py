@@ -344,7 +344,7 @@ def unpack(
                 raise ImageError(f"{label}: uncompressed digest {diff_id} != diff_id {diff_ids[i]}")
             apply_layer(plain, root=dest, label=label)
         if chains and keep_chain(cache, chains[i], dest) and made is not None:
-            made.chains.add(chains[i])
+            made.wrote(chains=[chains[i]])
 
 
 def image_defaults(config: dict[str, Any], tree: Path) -> dict[str, Any]:

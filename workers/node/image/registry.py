@@ -185,7 +185,8 @@ def pull(
         if made is not None:
             made.use(blobs=[*got.layers, got.config])
             if not layout.exists():
-                made.layouts.add(layout)
+                made.wrote(layouts=[layout])
+            made.expect(blobs={*got.layers, got.config} - before)
         try:
             _skopeo(
                 [
@@ -204,7 +205,7 @@ def pull(
         finally:
             if made is not None:
                 ours = {*got.layers, got.config} | _layout_names(layout, blobs)
-                made.blobs |= (_blob_names(blobs) - before) & ours
+                made.wrote(blobs=(_blob_names(blobs) - before) & ours)
     fetched = len(got.layers) - cached
     progress(f"pull {ref}: {fetched} layers downloaded")
     return Pulled(layout, blobs, ref, cached, fetched, got.manifest)
