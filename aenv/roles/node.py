@@ -65,7 +65,11 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         host: Host
         if node_cfg.node_host == "memory":
             say("node host: in memory (no VMs: AENV_NODE_HOST=memory)")
-            host = MemoryHost(capacity=node_cfg.capacity, delay_s=node_cfg.memory_host_delay_s)
+            host = MemoryHost(
+                capacity=node_cfg.capacity,
+                delay_s=node_cfg.memory_host_delay_s,
+                no_room_for=filter(None, node_cfg.memory_host_no_room_for.split(",")),
+            )
             uploads, disk_mb = None, 2048
         else:
             host, uploads, disk_mb = await _qemu_host(cfg, node_cfg, bus, stack, metrics, disk)

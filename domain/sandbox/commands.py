@@ -43,8 +43,9 @@ __all__ = [
 Reason = Literal["request", "timeout", "lost", "retention"]
 
 
-#: What kind of refusal a failed create is for its client (HTTP 409, 400, 404).
-FailureCode = Literal["conflict", "invalid", "not_found"]
+#: What kind of refusal a failed create is for its client (HTTP 409, 400, 404, 503:
+#: `unavailable`, the template's bytes fit no disk or are nowhere — try again later).
+FailureCode = Literal["conflict", "invalid", "not_found", "unavailable"]
 
 
 class SandboxCommand(Command):

@@ -1,105 +1,54 @@
-"""Placement by disk on the real stack (node hosts in memory; images-at-scale S9): two
-nodes, one whose disk budget leaves no room for a create (`AENV_DISK_BUDGET_BYTES`): every
-create lands on the other; a template whose recorded sizes fit on neither is refused at
-once with E2B's 503 body, which names the disk."""
+"""Placement by disk on the real stack (node hosts in memory; images-at-scale S9, issue
+42). Three nodes, all with room for a create by their heartbeats but for one disk:
+`vmless-full`'s budget leaves no room (`AENV_DISK_BUDGET_BYTES`), so it pulls no create;
+`vmless-nodisk` finds out only when it fetches the template — its in-memory host refuses
+every fetch as a full budget would (`AENV_MEMORY_HOST_NO_ROOM_FOR=*`: `NoRoom`), and the
+stack's own `vmless` refuses `big`'s. Every create lands on `vmless`; a template whose
+recorded sizes fit on none, whose fetch every node refuses, or whose bytes are nowhere is
+a 503 with E2B's `{code, message}` body saying why, within seconds — never a 500, never a
+wait until the create's timeout."""
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import subprocess
-import sys
+import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from aenv.logformat import marks
-from bus import Bus
-from bus.decisions import execute
-from bus.nodes import Heartbeat, NodeBook
-from domain import template as tp
+from bus.nodes import Heartbeat
 from tests.support import eventually_sync
 from tests.vmless.conftest import VmlessStack, vmless_stack
+from tests.vmless.nodes import beats, more_nodes, sized_template
 
 GIB = 1 << 30
 #: node `vmless` (the stack's own) may keep 64 GiB; `vmless-full` 1 MiB, under the 1 GiB
 #: headroom every create keeps
 ROOMY, FULL = 64 * GIB, 1 << 20
+NODES = ("vmless", "vmless-full", "vmless-nodisk")
+
+
+#: a 503 comes once every delivery of the create is refused (at once, no delay between
+#: them): well within the API's placement timeout (10 s) and the create's (120 s)
+BOUND_S = 5.0
 
 
 @pytest.fixture(scope="module")
 def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
     root = tmp_path_factory.mktemp("aenv-disk-placement")
-    with vmless_stack(root / "stack", AENV_DISK_BUDGET_BYTES=str(ROOMY)) as stack:
-        node = _full_node(stack, root / "full")
-        try:
-            yield stack
-        finally:
-            node.send_signal(signal.SIGTERM)
-            try:
-                node.wait(60)
-            except subprocess.TimeoutExpired:
-                node.kill()
-                node.wait(10)
-
-
-def _full_node(stack: VmlessStack, data: Path) -> subprocess.Popen[bytes]:
-    """A second node on the stack's bus whose disk budget is all but spent."""
-    data.mkdir(parents=True)
-    env = {
-        **stack.env,
-        "AENV_NODE_ID": "vmless-full",
-        "AENV_DATA_DIR": str(data),
-        "AENV_DISK_BUDGET_BYTES": str(FULL),
+    env = {"AENV_DISK_BUDGET_BYTES": str(ROOMY), "AENV_MEMORY_HOST_NO_ROOM_FOR": "big"}
+    others = {
+        # its disk budget all but spent
+        "vmless-full": {"AENV_DISK_BUDGET_BYTES": str(FULL)},
+        # its budget has room, but its every fetch is refused
+        "vmless-nodisk": {
+            "AENV_DISK_BUDGET_BYTES": str(ROOMY // 2),
+            "AENV_MEMORY_HOST_NO_ROOM_FOR": "*",
+        },
     }
-    log = data / "role.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "aenv.serve", "node"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-    def ready() -> bool:
-        if proc.poll() is not None:
-            pytest.fail(f"second node exited ({proc.returncode}): {log.read_text()[-3000:]}")
-        return any(marks(ln, "ROLE-READY") for ln in log.read_text(errors="replace").splitlines())
-
-    eventually_sync(ready, timeout=60, interval=0.2)
-    return proc
-
-
-def _beats(stack: VmlessStack) -> dict[str, Heartbeat]:
-    async def read() -> dict[str, Heartbeat]:
-        bus = await Bus.connect(stack.bus_settings, setup=False)
-        try:
-            book = await NodeBook.open(bus.js, bus.names.nodes_bucket)
-            return {b.node_id: b for b in await book.all()}
-        finally:
-            await bus.close()
-
-    return asyncio.run(read())
-
-
-def _sized_template(stack: VmlessStack, name: str, image_bytes: int) -> None:
-    """A template whose upload recorded `image_bytes` of disks under its capture: what a
-    node uploading a big image's capture would write (no repository in this tier)."""
-
-    async def write() -> None:
-        bus = await Bus.connect(stack.bus_settings, setup=False)
-        try:
-            await execute(bus.templates, tp.RegisterTemplate(template_id=name, cpu_count=1))
-            up = tp.RecordTemplateUpload(
-                template_id=name, key=name, capture_bytes=200 << 20, image_bytes=image_bytes
-            )
-            await execute(bus.templates, up)
-        finally:
-            await bus.close()
-
-    asyncio.run(write())
+    with vmless_stack(root / "stack", **env) as stack, more_nodes(stack, root, others):
+        eventually_sync(lambda: set(beats(stack)) >= set(NODES), timeout=30, interval=0.3)
+        yield stack
 
 
 def test_a_node_without_disk_room_gets_no_create_and_none_with_room_is_a_503(
@@ -107,14 +56,14 @@ def test_a_node_without_disk_room_gets_no_create_and_none_with_room_is_a_503(
 ) -> None:
     # both beat, with the room memory-wise; only their disks differ
     def both() -> dict[str, Heartbeat] | None:
-        beats = _beats(two)
-        full, roomy = beats.get("vmless-full"), beats.get("vmless")
+        found = beats(two)
+        full, roomy = found.get("vmless-full"), found.get("vmless")
         ok = full is not None and roomy is not None and full.disk_room is not None
-        return beats if ok and roomy.disk_room is not None else None
+        return found if ok and roomy.disk_room is not None else None
 
-    beats = eventually_sync(both, timeout=30, interval=0.3)
-    assert beats is not None
-    full, roomy = beats["vmless-full"], beats["vmless"]
+    both_beats = eventually_sync(both, timeout=30, interval=0.3)
+    assert both_beats is not None
+    full, roomy = both_beats["vmless-full"], both_beats["vmless"]
     assert (full.disk_budget, roomy.disk_budget) == (FULL, ROOMY)
     assert full.disk_room is not None and full.disk_room < GIB, full
     assert roomy.disk_room is not None and roomy.disk_room > GIB, roomy
@@ -138,7 +87,7 @@ def test_a_node_without_disk_room_gets_no_create_and_none_with_room_is_a_503(
 
         # a template whose recorded image is larger than either node's room: refused at
         # once, the disk named (E2B's {code, message} body)
-        _sized_template(two, "huge", image_bytes=128 * GIB)
+        sized_template(two, "huge", image_bytes=128 * GIB)
 
         def refused() -> httpx.Response | None:
             r = c.post("/v2/sandboxes", json={"templateID": "huge", "timeout": 120})
@@ -153,3 +102,34 @@ def test_a_node_without_disk_room_gets_no_create_and_none_with_room_is_a_503(
         assert f"needs {128 * GIB + (200 << 20) + GIB} bytes" in message, message
         assert "on vmless" in message, message
         assert r.headers["retry-after"] == "5"
+
+
+def _refused(c: httpx.Client, template: str) -> str:
+    """A create of `template` answered 503 within `BOUND_S`: its message."""
+    t0 = time.monotonic()
+    r = c.post("/v2/sandboxes", json={"templateID": template, "timeout": 120})
+    elapsed = time.monotonic() - t0
+    assert r.status_code == 503, r.text
+    assert elapsed < BOUND_S, f"answered after {elapsed:.1f} s: {r.text}"
+    body = r.json()
+    assert body["code"] == 503 and isinstance(body["message"], str), body
+    return str(body["message"])
+
+
+def test_a_template_whose_fetch_every_node_refuses_is_a_503_naming_the_disk(
+    two: VmlessStack,
+) -> None:
+    sized_template(two, "big", image_bytes=100 << 20)  # fits every room by the heartbeats
+    with two.client(timeout=60) as c:
+        message = _refused(c, "big")
+    assert "cannot take template big" in message, message
+    assert "node disk budget: need 2048 MiB" in message, message
+
+
+def test_a_template_whose_bytes_are_nowhere_is_a_503_not_a_500(two: VmlessStack) -> None:
+    # registered (a build's record), but captured nowhere this fleet can fetch it from
+    sized_template(two, "nowhere", image_bytes=100 << 20)
+    with two.client(timeout=60) as c:
+        message = _refused(c, "nowhere")
+    assert "cannot take template nowhere" in message, message
+    assert "is not on this node and its capture is not in the snapshot" in message, message

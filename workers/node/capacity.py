@@ -23,6 +23,7 @@ __all__ = [
     "Ledger",
     "Room",
     "Size",
+    "cannot_hold",
     "host_memory_mib",
     "ledger_of",
     "no_disk_room",
@@ -148,6 +149,20 @@ def no_disk_room(node_id: str, template_id: str, need: int, room: int) -> Retrya
         f"node {node_id} has no disk room for template {template_id}: needs {need} bytes, "
         f"has {room}",
         delay_s=0.25,
+        final_code="unavailable",
+    )
+
+
+def cannot_hold(node_id: str, template_id: str, why: str) -> RetryableError:
+    """As `no_disk_room`, when the template's fetch itself was refused (its bytes do not
+    fit this node's disk, or are nowhere it can get them): another node may take it, at
+    once — waiting would not change this node's answer. (A nak of a later delivery with a
+    delay is also held ~10 s by a JetStream 2.9 consumer with a backoff list, past the
+    API's placement timeout: seen on nats-server 2.9.10.) Its pull request is the newest,
+    so the redelivery goes to a node that has been waiting."""
+    return RetryableError(
+        f"node {node_id} cannot take template {template_id}: {why}",
+        delay_s=0,
         final_code="unavailable",
     )
 

@@ -182,13 +182,11 @@ class SandboxHost:
 
     # ---- lifecycle ----------------------------------------------------------------------
     async def volume_slots(self, template_id: str) -> int:
-        try:
-            snap = await self.transfers.template(template_id)
-        except HostError:
-            raise
-        except Exception as e:
-            raise HostError(f"template {template_id!r} is not available here: {e}") from e
-        return snap.machine.volume_slots
+        return (await self.transfers.available(template_id)).machine.volume_slots
+
+    async def hold_template(self, template_id: str) -> None:
+        if not self.templates.builds(template_id):  # else booted by its create: no fetch
+            await self.transfers.available(template_id)
 
     async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None:
         """A warm VM of the template handed over, else the template restored; returns once

@@ -5,9 +5,12 @@ worker → events → projections — runs in a tier without QEMU or root (`AENV
 
 It keeps the host's contract, not its cost: capacity is enforced, a pause takes a capture
 with an id of its own, a resume needs one, forks need room, a snapshot becomes a template
-of this host, unknown templates fail the create. Nothing survives the process (as VMs do
+of this host, unknown templates fail the create (`unavailable`, as a template whose bytes
+are nowhere does on a real node). Nothing survives the process (as VMs do
 not survive a node's), and a guest has no address (`upstream` is None: no route is put).
-`delay_s` makes each operation take that long, for simulations.
+`delay_s` makes each operation take that long, for simulations; `no_room_for` names the
+templates (`*`: all) whose fetch it refuses as a full disk budget would (`NoRoom`): a node
+that runs out of disk mid-create, for tests of placement.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workers.node.disk.budget import NoRoom, no_room_message
 from workers.node.image.errors import ImageError
 from workers.node.image.registry import parse_reference
 from workers.node.ports import (
@@ -86,11 +90,17 @@ class MemoryVolumes:
 
 class MemoryHost:
     def __init__(
-        self, *, capacity: int, templates: Iterable[str] = ("base",), delay_s: float = 0.0
+        self,
+        *,
+        capacity: int,
+        templates: Iterable[str] = ("base",),
+        delay_s: float = 0.0,
+        no_room_for: Iterable[str] = (),
     ) -> None:
         self._capacity = capacity
         self.templates = set(templates)
         self.delay_s = delay_s
+        self.no_room_for = frozenset(no_room_for)
         self.live: dict[str, _Sandbox] = {}
         self.paused: dict[str, _Sandbox] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -163,13 +173,28 @@ class MemoryHost:
     async def volume_slots(self, template_id: str) -> int:
         return 4  # as many as a VM has (`workers.node.vmm.VOLUME_SLOTS`)
 
+    async def hold_template(self, template_id: str) -> None:
+        """A template this host was told has no disk room (`no_room_for`) is refused as
+        a real node's fetch would be; one it does not have, as one whose bytes are nowhere
+        (it has no repository to fetch from)."""
+        if template_id in self.no_room_for or "*" in self.no_room_for:
+            raise NoRoom(
+                f"the capture of template {template_id!r} could not be fetched: "
+                + no_room_message(2 << 30, 0, 0)
+            )
+        if template_id not in self.templates:
+            raise HostError(
+                f"template {template_id!r} is not on this node and its capture is not in "
+                "the snapshot repository (an in-memory host has none)",
+                code="unavailable",
+            )
+
     async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None:
         if sandbox_id in self.live:
             return
         if self.free <= 0:
             raise HostError("node is full")
-        if template_id not in self.templates:
-            raise HostError(f"template {template_id!r} not found on this node")
+        await self.hold_template(template_id)
         await self._started("create")
         self.live[sandbox_id] = _Sandbox(template_id, guest)
 
@@ -183,7 +208,9 @@ class MemoryHost:
         return WarmStats()
 
     def held_templates(self) -> tuple[str, ...]:
-        return tuple(sorted(self.templates))
+        if "*" in self.no_room_for:
+            return ()
+        return tuple(sorted(self.templates - self.no_room_for))
 
     def ram_pool_stats(self) -> RamPoolStats:
         return RamPoolStats()  # no RAM files

@@ -9,6 +9,8 @@ route published beside it, and the room released if the VM does not run.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 from opentelemetry import trace
@@ -19,7 +21,7 @@ from bus.diskroom import disk_need, fits_disk
 from domain import DomainError
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus as S
-from workers.node.capacity import Size, no_disk_room, no_room, size_of
+from workers.node.capacity import Size, cannot_hold, no_disk_room, no_room, size_of
 from workers.node.completions import completion_id
 from workers.node.early import EarlyStarts, Started, Starter
 from workers.node.ports import GuestConfig, HostError
@@ -30,8 +32,18 @@ from workers.node.volume_claims import attach_volumes, move_volumes
 
 __all__ = ["Openings"]
 
+log = logging.getLogger(__name__)
+
 #: How a killed-meanwhile sandbox's VM is killed: the worker's kill handler.
 Kill = Callable[[sb.KillSandbox, MessageContext], Awaitable[None]]
+
+#: How long a create waits, before it claims its sandbox, for its template's fetch to be
+#: refused (a full disk budget refuses at its reservation, bytes that are nowhere at the
+#: manifest: both within this): refused, it goes to another node. A fetch that takes
+#: longer goes on under the claim (the create's restore waits for it), so that the API,
+#: which withdraws a create nobody claims within `AENV_PLACEMENT_TIMEOUT_S` (10 s), still
+#: sees it taken after a few nodes have refused it.
+EARLY_REFUSAL_S = 2.0
 
 
 def _tracer() -> trace.Tracer:
@@ -61,9 +73,13 @@ class Openings:
         self._on_moot = on_moot
         self._kill = kill
         self.taken = TakenCreates(site.bus, site.node_id)
+        #: creates whose restore failed `unavailable` (a fetch under the claim the disk
+        #: refused, bytes that are nowhere): completed with that code, answered 503
+        self._unavailable: set[str] = set()
         self.creating: Verb[sb.CreateSandbox] = Verb(
             expect=S.CREATING,
             take=self._room_to_create,
+            ready=self._template_to_create,
             early=self._early_create,
             work=self._create_work,
             complete=self._created,
@@ -77,6 +93,7 @@ class Openings:
         self.resuming: Verb[sb.ResumeSandbox] = Verb(
             expect=S.RESUMING,
             take=self._room_to_resume,
+            ready=_nothing,
             early=self._early_resume,
             work=self._resume_work,
             complete=self._resumed,
@@ -104,8 +121,10 @@ class Openings:
         sid = cmd.sandbox_id
         verb.take(cmd)
         try:
+            await verb.ready(cmd)
             await self._held(verb, cmd, ctx)
         finally:
+            self._unavailable.discard(sid)
             if not self.site.host.runs(sid):  # failed, refused, or not this node's to run
                 self.site.capacity.release(sid)
 
@@ -165,6 +184,23 @@ class Openings:
         if not fits_disk(room, need):
             raise no_disk_room(self.site.node_id, cmd.template_id, need, room or 0)
 
+    async def _template_to_create(self, cmd: sb.CreateSandbox) -> None:
+        """The template fetched before the create claims its sandbox: a fetch this node's
+        disk refuses (`NoRoom`), or of bytes that are nowhere, is `unavailable` — a nak,
+        and another node takes the create; on the last delivery the API answers 503 with
+        the refusal. Any other failure is the create's, reported after its claim."""
+        host, tpl = self.site.host, cmd.template_id
+        if host.runs(cmd.sandbox_id):
+            return
+        fetch = asyncio.ensure_future(host.hold_template(tpl))
+        try:
+            await asyncio.wait_for(asyncio.shield(fetch), EARLY_REFUSAL_S)
+        except TimeoutError:
+            fetch.add_done_callback(_settled)  # the create's own restore waits on it
+        except HostError as e:
+            if e.code == "unavailable":
+                raise cannot_hold(self.site.node_id, tpl, str(e)) from e
+
     def _early_create(self, cmd: sb.CreateSandbox) -> Starter | None:
         # with volumes, nothing starts before the volumes are attached (after the claim)
         if cmd.volume_mounts or not self.early.creates(self.site.bus.sandboxes, cmd):
@@ -186,6 +222,8 @@ class Openings:
     def _created(
         self, cmd: sb.CreateSandbox, error: str | None, code: sb.FailureCode | None
     ) -> sb.CompleteCreate:
+        if error is not None and code is None and cmd.sandbox_id in self._unavailable:
+            code = "unavailable"
         return sb.CompleteCreate(
             sandbox_id=cmd.sandbox_id,
             node_id=self.site.node_id,
@@ -207,6 +245,8 @@ class Openings:
                     await host.create(sandbox_id, template_id, guest)
             except HostError as e:
                 journal.remove(sandbox_id)
+                if e.code == "unavailable":
+                    self._unavailable.add(sandbox_id)
                 return str(e), False
             return None, started
 
@@ -278,3 +318,14 @@ class Openings:
             except HostError as e:
                 return str(e), False
             return None, started
+
+
+async def _nothing(cmd: sb.ResumeSandbox) -> None:
+    return None  # a resume brings back what is here (or takes it over under its claim)
+
+
+def _settled(fetch: asyncio.Future[None]) -> None:
+    """A fetch that outlived the wait before the claim: its failure is the create's own,
+    reported by its restore; only logged here, never left unretrieved."""
+    if not fetch.cancelled() and (e := fetch.exception()) is not None:
+        log.info("template fetch under a claim failed: %s", e)

@@ -220,7 +220,6 @@ class Host(Protocol):
     @property
     def paused_count(self) -> int:
         """Paused sandboxes whose captures this node holds (for the heartbeat)."""
-        ...
 
     @property
     def accelerator(self) -> Accelerator: ...
@@ -248,19 +247,21 @@ class Host(Protocol):
     def vm_pids(self) -> list[int]:
         """The processes of the VMs running here (what they cost the host is read from
         them); none for a host without VMs."""
-        ...
 
     def set_template_locator(self, locate: TemplateLocator) -> None: ...
 
     @property
     def volumes(self) -> LocalVolumes:
         """This node's volume images."""
-        ...
 
     async def volume_slots(self, template_id: str) -> int:
         """How many volumes a sandbox of the template can mount (0: its capture is from
         before volume slots); `HostError` when the template is not to be had."""
-        ...
+
+    async def hold_template(self, template_id: str) -> None:
+        """The template's capture on this disk, fetched if need be, before a create claims
+        its sandbox: a `HostError` with code `unavailable` (no disk room for it, its bytes
+        nowhere this node can get them) hands the create to another node."""
 
     async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None:
         """Start the sandbox: a warm VM of the template if the pool has one (not for a
@@ -280,7 +281,6 @@ class Host(Protocol):
 
     def ram_pool_stats(self) -> RamPoolStats:
         """What the RAM pool holds on disk (none for a host without VMs)."""
-        ...
 
     async def pause(
         self,

@@ -28,6 +28,10 @@ class NodeSettings(BaseSettings):
     #: work in a simulation, or the window in which a test's concurrent requests meet (an
     #: import they all wait for). No effect on QEMU.
     memory_host_delay_s: float = Field(default=0.0, ge=0, le=60)
+    #: Templates (comma-separated, `*`: all) whose fetch the in-memory host refuses as a
+    #: full disk budget would (`MemoryHost.no_room_for`): a node that runs out of disk
+    #: mid-create, for tests of placement. No effect on QEMU.
+    memory_host_no_room_for: str = ""
     state_dir: Path = Path("/var/lib/aenv/node")
     #: Sandboxes this node holds at most (running), whatever room its memory and vCPUs
     #: leave; placement skips a full node.

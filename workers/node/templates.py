@@ -131,6 +131,11 @@ class TemplateCatalog:
             },
         )
 
+    def builds(self, name: str) -> bool:
+        """A template this node builds from an image of its own (nothing to fetch for it
+        from the repository: its first create boots it)."""
+        return name in self._images
+
     def knows(self, name: str) -> bool:
         """A template this node builds or took (its capture may still have to be pulled)."""
         return name in self._specs or self._read_record(name) is not None

@@ -29,6 +29,11 @@ __all__ = ["ImagesByContent", "Transfers"]
 
 log = logging.getLogger(__name__)
 
+#: The code of a capture or image this node cannot get (neither it nor the repository
+#: holds the bytes): `unavailable`, not the node's failure — another node may hold them
+#: (then it takes the create), and if none does the client is told 503, to try later.
+NOWHERE = "unavailable"
+
 
 class ImagesByContent(Protocol):
     """This node's image cache, filled from the repository by content (`ImageSupply`)."""
@@ -69,6 +74,15 @@ class Transfers:
                 raise
             return await self._fetch_template(name)
 
+    async def available(self, name: str) -> Snapshot:
+        """`template`, whatever fails a `HostError` (a full disk's stays `unavailable`)."""
+        try:
+            return await self.template(name)
+        except HostError:
+            raise
+        except Exception as e:
+            raise HostError(f"template {name!r} is not available here: {e}") from e
+
     async def _pull_template(self, name: str, gone: TemplateNotLocal) -> Snapshot:
         async with self._pulls.setdefault(name, asyncio.Lock()):
             try:
@@ -99,7 +113,8 @@ class Transfers:
         if where is None or self.repository is None:
             raise HostError(
                 f"template {name!r} is not on this node and its capture is not in "
-                "the snapshot repository"
+                "the snapshot repository",
+                code=NOWHERE,
             )
         key, token, source = where
         async with self._pulls.setdefault(name, asyncio.Lock()):
@@ -152,7 +167,9 @@ class Transfers:
             )
         except Exception as e:
             log.exception("pulling %s failed", key)
-            raise HostError(f"{what} could not be fetched: {e}") from e
+            # a full disk (`NoRoom`) stays `unavailable`: another node may have the room
+            code = e.code if isinstance(e, HostError) else None
+            raise HostError(f"{what} could not be fetched: {e}", code=code) from e
         log.info(
             "pulled %s from the repository (%d blobs, %d bytes)",
             key,
@@ -192,7 +209,8 @@ class Transfers:
                 return path
         raise HostError(
             f"base image {digest[:12]} is not on this node (build the same image "
-            "here: `python -m workers.node.image build-base`)"
+            "here: `python -m workers.node.image build-base`)",
+            code=NOWHERE,
         )
 
     async def _runtime_disk(self, manifest: Manifest) -> None:

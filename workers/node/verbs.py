@@ -68,6 +68,9 @@ class Verb(Generic[C]):
     expect: S
     #: room for the VM taken, else a `RetryableError` raised (another node may take it)
     take: Callable[[C], None]
+    #: what must be on this node before the request claims the sandbox, else a
+    #: `RetryableError` raised (another node may take it): a create's template
+    ready: Callable[[C], Awaitable[None]]
     #: what starts the VM while the request is appended, or None (no early start)
     early: Callable[[C], Starter | None]
     #: the host's work when nothing started early

@@ -59,3 +59,37 @@ def test_what_fits_or_is_held_here_is_taken() -> None:
 def test_a_node_that_does_not_know_its_room_takes_anything() -> None:
     openings, _ = _openings(room=None)
     openings.creating.take(_create("s1", "big", 1 << 50))
+
+
+async def test_a_template_whose_fetch_its_disk_refuses_goes_to_another_node() -> None:
+    # the node's room said yes (its template_bytes unknown); the fetch itself said no
+    openings, _ = _openings(room=None)
+    openings.site.host.no_room_for = frozenset({"big"})
+    with pytest.raises(RetryableError) as refused:
+        await openings.creating.ready(_create("s1", "big", 0))
+    assert refused.value.final_code == "unavailable" and refused.value.delay_s == 0
+    message = str(refused.value)
+    assert message.startswith("node n1 cannot take template big: "), message
+    assert "node disk budget: need 2048 MiB" in message, message
+
+
+async def test_a_template_whose_bytes_are_nowhere_goes_to_another_node() -> None:
+    openings, _ = _openings(room=None)
+    with pytest.raises(RetryableError) as refused:
+        await openings.creating.ready(_create("s1", "gone", 0))
+    assert refused.value.final_code == "unavailable"
+    assert "template 'gone' is not on this node" in str(refused.value)
+    await openings.creating.ready(_create("s2", "base", 0))  # held: nothing to fetch
+
+
+async def test_a_fetch_refused_under_the_claim_fails_the_create_as_unavailable() -> None:
+    openings, _ = _openings(room=None)
+    openings.site.journal = SimpleNamespace(add=lambda *_: None, remove=lambda *_: None)
+    guest: Any = SimpleNamespace()
+    error, started = await openings._start("s1", "gone", guest)
+    assert error is not None and not started
+    done = openings.creating.complete(_create("s1", "gone", 0), error, None)
+    assert isinstance(done, sb.CompleteCreate) and done.code == "unavailable"
+    # another failure keeps no code (the node's own: 500)
+    other = openings.creating.complete(_create("s2", "base", 0), "boom", None)
+    assert isinstance(other, sb.CompleteCreate) and other.code is None
