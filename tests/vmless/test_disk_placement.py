@@ -2,8 +2,8 @@
 42). Three nodes, all with room for a create by their heartbeats but for one disk:
 `vmless-full`'s budget leaves no room (`AENV_DISK_BUDGET_BYTES`), so it pulls no create;
 `vmless-nodisk` finds out only when it fetches the template — its in-memory host refuses
-every fetch as a full budget would (`AENV_MEMORY_HOST_NO_ROOM_FOR=*`: `NoRoom`), and the
-stack's own `vmless` refuses `big`'s. Every create lands on `vmless`; a template whose
+the fetch of `base` and `big` as a full budget would (`AENV_MEMORY_HOST_NO_ROOM_FOR`:
+`NoRoom`), and the stack's own `vmless` refuses `big`'s. Every create lands on `vmless`; a template whose
 recorded sizes fit on none, whose fetch every node refuses, or whose bytes are nowhere is
 a 503 with E2B's `{code, message}` body saying why, within seconds — never a 500, never a
 wait until the create's timeout."""
@@ -40,14 +40,19 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmlessStack]:
     others = {
         # its disk budget all but spent
         "vmless-full": {"AENV_DISK_BUDGET_BYTES": str(FULL)},
-        # its budget has room, but its every fetch is refused
+        # its budget has room, but its fetches of `base` and `big` are refused
         "vmless-nodisk": {
             "AENV_DISK_BUDGET_BYTES": str(ROOMY // 2),
-            "AENV_MEMORY_HOST_NO_ROOM_FOR": "*",
+            "AENV_MEMORY_HOST_NO_ROOM_FOR": "base,big",
         },
     }
     with vmless_stack(root / "stack", **env) as stack, more_nodes(stack, root, others):
-        eventually_sync(lambda: set(beats(stack)) >= set(NODES), timeout=30, interval=0.3)
+        # every node has beaten with its disk walked (before: room unknown, no refusal)
+        def walked() -> bool:
+            found = beats(stack)
+            return all(n in found and found[n].disk_room is not None for n in NODES)
+
+        eventually_sync(walked, timeout=30, interval=0.3)
         yield stack
 
 

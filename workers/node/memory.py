@@ -208,9 +208,8 @@ class MemoryHost:
         return WarmStats()
 
     def held_templates(self) -> tuple[str, ...]:
-        if "*" in self.no_room_for:
-            return ()
-        return tuple(sorted(self.templates - self.no_room_for))
+        # `no_room_for` too: a capture held whose disks under it were evicted is fetched
+        return tuple(sorted(self.templates))
 
     def ram_pool_stats(self) -> RamPoolStats:
         return RamPoolStats()  # no RAM files
