@@ -3,10 +3,10 @@
 `vmless-full`'s budget leaves no room (`AENV_DISK_BUDGET_BYTES`), so it pulls no create;
 `vmless-nodisk` finds out only when it fetches the template — its in-memory host refuses
 the fetch of `base` and `big` as a full budget would (`AENV_MEMORY_HOST_NO_ROOM_FOR`:
-`NoRoom`), and the stack's own `vmless` refuses `big`'s. Every create lands on `vmless`; a template whose
-recorded sizes fit on none, whose fetch every node refuses, or whose bytes are nowhere is
-a 503 with E2B's `{code, message}` body saying why, within seconds — never a 500, never a
-wait until the create's timeout."""
+`NoRoom`), and the stack's own `vmless` refuses `big`'s. Every create lands on `vmless`;
+a template whose recorded sizes fit on none, whose fetch every node refuses, or whose
+bytes are nowhere is a 503 with E2B's `{code, message}` body saying why, within seconds —
+never a 500, never a wait until the create's timeout."""
 
 from __future__ import annotations
 
