@@ -199,6 +199,10 @@ async def _qemu_host(
         ram_pool_bytes=node_cfg.ram_pool_bytes,
     )
     stack.push_async_callback(runtime.close)
+    # VM starts and the RAM pool's copies write under the node's one disk budget, and the
+    # pool's ready copies are among what it may evict
+    runtime.disk_budget = runtime.ram_pool.disk = disk.budget
+    disk.evictor.ram_pool = runtime.ram_pool
     say(f"accelerator: {runtime.accel.accel} ({runtime.accel.reason})")
     base = TemplateSpec("base", vcpus=node_cfg.base_vcpus, mem_mib=node_cfg.base_mem_mib)
     catalog = TemplateCatalog(

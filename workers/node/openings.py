@@ -60,8 +60,11 @@ class Openings:
         kill: Kill,
         disk_room: Callable[[], int | None] = lambda: None,
         disk_headroom: int = 0,
+        disk_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self.site = site
+        #: a create or resume wrote (or failed and removed) a VM's files: walk the disk soon
+        self._disk_changed = disk_changed
         #: bytes this node could hold for a new sandbox (None: unknown, no check), and what
         #: a create keeps free beyond what it fetches (`bus.diskroom`)
         self._disk_room = disk_room
@@ -127,6 +130,7 @@ class Openings:
             self._unavailable.discard(sid)
             if not self.site.host.runs(sid):  # failed, refused, or not this node's to run
                 self.site.capacity.release(sid)
+            self._disk_changed()
 
     async def _held(self, verb: Verb[C], cmd: C, ctx: MessageContext) -> None:
         site, sid = self.site, cmd.sandbox_id

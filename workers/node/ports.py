@@ -7,8 +7,8 @@ The worker decides on the log and calls these methods after the domain has decid
 never reaches into VMs, disks or templates itself.
 
 `CaptureRepository` is what the host needs of the snapshot repository (pulling captures
-back; `workers.snapshot.SnapshotRepository` satisfies it) — handed in by the composition
-root instead of imported (rule 4: workers never import each other).
+back; `workers.snapshot.SnapshotRepository` satisfies it) — handed in by the composition root
+instead of imported (rule 4: workers never import each other).
 """
 
 from __future__ import annotations
@@ -178,7 +178,6 @@ class LocalVolumes(Protocol):
 
     def lock(self, volume_id: str) -> asyncio.Lock:
         """One operation on a volume's image at a time on this node."""
-        ...
 
     def held_by(self, holder: str) -> list[str]:
         """The volumes `holder` has attached here (what its end must release)."""
@@ -241,8 +240,7 @@ class Host(Protocol):
         """Call `hook(sandbox_id, why, cause)` when a running VM exits on its own."""
 
     def on_stage(self, hook: Stage) -> None:
-        """Call `hook(op, stage, seconds, start)` for each stage of a create, resume or
-        fork."""
+        """Call `hook(op, stage, seconds, start)` per stage of a create, resume or fork."""
 
     def vm_pids(self) -> list[int]:
         """The processes of the VMs running here (what they cost the host is read from
@@ -393,14 +391,17 @@ class _BaseImage(Protocol):
 
 
 class Manifest(Protocol):
-    """A stored capture's manifest: the node needs the base image it stacks on, and the
-    runtime disk its node manifest names (`download` refuses other bytes than theirs)."""
+    """A stored capture's manifest: the base image it stacks on, the runtime disk its node
+    manifest names (`download` refuses other bytes than theirs), its blobs' bytes."""
 
     @property
     def base_image(self) -> _BaseImage: ...
 
     @property
     def node_manifest(self) -> dict[str, Any]: ...
+
+    @property
+    def stored_bytes(self) -> int: ...
 
 
 class Fetched(Protocol):

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal, Protocol
 
+from workers.node.disk.budget import NoRoom
+from workers.node.disk.produced import writing_async
 from workers.node.image import ImageError, find_runtime
 from workers.node.image.cache import cache_root, content_dir, entry_dir
 from workers.node.image.content import content_of, recipe_of
@@ -33,6 +37,8 @@ log = logging.getLogger(__name__)
 #: holds the bytes): `unavailable`, not the node's failure — another node may hold them
 #: (then it takes the create), and if none does the client is told 503, to try later.
 NOWHERE = "unavailable"
+#: what a blob written to the blob cache may allocate beyond its size (its last block)
+BLOCK = 4096
 
 
 class ImagesByContent(Protocol):
@@ -156,15 +162,20 @@ class Transfers:
             )
             # layers into the node's layer store: the restored VM runs on them after this
             # directory is deleted, and a later pause freezes a chain that still needs them
-            local = await repository.download(
-                key,
-                directory,
-                base_image,
-                layers_dir=self.runtime.layers.root,
-                base_content=base_content,
-                runtime_content=runtime_content,
-                foreign=foreign,
-            )
+            layers = self.runtime.layers.root
+            async with self._room(manifest, directory, layers) as counted:
+                local = await repository.download(
+                    key,
+                    directory,
+                    base_image,
+                    layers_dir=layers,
+                    base_content=base_content,
+                    runtime_content=runtime_content,
+                    foreign=foreign,
+                )
+                counted(local.bytes_fetched + local.blobs_fetched * BLOCK)
+        except NoRoom:
+            raise  # `unavailable`: placement hands the create to another node
         except Exception as e:
             log.exception("pulling %s failed", key)
             # a full disk (`NoRoom`) stays `unavailable`: another node may have the room
@@ -177,6 +188,28 @@ class Transfers:
             local.bytes_fetched,
         )
         return Snapshot.read(local.dir)
+
+    @asynccontextmanager
+    async def _room(
+        self, manifest: Manifest, directory: Path, layers: Path
+    ) -> AsyncIterator[Callable[[int], None]]:
+        """Room under the node's disk budget for a capture's download: its blobs' bytes
+        twice (the copies placed and the repository blob cache's; high, never low: a blob
+        already here is counted too). Charged after: what appeared in the capture's
+        directory and the layer store, plus what the download fetched into the blob cache
+        (told to the callable); a download that failed is charged all it reserved."""
+        budget = self.runtime.disk_budget
+        if budget is None:
+            yield lambda _: None
+            return
+        where = directory if directory.is_dir() else directory.parent
+        need = 2 * manifest.stored_bytes
+        async with writing_async(budget, need, [where, layers]) as r:
+            try:
+                yield r.charge
+            except BaseException:
+                r.charge(max(0, r.nbytes - r.charged))
+                raise
 
     async def fetch_foreign(self, key: str, what: str) -> Snapshot:
         """A capture another node took, from the repository into this node's snapshot

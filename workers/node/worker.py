@@ -141,6 +141,7 @@ class NodeWorker:
             kill=self._kill,
             disk_room=self.node_disk.room,
             disk_headroom=settings.disk_headroom_bytes,
+            disk_changed=self.node_disk.changed,
         )
 
     # ---- lifecycle -------------------------------------------------------------------

@@ -269,11 +269,13 @@ class DiskBudget:
             return self._fits_after_eviction(need)
 
     @contextmanager
-    def reserve(self, nbytes: int) -> Iterator[Reservation]:
+    def reserve(self, nbytes: int, *, evict: bool = True) -> Iterator[Reservation]:
         """Room for a write of up to `nbytes`, made by eviction if needed, held until the
-        block ends; then what it `charge`d counts as used. Raises `NoRoom` if it cannot fit."""
+        block ends; then what it `charge`d counts as used. Raises `NoRoom` if it cannot fit.
+        `evict=False`: only what is free now (a cache's copy never evicts another cache)."""
         with self._evicting:  # made room and took it, with no other reservation between
-            if not self._fits_after_eviction(nbytes):
+            fits = self._fits_after_eviction(nbytes) if evict else self.free() >= nbytes
+            if not fits:
                 p, free = self.plan_for(nbytes)
                 raise NoRoom(no_room_message(nbytes, p.evictable, free))
             r = Reservation(nbytes, since=time.time() - 1)  # mtimes have coarse clocks

@@ -3,12 +3,11 @@
 
 Entries: image cache `images/<content>/` (image or runtime disk), `layers/<chain>` (chain),
 `blobs/sha256/*` and `oci/<key>` (OCI blobs and layouts), `rootfs-*` (debootstrap trees),
-and the state dir's `blob-cache/` files. Each is measured once per (path, inode, mtime):
-entries are immutable once published, so the heartbeat's `room()` re-lists directories but
-does not re-walk trees. An entry's size is what removing it frees (`shares`): blocks
-hard-linked from outside it are not its own; a removal measures again, and says what it
-really freed. Entries built before content keys (`<recipe>/` in the cache root)
-are counted by the walk but not evicted here.
+the state dir's `blob-cache/` files and the RAM pool's ready copies (`ram-pool/`). Each is
+measured once per (path, inode, mtime): entries are immutable once published, so the
+heartbeat's `room()` re-lists directories but does not re-walk trees. An entry's size is
+what removing it frees (`shares`): blocks hard-linked from outside it are not its own; a
+removal measures again, and says what it really freed. Entries built before content keys (`<recipe>/` in the cache root) are counted by the walk but not evicted here.
 
 A directory is removed by renaming it aside first (`discard`): a kill mid-delete leaves a
 `.gone-` name that the next listing sweeps, never a half entry. Removing an image removes
@@ -32,7 +31,7 @@ from workers.node.disk.evict import Entry
 from workers.node.disk.shares import Holding, attribute, holding
 from workers.node.image import cache as _cache
 
-__all__ = ["CacheEvictor"]
+__all__ = ["CacheEvictor", "RamCopies"]
 
 
 class CaptureSource(Protocol):
@@ -43,6 +42,17 @@ class CaptureSource(Protocol):
     def in_use(self) -> set[str]: ...
 
     def remove(self, entry: Entry) -> int: ...
+
+
+class RamCopies(Protocol):
+    """The RAM pool's ready copies (`rampool.RamPool`): listed and dropped through the pool,
+    so its own byte count stays right; a copy being made is never listed."""
+
+    def ready_files(self) -> list[Path]: ...
+
+    def drop(self, path: Path) -> bool:
+        """Remove a ready copy; False: a create took it meanwhile (nothing freed)."""
+        ...
 
 
 class CacheEvictor:
@@ -61,6 +71,8 @@ class CacheEvictor:
         #: download holds, and its index); None: files are unlinked as they are
         self.drop_blob: Callable[[Path], bool] | None = None
         self._removing: set[Path] = set()  # `.gone-` dirs this evictor is deleting now
+        #: the RAM pool's copies of template RAM files (None: a node without VMs)
+        self.ram_pool: RamCopies | None = None
 
     # ---- listing -----------------------------------------------------------------------
     def entries(self) -> list[Entry]:
@@ -84,6 +96,9 @@ class CacheEvictor:
         if self.state_dir is not None:
             for f in _files(self.state_dir / "blob-cache"):
                 out += self._entry(f, "blob_cache")
+        if self.ram_pool is not None:
+            for f in self.ram_pool.ready_files():
+                out += self._entry(f, "ram_pool")
         live = {e.key for e in out}
         for gone in set(self._sizes) - live:
             del self._sizes[gone]
@@ -125,7 +140,10 @@ class CacheEvictor:
             return self.captures.remove(entry) if self.captures is not None else 0
         held = holding(path)
         self._forget(held)
-        if entry.category == "blob_cache" and self.drop_blob is not None:
+        if entry.category == "ram_pool":
+            if self.ram_pool is None or not self.ram_pool.drop(path):
+                return 0  # taken by a create meanwhile: nothing freed
+        elif entry.category == "blob_cache" and self.drop_blob is not None:
             if not self.drop_blob(path):
                 return 0  # a download holds it
         elif entry.category in ("image", "runtime"):

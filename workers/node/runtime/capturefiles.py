@@ -14,6 +14,7 @@ import logging
 import shutil
 from pathlib import Path
 
+from workers.node.disk.budget import DiskBudget
 from workers.node.foreground import Foreground
 from workers.node.runtime.layers import MAX_CHAIN_DEPTH, LayerStore
 from workers.node.runtime.rampool import RamPool
@@ -35,6 +36,8 @@ class CaptureFiles:
     foreground: Foreground
     teardowns: Teardowns
     vms: dict[str, Vm]
+    #: the node's disk budget: what VM starts write goes through it (None: not counted)
+    disk_budget: DiskBudget | None = None
 
     async def compact_if_deep(self, snap: Snapshot) -> Snapshot:
         """A snapshot whose disk chain grew past the limit (many pause/resume cycles) gets one
@@ -77,6 +80,14 @@ class CaptureFiles:
         """
         roots = {vm.disk_top for vm in self.vms.values()} | {s.disk_top for s in snapshots}
         return len(await self.layers.collect(roots, min_age_s=min_age_s))
+
+    def _vm_dir(self, vm_id: str) -> Path:
+        return self.state_dir / "vms" / vm_id
+
+    @property
+    def starts(self) -> list[Path]:
+        """Where a VM start writes (`diskroom.vm_writes`): its directory, its top layer."""
+        return [self.state_dir / "vms", self.layers.root]
 
     def snapshot_dir(self, snapshot_id: str) -> Path:
         """Where a snapshot of this node lives (captured here, or pulled from a repository)."""

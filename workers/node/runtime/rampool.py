@@ -11,6 +11,10 @@ The pool is a cache, so it is bounded and forgets: a source's copies go with the
 sandbox's capture removed), and the whole pool stays within a byte budget, least recently
 used sources dropped first (`plan_room`). Before both, every template build left its two
 copies behind for good (87 builds: 176 files, 25 GB).
+
+Its copies are disk bytes too, under the node's disk budget (`disk`): each takes room that
+is free before it is made (a copy that does not fit is not made: it never evicts), and the
+budget may drop ready copies (`ready_files`, `drop`) like any cache entry.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from workers.node.disk.budget import DiskBudget, NoRoom, Reservation
 from workers.node.foreground import in_background
 from workers.node.ports import RamPoolStats
 from workers.node.runtime.memfile import allocated_bytes, clone_or_sparse_copy
@@ -100,6 +105,9 @@ class RamPool:
         self._settled = settled
         self._pause_point = pause_point
         self._sources: dict[Path, _Source] = {}
+        #: the node's disk budget (None: copies count against this pool's bytes only)
+        self.disk: DiskBudget | None = None
+        self._making: set[Path] = set()  # copies being written: never listed as ready
         root.mkdir(parents=True, exist_ok=True)
         for stale in root.glob("*.mem"):  # copies from before a restart: sources unknown
             stale.unlink(missing_ok=True)
@@ -122,7 +130,7 @@ class RamPool:
             return
         if src.task is not None and not src.copying:
             src.task.cancel()
-        for copy in src.copies:
+        for copy in list(src.copies):  # (`drop` may take one from the budget's thread)
             copy.unlink(missing_ok=True)
         src.copies.clear()
 
@@ -135,6 +143,21 @@ class RamPool:
         """Until no refill is under way (a bench's or test's steady state)."""
         while tasks := [s.task for s in self._sources.values() if s.task and not s.task.done()]:
             await asyncio.wait(tasks)
+
+    def ready_files(self) -> list[Path]:
+        """The copies ready on disk (the disk budget's entries; from its thread)."""
+        making = set(self._making)
+        return [p for p in sorted(self.root.glob("*.mem")) if p not in making]
+
+    def drop(self, path: Path) -> bool:
+        """Remove a ready copy for the node's disk budget (from its thread: one dict pop
+        each); False when a create took it meanwhile, or it is not one of this pool's."""
+        for src in list(self._sources.values()):
+            if src.copies.pop(path, None) is not None:
+                path.unlink(missing_ok=True)
+                log.debug("RAM pool: %s dropped for the disk budget", path.name)
+                return True
+        return False
 
     def stats(self) -> RamPoolStats:
         files = sum(len(s.copies) for s in self._sources.values())
@@ -163,23 +186,44 @@ class RamPool:
             if not self._room_for(source, need):
                 return
             dst = self.root / f"{uuid.uuid4().hex}.mem"
-            src.copying = max(need, 1)
-            try:
-                await in_background(clone_or_sparse_copy, source, dst, self._pause_point)
-            except OSError as e:
-                if source.exists():
-                    log.warning("RAM pool: copying %s failed: %s", source, e)
-                dst.unlink(missing_ok=True)
-                return
-            except asyncio.CancelledError:  # the node closes
-                dst.unlink(missing_ok=True)
-                raise
-            finally:
-                src.copying = 0
-            if self._sources.get(source) is not src:  # forgotten while it was copied
-                dst.unlink(missing_ok=True)
-                return
-            src.copies[dst] = allocated_bytes(dst)
+            with contextlib.ExitStack() as held:
+                room = await self._disk_room(held, need)
+                if room is None:
+                    return
+                src.copying = max(need, 1)
+                self._making.add(dst)
+                try:
+                    await in_background(clone_or_sparse_copy, source, dst, self._pause_point)
+                except OSError as e:
+                    if source.exists():
+                        log.warning("RAM pool: copying %s failed: %s", source, e)
+                    dst.unlink(missing_ok=True)
+                    return
+                except asyncio.CancelledError:  # the node closes
+                    dst.unlink(missing_ok=True)
+                    raise
+                finally:
+                    src.copying = 0
+                    self._making.discard(dst)
+                if self._sources.get(source) is not src:  # forgotten while it was copied
+                    dst.unlink(missing_ok=True)
+                    return
+                made = allocated_bytes(dst)
+                room.charge(made)
+                src.copies[dst] = made
+
+    async def _disk_room(self, held: contextlib.ExitStack, need: int) -> Reservation | None:
+        """Room under the node's disk budget for one copy, held on `held` (a stand-in
+        without a budget); None: it is not free now, so no copy is made (a cache never
+        evicts for a copy nobody asked for yet). In a thread: the budget's lock may be held
+        by an eviction (rmtree)."""
+        if self.disk is None:
+            return Reservation(need)
+        try:
+            return await asyncio.to_thread(held.enter_context, self.disk.reserve(need, evict=False))
+        except NoRoom as e:
+            log.debug("RAM pool: no copy made: %s", e)
+            return None
 
     async def close(self) -> None:
         for src in self._sources.values():
@@ -187,6 +231,6 @@ class RamPool:
                 src.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await src.task
-            for c in src.copies:
+            for c in list(src.copies):
                 c.unlink(missing_ok=True)
         self._sources.clear()

@@ -25,6 +25,7 @@ from workers.node.net.uplink import Uplink
 from workers.node.runtime.capture import take_capture, take_disk_capture
 from workers.node.runtime.capturefiles import CaptureFiles
 from workers.node.runtime.compat import check_compatible
+from workers.node.runtime.diskroom import VM_EXTRA, restore_need, vm_writes
 from workers.node.runtime.forking import fork_children
 from workers.node.runtime.guest import over_defaults, wait_and_init, wait_envd
 from workers.node.runtime.layers import LayerStore
@@ -329,7 +330,8 @@ class Runtime(CaptureFiles):
             )
             return mem
 
-        async with contextlib.AsyncExitStack() as stack:
+        room = vm_writes(self.disk_budget, restore_need(snap, private=private_memory), self.starts)
+        async with room, contextlib.AsyncExitStack() as stack:
             if not background:
                 stack.enter_context(self.foreground.busy())
             vm = await self._launch(
@@ -388,7 +390,8 @@ class Runtime(CaptureFiles):
         check_compatible(self.machine_like(snap), snap, volumes)
         image = GuestImage.load(snap.base_image.parent)
         t0 = time.monotonic()
-        async with contextlib.AsyncExitStack() as stack:
+        room = vm_writes(self.disk_budget, VM_EXTRA + (snap.machine.mem_mib << 18), self.starts)
+        async with room, contextlib.AsyncExitStack() as stack:
             stack.enter_context(self.foreground.busy())
             vm = await self._launch(
                 stack,
@@ -444,7 +447,3 @@ class Runtime(CaptureFiles):
         if self.vms.get(old) is vm:
             del self.vms[old]
         self.vms[vm_id] = vm
-
-    # ---- helpers -----------------------------------------------------------------------
-    def _vm_dir(self, vm_id: str) -> Path:
-        return self.state_dir / "vms" / vm_id
