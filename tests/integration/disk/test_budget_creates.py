@@ -29,7 +29,7 @@ from workers.node.runtime import ENVD_PORT, Runtime, Snapshot, Vm
 from workers.node.runtime.diskroom import VM_EXTRA
 from workers.node.runtime.memfile import allocated_bytes
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 MiB = 1 << 20
 PREFIX = tagged("aenvd")
