@@ -92,6 +92,14 @@ class TestCreate:
         )
         assert s is not None and s.status is S.FAILED and s.failure_reason == "create: no kvm"
 
+    def test_a_create_refused_for_disk_room_says_unavailable(self) -> None:
+        """The node's disk budget could not fit its writes (`NoRoom`): the API answers 503."""
+        done = sb.CompleteCreate(
+            sandbox_id=SID, node_id="n", at=at(1), error="no room", code="unavailable"
+        )
+        [failed] = sb.decide(creating(), done)
+        assert isinstance(failed, sb.SandboxFailed) and failed.code == "unavailable"
+
 
 class TestIngress:
     """`network.allowPublicTraffic=false`: the sandbox's guest ports need its traffic token."""
