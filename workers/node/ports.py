@@ -243,8 +243,7 @@ class Host(Protocol):
         """Call `hook(op, stage, seconds, start)` per stage of a create, resume or fork."""
 
     def vm_pids(self) -> list[int]:
-        """The processes of the VMs running here (what they cost the host is read from
-        them); none for a host without VMs."""
+        """The processes of the VMs running here (none for a host without VMs)."""
 
     def set_template_locator(self, locate: TemplateLocator) -> None: ...
 

@@ -7,7 +7,8 @@ the state dir's `blob-cache/` files and the RAM pool's ready copies (`ram-pool/`
 measured once per (path, inode, mtime): entries are immutable once published, so the
 heartbeat's `room()` re-lists directories but does not re-walk trees. An entry's size is
 what removing it frees (`shares`): blocks hard-linked from outside it are not its own; a
-removal measures again, and says what it really freed. Entries built before content keys (`<recipe>/` in the cache root) are counted by the walk but not evicted here.
+removal measures again, and says what it really freed. Entries built before content keys
+(`<recipe>/` in the cache root) are counted by the walk but not evicted here.
 
 A directory is removed by renaming it aside first (`discard`): a kill mid-delete leaves a
 `.gone-` name that the next listing sweeps, never a half entry. Removing an image removes
