@@ -20,7 +20,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal, Protocol
 
-from workers.node.disk.budget import NoRoom
 from workers.node.disk.produced import writing_async
 from workers.node.image import ImageError, find_runtime
 from workers.node.image.cache import cache_root, content_dir, entry_dir
@@ -174,8 +173,6 @@ class Transfers:
                     foreign=foreign,
                 )
                 counted(local.bytes_fetched + local.blobs_fetched * BLOCK)
-        except NoRoom:
-            raise  # `unavailable`: placement hands the create to another node
         except Exception as e:
             log.exception("pulling %s failed", key)
             # a full disk (`NoRoom`) stays `unavailable`: another node may have the room

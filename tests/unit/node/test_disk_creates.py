@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from workers.node.disk import STATE, DiskUsage, scan
-from workers.node.disk.budget import DiskBudget, NoRoom
+from workers.node.disk.budget import DiskBudget
 from workers.node.disk.evictor import CacheEvictor
 from workers.node.ports import HostError
 from workers.node.runtime import Snapshot
@@ -100,7 +100,7 @@ async def test_a_pull_that_cannot_fit_is_refused_unavailable_before_it_downloads
     tmp_path: Path,
 ) -> None:
     state, base, ledger, repo, transfers = _setup(tmp_path, 8 * MiB, 6 * MiB)
-    with pytest.raises(NoRoom) as refused:
+    with pytest.raises(HostError, match="could not be fetched: node disk budget") as refused:
         await transfers.fetch("snap1", state / "snapshots" / "snap1", base, "the capture")
     assert refused.value.code == "unavailable"
     assert repo.downloads == 0 and ledger.reserved() == 0
