@@ -233,3 +233,30 @@ async def test_a_change_is_walked_soon_not_on_the_minute(roots: tuple[Path, Path
         loop.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await loop
+
+
+def test_a_running_vm_holds_what_its_directory_may_still_grow_to(roots: tuple[Path, Path]) -> None:
+    """The catalogue's sandboxes filled their RAM files by ~150 MiB each after the restore
+    ended: the room they may still take is the budget's, until their directory goes."""
+    state, _ = roots
+    vm = state / "vms" / "vm1"
+    _file(vm / "mem", 2 * MiB)
+    b = _budget(roots, 64 * MiB)
+    b.walk()
+    used = b.used()
+    b.grows(vm, 10 * MiB)
+    assert b.reserved() == 10 * MiB - allocated(vm)
+    assert b.accounted() >= used + 8 * MiB - 64 * 1024
+    _file(vm / "mem", 6 * MiB)  # the guest touched more: the walk sees it, the hold shrinks
+    b.walk()
+    assert b.accounted() >= b.used() + 10 * MiB - allocated(vm) - 64 * 1024
+    assert b.used() + b.reserved() >= allocated(state) + 4 * MiB - 64 * 1024
+    # what the VM may still take is not free for a write
+    with pytest.raises(NoRoom), b.reserve(64 * MiB - b.used() - 2 * MiB):
+        pass
+    for f in vm.iterdir():
+        f.unlink()
+    vm.rmdir()
+    assert b.reserved() == 0  # gone: nothing held for it
+    b.walk()
+    assert b.reserved() == 0

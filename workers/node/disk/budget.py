@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from workers.node.disk.evict import Entry, Plan, plan
-from workers.node.disk.usage import Tally
+from workers.node.disk.usage import Tally, allocated
 from workers.node.disk.watch import DiskUsage
 from workers.node.ports import HostError
 
@@ -135,6 +135,8 @@ class DiskBudget:
         self._walk_adds: int | None = None  # additions while a walk runs
         self._reservations: list[Reservation] = []
         self._pins: Counter[str] = Counter()
+        #: running VMs' dirs → (what each may grow to, what it held when last measured)
+        self._growth: dict[Path, tuple[int, int]] = {}
 
     # ---- the tally ---------------------------------------------------------------------
     def used(self) -> int:
@@ -147,7 +149,30 @@ class DiskBudget:
 
     def reserved(self) -> int:
         with self._lock:
-            return sum(max(0, r.nbytes - r.charged) for r in self._reservations)
+            held = sum(max(0, r.nbytes - r.charged) for r in self._reservations)
+            growth = list(self._growth.items())
+        return held + sum(max(0, cap - had) for path, (cap, had) in growth if path.exists())
+
+    def grows(self, path: Path, cap: int) -> None:
+        """A running VM's directory grows without asking: its RAM file fills as the guest
+        touches memory (a sandbox reading 200 MiB of files took ~150 MiB more), its top
+        layer as it writes. What it may still add, up to `cap`, counts as reserved while
+        the directory is there; each walk measures it again as it begins (an earlier
+        measure than the walk's own: counted high, never low)."""
+        had = allocated(path)
+        with self._lock:
+            self._growth[path] = (cap, had)
+
+    def _measure_growth(self) -> None:
+        with self._lock:
+            growth = dict(self._growth)
+        now = {p: (cap, allocated(p)) for p, (cap, _) in growth.items() if p.exists()}
+        with self._lock:
+            for p in growth:  # a VM gone meanwhile is gone; one added meanwhile is kept
+                if p in now:
+                    self._growth[p] = now[p]
+                else:
+                    self._growth.pop(p, None)
 
     def accounted(self) -> int:
         """What the budget counts against itself: held plus promised to writes running."""
@@ -187,6 +212,7 @@ class DiskBudget:
     def _walking(self) -> Iterator[Callable[[Tally], Tally]]:
         """A walk's window: what is added while it runs is kept on top of the tally it
         ends with (`ended`); one that fails replaces nothing."""
+        self._measure_growth()
         with self._lock:
             self._walk_adds = 0
 

@@ -25,7 +25,7 @@ from workers.node.net.uplink import Uplink
 from workers.node.runtime.capture import take_capture, take_disk_capture
 from workers.node.runtime.capturefiles import CaptureFiles
 from workers.node.runtime.compat import check_compatible
-from workers.node.runtime.diskroom import VM_EXTRA, restore_need, vm_writes
+from workers.node.runtime.diskroom import boot_room, restore_room, vm_writes
 from workers.node.runtime.forking import fork_children
 from workers.node.runtime.guest import over_defaults, wait_and_init, wait_envd
 from workers.node.runtime.layers import LayerStore
@@ -330,7 +330,7 @@ class Runtime(CaptureFiles):
             )
             return mem
 
-        room = vm_writes(self.disk_budget, restore_need(snap, private=private_memory), self.starts)
+        room = vm_writes(self.disk_budget, *restore_room(snap, private_memory), self.starts)
         async with room, contextlib.AsyncExitStack() as stack:
             if not background:
                 stack.enter_context(self.foreground.busy())
@@ -390,7 +390,7 @@ class Runtime(CaptureFiles):
         check_compatible(self.machine_like(snap), snap, volumes)
         image = GuestImage.load(snap.base_image.parent)
         t0 = time.monotonic()
-        room = vm_writes(self.disk_budget, VM_EXTRA + (snap.machine.mem_mib << 18), self.starts)
+        room = vm_writes(self.disk_budget, *boot_room(snap), self.starts)
         async with room, contextlib.AsyncExitStack() as stack:
             stack.enter_context(self.foreground.busy())
             vm = await self._launch(
