@@ -14,7 +14,9 @@ from tests.support import eventually_sync
 
 pytestmark = pytest.mark.vm
 
-CYCLES = int(os.environ.get("AENV_PAUSE_CYCLES", "50"))  # issue 5: 50, zero mismatches
+#: issue 5 asks 50 cycles with zero mismatches: `make test-scale` runs those; CI runs 15 (each
+#: cycle is a full pause and resume, ~1 s of the run's budget on CI's two cores)
+CYCLES = int(os.environ.get("AENV_PAUSE_CYCLES", "15"))
 
 # A process whose memory state we can read from outside: it counts in RAM and writes the
 # count to a file; if its memory were lost or reset, the count would restart or stop. It
