@@ -155,14 +155,20 @@ def test_an_image_with_no_libc_and_no_python_runs_envd(tmp_path: Path) -> None:
         drop_image(img.digest, "busybox-test")
 
 
-def test_oci_image_from_the_debootstrap_tree_boots(base_image: GuestImage, tmp_path: Path) -> None:
-    tree = base_rootfs_tree()
+def test_an_oci_archive_of_a_debian_tree_boots(base_image: GuestImage, tmp_path: Path) -> None:
+    """A tree written as an OCI layout, then an archive (`docker save`'s shape), becomes an
+    image of its own that boots to init and envd. A small Debian-shaped tree (bash and
+    its glibc): the whole debootstrap tree through an archive is e2e_cli's
+    `test_pull_and_build_from_a_local_oci_archive` (`aenv pull`, `FROM ./bookworm.tar`)."""
+    from tests.registry import debian_tree
+
+    tree = debian_tree(tmp_path / "tree", "bash", "cat")
     layout = tmp_path / "layout"
     t0 = time.monotonic()
     write_layout_from_dir(tree, layout)
     archive = tmp_path / "image.tar"
     write_archive(layout, archive)
-    print(f"OCI layout + archive of the debootstrap tree: {time.monotonic() - t0:.1f}s")
+    print(f"OCI layout + archive of the tree: {time.monotonic() - t0:.1f}s")
     messages: list[str] = []
     img = build_from_oci(archive, "oci-test", progress=messages.append, force=True)
     assert img.manifest["source"]["kind"] == "oci"

@@ -1,5 +1,8 @@
-"""An OCI-image template: a two-layer OCI layout (the Debian tree + a layer of our own)
-becomes a guest image, boots under the runtime, and runs commands through envd."""
+"""An OCI-image template: a two-layer OCI layout (a Debian-shaped tree + a layer of our
+own) becomes a guest image, boots under the runtime, and runs commands through envd. The
+tree is this Debian host's bash and cat with their glibc (`tests.registry.debian_tree`):
+the whole debootstrap tree as an OCI image is e2e_cli's
+`test_pull_and_build_from_a_local_oci_archive`, at a minute of unpacking and mkfs."""
 
 from __future__ import annotations
 
@@ -11,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.runtime.conftest import sdk
+from tests.registry import debian_tree
 from tests.support import drop_image
-from workers.node.image import base_rootfs_tree, build_from_oci, kernel_cmdline
+from workers.node.image import build_from_oci, kernel_cmdline
 from workers.node.image.oci_write import tar_tree, write_layout
 from workers.node.runtime import Runtime
 
@@ -30,7 +34,7 @@ def marker_layer(text: str) -> bytes:
 
 
 async def test_oci_template_boots_and_runs_through_envd(runtime: Runtime, tmp_path: Path) -> None:
-    tree = await asyncio.to_thread(base_rootfs_tree, progress=lambda m: None)
+    tree = await asyncio.to_thread(debian_tree, tmp_path / "tree", "bash", "cat")
     base = await asyncio.to_thread(tar_tree, tree)
     layout = tmp_path / "layout"
     write_layout(layout, [base, marker_layer("from-the-oci-layer\n")])
