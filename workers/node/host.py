@@ -164,11 +164,8 @@ class SandboxHost:
         self._starts.stage = hook
 
     def vm_pids(self) -> list[int]:
-        return [
-            pid
-            for live in self.sandboxes.values()
-            if live.vm.qemu.alive and (pid := live.vm.qemu.pid) is not None
-        ]
+        pids = (live.vm.qemu.pid for live in self.sandboxes.values() if live.vm.qemu.alive)
+        return [p for p in pids if p is not None]
 
     def _running(self, live: LiveSandbox) -> None:
         """Register a running VM and watch it: a QEMU that exits unasked (OOM, a guest
@@ -221,7 +218,8 @@ class SandboxHost:
         The cost is stop + device state (~10 ms) whatever the guest's RAM size: the RAM
         already lives in the sandbox's own file, which stays on disk. Without `keep_memory`
         only the disk is kept (E2B's filesystem-only pause): the guest flushes its writes
-        first (envd /sync) and says what its next boot must be told."""
+        first (envd /sync) and says what its next boot must be told. Never refused for disk
+        (the user's state): over the budget it is written anyway (docs/storage.md)."""
         live = self.sandboxes.get(sandbox_id)
         if live is None:
             if sandbox_id in self.paused:
@@ -233,18 +231,19 @@ class SandboxHost:
             # again (its page cache gone with it) must not lose them
             await guestcalls.call(live, "POST", "/sync", None, timeout=60.0)
         try:
-            if keep_memory:
-                snap = await self.runtime.capture(
-                    live.vm, resume=False, snapshot_id=snap_id, detach=True
-                )
-            else:
-                defaults = guest_defaults
-                if defaults is None:
-                    defaults = await self.flush_guest(sandbox_id)
-                snap = await self.runtime.capture_disk(
-                    live.vm, snapshot_id=snap_id, guest_defaults=defaults
-                )
-            snap = await self.runtime.compact_if_deep(snap)
+            async with self.runtime.capturing(live.vm, refuse=False, ram=keep_memory):
+                if keep_memory:
+                    snap = await self.runtime.capture(
+                        live.vm, resume=False, snapshot_id=snap_id, detach=True
+                    )
+                else:
+                    defaults = guest_defaults
+                    if defaults is None:
+                        defaults = await self.flush_guest(sandbox_id)
+                    snap = await self.runtime.capture_disk(
+                        live.vm, snapshot_id=snap_id, guest_defaults=defaults
+                    )
+                snap = await self.runtime.compact_if_deep(snap)
         except Exception as e:
             log.exception("pause %s failed", sandbox_id)
             raise HostError(f"sandbox {sandbox_id} could not be paused: {e}") from e
@@ -354,11 +353,12 @@ class SandboxHost:
             raise HostError(f"sandbox {sandbox_id} is not running on this node")
         snap_id = f"snap-{uuid.uuid4().hex[:12]}"
         try:
-            snap = await self.runtime.capture(live.vm, resume=True, snapshot_id=snap_id)
-            t0 = time.monotonic()
-            # the sandbox runs again; its RAM copy goes to disk before the template exists
-            await self.runtime.persist(snap)
-            snap = await self.runtime.compact_if_deep(snap)
+            async with self.runtime.capturing(live.vm, refuse=True):
+                snap = await self.runtime.capture(live.vm, resume=True, snapshot_id=snap_id)
+                t0 = time.monotonic()
+                # the sandbox runs again; its RAM copy goes to disk before the template exists
+                await self.runtime.persist(snap)
+                snap = await self.runtime.compact_if_deep(snap)
             log.info(
                 "sandbox %s snapshot %s: paused %.1f ms, on disk %.1f ms later",
                 sandbox_id,
@@ -368,7 +368,8 @@ class SandboxHost:
             )
         except Exception as e:
             log.exception("snapshot of %s failed", sandbox_id)
-            raise HostError(f"sandbox {sandbox_id} could not be snapshotted: {e}") from e
+            code = e.code if isinstance(e, HostError) else None  # `NoRoom`: unavailable
+            raise HostError(f"sandbox {sandbox_id} could not be snapshotted: {e}", code=code) from e
         await self._templates.adopt_snapshot(name, snap, live.guest.access_token, sandbox_id)
         return Capture(snap.snapshot_id, live.template_id, capture_size(snap), snap.stopped_ms)
 

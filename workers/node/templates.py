@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workers.node.disk.budget import NoRoom
 from workers.node.image import GuestImage, build_base, kernel_cmdline
 from workers.node.image.build import guest_defaults
 from workers.node.image.disk import DEFAULT_FREE
@@ -267,7 +268,10 @@ class TemplateCatalog:
             raise TemplateError(f"template {name!r} not found on this node")
         async with self._locks.setdefault(name, asyncio.Lock()):
             if name not in self._ready:
-                self._ready[name] = await self._build(self._specs[name])
+                try:
+                    self._ready[name] = await self._build(self._specs[name])
+                except NoRoom as e:  # `unavailable`: placement may build it elsewhere
+                    raise NoRoom(f"template {name!r} could not be built: {e}") from e
         return self._ready[name]
 
     async def _build(self, spec: TemplateSpec) -> Snapshot:
@@ -310,7 +314,13 @@ class TemplateCatalog:
         self.progress(f"{spec.name}: envd answered after {took:.1f}s; capturing")
         if sdir.exists():  # a half-written capture from a crash: start over
             self.runtime.remove_capture_dir(sdir)
-        return await self.runtime.capture(vm, resume=False, snapshot_id=snap_id)
+        try:  # a build may be refused for disk (`NoRoom`, unavailable): the VM goes
+            async with self.runtime.capturing(vm, refuse=True):
+                return await self.runtime.capture(vm, resume=False, snapshot_id=snap_id)
+        except BaseException:
+            if vm.vm_id in self.runtime.vms:
+                await self.runtime.destroy(vm)
+            raise
 
 
 async def wait_port_ready(host: str, port: int, *, timeout: float) -> float:

@@ -16,6 +16,7 @@ seen the file: counted once more rather than missed). Errs high, never low.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -32,6 +33,8 @@ from workers.node.disk.watch import DiskUsage
 from workers.node.ports import HostError
 
 __all__ = ["DiskBudget", "Evictor", "NoRoom", "Reservation", "budget_of", "no_room_message"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SHARE = 0.8
 DEFAULT_HEADROOM = 1 << 30
@@ -295,15 +298,25 @@ class DiskBudget:
             return self._fits_after_eviction(need)
 
     @contextmanager
-    def reserve(self, nbytes: int, *, evict: bool = True) -> Iterator[Reservation]:
+    def reserve(
+        self, nbytes: int, *, evict: bool = True, refuse: bool = True
+    ) -> Iterator[Reservation]:
         """Room for a write of up to `nbytes`, made by eviction if needed, held until the
         block ends; then what it `charge`d counts as used. Raises `NoRoom` if it cannot fit.
-        `evict=False`: only what is free now (a cache's copy never evicts another cache)."""
+        `evict=False`: only what is free now (a cache's copy never evicts another cache).
+        `refuse=False`: a write that must happen whatever the budget says (a pause: refusing
+        it loses the user's state) goes ahead over the limit with a warning, its reservation
+        held all the same, so the writes after it make the room back or are refused."""
         with self._evicting:  # made room and took it, with no other reservation between
             fits = self._fits_after_eviction(nbytes) if evict else self.free() >= nbytes
             if not fits:
                 p, free = self.plan_for(nbytes)
-                raise NoRoom(no_room_message(nbytes, p.evictable, free))
+                if refuse:
+                    raise NoRoom(no_room_message(nbytes, p.evictable, free))
+                log.warning(
+                    "over the budget, written anyway: %s",
+                    no_room_message(nbytes, p.evictable, free),
+                )
             r = Reservation(nbytes, since=time.time() - 1)  # mtimes have coarse clocks
             with self._lock:
                 self._reservations.append(r)

@@ -38,15 +38,18 @@ def _names(directory: Path) -> set[str]:
 
 
 @contextmanager
-def writing(budget: DiskBudget, nbytes: int, dirs: Iterable[Path]) -> Iterator[Reservation]:
+def writing(
+    budget: DiskBudget, nbytes: int, dirs: Iterable[Path], *, refuse: bool = True
+) -> Iterator[Reservation]:
     """Reserve `nbytes` (evicting if needed; `NoRoom` if it cannot fit), then charge what
     appeared in `dirs` meanwhile, less what it links to that was there before
     (`shares.made`: watch every directory the write makes new links in, or what it links
     from an unwatched one goes uncharged). Two writers into one directory at once both
-    charge what either added: counted high until the next walk, never low."""
+    charge what either added: counted high until the next walk, never low. `refuse=False`:
+    over the limit it goes ahead anyway (`DiskBudget.reserve`)."""
     watched = list(dirs)
     before = {d: _names(d) for d in watched}
-    with budget.reserve(nbytes) as r:
+    with budget.reserve(nbytes, refuse=refuse) as r:
         try:
             yield r
         finally:
@@ -56,11 +59,11 @@ def writing(budget: DiskBudget, nbytes: int, dirs: Iterable[Path]) -> Iterator[R
 
 @asynccontextmanager
 async def writing_async(
-    budget: DiskBudget, nbytes: int, dirs: Iterable[Path]
+    budget: DiskBudget, nbytes: int, dirs: Iterable[Path], *, refuse: bool = True
 ) -> AsyncIterator[Reservation]:
     """`writing` from the event loop: making room (an eviction: rmtree) and measuring what
     was left run in a thread."""
-    held = writing(budget, nbytes, dirs)
+    held = writing(budget, nbytes, dirs, refuse=refuse)
     r = await asyncio.to_thread(held.__enter__)
     try:
         yield r

@@ -12,10 +12,12 @@ import asyncio
 import dataclasses
 import logging
 import shutil
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 from workers.node.disk.budget import DiskBudget
 from workers.node.foreground import Foreground
+from workers.node.runtime.diskroom import VM_EXTRA, fork_need, top_bytes, vm_writes
 from workers.node.runtime.layers import MAX_CHAIN_DEPTH, LayerStore
 from workers.node.runtime.rampool import RamPool
 from workers.node.runtime.ramstage import RamStage
@@ -51,6 +53,10 @@ class CaptureFiles:
         log.info("snapshot %s: disk chain compacted into %s", snap.snapshot_id, flat.name)
         return compacted
 
+    async def settled(self, snapshot_id: str) -> None:
+        """Return once a detached capture's QEMU has exited (its files are then final)."""
+        await self.teardowns.settled(snapshot_id)
+
     async def persist(self, snap: Snapshot) -> None:
         """Put all of a capture's files on the node's disk: a capture of a VM that ran on
         (`capture(resume=True)`) may hold its RAM in memory (`RamStage`). A snapshot that
@@ -80,6 +86,20 @@ class CaptureFiles:
         """
         roots = {vm.disk_top for vm in self.vms.values()} | {s.disk_top for s in snapshots}
         return len(await self.layers.collect(roots, min_age_s=min_age_s))
+
+    def capturing(
+        self, vm: Vm, *, refuse: bool, ram: bool = True, children: int = 0
+    ) -> AbstractAsyncContextManager[None]:
+        """Room for a capture of `vm` (and a fork's `children`) under the disk budget, and
+        what it wrote charged after: reserved by eviction if need be. `refuse=False` (a
+        pause: refusing it would lose the user's state) writes over the limit with a
+        warning when eviction cannot make the room; else `NoRoom` (`unavailable`) before
+        anything is written. `ram=False`: a filesystem-only capture (its disk alone)."""
+        need = fork_need(vm, children) if ram else VM_EXTRA + top_bytes(vm)
+        dirs = [self.state_dir / "snapshots", self.layers.root]
+        if children:
+            dirs.append(self.state_dir / "vms")
+        return vm_writes(self.disk_budget, need, dirs, refuse=refuse)
 
     def _vm_dir(self, vm_id: str) -> Path:
         return self.state_dir / "vms" / vm_id

@@ -32,6 +32,7 @@ class Forkable(Protocol):
         private_memory: bool = True,
         policy: EgressPolicy | None = None,
         run: bool = True,
+        counted: bool = True,
     ) -> tuple[Vm, Timing]: ...
 
     async def destroy(self, vm: Vm, *, background: bool = False) -> None: ...
@@ -46,11 +47,16 @@ async def fork_children(
     vm_ids: list[str] | None,
     policy: EgressPolicy | None,
 ) -> tuple[Snapshot, list[Vm | BaseException]]:
-    """The capture and the children, in order (a child that failed is its exception)."""
+    """The capture and the children, in order (a child that failed is its exception).
+    The caller reserved the disk room for all of them before the capture (a fork that does
+    not fit is refused whole, never half made): the children's restores do not."""
     ids: list[str | None] = list(vm_ids) if vm_ids else [None] * count
     snap = await rt.capture(vm, resume=True)
     results = await asyncio.gather(
-        *(rt.restore(snap, vm_id=i, private_memory=True, run=False, policy=policy) for i in ids),
+        *(
+            rt.restore(snap, vm_id=i, private_memory=True, run=False, policy=policy, counted=False)
+            for i in ids
+        ),
         return_exceptions=True,
     )
     children: list[Vm | BaseException] = [

@@ -25,7 +25,7 @@ from workers.node.net.uplink import Uplink
 from workers.node.runtime.capture import take_capture, take_disk_capture
 from workers.node.runtime.capturefiles import CaptureFiles
 from workers.node.runtime.compat import check_compatible
-from workers.node.runtime.diskroom import boot_room, restore_room, vm_writes
+from workers.node.runtime.diskroom import boot_need, boot_room, restore_room, vm_start, vm_writes
 from workers.node.runtime.forking import fork_children
 from workers.node.runtime.guest import over_defaults, wait_and_init, wait_envd
 from workers.node.runtime.layers import LayerStore
@@ -164,7 +164,8 @@ class Runtime(CaptureFiles):
         """Cold-boot a VM from a base image (template builds only; sandboxes restore)."""
         vm_id = vm_id or new_id()
         machine = self.machine(vcpus=vcpus, mem_mib=mem_mib)
-        async with contextlib.AsyncExitStack() as stack:
+        room = vm_writes(self.disk_budget, boot_need(mem_mib), self.starts)
+        async with room, contextlib.AsyncExitStack() as stack:
             vm = await self._launch(
                 stack,
                 vm_id,
@@ -275,10 +276,6 @@ class Runtime(CaptureFiles):
                     await self.destroy(vm)
             return snap
 
-    async def settled(self, snapshot_id: str) -> None:
-        """Return once a detached capture's QEMU has exited (its files are then final)."""
-        await self.teardowns.settled(snapshot_id)
-
     # ---- restore -----------------------------------------------------------------------
     async def restore(
         self,
@@ -294,6 +291,7 @@ class Runtime(CaptureFiles):
         run: bool = True,
         background: bool = False,
         volumes: tuple[Path | None, ...] = (),
+        counted: bool = True,
     ) -> tuple[Vm, Timing]:
         """Start a VM from `snap`.
 
@@ -310,7 +308,7 @@ class Runtime(CaptureFiles):
         adopt_memory=True (with private_memory=False) takes the snapshot's RAM file itself:
         the resume of a pause, where nobody else will ever restore that snapshot.
         `volumes`: the image each volume slot gets instead of its placeholder (in slot
-        order; None leaves a slot empty).
+        order; None leaves a slot empty). counted=False: the caller reserved its disk room.
         """
         check_compatible(self.machine_like(snap), snap, volumes)
         if snap.disk_only:
@@ -330,7 +328,8 @@ class Runtime(CaptureFiles):
             )
             return mem
 
-        room = vm_writes(self.disk_budget, *restore_room(snap, private_memory), self.starts)
+        budget = self.disk_budget if counted else None
+        room = vm_start(budget, restore_room(snap, private_memory), self.starts)
         async with room, contextlib.AsyncExitStack() as stack:
             if not background:
                 stack.enter_context(self.foreground.busy())
@@ -390,7 +389,7 @@ class Runtime(CaptureFiles):
         check_compatible(self.machine_like(snap), snap, volumes)
         image = GuestImage.load(snap.base_image.parent)
         t0 = time.monotonic()
-        room = vm_writes(self.disk_budget, *boot_room(snap), self.starts)
+        room = vm_start(self.disk_budget, boot_room(snap), self.starts)
         async with room, contextlib.AsyncExitStack() as stack:
             stack.enter_context(self.foreground.busy())
             vm = await self._launch(
@@ -430,7 +429,8 @@ class Runtime(CaptureFiles):
         but before their envd was initialised (callers init each with its own token).
         """
         with self.foreground.busy():
-            return await fork_children(self, vm, count, wait=wait, vm_ids=vm_ids, policy=policy)
+            async with self.capturing(vm, refuse=True, children=count):
+                return await fork_children(self, vm, count, wait=wait, vm_ids=vm_ids, policy=policy)
 
     # ---- teardown ----------------------------------------------------------------------
     async def destroy(self, vm: Vm, *, background: bool = False) -> None:
