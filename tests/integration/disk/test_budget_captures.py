@@ -3,7 +3,9 @@ too tight for it evicts a regenerable entry (a repository blob cache file) to ma
 room, and the ledger counts at least what is on disk after it; a pause that not even
 eviction can make room for goes ahead all the same (losing it would lose the user's
 state), with a warning. A fork too big for the budget is refused `unavailable` before its
-capture: no child, no capture, no layer left behind, and the parent runs on."""
+capture: no child, no capture, no layer left behind, and the parent runs on. A template
+build refused for disk, at its boot or at its capture, fails `unavailable` naming the
+budget and leaves nothing."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from workers.node.disk.evict import Entry
 from workers.node.disk.evictor import CacheEvictor
 from workers.node.image import GuestImage, build_base, kernel_cmdline
 from workers.node.runtime import Runtime, Snapshot, Vm
-from workers.node.runtime.diskroom import capture_need, fork_need, top_bytes
+from workers.node.runtime.diskroom import boot_need, capture_need, fork_need, top_bytes
+from workers.node.templates import TemplateCatalog, TemplateSpec
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -180,3 +183,26 @@ async def test_a_fork_too_big_for_the_budget_is_refused_whole(
         assert await asyncio.wait_for(parent.qemu.status(), 30) == "running"
     finally:
         await runtime.destroy(parent)
+
+
+async def test_a_template_build_that_cannot_fit_fails_unavailable_and_leaves_nothing(
+    runtime: Runtime, budget: DiskBudget
+) -> None:
+    catalog = TemplateCatalog(runtime, base=TemplateSpec("base", mem_mib=MEM_MIB))
+    dirs = [runtime.state_dir / d for d in ("vms", "snapshots", "layers")]
+    before = {d: sorted(os.listdir(d)) for d in dirs}
+    budget.walk()
+    budget.budget = budget.used() + HEADROOM  # no room to boot it
+    with pytest.raises(NoRoom) as refused:
+        await catalog.get("base")
+    assert refused.value.code == "unavailable"
+    assert str(refused.value).startswith("template 'base' could not be built: node disk budget")
+    assert {d: sorted(os.listdir(d)) for d in dirs} == before
+    # room to boot it, not to capture it: the booted VM goes with the refusal
+    budget.budget = budget.used() + HEADROOM + boot_need(MEM_MIB) + 32 * MiB
+    with pytest.raises(NoRoom, match="could not be built: node disk budget"):
+        await catalog.get("base")
+    await runtime.teardowns.drain()
+    assert {d: sorted(os.listdir(d)) for d in dirs} == before
+    assert budget.reserved() == 0
+    assert catalog.ready("base") is None
