@@ -61,6 +61,7 @@ async def _children(
         if cid not in creates and not w.host.runs(cid):
             w.journal.remove(cid)  # not ours to start (it existed already)
     errors: dict[str, str | None] = {}
+    refused: sb.FailureCode | None = None  # why the whole fork was refused, if it was
     size, new = size_of(state), [cid for cid in creates if not w.capacity.holds(cid)]
     if w.capacity.fits(size, len(new)):
         for cid in new:
@@ -82,6 +83,8 @@ async def _children(
                 errors = await w.host.fork(cmd.sandbox_id, guests)
         except HostError as e:
             errors = {cid: str(e) for cid in creates}
+            if e.code == "unavailable":  # a fork refused for disk: another node may fit it
+                refused = "unavailable"
     await asyncio.gather(
         *(w.route_publisher.put(cid, tokens[cid]) for cid in creates if errors.get(cid) is None)
     )
@@ -92,6 +95,7 @@ async def _children(
             sandbox_id=cid,
             node_id=w.node_id,
             error=errors.get(cid),
+            code=refused if errors.get(cid) is not None else None,
             command_id=completion_id(create, "created"),
         )
         await execute(w.bus.sandboxes, done, ctx)
