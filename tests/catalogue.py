@@ -3,8 +3,9 @@ the payload layers (files of one 4 KiB block repeated, a per-file seed, and a `S
 the guest checks: gzip keeps 0.6 % of them, so the registry stays small while the node's
 ext4 holds them at full size), and the sampler of a node's disk use.
 
-`AENV_CATALOGUE` picks the form: unset, the test is skipped; `small` is a reduced form that
-runs in minutes on a 2-core machine; anything else is the issue's full form. Each number can
+`AENV_CATALOGUE` picks the form: unset or `small`, the reduced form the suite (CI) runs, ~5
+minutes on a 2-core machine; `off`, the test is skipped; anything else is the issue's full
+form (`make test-catalogue`). Each number can
 be set on its own (`AENV_CATALOGUE_IMAGES`, `_SHARED_MIB`, `_DISTINCT_MIB` as `lo-hi`,
 `_BUDGET_MIB`)."""
 
@@ -53,10 +54,10 @@ SMALL = Form(8, 192 * MiB, (128 * MiB, 256 * MiB), 2048 * MiB)
 
 
 def form_from_env() -> Form | None:
-    which = os.environ.get("AENV_CATALOGUE", "")
-    if which == "":
+    which = os.environ.get("AENV_CATALOGUE", "small")
+    if which == "off":
         return None
-    base = SMALL if which == "small" else FULL
+    base = SMALL if which in ("", "small") else FULL
     lo, _, hi = os.environ.get("AENV_CATALOGUE_DISTINCT_MIB", "").partition("-")
     return Form(
         int(os.environ.get("AENV_CATALOGUE_IMAGES", base.images)),
