@@ -12,17 +12,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.integration.disk.conftest import boot_template
 from tests.support import tagged
-from workers.node.disk import STATE, DiskUsage, scan
+from workers.node.disk import STATE, scan
 from workers.node.disk.budget import DiskBudget, NoRoom
 from workers.node.disk.evict import Entry
-from workers.node.disk.evictor import CacheEvictor
-from workers.node.image import GuestImage, build_base, kernel_cmdline
+from workers.node.image import GuestImage
 from workers.node.runtime import Runtime, Snapshot, Vm
 from workers.node.runtime.diskroom import boot_need, capture_need, fork_need, top_bytes
 from workers.node.templates import TemplateCatalog, TemplateSpec
@@ -36,59 +35,8 @@ MEM_MIB = 256
 
 
 @pytest.fixture(scope="module")
-def guest_image() -> GuestImage:
-    if os.geteuid() != 0:
-        pytest.skip("microVM tests need root (netns, tap)")
-    return build_base(progress=lambda msg: print(f"[image] {msg}", flush=True))
-
-
-@pytest.fixture(scope="module")
-async def runtime(
-    guest_image: GuestImage, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[Runtime]:
-    state = tmp_path_factory.mktemp("aenv-budget-captures")
-    rt = await Runtime.open(state, kernel_for_probe=guest_image.kernel, slot_prefix=PREFIX)
-    try:
-        yield rt
-    finally:
-        await rt.close()
-
-
-@pytest.fixture(scope="module")
 async def template(runtime: Runtime, guest_image: GuestImage) -> Snapshot:
-    vm = await runtime.boot(
-        kernel=guest_image.kernel,
-        initrd=guest_image.initrd,
-        rootfs=guest_image.rootfs,
-        cmdline=kernel_cmdline(guest_image),
-        mem_mib=MEM_MIB,
-    )
-    await runtime.wait_envd(vm)
-    return await runtime.capture(vm, resume=False)
-
-
-@pytest.fixture
-def evicted() -> list[Entry]:
-    return []
-
-
-@pytest.fixture
-def budget(runtime: Runtime, evicted: list[Entry]) -> Iterator[DiskBudget]:
-    """The node's budget over its state dir, wired as the composition root wires it."""
-    evictor = CacheEvictor(None, runtime.state_dir)
-    b = DiskBudget(
-        DiskUsage(runtime.state_dir, None),
-        1 << 50,
-        headroom=HEADROOM,
-        evictor=evictor,
-        on_evicted=evicted.append,
-    )
-    runtime.disk_budget = runtime.ram_pool.disk = b
-    evictor.ram_pool = runtime.ram_pool
-    try:
-        yield b
-    finally:
-        runtime.disk_budget = runtime.ram_pool.disk = None
+    return await boot_template(runtime, guest_image, MEM_MIB)
 
 
 async def _sandbox(runtime: Runtime, template: Snapshot) -> Vm:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,11 +19,11 @@ from e2b.connection_config import ConnectionConfig
 from packaging.version import Version
 
 from envd.version import ENVD_VERSION
+from tests.integration.disk.conftest import boot_template
 from tests.support import tagged
-from workers.node.disk import STATE, DiskUsage, scan
+from workers.node.disk import STATE, scan
 from workers.node.disk.budget import DiskBudget, NoRoom
-from workers.node.disk.evictor import CacheEvictor
-from workers.node.image import GuestImage, build_base, kernel_cmdline
+from workers.node.image import GuestImage
 from workers.node.runtime import ENVD_PORT, Runtime, Snapshot, Vm
 from workers.node.runtime.diskroom import VM_EXTRA
 
@@ -62,52 +61,9 @@ class Sampler:
 
 
 @pytest.fixture(scope="module")
-def guest_image() -> GuestImage:
-    if os.geteuid() != 0:
-        pytest.skip("microVM tests need root (netns, tap)")
-    return build_base(progress=lambda msg: print(f"[image] {msg}", flush=True))
-
-
-@pytest.fixture(scope="module")
-async def runtime(
-    guest_image: GuestImage, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[Runtime]:
-    state = tmp_path_factory.mktemp("aenv-budget-creates")
-    rt = await Runtime.open(state, kernel_for_probe=guest_image.kernel, slot_prefix=PREFIX)
-    try:
-        yield rt
-    finally:
-        await rt.close()
-
-
-@pytest.fixture(scope="module")
 async def templates(runtime: Runtime, guest_image: GuestImage) -> list[Snapshot]:
-    """Templates of three sizes: each booted once until envd answered, then captured."""
-    out = []
-    for mem_mib in SIZES:
-        vm = await runtime.boot(
-            kernel=guest_image.kernel,
-            initrd=guest_image.initrd,
-            rootfs=guest_image.rootfs,
-            cmdline=kernel_cmdline(guest_image),
-            mem_mib=mem_mib,
-        )
-        await runtime.wait_envd(vm)
-        out.append(await runtime.capture(vm, resume=False))
-    return out
-
-
-@pytest.fixture
-def budget(runtime: Runtime) -> Iterator[DiskBudget]:
-    """The node's budget over its state dir, wired as the composition root wires it."""
-    evictor = CacheEvictor(None, runtime.state_dir)
-    b = DiskBudget(DiskUsage(runtime.state_dir, None), 1 << 50, headroom=HEADROOM, evictor=evictor)
-    runtime.disk_budget = runtime.ram_pool.disk = b
-    evictor.ram_pool = runtime.ram_pool
-    try:
-        yield b
-    finally:
-        runtime.disk_budget = runtime.ram_pool.disk = None
+    """Templates of three sizes."""
+    return [await boot_template(runtime, guest_image, mem_mib) for mem_mib in SIZES]
 
 
 def _sdk(vm: Vm) -> Sandbox:
