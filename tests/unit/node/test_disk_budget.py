@@ -260,3 +260,14 @@ def test_a_running_vm_holds_what_its_directory_may_still_grow_to(roots: tuple[Pa
     assert b.reserved() == 0  # gone: nothing held for it
     b.walk()
     assert b.reserved() == 0
+
+
+def test_a_paused_vm_holds_nothing_more(roots: tuple[Path, Path]) -> None:
+    state, _ = roots
+    vm = state / "vms" / "vm2"
+    _file(vm / "mem", 1 * MiB)
+    b = _budget(roots, 64 * MiB)
+    b.grows(vm, 10 * MiB)
+    assert b.reserved() > 0
+    b.stops_growing(vm)  # its directory still there, its capture reserving the RAM
+    assert b.reserved() == 0

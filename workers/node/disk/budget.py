@@ -166,6 +166,12 @@ class DiskBudget:
         with self._lock:
             self._growth[path] = (cap, had)
 
+    def stops_growing(self, path: Path) -> None:
+        """The VM of that directory grows no more (a pause: its capture reserves the RAM
+        it moves): nothing stays held for it."""
+        with self._lock:
+            self._growth.pop(path, None)
+
     def _measure_growth(self) -> None:
         with self._lock:
             growth = dict(self._growth)

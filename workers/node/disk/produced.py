@@ -18,7 +18,7 @@ from pathlib import Path
 from workers.node.disk.budget import DiskBudget, Reservation
 from workers.node.disk.shares import made
 
-__all__ = ["disk_need", "unpacked_bytes", "writing", "writing_async"]
+__all__ = ["disk_need", "names", "unpacked_bytes", "writing", "writing_async"]
 
 #: what a root disk holds beside its tree: the ext4 journal and metadata, the kernel and
 #: initramfs files of its entry (a guess with room to spare; the charge is measured)
@@ -30,7 +30,9 @@ _GZIP, _ZSTD = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
 _ZSTD_RATIO = 4  # no size in a zstd layer's trailer: assume it unpacks to this many times
 
 
-def _names(directory: Path) -> set[str]:
+def names(directory: Path) -> set[str]:
+    """What `directory` holds now (nothing if it is not there): compared before and after
+    a write, what the write made."""
     try:
         return set(os.listdir(directory))
     except OSError:
@@ -48,12 +50,12 @@ def writing(
     charge what either added: counted high until the next walk, never low. `refuse=False`:
     over the limit it goes ahead anyway (`DiskBudget.reserve`)."""
     watched = list(dirs)
-    before = {d: _names(d) for d in watched}
+    before = {d: names(d) for d in watched}
     with budget.reserve(nbytes, refuse=refuse) as r:
         try:
             yield r
         finally:
-            new = [d / n for d in watched for n in _names(d) - before[d]]
+            new = [d / n for d in watched for n in names(d) - before[d]]
             r.charge(made(new) + METADATA)
 
 

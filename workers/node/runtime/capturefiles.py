@@ -95,8 +95,8 @@ class CaptureFiles:
         pause: refusing it would lose the user's state) writes over the limit with a
         warning when eviction cannot make the room; else `NoRoom` (`unavailable`) before
         anything is written. `ram=False`: a filesystem-only capture (its disk alone)."""
-        if not refuse and self.disk_budget is not None:  # a pause ends its VM: no growth
-            self.disk_budget.grows(self._vm_dir(vm.vm_id), 0)  # left to hold for it
+        if not refuse and self.disk_budget is not None:  # a pause ends its VM
+            self.disk_budget.stops_growing(self._vm_dir(vm.vm_id))
         need = fork_need(vm, children) if ram else VM_EXTRA + top_bytes(vm)
         dirs = [self.state_dir / "snapshots", self.layers.root]
         if children:

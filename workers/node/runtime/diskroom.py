@@ -9,13 +9,12 @@ top layer past that).
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 from workers.node.disk.budget import DiskBudget
-from workers.node.disk.produced import writing_async
+from workers.node.disk.produced import names, writing_async
 from workers.node.runtime.memfile import allocated_bytes
 from workers.node.runtime.snapshot import Snapshot
 from workers.node.runtime.vm import Vm
@@ -113,10 +112,10 @@ async def vm_writes(
     if budget is None:
         yield
         return
-    before = set(_names(dirs[0]))
+    before = names(dirs[0]) if grows else set()
     async with writing_async(budget, need, dirs, refuse=refuse):
         yield
-    for name in set(_names(dirs[0])) - before if grows else ():  # a start beside: twice
+    for name in names(dirs[0]) - before if grows else ():  # a start beside: twice
         budget.grows(dirs[0] / name, grows)
 
 
@@ -125,10 +124,3 @@ def vm_start(
 ) -> AbstractAsyncContextManager[None]:
     """`vm_writes` of a VM start's (`need`, `grows`): `restore_room`, `boot_room`."""
     return vm_writes(budget, room[0], dirs, grows=room[1])
-
-
-def _names(directory: Path) -> list[str]:
-    try:
-        return os.listdir(directory)
-    except OSError:
-        return []
