@@ -368,8 +368,7 @@ class SandboxHost:
             )
         except Exception as e:
             log.exception("snapshot of %s failed", sandbox_id)
-            code = e.code if isinstance(e, HostError) else None  # `NoRoom`: unavailable
-            raise HostError(f"sandbox {sandbox_id} could not be snapshotted: {e}", code=code) from e
+            raise HostError.about(f"sandbox {sandbox_id} could not be snapshotted", e) from e
         await self._templates.adopt_snapshot(name, snap, live.guest.access_token, sandbox_id)
         return Capture(snap.snapshot_id, live.template_id, capture_size(snap), snap.stopped_ms)
 

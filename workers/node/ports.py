@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from workers.node.errors import HostError
 from workers.node.net.firewall import EgressPolicy
 from workers.node.vmm.spec import VOLUME_SERIAL
 
@@ -56,16 +57,6 @@ Claim = Callable[[], Awaitable[None]] | None
 #: resume's or a fork's `restore` (until the VM runs) and `envd_ready` (then until envd was
 #: initialised); `start` "warm" for a create a warm VM took, else "cold" (`aenv_lifecycle_seconds`)
 Stage = Callable[[str, str, float, str], None]
-
-
-class HostError(Exception):
-    """A sandbox operation on this node failed; the message is safe to show a user.
-    `code`: what kind of failure it is for the client, when not the node's own (`invalid`:
-    the request cannot work here; `conflict`: something else holds what it needs)."""
-
-    def __init__(self, message: str, *, code: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)

@@ -168,10 +168,7 @@ class VmStarts:
             )
         except Exception as e:
             log.exception("fork of %s failed", parent_id)
-            code = e.code if isinstance(e, HostError) else None  # `NoRoom`: unavailable
-            raise HostError(
-                f"sandbox {parent_id} could not be captured for a fork: {e}", code=code
-            ) from e
+            raise HostError.about(f"sandbox {parent_id} could not be captured for a fork", e) from e
         # The capture stays on disk while children map its RAM file copy-on-write (a child's
         # pause copies what it needs); the garbage collector deletes it after the last child.
         self.garbage.fork_captures.append(capture)

@@ -176,8 +176,7 @@ class Transfers:
         except Exception as e:
             log.exception("pulling %s failed", key)
             # a full disk (`NoRoom`) stays `unavailable`: another node may have the room
-            code = e.code if isinstance(e, HostError) else None
-            raise HostError(f"{what} could not be fetched: {e}", code=code) from e
+            raise HostError.about(f"{what} could not be fetched", e) from e
         log.info(
             "pulled %s from the repository (%d blobs, %d bytes)",
             key,
