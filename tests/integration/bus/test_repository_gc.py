@@ -184,9 +184,21 @@ async def test_gc_leaves_exactly_what_the_remaining_manifests_name(
 
         await eventually(tidied, timeout=30)
         deleted = scrape.registry.get_sample_value
-        kinds = {k: deleted("aenv_repository_manifests_deleted_total", {"kind": k}) for k in KINDS}
-        # a1, a2 and their volumes' keys (a2-v0 was never stored: deleting it is a no-op)
-        assert kinds == {"pause": 4, "template": 1, "image": 0}
+
+        def kinds() -> dict[str, float | None]:
+            return {
+                k: deleted("aenv_repository_manifests_deleted_total", {"kind": k}) for k in KINDS
+            }
+
+        # a1, a2 and their volumes' keys (a2-v0 was never stored: deleting it is a no-op, counted
+        # just after the listing already matched, so the count is awaited, not read once)
+        want = {"pause": 4, "template": 1, "image": 0}
+
+        async def counted() -> bool:
+            return kinds() == want
+
+        await eventually(counted, timeout=10)
+        assert kinds() == want
 
         # two nodes' GC runners at once: one takes the lease and runs
         runners = [
