@@ -27,7 +27,7 @@ from aenv.stack import EmbeddedS3
 from aenv.stack.process import die_with_parent, free_port
 from bench.cluster import NatsCluster
 
-__all__ = ["NODES", "Fleet", "RigError", "Role", "fleet_rig"]
+__all__ = ["NODES", "Fleet", "RigError", "Role", "fleet_rig", "stop_all"]
 
 PG = "postgresql://postgres@127.0.0.1:5432"
 AENV = [sys.executable, "-m", "aenv.cli"]
@@ -94,13 +94,7 @@ class Role:
         self.proc.wait(30)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_all([self])
 
     def tail(self, n: int = 60) -> str:
         text = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
@@ -166,6 +160,23 @@ class Fleet:
             return httpx.get(f"{self.api_url(i)}/health/live", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
+
+
+def stop_all(roles: list[Role], timeout: float = 60) -> None:
+    """SIGTERM every live role at once, then wait for each (a role still running `timeout`
+    s after its signal is SIGKILLed): each drains as it would alone, and the rig's teardown
+    takes the slowest role's drain instead of the sum of them (a rig of 2 APIs and 3 nodes:
+    26 s one after another, 15 s at once; the fleet tier tears down three rigs)."""
+    live = [r.proc for r in roles if r.proc is not None and r.proc.poll() is None]
+    for proc in live:
+        proc.terminate()
+    deadline = time.monotonic() + timeout
+    for proc in live:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 def _common_env(
@@ -276,8 +287,7 @@ def fleet_rig(
             role.wait_ready()
         yield fleet
     finally:
-        for role in [*fleet.apis, *fleet.nodes]:
-            role.stop()
+        stop_all([*fleet.apis, *fleet.nodes])
         asyncio.run(s3.stop())
         nats.stop()
         asyncio.run(_sql(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
