@@ -8,7 +8,6 @@ live stack show as unanswered until they finish: run it again on a quiet stack.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import TYPE_CHECKING, Annotated
 
@@ -35,6 +34,8 @@ def audit(
     """Replay the sandbox event log: every accepted request answered exactly once (or
     overtaken by its sandbox's kill), none twice, no sandbox stuck in a transitional state.
     Exits 1 with the findings otherwise. Reads the stack's NATS directly."""
+    import asyncio
+
     from bus import Bus, BusSettings
 
     info = running_stack(data_dir)

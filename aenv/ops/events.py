@@ -8,7 +8,6 @@ event — until Ctrl-C, which exits 0.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import sys
@@ -105,6 +104,8 @@ async def _history(bus: Bus, sandbox_id: str, printer: _Printer) -> Family | Non
 
 async def _follow(bus: Bus, sandbox_id: str | None, printer: _Printer) -> None:
     """Print events as they are appended until SIGINT/SIGTERM (or the reader goes away)."""
+    import asyncio
+
     from bus import AggregateKind, EventFeed, stream_last_seq
     from projections import history_line
 
@@ -163,6 +164,8 @@ def events(
     line: seq, aggregate_id (the sandbox), revision, at, type, actor, causation_id,
     correlation_id, details. Reads the stack's NATS directly: run it where `aenv up` runs.
     """
+    import asyncio
+
     from bus import Bus, BusSettings
 
     if sandbox_id is None and not follow:

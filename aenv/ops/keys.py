@@ -8,7 +8,6 @@ revoked here is refused by the API within `api.auth.CACHE_S` seconds of the comm
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -54,6 +53,8 @@ async def _stack(info: dict[str, object]) -> AsyncIterator[tuple[Bus, AsyncEngin
 
 
 def _run(data_dir: Path, what: str, body: Callable[[Bus, AsyncEngine], Awaitable[T]]) -> T:
+    import asyncio  # here: `aenv --help` and the sandbox commands start without it
+
     info = running_stack(data_dir)
 
     async def run() -> T:
