@@ -24,6 +24,7 @@ from workers.node.image.build import guest_defaults
 from workers.node.image.disk import DEFAULT_FREE
 from workers.node.runtime import Runtime, Snapshot
 from workers.node.runtime.guest import http_request, wait_and_init
+from workers.node.runtime.memfile import punch_zero_pages
 
 # A service's start in an emulated (TCG) guest: the code interpreter's kernel imports
 # IPython, numpy, pandas and matplotlib before it listens (~1-3 min under TCG).
@@ -316,11 +317,27 @@ class TemplateCatalog:
             self.runtime.remove_capture_dir(sdir)
         try:  # a build may be refused for disk (`NoRoom`, unavailable): the VM goes
             async with self.runtime.capturing(vm, refuse=True):
-                return await self.runtime.capture(vm, resume=False, snapshot_id=snap_id)
+                snap = await self.runtime.capture(vm, resume=False, snapshot_id=snap_id)
         except BaseException:
             if vm.vm_id in self.runtime.vms:
                 await self.runtime.destroy(vm)
             raise
+        await asyncio.to_thread(_zero_pages_as_holes, snap)
+        return snap
+
+
+def _zero_pages_as_holes(snap: Snapshot) -> None:
+    """The capture's RAM file without its zero pages (`punch_zero_pages`): before any VM
+    restores from it, so every copy of it is smaller too. Nobody writes a template's
+    capture. A failure keeps the file as it is: the same bytes, only larger."""
+    if snap.ram_in_state:  # the RAM is in the state stream; `mem` is a placeholder
+        return
+    try:
+        freed = punch_zero_pages(snap.mem)
+    except OSError as e:
+        log.warning("%s: zero pages of its RAM file kept: %s", snap.snapshot_id, e)
+        return
+    log.info("%s: %d MiB of zero pages in its RAM file made holes", snap.snapshot_id, freed >> 20)
 
 
 async def wait_port_ready(host: str, port: int, *, timeout: float) -> float:

@@ -8,6 +8,7 @@ not the guest's RAM size.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import os
@@ -73,6 +74,59 @@ def sparse_copy(
                 off += n
                 if pause_point is not None:
                     pause_point()
+
+
+#: The guest's page: the unit a hole is punched in.
+PAGE = 4096
+_ZERO_PAGE = bytes(PAGE)
+_READ = 1 << 20
+_PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+
+
+def punch_zero_pages(path: Path) -> int:
+    """Turn the all-zero pages of RAM file `path` into holes; the bytes freed.
+
+    A booted guest's RAM file holds pages it touched that hold only zeros (a template's:
+    ~33 of 128 MiB). As holes they read back the same — to a restore's mapping, a sparse
+    copy, an upload — and every copy made from the file (the RAM pool's, a sandbox's own)
+    is smaller by as much. Only for a file nobody writes (a template's capture): a page a
+    writer dirtied after it was read here would be lost."""
+    before = allocated_bytes(path)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        for start, end in data_extents(fd, os.fstat(fd).st_size):
+            for off in range(start, end, _READ):
+                buf = os.pread(fd, min(_READ, end - off), off)
+                for first, last in zero_runs(buf):
+                    _punch(fd, off + first, last - first)
+    finally:
+        os.close(fd)
+    return before - allocated_bytes(path)
+
+
+def zero_runs(buf: bytes) -> list[tuple[int, int]]:
+    """[start, end) runs of whole zero pages in `buf` (a trailing part page is kept)."""
+    runs: list[tuple[int, int]] = []
+    view = memoryview(buf)
+    start: int | None = None
+    whole = len(buf) - len(buf) % PAGE
+    for at in range(0, whole, PAGE):
+        if view[at : at + PAGE] == _ZERO_PAGE:
+            start = at if start is None else start
+        elif start is not None:
+            runs.append((start, at))
+            start = None
+    if start is not None:
+        runs.append((start, whole))
+    return runs
+
+
+def _punch(fd: int, offset: int, length: int) -> None:
+    if _libc.fallocate(fd, _PUNCH_HOLE, offset, length) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"punching a hole: {os.strerror(err)}")
 
 
 def allocated_bytes(path: Path) -> int:
