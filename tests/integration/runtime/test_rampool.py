@@ -101,8 +101,9 @@ async def test_copies_of_a_source_deleted_behind_its_back_go_on_the_next_fill(
 
 
 async def test_a_source_that_ran_dry_keeps_two_copies(tmp_path: Path) -> None:
-    """One ready copy while each create finds one; a create that found none although its
-    source was asked before (creates faster than the refill) makes it keep two."""
+    """One ready copy while each create finds one, or finds none because the budget dropped
+    it; a create that found none while its refill was under way (creates faster than the
+    refill) makes it keep two."""
     pool = _pool(tmp_path, 64 * MIB)
     mem = _capture(tmp_path, "tpl-a")
     try:
@@ -114,6 +115,11 @@ async def test_a_source_that_ran_dry_keeps_two_copies(tmp_path: Path) -> None:
         taken.unlink()
         await pool.idle()
         assert _on_disk(pool)[0] == 1  # found one: still one
+        [ready] = pool.ready_files()
+        assert pool.drop(ready)  # the disk budget evicts it
+        assert pool.take(mem) is None
+        await pool.idle()
+        assert _on_disk(pool)[0] == 1  # dropped, not outrun: still one
         for _ in range(2):  # two creates at once: the second finds none
             if (got := pool.take(mem)) is not None:
                 got.unlink()

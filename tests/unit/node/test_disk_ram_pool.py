@@ -57,7 +57,7 @@ async def test_copies_are_charged_listed_and_dropped_through_the_pool(tmp_path: 
     evictor.ram_pool = pool
     try:
         assert pool.take(mem) is None
-        assert pool.take(mem) is None  # asked again before a copy was ready: it keeps two
+        assert pool.take(mem) is None  # asked again while the refill runs: it keeps two
         await pool.idle()
         files = sorted(pool.root.glob("*.mem"))
         assert len(files) == 2

@@ -6,9 +6,10 @@ ready ahead of time, a create only renames one into place. The copies are made o
 restores in flight are over (`settled`), at the lowest priority: copying 100+ MiB competes
 for the CPU and disk with the restore that just took one, and with its answer.
 
-Each source keeps one ready copy, and `per_source` (2) once a create found none although
-the source had been asked before: a template created once costs one copy of its RAM on
-disk beside its capture, not two; one created in bursts keeps two.
+Each source keeps one ready copy, and `per_source` (2) once a create found none while its
+refill was under way: a template created now and then costs one copy of its RAM on disk
+beside its capture, not two; one created in bursts keeps two. (A create that finds none
+because the budget dropped it, or there was no room, does not count.)
 
 The pool is a cache, so it is bounded and forgets: a source's copies go with the source
 (`forget`, `forget_under`: its capture was deleted — a template deleted or rebuilt, a paused
@@ -86,11 +87,9 @@ class _Source:
     last_used: float = 0.0
     #: estimated bytes of the copy being made (0: none)
     copying: int = 0
-    #: copies kept ready: one, until a create found none while its source had been
-    #: asked before (a template created faster than one copy refills): then `per_source`
+    #: copies kept ready: one, until a create found none while a refill was under way
+    #: (creates faster than one copy refills): then `per_source`
     want: int = 1
-    #: creates that asked for a copy
-    asked: int = 0
     task: asyncio.Task[None] | None = None
 
     @property
@@ -126,10 +125,10 @@ class RamPool:
         src = self._sources.setdefault(source, _Source())
         src.last_used = time.monotonic()
         copy = src.copies.popitem()[0] if src.copies else None
-        if copy is None and src.asked:
+        refilling = src.task is not None and not src.task.done()
+        if copy is None and refilling:  # not after a drop for the budget, or no room
             src.want = self.per_source
-        src.asked += 1
-        if src.task is None or src.task.done():
+        if not refilling:
             src.task = asyncio.create_task(self._fill(source, src))
         return copy
 
