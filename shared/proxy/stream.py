@@ -14,13 +14,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import h11
 
+from shared.proxy.hosts import API_LABEL, sandbox_target, stray_host
 from shared.proxy.ingress import presented_token, refusal
 from shared.proxy.websocket import forward_websocket
 
@@ -45,7 +45,6 @@ HOP_BY_HOP = frozenset(
         b"host",
     }
 )
-_HOST_RE = re.compile(r"^(\d{1,5})-([a-z0-9]{1,63})\.")
 CONNECT_TIMEOUT = 5.0
 #: A guest that takes longer than this to start answering is logged (slow, or stuck)
 SLOW_ANSWER_S = 5.0
@@ -81,25 +80,6 @@ class TrafficRefused(Exception):
 Resolver = Callable[[str, int, str | None], Awaitable[Upstream]]
 
 
-def sandbox_target(scope: Scope, domain: str | None) -> tuple[str, int] | None:
-    """(sandbox id, port) this request is addressed to, or None for control-plane traffic."""
-    sid = port = host = None
-    for k, v in scope.get("headers", ()):
-        if k == b"e2b-sandbox-id":
-            sid = v.decode("latin-1").strip()
-        elif k == b"e2b-sandbox-port":
-            port = v.decode("latin-1").strip()
-        elif k == b"host":
-            host = v.decode("latin-1")
-    if sid:
-        return sid, int(port) if port and port.isdigit() else 49983
-    if host and domain:
-        m = _HOST_RE.match(host)
-        if m and host.split(":")[0].endswith("." + domain):
-            return m.group(2), int(m.group(1))
-    return None
-
-
 class SandboxProxy:
     """ASGI middleware: sandbox traffic to the guest, everything else to `app`."""
 
@@ -129,6 +109,11 @@ class SandboxProxy:
         kind = scope["type"]
         target = sandbox_target(scope, self.domain) if kind in ("http", "websocket") else None
         if target is None:
+            if kind in ("http", "websocket") and (host := stray_host(scope, self.domain)):
+                hint = f"{{port}}-{{sandboxId}}.{self.domain} or {API_LABEL}.{self.domain}"
+                msg = f"host {host} names no sandbox port: use {hint}"
+                await _refuse(kind, send, 400, {"code": 400, "message": msg})
+                return
             await self.app(scope, receive, send)
             return
         sid, port = target
