@@ -47,6 +47,15 @@ def fail(msg: str, code: int = 3) -> NoReturn:
 def up(
     data_dir: DataDir = DEFAULT_DATA,
     port: Annotated[int, typer.Option(help="Port of the API and sandbox proxy.")] = 3000,
+    tls_port: Annotated[
+        int,
+        typer.Option(
+            help="Port of the same over HTTPS, for https://api.{domain} and "
+            "{port}-{sandboxId}.{domain} (AENV_SANDBOX_DOMAIN, else aenv.localhost: a local CA "
+            "signs its certificate); 0: no HTTPS.",
+            envvar="AENV_TLS_PORT",
+        ),
+    ] = 8443,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the stack.")] = 900,
     code_interpreter: Annotated[
@@ -80,6 +89,7 @@ def up(
         **os.environ,
         "AENV_DATA_DIR": str(data_dir),
         "AENV_PORT": str(port),
+        "AENV_TLS_PORT": str(tls_port),
         "AENV_HOST": host,
         "AENV_LOG_FILE": str(log),
     }
@@ -141,6 +151,16 @@ def _print_env(info: dict[str, object], data_dir: Path) -> None:
     info = {"E2B_VOLUME_API_URL": info["E2B_API_URL"], **info}
     for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL", "E2B_API_KEY"):
         typer.echo(f"export {k}={info[k]}")
+    # HTTPS by name (`aenv.tls`): what clients that never set the URLs above need
+    tls = [k for k in ("E2B_DOMAIN", "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS") if k in info]
+    for k in tls:
+        typer.echo(f"export {k}={info[k]}")
+    if tls:
+        typer.echo(
+            f"# over HTTPS: https://api.{info['E2B_DOMAIN']} and sandboxes by name "
+            "(unset E2B_API_URL, E2B_SANDBOX_URL and E2B_VOLUME_API_URL to use only that)",
+            err=True,
+        )
 
 
 @app.command()

@@ -34,6 +34,7 @@ from aenv.stack.records import LOCK, ProcessBook
 from aenv.stack.stacklog import StackLog
 from aenv.stack.watch import keep_running
 from aenv.supervise import RoleProcess
+from aenv.tls import StackTls, TlsError, TlsSettings, stack_tls
 from aenv.tracing import setup_tracing
 
 log = logging.getLogger("aenv")
@@ -150,9 +151,11 @@ async def serve(cfg: StackSettings, stop: asyncio.Event) -> None:
     book.note("supervisor", os.getpid())
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(os.close, lock)
+        tls = _tls(cfg)
         services = await _services(cfg, stack, book)
         urls = services.urls
         env = _role_env(cfg, urls)  # (the api role migrates the read-model database)
+        env |= tls.role_env() if tls is not None else {}
         drain_s = RoleSettings().drain_s
         roles = {
             name: RoleProcess(
@@ -170,17 +173,33 @@ async def serve(cfg: StackSettings, stop: asyncio.Event) -> None:
             stack.push_async_callback(role.stop)  # api stops first (pushed last), then node
         for role in roles.values():
             await role.wait_ready()
-        info = _publish(cfg, urls, roles)
+        info = _publish(cfg, urls, roles, tls)
         say(f"{READY} {json.dumps({k: info[k] for k in ('E2B_API_URL', 'E2B_SANDBOX_URL')})}")
         async with asyncio.TaskGroup() as group:
             for process, start in services.embedded:
                 group.create_task(keep_running(process, start, stop, say, cap_s=cfg.restart_cap_s))
-            group.create_task(_watch(roles, stop, lambda: _publish(cfg, urls, roles)))
+            group.create_task(_watch(roles, stop, lambda: _publish(cfg, urls, roles, tls)))
         say("stopping: draining in-flight work")
 
 
+def _tls(cfg: StackSettings) -> StackTls | None:
+    """How the stack serves HTTPS (`aenv.tls`): checked, or its local CA made, before any
+    service starts — a certificate that cannot serve the domain stops `aenv up` here."""
+    try:
+        tls = stack_tls(TlsSettings(), cfg.data_dir)
+    except TlsError as e:
+        raise SystemExit(f"aenv: {e}") from e
+    if tls is not None:
+        how = "the local CA's" if tls.ca_file is not None else "the given"
+        say(f"serving https://api.{tls.domain} and *.{tls.domain} with {how} certificate")
+    return tls
+
+
 def _publish(
-    cfg: StackSettings, services: dict[str, Any], roles: dict[str, RoleProcess]
+    cfg: StackSettings,
+    services: dict[str, Any],
+    roles: dict[str, RoleProcess],
+    tls: StackTls | None = None,
 ) -> dict[str, Any]:
     """stack.json (0600): what `aenv up/down/status` and the CLI read to find the stack."""
     api_key = (cfg.data_dir / "api-key").read_text().strip()
@@ -190,6 +209,7 @@ def _publish(
         "E2B_SANDBOX_URL": url,
         "E2B_VOLUME_API_URL": url,
         "E2B_API_KEY": api_key,
+        **(tls.client_env() if tls is not None else {}),
         "nats_url": services["nats_url"],
         "database_url": services["database_url"],
         "metrics_token": _metrics_token(cfg),

@@ -113,6 +113,7 @@ def run(n: int, data: Path, raw_state: Path) -> dict[str, Any]:
         "AENV_SLOT_PREFIX": "aenva",
         "AENV_NODE_ID": "bench",
         "AENV_WARM_POOL_MIB": "0",
+        "AENV_TLS_PORT": str(free_port()),
     }
     up = subprocess.run(
         [sys.executable, "-m", "aenv.cli", "up", "--data-dir", str(data), "--port", str(port)],

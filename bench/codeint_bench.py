@@ -27,7 +27,12 @@ from bench.stats import emit, shift, summary
 
 def run(n: int, data: Path) -> dict[str, Any]:
     port = free_port()
-    env = {**os.environ, "AENV_SLOT_PREFIX": "aenvci", "AENV_NODE_ID": "cibench"}
+    env = {
+        **os.environ,
+        "AENV_SLOT_PREFIX": "aenvci",
+        "AENV_NODE_ID": "cibench",
+        "AENV_TLS_PORT": str(free_port()),
+    }
     t0 = time.monotonic()
     up = subprocess.run(
         [

@@ -48,6 +48,7 @@ def _up(data: Path, sandboxes: int) -> dict[str, str]:
             "AENV_VCPUS": str(sandboxes),
             "AENV_MEMORY_MIB": str(512 * sandboxes),
             "AENV_HEARTBEAT_S": "1",
+            "AENV_TLS_PORT": str(free_port()),
         }
     )
     up = subprocess.run(

@@ -46,7 +46,13 @@ class BenchStack:
     def __init__(self, data: Path, prefix: str, env: dict[str, str]) -> None:
         self.data = data
         port = free_port()
-        full = {**os.environ, "AENV_SLOT_PREFIX": prefix, "AENV_NODE_ID": "bench", **env}
+        full = {
+            **os.environ,
+            "AENV_SLOT_PREFIX": prefix,
+            "AENV_NODE_ID": "bench",
+            "AENV_TLS_PORT": str(free_port()),
+            **env,
+        }
         up = subprocess.run(
             [sys.executable, "-m", "aenv.cli", "up", "--data-dir", str(data), "--port", str(port)],
             capture_output=True,

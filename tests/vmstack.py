@@ -19,6 +19,8 @@ from aenv.stack.process import free_port
 AENV = [sys.executable, "-m", "aenv.cli"]
 #: what the SDK reads to find a stack, as `aenv up` exports it
 SDK_ENV = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL", "E2B_API_KEY")
+#: ... and what it prints for clients that reach it over HTTPS by name (`aenv.tls`)
+TLS_ENV = ("E2B_DOMAIN", "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS")
 
 
 def add_log_tail(report: pytest.TestReport, data_dir: Path, lines: int) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 import uvicorn
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aenv.roles.common import READY, RoleSettings, say, write_private
+from aenv.tls import Certificate, TlsError, TlsSettings, check_certificate
 from aenv.tracing import instrument_engine
 from api.admin import create_api_key, ensure_api_key
 from api.app import create_app
@@ -44,6 +46,7 @@ from workers.timer.settings import TimerSettings
 
 
 async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
+    tls = _certificate()  # before anything starts: a bad one is the operator's to fix
     say("migrating the read-model database")
     await migrate(cfg.database_url)  # every API of a fleet does: one at a time, idempotent
     async with contextlib.AsyncExitStack() as stack:
@@ -81,7 +84,9 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         stack.push_async_callback(sweeper.stop)
         app = create_app(ctx, routes.resolve)
         routes.on_gone.append(app.close_sandbox)
-        server, server_task = await _listen(cfg, app)
+        servers = [await _listen(cfg, app)]
+        if tls is not None:  # besides the plain port, which E2B_API_URL clients keep using
+            servers.append(await _listen(cfg, app, tls))
         # Builds drive their build sandbox through this API's envd proxy, so after it listens.
         builder = Builder(
             bus,
@@ -95,8 +100,10 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         say(READY)
         await stop.wait()
         say("api: draining requests")
-        server.should_exit = True
-        await server_task
+        for server, _ in servers:
+            server.should_exit = True
+        for _, task in servers:
+            await task
 
 
 def _files_dir(cfg: RoleSettings) -> Path:
@@ -137,28 +144,59 @@ def _context(
     )
 
 
-async def _listen(cfg: RoleSettings, app: ASGIApp) -> tuple[uvicorn.Server, asyncio.Task[None]]:
-    """The API served on its port, once it listens (SystemExit if it cannot)."""
-    server = uvicorn.Server(
+def _certificate() -> tuple[Certificate, int] | None:
+    """The certificate to serve HTTPS with and its port (`aenv.tls`), or None: no HTTPS."""
+    settings = TlsSettings()
+    try:
+        given = settings.given()
+        if given is None:
+            return None
+        assert settings.sandbox_domain is not None  # `given` checked it
+        return check_certificate(*given, settings.sandbox_domain), settings.tls_port
+    except TlsError as e:
+        raise SystemExit(f"api: {e}") from e
+
+
+async def _listen(
+    cfg: RoleSettings, app: ASGIApp, tls: tuple[Certificate, int] | None = None
+) -> tuple[uvicorn.Server, asyncio.Task[None]]:
+    """The API served on its port (or HTTPS on the TLS port), once it listens (SystemExit
+    if it cannot)."""
+    port = cfg.port if tls is None else tls[1]
+    cert = None if tls is None else tls[0]
+    server = (uvicorn.Server if tls is None else _SecondServer)(
         uvicorn.Config(
             app,
             host=cfg.host,
-            port=cfg.port,
+            port=port,
             log_level="warning",
             lifespan="off",
             timeout_keep_alive=75,
             access_log=False,
             log_config=None,
+            ssl_certfile=None if cert is None else cert.cert_file,
+            ssl_keyfile=None if cert is None else cert.key_file,
         )  # its records go through ours (aenv.logs)
     )
     server_task = asyncio.create_task(_serve(server))
     while not server.started:
         if server_task.done():
             await server_task
-            raise SystemExit(f"API could not listen on {cfg.host}:{cfg.port}")
+            raise SystemExit(f"API could not listen on {cfg.host}:{port}")
         await asyncio.sleep(0.05)
-    say(f"API listening on http://{cfg.host}:{cfg.port}")
+    scheme = "http" if tls is None else "https"
+    say(f"API listening on {scheme}://{cfg.host}:{port}")
     return server, server_task
+
+
+class _SecondServer(uvicorn.Server):
+    """The HTTPS listener beside the plain one: it leaves SIGTERM to the first. (Each
+    uvicorn server swaps the process's signal handlers in and restores them when it ends;
+    two doing so in turn could restore a handler of a server already gone.)"""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 async def _serve(server: uvicorn.Server) -> None:

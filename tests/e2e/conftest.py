@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from aenv.stack.process import free_port
 from tests.registry import LocalRegistry, local_registry
 from tests.support import tagged
 from tests.vmstack import AENV as AENV  # the CLI, for the tests that drive it
-from tests.vmstack import add_log_tail, not_json_lines, running_stack
+from tests.vmstack import TLS_ENV, add_log_tail, not_json_lines, running_stack
 
 pytestmark = pytest.mark.vm
 
@@ -31,6 +32,9 @@ class Stack:
     #: a registry on loopback the stack's node pulls Docker Hub names from (its mirror):
     #: `from_python_image("3.12")` is `library/python:3.12` here, pushed by the test
     hub: LocalRegistry
+    #: what `aenv up` prints for clients over HTTPS by name: `E2B_DOMAIN`, `SSL_CERT_FILE`
+    #: (the system's CAs and the stack's local CA), `NODE_EXTRA_CA_CERTS`
+    tls_env: dict[str, str]
 
     def env(self) -> dict[str, str]:
         return {
@@ -80,10 +84,15 @@ def _stack(data: Path, hub: LocalRegistry) -> Iterator[Stack]:
         # the warm pool on, as for users, but its refills after a burst bounded: every
         # warm VM is a restore's worth of CPU on CI's two cores
         "AENV_WARM_POOL_MAX": "4",
+        # HTTPS by name on a port of its own (`tests/e2e/test_domain.py`)
+        "AENV_TLS_PORT": str(free_port()),
     }
     with running_stack(data, env, prefix) as exports:
         info = json.loads((data / "stack.json").read_text())
-        yield Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], info["nats_url"], hub)
+        tls = {k: exports[k] for k in TLS_ENV}
+        yield Stack(
+            data, exports["E2B_API_URL"], exports["E2B_API_KEY"], info["nats_url"], hub, tls
+        )
     # the whole suite's life, VMs and all, then the stop: every line a JSON record (issue 20)
     assert not_json_lines(data) == [], not_json_lines(data)[:5]
 

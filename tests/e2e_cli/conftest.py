@@ -70,7 +70,12 @@ def cli_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliStack]:
         pytest.skip("the stack runs microVMs: needs root")
     data = tmp_path_factory.mktemp("aenv-cli")
     home = tmp_path_factory.mktemp("home")
-    env = {**os.environ, "AENV_SLOT_PREFIX": tagged("aenvc"), "AENV_NODE_ID": "cli"}
+    env = {
+        **os.environ,
+        "AENV_SLOT_PREFIX": tagged("aenvc"),
+        "AENV_NODE_ID": "cli",
+        "AENV_TLS_PORT": str(free_port()),
+    }
     up = subprocess.run(
         [*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
         capture_output=True,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from aenv.stack.process import free_port
 from tests.support import tagged
 from tests.vmstack import AENV, add_log_tail, running_stack
 
@@ -76,6 +77,7 @@ def rstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "AENV_SLOT_PREFIX": PREFIX,
         "AENV_NODE_ID": "rel",
         "AENV_PROXY_VIA_NODE": "1",
+        "AENV_TLS_PORT": str(free_port()),  # kept for the `aenv up` again of a test
     }
     with running_stack(data, env, PREFIX) as exports:
         yield Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], env)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncpg
@@ -24,6 +24,7 @@ import pytest
 
 from aenv.stack.process import free_port
 from bus import Bus, BusSettings, delete_all
+from tests.vmstack import TLS_ENV
 
 AENV = [sys.executable, "-m", "aenv.cli"]
 NATS_URL = "nats://127.0.0.1:4222"
@@ -39,6 +40,9 @@ class VmlessStack:
     api_key: str
     env: dict[str, str]
     bus_settings: BusSettings
+    #: what `aenv up` prints for clients over HTTPS by name (`E2B_DOMAIN`, `SSL_CERT_FILE`,
+    #: `NODE_EXTRA_CA_CERTS`): empty with `AENV_TLS_PORT=0`
+    tls_env: dict[str, str] = field(default_factory=dict)
 
     def client(self, timeout: float = 30) -> httpx.Client:
         """The API over plain HTTP, with this stack's key."""
@@ -92,6 +96,7 @@ def vmless_stack(data: Path, **extra_env: str) -> Iterator[VmlessStack]:
         "AENV_EMBEDDED_S3": "0",
         "AENV_HEARTBEAT_S": "0.5",
         "AENV_METRICS_TOKEN": METRICS_TOKEN,
+        "AENV_TLS_PORT": str(free_port()),  # kept for an `aenv up` again of a test
         **extra_env,
     }
     for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL", "E2B_API_KEY"):
@@ -116,7 +121,10 @@ def vmless_stack(data: Path, **extra_env: str) -> Iterator[VmlessStack]:
             if line.startswith("export ")
         )
         try:
-            yield VmlessStack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], env, settings)
+            tls = {k: exports[k] for k in TLS_ENV if k in exports}
+            yield VmlessStack(
+                data, exports["E2B_API_URL"], exports["E2B_API_KEY"], env, settings, tls
+            )
         finally:
             down = subprocess.run(
                 [*AENV, "down", "--data-dir", str(data)],
