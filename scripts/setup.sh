@@ -9,17 +9,36 @@ cd "$(dirname "$0")/.."
 APT_PKGS=(qemu-system-x86 qemu-utils debootstrap busybox-static iptables e2fsprogs cpio skopeo
           util-linux kmod ca-certificates systemd
           docker-registry apache2-utils  # these two: a registry on loopback for the tests
-          chromium)  # the web console's browser tests (Playwright drives it headless)
+          chromium  # the web console's browser tests (Playwright drives it headless)
+          libnss-myhostname)  # *.localhost names resolve to this machine (aenv up's domain)
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
 missing=()
 for p in "${APT_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
     echo "setup: installing system packages: ${missing[*]}" >&2
-    if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+# `aenv up` serves sandboxes as https://{port}-{id}.aenv.localhost: every *.localhost name is
+# this machine (RFC 6761), which glibc answers through the myhostname module. Debian's
+# package puts it in nsswitch.conf; an edited file may lack it, or list it after dns (which
+# would ask the network first): then it goes right after `files`.
+NSSWITCH=${NSSWITCH:-/etc/nsswitch.conf}
+nss_ok() {  # myhostname on the hosts: line, before dns if dns is there
+    awk '/^hosts:/ { for (i = 2; i <= NF; i++) { if ($i == "myhostname") m = i; if ($i == "dns") d = i } }
+         END { exit !(m && (!d || m < d)) }' "$NSSWITCH"
+}
+if ! nss_ok; then
+    echo "setup: resolving *.localhost through myhostname ($NSSWITCH hosts:)" >&2
+    $SUDO sed -i -E -e '/^hosts:/ s/[[:space:]]+myhostname\b//' \
+        -e '/^hosts:/ s/^(hosts:[[:space:]]+files)\b/\1 myhostname/' "$NSSWITCH"
+    nss_ok || $SUDO sed -i -E '/^hosts:/ s/^hosts:[[:space:]]+/&myhostname /' "$NSSWITCH"
+fi
+getent hosts probe.aenv.localhost >/dev/null \
+    || echo "setup: warning: probe.aenv.localhost does not resolve (README: sandbox domain)" >&2
 
 PY=${PYTHON:-python3}
 VENV=${VENV:-.venv}
