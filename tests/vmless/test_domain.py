@@ -20,7 +20,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.vmless.conftest import VmlessStack
+from aenv.stack.process import free_port
+from aenv.tls import local_certificate
+from tests.vmless.conftest import AENV, VmlessStack
 
 #: The unchanged SDK in a process of its own, configured by the environment alone.
 SCRIPT = """
@@ -150,3 +152,30 @@ def test_plain_http_to_the_tls_port_is_refused(vmless: VmlessStack) -> None:
     assert b"HTTP/1.1 200" not in answer and b"status" not in answer
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://{host}:{port}/health", timeout=10)
+
+
+def test_aenv_up_refuses_a_certificate_for_another_domain(tmp_path: Path) -> None:
+    """The operator's certificate is checked before any service starts: `aenv up` fails
+    at once, naming the file and the names the domain needs, and leaves nothing running."""
+    cert = local_certificate(tmp_path / "ca", "other.localhost").certificate
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "AENV_"))}
+    env |= {
+        "AENV_TLS_CERT_FILE": str(cert.cert_file),
+        "AENV_TLS_KEY_FILE": str(cert.key_file),
+        "AENV_SANDBOX_DOMAIN": "aenv.localhost",
+    }
+    args = ["--port", str(free_port()), "--tls-port", str(free_port())]
+    up = subprocess.run(
+        [*AENV, "up", "--data-dir", str(data), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert up.returncode != 0
+    assert f"TLS certificate {cert.cert_file} is for *.other.localhost" in up.stderr, up.stderr
+    assert "needs *.aenv.localhost" in up.stderr
+    assert not (data / "stack.json").exists()
+    left = subprocess.run(["pgrep", "-af", str(data)], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
