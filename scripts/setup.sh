@@ -10,7 +10,8 @@ APT_PKGS=(qemu-system-x86 qemu-utils debootstrap busybox-static iptables e2fspro
           util-linux kmod ca-certificates systemd
           docker-registry apache2-utils  # these two: a registry on loopback for the tests
           chromium  # the web console's browser tests (Playwright drives it headless)
-          libnss-myhostname)  # *.localhost names resolve to this machine (aenv up's domain)
+          libnss-myhostname  # *.localhost names resolve to this machine (aenv up's domain)
+          openssl)  # aenv up's local CA and wildcard certificate for that domain
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
 missing=()
 for p in "${APT_PKGS[@]}"; do
