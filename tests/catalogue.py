@@ -119,6 +119,8 @@ class Sampler:
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     budget: int = 0
+    #: at the first sample over the budget: its categories and `du -d 3` of both roots
+    over_dump: str = ""
 
     def __enter__(self) -> Sampler:
         for run in (self._scan, self._du):
@@ -157,6 +159,8 @@ class Sampler:
                 )
             if self.budget and total > self.budget:
                 self.over.append((time.monotonic() - t0, total))
+                if not self.over_dump:  # what was there, for the failure's message
+                    self.over_dump = _listing(tally.bytes, self.state, self.cache)
             if self.samples % int(self.hz) == 0:  # the entries once a second
                 now = self.entries()
                 self.gone |= self.seen - now
@@ -175,6 +179,16 @@ class Sampler:
                 self.du_runs += 1
             if self._stop.wait(self.du_every):
                 return
+
+
+def _listing(tally: dict[str, int], *roots: Path) -> str:
+    """A sample's categories (MiB) and what lay where: a budget overrun is a moment (the
+    full catalogue saw one of 0.5 s), so its cause is written down while it is there."""
+    du = subprocess.run(
+        ["du", "-xB1M", "-d", "3", *map(str, roots)], capture_output=True, text=True
+    ).stdout
+    mib = {k: round(v / (1 << 20)) for k, v in tally.items() if v}
+    return f"categories (MiB): {mib}\n{du}"
 
 
 def _children(d: Path) -> list[Path]:
