@@ -26,10 +26,8 @@ from wsproto.events import AcceptConnection, Event, RejectConnection, Request, T
 
 from aenv.tls import local_certificate
 from bus import Bus
-from bus.routes import Route, RouteBook, traffic_digest
-from domain.sandbox.values import new_sandbox_id
 from shared.proxy import Receive, RouteTable, SandboxProxy, Scope, Send
-from tests.integration.bus.test_proxy_ingress import HEADER, MISSING, TOKEN, Guest
+from tests.integration.bus.test_proxy_ingress import HEADER, MISSING, TOKEN, Guest, _route
 from workers.node.proxy import listen
 
 DOMAIN = "aenv.localhost"
@@ -86,14 +84,6 @@ async def tls(bus: Bus, tmp_path: Path) -> AsyncIterator[Tls]:
             yield Tls(f"{DOMAIN}:{port}", port, client, guest, guest_port, calls)
     finally:
         await table.close()
-
-
-async def _route(bus: Bus, *, private: bool) -> str:
-    sid = new_sandbox_id()
-    digest = traffic_digest(TOKEN) if private else None
-    book = await RouteBook.open(bus.js, bus.names.routes_bucket)
-    await book.put(sid, Route(node_id="n1", address="127.0.0.1", traffic_digest=digest))
-    return sid
 
 
 async def _get(t: Tls, host: str, headers: dict[str, str] | None = None) -> httpx.Response:
