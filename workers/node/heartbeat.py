@@ -4,7 +4,6 @@ Missing three marks it gone (`bus.nodes`): its paused sandboxes then resume else
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -32,18 +31,14 @@ async def beat_forever(
     disk_budget: Callable[[], int | None] | None = None,
     disk_room: Callable[[], int | None] | None = None,
     disk_pinned: Callable[[], int | None] | None = None,
-    news: asyncio.Event | None = None,
 ) -> None:
     """`room`: the node's budget and what is left (`capacity.Ledger`); `uploads`:
     (captures waiting for a retried upload, oldest wait) from the snapshot worker, when
     the node has a repository; `disk_used`: bytes its data dirs allocate (`disk.DiskUsage`);
     `disk_budget`, `disk_room`, `disk_pinned`: its disk budget, free under it plus what it
-    could evict, and what it cannot evict now (`disk.NodeDisk`); `news`: set when those
-    changed (a disk walk ended), which beats at once rather than at the next period."""
+    could evict, and what it cannot evict now (`disk.NodeDisk`)."""
     book = await NodeBook.open(bus.js, bus.names.nodes_bucket)
     while True:
-        if news is not None:
-            news.clear()
         accel = host.accelerator
         waiting, oldest = uploads() if uploads is not None else (0, 0.0)
         r = room()
@@ -80,11 +75,7 @@ async def beat_forever(
             await book.beat(beat)
         except Exception as e:  # a missed heartbeat is retried on the next beat
             log.warning("node heartbeat failed: %s", e)
-        if news is None:
-            await asyncio.sleep(every_s)
-            continue
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(news.wait(), every_s)
+        await asyncio.sleep(every_s)
 
 
 def _call(read: Callable[[], int | None] | None) -> int | None:

@@ -204,7 +204,6 @@ class NodeWorker:
             disk_budget=lambda: self.disk_budget.budget,
             disk_room=self.node_disk.room,
             disk_pinned=self.node_disk.pinned,
-            news=self.node_disk.walked,
         )
         self._heartbeat = asyncio.create_task(beats)
         self._disk_walks = asyncio.create_task(self.node_disk.run_forever())

@@ -21,9 +21,7 @@ __all__ = ["NodeDisk"]
 log = logging.getLogger(__name__)
 
 #: The least time between walks: what `changed` waits for, so a burst of kills is one walk
-#: (short: until the walk after a kill, the room the API places by still counts the killed
-#: sandbox's template as in use, and creates meet 503s)
-SOON_S = 1.0
+SOON_S = 3.0
 
 
 class NodeDisk:
@@ -42,9 +40,6 @@ class NodeDisk:
         self._evictable: int | None = None
         self._pinned: int | None = None
         self._changed = asyncio.Event()
-        #: set after each walk: the heartbeat says the new room at once (`beat_forever`'s
-        #: `news`) instead of up to a heartbeat period later
-        self.walked = asyncio.Event()
 
     def held_by(self, paths: Callable[[], Iterable[Path]]) -> None:
         """What captures and the runtime stand on (base images, runtime disks): never
@@ -91,8 +86,6 @@ class NodeDisk:
                 await self.refresh()
             except Exception as e:  # a walk that failed is tried again on the next round
                 log.warning("disk walk failed: %s", e)
-            else:
-                self.walked.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), every_s)
             await asyncio.sleep(soon_s)  # a burst of kills is one walk, not one each
