@@ -10,9 +10,7 @@ real HTTP + WebSocket server standing in for the guest port. The client connects
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import socket
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -20,14 +18,13 @@ from pathlib import Path
 
 import httpx
 import pytest_asyncio
-import uvicorn
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Event, RejectConnection, Request, TextMessage
 
 from aenv.tls import local_certificate
 from bus import Bus
 from shared.proxy import Receive, RouteTable, SandboxProxy, Scope, Send
-from tests.integration.bus.test_proxy_ingress import HEADER, MISSING, TOKEN, Guest, _route
+from tests.integration.bus.test_proxy_ingress import HEADER, MISSING, TOKEN, Guest, _route, serving
 from workers.node.proxy import listen
 
 DOMAIN = "aenv.localhost"
@@ -41,21 +38,6 @@ class Tls:
     guest: Guest
     guest_port: int
     api_calls: list[str]
-
-
-@contextlib.asynccontextmanager
-async def _serving(app: object, sock: socket.socket, **tls: Path) -> AsyncIterator[int]:
-    config = uvicorn.Config(app, lifespan="off", log_level="warning", **tls)  # type: ignore[arg-type]
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            assert not task.done(), "server did not start"
-            await asyncio.sleep(0.01)
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        await task
 
 
 @pytest_asyncio.fixture
@@ -77,8 +59,8 @@ async def tls(bus: Bus, tmp_path: Path) -> AsyncIterator[Tls]:
     cert = {"ssl_certfile": ca.certificate.cert_file, "ssl_keyfile": ca.certificate.key_file}
     try:
         async with (
-            _serving(guest, listen("127.0.0.1", 0)) as guest_port,
-            _serving(proxy, sock, **cert),
+            serving(guest, listen("127.0.0.1", 0)) as guest_port,
+            serving(proxy, sock, **cert),
         ):
             client = ssl.create_default_context(cafile=str(ca.ca_file))
             yield Tls(f"{DOMAIN}:{port}", port, client, guest, guest_port, calls)

@@ -16,6 +16,7 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -77,8 +78,11 @@ async def _not_sandbox(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 @contextlib.asynccontextmanager
-async def serving(app: ASGIApp, sock: socket.socket) -> AsyncIterator[int]:
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
+async def serving(app: ASGIApp, sock: socket.socket, **tls: Path) -> AsyncIterator[int]:
+    """`app` served on `sock` until the block ends; `tls`: uvicorn's `ssl_certfile` and
+    `ssl_keyfile` (test_proxy_hosts serves by name over HTTPS)."""
+    config = uvicorn.Config(app, lifespan="off", log_level="warning", **tls)  # type: ignore[arg-type]
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:

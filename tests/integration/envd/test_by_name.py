@@ -20,8 +20,7 @@ import pytest
 
 from aenv.tls import local_certificate
 from shared.proxy import Receive, SandboxProxy, Scope, Send, Upstream
-from tests.integration.bus.test_proxy_hosts import _serving
-from tests.integration.bus.test_proxy_ingress import Guest
+from tests.integration.bus.test_proxy_ingress import Guest, serving
 from tests.integration.envd.conftest import Envd, init_envd, start_envd, stop_envd
 from workers.node.proxy import listen
 
@@ -90,7 +89,7 @@ async def test_the_sdk_reaches_envd_by_name_over_https(own_envd: Envd, tmp_path:
     from envd.version import ENVD_VERSION
 
     assert own_envd.token is not None
-    async with _serving(guest, guest_sock), _serving(proxy, sock, **cert):
+    async with serving(guest, guest_sock), serving(proxy, sock, **cert):
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
