@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from workers.snapshot import ManifestNotFound, S3Config, S3Store
+from workers.snapshot.leftovers import named_images
 from workers.snapshot.manifest import SnapshotManifest, parse_manifest
 from workers.snapshot.paths import image_key
 
@@ -80,9 +81,7 @@ async def _images(env: Mapping[str, str], keys: list[str]) -> dict[str, set[str]
         for key in keys:
             doc = parse_manifest(await store.get_manifest(key))
             assert isinstance(doc, SnapshotManifest), (key, type(doc))
-            runtime = doc.node_manifest.get("runtime_content")
-            named = {doc.base_image.content, runtime if isinstance(runtime, str) else None}
-            out[key] = {image_key(d) for d in named if d is not None}
+            out[key] = {image_key(d) for d in named_images([doc])}
         return out
     finally:
         await store.close()

@@ -5,24 +5,17 @@ module's `HEADROOM`)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from tests.integration.runtime.conftest import boot_base
 from workers.node.disk import DiskUsage
 from workers.node.disk.budget import DiskBudget
 from workers.node.disk.evict import Entry
 from workers.node.disk.evictor import CacheEvictor
-from workers.node.image import GuestImage, build_base, kernel_cmdline
+from workers.node.image import GuestImage
 from workers.node.runtime import Runtime, Snapshot
-
-
-@pytest.fixture(scope="module")
-def guest_image() -> GuestImage:
-    if os.geteuid() != 0:
-        pytest.skip("microVM tests need root (netns, tap)")
-    return build_base(progress=lambda msg: print(f"[image] {msg}", flush=True))
 
 
 @pytest.fixture(scope="module")
@@ -42,14 +35,7 @@ async def runtime(
 
 async def boot_template(runtime: Runtime, guest_image: GuestImage, mem_mib: int) -> Snapshot:
     """A template as a build makes one: booted until envd answered, then captured."""
-    vm = await runtime.boot(
-        kernel=guest_image.kernel,
-        initrd=guest_image.initrd,
-        rootfs=guest_image.rootfs,
-        cmdline=kernel_cmdline(guest_image),
-        mem_mib=mem_mib,
-    )
-    await runtime.wait_envd(vm)
+    vm = await boot_base(runtime, guest_image, mem_mib)
     return await runtime.capture(vm, resume=False)
 
 

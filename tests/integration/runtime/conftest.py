@@ -3,7 +3,6 @@ private state dir and slot prefix, and a template snapshot every test restores f
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ from packaging.version import Version
 
 from envd.version import ENVD_VERSION
 from tests.support import tagged
-from workers.node.image import GuestImage, build_base, kernel_cmdline
+from workers.node.image import GuestImage, kernel_cmdline
 from workers.node.net import list_leftovers
 from workers.node.runtime import ENVD_PORT, Runtime, Snapshot, Vm
 
@@ -27,13 +26,6 @@ pytestmark = pytest.mark.vm
 def _our_qemus(state_dir: Path) -> list[str]:
     out = subprocess.run(["pgrep", "-af", "qemu-system"], capture_output=True, text=True)
     return [line for line in out.stdout.splitlines() if str(state_dir) in line]
-
-
-@pytest.fixture(scope="session")
-def guest_image() -> GuestImage:
-    if os.geteuid() != 0:
-        pytest.skip("microVM tests need root (netns, tap)")
-    return build_base(progress=lambda msg: print(f"[image] {msg}", flush=True))
 
 
 @pytest.fixture(scope="package")
