@@ -12,19 +12,21 @@ be set on its own (`AENV_CATALOGUE_IMAGES`, `_SHARED_MIB`, `_DISTINCT_MIB` as `l
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from tests.registry import pattern_block
 from workers.node.disk.categories import IMAGES, STATE
 from workers.node.disk.usage import scan
 
-__all__ = ["Form", "Sampler", "form_from_env", "payload", "sizes"]
+__all__ = ["Form", "Sampler", "form_from_env", "ledger_near", "payload", "sizes"]
 
 MiB = 1 << 20
 #: a payload file's size (the last one of a layer is shorter)
@@ -121,6 +123,8 @@ class Sampler:
     budget: int = 0
     #: at the first sample over the budget: its categories and `du -d 3` of both roots
     over_dump: str = ""
+    #: the wall-clock time of that sample (the node's log lines are found by it)
+    over_at: float = 0.0
 
     def __enter__(self) -> Sampler:
         for run in (self._scan, self._du):
@@ -160,6 +164,7 @@ class Sampler:
             if self.budget and total > self.budget:
                 self.over.append((time.monotonic() - t0, total))
                 if not self.over_dump:  # what was there, for the failure's message
+                    self.over_at = time.time()
                     self.over_dump = _listing(tally.bytes, self.state, self.cache)
             if self.samples % int(self.hz) == 0:  # the entries once a second
                 now = self.entries()
@@ -196,3 +201,19 @@ def _children(d: Path) -> list[Path]:
         return list(d.iterdir())
     except OSError:
         return []
+
+
+def ledger_near(log: str, at: float, before: float = 40.0, after: float = 2.0) -> str:
+    """The node's lines of the `before` seconds up to `at` (and `after` it), QEMU's protocol
+    chatter left out: what its disk ledger promised and charged (`disk reserved` / `disk
+    charged` / `disk walk`) beside what it did, around a moment `du` saw over the budget."""
+    out = []
+    for line in log.splitlines():
+        try:
+            rec = json.loads(line)
+            ts = datetime.fromisoformat(rec["ts"]).timestamp()
+        except (ValueError, KeyError, TypeError):
+            continue
+        if at - before <= ts <= at + after and not str(rec.get("logger", "")).startswith("qemu"):
+            out.append(f"{ts - at:+7.2f}s {rec.get('logger', '')}: {rec.get('msg', '')}")
+    return "\n".join(out[-150:])

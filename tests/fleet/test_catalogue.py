@@ -44,7 +44,7 @@ from aenv.ops.fleet import read_beats
 from bench.fleetrig import Fleet, RigError, Role, fleet_rig
 from bus.diskroom import template_bytes
 from bus.nodes import Heartbeat, is_gone
-from tests.catalogue import Form, Sampler, form_from_env, payload, sizes
+from tests.catalogue import Form, Sampler, form_from_env, ledger_near, payload, sizes
 from tests.e2e.test_big_images import _forget, _image_dir, _read_layout
 from tests.registry import debian_tree, local_registry, push
 from tests.repogc import Holdings, gc_lines, holdings, images_under
@@ -480,7 +480,10 @@ def test_a_catalogue_many_times_the_budget_starts_on_one_node(pair: Fleet, tmp_p
             )
             print("\n".join(ln for ln in b.tail(4000).splitlines() if "evict" in ln)[-3000:])
         assert form.catalogue > 2 * (form.budget - held.total), "not a catalogue test"
-        assert sampler.over == [], f"over the budget: {sampler.over[:10]}\n{sampler.over_dump}"
+        assert sampler.over == [], (
+            f"over the budget: {sampler.over[:10]}\n{sampler.over_dump}\n"
+            f"B's log around it:\n{ledger_near(b.tail(10_000_000), sampler.over_at)}"
+        )
         assert sampler.du_peak <= form.budget
         assert evicted_first, f"nothing of {names[0]} evicted: {sorted(first)}"
         t1 = time.monotonic()

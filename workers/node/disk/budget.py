@@ -229,6 +229,12 @@ class DiskBudget:
             with self._lock:
                 self._base = tally.total
                 self._delta = self._walk_adds or 0
+            log.info(
+                "disk walk: %s, %s added while it ran",
+                _mib(tally.total),
+                _mib(self._delta),
+                extra={"disk_event": "walk", "disk_bytes": tally.total},
+            )
             return tally
 
         try:
@@ -326,6 +332,7 @@ class DiskBudget:
             r = Reservation(nbytes, since=time.time() - 1)  # mtimes have coarse clocks
             with self._lock:
                 self._reservations.append(r)
+            self._note("reserved", r)
         try:
             yield r
         finally:
@@ -334,6 +341,21 @@ class DiskBudget:
                 self._delta += r.charged
                 if self._walk_adds is not None:
                     self._walk_adds += r.charged
+            self._note("charged", r)
+
+    def _note(self, what: str, r: Reservation) -> None:
+        """One line per reservation opened and closed, with the ledger after it: an overrun
+        seen by `du` is found in the log by its time (what was promised, what was left)."""
+        log.info(
+            "disk %s: %s (charged %s); ledger used %s, reserved %s, limit %s",
+            what,
+            _mib(r.nbytes),
+            _mib(r.charged),
+            _mib((self._base or 0) + self._delta),
+            _mib(self.reserved()),
+            _mib(self.limit),
+            extra={"disk_event": what, "disk_bytes": r.nbytes, "disk_charged": r.charged},
+        )
 
     def _fits_after_eviction(self, need: int) -> bool:
         """Evict by plan until `need` fits. An entry may free less than the plan counted
