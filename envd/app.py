@@ -105,10 +105,12 @@ class App:
         try:
             await self._route(req)
         except HttpError as e:
-            if not req.responded:
-                await req.respond_error(e.status, e.message)
-            else:
+            if req.responded:
                 req.close_after = True
+            elif e.plain:
+                await req.respond_text_error(e.status, e.message)
+            else:
+                await req.respond_error(e.status, e.message)
         except (ConnectionError, asyncio.IncompleteReadError):
             req.close_after = True
         except Exception as e:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import time
+from collections.abc import Mapping
 
 from envd.connect import RpcError
 from envd.httpserver import HttpError, Request
@@ -47,30 +49,57 @@ def signature(path: str, operation: str, username: str, token: str, expiration: 
 
 def check_files_access(state: State, req: Request, operation: str) -> None:
     """/files accepts the token header or a signature over path, operation, user, expiry."""
-    token = state.access_token
+    check_signing(
+        state.access_token, req.headers.get(TOKEN_HEADER), req.query, operation, int(time.time())
+    )
+
+
+def check_signing(
+    token: str | None, header: str | None, query: Mapping[str, str], operation: str, now: int
+) -> None:
+    """Raise envd's refusal of a /files request (`operation` read or write) at unix time
+    `now`, as E2B's envd decides (infra `packages/envd/internal/api/auth.go`,
+    `validateSigning`): a malformed expiry is a 400 before anything else (it fails to bind
+    as a parameter); with no token set anyone may; a token header (an empty one is none)
+    must match; otherwise the signature must, and only then is its expiry looked at, so a
+    wrong signature says "invalid signature" however old it is."""
+    expiration = signature_expiration(query.get("signature_expiration"))
     if token is None:
         return
-    given = req.headers.get(TOKEN_HEADER)
-    if given is not None:
-        if not same_secret(given, token):
+    if header:
+        if not same_secret(header, token):
             raise HttpError(401, "access token present in header but does not match")
         return
-    q = req.query
-    sig = q.get("signature")
-    if sig is None:
+    given = query.get("signature")
+    if given is None:
         raise HttpError(401, "missing signature query parameter")
-    exp_raw = q.get("signature_expiration")
-    exp: int | None = None
-    if exp_raw is not None:
-        try:
-            exp = int(exp_raw)
-        except ValueError as e:
-            raise HttpError(401, "invalid signature expiration") from e
-    expected = signature(q.get("path", ""), operation, q.get("username", ""), token, exp)
-    if not same_secret(expected, sig):
+    path, username = query.get("path", ""), query.get("username", "")
+    expected = signature(path, operation, username, token, expiration)
+    if not same_secret(expected, given):
         raise HttpError(401, "invalid signature")
-    if exp is not None and exp < time.time():
+    if expiration is not None and expiration < now:
         raise HttpError(401, "signature is already expired")
+
+
+def signature_expiration(raw: str | None) -> int | None:
+    """The `signature_expiration` parameter as envd binds it (Go's `strconv.ParseInt(raw,
+    10, 64)`), or a 400 in the words of its generated router, as plain text."""
+    if raw is None:
+        return None
+    digits = raw[1:] if raw[:1] in ("+", "-") else raw  # all base 10 ParseInt takes
+    if not (digits.isascii() and digits.isdigit()):
+        reason = "invalid syntax"
+    elif -(2**63) <= (value := int(raw)) < 2**63:
+        return value
+    else:
+        reason = "value out of range"
+    quoted = json.dumps(raw, ensure_ascii=False)
+    raise HttpError(
+        400,
+        "Invalid format for parameter signature_expiration: error binding string parameter: "
+        f"strconv.ParseInt: parsing {quoted}: {reason}",
+        plain=True,
+    )
 
 
 def basic_username(header: str | None) -> str | None:

@@ -52,12 +52,15 @@ REASONS = {
 
 
 class HttpError(Exception):
-    """An error answered as envd's plain JSON error body `{"code": <status>, "message": ...}`."""
+    """An error answered as envd's plain JSON error body `{"code": <status>, "message": ...}`,
+    or with `plain` as Go's `http.Error` answers (text, what envd's generated router says
+    of a parameter it cannot bind)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, plain: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.plain = plain
 
 
 class BadRequest(Exception):
@@ -242,6 +245,12 @@ class Request:
     async def respond_error(self, status: int, message: str) -> None:
         """envd's plain error shape; the SDK maps it by status (401: AuthenticationException)."""
         await self.respond_json(status, {"code": status, "message": message})
+
+    async def respond_text_error(self, status: int, message: str) -> None:
+        """An error as Go's `http.Error` writes it: a line of text, not to be sniffed."""
+        headers = [("X-Content-Type-Options", "nosniff")]
+        body = (message + "\n").encode()
+        await self.respond(status, body, "text/plain; charset=utf-8", headers=headers)
 
     async def begin_chunked(
         self, status: int, content_type: str, headers: list[tuple[str, str]] | None = None
