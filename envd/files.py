@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 #: Files up to this size are read into memory and sent with the length read (see download)
 READ_WHOLE = 1024 * 1024
 GZIP_LEVEL = 1  # speed over ratio: the link is local, gzip is only there because it was asked
+#: The form field E2B's envd writes; it skips every other part of a multipart upload.
+FILE_FIELD = "file"
 # Uploads take everything buffered at once: the connection buffer then empties (no compaction)
 # and each os.write is as large as possible.
 UPLOAD_READ = 4 * 1024 * 1024
@@ -196,8 +198,10 @@ async def upload(state: State, req: Request) -> None:
 
 
 class _PartWriter:
-    """A multipart upload: each part written to its own file (`path`, if given, names
-    every part's file; otherwise the part's filename does)."""
+    """A multipart upload: each `file` part written to its own file (`path`, if given,
+    names every part's file; otherwise the part's filename does). Other parts (a form's
+    fields, posted to an `upload_url` from a browser) are skipped, as E2B's envd does: they
+    must not overwrite the file."""
 
     def __init__(self, state: State, user: User, meta: dict[str, str], query_path: str) -> None:
         self.state = state
@@ -224,9 +228,7 @@ class _PartWriter:
         finally:
             if self.sink is not None:
                 self.sink.close()
-        if not self.results:
-            raise HttpError(400, "no file in multipart body")
-        return self.results
+        return self.results  # no `file` part: `[]`, as E2B's envd answers
 
     def _take(self, events: list[Event]) -> None:
         """Synchronous: the parts' data are views of the connection's buffer, valid until
@@ -235,7 +237,7 @@ class _PartWriter:
 
         for ev in events:
             if isinstance(ev, PartStart):
-                self.sink = self._open(ev)
+                self.sink = self._open(ev) if ev.name == FILE_FIELD else None
             elif isinstance(ev, PartData) and self.sink is not None:
                 self.sink.write(ev.data)
             elif isinstance(ev, PartEnd) and self.sink is not None:

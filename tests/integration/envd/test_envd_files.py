@@ -160,7 +160,41 @@ def test_signed_urls(envd: Envd, sandbox: Sandbox, workdir: str) -> None:
     bare = f"{envd.url}/files?path={workdir}/signed.txt"
     assert httpx.get(bare).status_code == 401
     expired = sandbox.download_url(f"{workdir}/signed.txt", use_signature_expiration=-10)
-    assert httpx.get(expired).status_code == 401
+    r = httpx.get(expired)
+    assert (r.status_code, r.json()) == (
+        401,
+        {"code": 401, "message": "signature is already expired"},
+    )
+    # what envd's generated router says of an expiry it cannot parse: Go's http.Error
+    r = httpx.get(down + "&signature_expiration=soon")
+    assert r.status_code == 400
+    assert r.headers["content-type"] == "text/plain; charset=utf-8"
+    assert r.text == (
+        "Invalid format for parameter signature_expiration: error binding string parameter: "
+        'strconv.ParseInt: parsing "soon": invalid syntax\n'
+    )
+
+
+def test_a_form_posted_to_an_upload_url_writes_only_its_file(
+    sandbox: Sandbox, workdir: str
+) -> None:
+    """A browser's form has fields beside its `file`: E2B's envd writes the `file` part
+    alone (a field must not overwrite the file the URL names) and answers `[]` for a form
+    with no file at all."""
+    up = sandbox.upload_url(f"{workdir}/form.txt")
+    body = (
+        b'--b\r\nContent-Disposition: form-data; name="before"\r\n\r\nfield one\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="file"\r\n\r\nthe file\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="after"\r\n\r\nfield two\r\n--b--\r\n'
+    )
+    form = {"Content-Type": "multipart/form-data; boundary=b"}
+    r = httpx.post(up, content=body, headers=form)
+    assert r.status_code == 200, r.text
+    assert r.json() == [{"path": f"{workdir}/form.txt", "name": "form.txt", "type": "file"}]
+    assert sandbox.files.read(f"{workdir}/form.txt") == "the file"
+    r = httpx.post(up, files={"note": (None, "only a field")})
+    assert (r.status_code, r.json()) == (200, [])
+    assert sandbox.files.read(f"{workdir}/form.txt") == "the file"
 
 
 @pytest.mark.slow
