@@ -8,14 +8,9 @@ machine's `*.localhost` (scripts/setup.sh); the stack's proxy goes through the n
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
-
 import pytest
 
+from tests.e2e.by_name import run_by_name
 from tests.e2e.conftest import Stack
 
 pytestmark = pytest.mark.vm
@@ -73,31 +68,9 @@ print(json.dumps(out))
 """
 
 
-def _by_name(stack: Stack, script: str) -> dict[str, object]:
-    """Run `script` with the SDK told only the domain, the API key and the CA bundle."""
-    domain = stack.tls_env["E2B_DOMAIN"]
-    try:
-        socket.getaddrinfo(f"api.{domain.rsplit(':', 1)[0]}", None)
-    except OSError:
-        pytest.fail("*.localhost does not resolve on this machine: run scripts/setup.sh")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "AENV_"))}
-    env.pop("SSL_CERT_DIR", None)
-    env |= {
-        "E2B_DOMAIN": domain,
-        "E2B_API_KEY": stack.api_key,
-        "SSL_CERT_FILE": stack.tls_env["SSL_CERT_FILE"],
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    got: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return got
-
-
 def test_the_sdk_reaches_a_sandbox_and_its_ports_by_name(stack: Stack) -> None:
     domain = stack.tls_env["E2B_DOMAIN"]
-    got = _by_name(stack, SCRIPT)
+    got = run_by_name(stack, SCRIPT)
     sid = got["id"]
     assert got["envd_url"] == f"https://49983-{sid}.{domain}"
     assert got["host"] == f"8000-{sid}.{domain}"
@@ -108,7 +81,7 @@ def test_the_sdk_reaches_a_sandbox_and_its_ports_by_name(stack: Stack) -> None:
 
 
 def test_signed_file_urls_reach_the_sandbox_by_name(stack: Stack) -> None:
-    got = _by_name(stack, SIGNED)
+    got = run_by_name(stack, SIGNED)
     assert str(got["down"]).startswith("https://49983-")
     assert got["got"] == "fetched by a signed url"
     assert got["posted"] == 200
