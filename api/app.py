@@ -32,6 +32,7 @@ from api.auth import HEADER, Caller
 from api.console.routes import ROUTES as CONSOLE
 from api.context import ApiContext
 from api.errors import HANDLERS
+from api.ids import short_path
 from api.inputs import MAX_BODY, check_request
 from api.metrics import method_label, route_label
 from bus import logcontext
@@ -165,6 +166,9 @@ class MeasuredApp:
         status = 500
         target = sandbox_target(scope, self.ctx.settings.sandbox_domain)
         proxied = target is not None
+        if not proxied and (path := short_path(scope["path"])) != scope["path"]:
+            # e2b 1.3.3's `{sandboxID}-{clientID}`: routed (and logged) by the sandbox id
+            scope = {**scope, "path": path, "raw_path": path.encode()}
 
         async def send_wrapper(message: dict[str, Any]) -> None:
             nonlocal status

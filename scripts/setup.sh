@@ -83,6 +83,17 @@ if [ ! -x "$dir/bin/python" ] || ! "$dir/bin/python" -c "import e2b" 2>/dev/null
     "$dir/bin/pip" install -q "e2b==2.45.1"
 fi
 made "$dir"
+# ... and the e2b 1.x SDKs (tests/e2e/test_sdk1x.py), still pinned by RL stacks: 1.3.3
+# (SkyRL's OpenHands agent) and the last 1.x. They know no E2B_SANDBOX_URL: by domain only.
+for v in 1.3.3 1.11.1; do
+    dir=$(side_env ".venv-e2b-$v" "venv-e2b-$v-py$PYV" "")
+    if [ ! -x "$dir/bin/python" ] || ! "$dir/bin/python" -c "import e2b" 2>/dev/null; then
+        echo "setup: installing e2b $v into $dir (e2b 1.x test)" >&2
+        "$PY" -m venv "$dir"
+        "$dir/bin/pip" install -q "e2b==$v"
+    fi
+    made "$dir"
+done
 # ... and Harbor (the agent-benchmark/RL harness) with its own E2B environment
 # (tests/e2e/test_harbor.py, examples/harbor): its own venv, as it needs Python >= 3.12
 # and pins its own e2b. Python 3.12: $HARBOR_PYTHON, else pyenv's 3.12, else python3.12.
@@ -116,6 +127,13 @@ if command -v npm >/dev/null; then
     if [ ! -d "$dir/node_modules/@e2b/code-interpreter" ]; then
         echo "setup: installing @e2b/code-interpreter 2.8.0 into $dir (code-interpreter test)" >&2
         npm install --silent --no-audit --no-fund --prefix "$dir" @e2b/code-interpreter@2.8.0 >&2
+    fi
+    made "$dir"
+    # ... and the last 1.x of the JavaScript SDK (tests/e2e/test_sdk1x.py).
+    dir=$(side_env "${E2B_JS1_DIR:-.npm-e2b-1}" "npm-e2b-1.13.2" "${E2B_JS1_DIR:-}")
+    if [ ! -d "$dir/node_modules/e2b" ]; then
+        echo "setup: installing e2b 1.13.2 (npm) into $dir (e2b 1.x test)" >&2
+        npm install --silent --no-audit --no-fund --prefix "$dir" e2b@1.13.2 >&2
     fi
     made "$dir"
 fi

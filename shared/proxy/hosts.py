@@ -16,8 +16,10 @@ __all__ = ["API_LABEL", "host_label", "sandbox_target", "stray_host"]
 
 Scope = dict[str, Any]
 
-#: the first label of a sandbox's host name, `{port}-{sandboxId}` (infra's id alphabet)
-_SANDBOX_LABEL = re.compile(r"^(\d{1,5})-([a-z0-9]{1,63})$")
+#: the first label of a sandbox's host name, `{port}-{sandboxId}` (infra's id alphabet),
+#: or `{port}-{sandboxId}-{clientId}`: early e2b 1.x SDKs (1.3.3) name a sandbox
+#: `{sandboxID}-{clientID}` everywhere, and E2B's proxy keeps the part before the second `-`
+_SANDBOX_LABEL = re.compile(r"^(\d{1,5})-([a-z0-9]{1,63})(?:-[a-z0-9]{1,63})?$")
 #: the first label of the control plane's host name, `api.{domain}` (the SDK's default URL)
 API_LABEL = "api"
 
@@ -25,7 +27,8 @@ API_LABEL = "api"
 def sandbox_target(scope: Scope, domain: str | None) -> tuple[str, int] | None:
     """(sandbox id, port) this request is addressed to, or None for control-plane traffic:
     by the `E2b-Sandbox-Id`/`-Port` headers (`E2B_SANDBOX_URL` clients), else by a Host of
-    `{port}-{sandboxId}.{domain}` (every other client, and `get_host`)."""
+    `{port}-{sandboxId}.{domain}` (every other client, and `get_host`), a client id after
+    the sandbox id left out (`{port}-{sandboxId}-{clientId}`, e2b 1.3.3's)."""
     sid = port = host = None
     for k, v in scope.get("headers", ()):
         if k == b"e2b-sandbox-id":

@@ -63,3 +63,23 @@ def test_metadata_and_env_vars_are_bounded() -> None:
         NewSandbox.model_validate({"templateID": "base", "metadata": {"k": "v" * MAX_METADATA}})
     with pytest.raises(ValidationError, match="envVars take"):
         NewSandbox.model_validate({"templateID": "base", "envVars": {"E": "é" * MAX_ENV_VARS}})
+
+
+@pytest.mark.parametrize(
+    ("path", "short"),
+    [
+        # e2b 1.3.3's `{sandboxID}-{clientID}`: E2B's API keeps the sandbox id
+        ("/sandboxes/i1ab2cd3-aenv", "/sandboxes/i1ab2cd3"),
+        ("/sandboxes/i1ab2cd3-aenv/timeout", "/sandboxes/i1ab2cd3/timeout"),
+        ("/v2/sandboxes/i1ab2cd3-6532622b/logs", "/v2/sandboxes/i1ab2cd3/logs"),
+        # a path that names a plain id, or no sandbox, is left as it is
+        ("/sandboxes/i1ab2cd3/timeout", "/sandboxes/i1ab2cd3/timeout"),
+        ("/sandboxes", "/sandboxes"),
+        ("/sandboxes/metrics", "/sandboxes/metrics"),
+        ("/templates/my-template", "/templates/my-template"),
+        ("/sandboxes/i1ab2cd3-a-b", "/sandboxes/i1ab2cd3-a-b"),  # not id-client: a 404
+        ("/x/sandboxes/i1ab2cd3-aenv", "/x/sandboxes/i1ab2cd3-aenv"),
+    ],
+)
+def test_a_client_id_after_the_sandbox_id_is_cut(path: str, short: str) -> None:
+    assert ids.short_path(path) == short

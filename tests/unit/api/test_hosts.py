@@ -34,6 +34,11 @@ def scope(host: str, **headers: str) -> dict[str, object]:
         ("0-abc123.aenv.localhost", None),
         ("8000-abc_123.aenv.localhost", None),  # not infra's id alphabet
         ("x.8000-abc123.aenv.localhost", None),  # one label only
+        # e2b 1.3.3 names a sandbox `{sandboxID}-{clientID}`: E2B's proxy keeps the first
+        ("49983-abc123-aenv.aenv.localhost:8443", ("abc123", 49983)),
+        ("8000-abc123-6532622b.aenv.localhost", ("abc123", 8000)),
+        ("8000-abc123-x-y.aenv.localhost", None),  # one client id at most
+        ("8000-abc123-.aenv.localhost", None),
     ],
 )
 def test_a_sandbox_port_by_host_name(domain: str, host: str, target: object) -> None:
