@@ -1,7 +1,7 @@
 // The last 1.x of the JavaScript SDK (npm `e2b` 1.13.2, unchanged), configured only with
 // E2B_DOMAIN, E2B_API_KEY and NODE_EXTRA_CA_CERTS: run by tests/e2e/test_sdk1x.py, prints
-// what it saw as one JSON object; the Python side asserts. CommonJS, so `node sdk1x.js`
-// runs it with NODE_PATH at .npm-e2b-1.
+// what it saw as one JSON object, with the keys of the Python SDKs' script (the Python side
+// asserts both alike). CommonJS, so `node sdk1x.js` runs it with NODE_PATH at .npm-e2b-1.
 const { Sandbox } = require('e2b')
 
 const SERVE =
@@ -36,8 +36,8 @@ async function main() {
   } finally {
     await sbx.kill()
   }
-  out.killedAgain = await Sandbox.kill(sbx.sandboxId) // false: it is gone
-  out.listedAfter = (await Sandbox.list()).some((s) => s.sandboxId === sbx.sandboxId)
+  out.killed_again = await Sandbox.kill(sbx.sandboxId) // false: it is gone
+  out.listed_after = (await Sandbox.list()).some((s) => s.sandboxId === sbx.sandboxId)
   console.log(JSON.stringify(out))
 }
 
