@@ -116,16 +116,19 @@ class _Sink:
 
     @classmethod
     def open(cls, path: str, user: User) -> _Sink:
+        """Refusals answered as E2B's envd answers them (upload.go processFile): a directory
+        at `path` is the client's mistake (400); parents that cannot be made, or a file that
+        cannot be opened or chowned, are the sandbox's (500), a full disk 507."""
         try:
             return cls(path, fsops.create_file(path, user))
         except IsADirectoryError as e:
-            raise HttpError(400, f"path '{path}' is a directory") from e
-        except (NotADirectoryError, FileExistsError) as e:
-            raise HttpError(400, f"a parent of '{path}' is not a directory") from e
-        except PermissionError as e:  # root refused too (an immutable file or directory)
-            raise HttpError(403, f"permission denied: {path}") from e
+            raise HttpError(400, f"path is a directory: {path}") from e
+        except fsops.ParentError as e:
+            raise HttpError(500, f"error ensuring directories: {_reason(e)}") from e
         except OSError as e:
-            raise _os_error(e, path) from e
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise HttpError(507, f"not enough inodes available: {path}") from e
+            raise HttpError(500, f"error opening file: {_reason(e)}") from e
 
     def write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
@@ -149,6 +152,10 @@ class _Sink:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def _reason(e: OSError) -> str:
+    return f"{e.strerror}: {e.filename}" if e.filename else str(e.strerror)
 
 
 def _os_error(e: OSError, path: str) -> HttpError:

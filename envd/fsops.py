@@ -28,7 +28,12 @@ from envd import wire
 from envd.users import User
 
 DIR_MODE = 0o755
-FILE_MODE = 0o644
+FILE_MODE = 0o666  # E2B's OpenFile mode; envd's umask (022 in the guest) makes it 0644
+
+
+class ParentError(OSError):
+    """A missing parent of an upload could not be made (a file in the way, a read-only
+    filesystem): E2B's "error ensuring directories", a 500, not the client's mistake."""
 
 
 def give(target: str | int, user: User) -> None:
@@ -44,7 +49,7 @@ def ensure_dirs(path: str, user: User) -> None:
     current = os.path.normpath(path)
     while not os.path.isdir(current):
         if os.path.lexists(current) and not os.path.islink(current):
-            raise NotADirectoryError(errno.ENOTDIR, "not a directory", current)
+            raise NotADirectoryError(errno.ENOTDIR, "path is a file", current)
         missing.append(current)
         parent = os.path.dirname(current)
         if parent == current:
@@ -55,7 +60,7 @@ def ensure_dirs(path: str, user: User) -> None:
             os.mkdir(directory, DIR_MODE)
         except FileExistsError:
             if not os.path.isdir(directory):
-                raise NotADirectoryError(errno.ENOTDIR, "not a directory", directory) from None
+                raise NotADirectoryError(errno.ENOTDIR, "path is a file", directory) from None
         # also when another request made it meanwhile: it may not have chowned it yet
         give(directory, user)
 
@@ -65,15 +70,30 @@ def open_read(path: str) -> int:
 
 
 def create_file(path: str, user: User) -> int:
-    """Open `path` for writing, truncated, and `user`'s (also when it existed: E2B chowns
-    an overwritten file too); its missing parents are created first, `user`'s as well."""
-    ensure_dirs(os.path.dirname(path) or "/", user)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+    """Open `path` for writing, truncated, and `user`'s, in the steps and order of E2B's
+    upload (processFile), which a watcher of the directory sees: parents made (ParentError
+    if they cannot be), then an existing file chowned by path before it is truncated
+    (CHMOD, WRITE), a new one created and then chowned (CREATE, CHMOD); the data's WRITE
+    follows. IsADirectoryError when `path` is a directory."""
     try:
-        give(fd, user)
-    except OSError:
-        os.close(fd)
-        raise
+        ensure_dirs(os.path.dirname(path) or "/", user)
+    except OSError as e:
+        raise ParentError(e.errno, e.strerror, e.filename) from e
+    chowned = False
+    try:
+        if stat.S_ISDIR(os.stat(path).st_mode):
+            raise IsADirectoryError(errno.EISDIR, "path is a directory", path)
+        give(path, user)
+        chowned = True
+    except FileNotFoundError:  # new (or removed meanwhile): chowned once open
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+    if not chowned:
+        try:
+            give(fd, user)
+        except OSError:
+            os.close(fd)
+            raise
     return fd
 
 

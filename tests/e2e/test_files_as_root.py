@@ -8,9 +8,10 @@ still meet the kernel: only the files API is root's.
 from __future__ import annotations
 
 import pytest
-from e2b import CommandExitException, Sandbox
+from e2b import CommandExitException, FilesystemEventType, Sandbox
 
 from tests.e2e.conftest import Stack
+from tests.support import eventually_sync
 
 pytestmark = pytest.mark.vm
 
@@ -50,5 +51,41 @@ def test_files_api_acts_as_root_and_gives_to_the_user(stack: Stack) -> None:
         with pytest.raises(CommandExitException):
             sbx.commands.run("cat /root/secret")
         assert sbx.commands.run("sh /solution/a/b/solve.sh").stdout == "solved\n"
+    finally:
+        sbx.kill()
+
+
+def test_e2b_sdk_writes_and_watches_as_on_e2b(stack: Stack) -> None:
+    """Two of E2B's own SDK tests, shortened, in a real guest: JS "write multiple files"
+    (`/0/multi_test_file0.txt` as `user`: the missing parent is made, the user's) and
+    Python `test_watch_iterated` (a new file's write is 3 events: CREATE, CHMOD, WRITE)."""
+    sbx = Sandbox.create()
+    try:
+        files = sbx.files
+        files.make_dir("watched")
+        handle = files.watch_dir("watched")
+        files.write("watched/f.txt", "This file will be watched.")
+        events = eventually_sync(lambda: handle.get_new_events())
+        events += handle.get_new_events()
+        assert [(e.name, e.type) for e in events] == [
+            ("f.txt", FilesystemEventType.CREATE),
+            ("f.txt", FilesystemEventType.CHMOD),
+            ("f.txt", FilesystemEventType.WRITE),
+        ]
+        handle.stop()
+
+        infos = files.write_files(
+            [
+                {"path": "/0/multi_test_file0.txt", "data": "This is a test file 0."},
+                {"path": "/home/user/multi_test_file1.txt", "data": "This is a test file 1."},
+            ]
+        )
+        assert [i.path for i in infos] == [
+            "/0/multi_test_file0.txt",
+            "/home/user/multi_test_file1.txt",
+        ]
+        assert files.read("/0/multi_test_file0.txt") == "This is a test file 0."
+        out = sbx.commands.run("stat -c '%U %a' /0 /0/multi_test_file0.txt").stdout
+        assert out.split("\n")[:2] == ["user 755", "user 644"]
     finally:
         sbx.kill()

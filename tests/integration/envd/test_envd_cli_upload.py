@@ -59,5 +59,5 @@ def test_a_refused_upload_exits_nonzero_with_the_reason(
         p.stdout.close()
     assert exit_.value.exit_code != 0
     err = capsys.readouterr().err
-    assert "not a directory" in err.lower() and err.count("\n") == 1, err
+    assert "path is a file" in err.lower() and err.count("\n") == 1, err
     assert Path(workdir, "plain").read_text() == "a file, not a directory"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2b import CommandExitException, Sandbox
+from e2b import CommandExitException, InvalidArgumentException, Sandbox, SandboxException
 
 from tests.integration.envd.conftest import (
     GUEST_PYTHON,
@@ -96,6 +96,63 @@ def test_writes_anywhere_belong_to_the_user(
     # as root, the file is root's, also one the user owned
     sandbox.files.write(f"{readonly}/file.txt", "r", user="root")
     assert _owner(f"{readonly}/file.txt") == "root"
+
+
+@pytest.fixture
+def top_dirs() -> Iterator[list[str]]:
+    """Names of directories at / that do not exist yet, removed afterwards."""
+    made = [f"/aenv-{uuid.uuid4().hex[:8]}-{i}" for i in range(2)]
+    yield made
+    for d in made:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_writes_at_the_root_make_the_users_parents(
+    sandbox: Sandbox, top_dirs: list[str], test_user: str, home: str
+) -> None:
+    """E2B's JS test "write multiple files": one multipart upload as the default user with
+    files in missing directories at / (`/0/multi_test_file0.txt`) and in the home. E2B's
+    envd (EnsureDirs) makes each missing parent 0755 and the user's; so does envd."""
+    files = [
+        {"path": f"{top_dirs[0]}/multi_test_file0.txt", "data": "This is a test file 0."},
+        {"path": f"{home}/multi_test_file1.txt", "data": "This is a test file 1."},
+        {"path": f"{top_dirs[1]}/a/multi_test_file2.txt", "data": "This is a test file 2."},
+    ]
+    umask = os.umask(0o022)  # envd's is the test process's: it started envd
+    os.umask(umask)
+    infos = sandbox.files.write_files(files)  # type: ignore[arg-type]
+    assert [(i.path, i.name) for i in infos] == [
+        (f["path"], os.path.basename(f["path"])) for f in files
+    ]
+    for f in files:
+        assert sandbox.files.read(f["path"]) == f["data"]
+        assert _owner(f["path"]) == test_user
+        assert os.stat(f["path"]).st_mode & 0o777 == 0o666 & ~umask  # E2B's OpenFile mode
+    for d in (top_dirs[0], top_dirs[1], f"{top_dirs[1]}/a"):
+        assert (_owner(d), os.stat(d).st_mode & 0o777) == (test_user, 0o755 & ~umask), d
+    sandbox.files.remove(f"{home}/multi_test_file1.txt")
+
+
+def test_a_parent_that_cannot_be_made_is_a_500_as_on_e2b(
+    envd: Envd, sandbox: Sandbox, workdir: str
+) -> None:
+    """A file where a parent should be: E2B answers 500 "error ensuring directories: path
+    is a file: …" (the SDK's SandboxException, not InvalidArgumentException); a directory
+    at the path itself is the client's mistake, a 400."""
+    Path(workdir, "plain").write_text("a file")
+    with pytest.raises(SandboxException, match="path is a file") as err:
+        sandbox.files.write(f"{workdir}/plain/sub/x.txt", "x")
+    assert not isinstance(err.value, InvalidArgumentException)
+    r = httpx.post(
+        f"{envd.url}/files",
+        params={"path": f"{workdir}/plain/x.txt"},
+        files={"file": ("x.txt", b"x")},
+        headers={"X-Access-Token": envd.token or ""},
+    )
+    assert r.status_code == 500, r.text
+    assert r.json()["message"] == f"error ensuring directories: path is a file: {workdir}/plain"
+    with pytest.raises(InvalidArgumentException, match="is a directory"):
+        sandbox.files.write(workdir, "x")
 
 
 def test_the_users_processes_still_meet_the_kernel(

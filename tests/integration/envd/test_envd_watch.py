@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 from e2b import AsyncSandbox, FileNotFoundException, Sandbox
 from e2b.sandbox.filesystem.watch_handle import FilesystemEvent, FilesystemEventType
+from e2b.sandbox_sync.filesystem.watch_handle import WatchHandle
 
 from tests.support import eventually, eventually_sync
 
@@ -58,6 +60,56 @@ def test_sync_watcher_recursive_with_entries(sandbox: Sandbox, workdir: str) -> 
     eventually_sync(lambda: saw("later"))
     sandbox.files.write(f"{workdir}/later/x.txt", "x")
     eventually_sync(lambda: saw("later/x.txt"))
+    w.stop()
+
+
+CREATE, CHMOD, WRITE = (
+    FilesystemEventType.CREATE,
+    FilesystemEventType.CHMOD,
+    FilesystemEventType.WRITE,
+)
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="envd gives files to the user (the CHMOD) only as root"
+)
+
+
+def _settled(w: WatchHandle, at_least: int) -> list[tuple[str, FilesystemEventType]]:
+    """Every event of the last operation: polled until `at_least` came, then once more
+    (E2B's tests poll once, right after the write: these events are all there by then)."""
+    seen: list[tuple[str, FilesystemEventType]] = []
+
+    def enough() -> bool:
+        seen.extend((e.name, e.type) for e in w.get_new_events())
+        return len(seen) >= at_least
+
+    eventually_sync(enough)
+    seen.extend((e.name, e.type) for e in w.get_new_events())
+    return seen
+
+
+@needs_root
+def test_a_new_file_is_create_chmod_write(sandbox: Sandbox, workdir: str) -> None:
+    """E2B's test_watch_iterated: a write of a new file is 3 events, as E2B's envd reports
+    them (open O_CREAT, chown to the user, the data): CREATE, CHMOD, WRITE. Overwritten,
+    the file is chowned before it is truncated: CHMOD, then WRITEs."""
+    w = sandbox.files.watch_dir(workdir)
+    sandbox.files.write(f"{workdir}/f.txt", "This file will be watched.")
+    assert _settled(w, 3) == [("f.txt", CREATE), ("f.txt", CHMOD), ("f.txt", WRITE)]
+    sandbox.files.write(f"{workdir}/f.txt", "This file has been modified.")
+    events = _settled(w, 2)
+    assert events[:2] == [("f.txt", CHMOD), ("f.txt", WRITE)], events
+    assert set(events[2:]) <= {("f.txt", WRITE)}, events  # the truncation's may stand apart
+    w.stop()
+
+
+@needs_root
+def test_a_new_file_in_a_watched_subdirectory(sandbox: Sandbox, workdir: str) -> None:
+    """E2B's test_watch_recursive_directory_changes: 3 events, the first the CREATE."""
+    sandbox.files.make_dir(f"{workdir}/nested")
+    w = sandbox.files.watch_dir(workdir, recursive=True)
+    sandbox.files.write(f"{workdir}/nested/f.txt", "content")
+    name = "nested/f.txt"
+    assert _settled(w, 3) == [(name, CREATE), (name, CHMOD), (name, WRITE)]
     w.stop()
 
 

@@ -56,25 +56,30 @@ def _event(wd: int, mask: int, name: bytes) -> bytes:
 def test_parse_inotify_events() -> None:
     buf = _event(1, inotify.IN_CREATE, b"a.txt") + _event(2, inotify.IN_DELETE_SELF, b"")
     assert inotify.parse_events(buf) == [
-        (1, inotify.IN_CREATE, "a.txt"),
-        (2, inotify.IN_DELETE_SELF, ""),
+        (1, inotify.IN_CREATE, 0, "a.txt"),
+        (2, inotify.IN_DELETE_SELF, 0, ""),
     ]
 
 
 @pytest.mark.parametrize(
-    ("mask", "etype"),
+    ("mask", "etypes"),
     [
-        (inotify.IN_CREATE, wire.EVENT_CREATE),
-        (inotify.IN_MOVED_TO, wire.EVENT_CREATE),
-        (inotify.IN_MODIFY, wire.EVENT_WRITE),
-        (inotify.IN_DELETE, wire.EVENT_REMOVE),
-        (inotify.IN_MOVED_FROM, wire.EVENT_RENAME),
-        (inotify.IN_ATTRIB, wire.EVENT_CHMOD),
-        (inotify.IN_IGNORED, None),
+        (inotify.IN_CREATE, [wire.EVENT_CREATE]),
+        (inotify.IN_MOVED_TO | inotify.IN_ISDIR, [wire.EVENT_CREATE]),
+        (inotify.IN_MODIFY, [wire.EVENT_WRITE]),
+        (inotify.IN_DELETE, [wire.EVENT_REMOVE]),
+        (inotify.IN_MOVED_FROM, [wire.EVENT_RENAME]),
+        (inotify.IN_ATTRIB, [wire.EVENT_CHMOD]),
+        (inotify.IN_IGNORED, []),
+        # one event per kind, in the order of envd's watch.go
+        (
+            inotify.IN_DELETE | inotify.IN_MODIFY | inotify.IN_ATTRIB | inotify.IN_CREATE,
+            [wire.EVENT_CREATE, wire.EVENT_CHMOD, wire.EVENT_WRITE, wire.EVENT_REMOVE],
+        ),
     ],
 )
-def test_event_mapping_follows_fsnotify(mask: int, etype: str | None) -> None:
-    assert inotify.event_type(mask) == etype
+def test_event_mapping_follows_fsnotify(mask: int, etypes: list[str]) -> None:
+    assert inotify.event_types(mask) == etypes
 
 
 def test_envd_imports_only_stdlib() -> None:
