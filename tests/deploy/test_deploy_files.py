@@ -162,13 +162,13 @@ def _compose(name: str = "compose.yaml") -> dict[str, Any]:
 
 
 def test_compose_variables_are_all_in_env_example() -> None:
-    for name in ("compose.yaml", "compose.kvm.yaml"):
+    for name in ("compose.yaml", "compose.kvm.yaml", "compose.tls.yaml"):
         used = df.interpolation_variables(yaml.safe_load((df.COMPOSE / name).read_text()))
         missing = used - _compose_env().keys()
         assert not missing, f"{name}: not in .env.example: {sorted(missing)}"
 
 
-@pytest.mark.parametrize("name", ["compose.yaml", "compose.kvm.yaml"])
+@pytest.mark.parametrize("name", ["compose.yaml", "compose.kvm.yaml", "compose.tls.yaml"])
 def test_compose_file_matches_the_compose_specification(name: str) -> None:
     assert df.compose_schema_errors(_compose(name)) == []
 
@@ -427,6 +427,7 @@ def _literal(env: Env) -> dict[str, str]:
         "Dockerfile",
         "compose.yaml",
         "compose.kvm.yaml",
+        "compose.tls.yaml",
         "k8s dev",
         "k8s production",
     ],
