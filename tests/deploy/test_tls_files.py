@@ -125,6 +125,28 @@ def test_compose_tls_check_rejects_broken_haproxy_cfg(old: str, new: str) -> Non
     assert tf.compose_tls_problems(merged(), _replace(TLS_CFG.read_text(), old, new))
 
 
+def test_haproxy_accepts_both_files() -> None:
+    if shutil.which("haproxy") is None:
+        pytest.skip("haproxy not installed (Debian: apt-get install haproxy)")
+    assert tf.haproxy_check_problems(df.COMPOSE / "haproxy.cfg", TLS_CFG) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("mode tcp", "mode tpc"),  # an error
+        ("option tcplog", "option httplog"),  # a warning: HTTP logging of a TCP proxy
+        ("resolvers docker", "resolvers dns"),  # no such section in haproxy.cfg
+    ],
+)
+def test_haproxy_check_rejects_broken_copy(tmp_path: Path, old: str, new: str) -> None:
+    if shutil.which("haproxy") is None:
+        pytest.skip("haproxy not installed (Debian: apt-get install haproxy)")
+    broken = tmp_path / "haproxy.tls.cfg"
+    broken.write_text(_replace(TLS_CFG.read_text(), old, new))
+    assert tf.haproxy_check_problems(df.COMPOSE / "haproxy.cfg", broken)
+
+
 # --- Kubernetes --------------------------------------------------------------------------
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
+import subprocess
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from tests.deploy import deploy_files as df
@@ -108,6 +111,26 @@ def compose_tls_problems(doc: Mapping[str, Any], tls_cfg: str) -> list[str]:
     published = {str(p).rsplit(":", 1)[-1] for p in lb.get("ports") or []}
     if not binds or not binds <= published:
         problems.append(f"lb publishes {sorted(published)}, not the TLS frontend's {binds}")
+    return problems
+
+
+def haproxy_check_problems(*configs: Path) -> list[str]:
+    """`haproxy -c` over the files in the order lb loads them: its errors, and warnings save
+    those about the servers' names, which resolve only in compose's network."""
+    haproxy = shutil.which("haproxy")
+    assert haproxy, "haproxy not found"
+    args = [a for c in configs for a in ("-f", str(c))]
+    proc = subprocess.run(
+        [haproxy, "-c", *args], capture_output=True, text=True, timeout=30, check=False
+    )
+    lines = (proc.stdout + proc.stderr).splitlines()
+    problems = [
+        ln
+        for ln in lines
+        if ("[WARNING]" in ln or "[ALERT]" in ln) and "could not resolve address" not in ln
+    ]
+    if proc.returncode != 0 and not problems:
+        problems.append(f"haproxy -c exited {proc.returncode}")
     return problems
 
 

@@ -15,7 +15,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-DOCS = [ROOT / "docs" / "ARCHITECTURE.md"]
+#: deploy.md too: an operator follows its paths to files under deploy/ (issue 31's TLS files)
+DOCS = [ROOT / "docs" / "ARCHITECTURE.md", ROOT / "docs" / "deploy.md"]
 PACKAGES: tuple[str, ...] = (
     "aenv",
     "api",
