@@ -19,6 +19,9 @@ from tests.vmstack import TLS_ENV, add_log_tail, not_json_lines, running_stack
 
 pytestmark = pytest.mark.vm
 
+#: E2B's own SDK tests, vendored unchanged: run by test_e2b_suite.py in a pytest of their own
+collect_ignore = ["e2b_suite"]
+
 #: lines of the stack's log a failing test's report carries (QMP chatter left out)
 LOG_TAIL = 200
 

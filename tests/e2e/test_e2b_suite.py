@@ -1,0 +1,83 @@
+"""E2B's own Python SDK tests, unchanged, against an aenv stack (issue 31): the areas the
+issue names — a guest's port by host name, secured sandboxes and signed URLs, pause and
+resume, auto-pause with auto-resume on an HTTP request, files write and watch. They are
+vendored from e2b-dev/E2B (tests/e2e/e2b_suite/README.md names the commit) and run by a
+pytest of their own, with E2B's pytest.ini and conftest, told only what E2B's users are
+told: `E2B_DOMAIN`, `E2B_API_KEY` and the CA bundle (`SSL_CERT_FILE`).
+
+What is not run is listed in `DESELECTED` with the reason; every test selected must pass.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import Stack
+
+pytestmark = pytest.mark.vm
+
+SUITE = Path(__file__).parent / "e2b_suite" / "python-sdk"
+
+#: the vendored test files run, relative to python-sdk/
+FILES = (
+    "tests/sync/sandbox_sync/test_host.py",
+    "tests/sync/sandbox_sync/test_secure.py",
+    "tests/sync/sandbox_sync/test_snapshot.py",
+    "tests/sync/sandbox_sync/test_create.py",
+    "tests/sync/sandbox_sync/files/test_secured.py",
+    "tests/sync/sandbox_sync/files/test_write.py",
+    "tests/sync/sandbox_sync/files/test_watch.py",
+)
+
+#: tests of those files not run, each with why
+DESELECTED: dict[str, str] = {}
+
+
+def _outcomes(junit: Path) -> dict[str, str]:
+    """Each test's outcome in a junit report: `passed`, `failed`, `error` or `skipped`,
+    keyed `file.py::name` (the file's path as collected, relative to python-sdk/)."""
+    out: dict[str, str] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        module = case.get("classname", "").replace(".", "/")
+        key = f"{module}.py::{case.get('name')}"
+        kinds = {child.tag for child in case}
+        if "failure" in kinds:
+            out[key] = "failed"
+        elif "error" in kinds:
+            out[key] = "error"
+        elif "skipped" in kinds:
+            out[key] = "skipped"
+        else:
+            out[key] = "passed"
+    return out
+
+
+def test_e2b_sdk_tests_pass_unchanged(stack: Stack, tmp_path: Path) -> None:
+    suite = tmp_path / "python-sdk"
+    shutil.copytree(SUITE, suite)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "AENV_"))}
+    env.pop("SSL_CERT_DIR", None)
+    env.pop("PYTHONPATH", None)
+    env |= {
+        "E2B_DOMAIN": stack.tls_env["E2B_DOMAIN"],
+        "E2B_API_KEY": stack.api_key,
+        "SSL_CERT_FILE": stack.tls_env["SSL_CERT_FILE"],
+    }
+    junit = tmp_path / "junit.xml"
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEs"]
+    args += [f"--basetemp={tmp_path / 'pt'}", f"--junitxml={junit}", *FILES]
+    args += [a for nodeid in DESELECTED for a in ("--deselect", nodeid)]
+    done = subprocess.run(args, cwd=suite, env=env, capture_output=True, text=True, timeout=900)
+    got = _outcomes(junit)
+    print(done.stdout[-6000:])
+    bad = {k: v for k, v in got.items() if v != "passed"}
+    assert bad == {}, done.stdout[-6000:]
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert set(DESELECTED).isdisjoint(got)
