@@ -26,18 +26,42 @@ pytestmark = pytest.mark.vm
 SUITE = Path(__file__).parent / "e2b_suite" / "python-sdk"
 
 #: the vendored test files run, relative to python-sdk/
+_BOTH = tuple(
+    f"tests/{flavour}/{sandbox}/{path}"
+    for flavour, sandbox in (("sync", "sandbox_sync"), ("async", "sandbox_async"))
+    for path in (
+        "test_host.py",
+        "test_secure.py",
+        "test_snapshot.py",
+        "files/test_secured.py",
+        "files/test_write.py",
+        "files/test_watch.py",
+    )
+)
 FILES = (
-    "tests/sync/sandbox_sync/test_host.py",
-    "tests/sync/sandbox_sync/test_secure.py",
-    "tests/sync/sandbox_sync/test_snapshot.py",
+    *_BOTH,
+    "tests/sync/sandbox_sync/test_snapshot_api.py",
+    "tests/sync/sandbox_sync/test_snapshot_filesystem_only.py",
+    "tests/sync/api_sync/test_sbx_snapshot.py",
+    "tests/sync/sandbox_sync/test_connect.py",
+    # lifecycle: auto-pause on timeout, auto-resume on an HTTP request to a guest's server
+    # (sync only: the async file is the same scenarios with the same sleeps, ~30 s more)
     "tests/sync/sandbox_sync/test_create.py",
-    "tests/sync/sandbox_sync/files/test_secured.py",
-    "tests/sync/sandbox_sync/files/test_write.py",
-    "tests/sync/sandbox_sync/files/test_watch.py",
 )
 
-#: tests of those files not run, each with why
-DESELECTED: dict[str, str] = {}
+#: tests of those files not run, each with why. None needs the internet; E2B's test_timeout
+#: (set_timeout, ~15 s of sleeps), the async test_create and the rest of E2B's suite are
+#: left out to keep this test near 2 minutes.
+DESELECTED: dict[str, str] = {
+    "tests/sync/sandbox_sync/test_connect.py::test_connect_normalizes_unset_tokens": (
+        "version skew: it mocks post_sandboxes_sandbox_id_connect (SDK 2.45), which e2b "
+        "2.63 no longer calls (it connects by post_v_2_sandboxes_sandbox_id_connect), so "
+        "the real API is asked with the test's placeholder key and answers 401"
+    ),
+}
+
+#: how many tests of FILES pass (all those collected, less DESELECTED)
+PASSED = 88
 
 
 def _outcomes(junit: Path) -> dict[str, str]:
@@ -79,5 +103,6 @@ def test_e2b_sdk_tests_pass_unchanged(stack: Stack, tmp_path: Path) -> None:
     print(done.stdout[-6000:])
     bad = {k: v for k, v in got.items() if v != "passed"}
     assert bad == {}, done.stdout[-6000:]
+    assert len(got) == PASSED, sorted(got)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert set(DESELECTED).isdisjoint(got)
