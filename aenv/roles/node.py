@@ -262,8 +262,10 @@ async def _repository_gc(
 
 
 def _busy(host: SandboxHost) -> set[str]:
-    """Templates a running sandbox or a warm VM was restored from: their captures stay."""
-    return {s.template_id for s in list(host.sandboxes.values())} | set(host.warm_stats().ready)
+    """Templates a running sandbox or a warm VM was restored from, or a create restores
+    from now: their captures stay."""
+    running = {s.template_id for s in list(host.sandboxes.values())}
+    return running | set(host.warm_stats().ready) | host.starts.starting()
 
 
 def _stood_on(host: SandboxHost) -> list[Path]:

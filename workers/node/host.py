@@ -92,7 +92,7 @@ class SandboxHost:
         self.held_templates = templates.held
         self.template_capture = self._templates.capture
         self.template_uploaded = self._templates.uploaded
-        self._starts = VmStarts(
+        self.starts = VmStarts(
             runtime,
             templates,
             self.transfers,
@@ -161,7 +161,7 @@ class SandboxHost:
         self._deaths.died = hook
 
     def on_stage(self, hook: Stage) -> None:
-        self._starts.stage = hook
+        self.starts.stage = hook
 
     def vm_pids(self) -> list[int]:
         pids = (live.vm.qemu.pid for live in self.sandboxes.values() if live.vm.qemu.alive)
@@ -192,7 +192,7 @@ class SandboxHost:
             return
         if self.free <= 0:
             raise HostError("node is full")
-        await self._starts.create(sandbox_id, template_id, guest)
+        await self.starts.create(sandbox_id, template_id, guest)
 
     def started_warm(self, sandbox_id: str) -> bool:
         live = self.sandboxes.get(sandbox_id)
@@ -317,7 +317,7 @@ class SandboxHost:
             )
             paused = dataclasses.replace(paused, snapshot=fetched)
             self.paused[sandbox_id] = paused
-        vm = await self._starts.resume(sandbox_id, paused)
+        vm = await self.starts.resume(sandbox_id, paused)
         del self.paused[sandbox_id]
         # kept until the resume is recorded (`resume_recorded`): a node dying before that
         # still holds the capture whole (RAM copied for it); the resume, redelivered, reruns
@@ -326,7 +326,7 @@ class SandboxHost:
         return paused.template_id
 
     async def reconfigure(self, sandbox_id: str, guest: GuestConfig) -> None:
-        await self._starts.reconfigure(sandbox_id, self.sandboxes.get(sandbox_id), guest)
+        await self.starts.reconfigure(sandbox_id, self.sandboxes.get(sandbox_id), guest)
 
     def resume_recorded(self, sandbox_id: str) -> None:
         """The log holds the resume: the capture it ran from can go."""
@@ -343,7 +343,7 @@ class SandboxHost:
             raise HostError(f"sandbox {parent_id} is not running on this node")
         if self.free < len(children):
             raise HostError(f"node has room for {self.free} more sandboxes, not {len(children)}")
-        return await self._starts.fork(parent_id, parent, children)
+        return await self.starts.fork(parent_id, parent, children)
 
     async def snapshot(self, sandbox_id: str, name: str) -> Capture:
         """A persistent snapshot of a running sandbox, which keeps running (brief pause);

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,6 +50,13 @@ class VmStarts:
         #: registers a VM that runs (the host's map and its death watch)
         self.running = running
         self.stage: Stage = lambda op, stage, seconds, start: None
+        self._starting: Counter[str] = Counter()
+
+    def starting(self) -> set[str]:
+        """Templates a create is restoring from now: their captures are in use (the disk
+        budget must not evict one to make room for its own restore — a create right after
+        a kill did, and its restore found no RAM file)."""
+        return {t for t, n in list(self._starting.items()) if n > 0}
 
     def _images(self, guest: GuestConfig) -> tuple[Path | None, ...]:
         """The image of each volume slot the guest mounts (slot i: its i-th volume)."""
@@ -63,6 +71,13 @@ class VmStarts:
     async def create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None:
         """A warm VM of the template handed over, else the template restored into a new
         VM; returns once envd in it has been initialised."""
+        self._starting[template_id] += 1
+        try:
+            await self._create(sandbox_id, template_id, guest)
+        finally:
+            self._starting[template_id] -= 1
+
+    async def _create(self, sandbox_id: str, template_id: str, guest: GuestConfig) -> None:
         t0 = time.monotonic()
         try:
             snap = await self.transfers.template(template_id)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import pytest_asyncio
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from opentelemetry import trace
@@ -58,7 +59,13 @@ async def bus(bus_settings: BusSettings) -> AsyncIterator[Bus]:
     try:
         yield b
     finally:
-        await delete_all(b.js, bus_settings)
+        # the session's last teardown, after the slow tiers: a connection idle that long
+        # may be reconnecting, and a namespace left behind is swept by the next session
+        # (`sweep_stale_namespaces`), so a timeout here fails no test
+        try:
+            await delete_all(b.js, bus_settings)
+        except NatsTimeoutError as e:
+            print(f"test namespace {bus_settings.bus_prefix} left to the sweep: {e!r}")
         await b.close()
 
 

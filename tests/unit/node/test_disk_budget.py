@@ -209,6 +209,8 @@ async def test_a_change_is_walked_soon_not_on_the_minute(roots: tuple[Path, Path
     state, images = roots
     settings = NodeSettings(state_dir=state, disk_budget_bytes=64 * MiB, disk_headroom_bytes=0)
     disk = NodeDisk(settings, images)
+    walked = asyncio.Event()
+    disk.on_walked = walked.set
     loop = asyncio.create_task(disk.run_forever(every_s=60.0, soon_s=0.05))
     try:
         for _ in range(100):
@@ -222,7 +224,9 @@ async def test_a_change_is_walked_soon_not_on_the_minute(roots: tuple[Path, Path
         assert disk.room() == before  # no walk on its own: the minute is far
         (state / "vms" / "gone" / "ram").unlink()
         _file(state / "vms" / "new" / "ram", 4 * MiB)
+        walked.clear()
         disk.changed()
+        await asyncio.wait_for(walked.wait(), 5)  # the heartbeat's news: beat now
         for _ in range(100):
             if disk.room() != before:
                 break
@@ -271,3 +275,50 @@ def test_a_paused_vm_holds_nothing_more(roots: tuple[Path, Path]) -> None:
     assert b.reserved() > 0
     b.stops_growing(vm)  # its directory still there, its capture reserving the RAM
     assert b.reserved() == 0
+
+
+def test_a_killed_vm_gives_back_what_the_tally_counted_for_it_at_once(
+    roots: tuple[Path, Path],
+) -> None:
+    """A kill frees the VM's directory now, not at the next walk: the next create is
+    placed by that room. What goes back is what the tally counted (its size when it began
+    growing, or as the last ended walk measured it), never what it grew to since (held,
+    not counted): the ledger stays high, never low."""
+    state, images = roots
+    vm = state / "vms" / "vm3"
+    vm.parent.mkdir(parents=True, exist_ok=True)
+    b = _budget(roots, 64 * MiB)
+    b.walk()
+    empty = b.used()
+    with b.reserve(4 * MiB) as r:  # the restore: its RAM file copied, charged
+        _file(vm / "mem", 2 * MiB)
+        b.grows(vm, 10 * MiB)
+        r.charge(allocated(vm))
+    assert b.used() == empty + allocated(vm)
+    _file(vm / "mem", 5 * MiB)  # the guest touched more: held, not counted
+    assert b.used() == empty + 2 * MiB + (allocated(vm) - 5 * MiB)
+    b.gone(vm)  # the kill: its directory is deleted
+    for f in vm.iterdir():
+        f.unlink()
+    vm.rmdir()
+    assert b.reserved() == 0
+    assert b.used() == empty
+    assert b.used() >= allocated(state) + allocated(images)  # high, never low
+
+
+def test_a_walk_raises_what_a_kill_gives_back_only_once_it_ended(
+    roots: tuple[Path, Path],
+) -> None:
+    state, _ = roots
+    vm = state / "vms" / "vm4"
+    _file(vm / "mem", 1 * MiB)
+    b = _budget(roots, 64 * MiB)
+    b.walk()
+    b.grows(vm, 10 * MiB)
+    _file(vm / "mem", 6 * MiB)
+    b.walk()  # counted 6 MiB now: the kill gives that back
+    before = b.used()
+    b.gone(vm)
+    assert before - b.used() == allocated(vm)
+    b.gone(vm)  # twice: nothing more
+    assert before - b.used() == allocated(vm)

@@ -140,6 +140,10 @@ class DiskBudget:
         self._pins: Counter[str] = Counter()
         #: running VMs' dirs → (what each may grow to, what it held when last measured)
         self._growth: dict[Path, tuple[int, int]] = {}
+        #: running VMs' dirs → what the tally counts for each: its size when it began
+        #: growing (no more than its start's charge), then as the start of each walk that
+        #: ended measured it (no more than that walk counted)
+        self._counted: dict[Path, int] = {}
 
     # ---- the tally ---------------------------------------------------------------------
     def used(self) -> int:
@@ -165,14 +169,28 @@ class DiskBudget:
         had = allocated(path)
         with self._lock:
             self._growth[path] = (cap, had)
+            self._counted[path] = had
 
     def stops_growing(self, path: Path) -> None:
         """The VM of that directory grows no more (a pause: its capture reserves the RAM
         it moves): nothing stays held for it."""
         with self._lock:
             self._growth.pop(path, None)
+            self._counted.pop(path, None)
 
-    def _measure_growth(self) -> None:
+    def gone(self, path: Path) -> None:
+        """A VM's directory was deleted (a kill): what the tally counts for it leaves now,
+        not at the walk after — the next create on this node is placed by that room (the
+        catalogue's creates right after kills met 503s). Never more than the tally counts:
+        what the directory grew since is only held (`grows`), and goes with the entry."""
+        with self._lock:
+            self._growth.pop(path, None)
+            counted = self._counted.pop(path, None)
+        if counted:
+            self.removed(counted)
+
+    def _measure_growth(self) -> dict[Path, int]:
+        """Each running VM's size as a walk begins (what that walk counts at least)."""
         with self._lock:
             growth = dict(self._growth)
         now = {p: (cap, allocated(p)) for p, (cap, _) in growth.items() if p.exists()}
@@ -182,6 +200,8 @@ class DiskBudget:
                     self._growth[p] = now[p]
                 else:
                     self._growth.pop(p, None)
+                    self._counted.pop(p, None)
+        return {p: had for p, (_, had) in now.items()}
 
     def accounted(self) -> int:
         """What the budget counts against itself: held plus promised to writes running."""
@@ -221,7 +241,7 @@ class DiskBudget:
     def _walking(self) -> Iterator[Callable[[Tally], Tally]]:
         """A walk's window: what is added while it runs is kept on top of the tally it
         ends with (`ended`); one that fails replaces nothing."""
-        self._measure_growth()
+        measured = self._measure_growth()
         with self._lock:
             self._walk_adds = 0
 
@@ -229,6 +249,9 @@ class DiskBudget:
             with self._lock:
                 self._base = tally.total
                 self._delta = self._walk_adds or 0
+                for p, had in measured.items():  # this walk counted at least that
+                    if p in self._counted:
+                        self._counted[p] = had
             log.info(
                 "disk walk: %s, %s added while it ran",
                 _mib(tally.total),

@@ -115,8 +115,10 @@ async def vm_writes(
     before = names(dirs[0]) if grows else set()
     async with writing_async(budget, need, dirs, refuse=refuse):
         yield
-    for name in names(dirs[0]) - before if grows else ():  # a start beside: twice
-        budget.grows(dirs[0] / name, grows)
+        # measured before the charge (which is no less): what `DiskBudget.gone` takes
+        # back at a kill is never more than the tally counted
+        for name in names(dirs[0]) - before if grows else ():  # a start beside: twice
+            budget.grows(dirs[0] / name, grows)
 
 
 def vm_start(

@@ -83,7 +83,7 @@ class Runtime(CaptureFiles):
         #: RAM copies of running VMs (persistent snapshots, forks) go through memory first
         self.ram_stage = RamStage.for_state(state_dir)
         #: VMs being ended (a paused VM's QEMU exits after the pause returns)
-        self.teardowns = Teardowns(self.vms, pool)
+        self.teardowns = Teardowns(self.vms, pool, budget=lambda: self.disk_budget)
         self.uplink: Uplink | None = None
 
     @classmethod

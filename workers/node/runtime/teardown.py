@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import shutil
 import uuid
+from collections.abc import Callable
 
+from workers.node.disk.budget import DiskBudget
 from workers.node.foreground import in_background
 from workers.node.net import SlotPool
 from workers.node.runtime.vm import Vm
@@ -24,9 +26,16 @@ __all__ = ["Teardowns"]
 class Teardowns:
     """The VMs being ended, keyed by the capture they leave (releases) or not (teardowns)."""
 
-    def __init__(self, vms: dict[str, Vm], pool: SlotPool) -> None:
+    def __init__(
+        self,
+        vms: dict[str, Vm],
+        pool: SlotPool,
+        budget: Callable[[], DiskBudget | None] = lambda: None,
+    ) -> None:
         self.vms = vms
         self.pool = pool
+        #: the node's disk budget: a deleted VM directory leaves its tally at once
+        self.budget = budget
         self._releasing: dict[str, asyncio.Task[None]] = {}
         self._teardowns: set[asyncio.Task[None]] = set()
 
@@ -98,6 +107,8 @@ class Teardowns:
             await in_background(shutil.rmtree, vm.dir, True)
         else:
             shutil.rmtree(vm.dir, ignore_errors=True)
+        if (budget := self.budget()) is not None:
+            budget.gone(vm.dir)
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._teardowns.add(task)
