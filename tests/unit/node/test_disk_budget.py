@@ -209,8 +209,6 @@ async def test_a_change_is_walked_soon_not_on_the_minute(roots: tuple[Path, Path
     state, images = roots
     settings = NodeSettings(state_dir=state, disk_budget_bytes=64 * MiB, disk_headroom_bytes=0)
     disk = NodeDisk(settings, images)
-    walked = asyncio.Event()
-    disk.on_walked = walked.set
     loop = asyncio.create_task(disk.run_forever(every_s=60.0, soon_s=0.05))
     try:
         for _ in range(100):
@@ -224,9 +222,7 @@ async def test_a_change_is_walked_soon_not_on_the_minute(roots: tuple[Path, Path
         assert disk.room() == before  # no walk on its own: the minute is far
         (state / "vms" / "gone" / "ram").unlink()
         _file(state / "vms" / "new" / "ram", 4 * MiB)
-        walked.clear()
         disk.changed()
-        await asyncio.wait_for(walked.wait(), 5)  # the heartbeat's news: beat now
         for _ in range(100):
             if disk.room() != before:
                 break
