@@ -37,6 +37,9 @@ def _node_env(stack: Stack, data: Path) -> dict[str, str]:
             "AENV_SLOT_PREFIX": tagged("aenvf"),
             "AENV_DATA_DIR": str(data),
             "AENV_SLOT_POOL": "2",
+            # no `code-interpreter-v1` here (no test creates one on this node): its capture
+            # is ~40 s of TCG (its server and kernel started) at this node's first start
+            "AENV_CODE_INTERPRETER": "0",
         }
     )
     env.pop("AENV_TRACE_FILE", None)
