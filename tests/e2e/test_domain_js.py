@@ -11,15 +11,13 @@ npm SDK comes from scripts/setup.sh (`.npm-e2b-ci`); missing, its test is skippe
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import tempfile
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.e2e.by_name import run_by_name
+from tests.e2e.by_name import by_name_env, last_json, run_by_name
 from tests.e2e.conftest import Stack
 from tests.e2e.test_websocket import ECHO_SERVER, PORT
 
@@ -92,27 +90,11 @@ def test_python_sdk_reaches_a_guest_websocket_over_tls_by_name(stack: Stack) -> 
 
 def _run_js(stack: Stack) -> dict[str, object]:
     """domain2.js with only what a JS user sets: the domain, the API key and the CA."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "AENV_"))}
-    env |= {
-        "E2B_DOMAIN": stack.tls_env["E2B_DOMAIN"],
-        "E2B_API_KEY": stack.api_key,
-        "NODE_EXTRA_CA_CERTS": stack.tls_env["NODE_EXTRA_CA_CERTS"],
-        "NODE_PATH": str(NPM),
-    }
+    env = by_name_env(stack) | {"NODE_PATH": str(NPM)}
     with tempfile.NamedTemporaryFile("w", suffix=".py") as server:
         server.write(ECHO_SERVER)
         server.flush()
-        done = subprocess.run(
-            ["node", str(JS_SCRIPT), server.name],
-            env=env,
-            cwd=NPM.parent,
-            capture_output=True,
-            text=True,
-            timeout=400,
-        )
-    assert done.returncode == 0, done.stderr[-3000:]
-    got: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return got
+        return last_json(["node", str(JS_SCRIPT), server.name], env, cwd=NPM.parent, timeout=400)
 
 
 def _assert_echoed(wss: object) -> None:

@@ -10,7 +10,6 @@ What is not run is listed in `DESELECTED` with the reason; every test selected m
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.by_name import by_name_env
 from tests.e2e.conftest import Stack
 
 pytestmark = pytest.mark.vm
@@ -86,14 +86,8 @@ def _outcomes(junit: Path) -> dict[str, str]:
 def test_e2b_sdk_tests_pass_unchanged(stack: Stack, tmp_path: Path) -> None:
     suite = tmp_path / "python-sdk"
     shutil.copytree(SUITE, suite)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "AENV_"))}
-    env.pop("SSL_CERT_DIR", None)
+    env = by_name_env(stack)
     env.pop("PYTHONPATH", None)
-    env |= {
-        "E2B_DOMAIN": stack.tls_env["E2B_DOMAIN"],
-        "E2B_API_KEY": stack.api_key,
-        "SSL_CERT_FILE": stack.tls_env["SSL_CERT_FILE"],
-    }
     junit = tmp_path / "junit.xml"
     args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEs"]
     args += [f"--basetemp={tmp_path / 'pt'}", f"--junitxml={junit}", *FILES]

@@ -9,14 +9,11 @@ from scripts/setup.sh; a missing one skips its case."""
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.by_name import by_name_env, last_json
 from tests.e2e.conftest import Stack
 
 pytestmark = pytest.mark.vm
@@ -58,31 +55,6 @@ print(json.dumps(out))
 """
 
 
-def _env(stack: Stack) -> dict[str, str]:
-    """This process's environment less any E2B/aenv setting, plus only what a 1.x user
-    sets: the domain, the API key and the CA bundle."""
-    domain = stack.tls_env["E2B_DOMAIN"]
-    try:
-        socket.getaddrinfo(f"api.{domain.rsplit(':', 1)[0]}", None)
-    except OSError:
-        pytest.fail("*.localhost does not resolve on this machine: run scripts/setup.sh")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "AENV_"))}
-    env.pop("SSL_CERT_DIR", None)
-    return env | {
-        "E2B_DOMAIN": domain,
-        "E2B_API_KEY": stack.api_key,
-        "SSL_CERT_FILE": stack.tls_env["SSL_CERT_FILE"],
-        "NODE_EXTRA_CA_CERTS": stack.tls_env["NODE_EXTRA_CA_CERTS"],
-    }
-
-
-def _run(argv: list[str], env: dict[str, str], cwd: Path) -> dict[str, object]:
-    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    got: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return got
-
-
 def _assert_seen(stack: Stack, got: dict[str, object]) -> None:
     sid = str(got["id"])
     assert got["host"] == f"8000-{sid}.{stack.tls_env['E2B_DOMAIN']}"
@@ -99,7 +71,7 @@ def test_python_sdk_1x_by_domain(stack: Stack, version: str) -> None:
     python = ROOT / f".venv-e2b-{version}" / "bin" / "python"
     if not python.exists():
         pytest.skip(f"{python} missing: scripts/setup.sh installs e2b {version} there")
-    got = _run([str(python), "-c", SCRIPT, version], _env(stack), ROOT)
+    got = last_json([str(python), "-c", SCRIPT, version], by_name_env(stack), cwd=ROOT)
     assert got["envd_url"] == f"https://49983-{got['id']}.{stack.tls_env['E2B_DOMAIN']}"
     _assert_seen(stack, got)
 
@@ -107,5 +79,5 @@ def test_python_sdk_1x_by_domain(stack: Stack, version: str) -> None:
 def test_javascript_sdk_1x_by_domain(stack: Stack) -> None:
     if not (JS / "node_modules" / "e2b").exists():
         pytest.skip(f"{JS} missing: scripts/setup.sh installs npm e2b 1.13.2 there")
-    env = _env(stack) | {"NODE_PATH": str(JS / "node_modules")}
-    _assert_seen(stack, _run(["node", str(JS_SCRIPT)], env, JS))
+    env = by_name_env(stack) | {"NODE_PATH": str(JS / "node_modules")}
+    _assert_seen(stack, last_json(["node", str(JS_SCRIPT)], env, cwd=JS))
