@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from workers.node.runtime import LayerStore
@@ -26,6 +27,33 @@ async def test_chain_and_collect_keep_what_live_tops_need(tmp_path: Path) -> Non
     assert dead == [other]
     assert all(p.exists() for p in (l0, l1, l2)) and not other.exists()
     assert await fresh.collect(set(), min_age_s=0) and not l0.exists() and base.exists()
+
+
+async def test_collect_keeps_what_a_process_holds_open(tmp_path: Path) -> None:
+    """A layer no root names but a process has open — a QEMU whose restore has not yet
+    made it a VM of the runtime — stays; once that process is gone it is collected."""
+    import subprocess
+
+    base = tmp_path / "base.raw"
+    with open(base, "wb") as f:
+        f.truncate(16 << 20)
+    store = LayerStore(tmp_path / "layers")
+    l0 = await store.create_top(base, backing_raw=True)
+    top = await store.create_top(l0)
+    holder = subprocess.Popen(["sh", "-c", 'exec 3<"$0" 4<"$1"; exec sleep 60', str(top), str(l0)])
+    try:
+        for _ in range(100):  # until the shell has opened both
+            if {str(top), str(l0)} <= {
+                str(p.resolve()) for p in Path(f"/proc/{holder.pid}/fd").iterdir()
+            }:
+                break
+            time.sleep(0.02)
+        assert await store.collect(set(), min_age_s=0) == []
+        assert top.exists() and l0.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sorted(await store.collect(set(), min_age_s=0)) == sorted([top, l0])
 
 
 async def test_compact_flattens_a_chain_over_the_base(tmp_path: Path) -> None:

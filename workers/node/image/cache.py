@@ -37,6 +37,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -146,7 +147,9 @@ def publish_content(root: Path, tmp: Path, recipe: str | None, content: str) -> 
 def _link(directory: Path, name: str, target: str) -> None:
     """`directory/name -> target`, atomically replacing an older link."""
     directory.mkdir(exist_ok=True)
-    tmp = directory / f".{name}.{os.getpid()}"
+    # (per thread: two builds of one process linking the same name at once each need
+    # their own temporary link, or one's rename finds the other's gone)
+    tmp = directory / f".{name}.{os.getpid()}.{threading.get_ident()}"
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(target)
     os.replace(tmp, directory / name)

@@ -15,6 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
+from workers.node.image.cache import open_files
 from workers.node.runtime.qcow2 import create_overlay
 from workers.node.vmm.errors import VmmError
 
@@ -63,16 +64,23 @@ class LayerStore:
     async def collect(self, roots: set[Path], *, min_age_s: float = 60) -> list[Path]:
         """Delete layers no root's chain needs; returns them. Chains are read from the files
         (qemu-img), so layers from before a restart are judged right; a layer younger than
-        `min_age_s` is kept (a restore may be stacking on it this very moment)."""
+        `min_age_s` is kept (a restore may be stacking on it this very moment), and so is
+        one a process holds open: a QEMU opens its whole chain, and a VM whose restore is
+        still under way (a warm VM restored at low priority on a busy node can take over a
+        minute) is nobody's root yet — collecting its top left the template later captured
+        from it without its disk."""
         live: set[Path] = set()
         for r in roots:
             if r.exists():
                 live.update(await self.chain(r, background=True))
+        held = await asyncio.to_thread(open_files)
         now = time.time()
         dead = [
             p
             for p in self.root.glob("*.qcow2")
-            if p not in live and now - p.stat().st_mtime > min_age_s
+            if p not in live
+            and str(p.resolve()) not in held
+            and now - p.stat().st_mtime > min_age_s
         ]
         for p in dead:
             p.unlink(missing_ok=True)
