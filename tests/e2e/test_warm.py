@@ -38,11 +38,14 @@ def _beat_warm(stack: Stack) -> dict[str, int]:
 
 
 def _node_warm(stack: Stack) -> dict[str, int]:
-    """What the node's pool holds now (its readiness answer on its proxy port)."""
+    """What the node's pool holds now (its readiness answer on its proxy port, which
+    also says nothing is wrong with its VMs' caps: each in a cgroup of its own, under the
+    node's own cgroup)."""
     from aenv.ops.fleet import read_beats
 
     (beat,) = asyncio.run(read_beats(stack.nats_url))
     doc = httpx.get(f"http://{beat.proxy}/health/ready", timeout=10).json()
+    assert doc["warnings"] == [], doc["warnings"]
     return dict(doc["warm"])
 
 

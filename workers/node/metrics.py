@@ -5,6 +5,8 @@
   (the VM restored until it runs), `envd_ready` (running → envd initialised), `total`
   (stored → the outcome appended). `start` is `cold` (restored from a template's capture)
   or `warm` (a create the warm pool's VM took: its `restore` is the hand-over).
+- `aenv_node_vms_uncapped{node}`: running VMs without memory and CPU caps (no writable
+  cgroup for them: alert on it; the ready answer's `warnings` says why).
 - `aenv_vm_deaths_total{cause}`: VMs that exited without being asked — `oom` (their memory
   cgroup killed them), `disk-full` (stopped on a full host disk past its grace, ended by
   the node) or `crash` (anything else).
@@ -41,6 +43,7 @@ from workers.node.capacity import Room
 from workers.node.disk import CATEGORIES, Tally
 from workers.node.ports import Host
 from workers.node.usage import CpuTally, read_usage
+from workers.node.vmm import limits
 
 __all__ = ["CAUSES", "OPS", "STAGES", "NodeMetrics", "op_of"]
 
@@ -190,6 +193,12 @@ class NodeMetrics:
         self.rss = Gauge(
             "aenv_node_vm_rss_bytes", "Resident memory of the node's VMs.", ["node"], registry=r
         )
+        self.uncapped = Gauge(
+            "aenv_node_vms_uncapped",
+            "Running VMs without memory and CPU caps (no writable cgroup for them).",
+            ["node"],
+            registry=r,
+        )
         self._cpu = _VmCpu(node_id)
         r.register(self._cpu)
         self._tally = CpuTally()
@@ -304,7 +313,9 @@ class NodeMetrics:
             self._room[name].labels(node).set(value)
         self.vms.labels(node).set(host.running)
         self.paused.labels(node).set(host.paused_count)
-        usage = {pid: u for pid in host.vm_pids() if (u := read_usage(pid)) is not None}
+        pids = host.vm_pids()
+        self.uncapped.labels(node).set(limits.uncapped(pids))
+        usage = {pid: u for pid in pids if (u := read_usage(pid)) is not None}
         self.rss.labels(node).set(sum(u.rss_bytes for u in usage.values()))
         self._cpu.value = self._tally.total((pid, u.cpu_s) for pid, u in usage.items())
         pool = host.warm_stats()

@@ -18,6 +18,7 @@ from shared.metrics import CONTENT_TYPE, bearer, is_token
 from shared.proxy import Receive, SandboxProxy, SandboxUnavailable, Scope, Send, Upstream
 from workers.node.observe import GuestObserver
 from workers.node.ports import Host
+from workers.node.vmm import limits
 
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 #: The node's Prometheus exposition (`NodeMetrics.scrape.render`)
@@ -71,7 +72,7 @@ def _metrics(scope: Scope, exposition: Exposition, token: str | None) -> App | N
 def _node_routes(
     ready: Callable[[], bool],
     observer: GuestObserver | None,
-    warm: Callable[[], dict[str, int]],
+    status: Callable[[], dict[str, Any]],
     exposition: Exposition | None = None,
     token: str | None = None,
     volumes: App | None = None,
@@ -104,7 +105,7 @@ def _node_routes(
             await _answer(200, {"status": "live"})(scope, receive, send)
         elif path in ("/health/ready", "/health"):
             if ready():
-                await _answer(200, {"status": "ready", "warm": warm()})(scope, receive, send)
+                await _answer(200, {"status": "ready", **status()})(scope, receive, send)
             else:
                 await _answer(503, {"code": 503, "message": "node is starting"})(
                     scope, receive, send
@@ -115,6 +116,12 @@ def _node_routes(
             )
 
     return app
+
+
+def _status(host: Host) -> dict[str, Any]:
+    """The ready answer's body: the warm pool's VMs by template and what an operator must
+    know (VMs that run without caps, caps outside the node's own cgroup)."""
+    return {"warm": host.warm_stats().ready, "warnings": limits.warnings(host.vm_pids())}
 
 
 #: (routed, traffic digest) of a sandbox: what its route says (`RoutePublisher.ingress`)
@@ -165,9 +172,7 @@ def node_proxy(
         return Upstream(address, port, traffic_digest=digest)
 
     proxy = SandboxProxy(
-        _node_routes(
-            ready, observer, lambda: host.warm_stats().ready, exposition, metrics_token, volumes
-        ),
+        _node_routes(ready, observer, lambda: _status(host), exposition, metrics_token, volumes),
         resolve,
     )
     host.on_gone(lambda sid: _cut(proxy, sid))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -186,9 +187,60 @@ async def test_qemu_process_is_capped_and_caps_are_removed(
         assert cap.cpus == template.machine.vcpus + 0.5
         for d in applied.dirs:
             assert str(vm.qemu.pid) in (d / "cgroup.procs").read_text().split()
+        # under the node's own cgroup (a service's, a pod's): its VMs count against it
+        assert limits.placement().inside, limits.placement().reason
+        for d, own in zip(applied.dirs, _own_cgroups(), strict=False):
+            assert d.parent.parent == own, (d, own)
     finally:
         await runtime.destroy(vm)
     assert all(not d.exists() for d in applied.dirs)
+
+
+def _own_cgroups() -> list[Path]:
+    """This process's cgroup directories: the v2 one, or v1's memory and cpu ones."""
+    lines = [ln.split(":", 2) for ln in Path("/proc/self/cgroup").read_text().splitlines()]
+    root = Path("/sys/fs/cgroup")
+    if (root / "cgroup.controllers").exists():
+        return [root / next(p for _, n, p in lines if n == "").lstrip("/")]
+    return [
+        root / c / next(p for _, n, p in lines if c in n.split(",")).lstrip("/")
+        for c in ("memory", "cpu")
+    ]
+
+
+async def test_a_guest_past_its_cap_is_ended_by_its_own_cgroup_with_an_oom_event(
+    runtime: Runtime, template: Snapshot
+) -> None:
+    """The cap is the VM's own: its QEMU, made to hold more than its cap allows (the cap
+    lowered under what the guest then fills of its RAM), is ended by the kernel's OOM
+    killer in that cgroup — counted there, so the node reports the cause as `oom` — and
+    nothing else on the node is touched."""
+
+    vm, _ = await runtime.restore(template)
+    bystander, _ = await runtime.restore(template)
+    try:
+        applied = vm.qemu.cgroup
+        assert applied is not None
+        mem = applied.dirs[0]
+        used = int(
+            (
+                mem / ("memory.current" if len(applied.dirs) == 1 else "memory.usage_in_bytes")
+            ).read_text()
+        )
+        cap = used + (48 << 20)
+        (mem / ("memory.max" if len(applied.dirs) == 1 else "memory.limit_in_bytes")).write_text(
+            str(cap)
+        )
+        with contextlib.suppress(Exception):  # the VM dies under the command
+            await run(sdk(vm), "dd if=/dev/zero of=/dev/shm/fill bs=1M count=200")
+        deadline = time.monotonic() + 60
+        while vm.qemu.alive and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert not vm.qemu.alive
+        assert vm.qemu.oom_killed(), "the VM's own cgroup counted no OOM kill"
+        assert (await http_request(bystander.host, 49983, "GET", "/health"))[0] == 204
+    finally:
+        await asyncio.gather(runtime.destroy(vm), runtime.destroy(bystander))
 
 
 async def test_guests_reach_neither_the_host_nor_each_other(

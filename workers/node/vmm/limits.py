@@ -13,11 +13,45 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from workers.node.vmm import cgroups
+
 log = logging.getLogger(__name__)
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-GROUP = "aenv"
 PERIOD_US = 100_000
+
+#: where VM cgroups go, found on the first VM of the process (`cgroups.discover`)
+_placement: cgroups.Placement | None = None
+#: VMs started since the node began that run without caps
+_uncapped: set[int] = set()
+
+
+def placement() -> cgroups.Placement:
+    """Where this process puts VM cgroups (found once, and said once in the log)."""
+    global _placement
+    if _placement is None:
+        _placement = cgroups.discover()
+        level = logging.INFO if _placement.inside else logging.WARNING
+        log.log(level, "VM cgroups: %s", _placement.reason)
+    return _placement
+
+
+def warnings(pids: list[int]) -> list[str]:
+    """What an operator must know about the caps of the VMs `pids` (the node's readiness
+    answer says it): nothing before the node's first VM looked for its cgroups."""
+    where = _placement
+    out = []
+    if where is not None and not where.inside:
+        out.append(f"VM cgroups are not in the node's own cgroup: {where.reason}")
+    if n := uncapped(pids):
+        out.append(f"{n} VM(s) run without memory and CPU caps")
+    return out
+
+
+def uncapped(pids: list[int]) -> int:
+    """How many of these VM processes (the node's, all of them) run without caps; the
+    others' pids are forgotten."""
+    _uncapped.intersection_update(pids)
+    return len(_uncapped)
 
 
 @dataclass(frozen=True)
@@ -33,20 +67,18 @@ class Applied:
     dirs: tuple[Path, ...]
 
 
-def _v2() -> bool:
-    controllers = CGROUP_ROOT / "cgroup.controllers"
-    if not controllers.exists():
-        return False
-    have = controllers.read_text().split()
-    return "memory" in have and "cpu" in have
-
-
 def apply(pid: int, name: str, limits: Limits) -> Applied | None:
     """Put `pid` into a fresh cgroup named `name` with `limits`; None if unsupported."""
+    where = placement()
     try:
-        return _apply_v2(pid, name, limits) if _v2() else _apply_v1(pid, name, limits)
+        if where.version == 2:
+            return _apply_v2(pid, where.parents[0] / name, limits)
+        if where.version == 1:
+            return _apply_v1(pid, where.parents[0] / name, where.parents[1] / name, limits)
+        raise OSError(where.reason)
     except OSError as e:
         log.warning("cgroup limits unavailable (%s); QEMU %d runs uncapped", e, pid)
+        _uncapped.add(pid)
         return None
 
 
@@ -59,13 +91,7 @@ def remove(applied: Applied | None) -> None:
             d.rmdir()
 
 
-def _apply_v2(pid: int, name: str, limits: Limits) -> Applied:
-    parent = CGROUP_ROOT / GROUP
-    parent.mkdir(exist_ok=True)
-    for level in (CGROUP_ROOT, parent):
-        with contextlib.suppress(OSError):
-            (level / "cgroup.subtree_control").write_text("+memory +cpu")
-    d = parent / name
+def _apply_v2(pid: int, d: Path, limits: Limits) -> Applied:
     d.mkdir(exist_ok=True)
     (d / "memory.max").write_text(str(limits.mem_bytes))
     (d / "cpu.max").write_text(f"{int(limits.cpus * PERIOD_US)} {PERIOD_US}")
@@ -73,11 +99,9 @@ def _apply_v2(pid: int, name: str, limits: Limits) -> Applied:
     return Applied((d,))
 
 
-def _apply_v1(pid: int, name: str, limits: Limits) -> Applied:
-    mem = CGROUP_ROOT / "memory" / GROUP / name
-    cpu = CGROUP_ROOT / "cpu" / GROUP / name
-    mem.mkdir(parents=True, exist_ok=True)
-    cpu.mkdir(parents=True, exist_ok=True)
+def _apply_v1(pid: int, mem: Path, cpu: Path, limits: Limits) -> Applied:
+    mem.mkdir(exist_ok=True)
+    cpu.mkdir(exist_ok=True)
     (mem / "memory.limit_in_bytes").write_text(str(limits.mem_bytes))
     (cpu / "cpu.cfs_period_us").write_text(str(PERIOD_US))
     (cpu / "cpu.cfs_quota_us").write_text(str(int(limits.cpus * PERIOD_US)))
