@@ -9,12 +9,17 @@ from pathlib import Path
 from workers.node.runtime import LayerStore
 
 
-async def test_chain_and_collect_keep_what_live_tops_need(tmp_path: Path) -> None:
+async def _store_over_a_base(tmp_path: Path) -> tuple[LayerStore, Path, Path]:
+    """A layer store with one qcow2 layer over a raw base: (store, base, that layer)."""
     base = tmp_path / "base.raw"
     with open(base, "wb") as f:
-        f.truncate(64 << 20)
+        f.truncate(16 << 20)
     store = LayerStore(tmp_path / "layers")
-    l0 = await store.create_top(base, backing_raw=True)
+    return store, base, await store.create_top(base, backing_raw=True)
+
+
+async def test_chain_and_collect_keep_what_live_tops_need(tmp_path: Path) -> None:
+    store, base, l0 = await _store_over_a_base(tmp_path)
     l1 = await store.create_top(l0)
     l2 = await store.create_top(l1)
     other = await store.create_top(l0)
@@ -34,11 +39,7 @@ async def test_collect_keeps_what_a_process_holds_open(tmp_path: Path) -> None:
     made it a VM of the runtime — stays; once that process is gone it is collected."""
     import subprocess
 
-    base = tmp_path / "base.raw"
-    with open(base, "wb") as f:
-        f.truncate(16 << 20)
-    store = LayerStore(tmp_path / "layers")
-    l0 = await store.create_top(base, backing_raw=True)
+    store, _, l0 = await _store_over_a_base(tmp_path)
     top = await store.create_top(l0)
     holder = subprocess.Popen(["sh", "-c", 'exec 3<"$0" 4<"$1"; exec sleep 60', str(top), str(l0)])
     try:
