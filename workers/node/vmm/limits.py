@@ -89,6 +89,10 @@ def remove(applied: Applied | None) -> None:
     for d in applied.dirs:
         with contextlib.suppress(OSError):
             d.rmdir()
+        if len(applied.dirs) == 2:  # v1: `aenv/` goes with its last VM (EBUSY while not),
+            # so the cgroup of a service or command that ends is not left with a child
+            with contextlib.suppress(OSError):
+                d.parent.rmdir()
 
 
 def _apply_v2(pid: int, d: Path, limits: Limits) -> Applied:
@@ -100,8 +104,14 @@ def _apply_v2(pid: int, d: Path, limits: Limits) -> Applied:
 
 
 def _apply_v1(pid: int, mem: Path, cpu: Path, limits: Limits) -> Applied:
-    mem.mkdir(exist_ok=True)
-    cpu.mkdir(exist_ok=True)
+    for d in (mem, cpu):
+        for attempt in range(3):  # (its `aenv/` removed by the last VM's `remove` meanwhile)
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
     (mem / "memory.limit_in_bytes").write_text(str(limits.mem_bytes))
     (cpu / "cpu.cfs_period_us").write_text(str(PERIOD_US))
     (cpu / "cpu.cfs_quota_us").write_text(str(int(limits.cpus * PERIOD_US)))
