@@ -3,7 +3,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup up down test test-fast test-scale test-catalogue unit lint bench image clean-leaks
+.PHONY: setup up down test test-fast test-scale test-catalogue unit lint bench image clean-leaks dist constraints
 
 setup:            ## system packages (apt) + Python venv; idempotent
 	bash scripts/setup.sh
@@ -44,3 +44,9 @@ image: setup      ## build (or find in cache) the default `base` guest image
 
 bench: setup
 	bash scripts/bench.sh
+
+dist:             ## the release: wheel and sdist of aenv-platform, with dist/SHA256SUMS
+	bash scripts/dist.sh
+
+constraints:      ## constraints.txt again from this venv (after a dependency changed)
+	$(BIN)/python -m tests.deploy.constraints > constraints.txt.new && mv constraints.txt.new constraints.txt

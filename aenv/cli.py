@@ -22,6 +22,7 @@ from aenv.ops.health import stack_problems
 from aenv.ops.stack import pid_alive as _pid_alive
 from aenv.ops.stack import running_stack
 from aenv.ops.stack import stack_info as _stack_info
+from aenv.version import version
 
 app = typer.Typer(
     help="aenv: E2B-compatible microVM sandboxes for agentic RL.",
@@ -33,6 +34,25 @@ projections_app = typer.Typer(help="Postgres read models.", no_args_is_help=True
 app.add_typer(projections_app, name="projections")
 register_sandbox_commands(app)  # auth, start, cn, exec, …, snapshot (issue 6)
 register_operator_commands(app)  # events, keys
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"aenv {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    _: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """aenv: E2B-compatible microVM sandboxes for agentic RL."""
+
 
 DEFAULT_DATA = Path(os.environ.get("AENV_DATA_DIR", "/var/lib/aenv"))
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Where the stack keeps its state.")]

