@@ -82,10 +82,16 @@ def test_each_install_is_a_new_venv_and_the_link_switches(tmp_path: Path) -> Non
     assert (prefix / "current").is_symlink() and not (prefix / "current.new").exists()
     assert not list(old.glob("venvs*")) and not list(new.glob("venvs*")), "ln into the old dir"
 
-    broken = tmp_path / "aenv_platform-9.3.0-py3-none-any.whl"
-    broken.write_text("not a zip file")
-    failed = _venvs(prefix, f"set -- {broken} {pins}; {install}")
-    assert failed.returncode != 0
+    # Debian without python3-venv: `python3 -m venv` makes the directory, then fails on
+    # ensurepip. (A python3 that does just that: a real one would cost another 5 s.)
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "python3").write_text('#!/bin/sh\nmkdir -p "$3/bin"; echo "no ensurepip" >&2; exit 1\n')
+    (shim / "python3").chmod(0o755)
+    failed = _venvs(
+        prefix, f"PATH={shim}:$PATH; set -- {_wheel(tmp_path, '9.3.0')} {pins}; {install}"
+    )
+    assert failed.returncode != 0 and "no ensurepip" in failed.stderr
     assert sorted(p.name for p in (prefix / "venvs").iterdir()) == sorted([old.name, new.name])
     assert _aenv(prefix / "current") == "aenv 9.2.0"
 
