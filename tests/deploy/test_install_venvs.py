@@ -140,8 +140,11 @@ def test_install_switches_only_after_the_new_venv_works() -> None:
         assert start.startswith("/opt/aenv/current/bin/aenv "), unit
 
 
-def test_venvs_script_passes_bash_n_and_shellcheck() -> None:
-    assert df.shell_problems(rf.VENVS) == []
+@pytest.mark.parametrize(
+    "script", [rf.VENVS, rf.SETUP, rf.SETUP.parent / "dist.sh"], ids=lambda p: p.name
+)
+def test_release_scripts_pass_bash_n_and_shellcheck(script: Path) -> None:
+    assert df.shell_problems(script) == []
 
 
 @pytest.mark.parametrize("keep", ["1", "two"])
