@@ -11,7 +11,8 @@ Imports only the domain, nats-py and OpenTelemetry. Public API::
     EventFeed (ordered replay in batches), stream_last_seq
     ensure_streams, delete_all, Names/AggregateKind (subjects), headers
     envelope: EventEnvelope, CommandEnvelope, MessageContext, export_json_schema
-    errors: BusError, ConcurrencyError, PublishError, DecodeError, RetryableError, PermanentError
+    errors: BusError, ConcurrencyError, PublishError, DecodeError, RetryableError, PermanentError,
+        ReplicasMismatch
 """
 
 from bus.commands import CommandBus, CommandReceipt, aggregate_id_of, decode_command, verb_of
@@ -31,6 +32,7 @@ from bus.errors import (
     InvalidName,
     PermanentError,
     PublishError,
+    ReplicasMismatch,
     RetryableError,
 )
 from bus.feed import EventFeed, stream_last_seq
@@ -66,6 +68,7 @@ __all__ = [
     "RecordedEvent",
     "Registry",
     "RejectionSink",
+    "ReplicasMismatch",
     "RetryableError",
     "Version",
     "aggregate_id_of",

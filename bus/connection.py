@@ -116,7 +116,11 @@ class Bus:
             )
         js = nc.jetstream(timeout=settings.request_timeout_s)  # (the callback's, once set)
         if setup:
-            await ensure_streams(js, settings)
+            try:
+                await ensure_streams(js, settings)
+            except BaseException:  # a refusal (replicas) or a timeout: no connection left open
+                await nc.close()
+                raise
         pub = JetStreamPublisher(nc, settings.request_timeout_s)
         return cls(
             nc=nc,

@@ -15,6 +15,7 @@ __all__ = [
     "InvalidName",
     "PermanentError",
     "PublishError",
+    "ReplicasMismatch",
     "RetryableError",
     "StaleDuplicate",
 ]
@@ -47,6 +48,11 @@ class StaleDuplicate(ConcurrencyError):
 
 class InvalidName(BusError, ValueError):
     """An id that cannot be a subject token or consumer name (contains `.`, `*`, `>`, space)."""
+
+
+class ReplicasMismatch(BusError):
+    """An existing stream has other replicas than this role's `AENV_REPLICAS`: the role
+    refuses to start rather than change them (`bus.setup.replicas_problem`)."""
 
 
 class PublishError(BusError):

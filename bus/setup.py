@@ -14,11 +14,17 @@ from nats.js.api import (
 )
 from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 
-from bus.errors import BusError
+from bus.errors import BusError, ReplicasMismatch
 from bus.settings import BusSettings
 from bus.subjects import Names
 
-__all__ = ["bucket_configs", "delete_all", "ensure_streams", "stream_configs"]
+__all__ = [
+    "bucket_configs",
+    "delete_all",
+    "ensure_streams",
+    "replicas_problem",
+    "stream_configs",
+]
 
 
 def stream_configs(settings: BusSettings) -> list[StreamConfig]:
@@ -86,16 +92,45 @@ def bucket_configs(settings: BusSettings) -> list[KeyValueConfig]:
     ]
 
 
+def replicas_problem(stream: str, existing: int, wanted: int) -> str | None:
+    """Why a role must not start against a stream of `existing` replicas when its own
+    `AENV_REPLICAS` says `wanted`; None when they agree.
+
+    Every role start updates the streams to its own config, so a single env file without
+    `AENV_REPLICAS` (default 1) once took the fleet's event log from R3 to R1. A start
+    never changes replicas, in either direction: lowering gives up copies of the only
+    source of truth, and raising from one node would make every other node's (still
+    correct) env file the mismatch at its next restart. Changing them is the operator's
+    explicit act on the stream itself, then on every env file.
+    """
+    if existing == wanted:
+        return None
+    return (
+        f"stream {stream} has {existing} replicas, this role asks for {wanted}: "
+        f"set AENV_REPLICAS={existing} (changing replicas is an operator's explicit act, "
+        f"never a role start's: `nats stream edit {stream} --replicas {wanted}` and the "
+        f"same for every aenv stream and KV bucket, then AENV_REPLICAS={wanted} in every "
+        f"role's environment; docs/settings.md)"
+    )
+
+
 async def ensure_streams(js: JetStreamContext, settings: BusSettings) -> None:
-    """Create the streams (or update them to the desired config) and the KV buckets."""
+    """Create the streams (or update them to the desired config) and the KV buckets.
+
+    An existing stream whose replicas differ from `settings.replicas` is left as it is and
+    `ReplicasMismatch` raised (`replicas_problem`): the role refuses to start.
+    """
     try:
         for config in stream_configs(settings):
             try:
-                await js.stream_info(config.name or "")
+                info = await js.stream_info(config.name or "")
             except NotFoundError:
                 await js.add_stream(config)
-            else:
-                await js.update_stream(config)
+                continue
+            existing = info.config.num_replicas or 1
+            if problem := replicas_problem(config.name or "", existing, settings.replicas):
+                raise ReplicasMismatch(problem)
+            await js.update_stream(config)
         for bucket in bucket_configs(settings):
             try:
                 kv = await js.key_value(bucket.bucket)

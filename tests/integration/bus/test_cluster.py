@@ -24,7 +24,15 @@ import pytest
 import pytest_asyncio
 
 from bench.cluster import NatsCluster
-from bus import Bus, BusSettings, CommandConsumer, ConsumerSpec, Delivery, delete_all
+from bus import (
+    Bus,
+    BusSettings,
+    CommandConsumer,
+    ConsumerSpec,
+    Delivery,
+    ReplicasMismatch,
+    delete_all,
+)
 from bus.decisions import execute
 from bus.envelope import MessageContext
 from bus.nodes import Heartbeat, NodeBook
@@ -232,3 +240,22 @@ async def test_a_write_is_read_back_through_any_server(cluster: NatsCluster) -> 
     finally:
         await delete_all(setup.js, settings)
         await setup.close()
+
+
+async def test_a_role_asking_for_fewer_replicas_refuses_and_the_streams_stay_r3(
+    cbus: Bus,
+) -> None:
+    """Issue 30: one env file without AENV_REPLICAS (default 1) took AENV_EVT from R3 to R1
+    fleet-wide. A role start now refuses, naming both values, and changes nothing."""
+    for replicas in (1, 2):
+        settings = BusSettings(
+            nats_url=cbus.settings.nats_url, replicas=replicas, bus_prefix=cbus.settings.bus_prefix
+        )
+        with pytest.raises(ReplicasMismatch) as refused:
+            await Bus.connect(settings, name="aenv-r1-role", retry=False)
+        assert (
+            f"stream {cbus.names.event_stream} has 3 replicas, this role asks for {replicas}: "
+            "set AENV_REPLICAS=3"
+        ) in str(refused.value)
+    for stream in (cbus.names.event_stream, cbus.names.command_stream):
+        assert (await cbus.js.stream_info(stream)).config.num_replicas == 3
