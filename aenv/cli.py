@@ -17,6 +17,7 @@ import typer
 from typer.exceptions import TyperException
 
 from aenv.commands import register as register_sandbox_commands
+from aenv.commands.config import config_app
 from aenv.ops import register as register_operator_commands
 from aenv.ops.health import stack_problems
 from aenv.ops.stack import pid_alive as _pid_alive
@@ -32,6 +33,7 @@ app = typer.Typer(
 )
 projections_app = typer.Typer(help="Postgres read models.", no_args_is_help=True)
 app.add_typer(projections_app, name="projections")
+app.add_typer(config_app, name="config")
 register_sandbox_commands(app)  # auth, start, cn, exec, …, snapshot (issue 6)
 register_operator_commands(app)  # events, keys
 

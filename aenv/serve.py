@@ -29,6 +29,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aenv import eventloop, logs
 from aenv.roles.common import RoleSettings, say, write_private
+from aenv.settings import report_unknown
 from aenv.stack.process import ManagedProcess
 from aenv.stack.records import LOCK, ProcessBook
 from aenv.stack.stacklog import StackLog
@@ -312,6 +313,7 @@ def _main(role: str, service: str) -> None:
         raise SystemExit(f"usage: aenv serve --role {'|'.join(ROLES)} (got {role!r})")
     setup_tracing(service)
     log.info("event loop: %s", eventloop.loop_name())
+    report_unknown(os.environ)  # a misspelt AENV_* name is otherwise ignored without a word
 
     async def run() -> None:
         stop = asyncio.Event()
