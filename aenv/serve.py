@@ -37,10 +37,14 @@ from aenv.stack.watch import keep_running
 from aenv.supervise import RoleProcess
 from aenv.tls import StackTls, TlsError, TlsSettings, stack_tls
 from aenv.tracing import setup_tracing
+from bus.errors import ReplicasMismatch
 
 log = logging.getLogger("aenv")
 
 READY = "AENV-READY"
+#: sysexits' EX_CONFIG: a role refused to start on its configuration (a unit may list it
+#: in `RestartPreventExitStatus=`: restarting cannot fix an env file).
+EXIT_CONFIG = 78
 
 
 class StackSettings(BaseSettings):
@@ -341,7 +345,11 @@ def _main(role: str, service: str) -> None:
         else:
             await serve(StackSettings(), stop)
 
-    eventloop.run(run())
+    try:
+        eventloop.run(run())
+    except ReplicasMismatch as e:  # the operator's to fix: one line, no traceback
+        log.error("refusing to start: %s", e)
+        raise SystemExit(EXIT_CONFIG) from None
 
 
 if __name__ == "__main__":
