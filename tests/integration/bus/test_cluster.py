@@ -259,3 +259,18 @@ async def test_a_role_asking_for_fewer_replicas_refuses_and_the_streams_stay_r3(
         ) in str(refused.value)
     for stream in (cbus.names.event_stream, cbus.names.command_stream):
         assert (await cbus.js.stream_info(stream)).config.num_replicas == 3
+
+
+async def test_a_role_asking_for_more_replicas_refuses_too(cbus: Bus) -> None:
+    """Raising is refused as well: from one node it would make every other node's env file
+    the mismatch at its next restart. The operator raises them on the streams instead.
+    (`cbus`: a cluster whose meta group has settled, so an R1 create does not time out.)"""
+    r1 = cbus.settings.model_copy(update={"replicas": 1, "bus_prefix": f"c{secrets.token_hex(4)}"})
+    bus = await Bus.connect(r1, name="aenv-r1-fleet", retry=False)
+    try:
+        with pytest.raises(ReplicasMismatch, match="has 1 replicas, this role asks for 3"):
+            await Bus.connect(r1.model_copy(update={"replicas": 3}), name="r3", retry=False)
+        assert (await bus.js.stream_info(bus.names.event_stream)).config.num_replicas == 1
+    finally:
+        await delete_all(bus.js, r1)
+        await bus.close()
