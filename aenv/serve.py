@@ -37,6 +37,7 @@ from aenv.stack.watch import keep_running
 from aenv.supervise import RoleProcess
 from aenv.tls import StackTls, TlsError, TlsSettings, stack_tls
 from aenv.tracing import setup_tracing
+from bus import supervised
 from bus.errors import ReplicasMismatch
 
 log = logging.getLogger("aenv")
@@ -45,6 +46,9 @@ READY = "AENV-READY"
 #: sysexits' EX_CONFIG: a role refused to start on its configuration (a unit may list it
 #: in `RestartPreventExitStatus=`: restarting cannot fix an env file).
 EXIT_CONFIG = 78
+#: A role's exit status when one of its background tasks kept dying (EX_SOFTWARE): never
+#: 0, so `Restart=on-failure` restarts it as well as `Restart=always` does
+TASK_DIED = 70
 
 
 class StackSettings(BaseSettings):
@@ -319,6 +323,8 @@ def _main(role: str, service: str) -> None:
     log.info("event loop: %s", eventloop.loop_name())
     report_unknown(os.environ)  # a misspelt AENV_* name is otherwise ignored without a word
 
+    gave_up: list[str] = []
+
     async def run() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -328,6 +334,17 @@ def _main(role: str, service: str) -> None:
             if role != "all":  # SIGALRM's default action ends the process: the deadline
                 signal.alarm(max(1, round(RoleSettings().drain_s)))
             say(f"received {sig.name}")  # last: nothing here may keep the stop from happening
+
+        def on_give_up(task: str, error: BaseException) -> None:
+            """A background task kept dying (`bus.supervised`): the role drains and exits
+            non-zero, and its supervisor starts it afresh."""
+            gave_up.append(task)
+            stop.set()
+            signal.alarm(max(1, round(RoleSettings().drain_s)))
+            say(f"task {task} keeps dying ({error!r}); stopping the role (exit {TASK_DIED})")
+
+        if role != "all":
+            supervised.on_give_up(on_give_up)
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig)
@@ -350,6 +367,8 @@ def _main(role: str, service: str) -> None:
     except ReplicasMismatch as e:  # the operator's to fix: one line, no traceback
         log.error("refusing to start: %s", e)
         raise SystemExit(EXIT_CONFIG) from None
+    if gave_up:
+        raise SystemExit(TASK_DIED)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ from datetime import UTC, datetime, timedelta
 from api import reads
 from api.context import ApiContext
 from bus.decisions import execute
+from bus.supervised import supervise
+from bus.tasks import cancel_and_wait
 from domain import NotFound
 from domain import sandbox as sb
 from domain import tags as tg
@@ -79,13 +81,10 @@ class CaptureSweeper:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="capture-sweeper")
+        self._task = supervise("capture-sweeper", self._run)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def _run(self) -> None:
         while True:

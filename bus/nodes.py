@@ -20,6 +20,7 @@ from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bus.kvwatch import kv_entries
+from bus.supervised import supervise
 from bus.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -184,7 +185,8 @@ class NodeBook:
 
     def follow(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(self._follow(), name="node-book")
+            # a dead mirror would show every node gone (or none): restarted (`supervised`)
+            self._task = supervise("node-book", self._follow)
 
     async def close(self) -> None:
         await cancel_and_wait(self._task)

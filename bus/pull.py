@@ -23,6 +23,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from bus.errors import BusError
+from bus.failpoints import failpoint
+from bus.supervised import supervise
 
 __all__ = ["ConsumerSpec", "PullLoop", "confirm_ack", "kept_alive"]
 
@@ -126,7 +128,8 @@ class PullLoop:
         """Create or update the durable consumer and start pulling."""
         await self._js.add_consumer(self._stream, await self._config())
         self._sub = await self._js.pull_subscribe_bind(self._spec.durable, stream=self._stream)
-        self._loop_task = asyncio.create_task(self._run(), name=f"consumer:{self._spec.durable}")
+        # a loop that died would leave the process alive and its queue unread (`supervised`)
+        self._loop_task = supervise(f"consumer:{self._spec.durable}", self._run)
 
     async def _config(self) -> ConsumerConfig:
         """The spec's config — but a durable that exists keeps what JetStream refuses to
@@ -157,7 +160,9 @@ class PullLoop:
         """Stop fetching, let in-flight handlers settle their messages, unsubscribe."""
         self._stopping.set()
         if self._loop_task is not None:
-            await self._loop_task
+            await asyncio.wait({self._loop_task})  # one that gave up: its error was logged
+            if not self._loop_task.cancelled():
+                self._loop_task.exception()
         if self._inflight:
             _, late = await asyncio.wait(self._inflight, timeout=self._spec.drain_timeout_s)
             for task in late:  # their messages are redelivered after ack_wait
@@ -174,6 +179,7 @@ class PullLoop:
             if free <= 0:
                 await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
                 continue
+            failpoint("consumer.fetch")  # a test's way to kill this loop in a live process
             if self._ready is not None and not self._ready():
                 await asyncio.sleep(min(0.1, self._spec.fetch_timeout_s))
                 continue

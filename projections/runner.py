@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bus import BusSettings, EventFeed, Names, RecordedEvent
+from bus.supervised import supervise
 from bus.tasks import cancel_and_wait
 from bus.tracing import project_spans
 from projections import checkpoints
@@ -140,7 +141,9 @@ class Projector:
         return await feed.behind() if feed is not None else None
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self.run(), name=f"projector:{self.name}")
+        # its own loop restarts from the checkpoint after an error; a death it does not
+        # catch is restarted too, or the role goes down (`bus.supervised`)
+        self._task = supervise(f"projector:{self.name}", self.run)
 
     async def stop(self) -> None:
         """Stop after the batch in progress (its transaction commits or rolls back whole)."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 
 from nats.js import JetStreamContext
 from prometheus_client import (
@@ -35,7 +35,11 @@ from prometheus_client import (
     Gauge,
     disable_created_metrics,
 )
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+from bus.supervised import restarts
 
 __all__ = ["CONTENT_TYPE", "ConsumerGauges", "Scrape", "bearer", "is_token"]
 
@@ -67,6 +71,7 @@ class Scrape:
             ["source"],
             registry=self.registry,
         )
+        self.registry.register(_TaskRestarts())
 
     def on_scrape(self, source: str, refresh: Refresh) -> None:
         """Run `refresh` before each exposition (`source` names it in errors)."""
@@ -85,6 +90,24 @@ class Scrape:
 
         await asyncio.gather(*(one(s, r) for s, r in self._refresh))
         return generate_latest(self.registry)
+
+
+class _TaskRestarts(Collector):
+    """`aenv_task_restarts_total{task}`: background tasks of this process that died and
+    were restarted in place (`bus.supervised`), read at the scrape — 0 for each task
+    supervised so far. Any increase is a bug to look at: the task's traceback is in the
+    log at ERROR. (A task that keeps dying takes its role down instead: the supervisor's
+    restart count shows that.)"""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "aenv_task_restarts",
+            "Background tasks (heartbeat, consumers, timer) that died and were restarted.",
+            labels=["task"],
+        )
+        for task, n in sorted(restarts().items()):
+            family.add_metric([task], n)
+        yield family
 
 
 def bearer(authorization: str | None) -> str | None:

@@ -67,6 +67,7 @@ COMMON: dict[str, Kind] = {
     "aenv_jetstream_consumer_ack_pending": "gauge",
     "aenv_jetstream_consumer_redelivered": "gauge",
     "aenv_scrape_errors": "counter",
+    "aenv_task_restarts": "counter",
 }
 #: the node's, when it has a snapshot repository (S3)
 SNAPSHOT: dict[str, Kind] = {

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 
 from bus import Bus
 from bus.routes import Route, RouteBook, traffic_digest
+from bus.supervised import supervise
 from bus.tasks import cancel_and_wait
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus
@@ -84,7 +85,8 @@ class RouteTable:
     ) -> RouteTable:
         book = await RouteBook.open(bus.js, bus.names.routes_bucket)
         table = cls(bus, book, via_node=via_node, resume=resume, resume_timeout_s=resume_timeout_s)
-        table._task = asyncio.create_task(table._follow(), name="route-table")
+        # a dead mirror would send traffic by stale routes: restarted (`bus.supervised`)
+        table._task = supervise("route-table", table._follow)
         return table
 
     async def close(self) -> None:

@@ -1,5 +1,7 @@
 """The node's heartbeat: its room and accelerator in the nodes bucket every few seconds.
-Missing three marks it gone (`bus.nodes`): its paused sandboxes then resume elsewhere."""
+Missing three marks it gone (`bus.nodes`): its paused sandboxes then resume elsewhere, and
+after `AENV_NODE_LOST_AFTER_S` the timer kills its running ones as lost — so the task runs
+supervised (`bus.supervised`): restarted when it dies, or the role goes down."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import time
 from collections.abc import Callable
 
 from bus import Bus
+from bus.failpoints import failpoint
 from bus.nodes import Heartbeat, NodeBook
 from workers.node.capacity import Room
 from workers.node.ports import Host
@@ -39,6 +42,7 @@ async def beat_forever(
     could evict, and what it cannot evict now (`disk.NodeDisk`)."""
     book = await NodeBook.open(bus.js, bus.names.nodes_bucket)
     while True:
+        failpoint("heartbeat.beat")  # a test's way to kill this task in a live node
         accel = host.accelerator
         waiting, oldest = uploads() if uploads is not None else (0, 0.0)
         r = room()

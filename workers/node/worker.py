@@ -19,6 +19,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 from bus import (
     Bus,
@@ -31,6 +32,7 @@ from bus import (
 )
 from bus.decisions import execute
 from bus.diskroom import fits_disk
+from bus.supervised import supervise
 from bus.tasks import cancel_and_wait
 from domain import Invalid, NotFound
 from domain import sandbox as sb
@@ -192,7 +194,8 @@ class NodeWorker:
             )
             await c.start()
             self._consumers.append(c)
-        beats = beat_forever(
+        beats = partial(
+            beat_forever,
             self.bus,
             self.host,
             self.node_id,
@@ -205,8 +208,10 @@ class NodeWorker:
             disk_room=self.node_disk.room,
             disk_pinned=self.node_disk.pinned,
         )
-        self._heartbeat = asyncio.create_task(beats)
-        self._disk_walks = asyncio.create_task(self.node_disk.run_forever())
+        # a dead heartbeat would have the fleet take this live node for gone: restarted, or
+        # the role goes down (`bus.supervised`)
+        self._heartbeat = supervise("heartbeat", beats)
+        self._disk_walks = supervise("disk-walk", self.node_disk.run_forever)
         # warm VMs live in the room the sandboxes leave: given up first when they need it
         self.host.start_warm_pool(lambda: self.capacity.room().free_mem_mib)
         self.serving = True

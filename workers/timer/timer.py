@@ -32,8 +32,10 @@ from uuid import UUID
 
 from bus import AggregateKind, Bus, EventFeed, MessageContext, PublishError
 from bus.decisions import execute
+from bus.failpoints import failpoint
 from bus.nodes import NodeBook, is_gone
 from bus.steps import kill_in_log
+from bus.supervised import supervise
 from bus.tasks import cancel_and_wait
 from domain import DomainError, Event, utcnow
 from domain import sandbox as sb
@@ -80,12 +82,20 @@ class Timer:
         self._stopping = asyncio.Event()
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self.run(), name="ttl-timer")
+        # a dead timer expires nothing and reaps nothing: restarted, or the role goes down
+        self._task = supervise("ttl-timer", self.run)
 
     async def stop(self) -> None:
         self._stopping.set()
         # the loop also checks `_stopping` (a swallowed cancel: see bus.tasks)
         await cancel_and_wait(self._task)
+
+    def _forget(self) -> None:
+        """Drop the clocks folded so far (what was sent is kept: it is not sent twice)."""
+        self.clocks.clear()
+        self._due.clear()
+        self._kept.clear()
+        self._by_node.clear()
 
     def load(self, clocks: Iterable[sb.Clock]) -> None:
         for clock in clocks:
@@ -166,6 +176,7 @@ class Timer:
     async def run(self) -> None:
         names = self.bus.names
         start = 1
+        self._forget()  # a restart (`bus.supervised`) folds afresh from the seed
         if self.seed is not None:
             clocks, seq = await self.seed()
             self.load(clocks)
@@ -183,6 +194,7 @@ class Timer:
         ) as feed:
             reaped = time.monotonic()
             while not self._stopping.is_set():
+                failpoint("timer.tick")  # a test's way to kill this task in a live API
                 for rec in await feed.next_batch(timeout=self.tick_s):
                     self.fold(names.aggregate_id_of(rec.subject), rec.event)
                 now = utcnow()

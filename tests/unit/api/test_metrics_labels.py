@@ -33,6 +33,7 @@ def test_label_values_cannot_end_the_value_or_the_line() -> None:
         "aenv_sandboxes",
         "aenv_projection_lag_events",
         "aenv_scrape_errors",
+        "aenv_task_restarts",
     }
     requests = [s for s in parsed["aenv_api_requests"] if "route" in s]
     assert {s["route"] for s in requests} == {forged}
