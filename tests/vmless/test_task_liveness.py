@@ -7,12 +7,12 @@ inside a running node process.
   sandbox the node holds stays running — across a window longer than the timer's
   heartbeat-loss threshold (`AENV_NODE_LOST_AFTER_S`, 3 s here) plus its reap period. With
   the task left dead (as before supervision) the timer killed that sandbox as lost.
-- Given up: a heartbeat that raises every time takes its node role down with a non-zero
-  exit (70) within seconds, for its supervisor to restart — never a live process that
-  does not beat.
+- Given up: in another node role, run alone (`n3`, meanwhile), a heartbeat that raises
+  every time takes the role down with a non-zero exit (70) within seconds, for its
+  supervisor to restart — never a live process that does not beat.
 
-A second node beats beside the faulty one throughout: the timer reaps lost nodes only
-while some node beats (with none beating it is more likely the timer that is cut off).
+A node with nothing armed (`n2`) beats throughout: the timer reaps lost nodes only while
+some node beats (with none beating it is more likely the timer that is cut off).
 """
 
 from __future__ import annotations
@@ -45,48 +45,50 @@ def test_a_heartbeat_killed_in_a_live_node_is_restarted_and_no_sandbox_is_lost(
     tmp_path: Path,
 ) -> None:
     armed = tmp_path / "failpoints"
-    with vmless_stack(
-        tmp_path / "stack",
-        AENV_FAILPOINTS_FILE=str(armed),
-        AENV_NODE_LOST_AFTER_S=str(LOST_AFTER_S),
-    ) as stack:
-        with stack.client() as c:
-            # the stack's node (`vmless`) is the only one yet: the sandbox lands there
-            r = c.post("/sandboxes", json={"templateID": "base", "timeout": 300})
-            assert r.status_code == 201, r.text
-            sid = r.json()["sandboxID"]
-            assert c.get(f"/sandboxes/{sid}").json()["state"] == "running"
-            node_pid = _node_pid(stack)
-            # another node beats throughout, with nothing armed
+    broken = tmp_path / "broken-failpoints"  # n3's: armed for good
+    with (
+        vmless_stack(
+            tmp_path / "stack",
+            AENV_FAILPOINTS_FILE=str(armed),
+            AENV_NODE_LOST_AFTER_S=str(LOST_AFTER_S),
+        ) as stack,
+        stack.client() as c,
+    ):
+        # the stack's node (`vmless`) is the only one yet: the sandbox lands there
+        r = c.post("/sandboxes", json={"templateID": "base", "timeout": 300})
+        assert r.status_code == 201, r.text
+        sid = r.json()["sandboxID"]
+        assert c.get(f"/sandboxes/{sid}").json()["state"] == "running"
+        node_pid = _node_pid(stack)
+        n3, n3_log = _spawn_node(stack, tmp_path / "n3", broken)
+        try:
+            # n2 beats throughout, with nothing armed
             spare = {"AENV_FAILPOINTS_FILE": str(tmp_path / "none")}
             with more_nodes(stack, tmp_path / "nodes", {"n2": spare}):
-                eventually_sync(lambda: "n2" in beats(stack), timeout=10)
+                _wait_ready(n3, n3_log)
+                eventually_sync(lambda: {"n2", "n3"} <= set(beats(stack)), timeout=10)
                 armed.write_text("heartbeat.beat=2\n")
+                broken.write_text("heartbeat.beat\n")
                 armed_at = time.time()
                 states = _watch(c, sid, WATCH_S)
                 fleet = beats(stack)
-            assert set(states) == {"running"}, states
-            assert fleet["vmless"].at > armed_at + 1.0  # beating since it died twice
-            assert _node_pid(stack) == node_pid  # restarted in place, not the process
-            samples = scrape(node_url(stack.bus_settings, "vmless"), METRICS_TOKEN)
-            restarts = samples[("aenv_task_restarts_total", frozenset({("task", "heartbeat")}))]
-            assert restarts == 2
-            log = (stack.data_dir / "aenv.log").read_text(errors="replace")
-            assert "task heartbeat died" in log and "failpoint heartbeat.beat" in log
-            assert c.get(f"/sandboxes/{sid}").json()["state"] == "running"
-
-        # given up: a heartbeat dying every time takes its role down, non-zero
-        broken = tmp_path / "broken-failpoints"
-        node = _start_node(stack, tmp_path / "n3", broken)
-        try:
-            broken.write_text("heartbeat.beat\n")
-            assert node.wait(timeout=30) == TASK_DIED
+                # given up: a heartbeat dying every time takes its role down, non-zero
+                assert n3.wait(timeout=30) == TASK_DIED
         finally:
-            if node.poll() is None:
-                node.send_signal(signal.SIGTERM)
-                node.wait(30)
-        out = (tmp_path / "n3" / "role.log").read_text(errors="replace")
-        assert "task heartbeat keeps dying" in out
+            if n3.poll() is None:
+                n3.send_signal(signal.SIGTERM)
+                n3.wait(30)
+        assert "task heartbeat keeps dying" in n3_log.read_text(errors="replace")
+        # restarted in place: no state but running, beating since, the same process
+        assert set(states) == {"running"}, states
+        assert fleet["vmless"].at > armed_at + 1.0
+        assert _node_pid(stack) == node_pid
+        samples = scrape(node_url(stack.bus_settings, "vmless"), METRICS_TOKEN)
+        restarts = samples[("aenv_task_restarts_total", frozenset({("task", "heartbeat")}))]
+        assert restarts == 2
+        log = (stack.data_dir / "aenv.log").read_text(errors="replace")
+        assert "task heartbeat died" in log and "failpoint heartbeat.beat" in log
+        assert c.get(f"/sandboxes/{sid}").json()["state"] == "running"
 
 
 def _watch(c: httpx.Client, sid: str, seconds: float) -> list[str]:
@@ -106,9 +108,11 @@ def _node_pid(stack: VmlessStack) -> int:
     return pid
 
 
-def _start_node(stack: VmlessStack, data: Path, failpoints: Path) -> subprocess.Popen[bytes]:
-    """A node role alone (no supervisor: its exit status is the test's to read), once it
-    said it serves."""
+def _spawn_node(
+    stack: VmlessStack, data: Path, failpoints: Path
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A node role alone (no supervisor: its exit status is the test's to read), `n3`,
+    with its own failpoints file; and its log."""
     data.mkdir(parents=True)
     log = data / "role.log"
     with open(log, "wb") as out:
@@ -123,11 +127,13 @@ def _start_node(stack: VmlessStack, data: Path, failpoints: Path) -> subprocess.
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+    return proc, log
 
+
+def _wait_ready(proc: subprocess.Popen[bytes], log: Path) -> None:
     def ready() -> bool:
         if proc.poll() is not None:
             pytest.fail(f"node n3 exited ({proc.returncode}): {log.read_text()[-3000:]}")
         return any(marks(ln, "ROLE-READY") for ln in log.read_text(errors="replace").splitlines())
 
     eventually_sync(ready, timeout=60, interval=0.2)
-    return proc
