@@ -72,6 +72,7 @@ def test_a_heartbeat_killed_in_a_live_node_is_restarted_and_no_sandbox_is_lost(
                 armed_at = time.time()
                 states = _watch(c, sid, WATCH_S)
                 fleet = beats(stack)
+                assert set(states) == {"running"}, states  # none killed as lost
                 # given up: a heartbeat dying every time takes its role down, non-zero
                 assert n3.wait(timeout=30) == TASK_DIED
         finally:
@@ -79,8 +80,7 @@ def test_a_heartbeat_killed_in_a_live_node_is_restarted_and_no_sandbox_is_lost(
                 n3.send_signal(signal.SIGTERM)
                 n3.wait(30)
         assert "task heartbeat keeps dying" in n3_log.read_text(errors="replace")
-        # restarted in place: no state but running, beating since, the same process
-        assert set(states) == {"running"}, states
+        # restarted in place: beating since, the same process
         assert fleet["vmless"].at > armed_at + 1.0
         assert _node_pid(stack) == node_pid
         samples = scrape(node_url(stack.bus_settings, "vmless"), METRICS_TOKEN)
