@@ -192,6 +192,15 @@ CONNECTIONS = (
         "OTLP export is configured by the standard `OTEL_*` variables.",
     ),
     Setting(
+        "AENV_FAILPOINTS_FILE",
+        Kind.PATH,
+        "",
+        _ALL,
+        "For fault-injection tests only: a file naming armed failpoints (`NAME` or "
+        "`NAME=COUNT` a line, read at most once a second; `bus/failpoints.py`). Unset: "
+        "every failpoint is inert.",
+    ),
+    Setting(
         "AENV_EVENT_LOOP",
         Kind.CHOICE,
         "uvloop",
