@@ -19,6 +19,7 @@ from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
 from api import (
     network,
+    nodes,
     observed,
     sandboxes,
     snapshots,
@@ -79,6 +80,7 @@ def create_litestar(ctx: ApiContext, resolve: Resolver = _no_route) -> Litestar:
             *CONSOLE,
             *volumes.ROUTES,
             *volume_content.ROUTES,
+            *nodes.ROUTES,
         ],
         dependencies={"ctx": Provide(_ctx), "caller": Provide(_caller)},
         exception_handlers=HANDLERS,

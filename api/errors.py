@@ -117,7 +117,8 @@ HANDLERS: dict[Any, Any] = {
 _MEANING = {
     400: "Invalid request: a bad parameter or body field, a NUL byte, JSON nested too deep",
     401: "Missing or invalid API key (X-API-KEY)",
-    403: "Invalid or missing upload token; or a template another team built",
+    403: "Invalid or missing upload token; or a template another team built; or a node "
+    "route called with a key that is not an operator's",
     404: "No such sandbox, template or build (an id outside the id alphabet names none)",
     409: "The request conflicts with the current state",
     413: "Request body too large",

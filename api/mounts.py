@@ -134,12 +134,13 @@ async def _release_for(ctx: ApiContext, actor: str | None, volume: vo.Volume) ->
 
 
 def preferred_node(ctx: ApiContext, volumes: list[vo.Volume]) -> str | None:
-    """The node that released all of these volumes last, if it beats (its copies are there)."""
+    """The node that released all of these volumes last, if it beats and is not cordoned
+    (its copies are there)."""
     nodes = {v.version.node_id if v.version else None for v in volumes}
     if len(nodes) != 1:
         return None
     (node,) = nodes
     beats = ctx.nodes.current() if ctx.nodes is not None else None
-    if node is None or beats is None or node not in beats:
+    if node is None or beats is None or node not in beats or beats[node].cordoned:
         return None
     return node

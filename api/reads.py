@@ -110,6 +110,7 @@ async def list_sandboxes(
     order: str,
     limit: int,
     next_token: str | None,
+    node: str | None = None,
 ) -> tuple[list[wire.ListedSandbox], str | None]:
     try:
         async with engine.connect() as conn:
@@ -119,6 +120,7 @@ async def list_sandboxes(
                 states=states,
                 metadata=metadata,
                 template=template,
+                node=node,
                 started_after=started_after,
                 descending=order == "desc",
                 limit=limit,

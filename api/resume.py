@@ -3,9 +3,9 @@ routes and for the proxy's auto-resume alike (`shared.proxy.RouteTable` is hande
 `auto_resume`), so a request that wakes a sandbox behaves exactly like an explicit resume.
 
 Where the command goes is `node_or_placement`: the node holding the capture, or — when
-that node stopped beating and the capture is durable in the snapshot repository — any
-node (placement), which pulls it. A capture stranded on a dead node's disk is a clear 503,
-never a wait on a queue nobody reads.
+that node stopped beating or an operator cordoned it (a drain), and the capture is durable
+in the snapshot repository — any node (placement), which pulls it. A capture stranded on a
+dead node's disk is a clear 503, never a wait on a queue nobody reads.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import asyncio
 import time
 
 from api.context import ApiContext
+from api.cordons import cordoned
 from api.errors import ApiError
 from api.outcomes import send_and_wait
 from api.room import check_room
@@ -32,10 +33,13 @@ _IN_FLIGHT = (SandboxStatus.PAUSING, SandboxStatus.RESUMING)
 async def node_or_placement(
     ctx: ApiContext, node: str | None, *, durable: bool, stranded: str
 ) -> str | None:
-    """Where a command needing a capture goes: the node holding it, else (that node gone,
-    the capture durable) placement. Gone with the capture only on its disk: 503 `stranded`."""
-    if node is None or not await ctx.node_gone(node):
-        return node
+    """Where a command needing a capture goes: the node holding it, else (that node gone
+    or cordoned, the capture durable) placement. Gone with the capture only on its disk:
+    503 `stranded`; cordoned with it only there: still that node (a drain uploads it)."""
+    if node is None:
+        return None
+    if not await ctx.node_gone(node):
+        return None if durable and await cordoned(ctx, node) else node
     if durable:
         return None
     raise ApiError(503, stranded)

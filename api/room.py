@@ -23,7 +23,7 @@ from typing import Any
 from api.context import ApiContext
 from api.errors import ApiError
 from bus.diskroom import DiskNeed, short_of_disk, template_bytes
-from bus.nodes import Heartbeat, has_room, is_gone
+from bus.nodes import Heartbeat, has_room, is_gone, takes_new
 from bus.steps import withdraw_create
 from domain import sandbox as sb
 
@@ -59,9 +59,13 @@ def check_room(
     if beats is None:
         return
     now = time.time()
-    live = [b for b in beats.values() if not is_gone(b, now) and node in (None, b.node_id)]
+    beating = [b for b in beats.values() if not is_gone(b, now) and node in (None, b.node_id)]
+    live = [b for b in beating if takes_new(b, now)]  # a cordoned node takes none
     vcpus, mem_mib = vcpus * count, mem_mib * count
     headers = _RETRY
+    if not live and beating:
+        which = f"node {node} is" if node else "every running node is"
+        raise ApiError(503, f"{which} cordoned: nothing can take the sandbox", headers=headers)
     if not live:
         raise ApiError(503, "no node is running: nothing can take the sandbox", headers=headers)
     roomy = [b for b in live if has_room(b, vcpus, mem_mib, count)]
@@ -81,8 +85,9 @@ def check_room(
 
 
 def warm_nodes(ctx: ApiContext, template_id: str) -> tuple[str, ...]:
-    """Nodes beating now whose heartbeat says they hold a warm VM of `template_id` (the
-    create's `warm_on` hint: they take it before a node that would restore it cold)."""
+    """Nodes beating now, not cordoned, whose heartbeat says they hold a warm VM of
+    `template_id` (the create's `warm_on` hint: they take it before a node that would
+    restore it cold)."""
     return _beating(ctx, lambda b: b.warm.get(template_id, 0) > 0)
 
 
@@ -106,7 +111,7 @@ def _beating(ctx: ApiContext, which: Callable[[Heartbeat], bool]) -> tuple[str, 
     if not beats:
         return ()
     now = time.time()
-    return tuple(sorted(b.node_id for b in beats.values() if which(b) and not is_gone(b, now)))
+    return tuple(sorted(b.node_id for b in beats.values() if which(b) and takes_new(b, now)))
 
 
 async def withdraw(ctx: ApiContext, cmd: sb.CreateSandbox, actor: str | None) -> bool:

@@ -387,6 +387,7 @@ async def list_v2(
     order: Annotated[str, Parameter(pattern="^(asc|desc)$")] = "desc",
     limit: Annotated[int, Parameter(ge=1, le=100)] = 100,
     next_token: Annotated[str | None, Parameter(query="nextToken")] = None,
+    node: str | None = None,  # not in E2B's: only the sandboxes on this node (`aenv ls --node`)
 ) -> Response[list[dict[str, Any]]]:
     await ctx.fenced_to_tail()
     items, token = await reads.list_sandboxes(
@@ -399,6 +400,7 @@ async def list_v2(
         order=order,
         limit=limit,
         next_token=next_token,
+        node=node,
     )
     headers = {"X-Next-Token": token} if token else {}
     return Response([wire.dump(i) for i in items], headers=headers)

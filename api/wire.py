@@ -184,6 +184,8 @@ class ListedSandbox(BaseModel):
     volume_mounts: list[MountedVolume] = Field(
         default_factory=list, serialization_alias="volumeMounts"
     )
+    #: not in E2B's: the node that runs it or holds its pause (`aenv ls --node`; a drain)
+    node_id: str | None = Field(None, serialization_alias="nodeID")
 
 
 class SandboxNetwork(BaseModel):
@@ -205,7 +207,6 @@ class SandboxDetail(ListedSandbox):
     allow_internet_access: bool | None = Field(None, serialization_alias="allowInternetAccess")
     lifecycle: Lifecycle | None = None
     forked_from: str | None = Field(None, serialization_alias="forkedFrom")
-    node_id: str | None = Field(None, serialization_alias="nodeID")
     #: not in E2B's: when its guest last filled its own root disk (`SandboxDiskFull`; its
     #: writes fail, envd's uploads answer 507); omitted when it never did
     disk_full_at: datetime | None = Field(None, serialization_alias="diskFullAt")

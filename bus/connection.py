@@ -25,6 +25,7 @@ from bus.store import (
     BuildStore,
     EventStore,
     ImageStore,
+    NodeStore,
     SandboxStore,
     TemplateStore,
     VolumeStore,
@@ -32,7 +33,7 @@ from bus.store import (
 from bus.subjects import AggregateKind, Names
 from domain import AGGREGATES, Aggregate, Command, CommandRejected, Event
 from domain import sandbox as sb
-from domain.aggregates import APIKEY, BUILD, BUILDKEY, IMAGE, SANDBOX, TEMPLATE, VOLUME
+from domain.aggregates import APIKEY, BUILD, BUILDKEY, IMAGE, NODE, SANDBOX, TEMPLATE, VOLUME
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,12 @@ class Bus:
     @property
     def build_keys(self) -> BuildKeyStore:
         return self.store(BUILDKEY)
+
+    @property
+    def node_orders(self) -> NodeStore:
+        """Operators' decisions about nodes (`domain/node`: the cordon), not their heartbeats
+        (those are `bus.nodes`, in the nodes bucket)."""
+        return self.store(NODE)
 
     @property
     def rejection_sinks(self) -> dict[str, EventStore[Any, Any]]:

@@ -33,6 +33,7 @@ __all__ = [
     "fleet_view",
     "has_room",
     "is_gone",
+    "takes_new",
 ]
 
 #: Beats a node may miss before it counts as gone (one late beat is a busy host).
@@ -90,6 +91,9 @@ class Heartbeat(BaseModel):
     disk_room: int | None = None
     #: Bytes it cannot evict now (what running and warm VMs and captures stand on).
     disk_pinned: int | None = None
+    #: An operator cordoned it (`domain/node`): it takes no new sandboxes — the API places
+    #: none there, and this beat is how it knows the node itself stopped pulling them.
+    cordoned: bool = False
 
 
 def describe_uploads(waiting: int, oldest_s: float) -> str:
@@ -107,6 +111,11 @@ def has_room(beat: Heartbeat, vcpus: int, mem_mib: int, count: int = 1) -> bool:
     if beat.free_vcpus is None or beat.free_mem_mib is None:
         return True
     return beat.free_vcpus >= vcpus and beat.free_mem_mib >= mem_mib
+
+
+def takes_new(beat: Heartbeat, now: float) -> bool:
+    """Whether new sandboxes may go to the node: it beats and is not cordoned."""
+    return not is_gone(beat, now) and not beat.cordoned
 
 
 def is_gone(beat: Heartbeat | None, now: float) -> bool:

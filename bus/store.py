@@ -38,6 +38,7 @@ from domain import apikey as ak
 from domain import build as bd
 from domain import buildkey as bk
 from domain import image as im
+from domain import node as nd
 from domain import sandbox as sb
 from domain import template as tp
 from domain import volume as vo
@@ -48,6 +49,7 @@ __all__ = [
     "BuildStore",
     "EventStore",
     "ImageStore",
+    "NodeStore",
     "RecordedEvent",  # re-exported
     "SandboxStore",
     "TemplateStore",
@@ -346,3 +348,4 @@ BuildStore: TypeAlias = EventStore[bd.Build, bd.AnyBuildCommand]
 VolumeStore: TypeAlias = EventStore[vo.Volume, vo.AnyVolumeCommand]
 ImageStore: TypeAlias = EventStore[im.Image, im.AnyImageCommand]
 BuildKeyStore: TypeAlias = EventStore[bk.BuildKey, bk.AnyBuildKeyCommand]
+NodeStore: TypeAlias = EventStore[nd.Node, nd.AnyNodeCommand]

@@ -185,6 +185,10 @@ class Names:
     def place_commands(self) -> str:
         return self._subject("aenv", "cmd", "place", "*")
 
+    def is_placed(self, subject: str) -> bool:
+        """Whether a command's subject is placement's (any node may take it), not a node's."""
+        return subject.rsplit(".", 1)[0] == self.place_commands.rsplit(".", 1)[0]
+
     def build_command(self, verb: str) -> str:
         """A command for the template builders (any builder may take it)."""
         return self._subject("aenv", "cmd", "build", _token(verb, "verb"))

@@ -17,6 +17,7 @@ from domain import apikey as ak
 from domain import build as bd
 from domain import buildkey as bk
 from domain import image as im
+from domain import node as nd
 from domain import sandbox as sb
 from domain import template as tp
 from domain import volume as vo
@@ -28,6 +29,7 @@ __all__ = [
     "BUILD",
     "BUILDKEY",
     "IMAGE",
+    "NODE",
     "SANDBOX",
     "TEMPLATE",
     "VOLUME",
@@ -56,6 +58,7 @@ class AggregateKind(StrEnum):
     VOLUME = "volume"
     IMAGE = "image"
     BUILDKEY = "buildkey"
+    NODE = "node"
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,15 @@ BUILDKEY: Aggregate[bk.BuildKey, bk.AnyBuildKeyCommand, bk.AnyBuildKeyEvent] = A
     events=_members(bk.AnyBuildKeyEvent),
 )
 
+NODE: Aggregate[nd.Node, nd.AnyNodeCommand, nd.AnyNodeEvent] = Aggregate(
+    kind=AggregateKind.NODE,
+    state=nd.Node,
+    decide=nd.decide_node,
+    evolve=nd.evolve_node,
+    commands=_members(nd.AnyNodeCommand),
+    events=_members(nd.AnyNodeEvent),
+)
+
 #: Every aggregate kind, in the order they are listed everywhere else.
 AGGREGATES: tuple[Aggregate[Any, Any, Any], ...] = (
     SANDBOX,
@@ -160,6 +172,7 @@ AGGREGATES: tuple[Aggregate[Any, Any, Any], ...] = (
     VOLUME,
     IMAGE,
     BUILDKEY,
+    NODE,
 )
 
 _BY_KIND: dict[str, Aggregate[Any, Any, Any]] = {a.kind: a for a in AGGREGATES}

@@ -16,6 +16,7 @@ from projections.buildkeys import BuildKeyProjection
 from projections.builds import BuildProjection
 from projections.folding import Row, fold_batch, upsert
 from projections.images import ImageProjection
+from projections.nodeorders import NodeCordonProjection
 from projections.sandboxes import SandboxProjection
 from projections.tables import api_keys, templates
 from projections.volumes import VolumeProjection
@@ -142,4 +143,5 @@ def all_projections() -> list[Projection]:
         VolumeProjection(),
         ImageProjection(),
         BuildKeyProjection(),
+        NodeCordonProjection(),
     ]

@@ -37,6 +37,7 @@ __all__ = [
     "get_sandbox",
     "list_sandboxes",
     "list_snapshots",
+    "node_sandbox_ids",
     "released_captures",
     "sandbox_census",
     "snapshot_node",
@@ -94,6 +95,7 @@ async def list_sandboxes(
     states: Sequence[str] = ("running", "paused"),
     metadata: dict[str, str] | None = None,
     template: str | None = None,
+    node: str | None = None,
     started_after: datetime | None = None,
     descending: bool = True,
     limit: int = MAX_PAGE,
@@ -109,6 +111,8 @@ async def list_sandboxes(
         q = q.where(c.metadata.contains(metadata))  # JSONB @>, served by the GIN index
     if template:
         q = q.where(or_(c.template_id == template, c.alias == template))
+    if node:
+        q = q.where(c.node_id == node)
     if started_after is not None:
         q = q.where(c.started_at >= started_after)  # E2B: inclusive
     if next_token:
@@ -127,6 +131,13 @@ async def list_sandboxes(
     rows = rows[:limit]
     token = _token(rows[-1]["started_at"], rows[-1]["sandbox_id"]) if more and rows else None
     return Page(rows, token)
+
+
+async def node_sandbox_ids(conn: AsyncConnection, node_id: str) -> list[str]:
+    """Every sandbox on a node that is not killed or failed, of every team (a drain's)."""
+    c = sandboxes.c
+    q = select(c.sandbox_id).where(c.node_id == node_id, c.status.not_in(["killed", "failed"]))
+    return [str(r) for r in (await conn.execute(q.order_by(c.sandbox_id))).scalars()]
 
 
 async def list_snapshots(

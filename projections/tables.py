@@ -34,6 +34,7 @@ __all__ = [
     "builds",
     "images",
     "metadata",
+    "node_cordons",
     "nodes",
     "projection_checkpoints",
     "sandboxes",
@@ -262,6 +263,18 @@ build_keys = Table(
     Column("reason", Text),
     Column("failed_step", Text),
     _tz("settled_at"),
+    _tz("updated_at", nullable=False),
+    *_position(),
+)
+
+#: One row per node an operator addressed (`domain/node`, migration 0017): its cordon.
+node_cordons = Table(
+    "node_cordons",
+    metadata,
+    Column("node_id", Text, primary_key=True),
+    Column("cordoned", Boolean, nullable=False),
+    Column("reason", Text, nullable=False),
+    _tz("cordoned_at"),
     _tz("updated_at", nullable=False),
     *_position(),
 )

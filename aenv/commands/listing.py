@@ -101,6 +101,9 @@ def ls(
             "--metadata", "-m", help="Only sandboxes with this KEY=VALUE metadata, repeatable."
         ),
     ] = None,
+    node: Annotated[
+        str | None, typer.Option("--node", help="Only sandboxes on this node (its id).")
+    ] = None,
     api_url: ApiUrl = None,
     api_key: ApiKey = None,
     data_dir: DataDir = DEFAULT_DATA,
@@ -116,6 +119,7 @@ def ls(
         rows = [
             row(w)
             for w in listing(conn, states=state or (), metadata=pairs(metadata, "--metadata"))
+            if node is None or w.get("nodeID") == node
         ]
     rows.sort(key=lambda r: str(r["started_at"]))
     columns = ["sandbox_id", "template", "state", "age", "expires_in", "metadata"]

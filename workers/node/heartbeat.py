@@ -6,6 +6,7 @@ supervised (`bus.supervised`): restarted when it dies, or the role goes down."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -34,12 +35,16 @@ async def beat_forever(
     disk_budget: Callable[[], int | None] | None = None,
     disk_room: Callable[[], int | None] | None = None,
     disk_pinned: Callable[[], int | None] | None = None,
+    cordoned: Callable[[], bool] | None = None,
+    nudge: asyncio.Event | None = None,
 ) -> None:
     """`room`: the node's budget and what is left (`capacity.Ledger`); `uploads`:
     (captures waiting for a retried upload, oldest wait) from the snapshot worker, when
     the node has a repository; `disk_used`: bytes its data dirs allocate (`disk.DiskUsage`);
     `disk_budget`, `disk_room`, `disk_pinned`: its disk budget, free under it plus what it
-    could evict, and what it cannot evict now (`disk.NodeDisk`)."""
+    could evict, and what it cannot evict now (`disk.NodeDisk`); `cordoned`: whether an
+    operator cordoned it (`cordon.CordonWatch`); `nudge`: set to beat at once (a cordon the
+    API waits to see) instead of after the period."""
     book = await NodeBook.open(bus.js, bus.names.nodes_bucket)
     while True:
         failpoint("heartbeat.beat")  # a test's way to kill this task in a live node
@@ -74,12 +79,18 @@ async def beat_forever(
             disk_budget=_call(disk_budget),
             disk_room=_call(disk_room),
             disk_pinned=_call(disk_pinned),
+            cordoned=cordoned() if cordoned is not None else False,
         )
         try:
             await book.beat(beat)
         except Exception as e:  # a missed heartbeat is retried on the next beat
             log.warning("node heartbeat failed: %s", e)
-        await asyncio.sleep(every_s)
+        if nudge is None:
+            await asyncio.sleep(every_s)
+            continue
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(nudge.wait(), every_s)
+        nudge.clear()
 
 
 def _call(read: Callable[[], int | None] | None) -> int | None:

@@ -40,6 +40,7 @@ from domain import template as tp
 from domain.sandbox import SandboxStatus as S
 from workers.node.capacity import Size, ledger_of
 from workers.node.completions import completion_id
+from workers.node.cordon import CordonWatch
 from workers.node.disk import image_cache_dir
 from workers.node.disk.node import NodeDisk
 from workers.node.forks import fork
@@ -135,6 +136,8 @@ class NodeWorker:
         #: the node's series (`metrics.py`): stages timed here and by the host
         self.metrics = metrics or NodeMetrics(self.node_id)
         host.on_stage(self.metrics.stage)
+        #: an operator's cordon (`aenv node cordon`): no placed creates or resumes, no warm VMs
+        self.cordon = CordonWatch(bus, self.node_id)
         #: creates and resumes: one skeleton, two verbs
         self.openings = Openings(
             self,
@@ -167,6 +170,7 @@ class NodeWorker:
             # an import's tidy or cleanup a kill cut short: the rest goes before any import
             await asyncio.to_thread(finish_interrupted, self._image_cache)
         await self.routes.sweep()
+        await self.cordon.refresh()  # before any pull: a node restarted cordoned takes nothing
         names = self.bus.names
         specs = [
             ConsumerSpec(
@@ -207,13 +211,16 @@ class NodeWorker:
             disk_budget=lambda: self.disk_budget.budget,
             disk_room=self.node_disk.room,
             disk_pinned=self.node_disk.pinned,
+            cordoned=lambda: self.cordon.cordoned,
+            nudge=self.cordon.changed,
         )
         # a dead heartbeat would have the fleet take this live node for gone: restarted, or
         # the role goes down (`bus.supervised`)
         self._heartbeat = supervise("heartbeat", beats)
+        self.cordon.start()
         self._disk_walks = supervise("disk-walk", self.node_disk.run_forever)
         # warm VMs live in the room the sandboxes leave: given up first when they need it
-        self.host.start_warm_pool(lambda: self.capacity.room().free_mem_mib)
+        self.host.start_warm_pool(self.cordon.spare(lambda: self.capacity.room().free_mem_mib))
         self.serving = True
 
     def _takes_creates(self) -> bool:
@@ -221,8 +228,10 @@ class NodeWorker:
         and its disk has room for at least the headroom every create keeps (short of that
         it could take none: pulling would only nak them, `openings.py::_disk_to_create`)."""
         room = self.node_disk.room()
-        return self.capacity.fits(self._typical) and fits_disk(
-            room, self.settings.disk_headroom_bytes
+        return (
+            not self.cordon.cordoned
+            and self.capacity.fits(self._typical)
+            and fits_disk(room, self.settings.disk_headroom_bytes)
         )
 
     async def stop(self) -> None:
@@ -233,6 +242,7 @@ class NodeWorker:
         # its KV put is a nats-py request, whose wait_for can swallow one cancel
         await cancel_and_wait(self._heartbeat)
         await cancel_and_wait(self._disk_walks)
+        await self.cordon.stop()
 
     def guest_config(self, state: sb.Sandbox | sb.CreateSandbox) -> GuestConfig:
         """What envd is told: from a sandbox's state, or from a fork child's create."""
@@ -260,6 +270,7 @@ class NodeWorker:
 
     async def _dispatch(self, d: Delivery) -> None:
         cmd, ctx = d.command, d.context
+        self.cordon.pass_on(d)  # a create or resume pulled just before a cordon
         match cmd:
             case sb.CreateSandbox():
                 if d.attempt == 1 and (why := self._better_elsewhere(cmd)) is not None:
