@@ -12,7 +12,7 @@ from api import drain
 from api.auth import Caller
 from api.context import ApiContext
 from api.cordons import require_operator, set_cordon
-from api.errors import ERRORS, documented
+from api.errors import ERRORS, ApiError, documented
 
 __all__ = ["ROUTES"]
 
@@ -46,7 +46,14 @@ async def drain_node(ctx: ApiContext, caller: Caller, node_id: str) -> dict[str,
     what runs there by then."""
     require_operator(caller)
     await set_cordon(ctx, node_id, True, reason="drain", actor=caller.key_id)
-    return (await drain.step(ctx, node_id, actor=caller.key_id)).wire()
+    progress = await drain.step(ctx, node_id, actor=caller.key_id)
+    if progress.running and await ctx.node_gone(node_id):
+        raise ApiError(
+            503,
+            f"node {node_id} is not running: its {progress.running} running sandboxes cannot "
+            "be paused (start it again to drain it)",
+        )
+    return progress.wire()
 
 
 ROUTES = [cordon_node, uncordon_node, drain_node]

@@ -134,6 +134,7 @@ def fleet_view(beats: Iterable[Heartbeat], now: float) -> dict[str, Any]:
             {
                 "node": b.node_id,
                 "state": "gone" if is_gone(b, now) else "beating",
+                "cordoned": b.cordoned,  # takes no new sandboxes (`aenv node cordon`)
                 "last_beat_s": round(now - b.at, 1),
                 "accelerator": b.accelerator,
                 "running": b.running,

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from e2b import Sandbox
 
+from bus.nodes import Heartbeat
 from tests.e2e.conftest import Stack
 from tests.e2e.test_two_nodes import _node_of, _second_node
 from tests.support import eventually_sync
@@ -81,6 +82,14 @@ def _state(stack: Stack, sandbox_id: str) -> tuple[str, str | None]:
     return asyncio.run(read())
 
 
+def _beat(stack: Stack, node_id: str) -> Heartbeat:
+    import asyncio
+
+    from aenv.ops.fleet import read_beats
+
+    return next(b for b in asyncio.run(read_beats(stack.nats_url)) if b.node_id == node_id)
+
+
 @pytest.fixture
 def uncordoned(stack: Stack) -> Iterator[None]:
     """Both nodes take creates again after the test, whatever it left: the cordon is in the
@@ -127,6 +136,7 @@ def test_a_drained_node_s_sandboxes_resume_on_the_other_with_their_memory(
             assert "sandboxes paused and durable" in last and " of " in last, out
             for sbx in sandboxes:  # each paused, its capture in the repository
                 assert _state(stack, sbx.sandbox_id) == ("paused", FIRST)
+            eventually_sync(lambda: not _beat(stack, FIRST).warm, timeout=30)  # warm VMs gone
 
             # a create while the first node is cordoned lands on the second
             fresh = Sandbox.create(timeout=600)

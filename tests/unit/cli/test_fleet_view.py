@@ -57,3 +57,9 @@ def test_disk_used_and_budget_per_node() -> None:
         "pinned": None,
     }
     assert view["nodes"][1]["disk"]["budget"] is None  # a node from before the budget
+
+
+def test_a_cordoned_node_says_so() -> None:
+    beat = _beat("a", 100, 1).model_copy(update={"cordoned": True})
+    view = fleet_view([beat, _beat("b", 100, 0)], now=101)
+    assert [n["cordoned"] for n in view["nodes"]] == [True, False]
