@@ -51,13 +51,7 @@ from workers.node.metrics import NodeMetrics
 from workers.node.net.firewall import EgressPolicy
 from workers.node.network import update_network
 from workers.node.openings import Openings
-from workers.node.ports import (
-    GuestConfig,
-    GuestVolume,
-    Host,
-    HostError,
-    TemplateLocation,
-)
+from workers.node.ports import GuestConfig, GuestVolume, Host, HostError, TemplateLocation
 from workers.node.reconcile import reconcile
 from workers.node.routes import RoutePublisher
 from workers.node.settings import NodeSettings
@@ -214,8 +208,7 @@ class NodeWorker:
             cordoned=lambda: self.cordon.cordoned,
             nudge=self.cordon.changed,
         )
-        # a dead heartbeat would have the fleet take this live node for gone: restarted, or
-        # the role goes down (`bus.supervised`)
+        # a dead heartbeat: the fleet takes this live node for gone (`bus.supervised`)
         self._heartbeat = supervise("heartbeat", beats)
         self.cordon.start()
         self._disk_walks = supervise("disk-walk", self.node_disk.run_forever)
