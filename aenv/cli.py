@@ -19,6 +19,7 @@ from typer.exceptions import TyperException
 from aenv.commands import register as register_sandbox_commands
 from aenv.commands.config import config_app
 from aenv.ops import register as register_operator_commands
+from aenv.ops.eventlog import log_app
 from aenv.ops.health import stack_problems
 from aenv.ops.stack import pid_alive as _pid_alive
 from aenv.ops.stack import running_stack
@@ -36,6 +37,7 @@ app.add_typer(projections_app, name="projections")
 app.add_typer(config_app, name="config")
 register_sandbox_commands(app)  # auth, start, cn, exec, …, snapshot (issue 6)
 register_operator_commands(app)  # events, keys
+app.add_typer(log_app, name="log")  # backup, restore of the event log (issue 30)
 
 
 def _print_version(value: bool) -> None:

@@ -1,5 +1,10 @@
 """The API role's Prometheus series (`docs/observability.md`): requests by route and
-status, sandboxes by state and node, how far each projection is behind the log.
+status, sandboxes by state and node, how far each projection is behind the log, and what
+the nodes' heartbeats say (how old each is, captures waiting for upload).
+
+Series read from shared state (the read model, the nodes bucket, the streams) are the
+same on every API: dashboards and alert rules take `max` over them, never a sum
+(`tests/deploy/test_grafana.py` keeps the dashboard to that).
 
 Every label value comes from a closed set, so the number of series stays bounded whatever
 clients send: `route` is the matched route's template (`/sandboxes/{sandbox_id}`), never
@@ -11,10 +16,12 @@ the exposition (`prometheus-client`), so nothing in a label can end a line or a 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from bus.nodes import Heartbeat
 from domain.sandbox import SandboxStatus
 from shared.metrics import Scrape
 
@@ -91,6 +98,24 @@ class Metrics:
             ["projection"],
             registry=r,
         )
+        self.beat_age = Gauge(
+            "aenv_node_heartbeat_age_seconds",
+            "Seconds since each node's last heartbeat (the nodes bucket).",
+            ["node"],
+            registry=r,
+        )
+        self.uploads_waiting = Gauge(
+            "aenv_node_uploads_waiting",
+            "Captures a node failed to upload and retries (its heartbeat).",
+            ["node"],
+            registry=r,
+        )
+        self.upload_wait = Gauge(
+            "aenv_node_oldest_upload_wait_seconds",
+            "How long the oldest capture waiting for upload on a node has waited.",
+            ["node"],
+            registry=r,
+        )
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method_label(method), route, str(status)).inc()
@@ -121,6 +146,22 @@ class Metrics:
                     self.projection_lag.labels(name).set(lag)
 
         self.scrape.on_scrape("projections", refresh)
+
+    def watch_heartbeats(self, beats: Callable[[], Iterable[Heartbeat]]) -> None:
+        """Read the nodes' heartbeats at each scrape: their age (a node gone reads a
+        growing age until its entry leaves the bucket, then nothing: the rules also
+        watch Prometheus's `up` of the node) and their upload backlog."""
+
+        async def refresh() -> None:
+            now = time.time()
+            for gauge in (self.beat_age, self.uploads_waiting, self.upload_wait):
+                gauge.clear()
+            for b in beats():
+                self.beat_age.labels(b.node_id).set(max(0.0, now - b.at))
+                self.uploads_waiting.labels(b.node_id).set(b.uploads_waiting)
+                self.upload_wait.labels(b.node_id).set(b.oldest_upload_wait_s)
+
+        self.scrape.on_scrape("heartbeats", refresh)
 
     async def render(self) -> bytes:
         return await self.scrape.render()

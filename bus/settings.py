@@ -40,6 +40,21 @@ class BusSettings(BaseSettings):
     node_lost_after_s: float = Field(default=60.0, gt=0)
     #: How long a secret handed to a worker (a build's registry password) is kept.
     secret_ttl_s: float = Field(default=3600.0, gt=0)
+    #: Limits of the event log (AENV_EVT) in bytes and messages; 0: none, the default.
+    #: The log refuses appends at its limit (never drops history), so a limit only moves
+    #: the cliff — and JetStream reserves a byte limit from its store when the stream is
+    #: made (a limit larger than the store is refused: err 10047), so no one default
+    #: fits a laptop's `aenv up` and a cluster. Unlimited, the log is bounded by the
+    #: servers' JetStream store; the fill is watched either way (`bus.setup`, the
+    #: `aenv_jetstream_stream_*` series, deploy/prometheus/aenv-alerts.yml).
+    event_max_bytes: int = Field(default=0, ge=0)
+    event_max_msgs: int = Field(default=0, ge=0)
+    #: Most commands AENV_CMD holds (0: no limit). A work queue grows only while its
+    #: consumers stall (every node gone, a builder stuck): a million waiting commands
+    #: (~1-2 KB each) is a fleet in trouble, and past that new commands are refused
+    #: rather than taking the store the event log needs. Counted, not sized: a byte
+    #: limit would be reserved from the store at start.
+    command_max_msgs: int = Field(default=1_000_000, ge=0)
 
     @property
     def servers(self) -> list[str]:

@@ -1,4 +1,16 @@
-"""Idempotent creation of aenv's streams and KV buckets, run by every process at start."""
+"""Idempotent creation of aenv's streams and KV buckets, run by every process at start.
+
+Limits (`BusSettings.event_max_*`, `command_max_msgs`): the event log keeps
+`discard=new` — at a limit it refuses appends, loudly, and never drops history — and is
+unlimited by default: JetStream reserves a stream's byte limit from its store when the
+stream is made, so a default size would either fail on a small store or mean nothing on
+a large one. What protects the log is seeing it fill: every API exports each stream's
+bytes and messages against its limits, or against the servers' store when unlimited
+(`shared.stream_metrics`, NATS's exporter), and the alert rules fire at 70 %
+(deploy/prometheus/aenv-alerts.yml). The command queue is capped in messages (no
+reservation) and refuses new commands when full, so a stalled queue cannot eat the
+store the log needs.
+"""
 
 from __future__ import annotations
 
@@ -44,6 +56,8 @@ def stream_configs(settings: BusSettings) -> list[StreamConfig]:
             # Never drop history to make room: refuse writes instead, loudly.
             discard=DiscardPolicy.NEW,
             deny_delete=True,
+            max_bytes=_limit(settings.event_max_bytes),
+            max_msgs=_limit(settings.event_max_msgs),
         ),
         StreamConfig(
             name=names.command_stream,
@@ -53,8 +67,16 @@ def stream_configs(settings: BusSettings) -> list[StreamConfig]:
             storage=StorageType.FILE,
             num_replicas=settings.replicas,
             duplicate_window=settings.duplicate_window_s,
+            # full: refuse new commands (the caller hears it); `old` would drop queued ones
+            discard=DiscardPolicy.NEW,
+            max_msgs=_limit(settings.command_max_msgs),
         ),
     ]
+
+
+def _limit(value: int) -> int:
+    """A setting's limit as JetStream's (0 in our settings, -1 in JetStream: none)."""
+    return value if value > 0 else -1
 
 
 def bucket_configs(settings: BusSettings) -> list[KeyValueConfig]:

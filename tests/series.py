@@ -26,6 +26,14 @@ API: dict[str, Kind] = {
     "aenv_template_build_queue": "gauge",
     "aenv_template_builds_running": "gauge",
     "aenv_template_build_seconds": "histogram",
+    "aenv_jetstream_stream_bytes": "gauge",
+    "aenv_jetstream_stream_messages": "gauge",
+    "aenv_jetstream_stream_max_bytes": "gauge",
+    "aenv_jetstream_stream_max_messages": "gauge",
+    "aenv_jetstream_stream_fill_ratio": "gauge",
+    "aenv_node_heartbeat_age_seconds": "gauge",
+    "aenv_node_uploads_waiting": "gauge",
+    "aenv_node_oldest_upload_wait_seconds": "gauge",
 }
 NODE: dict[str, Kind] = {
     "aenv_lifecycle_seconds": "histogram",
@@ -84,6 +92,30 @@ REPOSITORY_GC: dict[str, Kind] = {
     "aenv_repository_manifests_deleted": "counter",
 }
 FAMILIES: dict[str, Kind] = {**API, **NODE, **WARM, **COMMON, **SNAPSHOT, **REPOSITORY_GC}
+
+#: Gauges of one fleet-wide value that every instance exports alike (each API reads the
+#: same read model, nodes bucket and streams; every node reports the shared `place`
+#: consumer): summing them counts the value once per instance (x2 on compose, x3 on
+#: Kubernetes). Dashboards and rules take max/min/avg over them
+#: (`tests/deploy/promql.py`).
+FLEET_WIDE = frozenset(
+    {
+        "aenv_sandboxes",
+        "aenv_projection_lag_events",
+        "aenv_template_build_queue",
+        "aenv_jetstream_consumer_pending",
+        "aenv_jetstream_consumer_ack_pending",
+        "aenv_jetstream_consumer_redelivered",
+        "aenv_jetstream_stream_bytes",
+        "aenv_jetstream_stream_messages",
+        "aenv_jetstream_stream_max_bytes",
+        "aenv_jetstream_stream_max_messages",
+        "aenv_jetstream_stream_fill_ratio",
+        "aenv_node_heartbeat_age_seconds",
+        "aenv_node_uploads_waiting",
+        "aenv_node_oldest_upload_wait_seconds",
+    }
+)
 
 
 def samples(families: dict[str, Kind]) -> set[str]:

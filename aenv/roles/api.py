@@ -39,6 +39,7 @@ from projections import (
 )
 from shared.metrics import ConsumerGauges
 from shared.proxy import ASGIApp, RouteTable
+from shared.stream_metrics import StreamGauges
 from workers.build.builder import Builder, BuildSettings
 from workers.build.metrics import BuildMetrics
 from workers.timer import Timer
@@ -230,6 +231,8 @@ def _metrics(
     ConsumerGauges(metrics.scrape, bus.js).watch(
         bus.names.command_stream, lambda: [bus.names.build_consumer]
     )
+    StreamGauges(metrics.scrape, bus.js, [bus.names.event_stream, bus.names.command_stream])
+    metrics.watch_heartbeats(lambda: (nodes.current() or {}).values())
     return metrics
 
 

@@ -18,8 +18,9 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from tests.deploy import deploy_files as df
+from tests.deploy.promql import fleet_sum_errors
 from tests.deploy.settings_names import ROOT
-from tests.series import FAMILIES, samples
+from tests.series import FAMILIES, FLEET_WIDE, samples
 
 GRAFANA = df.DEPLOY / "grafana"
 DASHBOARD = GRAFANA / "aenv-dashboard.json"
@@ -175,7 +176,7 @@ def test_every_query_names_a_series_the_tests_found_and_shows_each() -> None:
     [
         ("aenv_node_free_vcpus", "aenv_node_idle_vcpus"),  # a series nobody exports
         ("aenv_lifecycle_seconds_bucket", "aenv_lifecycle_seconds"),  # quantile off a histogram
-        ("sum by (state) (aenv_sandboxes)", "sum by (state) (aenv_sandboxes"),  # unbalanced
+        ("(state, node) (aenv_sandboxes))", "(state, node) (aenv_sandboxes)"),  # unbalanced
         ("rate(aenv_node_vm_cpu", "ratee(aenv_node_vm_cpu"),  # no such function
     ],
 )
@@ -232,3 +233,30 @@ def test_the_documentation_names_exactly_the_exported_series() -> None:
         f for f in FAMILIES if f not in documented and not samples({f: FAMILIES[f]}) & documented
     }
     assert missing == set(), f"exported, not documented: {missing}"
+
+
+def test_fleet_wide_gauges_are_never_summed_once_per_instance() -> None:
+    assert fleet_sum_errors(_exprs(_dashboard()), FLEET_WIDE) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            "sum by (state) (max by (state, node) (aenv_sandboxes))",
+            "sum by (state) (aenv_sandboxes)",
+        ),  # the x2/x3 of issue 30
+        (
+            "max by (stream, consumer) (aenv_jetstream_consumer_pending)",
+            "sum(aenv_jetstream_consumer_pending)",
+        ),
+        (
+            "max by (stream) (aenv_jetstream_stream_fill_ratio)",
+            "aenv_jetstream_stream_fill_ratio",
+        ),  # raw: one line per API
+    ],
+)
+def test_the_fleet_sum_check_rejects_a_summed_copy(old: str, new: str) -> None:
+    text = DASHBOARD.read_text()
+    assert old in text, f"mutation target {old!r} not found"
+    assert fleet_sum_errors(_exprs(json.loads(text.replace(old, new, 1))), FLEET_WIDE)

@@ -32,6 +32,9 @@ def test_label_values_cannot_end_the_value_or_the_line() -> None:
         "aenv_api_request_seconds",
         "aenv_sandboxes",
         "aenv_projection_lag_events",
+        "aenv_node_heartbeat_age_seconds",
+        "aenv_node_uploads_waiting",
+        "aenv_node_oldest_upload_wait_seconds",
         "aenv_scrape_errors",
         "aenv_task_restarts",
     }
