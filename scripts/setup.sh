@@ -12,7 +12,8 @@ APT_PKGS=(qemu-system-x86 qemu-utils debootstrap busybox-static iptables e2fspro
           chromium  # the web console's browser tests (Playwright drives it headless)
           libnss-myhostname  # *.localhost names resolve to this machine (aenv up's domain)
           openssl  # aenv up's local CA and wildcard certificate for that domain
-          zstd)  # zstd-compressed OCI image layers (templates from registries)
+          zstd  # zstd-compressed OCI image layers (templates from registries)
+          prometheus)  # promtool: the alert rules' checks and unit tests (tests/deploy)
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -22,6 +23,10 @@ if ((${#missing[@]})); then
     echo "setup: installing system packages: ${missing[*]}" >&2
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+    # only promtool is wanted of that package: its daemon (port 9090) is stopped and disabled
+    if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+        $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
 fi
 
 # `aenv up` serves sandboxes as https://{port}-{id}.aenv.localhost: every *.localhost name is

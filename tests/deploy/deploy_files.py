@@ -67,8 +67,15 @@ def aenv_tokens(text: str) -> set[str]:
     return set(_AENV_TOKEN.findall(text))
 
 
+#: `AENV_…` words that are no settings: the streams' names (bus/subjects.py), which the
+#: alert rules' tests and the docs name
+STREAM_NAMES = frozenset({"AENV_EVT", "AENV_CMD"})
+
+
 def unknown_names(names: Iterable[str], known: frozenset[str]) -> list[str]:
-    return sorted(n for n in names if n.startswith("AENV_") and n not in known)
+    return sorted(
+        n for n in names if n.startswith("AENV_") and n not in known and n not in STREAM_NAMES
+    )
 
 
 def missing_required(role: str, names: Iterable[str]) -> list[str]:
@@ -273,7 +280,7 @@ def compose_problems(doc: Mapping[str, Any], base: Path) -> list[str]:
             context = base / str(build.get("context", "."))
             if not (context / str(build.get("dockerfile", "Dockerfile"))).is_file():
                 problems.append(f"{name}: build: no {build.get('dockerfile')} in {context}")
-    nats = {n: s for n, s in services.items() if str(s.get("image", "")).startswith("nats")}
+    nats = {n: s for n, s in services.items() if str(s.get("image", "")).startswith("nats:")}
     if len(nats) != 3:
         problems.append(f"want 3 NATS servers, found {sorted(nats)}")
     names = [service_env(s).get("NATS_SERVER_NAME") for s in nats.values()]

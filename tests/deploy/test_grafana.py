@@ -189,12 +189,15 @@ def test_the_query_check_rejects_a_broken_copy(old: str, new: str) -> None:
 def _scrape_errors(conf: dict[str, Any]) -> list[str]:
     errors = []
     jobs = {j["job_name"]: j for j in conf.get("scrape_configs", [])}
-    if set(jobs) != {"aenv-api", "aenv-node"}:
-        errors.append(f"jobs {sorted(jobs)}: want aenv-api and aenv-node")
-    ports = {"aenv-api": "3000", "aenv-node": "3001"}  # AENV_PORT, AENV_PROXY_PORT
+    if set(jobs) != {"aenv-api", "aenv-node", "nats"}:
+        errors.append(f"jobs {sorted(jobs)}: want aenv-api, aenv-node and nats")
+    # AENV_PORT, AENV_PROXY_PORT; the NATS exporter's (deploy/compose, deploy/k8s)
+    ports = {"aenv-api": "3000", "aenv-node": "3001", "nats": "7777"}
+    if conf.get("rule_files") != ["/etc/prometheus/aenv-alerts.yml"]:
+        errors.append("rule_files: want the alert rules (deploy/prometheus/aenv-alerts.yml)")
     for name, job in jobs.items():
         auth = job.get("authorization", {})
-        if auth.get("type") != "Bearer" or not auth.get("credentials_file"):
+        if name != "nats" and (auth.get("type") != "Bearer" or not auth.get("credentials_file")):
             errors.append(f"{name}: /metrics needs the bearer token (credentials_file)")
         if job.get("metrics_path", "/metrics") != "/metrics":
             errors.append(f"{name}: scrapes {job['metrics_path']}, not /metrics")
@@ -217,6 +220,8 @@ def test_prometheus_scrapes_both_roles_with_the_token() -> None:
         lambda c: c["scrape_configs"][1]["authorization"].pop("credentials_file"),
         lambda c: c["scrape_configs"][0]["static_configs"][0]["targets"].append("api-3:9090"),
         lambda c: c["scrape_configs"].pop(),
+        lambda c: c["scrape_configs"][2]["static_configs"][0]["targets"].append("nats-1:8222"),
+        lambda c: c.pop("rule_files"),
     ],
 )
 def test_the_scrape_check_rejects_a_broken_copy(mutate: Callable[[dict[str, Any]], None]) -> None:
