@@ -98,10 +98,11 @@ async def _write_history(bus: Bus) -> str:
             await kill(bus, sid)
         else:
             running = sid
+    tid = f"tpl-{secrets.token_hex(3)}"  # the session's other tests register `base`
     await bus.templates.append(
-        "base",
+        tid,
         bus.templates.NEW,
-        tp.decide_template(None, tp.RegisterTemplate(template_id="base", alias="base", at=T0)),
+        tp.decide_template(None, tp.RegisterTemplate(template_id=tid, alias=tid, at=T0)),
         context=MessageContext(),
     )
     raw = ak.new_api_key()
