@@ -53,8 +53,9 @@ FORMAT = "aenv-log-backup/1"
 MANIFEST = "manifest.json"
 #: Messages per data file: files of tens of MB, each checked on its own
 PER_FILE = 100_000
-#: Direct gets in flight while reading (one round trip each; the stream serves them from
-#: any replica)
+#: Gets in flight while reading (one round trip each). Not direct gets: their answers add
+#: the response's own headers (`Nats-Stream`, `Nats-Sequence`, …) to the message's, and a
+#: backup keeps the message's headers exactly.
 _WINDOW = 64
 #: Headers that guard a write when it is made; replayed, they would only refuse it
 _WRITE_GUARDS = "nats-expected-"
@@ -95,10 +96,10 @@ class Manifest:
 
 
 async def _messages(js: JetStreamContext, stream: str, first: int, last: int) -> AsyncIterator[Any]:
-    """Messages `first..last` of `stream` in order (direct gets, `_WINDOW` at a time)."""
+    """Messages `first..last` of `stream` in order (`_WINDOW` gets at a time)."""
     for start in range(first, last + 1, _WINDOW):
         seqs = range(start, min(start + _WINDOW, last + 1))
-        got = await asyncio.gather(*(js.get_msg(stream, seq=s, direct=True) for s in seqs))
+        got = await asyncio.gather(*(js.get_msg(stream, seq=s) for s in seqs))
         for msg in got:
             yield msg
 
@@ -224,13 +225,13 @@ async def restore_log(
         ack = await js.publish(
             subject,
             base64.b64decode(record["data"]),
-            stream=config.name,
+            # no `stream=`: nats-py would send, and the stream store, Nats-Expected-Stream
             headers=headers or None,
             timeout=settings.request_timeout_s,
         )
-        if ack.seq != record["seq"] or ack.duplicate:
+        if ack.seq != record["seq"] or ack.duplicate or ack.stream != config.name:
             raise BackupError(
-                f"message {record['seq']} was stored as {ack.seq}"
+                f"message {record['seq']} was stored as {ack.stream} {ack.seq}"
                 f"{' (a duplicate id)' if ack.duplicate else ''}: restore stopped"
             )
     return manifest
