@@ -86,6 +86,30 @@ CONNECTIONS = (
         "How long a secret handed to a worker (a build's registry password) is kept.",
     ),
     Setting(
+        "AENV_EVENT_MAX_BYTES",
+        Kind.INT,
+        "0",
+        _BOTH,
+        "Byte limit of the event log (0: none, bounded by the NATS store). Full, the log "
+        "refuses appends (never drops history); NATS reserves the limit from its store when "
+        "the stream is made. The same on every role; the alert rules warn at 70 %.",
+    ),
+    Setting(
+        "AENV_EVENT_MAX_MSGS",
+        Kind.INT,
+        "0",
+        _BOTH,
+        "Message limit of the event log (0: none); full, it refuses appends.",
+    ),
+    Setting(
+        "AENV_COMMAND_MAX_MSGS",
+        Kind.INT,
+        "1000000",
+        _BOTH,
+        "Most commands the command queue holds; past it new commands are refused rather "
+        "than take the store the event log needs (0: no limit).",
+    ),
+    Setting(
         "AENV_DATABASE_URL",
         Kind.URL,
         "postgresql+asyncpg://postgres@127.0.0.1:5432/aenv",
