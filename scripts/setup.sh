@@ -12,8 +12,8 @@ APT_PKGS=(qemu-system-x86 qemu-utils debootstrap busybox-static iptables e2fspro
           chromium  # the web console's browser tests (Playwright drives it headless)
           libnss-myhostname  # *.localhost names resolve to this machine (aenv up's domain)
           openssl  # aenv up's local CA and wildcard certificate for that domain
-          zstd  # zstd-compressed OCI image layers (templates from registries)
-          prometheus)  # promtool: the alert rules' checks and unit tests (tests/deploy)
+          prometheus  # promtool: the alert rules' checks and unit tests (tests/deploy)
+          zstd)  # zstd-compressed OCI image layers (templates from registries)
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
 missing=()
 for p in "${APT_PKGS[@]}"; do
