@@ -220,8 +220,9 @@ CONNECTIONS = (
         Kind.PATH,
         "",
         _ALL,
-        "For fault-injection tests only: a file naming armed failpoints (`NAME` or "
-        "`NAME=COUNT` a line, read at most once a second; `bus/failpoints.py`). Unset: "
+        "For fault-injection tests only: a file naming armed failpoints (`NAME`, "
+        "`NAME=COUNT` or `NAME=kill` a line, read at most once a second; "
+        "`bus/failpoints.py`). Unset: "
         "every failpoint is inert.",
     ),
     Setting(

@@ -5,13 +5,14 @@ check period."""
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bus import failpoints
-from bus.failpoints import FailpointError, Failpoints, failpoint, parse
+from bus.failpoints import Armed, FailpointError, Failpoints, failpoint, parse
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +24,32 @@ def _fresh() -> Iterator[None]:
 
 def test_parse_names_counts_and_comments() -> None:
     text = "# tests only\nheartbeat.beat\n consumer.fetch = 3  # three times\nbad=x\n\n"
-    assert parse(text) == {"heartbeat.beat": None, "consumer.fetch": 3}
+    assert parse(text) == {"heartbeat.beat": Armed(), "consumer.fetch": Armed(3)}
+
+
+def test_parse_the_kill_action() -> None:
+    text = "resume.after_cont=kill\nupload.before_put = kill # a crash mid-upload\nx=kil\n"
+    assert parse(text) == {
+        "resume.after_cont": Armed(1, kill=True),
+        "upload.before_put": Armed(1, kill=True),
+    }
+
+
+def test_a_kill_point_kills_its_own_process_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "fp"
+    path.write_text("resume.after_cont=kill\n")
+    monkeypatch.setenv(failpoints.ENV, str(path))
+    kills: list[tuple[int, int]] = []
+    monkeypatch.setattr(failpoints.os, "kill", lambda pid, sig: kills.append((pid, sig)))
+    failpoint("resume.before_cont")  # another point: nothing
+    assert kills == []
+    with pytest.raises(FailpointError):  # (only because the kill was faked)
+        failpoint("resume.after_cont")
+    assert kills == [(os.getpid(), signal.SIGKILL)]
+    failpoint("resume.after_cont")  # fired once
+    assert len(kills) == 1
 
 
 def test_inert_without_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
