@@ -18,6 +18,7 @@ from opentelemetry import trace
 from bus import MessageContext
 from bus.decisions import execute
 from bus.diskroom import disk_need, fits_disk
+from bus.failpoints import failpoint
 from domain import DomainError
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus as S
@@ -282,6 +283,7 @@ class Openings:
     def _resumed(
         self, cmd: sb.ResumeSandbox, error: str | None, code: sb.FailureCode | None
     ) -> sb.CompleteResume:
+        failpoint("resume.before_append")  # (the outcome is appended next)
         return sb.CompleteResume(
             sandbox_id=cmd.sandbox_id,
             node_id=self.site.node_id,

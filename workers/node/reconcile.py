@@ -52,7 +52,10 @@ async def reconcile(
                 host.drop_capture(entry.paused_snapshot)
             journal.remove(sid)
             continue
-        capture = entry.paused_snapshot
+        # The log names the capture too: the journal says "running" once the resumed VM
+        # is up, but until its resume is recorded the capture stays whole on this disk
+        # (`SandboxHost.resume_recorded`) — a node killed in between still holds it.
+        capture = entry.paused_snapshot or state.paused_snapshot_id
         if (
             capture
             and state.status in KEEPS_CAPTURE

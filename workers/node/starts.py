@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from bus.failpoints import failpoint
 from workers.node.garbage import Garbage
 from workers.node.hosted import LiveSandbox, PausedSandbox
 from workers.node.ports import GuestConfig, HostError, Stage
@@ -124,6 +125,7 @@ class VmStarts:
     async def resume(self, sandbox_id: str, paused: PausedSandbox) -> Vm:
         """The VM of a paused sandbox from its capture (here, whole): a memory capture
         restored (the RAM file adopted), a filesystem-only one's disk booted again."""
+        failpoint("resume.before_restore")
         try:
             if paused.snapshot.disk_only:  # a filesystem-only pause: boot its disk again
                 vm, timing = await self.runtime.boot_disk(
@@ -148,6 +150,7 @@ class VmStarts:
         except Exception as e:
             log.exception("resume %s failed", sandbox_id)
             raise HostError(f"sandbox {sandbox_id} could not be resumed: {e}") from e
+        failpoint("resume.after_envd")
         log.info(
             "sandbox %s resumed: running %.1f ms, envd %.1f ms",
             sandbox_id,

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from bus.failpoints import failpoint
 from workers.snapshot import chunks, diskchain, gc
 from workers.snapshot.cache import BlobCache
 from workers.snapshot.chunkfile import download_chunks, upload_chunks
@@ -168,6 +169,7 @@ class SnapshotRepository:
                 state=BlobRef(digest=state_digest, size=state_size),
                 node_manifest=doc,
             )
+            failpoint("upload.before_manifest")  # (every blob sent: a crash here is mid-upload)
             await self._call(lambda: self.store.put_manifest(sid, manifest.to_json()))
             await sender.recheck_reused()
         finally:

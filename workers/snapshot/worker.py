@@ -27,6 +27,7 @@ from typing import Protocol
 from bus import Bus, ConsumerSpec, MessageContext, RetryableError
 from bus.decisions import execute
 from bus.event_consumer import EventConsumer, EventDelivery
+from bus.failpoints import failpoint
 from bus.nodes import describe_uploads
 from bus.subjects import AggregateKind
 from domain import sandbox as sb
@@ -208,12 +209,15 @@ class SnapshotWorker:
             return  # not on this node, or moot: resumed or killed meanwhile
         if (wait := self.pause_delay_s - d.age_s) > 0:
             raise RetryableError("pause too recent to upload", delay_s=wait)
+        failpoint("upload.before_put")
         if not await self._upload(sandbox_id, capture):
             return
         done = sb.RecordUpload(
             sandbox_id=sandbox_id, snapshot_id=capture.snapshot_id, size_bytes=capture.size_bytes
         )
+        failpoint("upload.before_record")
         await execute(self.bus.sandboxes, done, MessageContext.caused_by_event(d.record))
+        failpoint("upload.after_record")
 
     async def _template(self, d: EventDelivery, name: str) -> None:
         capture = self.captures.template_capture(name)

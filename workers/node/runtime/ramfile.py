@@ -12,13 +12,15 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from bus.failpoints import failpoint
 from workers.node.runtime.memfile import clone_or_sparse_copy
 from workers.node.runtime.rampool import RamPool
 from workers.node.runtime.snapshot import Snapshot
 
-__all__ = ["keep_capture", "ram_for_restore"]
+__all__ = ["keep_capture", "ram_for_restore", "start_guest"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,29 @@ async def keep_capture(snap: Snapshot, kept: asyncio.Task[Path | None]) -> None:
         snap.mark_spent()
         return
     os.replace(copy, snap.mem)  # the VM keeps the old inode through its own link
+
+
+async def start_guest(
+    snap: Snapshot,
+    kept: asyncio.Task[Path | None] | None,
+    cont: Callable[[], Awaitable[None]],
+    *,
+    resume: bool,
+) -> None:
+    """Run a restored VM (`cont`), the capture's RAM copy kept first when its file was
+    adopted (`keep_capture`). `resume`: the restore is a pause's resume, whose steps are
+    failpoints (`bus.failpoints.RESUME_POINTS`) — not the creates, warm VMs and forks."""
+    point = failpoint if resume else _inert
+    point("resume.after_launch")
+    if kept is not None:
+        await keep_capture(snap, kept)
+    point("resume.before_cont")
+    await cont()
+    point("resume.after_cont")
+
+
+def _inert(name: str) -> None:
+    return None
 
 
 async def _drop_copy(kept: asyncio.Task[Path | None]) -> None:

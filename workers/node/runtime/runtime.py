@@ -29,7 +29,7 @@ from workers.node.runtime.diskroom import boot_need, boot_room, restore_room, vm
 from workers.node.runtime.forking import fork_children
 from workers.node.runtime.guest import over_defaults, wait_and_init, wait_envd
 from workers.node.runtime.layers import LayerStore
-from workers.node.runtime.ramfile import keep_capture, ram_for_restore
+from workers.node.runtime.ramfile import ram_for_restore, start_guest
 from workers.node.runtime.rampool import DEFAULT_BUDGET, RamPool
 from workers.node.runtime.ramstage import RamStage
 from workers.node.runtime.snapshot import Snapshot
@@ -348,9 +348,7 @@ class Runtime(CaptureFiles):
                 background=background,
             )
             if run:
-                if kept is not None:
-                    await keep_capture(snap, kept)
-                await vm.qemu.cont()
+                await start_guest(snap, kept, vm.qemu.cont, resume=adopt_memory)
             t_running = t_envd = time.monotonic() - t0
             if wait and run:
                 await init_vm_envd(vm, init, init_token)
