@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -54,6 +55,8 @@ ALL = (
 #: CI's: the guest running on the RAM file it adopted; the VM up, its resume not recorded
 #: (the journal already says running); an upload with every blob sent and no manifest
 DEFAULT = ("resume.after_cont", "resume.before_append", "upload.before_manifest")
+#: each case run: its sandbox's status once the restarted node settled it
+_OUTCOMES: dict[str, str | None] = {}
 
 
 def _cases() -> tuple[str, ...]:
@@ -85,6 +88,12 @@ def rstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     }
     with running_stack(data, env, PREFIX) as exports:
         yield Stack(data, exports["E2B_API_URL"], exports["E2B_API_KEY"], env)
+    seen = Counter(_OUTCOMES.values())
+    lost = sum(n for status, n in seen.items() if status not in ("paused", "running"))
+    print(
+        f"\n[kill-points] {len(_OUTCOMES)} cases: {lost} sandboxes lost; "
+        f"after the crash {dict(seen)}"
+    )
 
 
 def _armed(st: Stack) -> Path:
@@ -153,7 +162,7 @@ def test_node_killed_at_a_point_loses_no_sandbox(rstack: Stack, case: str) -> No
     if call is not None:
         call.join(300)
     _settled(rstack)
-    after_crash = _states(rstack).get(sid)
+    after_crash = _OUTCOMES[case] = _states(rstack).get(sid)
     assert after_crash in ("paused", "running"), f"{case}: sandbox {sid} {after_crash}: lost"
     durable = _durable(rstack, [sid]) if after_crash == "paused" else None
     r.check(Sandbox.connect(sid, timeout=900))
