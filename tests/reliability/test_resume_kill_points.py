@@ -79,7 +79,7 @@ def rstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         pytest.skip("the stack runs microVMs: needs root")
     data = tmp_path_factory.mktemp("aenv-kill-points")
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "AENV_KILL_POINTS"},  # (the test's)
         "AENV_SLOT_PREFIX": PREFIX,
         "AENV_NODE_ID": "kp",
         "AENV_PROXY_VIA_NODE": "1",
