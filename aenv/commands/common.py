@@ -30,6 +30,7 @@ __all__ = [
     "SandboxId",
     "connection",
     "die",
+    "die_refused",
     "no_such_sandbox",
     "pairs",
     "sdk_errors",
@@ -73,6 +74,18 @@ def die(msg: str, code: int) -> NoReturn:
     """One line on stderr, then the exit code: users and scripts see the same thing."""
     typer.echo(f"aenv: {msg}", err=True)
     raise typer.Exit(code)
+
+
+def die_refused(path: str, status: int, body: str) -> NoReturn:
+    """Exit with the API's own words for a refused call (E2B's `{code, message}` body, or
+    the body as it came when it is not that)."""
+    import json
+
+    try:
+        message = json.loads(body).get("message", body)
+    except (ValueError, AttributeError):
+        message = body
+    die(f"{path}: {status} {message}", EXIT_SERVER)
 
 
 def debug_requested() -> bool:

@@ -23,6 +23,7 @@ from aenv.commands.common import (
     DataDir,
     connection,
     die,
+    die_refused,
 )
 
 __all__ = ["describe", "node_app"]
@@ -45,11 +46,7 @@ def _post(api_url: str | None, api_key: str | None, data_dir: Any, path: str) ->
     except httpx.HTTPError as e:
         die(f"{path}: cannot reach {conn.api_url} ({type(e).__name__})", EXIT_SERVER)
     if r.status_code >= 300:
-        try:
-            message = r.json().get("message", r.text)
-        except ValueError:
-            message = r.text
-        die(f"{path}: {r.status_code} {message}", EXIT_SERVER)
+        die_refused(path, r.status_code, r.text)
     return r.json()
 
 

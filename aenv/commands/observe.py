@@ -18,6 +18,7 @@ from aenv.commands.common import (
     SandboxId,
     connection,
     die,
+    die_refused,
 )
 from aenv.output import Format, emit
 
@@ -46,11 +47,7 @@ def _get(
     if r.status_code == 404:
         die(f"sandbox {path.split('/')[-2]} not found", EXIT_FAILED)
     if r.status_code >= 300:
-        try:
-            message = r.json().get("message", r.text)
-        except ValueError:
-            message = r.text
-        die(f"{path}: {r.status_code} {message}", EXIT_SERVER)
+        die_refused(path, r.status_code, r.text)
     return r.json()
 
 
