@@ -165,14 +165,14 @@ async def serve(cfg: StackSettings, stop: asyncio.Event) -> None:
         urls = services.urls
         env = _role_env(cfg, urls)  # (the api role migrates the read-model database)
         env |= tls.role_env() if tls is not None else {}
-        drain_s = RoleSettings().drain_s
+        role_cfg = RoleSettings()
         roles = {
             name: RoleProcess(
                 name,
                 env,
                 say,
                 restart_cap_s=cfg.restart_cap_s,
-                stop_timeout_s=drain_s + 10,
+                stop_timeout_s=stop_deadline_s(name, role_cfg) + 10,
                 on_start=book.note,
             )
             for name in ("node", "api")
@@ -291,6 +291,13 @@ def _dump_tasks() -> None:
 ROLES = ("all", "node", "api")
 
 
+def stop_deadline_s(role: str, cfg: RoleSettings) -> float:
+    """How long a role may take to stop after SIGTERM: its drain of in-flight work, and a
+    node's drain by pause before it (`AENV_STOP_DRAIN=pause`)."""
+    pause = cfg.stop_drain_s if role == "node" and cfg.stop_drain == "pause" else 0.0
+    return cfg.drain_s + pause
+
+
 def main(role: str | None = None) -> None:
     """Run `role` in the foreground until SIGTERM: `all` supervises a whole stack (what
     `aenv up` starts), `node` and `api` run one role alone — a fleet's machines, each
@@ -332,7 +339,7 @@ def _main(role: str, service: str) -> None:
         def on_signal(sig: signal.Signals) -> None:
             stop.set()
             if role != "all":  # SIGALRM's default action ends the process: the deadline
-                signal.alarm(max(1, round(RoleSettings().drain_s)))
+                signal.alarm(max(1, round(stop_deadline_s(role, RoleSettings()))))
             say(f"received {sig.name}")  # last: nothing here may keep the stop from happening
 
         def on_give_up(task: str, error: BaseException) -> None:
@@ -340,7 +347,7 @@ def _main(role: str, service: str) -> None:
             non-zero, and its supervisor starts it afresh."""
             gave_up.append(task)
             stop.set()
-            signal.alarm(max(1, round(RoleSettings().drain_s)))
+            signal.alarm(max(1, round(stop_deadline_s(role, RoleSettings()))))
             say(f"task {task} keeps dying ({error!r}); stopping the role (exit {TASK_DIED})")
 
         if role != "all":

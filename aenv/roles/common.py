@@ -7,6 +7,7 @@ import os
 import stat
 import sys
 from pathlib import Path
+from typing import Literal
 
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -40,6 +41,13 @@ class RoleSettings(BaseSettings):
     #: most, then exits anyway: a drain that waits on a server which died with the
     #: supervisor must not hang for ever (holding VMs, the port, Postgres's clients).
     drain_s: float = 30.0
+    #: What a node role does on SIGTERM before it stops (`workers.node.stopdrain`): `off`
+    #: (its VMs die with it: `aenv up`, tests) or `pause` (cordon itself, pause every
+    #: sandbox into the repository and wait until each is durable: the systemd unit and
+    #: the DaemonSet, whose stop grace must exceed `stop_drain_s`).
+    stop_drain: Literal["off", "pause"] = "off"
+    #: How long that drain may take at most; then the role stops anyway.
+    stop_drain_s: float = 300.0
     #: An API key every API process registers at start (idempotently): a fleet's first
     #: key, given by its operator (a Kubernetes Secret, an EnvironmentFile). Unset: the
     #: API mints one once and keeps it in `<data_dir>/api-key` (one machine).

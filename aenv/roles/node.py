@@ -34,6 +34,7 @@ from workers.node.ports import Host
 from workers.node.proxy import listen, node_proxy
 from workers.node.runtime import Runtime
 from workers.node.settings import NodeSettings
+from workers.node.stopdrain import StopDrain
 from workers.node.templates import TemplateCatalog, TemplateSpec
 from workers.node.volumes.endpoint import VolumeEndpoint, release_content_writes
 from workers.node.volumes.releaser import VolumeReleaser
@@ -152,6 +153,15 @@ async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
         say(f"node {node_cfg.node_id} serving (sandbox proxy on {bound})")
         say(READY)
         await stop.wait()
+        if cfg.stop_drain == "pause":  # while the worker and the uploader still run
+            await StopDrain(
+                bus,
+                node_cfg.node_id,
+                host.running_ids,
+                durable=uploads is not None,
+                grace_s=cfg.stop_drain_s,
+                say=say,
+            ).run()
         say("node: draining in-flight work")
 
 

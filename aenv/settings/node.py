@@ -42,6 +42,25 @@ NODE = (
         "as a full disk would. No effect on QEMU.",
     ),
     Setting(
+        "AENV_STOP_DRAIN",
+        Kind.CHOICE,
+        "off",
+        _NODE,
+        "What the node does on SIGTERM: `off` (its VMs die with it) or `pause` (it cordons "
+        "itself, pauses every sandbox with its memory into the snapshot repository and exits "
+        "once each is durable: a restart or upgrade loses none). The systemd unit and the "
+        "DaemonSet set `pause`; their stop grace must exceed AENV_STOP_DRAIN_S.",
+        choices=("off", "pause"),
+    ),
+    Setting(
+        "AENV_STOP_DRAIN_S",
+        Kind.FLOAT,
+        "300",
+        _NODE,
+        "How long the SIGTERM drain (AENV_STOP_DRAIN=pause) may take at most; then the node "
+        "stops anyway, with what is not durable yet paused here or running.",
+    ),
+    Setting(
         "AENV_STATE_DIR",
         Kind.PATH,
         "/var/lib/aenv/node",
