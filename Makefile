@@ -20,13 +20,14 @@ test: setup       ## the gates, then every tier, fast ones first (real VMs, real
 test-fast: setup  ## the gates and the tiers without VMs (unit, golden, deploy, contract, vmless)
 	bash scripts/test.sh --fast
 
-test-scale: setup ## the scale checks (real VMs, minutes each): 50 pause/resume cycles of one sandbox; 50 template builds and their deletion leave the RAM pool within its bound; 2.3 and 6 GiB registry images as sandboxes (~32 GB free disk); 10 creates each of three templates made on another node; a drain of 10 sandboxes; kill -9 of the node at each point of a resume and of a pause's upload (12 cases)
+test-scale: setup ## the scale checks (real VMs, minutes each): 50 pause/resume cycles of one sandbox; 50 template builds and their deletion leave the RAM pool within its bound; 2.3 and 6 GiB registry images as sandboxes (~32 GB free disk); 10 creates each of three templates made on another node; a drain of 10 sandboxes; kill -9 of the node at each point of a resume and of a pause's upload (12 cases); a rolling upgrade of both nodes holding 10
 	AENV_PAUSE_CYCLES=50 $(BIN)/pytest -q tests/e2e/test_pause.py::test_pause_resume_keeps_files_processes_and_memory
 	AENV_E2E_TEMPLATE_BUILDS=50 $(BIN)/pytest -q tests/e2e/test_ram_pool.py
 	AENV_TEST_SCALE=1 $(BIN)/pytest -q tests/e2e/test_big_images.py tests/e2e/test_same_bytes.py tests/e2e/test_take_over.py
 	AENV_S6_CREATES=10 $(BIN)/pytest -q tests/fleet/test_templates_everywhere.py
 	AENV_DRAIN_SANDBOXES=10 $(BIN)/pytest -q tests/e2e/test_drain.py
 	AENV_KILL_POINTS=all $(BIN)/pytest -q tests/reliability/test_resume_kill_points.py
+	AENV_ROLLING_SANDBOXES=10 $(BIN)/pytest -q tests/e2e/test_rolling_upgrade.py
 
 test-catalogue: setup ## issue 42's catalogue (real VMs, ~40 min, ~25 GB free disk): 54 registry images (~30 GiB) start one by one on a node with a 3 GiB disk budget, sampled at 10 Hz (the suite runs its reduced form)
 	AENV_CATALOGUE=full $(BIN)/pytest -q -s tests/fleet/test_catalogue.py

@@ -69,6 +69,41 @@ def test_unit_runs_the_role_and_outlives_its_drain(role: str) -> None:
     assert stop_s > float(env["AENV_DRAIN_S"]), "SIGKILL would cut the drain short"
 
 
+@pytest.mark.parametrize("role", sorted(UNITS))
+def test_unit_leaves_a_role_refused_on_its_configuration_stopped(role: str) -> None:
+    from aenv.serve import EXIT_CONFIG
+
+    text = UNITS[role].read_text()
+    assert df.unit_values(text, "RestartPreventExitStatus") == [str(EXIT_CONFIG)]
+
+
+def _unit_env(text: str) -> dict[str, str]:
+    return dict(v.split("=", 1) for v in df.unit_values(text, "Environment"))
+
+
+def test_node_unit_drains_by_pause_within_its_stop_timeout() -> None:
+    """SIGTERM pauses every sandbox into the repository (AENV_STOP_DRAIN=pause): SIGKILL
+    must not come before that drain and the in-flight one after it have had their time."""
+    text = UNITS["node"].read_text()
+    env = _unit_env(text)
+    assert env["AENV_STOP_DRAIN"] == "pause"
+    example, _ = df.read_env_file(ENV_EXAMPLE.read_text())
+    assert "AENV_STOP_DRAIN_S" not in example, "the example would override the unit's grace"
+    stop_s = float(df.unit_values(text, "TimeoutStopSec")[0])
+    drains_s = float(env["AENV_STOP_DRAIN_S"]) + float(example["AENV_DRAIN_S"])
+    assert stop_s > drains_s, "SIGKILL would cut the pause drain short"
+
+
+def test_node_daemonset_drains_by_pause_within_its_grace() -> None:
+    doc = yaml.safe_load((df.K8S / "base" / "node.yaml").read_text())
+    pod = doc["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["AENV_STOP_DRAIN"] == "pause"
+    config, _ = df.read_env_file((df.K8S / "base" / "aenv-config.env").read_text())
+    drains_s = float(env["AENV_STOP_DRAIN_S"]) + float(config["AENV_DRAIN_S"])
+    assert pod["terminationGracePeriodSeconds"] > drains_s, "SIGKILL would cut the drain short"
+
+
 def test_api_unit_is_unprivileged() -> None:
     text = UNITS["api"].read_text()
     for key, value in (
