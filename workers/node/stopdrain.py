@@ -87,7 +87,17 @@ class StopDrain:
         self.bus, self.node_id, self.running_ids = bus, node_id, running_ids
         self.durable, self.grace_s, self.say = durable, grace_s, say
 
-    async def run(self) -> Tally:
+    async def run(self) -> Tally | None:
+        """Never raises: a drain that cannot reach the bus (NATS gone with the host) leaves
+        the stop as it was without one. None: it failed or hung past its grace."""
+        try:
+            # each round's bus calls have their own timeouts; this bounds a hung one too
+            return await asyncio.wait_for(self._drain(), self.grace_s + 2 * ROUND_S)
+        except Exception as e:  # TimeoutError included
+            log.error("stop drain failed, stopping without it: %r", e)
+            return None
+
+    async def _drain(self) -> Tally:
         started = time.monotonic()
         await execute(
             self.bus.node_orders,

@@ -79,3 +79,27 @@ def test_the_stop_deadline_holds_the_pause_drain_of_a_node_only(
 def test_the_default_is_today_s_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AENV_STOP_DRAIN", raising=False)
     assert RoleSettings().stop_drain == "off"
+
+
+class _Down:
+    """A bus whose every call fails, as with NATS gone along with the host."""
+
+    def __getattr__(self, name: str) -> object:
+        def fail(*args: object, **kwargs: object) -> None:
+            raise ConnectionError("nats: no servers available")
+
+        return self if name in ("node_orders", "sandboxes", "commands") else fail
+
+
+async def test_a_drain_that_cannot_reach_the_bus_leaves_the_stop_as_it_was() -> None:
+    from typing import cast
+
+    from bus import Bus
+    from workers.node.stopdrain import StopDrain
+
+    said: list[str] = []
+    drain = StopDrain(
+        cast(Bus, _Down()), ME, lambda: ["a"], durable=True, grace_s=5, say=said.append
+    )
+    assert await drain.run() is None
+    assert said == []
