@@ -101,9 +101,11 @@ def _resume_all(stack: Stack, held: dict[str, tuple[str, int]], *, on: str) -> i
         assert back.files.read(NOTE) == f"note of {sid}"
         now_value, now_count = _held(back)
         assert now_value == value, f"{sid}: the process lost its memory"
-        assert now_count >= count
+        assert now_count >= count, f"{sid}: restored from an older capture"
         _counts_past(back, now_count)
-        held[sid] = (value, now_count)
+        # what it holds now, later than any capture before: a restore of one of those
+        # (a stale local copy) shows a smaller count after the next move
+        held[sid] = (value, _held(back)[1])
     return resumed
 
 

@@ -134,6 +134,9 @@ class SandboxHost:
     def holds_paused(self, sandbox_id: str) -> bool:
         return sandbox_id in self.paused
 
+    def held_capture(self, sandbox_id: str) -> str | None:
+        return held.snapshot.snapshot_id if (held := self.paused.get(sandbox_id)) else None
+
     def lock(self, sandbox_id: str) -> asyncio.Lock:
         return self._busy.setdefault(sandbox_id, asyncio.Lock())
 
@@ -275,8 +278,7 @@ class SandboxHost:
         *,
         durable: bool,
     ) -> bool:
-        """Take back a paused sandbox whose capture survived a node restart
-        (`recovery.adopt`); False if it did not."""
+        """Take back a paused sandbox whose capture survived a restart (`recovery.adopt`)."""
         paused = recovery.adopt(
             self.runtime, sandbox_id, template_id, snapshot_id, guest, durable=durable
         )
@@ -421,9 +423,9 @@ class SandboxHost:
 
     # ---- what the snapshot worker uploads (`workers.snapshot.worker.LocalCaptures`) ------
     async def paused_capture(self, sandbox_id: str, snapshot_id: str) -> LocalCapture | None:
-        paused = self.paused.get(sandbox_id)
-        if paused is None or paused.snapshot.snapshot_id != snapshot_id:
+        if self.held_capture(sandbox_id) != snapshot_id:
             return None
+        paused = self.paused[sandbox_id]
         await self.runtime.settled(snapshot_id)  # the paused QEMU is gone: nothing writes
         volumes = tuple(
             (slot, v.volume_id, self._volumes.image(v.volume_id))

@@ -138,6 +138,10 @@ class MemoryHost:
     def holds_paused(self, sandbox_id: str) -> bool:
         return sandbox_id in self.paused
 
+    def held_capture(self, sandbox_id: str) -> str | None:
+        held = self.paused.get(sandbox_id)
+        return held.capture if held is not None else None
+
     def lock(self, sandbox_id: str) -> asyncio.Lock:
         return self._locks.setdefault(sandbox_id, asyncio.Lock())
 

@@ -135,6 +135,7 @@ class Openings:
 
     async def _held(self, verb: Verb[C], cmd: C, ctx: MessageContext) -> None:
         site, sid = self.site, cmd.sandbox_id
+        held = site.host.held_capture(sid)  # what an early resume would restore
         starter = verb.early(cmd)
         early = await self.early.start(sid, starter) if starter is not None else None
         try:
@@ -153,6 +154,9 @@ class Openings:
                 await verb.watch_taken(cmd, state, ctx)
             return
         code = None
+        if early is not None and stale_copy(state, held):  # guessed from a stale fold
+            await self.early.undo(sid, early, site.journal)
+            early = None
         if early is not None:
             error, _ = await early
         else:
@@ -299,6 +303,11 @@ class Openings:
         async with host.lock(sid):
             started = not host.runs(sid)
             try:
+                if stale_copy(state, host.held_capture(sid)):
+                    # moved away since this node paused it and paused again elsewhere: the
+                    # copy here is older than the sandbox — never restore it
+                    log.warning("dropping %s's stale local capture: resuming its newer one", sid)
+                    await host.kill(sid)
                 if not host.holds_paused(sid) and not host.runs(sid):
                     # placed here because its own node is gone (the API checked): take it over
                     # from the repository
@@ -324,6 +333,17 @@ class Openings:
             except HostError as e:
                 return str(e), False
             return None, started
+
+
+def stale_copy(state: sb.Sandbox | None, held: str | None) -> bool:
+    """Whether the capture this node holds (`held`) is not the one the sandbox is paused
+    from in the log: it was resumed on another node since, and paused again there."""
+    return (
+        state is not None
+        and held is not None
+        and state.paused_snapshot_id is not None
+        and held != state.paused_snapshot_id
+    )
 
 
 async def _nothing(cmd: sb.ResumeSandbox) -> None:

@@ -218,6 +218,10 @@ class Host(Protocol):
 
     def holds_paused(self, sandbox_id: str) -> bool: ...
 
+    def held_capture(self, sandbox_id: str) -> str | None:
+        """The id of the capture this node holds of a paused sandbox (None: none held)."""
+        ...
+
     def lock(self, sandbox_id: str) -> asyncio.Lock:
         """Serialises operations on one sandbox (a kill waits for a create to finish)."""
 
