@@ -11,6 +11,7 @@ resume (`cordoned`): a paused sandbox whose capture is durable resumes on anothe
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 from api.auth import Caller
@@ -44,14 +45,18 @@ async def cordoned(ctx: ApiContext, node_id: str) -> bool:
     return nd.is_cordoned(state)
 
 
+#: what a node id is (`AENV_NODE_ID`: workers/node/settings.py holds the same pattern)
+_NODE_ID = re.compile(r"[a-z0-9-]{1,32}")
+
+
 async def set_cordon(
     ctx: ApiContext, node_id: str, cordon: bool, *, reason: str = "", actor: str | None
 ) -> nd.Node:
     """Cordon (or uncordon) `node_id` and return once its heartbeat shows it — at once for
     a node that does not beat (it reads its cordon before it pulls anything when it
     starts). A node that beats but does not say so in time: 504, the cordon stands."""
-    if not node_id or "." in node_id or "*" in node_id or ">" in node_id:
-        raise ApiError(400, f"invalid node id {node_id!r}")
+    if not _NODE_ID.fullmatch(node_id):  # (what a subject and a KV key may hold, too)
+        raise ApiError(400, f"invalid node id {node_id!r}: node ids are [a-z0-9-]{{1,32}}")
     cmd: nd.AnyNodeCommand = (
         nd.CordonNode(node_id=node_id, reason=reason)
         if cordon
