@@ -18,8 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from api.context import ApiContext
-from bus import MessageContext
-from domain import sandbox as sb
+from bus.steps import drain_pauses
 from domain.sandbox import SandboxStatus
 from projections import queries
 
@@ -105,11 +104,6 @@ async def step(ctx: ApiContext, node_id: str, *, actor: str | None) -> DrainProg
             continue
         held.append(Held(sid, state.status, state.resumable_anywhere))
         revisions[sid] = version.revision
-    for sid in to_pause(held):
-        pause = sb.PauseSandbox(
-            sandbox_id=sid,
-            keep_memory=True,
-            command_id=sb.derived_command_id("drain", sid, str(revisions[sid])),
-        )
-        await ctx.bus.commands.to_node(node_id, pause, context=MessageContext(actor=actor))
+    running = [(sid, revisions[sid]) for sid in to_pause(held)]
+    await drain_pauses(ctx.bus, node_id, running, tag="drain", actor=actor)
     return progress(node_id, held)

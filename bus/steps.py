@@ -10,10 +10,16 @@ and the node's queue is told to drop whatever it still holds should it come back
 its sender, both guarded by the aggregate's expected sequence, so either a node's claim
 came first (its outcome answers) or the withdrawal did (a node that pulls the create later
 finds it failed and decides nothing).
+
+`drain_pauses`: a drain's pauses (the API's drain step, a node's own drain on stop), each
+command id derived from the sandbox's revision in the log, so a repeated round sends
+nothing new while a pause is on its way, and a sandbox resumed onto the node since is
+paused again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from uuid import UUID
 
 from bus.connection import Bus
@@ -22,7 +28,7 @@ from bus.envelope import MessageContext
 from domain import DomainError
 from domain import sandbox as sb
 
-__all__ = ["kill_in_log", "withdraw_create"]
+__all__ = ["drain_pauses", "kill_in_log", "withdraw_create"]
 
 
 async def kill_in_log(
@@ -81,3 +87,22 @@ async def withdraw_create(bus: Bus, cmd: sb.CreateSandbox, *, why: str, actor: s
         return bool(done)
     except DomainError:  # a node finished it meanwhile: its outcome answers
         return False
+
+
+async def drain_pauses(
+    bus: Bus,
+    node_id: str,
+    running: Iterable[tuple[str, int]],
+    *,
+    tag: str,
+    actor: str | None,
+) -> None:
+    """Pause each `(sandbox, log revision)` of `running` on `node_id`, memory kept, through
+    that node's own queue; `tag` names the drain in the derived command ids."""
+    for sid, revision in running:
+        pause = sb.PauseSandbox(
+            sandbox_id=sid,
+            keep_memory=True,
+            command_id=sb.derived_command_id(tag, sid, str(revision)),
+        )
+        await bus.commands.to_node(node_id, pause, context=MessageContext(actor=actor))

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 
 from bus import Bus, Delivery, RetryableError
+from bus.tasks import cancel_and_wait
 from domain import node as nd
 from domain import sandbox as sb
 
@@ -80,10 +81,9 @@ class CordonWatch:
             self._task = asyncio.create_task(self._run(), name="cordon-watch")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        # (its loop waits on nats-py requests, which can swallow a single cancel)
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

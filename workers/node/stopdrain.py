@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from bus import Bus, MessageContext
 from bus.decisions import execute
+from bus.steps import drain_pauses
 from domain import node as nd
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus
@@ -138,13 +139,7 @@ class StopDrain:
             states.append((sid, state))
             versions[sid] = version.revision
         now = tally(self.node_id, states, durable=self.durable)
-        for sid in now.to_pause:
-            pause = sb.PauseSandbox(
-                sandbox_id=sid,
-                keep_memory=True,
-                command_id=sb.derived_command_id("stop-drain", sid, str(versions[sid])),
-            )
-            await self.bus.commands.to_node(
-                self.node_id, pause, context=MessageContext(actor=f"node:{self.node_id}")
-            )
+        running = [(sid, versions[sid]) for sid in now.to_pause]
+        actor = f"node:{self.node_id}"
+        await drain_pauses(self.bus, self.node_id, running, tag="stop-drain", actor=actor)
         return now
