@@ -169,6 +169,16 @@ def _progress(line: str) -> str | None:
     return msg or None if logger in (PROGRESS, None) else None
 
 
+def read_exports(printed: str) -> dict[str, str]:
+    """The `export K=V` lines `aenv up` prints (`_print_env`), read back: tests and benches
+    point the SDK at the stack they started with them."""
+    return dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in printed.splitlines()
+        if line.startswith("export ")
+    )
+
+
 def _print_env(info: dict[str, object], data_dir: Path) -> None:
     # E2B's volume content API (`Volume.read_file` …) is this API too: its SDKs go to
     # E2B_VOLUME_API_URL (a stack.json of an older aenv has none: the API's URL it is)

@@ -38,7 +38,7 @@ from aenv.supervise import RoleProcess
 from aenv.tls import StackTls, TlsError, TlsSettings, stack_tls
 from aenv.tracing import setup_tracing
 from bus import supervised
-from bus.errors import ReplicasMismatch
+from bus.errors import LimitsMismatch, ReplicasMismatch
 
 log = logging.getLogger("aenv")
 
@@ -109,7 +109,7 @@ async def _services(
     if cfg.nats_url:
         out.urls["nats_url"] = cfg.nats_url
     else:
-        nats = EmbeddedNats(data)
+        nats = EmbeddedNats(data, prefix=os.environ.get("AENV_BUS_PREFIX", ""))
         embed(nats.process, nats.start)
         say(f"starting embedded NATS (JetStream) on 127.0.0.1:{nats.port}")
         out.urls["nats_url"] = await nats.start()
@@ -371,7 +371,7 @@ def _main(role: str, service: str) -> None:
 
     try:
         eventloop.run(run())
-    except ReplicasMismatch as e:  # the operator's to fix: one line, no traceback
+    except (ReplicasMismatch, LimitsMismatch) as e:  # the operator's to fix: one line
         log.error("refusing to start: %s", e)
         raise SystemExit(EXIT_CONFIG) from None
     if gave_up:

@@ -11,6 +11,7 @@ from bus import Bus
 from bus.decisions import execute
 from domain import Conflict
 from domain import apikey as ak
+from domain.limits import Limits
 
 
 async def create_api_key(bus: Bus, *, team_id: str = "default", name: str = "") -> tuple[str, str]:
@@ -55,3 +56,8 @@ async def ensure_api_key(bus: Bus, raw: str, *, team_id: str = "default", name: 
 
 async def revoke_api_key(bus: Bus, key_id: str) -> None:
     await execute(bus.api_keys, ak.RevokeApiKey(key_id=key_id))
+
+
+async def set_key_limits(bus: Bus, key_id: str, limits: Limits) -> None:
+    """Set a key's admission overrides (`api/admission.py`); empty `limits` drops them."""
+    await execute(bus.api_keys, ak.SetApiKeyLimits(key_id=key_id, limits=limits))

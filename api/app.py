@@ -18,10 +18,13 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
 from api import (
+    bulk,
+    leases,
     network,
     nodes,
     observed,
     sandboxes,
+    snapfork,
     snapshots,
     system,
     tags,
@@ -74,6 +77,7 @@ def create_litestar(ctx: ApiContext, resolve: Resolver = _no_route) -> Litestar:
             *sandboxes.ROUTES,
             *network.ROUTES,
             *snapshots.ROUTES,
+            *snapfork.ROUTES,
             *templates.ROUTES,
             *tags.ROUTES,
             *system.ROUTES,
@@ -81,6 +85,8 @@ def create_litestar(ctx: ApiContext, resolve: Resolver = _no_route) -> Litestar:
             *volumes.ROUTES,
             *volume_content.ROUTES,
             *nodes.ROUTES,
+            *leases.ROUTES,
+            *bulk.ROUTES,
         ],
         dependencies={"ctx": Provide(_ctx), "caller": Provide(_caller)},
         exception_handlers=HANDLERS,

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.cache import LookupCache
 from api.errors import ApiError
 from domain.apikey import hash_api_key
+from domain.limits import Limits
 from projections import tables
 
 CACHE_S = 5.0
@@ -26,6 +27,8 @@ HEADER = "x-api-key"
 class Caller:
     key_id: str
     team_id: str
+    #: The key's admission overrides (`api/admission.py`); None: it sets none.
+    limits: Limits | None = None
 
 
 class KeyChecker:
@@ -47,9 +50,12 @@ class KeyChecker:
         async with self.engine.connect() as conn:
             row = (
                 await conn.execute(
-                    select(t.c.key_id, t.c.team_id).where(
+                    select(t.c.key_id, t.c.team_id, t.c.limits).where(
                         t.c.key_sha256 == digest, t.c.revoked_at.is_(None)
                     )
                 )
             ).first()
-        return Caller(row.key_id, row.team_id) if row else None
+        if row is None:
+            return None
+        limits = Limits.model_validate(row.limits) if row.limits else None
+        return Caller(row.key_id, row.team_id, limits)

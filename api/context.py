@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.admission_state import TEAM_LIMITS, AdmissionState
 from api.auth import KeyChecker
 from api.cache import LookupCache
 from api.metrics import Metrics
@@ -31,6 +32,8 @@ class ApiSettings(BaseSettings):
     #: How long a create sent to placement may wait for a node to take it; then the API
     #: withdraws it and answers 503 (`api/room.py`): a fleet with no room says so.
     placement_timeout_s: float = Field(default=10.0, gt=0)
+    #: Most children one fork of a snapshot may ask for (`api/snapfork.py`; E2B's bound).
+    snapshot_fork_max: int = Field(default=100, ge=1, le=1000)
     #: Room a create keeps free on a node's disk beyond what it fetches there (the nodes'
     #: `AENV_DISK_HEADROOM_BYTES`, one variable for both): no node with that much room →
     #: 503 naming the disk (`bus/diskroom.py`).
@@ -68,6 +71,26 @@ class ApiSettings(BaseSettings):
     #: The stack's snapshot store (`AENV_S3_ENDPOINT`, set by the supervisor): readiness
     #: checks that it answers. None: the stack has none, nothing to check.
     s3_endpoint: str | None = None
+    #: Admission control (`api/admission.py`): sandboxes a team may have running (0: no
+    #: limit but the fleet's room), sandboxes per second it may start and how many at once
+    #: (0: one second's worth), unless its key or `team_limits` says otherwise.
+    team_max_sandboxes: int = Field(default=0, ge=0)
+    team_creates_per_s: float = Field(default=0.0, ge=0)
+    team_creates_burst: int = Field(default=0, ge=0)
+    #: Per-team overrides, JSON: `{"team": {"max_sandboxes": 50, "creates_per_s": 10,
+    #: "burst": 20}}` (any field left out: the defaults above).
+    team_limits: str = ""
+    #: Pipelines over NATS with least privilege (docs/pipelines.md): this API serves the
+    #: teams' ingress (`aenv.in.<team>.<verb>`) and copies the sandbox events, secrets
+    #: stripped, into the feed the teams' pipeline users and the auditor read. Off: no
+    #: ingress and no feed (pipelines then need the stack's own NATS user, as before).
+    pipelines: bool = True
+
+    @field_validator("team_limits")
+    @classmethod
+    def _team_limits_parse(cls, v: str) -> str:
+        TEAM_LIMITS.validate_json(v or "{}")  # a typo fails the API's start, not a create
+        return v
 
 
 WaitFor = Callable[[int], Awaitable[None]]
@@ -93,6 +116,8 @@ class ApiContext:
     wait_for_volumes: WaitFor = _no_wait
     #: Slowly changing lookups (templates, where a snapshot lives), off the create path.
     lookups: LookupCache = field(default_factory=LookupCache)
+    #: Admission control's state in this process (`api/admission.py`).
+    admission: AdmissionState = field(default_factory=AdmissionState)
 
     async def cached(self, key: str, load: Callable[[], Awaitable[Any]]) -> Any:
         return await self.lookups.get(key, load)

@@ -121,6 +121,9 @@ _MEANING = {
     "route called with a key that is not an operator's",
     404: "No such sandbox, template or build (an id outside the id alphabet names none)",
     409: "The request conflicts with the current state",
+    429: "The team is at its limit of running sandboxes or of sandboxes started per second "
+    "(the message says which, its value and where it is set): retry after Retry-After "
+    "seconds",
     413: "Request body too large",
     500: "Internal error",
     501: "Not configured on this server",
@@ -145,3 +148,6 @@ def documented(*statuses: int) -> dict[int, ResponseSpec]:
 
 
 ERRORS = documented()
+#: What a route that starts sandboxes may answer (create, resume, connect, fork): admission
+#: control's 429 too (`api/admission.py`).
+ADMITTED = documented(*COMMON, 429)

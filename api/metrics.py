@@ -18,16 +18,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import get_args
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from bus.nodes import Heartbeat
+from domain.lease import Lease, OnExpiry
 from domain.sandbox import SandboxStatus
 from shared.metrics import Scrape
 
 __all__ = [
     "BUCKETS",
     "LIVE_STATES",
+    "ON_EXPIRY",
+    "REFUSALS",
     "SANDBOX_PROXY",
     "UNMATCHED",
     "Metrics",
@@ -49,6 +53,12 @@ METHODS = frozenset(
 LIVE_STATES = tuple(
     s.value for s in SandboxStatus if s not in (SandboxStatus.KILLED, SandboxStatus.FAILED)
 )
+
+#: Why admission control refused a request (`api/admission.py`)
+REFUSALS = ("running", "rate", "no_room")
+
+#: What a lease's expiry does to its sandboxes (`domain.lease.OnExpiry`)
+ON_EXPIRY: tuple[str, ...] = get_args(OnExpiry)
 
 #: (state, node, count) rows of the read model
 Census = Callable[[], Awaitable[Iterable[tuple[str, str, int]]]]
@@ -116,6 +126,34 @@ class Metrics:
             ["node"],
             registry=r,
         )
+
+        self.refusals = Counter(
+            "aenv_admission_refusals",
+            "Creates, resumes and forks refused at once: a team past its running limit "
+            "(running) or its creation rate (rate), both 429; a fleet with no room (no_room, "
+            "503).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in REFUSALS:  # every reason scraped from the start, at 0
+            self.refusals.labels(reason=reason)
+        self.lease_expiries = Counter(
+            "aenv_lease_expiries",
+            "Leases this API's lease timer expired (not renewed within their TTL), by what "
+            "the expiry does to their sandboxes (kill or pause).",
+            ["on_expiry"],
+            registry=r,
+        )
+        for action in ON_EXPIRY:
+            self.lease_expiries.labels(on_expiry=action)
+
+    def lease_expired(self, lease: Lease) -> None:
+        """Count one lease this API's timer expired (`workers.timer.leases`)."""
+        self.lease_expiries.labels(on_expiry=lease.on_expiry).inc()
+
+    def refused(self, reason: str) -> None:
+        """Count one admission refusal (`REFUSALS`)."""
+        self.refusals.labels(reason=reason).inc()
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method_label(method), route, str(status)).inc()

@@ -23,7 +23,13 @@ REJECTION_STATUS = {
     "invalid": 400,
     "permanent": 400,
     "unavailable": 503,
+    "forbidden": 403,
 }
+
+
+def failure_status(event: sb.SandboxFailed) -> int:
+    """The HTTP status a sandbox that failed to start answers: its code's, else 500."""
+    return REJECTION_STATUS.get(event.code, 500) if event.code else 500
 
 
 async def send_and_wait(

@@ -17,7 +17,7 @@ from api.context import ApiContext
 from api.cordons import cordoned
 from api.errors import ApiError
 from api.outcomes import send_and_wait
-from api.room import check_room
+from api.room import RETRY_AFTER_S, check_room
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus
 from shared.proxy import AutoResume
@@ -42,7 +42,7 @@ async def node_or_placement(
         return None if durable and await cordoned(ctx, node) else node
     if durable:
         return None
-    raise ApiError(503, stranded)
+    raise ApiError(503, stranded, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 async def _settled(ctx: ApiContext, state: sb.Sandbox) -> sb.Sandbox:
@@ -92,6 +92,7 @@ async def resume(
             503 if node is None else 500,
             f"sandbox {state.sandbox_id} could not be resumed and stays "
             f"paused (try again later): {event.reason}",
+            headers={"Retry-After": str(RETRY_AFTER_S)} if node is None else None,
         )
     if isinstance(event, sb.SandboxFailed):
         raise ApiError(500, f"sandbox {state.sandbox_id} failed to resume: {event.reason}")

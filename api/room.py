@@ -22,9 +22,11 @@ from typing import Any
 
 from api.context import ApiContext
 from api.errors import ApiError
+from api.outcomes import send_and_wait
 from bus.diskroom import DiskNeed, short_of_disk, template_bytes
 from bus.nodes import Heartbeat, has_room, is_gone, takes_new
 from bus.steps import withdraw_create
+from domain import Event
 from domain import sandbox as sb
 
 __all__ = [
@@ -120,6 +122,33 @@ async def withdraw(ctx: ApiContext, cmd: sb.CreateSandbox, actor: str | None) ->
     `no_room`)."""
     why = f"no node took it within {ctx.settings.placement_timeout_s:.0f} s: none had room for it"
     return await withdraw_create(ctx.bus, cmd, why=why, actor=actor)
+
+
+async def place_create(
+    ctx: ApiContext, cmd: sb.CreateSandbox, node: str | None, actor: str | None
+) -> Event:
+    """Send `cmd` to `node` (None: to placement, withdrawn if no node takes it in time) and
+    wait for it to start: the event that ended the wait (`SandboxCreated` or a failure), or
+    `no_room` raised when the withdrawal was the API's."""
+    withdrawn = False
+
+    async def unclaimed() -> None:
+        nonlocal withdrawn
+        withdrawn = await withdraw(ctx, cmd, actor)
+
+    event, _ = await send_and_wait(
+        ctx.bus,
+        cmd,
+        node_id=node,
+        until=(sb.SandboxCreated,),
+        timeout=ctx.settings.create_timeout_s,
+        actor=actor,
+        unclaimed=unclaimed if node is None else None,
+        claim_within=ctx.settings.placement_timeout_s,
+    )
+    if withdrawn:
+        raise no_room(cmd, ctx.settings.placement_timeout_s)
+    return event
 
 
 def no_room(cmd: sb.CreateSandbox, timeout_s: float) -> ApiError:

@@ -17,6 +17,7 @@ from litestar import Request, Response, delete, get, post
 from litestar.params import Parameter
 
 from api import reads, wire
+from api.admission import admitted
 from api.auth import Caller
 from api.context import ApiContext
 from api.creates import (
@@ -27,16 +28,18 @@ from api.creates import (
     plan_create,
     sandbox_body,
 )
-from api.errors import ERRORS, ApiError
+from api.errors import ADMITTED, ERRORS, ApiError
 from api.guards import node_answers, not_found, visible
 from api.hangup import watch_hangup
 from api.holders import template_node
 from api.ids import is_sandbox_id
 from api.images import asked_image, check_template_name, image_template, looks_like_image
+from api.leases import check_create as check_lease
+from api.missing import template_not_found
 from api.mounts import preferred_node, resolve_mounts
-from api.outcomes import REJECTION_STATUS, send_and_wait
+from api.outcomes import failure_status, send_and_wait
 from api.resume import LIVE, resume
-from api.room import check_room, disk_need, held_nodes, no_room, warm_nodes, withdraw
+from api.room import check_room, disk_need, held_nodes, place_create, warm_nodes
 from bus.decisions import execute
 from bus.envelope import MessageContext
 from bus.steps import kill_in_log
@@ -46,12 +49,13 @@ from domain.sandbox import SandboxStatus
 from projections import ProjectionTimeout
 
 
-@post(["/sandboxes", "/v2/sandboxes"], status_code=201, responses=ERRORS)
+@post(["/sandboxes", "/v2/sandboxes"], status_code=201, responses=ADMITTED)
 async def create_sandbox(
     request: Request[Any, Any, Any], data: wire.NewSandbox, ctx: ApiContext, caller: Caller
 ) -> Response[dict[str, Any]]:
     v1 = not request.url.path.startswith("/v2/")
     create_timeout(data, v1=v1)  # a bad timeout is a 400 before the template is looked up
+    await check_lease(ctx, caller, data.metadata)  # `aenv.lease`: the team's, and live
     tpl = await _template_or_image(ctx, data, caller)
     idempotency_key = request.headers.get("idempotency-key")
     sandbox_id, command_id = create_ids(caller, idempotency_key)
@@ -63,13 +67,14 @@ async def create_sandbox(
     cmd = plan_create(
         data, tpl, caller, ctx.settings, v1=v1, sandbox_id=sandbox_id, command_id=command_id
     )
-    volumes: list[vo.Volume] = []
-    if data.volume_mounts:
-        mounts, volumes = await resolve_mounts(ctx, caller, data.volume_mounts, sandbox_id)
-        cmd = cmd.model_copy(update={"volume_mounts": mounts})
-        sb.decide(None, cmd)  # too many, nested or doubled mounts: 400 before any work
-    node, cmd = await _placed(ctx, tpl, cmd, volumes)
-    await _started(request, ctx, caller, cmd, node, named=bool(idempotency_key))
+    async with admitted(ctx, caller, (sandbox_id,)):  # 429 past the team's limits
+        volumes: list[vo.Volume] = []
+        if data.volume_mounts:
+            mounts, volumes = await resolve_mounts(ctx, caller, data.volume_mounts, sandbox_id)
+            cmd = cmd.model_copy(update={"volume_mounts": mounts})
+            sb.decide(None, cmd)  # too many, nested or doubled mounts: 400 before any work
+        node, cmd = await _placed(ctx, tpl, cmd, volumes)
+        await _started(request, ctx, caller, cmd, node, named=bool(idempotency_key))
     return Response(sandbox_body(cmd, domain), status_code=201)
 
 
@@ -107,7 +112,7 @@ async def _template(ctx: ApiContext, template_id: str) -> dict[str, Any]:
             await ctx.wait_for_templates(await ctx.bus.templates.tail_seq())
         tpl = await reads.template_for(ctx.engine, template_id)
     if tpl is None:
-        raise ApiError(404, f"template '{template_id}' not found")
+        raise ApiError(404, template_not_found(template_id))
     return tpl
 
 
@@ -145,30 +150,14 @@ async def _started(
     """Send `cmd` and wait for it to start, or raise what the client is told instead: 503
     withdrawn unplaced, the failure's status, 499 when the client hung up on a sandbox no
     idempotency key `named` (a retry could not find it: it is killed)."""
-    withdrawn = False
-
-    async def unclaimed() -> None:
-        nonlocal withdrawn
-        withdrawn = await withdraw(ctx, cmd, caller.key_id)
-
     async with watch_hangup(request) as hung_up:
-        event, _ = await send_and_wait(
-            ctx.bus,
-            cmd,
-            node_id=node,
-            until=(sb.SandboxCreated,),
-            timeout=ctx.settings.create_timeout_s,
-            actor=caller.key_id,
-            unclaimed=unclaimed if node is None else None,
-            claim_within=ctx.settings.placement_timeout_s,
-        )
+        event = await place_create(ctx, cmd, node, caller.key_id)
         await asyncio.sleep(0)  # a hang-up already read lands before we look
         left = hung_up.done()
-    if withdrawn:
-        raise no_room(cmd, ctx.settings.placement_timeout_s)
     if isinstance(event, sb.SandboxFailed):
-        status = REJECTION_STATUS.get(event.code, 500) if event.code else 500
-        raise ApiError(status, f"sandbox {cmd.sandbox_id} failed to start: {event.reason}")
+        raise ApiError(
+            failure_status(event), f"sandbox {cmd.sandbox_id} failed to start: {event.reason}"
+        )
     if left and not named and isinstance(event, sb.SandboxCreated):
         # nobody will ever know its id: it must not live out its TTL (api/hangup.py)
         kill = sb.KillSandbox(
@@ -266,7 +255,7 @@ async def refresh(
 
 @post(
     ["/sandboxes/{sandbox_id:str}/connect", "/v2/sandboxes/{sandbox_id:str}/connect"],
-    responses=ERRORS,
+    responses=ADMITTED,
 )
 async def connect(
     sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.ConnectBody | None = None
@@ -315,10 +304,11 @@ async def _resume(
 ) -> sb.Sandbox:
     if timeout is not None:
         check_timeout(timeout)
-    return await resume(ctx, state, timeout_s=timeout, actor=caller.key_id)
+    async with admitted(ctx, caller, (state.sandbox_id,), rate=False):  # a running slot
+        return await resume(ctx, state, timeout_s=timeout, actor=caller.key_id)
 
 
-@post("/sandboxes/{sandbox_id:str}/resume", status_code=201, responses=ERRORS)
+@post("/sandboxes/{sandbox_id:str}/resume", status_code=201, responses=ADMITTED)
 async def resume_sandbox(
     sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.ConnectBody | None = None
 ) -> dict[str, Any]:
@@ -330,7 +320,7 @@ async def resume_sandbox(
     return sandbox_body(resumed, ctx.settings.sandbox_domain)
 
 
-@post("/sandboxes/{sandbox_id:str}/fork", status_code=201, responses=ERRORS)
+@post("/sandboxes/{sandbox_id:str}/fork", status_code=201, responses=ADMITTED)
 async def fork_sandbox(
     sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.ForkBody | None = None
 ) -> list[dict[str, Any]]:
@@ -343,18 +333,21 @@ async def fork_sandbox(
     cmd = sb.ForkSandbox(sandbox_id=sandbox_id, count=count, timeout_s=timeout)
     sb.decide(state, cmd)  # bad count/timeout or a paused parent: 400/409 before any work
     await node_answers(ctx, state, "fork")
-    check_room(ctx, state.cpu_count, state.memory_mb, node=state.node_id, count=count)
-    event, _ = await send_and_wait(
-        ctx.bus,
-        cmd,
-        node_id=state.node_id,
-        until=(sb.SandboxForked,),
-        timeout=ctx.settings.create_timeout_s,
-        actor=caller.key_id,
-    )
-    if isinstance(event, sb.SandboxFailed):
-        raise ApiError(500, f"fork of {sandbox_id} failed: {event.reason}")
-    assert isinstance(event, sb.SandboxForked)
+    children = [f"fork-{cmd.command_id}-{i}" for i in range(count)]  # ids not known yet
+    async with admitted(ctx, caller, children) as ticket:  # 429 past the team's limits
+        check_room(ctx, state.cpu_count, state.memory_mb, node=state.node_id, count=count)
+        event, _ = await send_and_wait(
+            ctx.bus,
+            cmd,
+            node_id=state.node_id,
+            until=(sb.SandboxForked,),
+            timeout=ctx.settings.create_timeout_s,
+            actor=caller.key_id,
+        )
+        if isinstance(event, sb.SandboxFailed):
+            raise ApiError(500, f"fork of {sandbox_id} failed: {event.reason}")
+        assert isinstance(event, sb.SandboxForked)
+        ticket.track(c.sandbox_id for c in event.children if c.error is None)
     out: list[dict[str, Any]] = []
     for child in event.children:
         if child.error is not None:

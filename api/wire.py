@@ -136,6 +136,13 @@ class ForkBody(BaseModel):
     count: int | None = None
 
 
+class SnapshotForkBody(ForkBody):
+    """`POST /snapshots/{id}/fork`: E2B's fork request, and (aenv's) the children's
+    metadata — a lease (`aenv.lease`) or a run's labels for the bulk routes."""
+
+    metadata: Annotated[dict[str, str], _bounded("metadata", MAX_METADATA)] | None = None
+
+
 class Sandbox(BaseModel):
     """Response of create/connect/resume."""
 

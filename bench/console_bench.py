@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,9 +25,9 @@ from typing import Any
 import httpx
 
 from aenv.stack.process import free_port
+from bench.stackup import AENV, aenv_up
 from bench.stats import emit, summary
 
-AENV = [sys.executable, "-m", "aenv.cli"]
 #: Creates in flight while filling: the API and the in-memory node take them as fast as
 #: the two cores let them; more only queues.
 FILL_CONCURRENCY = 16
@@ -51,20 +50,7 @@ def _up(data: Path, sandboxes: int) -> dict[str, str]:
             "AENV_TLS_PORT": str(free_port()),
         }
     )
-    up = subprocess.run(
-        [*AENV, "up", "--data-dir", str(data), "--port", str(free_port())],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    if up.returncode != 0:
-        raise SystemExit(f"aenv up failed: {up.stderr[-2000:]}")
-    return dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in up.stdout.splitlines()
-        if line.startswith("export ")
-    )
+    return aenv_up(data, env, timeout=300)
 
 
 async def _fill(c: httpx.AsyncClient, n: int) -> dict[str, Any]:

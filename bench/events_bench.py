@@ -22,16 +22,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import os
-import secrets
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import asyncpg
-
+from bench.scratch import NATS_URL, scratch
 from bench.stats import emit, summary
-from bus import Bus, BusSettings, EventFeed, MessageContext, delete_all, stream_last_seq
+from bus import Bus, BusSettings, EventFeed, MessageContext, stream_last_seq
 from domain import sandbox as sb
 from projections import (
     Projector,
@@ -43,8 +40,6 @@ from projections import (
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-NATS_URL = os.environ.get("AENV_NATS_URL", "nats://127.0.0.1:4222")
-PG = os.environ.get("AENV_BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 
 
 def commands(sid: str, n: int) -> list[sb.AnySandboxCommand]:
@@ -106,77 +101,71 @@ async def replay(bus: Bus) -> tuple[int, float]:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    prefix = f"b{secrets.token_hex(4)}"
-    settings = BusSettings(nats_url=NATS_URL, bus_prefix=prefix)
-    db = f"aenv_bench_{secrets.token_hex(4)}"
-    admin = await asyncpg.connect(f"{PG}/postgres")
-    await admin.execute(f'CREATE DATABASE "{db}"')
-    url = f"postgresql+asyncpg://{PG.split('://', 1)[1]}/{db}"
-    bus = await Bus.connect(settings, name="aenv-bench")
-    engine = create_engine(url)
-    try:
-        await migrate(url)
-        total = args.sandboxes * args.events
-        # warm-up (connections, JIT-less Python caches), not measured
-        await append_phase(bus, 20, 3, 10, [])
-
-        latencies: list[float] = []
-        append_s = await append_phase(bus, args.sandboxes, args.events, args.concurrency, latencies)
-
-        # Live: the projector in its own process (as deployed), the read model polled the
-        # way another process (the API) waits for its writes.
-        proc = multiprocessing.get_context("spawn").Process(
-            target=_projector_process, args=(prefix, url), daemon=True
-        )
-        proc.start()
+    async with scratch() as run:
+        bus, settings, url = run.bus, run.settings, run.url
+        prefix = settings.bus_prefix
+        engine = create_engine(url)
         try:
-            await checkpoints.wait_for(
-                engine, "sandboxes", await stream_last_seq(bus.js, settings), timeout=300
-            )
-            t = time.perf_counter()
-            await append_phase(bus, args.sandboxes, args.events, args.concurrency, [])
-            await checkpoints.wait_for(
-                engine, "sandboxes", await stream_last_seq(bus.js, settings), timeout=300
-            )
-            live_s = time.perf_counter() - t
-        finally:
-            proc.terminate()
-            proc.join(10)
+            await migrate(url)
+            total = args.sandboxes * args.events
+            # warm-up (connections, JIT-less Python caches), not measured
+            await append_phase(bus, 20, 3, 10, [])
 
-        report = await rebuild(engine, bus.js, settings, SandboxProjection(), swap=False)
-        stream_events = await stream_last_seq(bus.js, settings)
-        replayed, replay_s = await replay(bus)
-        return {
-            "params": vars(args),
-            "events": total,
-            "append": {
-                "events_per_s": round(total / append_s, 1),
-                "seconds": round(append_s, 3),
-                "latency": summary(latencies),
-            },
-            "append_and_project_live": {
-                "events_per_s": round(total / live_s, 1),
-                "seconds": round(live_s, 3),
-            },
-            "projection_rebuild": {
-                "events_per_s": round(stream_events / report.seconds, 1),
-                "seconds": round(report.seconds, 3),
-                "rows": report.rows,
-                "identical_to_live": report.identical,
-            },
-            "replay_in_memory": {
-                "events_per_s": round(replayed / replay_s, 1),
-                "events": replayed,
-                "seconds": round(replay_s, 3),
-            },
-            "target_events_per_s": 5000,
-        }
-    finally:
-        await engine.dispose()
-        await delete_all(bus.js, settings)
-        await bus.close()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-        await admin.close()
+            latencies: list[float] = []
+            append_s = await append_phase(
+                bus, args.sandboxes, args.events, args.concurrency, latencies
+            )
+
+            # Live: the projector in its own process (as deployed), the read model polled the
+            # way another process (the API) waits for its writes.
+            proc = multiprocessing.get_context("spawn").Process(
+                target=_projector_process, args=(prefix, url), daemon=True
+            )
+            proc.start()
+            try:
+                await checkpoints.wait_for(
+                    engine, "sandboxes", await stream_last_seq(bus.js, settings), timeout=300
+                )
+                t = time.perf_counter()
+                await append_phase(bus, args.sandboxes, args.events, args.concurrency, [])
+                await checkpoints.wait_for(
+                    engine, "sandboxes", await stream_last_seq(bus.js, settings), timeout=300
+                )
+                live_s = time.perf_counter() - t
+            finally:
+                proc.terminate()
+                proc.join(10)
+
+            report = await rebuild(engine, bus.js, settings, SandboxProjection(), swap=False)
+            stream_events = await stream_last_seq(bus.js, settings)
+            replayed, replay_s = await replay(bus)
+            return {
+                "params": vars(args),
+                "events": total,
+                "append": {
+                    "events_per_s": round(total / append_s, 1),
+                    "seconds": round(append_s, 3),
+                    "latency": summary(latencies),
+                },
+                "append_and_project_live": {
+                    "events_per_s": round(total / live_s, 1),
+                    "seconds": round(live_s, 3),
+                },
+                "projection_rebuild": {
+                    "events_per_s": round(stream_events / report.seconds, 1),
+                    "seconds": round(report.seconds, 3),
+                    "rows": report.rows,
+                    "identical_to_live": report.identical,
+                },
+                "replay_in_memory": {
+                    "events_per_s": round(replayed / replay_s, 1),
+                    "events": replayed,
+                    "seconds": round(replay_s, 3),
+                },
+                "target_events_per_s": 5000,
+            }
+        finally:
+            await engine.dispose()
 
 
 def _projector_process(prefix: str, url: str) -> None:

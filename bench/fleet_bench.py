@@ -35,9 +35,10 @@ import asyncpg
 from e2b import Sandbox
 
 from bench.cluster import NatsCluster
-from bench.events_bench import PG, append_phase
+from bench.events_bench import append_phase
 from bench.fleetrig import fleet_rig
 from bench.runtime_bench import raw_restore
+from bench.scratch import PG
 from bench.stats import emit, ratio, summary
 from bus import Bus, BusSettings, delete_all, stream_last_seq
 from domain import sandbox as sb

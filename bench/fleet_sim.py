@@ -396,6 +396,14 @@ class Child:
         return "\n".join(text.splitlines()[-n:])
 
 
+def _admission_env(args: argparse.Namespace) -> dict[str, str]:
+    """`--admission`: both of a team's limits checked on every create (`api/admission.py`),
+    set so high that none is refused — what admission control costs a create."""
+    if not args.admission:
+        return {}
+    return {"AENV_TEAM_MAX_SANDBOXES": "1000000", "AENV_TEAM_CREATES_PER_S": "1000000"}
+
+
 def _base_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("AENV_", "E2B_"))}
 
@@ -431,8 +439,11 @@ async def _call(
     return None
 
 
-async def lifecycle(clients: list[httpx.AsyncClient], i: int, tally: Tally) -> bool:
-    """One sandbox's life: create, pause, connect (resume), kill — each call to the next API."""
+async def lifecycle(
+    clients: list[httpx.AsyncClient], i: int, tally: Tally, *, creates_only: bool = False
+) -> bool:
+    """One sandbox's life: create, pause, connect (resume), kill — each call to the next API
+    (`creates_only`: create, kill)."""
 
     def api(k: int) -> httpx.AsyncClient:
         return clients[(i + k) % len(clients)]
@@ -442,6 +453,10 @@ async def lifecycle(clients: list[httpx.AsyncClient], i: int, tally: Tally) -> b
     if created is None:
         return False
     sid = created.json()["sandboxID"]
+    if creates_only:  # the sustained create rate: create and kill, nothing between
+        gone = await _call(tally, "kill", api(1).delete(f"/sandboxes/{sid}"), 204) is not None
+        tally.lifecycles_ok += gone
+        return gone
     ok = await _call(tally, "pause", api(1).post(f"/sandboxes/{sid}/pause"), 204) is not None
     if ok:
         resume = api(2).post(f"/sandboxes/{sid}/connect", json={"timeout": 300})
@@ -453,11 +468,16 @@ async def lifecycle(clients: list[httpx.AsyncClient], i: int, tally: Tally) -> b
 
 
 async def run_load(
-    clients: list[httpx.AsyncClient], indices: Iterator[int], concurrency: int, tally: Tally
+    clients: list[httpx.AsyncClient],
+    indices: Iterator[int],
+    concurrency: int,
+    tally: Tally,
+    *,
+    creates_only: bool = False,
 ) -> None:
     async def worker() -> None:
         for i in indices:  # shared: each index is taken by one worker
-            await lifecycle(clients, i, tally)
+            await lifecycle(clients, i, tally, creates_only=creates_only)
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
@@ -690,6 +710,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 "AENV_API_KEY": api_key,
                 "AENV_UPLOAD_SECRET": upload_secret,
                 "AENV_PROXY_VIA_NODE": "1",
+                **_admission_env(args),
             }
             children.append(
                 Child(
@@ -777,7 +798,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         ]
         before = cpu_reading(groups)
         t0 = time.perf_counter()
-        await run_load(clients, iter(range(args.lifecycles)), args.concurrency, tally)
+        await run_load(
+            clients,
+            iter(range(args.lifecycles)),
+            args.concurrency,
+            tally,
+            creates_only=args.creates_only,
+        )
         wall = time.perf_counter() - t0
         under_load = cores(before, cpu_reading(groups), wall)
         seq1 = await stream_last_seq(bus.js, bus.settings)
@@ -812,6 +839,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 "seconds": round(wall, 3),
                 "lifecycles_per_s": round(tally.lifecycles_ok / wall, 1),
                 "commands_per_s": round(tally.ops / wall, 1),
+                "creates_per_s": round(len(tally.latencies["create"]) / wall, 1),
                 "events": events,
                 "events_per_s": round(events / wall, 1),
                 "events_per_lifecycle": round(events / max(1, args.lifecycles), 2),
@@ -958,6 +986,16 @@ def parser() -> argparse.ArgumentParser:
         "--snapshot-workers",
         action="store_true",
         help="run each node's snapshot worker (a node with a repository does)",
+    )
+    p.add_argument(
+        "--creates-only",
+        action="store_true",
+        help="each lifecycle is a create and a kill: the sustained create rate",
+    )
+    p.add_argument(
+        "--admission",
+        action="store_true",
+        help="the APIs check the teams' limits (never reached) on every create",
     )
     p.add_argument("--pg", default=PG, help="Postgres (superuser) to create the database on")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, stores)")

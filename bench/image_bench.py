@@ -11,7 +11,11 @@ guest preparation add. Run as root: `python -m bench.image_bench [--gib 1] [--n 
 
 `fleet` (`bench/image_fetch.py`): two nodes, each with its own image cache — the first create
 of a template on the node that never held it (capture and base bytes fetched) against a
-create on the node that built it, beside the raw restore. `--only pull|fleet` runs one part.
+create on the node that built it, beside the raw restore. `lazy` (`bench/image_lazy.py`,
+issue 29): a first create on a node that never held the image with lazy images on against
+the whole fetch and a local create, the bytes fetched, warm creates, and guest reads over
+the block service against a local disk (`--lazy-size` MiB of payload, 2 GiB by default).
+`--only pull|fleet|disk|lazy` runs one part.
 """
 
 from __future__ import annotations
@@ -188,6 +192,17 @@ def fleet(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def lazy(args: argparse.Namespace) -> dict[str, Any]:
+    """`bench.image_lazy`: a never-held image started over the block service."""
+    from bench.image_lazy import lazy_vs_whole
+
+    root = Path(tempfile.mkdtemp(prefix="aenv-imglazy-", dir="/var/tmp"))
+    try:
+        return lazy_vs_whole(root, args.lazy_size)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def disk(args: argparse.Namespace) -> dict[str, Any]:
     """`bench.image_disk`: node disk per image after import and first create."""
     from bench.image_disk import disk_per_image
@@ -205,8 +220,11 @@ if __name__ == "__main__":
     parser.add_argument("--n", type=int, default=2, help="rounds")
     parser.add_argument(
         "--only",
-        choices=("pull", "fleet", "disk"),
-        help="one part: registry pull, fleet fetch, or node disk per image",
+        choices=("pull", "fleet", "disk", "lazy"),
+        help="one part: registry pull, fleet fetch, node disk per image, or lazy images",
+    )
+    parser.add_argument(
+        "--lazy-size", type=int, default=2048, help="lazy: MiB of random payload in the image"
     )
     parser.add_argument("--disk-mib", type=int, default=300, help="disk: random MiB per image")
     parser.add_argument("--disk-images", type=int, default=3, help="disk: images imported")
@@ -219,4 +237,6 @@ if __name__ == "__main__":
         doc["fleet"] = fleet(args)
     if args.only in (None, "disk"):
         doc["disk"] = disk(args)
+    if args.only in (None, "lazy"):
+        doc["lazy"] = lazy(args)
     emit("image", doc)

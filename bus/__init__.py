@@ -12,7 +12,7 @@ Imports only the domain, nats-py and OpenTelemetry. Public API::
     ensure_streams, delete_all, Names/AggregateKind (subjects), headers
     envelope: EventEnvelope, CommandEnvelope, MessageContext, export_json_schema
     errors: BusError, ConcurrencyError, PublishError, DecodeError, RetryableError, PermanentError,
-        ReplicasMismatch
+        ReplicasMismatch, LimitsMismatch
 """
 
 from bus.commands import CommandBus, CommandReceipt, aggregate_id_of, decode_command, verb_of
@@ -30,6 +30,7 @@ from bus.errors import (
     ConcurrencyError,
     DecodeError,
     InvalidName,
+    LimitsMismatch,
     PermanentError,
     PublishError,
     ReplicasMismatch,
@@ -61,6 +62,7 @@ __all__ = [
     "EventStore",
     "Handler",
     "InvalidName",
+    "LimitsMismatch",
     "MessageContext",
     "Names",
     "PermanentError",

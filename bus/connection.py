@@ -25,6 +25,7 @@ from bus.store import (
     BuildStore,
     EventStore,
     ImageStore,
+    LeaseStore,
     NodeStore,
     SandboxStore,
     TemplateStore,
@@ -33,7 +34,17 @@ from bus.store import (
 from bus.subjects import AggregateKind, Names
 from domain import AGGREGATES, Aggregate, Command, CommandRejected, Event
 from domain import sandbox as sb
-from domain.aggregates import APIKEY, BUILD, BUILDKEY, IMAGE, NODE, SANDBOX, TEMPLATE, VOLUME
+from domain.aggregates import (
+    APIKEY,
+    BUILD,
+    BUILDKEY,
+    IMAGE,
+    LEASE,
+    NODE,
+    SANDBOX,
+    TEMPLATE,
+    VOLUME,
+)
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +184,11 @@ class Bus:
         """Operators' decisions about nodes (`domain/node`: the cordon), not their heartbeats
         (those are `bus.nodes`, in the nodes bucket)."""
         return self.store(NODE)
+
+    @property
+    def leases(self) -> LeaseStore:
+        """Leases over sandboxes (`domain/lease`: renewed by a trainer, expired by the timer)."""
+        return self.store(LEASE)
 
     @property
     def rejection_sinks(self) -> dict[str, EventStore[Any, Any]]:

@@ -51,7 +51,7 @@ from bus.subjects import Names
 from bus.tracing import consume_span
 from domain import Command, CommandRejected, CorruptHistory, DomainError, RejectionCode, utcnow
 
-__all__ = ["CommandConsumer", "Delivery", "Handler", "RejectionSink"]
+__all__ = ["CommandConsumer", "Delivery", "Handler", "RejectionSink", "record_rejection"]
 
 log = logging.getLogger(__name__)
 
@@ -208,15 +208,9 @@ class CommandConsumer:
                 env.kind,
             )
             return
-        rejection = CommandRejected(
-            aggregate_id=env.aggregate_id,
-            command_id=env.command_id,
-            command_type=env.type,
-            code=code,
-            reason=reason,
-            at=utcnow(),
+        await record_rejection(
+            sink, env.aggregate_id, env.command_id, env.type, code, reason, context=context
         )
-        await sink.append_rejection(env.aggregate_id, rejection, context=context)
 
     async def _reject_raw(self, msg: Msg, code: RejectionCode, reason: str) -> None:
         """A message we cannot fully decode: reject on its aggregate if the envelope says which."""
@@ -228,6 +222,29 @@ class CommandConsumer:
             return
         await self._record_rejection(env, code, reason, MessageContext.caused_by(env))
         await msg.term()
+
+
+async def record_rejection(
+    sink: RejectionSink,
+    aggregate_id: str,
+    command_id: UUID,
+    command_type: str,
+    code: RejectionCode,
+    reason: str,
+    *,
+    context: MessageContext,
+) -> None:
+    """A `CommandRejected` of a command on its aggregate's subject, where whoever sent it
+    waits: the consumer wrapper's refusals, and the pipelines' ingress's (`api/ingress.py`)."""
+    rejection = CommandRejected(
+        aggregate_id=aggregate_id,
+        command_id=command_id,
+        command_type=command_type,
+        code=code,
+        reason=reason,
+        at=utcnow(),
+    )
+    await sink.append_rejection(aggregate_id, rejection, context=context)
 
 
 def _code(code: str) -> RejectionCode:

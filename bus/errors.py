@@ -13,6 +13,7 @@ __all__ = [
     "ConcurrencyError",
     "DecodeError",
     "InvalidName",
+    "LimitsMismatch",
     "PermanentError",
     "PublishError",
     "ReplicasMismatch",
@@ -53,6 +54,13 @@ class InvalidName(BusError, ValueError):
 class ReplicasMismatch(BusError):
     """An existing stream has other replicas than this role's `AENV_REPLICAS`: the role
     refuses to start rather than change them (`bus.setup.replicas_problem`)."""
+
+
+class LimitsMismatch(BusError):
+    """An existing stream has other limits than this role's `AENV_EVENT_MAX_BYTES`,
+    `AENV_EVENT_MAX_MSGS` or `AENV_COMMAND_MAX_MSGS`: the role refuses to start rather
+    than change them for the whole fleet (`bus.setup.limits_problem`; `aenv log limits
+    set` changes them)."""
 
 
 class PublishError(BusError):

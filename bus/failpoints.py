@@ -25,7 +25,9 @@ point once it saw the process die, before the supervisor's restart reaches it ag
 
 Places that call one (grep `failpoint(`): `heartbeat.beat` (the node's heartbeat loop),
 `consumer.fetch` (every durable consumer's pull loop), `timer.tick` (the TTL timer), and
-the steps of a resume and of a pause's upload on a node (`RESUME_POINTS`, `UPLOAD_POINTS`).
+the steps of a resume and of a pause's upload on a node (`RESUME_POINTS`, `UPLOAD_POINTS`),
+and `resume.copy_ram` (the copy of a capture's RAM file a resume makes: raised there, the
+copy fails as on a full disk).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ RESUME_POINTS = (
     "resume.after_cont",  # the guest runs on the RAM file it adopted
     "resume.after_envd",  # envd initialised: the VM is the sandbox's
     "resume.before_append",  # before `SandboxResumed` is appended
+    "resume.before_release",  # `SandboxResumed` appended, the capture not released yet
 )
 #: The steps of a pause's upload by the node's snapshot worker, in order
 UPLOAD_POINTS = (

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "EVENT_SEQ",
     "EXPECTED_LAST_SUBJECT_SEQUENCE",
     "EXPECTED_STREAM",
     "MSG_ID",
@@ -23,6 +24,10 @@ MSG_ID: Final = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQUENCE: Final = "Nats-Expected-Last-Subject-Sequence"
 #: Refuse the publish unless it lands in this stream (guards against overlapping filters).
 EXPECTED_STREAM: Final = "Nats-Expected-Stream"
+
+#: On a feed message (`bus.teamfeed`): the event's sequence in the event log, so that an
+#: auditor's finding names the stored event it came from.
+EVENT_SEQ: Final = "Aenv-Event-Seq"
 
 #: W3C trace context (https://www.w3.org/TR/trace-context/), lower-case as the spec writes it.
 TRACEPARENT: Final = "traceparent"

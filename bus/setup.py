@@ -10,11 +10,20 @@ bytes and messages against its limits, or against the servers' store when unlimi
 (deploy/prometheus/aenv-alerts.yml). The command queue is capped in messages (no
 reservation) and refuses new commands when full, so a stalled queue cannot eat the
 store the log needs.
+
+A role start never changes the limits of an existing stream, as it never changes its
+replicas: one env file with other values would change them fleet-wide. A mismatch refuses
+to start, naming both values (`LimitsMismatch`, `limits_problem`); `aenv log limits set`
+(`set_limits`) is the operator's explicit act that changes them. A stream aenv has not set
+limits on yet (made by a version before them: no `LIMITS_SET` in its description) takes
+the first starting role's, once.
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, replace
+from typing import Any
 
 from nats.js import JetStreamContext
 from nats.js.api import (
@@ -26,17 +35,52 @@ from nats.js.api import (
 )
 from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 
-from bus.errors import BusError, ReplicasMismatch
+from bus.errors import BusError, LimitsMismatch, ReplicasMismatch
 from bus.settings import BusSettings
 from bus.subjects import Names
 
 __all__ = [
+    "LIMITS_SET",
+    "StreamLimit",
     "bucket_configs",
     "delete_all",
     "ensure_streams",
+    "limits_of",
+    "limits_problem",
+    "limits_set",
     "replicas_problem",
+    "set_limits",
     "stream_configs",
+    "stream_limits",
 ]
+
+#: What a stream's description ends with once its limits are aenv's (set by a role start
+#: or by `aenv log limits set`): from then on a role start that disagrees refuses to start.
+#: In the description, not the metadata: servers before NATS 2.10 drop stream metadata.
+LIMITS_SET = "[limits set by aenv: aenv log limits set]"
+
+
+@dataclass(frozen=True)
+class StreamLimit:
+    """One limit of one stream: its `StreamConfig` field, the setting that gives it, and
+    the option of `aenv log limits set` that changes it."""
+
+    field: str
+    env: str
+    option: str
+
+
+def stream_limits(names: Names) -> dict[str, tuple[StreamLimit, ...]]:
+    """The limits aenv sets, by stream."""
+    return {
+        names.event_stream: (
+            StreamLimit("max_bytes", "AENV_EVENT_MAX_BYTES", "--event-max-bytes"),
+            StreamLimit("max_msgs", "AENV_EVENT_MAX_MSGS", "--event-max-msgs"),
+        ),
+        names.command_stream: (
+            StreamLimit("max_msgs", "AENV_COMMAND_MAX_MSGS", "--command-max-msgs"),
+        ),
+    }
 
 
 def stream_configs(settings: BusSettings) -> list[StreamConfig]:
@@ -111,6 +155,16 @@ def bucket_configs(settings: BusSettings) -> list[KeyValueConfig]:
             storage=StorageType.MEMORY,
             replicas=settings.replicas,
         ),
+        KeyValueConfig(
+            bucket=names.admission_bucket,
+            description="creation-rate token buckets of the teams (admission control)",
+            history=1,
+            # an idle bucket refills within burst/rate seconds: an hour-old entry is full
+            ttl=3600,
+            # memory: a NATS restart refills every bucket, which only forgives a second
+            storage=StorageType.MEMORY,
+            replicas=settings.replicas,
+        ),
     ]
 
 
@@ -136,22 +190,68 @@ def replicas_problem(stream: str, existing: int, wanted: int) -> str | None:
     )
 
 
+def limits_of(config: StreamConfig, limits: tuple[StreamLimit, ...]) -> dict[str, int]:
+    """A stream's limits as our settings say them (0: none), by setting name."""
+    return {lim.env: max(0, getattr(config, lim.field) or 0) for lim in limits}
+
+
+def limits_problem(
+    stream: str, existing: StreamConfig, wanted: StreamConfig, limits: tuple[StreamLimit, ...]
+) -> str | None:
+    """Why a role must not start against a stream whose limits (`existing`) differ from
+    those its own settings give (`wanted`); None when they agree. Like replicas, limits
+    are the fleet's: one env file must not change them for every role."""
+    have, want = limits_of(existing, limits), limits_of(wanted, limits)
+    if have == want:
+        return None
+
+    def say(values: dict[str, int]) -> str:
+        return " ".join(f"{k}={v}" for k, v in values.items())
+
+    options = " ".join(f"{lim.option} {want[lim.env]}" for lim in limits)
+    return (
+        f"stream {stream} has limits {say(have)}, this role asks for {say(want)} (0: none): "
+        f"set {say(have)} (changing a stream's limits is an operator's explicit act, never "
+        f"a role start's: `aenv log limits set {options}`, then the same values in every "
+        f"role's environment; docs/deploy.md)"
+    )
+
+
+def limits_set(config: StreamConfig) -> bool:
+    """Whether aenv set this stream's limits (`LIMITS_SET`)."""
+    return (config.description or "").endswith(LIMITS_SET)
+
+
+def _marked(config: StreamConfig) -> StreamConfig:
+    """`config` with the description saying its limits are aenv's."""
+    if limits_set(config):
+        return config
+    return replace(config, description=f"{config.description or ''} {LIMITS_SET}".lstrip())
+
+
 async def ensure_streams(js: JetStreamContext, settings: BusSettings) -> None:
     """Create the streams (or update them to the desired config) and the KV buckets.
 
     An existing stream whose replicas differ from `settings.replicas` is left as it is and
-    `ReplicasMismatch` raised (`replicas_problem`): the role refuses to start.
+    `ReplicasMismatch` raised (`replicas_problem`): the role refuses to start. So is one
+    whose limits aenv set differing from the settings' (`LimitsMismatch`).
     """
+    limits = stream_limits(Names(settings.bus_prefix))
     try:
-        for config in stream_configs(settings):
+        for config in map(_marked, stream_configs(settings)):
+            name = config.name or ""
             try:
-                info = await js.stream_info(config.name or "")
+                info = await js.stream_info(name)
             except NotFoundError:
                 await js.add_stream(config)
                 continue
             existing = info.config.num_replicas or 1
-            if problem := replicas_problem(config.name or "", existing, settings.replicas):
+            if problem := replicas_problem(name, existing, settings.replicas):
                 raise ReplicasMismatch(problem)
+            if limits_set(info.config) and (
+                problem := limits_problem(name, info.config, config, limits[name])
+            ):
+                raise LimitsMismatch(problem)
             await js.update_stream(config)
         for bucket in bucket_configs(settings):
             try:
@@ -167,12 +267,52 @@ async def ensure_streams(js: JetStreamContext, settings: BusSettings) -> None:
         raise BusError(f"cannot set up streams: {e}") from e
 
 
+async def set_limits(
+    js: JetStreamContext, settings: BusSettings, values: dict[str, int]
+) -> dict[str, dict[str, int]]:
+    """The operator's change of the streams' limits (`aenv log limits set`): `values` by
+    setting name (`AENV_EVENT_MAX_BYTES`…; 0: none), those not given kept as they are.
+    Returns every stream's limits after. JetStream refuses a byte limit its store cannot
+    reserve (a `BusError`). Every role's environment must then say the same."""
+    limits = stream_limits(Names(settings.bus_prefix))
+    known = {lim.env for lims in limits.values() for lim in lims}
+    if unknown := set(values) - known:
+        raise BusError(f"not a stream limit: {sorted(unknown)} (known: {sorted(known)})")
+    after: dict[str, dict[str, int]] = {}
+    try:
+        for stream, lims in limits.items():
+            config = (await js.stream_info(stream)).config
+            given: dict[str, Any] = {
+                lim.field: _limit(values[lim.env]) for lim in lims if lim.env in values
+            }
+            config = _marked(replace(config, **given))
+            await js.update_stream(config)
+            after[stream] = limits_of(config, lims)
+    except NotFoundError as e:
+        raise BusError(f"no stream to set limits on (start a role first): {e}") from e
+    except APIError as e:
+        raise BusError(f"cannot set the streams' limits: {e}") from e
+    return after
+
+
+async def _stream_names(js: JetStreamContext) -> list[str]:
+    """Every stream's name on the server (the list comes in pages)."""
+    out: list[str] = []
+    while page := await js.streams_info(offset=len(out)):
+        out += [i.config.name or "" for i in page]
+    return out
+
+
 async def delete_all(js: JetStreamContext, settings: BusSettings) -> None:
-    """Remove both streams and the bucket of a (test) namespace. Refuses the empty prefix."""
+    """Remove the streams (the log, the commands, the pipelines' feed and team streams) and
+    the buckets of a (test) namespace. Refuses the empty prefix."""
     if not settings.bus_prefix:
         raise BusError("refusing to delete the streams of the unprefixed (production) stack")
     names = Names(settings.bus_prefix)
-    for stream in (names.event_stream, names.command_stream):
+    teams = names.team_stream("x")[:-1]  # the teams' streams (pipelines) share this start
+    streams = [names.event_stream, names.command_stream, names.feed_stream]
+    streams += [n for n in await _stream_names(js) if n.startswith(teams)]
+    for stream in streams:
         with contextlib.suppress(NotFoundError):
             await js.delete_stream(stream)
     for bucket in (
@@ -180,6 +320,7 @@ async def delete_all(js: JetStreamContext, settings: BusSettings) -> None:
         names.routes_bucket,
         names.secrets_bucket,
         names.gc_lease_bucket,
+        names.admission_bucket,
     ):
         with contextlib.suppress(NotFoundError, BucketNotFoundError):
             await js.delete_key_value(bucket)

@@ -38,6 +38,7 @@ from domain import apikey as ak
 from domain import build as bd
 from domain import buildkey as bk
 from domain import image as im
+from domain import lease as ls
 from domain import node as nd
 from domain import sandbox as sb
 from domain import template as tp
@@ -49,6 +50,7 @@ __all__ = [
     "BuildStore",
     "EventStore",
     "ImageStore",
+    "LeaseStore",
     "NodeStore",
     "RecordedEvent",  # re-exported
     "SandboxStore",
@@ -349,3 +351,4 @@ VolumeStore: TypeAlias = EventStore[vo.Volume, vo.AnyVolumeCommand]
 ImageStore: TypeAlias = EventStore[im.Image, im.AnyImageCommand]
 BuildKeyStore: TypeAlias = EventStore[bk.BuildKey, bk.AnyBuildKeyCommand]
 NodeStore: TypeAlias = EventStore[nd.Node, nd.AnyNodeCommand]
+LeaseStore: TypeAlias = EventStore[ls.Lease, ls.AnyLeaseCommand]

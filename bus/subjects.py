@@ -11,6 +11,10 @@ Layout (with an empty prefix)::
                       aenv.cmd.build.<verb>        template builds, pulled by any builder
     KV     aenv_nodes <node id>                    heartbeats and live capacity
 
+    (core)     aenv.in.<team>.<verb>          a pipeline's command, to the API's ingress
+    AENV_FEED  aenv.feed.<team>.sandbox.<id>  the sandbox events, secrets stripped (auditor)
+    AENV_TEAM_<team>                          one team's part of AENV_FEED (its pipelines)
+
 A prefix `t1` gives stream `T1_AENV_EVT`, subjects `t1.aenv.evt.…`, bucket `t1_aenv_nodes`.
 """
 
@@ -25,11 +29,15 @@ from domain.aggregates import AggregateKind
 
 __all__ = [
     "COMMAND_VERBS",
+    "OTHER_TEAM",
+    "PIPELINE_TEAM",
     "AggregateKind",  # re-exported: each kind owns a subject family in AENV_EVT
     "Names",
     "carries",
     "decode_id",
     "encode_id",
+    "pipeline_team",
+    "team_token",
 ]
 
 _TOKEN = re.compile(r"^[^.*>\s]+$")
@@ -75,6 +83,25 @@ def encode_id(aggregate_id: str) -> str:
 def decode_id(token: str) -> str:
     """Inverse of `encode_id`."""
     return _UNESCAPE.sub(lambda m: chr(int(m.group(1), 16)), token)
+
+
+#: The teams that may have pipeline users: a subject token and a stream name's tail.
+PIPELINE_TEAM: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: The feed's team token of a sandbox whose team can have no pipeline (none, or a name
+#: outside `PIPELINE_TEAM`): no team's stream takes it, the auditor reads it.
+OTHER_TEAM: Final = "%other"
+
+
+def pipeline_team(team: str) -> str:
+    """`team`, if it can have pipeline users (else `InvalidName`)."""
+    if not PIPELINE_TEAM.match(team):
+        raise InvalidName(f"team {team!r} cannot have pipelines: letters, digits, _ and - only")
+    return team
+
+
+def team_token(team: str | None) -> str:
+    """A sandbox's team as its feed subject's token."""
+    return team if team is not None and PIPELINE_TEAM.match(team) else OTHER_TEAM
 
 
 def carries(aggregate_id: str) -> bool:
@@ -129,6 +156,12 @@ class Names:
         """KV bucket of short-lived secrets handed from the API to a worker (a build's
         registry password): never an event, gone after its TTL."""
         return self._lower("aenv_secrets")
+
+    @property
+    def admission_bucket(self) -> str:
+        """KV bucket of the teams' creation-rate token buckets (`bus.ratebuckets`): one
+        number per bucket, shared by every API of the fleet."""
+        return self._lower("aenv_admission")
 
     @property
     def gc_lease_bucket(self) -> str:
@@ -201,6 +234,59 @@ class Names:
     def build_consumer(self) -> str:
         """Durable pull consumer shared by the template builders."""
         return self._lower("build")
+
+    # -- pipelines: per-team ingress and the stripped feed (docs/pipelines.md) ----------
+    def ingress(self, team: str, verb: str) -> str:
+        """Where a team's pipeline sends a command (core request/reply, served by the API's
+        ingress, which takes the team from here and never from the body)."""
+        return self._subject("aenv", "in", pipeline_team(team), _token(verb, "verb"))
+
+    def team_ingress(self, team: str) -> str:
+        """Wildcard of one team's ingress: what its pipeline user may publish to."""
+        return self._subject("aenv", "in", pipeline_team(team), ">")
+
+    def parse_ingress(self, subject: str) -> tuple[str, str] | None:
+        """Inverse of `ingress`: (team, verb) of an ingress subject, None for any other."""
+        start = self._subject("aenv", "in", "")
+        parts = subject[len(start) :].split(".") if subject.startswith(start) else []
+        return (parts[0], parts[1]) if len(parts) == 2 and all(parts) else None
+
+    @property
+    def all_ingress(self) -> str:
+        """Wildcard of every team's ingress: the ingress's subscription."""
+        return self._subject("aenv", "in", "*", "*")
+
+    @property
+    def feed_stream(self) -> str:
+        """Every sandbox event with its secrets stripped, by team: the auditor's log."""
+        return self._upper("AENV_FEED")
+
+    @property
+    def all_feed(self) -> str:
+        return self._subject("aenv", "feed", ">")
+
+    def feed(self, team_token: str, sandbox_id: str) -> str:
+        """One sandbox's stripped history in the feed (`team_token`: `team_token()`)."""
+        return self._subject("aenv", "feed", team_token, "sandbox", encode_id(sandbox_id))
+
+    def team_feed(self, team: str) -> str:
+        """Wildcard of one team's part of the feed (its stream's source filter)."""
+        return self._subject("aenv", "feed", pipeline_team(team), ">")
+
+    def team_stream(self, team: str) -> str:
+        """The stream one team's pipelines read: its part of the feed, sourced by NATS."""
+        return self._upper(f"AENV_TEAM_{pipeline_team(team)}")
+
+    def inbox(self, team: str | None) -> str:
+        """The reply-inbox prefix of a team's pipeline (None: the auditor's): the only
+        subjects such a user may subscribe to, so that it sees no one else's replies."""
+        own = ("aenv", pipeline_team(team)) if team is not None else ("aenv-auditor",)
+        return ".".join(("_INBOX", *((self.prefix,) if self.prefix else ()), *own))
+
+    @property
+    def feed_consumer(self) -> str:
+        """Durable consumer of the sandbox events that the feed republishes."""
+        return self._lower("feed")
 
     # -- durable consumer names (no dots allowed) ------------------------------------------
     def node_consumer(self, node_id: str) -> str:

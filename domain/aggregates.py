@@ -17,6 +17,7 @@ from domain import apikey as ak
 from domain import build as bd
 from domain import buildkey as bk
 from domain import image as im
+from domain import lease as ls
 from domain import node as nd
 from domain import sandbox as sb
 from domain import template as tp
@@ -29,6 +30,7 @@ __all__ = [
     "BUILD",
     "BUILDKEY",
     "IMAGE",
+    "LEASE",
     "NODE",
     "SANDBOX",
     "TEMPLATE",
@@ -59,6 +61,7 @@ class AggregateKind(StrEnum):
     IMAGE = "image"
     BUILDKEY = "buildkey"
     NODE = "node"
+    LEASE = "lease"
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,15 @@ NODE: Aggregate[nd.Node, nd.AnyNodeCommand, nd.AnyNodeEvent] = Aggregate(
     events=_members(nd.AnyNodeEvent),
 )
 
+LEASE: Aggregate[ls.Lease, ls.AnyLeaseCommand, ls.AnyLeaseEvent] = Aggregate(
+    kind=AggregateKind.LEASE,
+    state=ls.Lease,
+    decide=ls.decide_lease,
+    evolve=ls.evolve_lease,
+    commands=_members(ls.AnyLeaseCommand),
+    events=_members(ls.AnyLeaseEvent),
+)
+
 #: Every aggregate kind, in the order they are listed everywhere else.
 AGGREGATES: tuple[Aggregate[Any, Any, Any], ...] = (
     SANDBOX,
@@ -173,6 +185,7 @@ AGGREGATES: tuple[Aggregate[Any, Any, Any], ...] = (
     IMAGE,
     BUILDKEY,
     NODE,
+    LEASE,
 )
 
 _BY_KIND: dict[str, Aggregate[Any, Any, Any]] = {a.kind: a for a in AGGREGATES}

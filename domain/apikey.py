@@ -15,6 +15,7 @@ from typing import ClassVar, assert_never
 from pydantic import BaseModel, ConfigDict, Field
 
 from domain.errors import Conflict, CorruptHistory, NotFound
+from domain.limits import Limits
 from domain.messages import Command, CommandRejected, Event
 
 __all__ = [
@@ -24,9 +25,11 @@ __all__ = [
     "ApiKey",
     "ApiKeyCommand",
     "ApiKeyCreated",
+    "ApiKeyLimitsSet",
     "ApiKeyRevoked",
     "CreateApiKey",
     "RevokeApiKey",
+    "SetApiKeyLimits",
     "decide_api_key",
     "display_prefix",
     "evolve_api_key",
@@ -89,6 +92,14 @@ class RevokeApiKey(ApiKeyCommand):
     """Revoke a key: it stops authenticating within the API's cache period."""
 
 
+class SetApiKeyLimits(ApiKeyCommand):
+    """Set the admission limits of the key's creates (`domain.limits`): each field given
+    overrides the team's and the defaults' for requests with this key; an empty `limits`
+    drops every override."""
+
+    limits: Limits = Field(default_factory=Limits)
+
+
 class ApiKeyCreated(Event):
     key_id: str
     team_id: str
@@ -101,6 +112,11 @@ class ApiKeyRevoked(Event):
     key_id: str
 
 
+class ApiKeyLimitsSet(Event):
+    key_id: str
+    limits: Limits
+
+
 class ApiKey(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -110,10 +126,11 @@ class ApiKey(BaseModel):
     prefix: str
     key_sha256: str
     revoked: bool = False
+    limits: Limits = Field(default_factory=Limits)
 
 
 #: The closed set of API key commands (`decide_api_key` matches it exhaustively).
-AnyApiKeyCommand = CreateApiKey | RevokeApiKey
+AnyApiKeyCommand = CreateApiKey | RevokeApiKey | SetApiKeyLimits
 
 
 def decide_api_key(state: ApiKey | None, command: AnyApiKeyCommand) -> list[Event]:
@@ -129,18 +146,26 @@ def decide_api_key(state: ApiKey | None, command: AnyApiKeyCommand) -> list[Even
             if state.revoked:
                 return []
             return [ApiKeyRevoked(key_id=command.key_id, at=command.at)]
+        case SetApiKeyLimits():
+            if state is None:
+                raise NotFound(f"api key {command.key_id} not found")
+            if state.revoked:
+                raise Conflict(f"api key {command.key_id} is revoked")
+            if state.limits == command.limits:
+                return []
+            return [ApiKeyLimitsSet(key_id=command.key_id, limits=command.limits, at=command.at)]
         case _:
             assert_never(command)
 
 
 #: The closed set of API key events (`evolve_api_key` matches it exhaustively).
-AnyApiKeyEvent = ApiKeyCreated | ApiKeyRevoked
+AnyApiKeyEvent = ApiKeyCreated | ApiKeyRevoked | ApiKeyLimitsSet
 
 
 def evolve_api_key(state: ApiKey | None, event: Event) -> ApiKey | None:
     if isinstance(event, CommandRejected):
         return state
-    if not isinstance(event, ApiKeyCreated | ApiKeyRevoked):
+    if not isinstance(event, ApiKeyCreated | ApiKeyRevoked | ApiKeyLimitsSet):
         raise CorruptHistory(f"not an API key event: {type(event).__name__}")
     return _evolve_api_key(state, event)
 
@@ -155,6 +180,10 @@ def _evolve_api_key(state: ApiKey | None, event: AnyApiKeyEvent) -> ApiKey | Non
             if state is None:
                 raise CorruptHistory(f"api key {event.key_id} revoked before it was created")
             return state.model_copy(update={"revoked": True})
+        case ApiKeyLimitsSet():
+            if state is None:
+                raise CorruptHistory(f"api key {event.key_id} limited before it was created")
+            return state.model_copy(update={"limits": event.limits})
         case _:
             assert_never(event)
 

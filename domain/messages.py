@@ -68,7 +68,11 @@ class Event(Message):
     at: AwareDatetime = Field(description="when it happened (the deciding command's clock)")
 
 
-RejectionCode = Literal["not_found", "conflict", "invalid", "permanent", "unavailable", "internal"]
+#: `forbidden`: the sender's credentials do not cover the command (a pipeline of another
+#: team, `api/ingress.py`)
+RejectionCode = Literal[
+    "not_found", "conflict", "invalid", "permanent", "unavailable", "internal", "forbidden"
+]
 
 
 class CommandRejected(Event):

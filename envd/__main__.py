@@ -21,16 +21,20 @@ from envd.app import App  # noqa: E402
 from envd.conn import Connection  # noqa: E402
 from envd.httpserver import serve_connection  # noqa: E402
 from envd.state import State  # noqa: E402
+from envd.tails import ENDED_KEEP, ENDED_KEEP_S, EndedTable  # noqa: E402
 from envd.version import ENVD_VERSION  # noqa: E402
 
 USAGE = (
     "usage: python3 -m envd [--host ADDR] [--port N] [--default-user NAME]"
-    " [--default-workdir DIR]\n"
+    " [--default-workdir DIR] [--ended-keep N] [--ended-keep-s S]\n"
     "  --host             listen address (default 0.0.0.0)\n"
     "  --port             listen port, 0 picks a free one (default 49983)\n"
     "  --default-user     user of requests that name none (default 'user';\n"
     "                     envd's own user when that one does not exist)\n"
     "  --default-workdir  cwd of processes that name none (default: the user's home)\n"
+    f"  --ended-keep       ended processes whose exit and output tail `commands.connect(pid)`\n"
+    f"                     still answers, the most recent ones (default {ENDED_KEEP})\n"
+    f"  --ended-keep-s     seconds each stays after its end (default {ENDED_KEEP_S:g})\n"
 )
 
 
@@ -40,12 +44,32 @@ class Options:
     port: int = 49983
     default_user: str = "user"
     default_workdir: str | None = None
+    ended_keep: int = ENDED_KEEP
+    ended_keep_s: float = ENDED_KEEP_S
+
+
+def _number(name: str, value: str) -> float:
+    try:
+        n = float(value)
+    except ValueError:
+        n = -1.0
+    if not n >= 0:
+        sys.stderr.write(f"envd: invalid {name} {value!r}\n")
+        raise SystemExit(2)
+    return n
 
 
 def parse_args(argv: list[str]) -> Options:
     """`--flag value` and `--flag=value`; exits with usage on anything else."""
     opts = Options()
-    names = {"--host", "--port", "--default-user", "--default-workdir"}
+    names = {
+        "--host",
+        "--port",
+        "--default-user",
+        "--default-workdir",
+        "--ended-keep",
+        "--ended-keep-s",
+    }
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -71,6 +95,10 @@ def parse_args(argv: list[str]) -> Options:
             opts.port = int(value)
         elif name == "--default-user":
             opts.default_user = value
+        elif name == "--ended-keep":
+            opts.ended_keep = int(_number(name, value))
+        elif name == "--ended-keep-s":
+            opts.ended_keep_s = _number(name, value)
         else:
             opts.default_workdir = value
         i += 1
@@ -94,7 +122,11 @@ def listen(host: str, port: int) -> socket.socket:
 
 async def serve(opts: Options) -> None:
     loop = asyncio.get_running_loop()
-    state = State(default_user_name=opts.default_user, default_workdir=opts.default_workdir)
+    state = State(
+        default_user_name=opts.default_user,
+        default_workdir=opts.default_workdir,
+        ended=EndedTable(opts.ended_keep, opts.ended_keep_s),
+    )
     app = App(state, loop)
 
     async def serve_one(conn: Connection) -> None:

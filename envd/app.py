@@ -27,7 +27,7 @@ class App:
 
     def __init__(self, state: State, loop: asyncio.AbstractEventLoop) -> None:
         self.state = state
-        self.table = ProcessTable(loop)
+        self.table = ProcessTable(loop, state.ended)
         p = ProcessService(state, self.table)
         self.process = p
         self.fs = FilesystemService(state, loop)

@@ -128,6 +128,19 @@ def set_hostname(name: str) -> None:
         log.warn("sethostname failed", error=str(e))
 
 
+def ended_keep(body: dict[str, Any]) -> tuple[int | None, float | None]:
+    """aenv's own /init fields: how many ended processes, and for how long, envd keeps for
+    `commands.connect(pid)` (`envd.tails`; the node's AENV_ENVD_ENDED_KEEP[_S])."""
+    keep, keep_s = body.get("aenvEndedKeep"), body.get("aenvEndedKeepS")
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 0):
+        raise ValueError("aenvEndedKeep must be a count >= 0")
+    if keep_s is not None and (
+        isinstance(keep_s, bool) or not isinstance(keep_s, (int, float)) or not keep_s >= 0
+    ):
+        raise ValueError("aenvEndedKeepS must be seconds >= 0")
+    return keep, None if keep_s is None else float(keep_s)
+
+
 def _authorized(state: State, req: Request, body: dict[str, Any]) -> bool:
     """Once a token is set, /init must prove it knows it (header, or the same token again)."""
     current = state.access_token
@@ -164,6 +177,7 @@ async def handle_init(state: State, req: Request) -> None:
         ts = parse_timestamp(body.get("timestamp"))
         entropy_raw = body.get("entropy")
         entropy = base64.b64decode(entropy_raw) if isinstance(entropy_raw, str) else b""
+        keep, keep_s = ended_keep(body)
     except (ValueError, binascii.Error) as e:
         raise HttpError(400, f"invalid init request: {e}") from e
     from envd import volumes  # preloaded (`envd.preload`): free by the time a sandbox runs
@@ -190,6 +204,7 @@ async def handle_init(state: State, req: Request) -> None:
         state.set_default_user(body["defaultUser"])
     if isinstance(body.get("defaultWorkdir"), str) and body["defaultWorkdir"]:
         state.default_workdir = body["defaultWorkdir"]
+    state.ended.set_bounds(keep, keep_s)
     await state.preload.wait()
     if mounts:
         user = state.default_user

@@ -9,7 +9,7 @@ from typing import Any
 
 from envd import auth, wire
 from envd.connect import Call, RpcError, Send, next_item
-from envd.procs import Proc, ProcessTable, SpawnSpec, Subscriber
+from envd.procs import Proc, ProcessTable, SpawnSpec, Subscriber, replay
 from envd.shells import resolve_argv
 from envd.state import State
 from envd.users import resolve_path
@@ -67,9 +67,10 @@ class ProcessService:
             tag=None,
         )
         sub = Subscriber()
-        self.table.spawn(spec, first=sub)
+        proc = self.table.spawn(spec, first=sub)
         while not (await sub.queue.get())[0]:
             pass
+        self.table.ended.forget(proc.pid)  # no one's process: nothing to connect to
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -115,10 +116,12 @@ class ProcessService:
                 batch = [item[1]]
                 ended = item[0]
                 while not ended and not queue.empty():
-                    end, payload = queue.get_nowait()
+                    end, payload, _ = queue.get_nowait()
                     batch.append(payload)
                     ended = end
+                sub.sending = item[2]  # kept for the next stream should this one be cut
                 await send(*batch)
+                sub.sending = None
                 if ended:
                     return
                 proc.maybe_resume()
@@ -170,7 +173,24 @@ class ProcessService:
         await self._pump(call, proc, sub, send)
 
     async def connect(self, call: Call, msg: dict[str, Any], send: Send) -> None:
-        proc = self._select(msg)
+        """Attach to a running process (what was read while no stream was attached comes
+        first, then what it writes, then its end) or, for one that ended a short while ago
+        (`envd.tails`), replay the tail of its output and its end."""
+        try:
+            proc = self._select(msg)
+        except RpcError as e:
+            if e.code != "not_found":
+                raise
+            selector = msg["process"]
+            pid = selector.get("pid")
+            ended = self.table.ended.find(
+                pid=None if pid is None else int(pid), tag=selector.get("tag")
+            )
+            if ended is None:
+                raise
+            await send(b'{"event":{"start":{"pid":%d}}}' % ended.pid)
+            await send(*(payload for _, payload in replay(ended.tail)), ended.end)
+            return
         sub = proc.subscribe()
         await send(b'{"event":{"start":{"pid":%d}}}' % proc.pid)
         await self._pump(call, proc, sub, send)

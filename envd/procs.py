@@ -3,7 +3,9 @@
 Each process is watched with non-blocking fds on the event loop — no threads, no asyncio
 subprocess transports — which keeps a `commands.run("true")` round trip close to a bare
 fork+exec. Output is encoded once into ready-to-send protobuf-JSON payloads and handed to
-every attached stream; a process outlives its streams and anyone may attach by pid.
+every attached stream; a process outlives its streams and anyone may attach by pid. Its
+output is read on while no stream is attached (the process never blocks on a full pipe
+then), its tail kept (`envd.tails`) for the next stream and, after its end, with its exit.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 
 from envd import log, wire
 from envd.connect import encode
+from envd.fdwriter import FdWriter
+from envd.tails import Ended, EndedTable, OutputTail
 from envd.users import User
 
 READ_CHUNK = 64 * 1024
@@ -26,6 +30,7 @@ READ_CHUNK = 64 * 1024
 # chunks queued (up to ~8 MiB), so `yes` behind a slow client blocks instead of filling RAM.
 QUEUE_HIGH = 128
 QUEUE_LOW = 16
+DATA_END = b'"}}}'
 
 
 @dataclass
@@ -44,75 +49,13 @@ class SpawnSpec:
 
 
 class Subscriber:
-    """One attached stream: payloads queue up here until the stream sends them."""
+    """One attached stream: (end, payload, number of its first output chunk) queue up here
+    until the stream sends them."""
 
     def __init__(self) -> None:
-        self.queue: asyncio.Queue[tuple[bool, bytes]] = asyncio.Queue()
-
-
-class _FdWriter:
-    """Buffered, non-blocking writes to a pipe or pty master, closable after a flush."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, owns_fd: bool) -> None:
-        self._loop = loop
-        self.fd = fd
-        self._owns = owns_fd
-        self._buf = bytearray()
-        self._close_pending = False
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        if self.closed or self._close_pending:
-            raise BrokenPipeError("stdin not enabled or closed")
-        if not self._buf:
-            try:
-                n = os.write(self.fd, data)
-            except BlockingIOError:
-                n = 0
-            data = data[n:]
-            if not data:
-                return
-            self._loop.add_writer(self.fd, self._on_writable)
-        self._buf += data
-
-    def _on_writable(self) -> None:
-        try:
-            n = os.write(self.fd, self._buf)
-        except BlockingIOError:
-            return
-        except OSError:
-            self._buf.clear()
-            n = 0
-        del self._buf[:n]
-        if not self._buf:
-            self._loop.remove_writer(self.fd)
-            if self._close_pending:
-                self._really_close()
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        if self._buf:
-            self._close_pending = True
-        else:
-            self._really_close()
-
-    def _really_close(self) -> None:
-        self.closed = True
-        self._loop.remove_writer(self.fd)
-        if self._owns:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-
-    def abandon(self) -> None:
-        """Drop pending input (the process is gone) without closing a shared fd."""
-        self._buf.clear()
-        self._loop.remove_writer(self.fd)
-        if self._owns and not self.closed:
-            self.closed = True
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-        self.closed = True
+        self.queue: asyncio.Queue[tuple[bool, bytes, int]] = asyncio.Queue()
+        #: the first chunk of what the stream is sending now (None: not sending)
+        self.sending: int | None = None
 
 
 class Proc:
@@ -127,7 +70,7 @@ class Proc:
         self.pid = popen.pid
         self.tag = spec.tag
         self.subscribers: list[Subscriber] = []
-        self.stdin: _FdWriter | None = None
+        self.stdin: FdWriter | None = None
         self.pty_master: int | None = None
         self._readers: dict[int, bytes] = {}  # fd -> payload prefix
         self._pidfd: int | None = None
@@ -135,12 +78,15 @@ class Proc:
         self.wait_status: int | None = None
         self.finished = False
         self.paused = False
+        self.tail = OutputTail()
+        #: number of the first chunk read while no stream was attached (None: all sent)
+        self.unsent_from: int | None = None
 
     # --- output -------------------------------------------------------------------------
 
-    def _broadcast(self, payload: bytes, end: bool = False) -> None:
+    def _broadcast(self, payload: bytes, end: bool = False, seq: int = -1) -> None:
         for sub in self.subscribers:
-            sub.queue.put_nowait((end, payload))
+            sub.queue.put_nowait((end, payload, seq))
 
     def _on_readable(self, fd: int) -> None:
         self._read_once(fd)
@@ -158,9 +104,13 @@ class Proc:
         if not data:
             self._close_reader(fd)
             return False
-        if self.subscribers:
-            prefix = self._readers[fd]
-            self._broadcast(prefix + wire.b64(data).encode() + b'"}}}')
+        prefix = self._readers[fd]
+        seq = self.tail.add(prefix, data)
+        if not self.subscribers:
+            if self.unsent_from is None:
+                self.unsent_from = seq
+        else:
+            self._broadcast(prefix + wire.b64(data).encode() + DATA_END, seq=seq)
             if not self.paused and any(s.queue.qsize() > QUEUE_HIGH for s in self.subscribers):
                 self.paused = True
                 for rfd in self._readers:
@@ -227,18 +177,37 @@ class Proc:
         self._broadcast(end, end=True)
         self.subscribers.clear()
         self.table.remove(self)
+        ended = self.table.ended
+        ended.add(Ended(self.pid, self.tag, self.spec.config_json, self.tail, end, ended.now()))
 
     # --- control ------------------------------------------------------------------------
 
     def subscribe(self) -> Subscriber:
+        """A new stream; it first gets what was read while no stream was attached."""
         sub = Subscriber()
+        if self.unsent_from is not None:
+            for seq, payload in replay(self.tail, self.unsent_from):
+                sub.queue.put_nowait((False, payload, seq))
+            self.unsent_from = None
         self.subscribers.append(sub)
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
         if sub in self.subscribers:
             self.subscribers.remove(sub)
+            if not self.subscribers and self.wait_status is None:
+                self._keep_unsent(sub)
         self.maybe_resume()  # a dropped slow stream must not keep the process blocked
+
+    def _keep_unsent(self, sub: Subscriber) -> None:
+        """The last stream left (cut): what it had not sent yet goes to the next one."""
+        first = sub.sending
+        while first is None and not sub.queue.empty():
+            end, _, seq = sub.queue.get_nowait()
+            if not end:
+                first = seq
+        if first is not None:
+            self.unsent_from = first
 
     def signal(self, signum: int) -> None:
         if self.wait_status is None:
@@ -269,6 +238,12 @@ class Proc:
         if self.tag is not None:
             out["tag"] = self.tag
         return out
+
+
+def replay(tail: OutputTail, seq: int = 0) -> list[tuple[int, bytes]]:
+    """Data events of what `tail` kept from chunk `seq` on (a stream's key is its prefix),
+    each with the number of its first chunk."""
+    return [(s, prefix + wire.b64(data).encode() + DATA_END) for s, prefix, data in tail.since(seq)]
 
 
 def _set_winsize(fd: int, cols: int, rows: int) -> None:
@@ -332,9 +307,11 @@ def _make_controlling_tty() -> None:  # pragma: no cover - runs in the child
 class ProcessTable:
     """All processes envd started and that have not been reaped yet, by pid."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, ended: EndedTable | None = None) -> None:
         self.loop = loop
         self.procs: dict[int, Proc] = {}
+        #: processes that have ended, kept a while for `commands.connect(pid)`
+        self.ended = ended if ended is not None else EndedTable()
         self._use_pidfd = hasattr(os, "pidfd_open")
         self._sigchld_installed = False
 
@@ -365,6 +342,7 @@ class ProcessTable:
         if first is not None:
             proc.subscribers.append(first)
         self.procs[proc.pid] = proc
+        self.ended.forget(proc.pid)
         if master is not None:
             self._read_pty(proc, master)
         else:
@@ -387,7 +365,7 @@ class ProcessTable:
         """Output and input both go through the terminal's master side."""
         os.set_blocking(master, False)
         proc.pty_master = master
-        proc.stdin = _FdWriter(self.loop, master, owns_fd=False)
+        proc.stdin = FdWriter(self.loop, master, owns_fd=False)
         proc._readers[master] = b'{"event":{"data":{"pty":"'
         self.loop.add_reader(master, proc._on_readable, master)
 
@@ -411,7 +389,7 @@ class ProcessTable:
             popen.stdin.close()
             popen.stdin = None
             os.set_blocking(fd, False)
-            proc.stdin = _FdWriter(loop, fd, owns_fd=True)
+            proc.stdin = FdWriter(loop, fd, owns_fd=True)
 
     def _watch_exit(self, proc: Proc) -> None:
         if self._use_pidfd:

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from envd.preload import Preload
+from envd.tails import EndedTable
 from envd.users import User, lookup_or_current
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -21,6 +22,8 @@ class State:
     env_vars: dict[str, str] = field(default_factory=dict)
     #: `/init` waits for it, so a template captured after its warm-up `/init` has them all.
     preload: Preload = field(default_factory=Preload)
+    #: ended processes `commands.connect(pid)` still answers (`/init` may set its bounds)
+    ended: EndedTable = field(default_factory=EndedTable)
     _default_user: User | None = None
 
     @property

@@ -11,11 +11,13 @@ from bus import AggregateKind, RecordedEvent
 from domain import apikey as ak
 from domain import template as tp
 from domain.aggregates import APIKEY, TEMPLATE
+from domain.limits import Limits
 from projections.base import Projection
 from projections.buildkeys import BuildKeyProjection
 from projections.builds import BuildProjection
 from projections.folding import Row, fold_batch, upsert
 from projections.images import ImageProjection
+from projections.leases import LeaseProjection
 from projections.nodeorders import NodeCordonProjection
 from projections.sandboxes import SandboxProjection
 from projections.tables import api_keys, templates
@@ -99,6 +101,7 @@ def _key_row(k: ak.ApiKey, rec: RecordedEvent, prior: Row | None) -> Row:
         "key_sha256": k.key_sha256,
         "created_at": prior["created_at"] if prior else rec.time,
         "revoked_at": revoked_at,
+        "limits": k.limits.model_dump(exclude_none=True),
     }
 
 
@@ -110,6 +113,7 @@ def _key_from_row(r: Row) -> ak.ApiKey:
         prefix=r["prefix"],
         key_sha256=r["key_sha256"],
         revoked=r["revoked_at"] is not None,
+        limits=Limits.model_validate(r["limits"] or {}),
     )
 
 
@@ -144,4 +148,5 @@ def all_projections() -> list[Projection]:
         ImageProjection(),
         BuildKeyProjection(),
         NodeCordonProjection(),
+        LeaseProjection(),
     ]

@@ -33,6 +33,7 @@ __all__ = [
     "build_logs",
     "builds",
     "images",
+    "leases",
     "metadata",
     "node_cordons",
     "nodes",
@@ -161,6 +162,8 @@ api_keys = Table(
     Column("key_sha256", Text, nullable=False, unique=True),
     _tz("created_at", nullable=False),
     _tz("revoked_at"),
+    # the key's admission overrides (`domain.limits.Limits`, fields it does not set left out)
+    Column("limits", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     *_position(),
 )
 
@@ -279,6 +282,22 @@ node_cordons = Table(
     *_position(),
 )
 
+#: One row per lease (`domain/lease`, migration 0018): its team, deadline and status.
+leases = Table(
+    "leases",
+    metadata,
+    Column("lease_id", Text, primary_key=True),
+    Column("team_id", Text, nullable=False),
+    Column("ttl_s", Float, nullable=False),
+    Column("on_expiry", Text, nullable=False),
+    Column("status", Text, nullable=False),  # LeaseStatus: active | expired | ended
+    _tz("opened_at", nullable=False),
+    _tz("expires_at", nullable=False),
+    _tz("ended_at"),
+    _tz("updated_at", nullable=False),
+    *_position(),
+)
+
 projection_checkpoints = Table(
     "projection_checkpoints",
     metadata,
@@ -296,6 +315,14 @@ Index(
     sandboxes.c.started_at,
 )
 Index("ix_sandboxes_node", sandboxes.c.node_id)
+# Admission control's count of a team's sandboxes holding a VM (migration 0019).
+Index(
+    "ix_sandboxes_team_holding_vm",
+    sandboxes.c.team_id,
+    postgresql_where=sandboxes.c.status.in_(
+        ("creating", "running", "pausing", "resuming", "snapshotting", "forking")
+    ),
+)
 # The TTL timer's scan: running sandboxes past their end (migration 0002).
 Index(
     "ix_sandboxes_running_end_at",
@@ -315,6 +342,9 @@ Index("ix_templates_alias", templates.c.alias)
 Index("ix_api_keys_team", api_keys.c.team_id)
 Index("ix_template_builds_template", builds.c.template_id, builds.c.requested_at)
 Index("ix_volumes_team_name", volumes.c.team_id, volumes.c.name)
+# The lease timer's scans: leases by status and deadline; a team's listing.
+Index("ix_leases_status_expires", leases.c.status, leases.c.expires_at)
+Index("ix_leases_team", leases.c.team_id)
 
 #: A view (see the migration): live capacity used per node, derived from `sandboxes`.
 nodes = Table(

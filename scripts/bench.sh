@@ -9,3 +9,6 @@ for b in envd_bench events_bench runtime_bench api_bench image_bench console_ben
     echo "== $b" >&2
     "$PY" -m "bench.$b"
 done
+echo "== rollout_bench (memory, then qemu)" >&2
+"$PY" -m bench.rollout_bench --host memory
+"$PY" -m bench.rollout_bench --host qemu

@@ -147,6 +147,14 @@ if command -v npm >/dev/null; then
         npm install --silent --no-audit --no-fund --prefix "$dir" e2b@1.13.2 >&2
     fi
     made "$dir"
+    # ... and vitest with the npm SDK, to run E2B's own JS SDK tests against the stack
+    # (tests/e2e/test_e2b_suite_js.py).
+    dir=$(side_env "${E2B_SUITE_DIR:-.npm-e2b-suite}" "npm-e2b-suite-2.51.0-vitest-4.1.12" "${E2B_SUITE_DIR:-}")
+    if [ ! -d "$dir/node_modules/vitest" ] || [ ! -d "$dir/node_modules/e2b" ]; then
+        echo "setup: installing vitest 4.1.12 and e2b 2.51.0 (npm) into $dir (E2B's JS tests)" >&2
+        npm install --silent --no-audit --no-fund --prefix "$dir" vitest@4.1.12 e2b@2.51.0 >&2
+    fi
+    made "$dir"
 fi
 exec 9>&-
 # The deploy tests render the Kubernetes manifests with kubectl's kustomize: a kubectl

@@ -34,6 +34,8 @@ API: dict[str, Kind] = {
     "aenv_node_heartbeat_age_seconds": "gauge",
     "aenv_node_uploads_waiting": "gauge",
     "aenv_node_oldest_upload_wait_seconds": "gauge",
+    "aenv_admission_refusals": "counter",
+    "aenv_lease_expiries": "counter",
 }
 NODE: dict[str, Kind] = {
     "aenv_lifecycle_seconds": "histogram",
@@ -91,7 +93,30 @@ REPOSITORY_GC: dict[str, Kind] = {
     "aenv_repository_gc_rounds": "counter",
     "aenv_repository_manifests_deleted": "counter",
 }
-FAMILIES: dict[str, Kind] = {**API, **NODE, **WARM, **COMMON, **SNAPSHOT, **REPOSITORY_GC}
+#: the node's, with lazy images on: its block service (`tests/fleet/test_lazy_images.py`)
+BLOCKS: dict[str, Kind] = {
+    "aenv_blocks_hits": "counter",
+    "aenv_blocks_misses": "counter",
+    "aenv_blocks_fetch_bytes": "counter",
+    "aenv_blocks_fetch_seconds": "counter",
+    "aenv_blocks_read_bytes": "counter",
+    "aenv_blocks_evictions": "counter",
+    "aenv_blocks_cached_bytes": "gauge",
+    "aenv_blocks_restarts": "counter",
+    "aenv_blocks_prefetched_chunks": "counter",
+    "aenv_blocks_prefetched_bytes": "counter",
+    "aenv_blocks_traces_recorded": "counter",
+    "aenv_blocks_traces_loaded": "counter",
+}
+FAMILIES: dict[str, Kind] = {
+    **API,
+    **NODE,
+    **WARM,
+    **COMMON,
+    **SNAPSHOT,
+    **REPOSITORY_GC,
+    **BLOCKS,
+}
 
 #: Gauges of one fleet-wide value that every instance exports alike (each API reads the
 #: same read model, nodes bucket and streams; every node reports the shared `place`

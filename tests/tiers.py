@@ -17,13 +17,48 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["FAST", "SLOW", "TierClock", "tier_of"]
+__all__ = ["FAST", "SLOW", "SLOW_VMLESS", "TierClock", "slow_lanes", "tier_of"]
 
 #: No VM, no root: `make test-fast` (issue 27: under 3 minutes on the 2-core host)
 FAST = ("unit", "golden", "deploy", "contract", "vmless")
 #: The VM-less stack under faults (minutes of waiting out restarts), then real QEMU
 #: microVMs (and the fleet's NATS cluster): after every fast tier
 SLOW = ("vmless_slow", "integration", "e2e_cli", "e2e", "fleet", "reliability")
+#: The slow tests that start no VM: `scripts/test.sh` runs them in a process of their own
+#: beside the VM tiers (they wait on restarts, outages and deadlines far more than they
+#: compute, about 12 minutes of CI's wall time otherwise). A directory not named here runs
+#: with the VMs: a new integration directory is taken to need them until listed.
+SLOW_VMLESS = (
+    "vmless_slow",
+    "integration/bus",
+    "integration/codeint",
+    "integration/envd",
+    "integration/projections",
+    "integration/stack",
+)
+
+
+def slow_lanes(tests: Path) -> tuple[list[str], list[str]]:
+    """The slow tiers' test paths under `tests` as (VM-less, with VMs), in tier order."""
+    vmless = [f"{tests}/{d}" for d in SLOW_VMLESS]
+    vms: list[str] = []
+    for tier in SLOW:
+        if tier in SLOW_VMLESS:
+            continue
+        listed = [d for d in SLOW_VMLESS if d.startswith(f"{tier}/")]
+        if not listed:
+            vms.append(f"{tests}/{tier}")
+            continue
+        for sub in sorted((tests / tier).iterdir()):
+            top_test = sub.is_file() and sub.name.startswith("test_") and sub.suffix == ".py"
+            tests_dir = sub.is_dir() and sub.name != "__pycache__"
+            if (top_test or tests_dir) and f"{tier}/{sub.name}" not in listed:
+                vms.append(f"{tests}/{tier}/{sub.name}")
+    return vmless, vms
+
+
+#: how many files the end of a run names as the slowest (CI's log keeps only its tail)
+FILES_SHOWN = 25
 
 
 def tier_of(nodeid: str) -> str:
@@ -38,17 +73,27 @@ class TierClock:
     def __init__(self) -> None:
         self.spans: dict[str, list[float]] = {}
         self.counts: dict[str, int] = {}
+        #: the same per test file: where a slow tier's minutes go (fixtures included)
+        self.files: dict[str, list[float]] = {}
 
     def started(self, nodeid: str) -> None:
         tier = tier_of(nodeid)
         now = time.monotonic()
         self.spans.setdefault(tier, [now, now])  # a tier's first test starts its span
         self.counts[tier] = self.counts.get(tier, 0) + 1
+        self.files.setdefault(nodeid.split("::")[0], [now, now])
 
     def finished(self, nodeid: str) -> None:
-        span = self.spans.get(tier_of(nodeid))
-        if span is not None:
-            span[1] = max(span[1], time.monotonic())
+        now = time.monotonic()
+        for span in (self.spans.get(tier_of(nodeid)), self.files.get(nodeid.split("::")[0])):
+            if span is not None:
+                span[1] = max(span[1], now)
+
+    def slowest_files(self, n: int) -> list[tuple[str, float]]:
+        """The `n` files whose tests took the longest, first test's start to last's end
+        (a file's tests run together in one process; under xdist the spans overlap)."""
+        spans = ((f, end - start) for f, (start, end) in self.files.items())
+        return sorted(spans, key=lambda fs: -fs[1])[:n]
 
     def seconds(self) -> dict[str, float]:
         return {tier: round(end - start, 1) for tier, (start, end) in self.spans.items()}
@@ -70,6 +115,9 @@ class TierClock:
         for tier, seconds in times.items():
             n = self.counts[tier]
             terminalreporter.write_line(f"{tier:<12} {seconds:8.1f} s  {n:5d} tests")
+        terminalreporter.section("slowest files")
+        for path, seconds in self.slowest_files(FILES_SHOWN):
+            terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
         out = os.environ.get("AENV_TIER_TIMES")
         if out:
             body = {t: {"seconds": s, "tests": self.counts[t]} for t, s in times.items()}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from aenv.cli import read_exports
 from aenv.stack.process import free_port
 
 AENV = [sys.executable, "-m", "aenv.cli"]
@@ -61,11 +62,7 @@ def running_stack(data: Path, env: dict[str, str], slot_prefix: str) -> Iterator
     if up.returncode != 0:
         log = (data / "aenv.log").read_text(errors="replace")[-4000:]
         pytest.fail(f"aenv up failed ({up.returncode}): {up.stderr[-2000:]}\n--- log\n{log}")
-    exports = dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in up.stdout.splitlines()
-        if line.startswith("export ")
-    )
+    exports = read_exports(up.stdout)
     saved = {k: os.environ.get(k) for k in SDK_ENV}
     os.environ.update({k: exports[k] for k in SDK_ENV})
     try:

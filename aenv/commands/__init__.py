@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from aenv.commands import auth, exec, listing, observe, sandboxes, templates
+from aenv.commands.leases import lease_app
 from aenv.commands.nodes import node_app
 from aenv.commands.snapshots import snapshot_app
 from aenv.commands.volumes import volume_app
@@ -26,8 +27,8 @@ EPILOG = (
 
 def register(app: typer.Typer) -> None:
     """Add auth, start, cn, exec, upload, download, ls, pause, resume, timeout, rm, fork,
-    snapshot, volume, node cordon|uncordon|drain, build, pull, template ls|rm, and the
-    top-level help's epilog on configuration and exit codes."""
+    snapshot, volume, node cordon|uncordon|drain, lease create|renew|ls|rm, build, pull,
+    template ls|rm, and the top-level help's epilog on configuration and exit codes."""
     auth.register(app)
     sandboxes.register(app)
     listing.register(app)
@@ -36,6 +37,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(snapshot_app, name="snapshot")
     app.add_typer(volume_app, name="volume")
     app.add_typer(node_app, name="node")
+    app.add_typer(lease_app, name="lease")
     templates.register(app)
     if not app.info.epilog:
         app.info.epilog = EPILOG

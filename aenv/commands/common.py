@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -28,6 +28,8 @@ __all__ = [
     "ApiUrl",
     "DataDir",
     "SandboxId",
+    "api_call",
+    "call",
     "connection",
     "die",
     "die_refused",
@@ -101,6 +103,46 @@ def connection(api_url: str | None, api_key: str | None, data_dir: Path) -> Conn
         return resolve(api_url, api_key, data_dir)
     except ConfigError as e:
         die(str(e), EXIT_USAGE)
+
+
+def api_call(
+    api_url: str | None,
+    api_key: str | None,
+    data_dir: Path,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    timeout: float = 120,
+) -> Any:
+    """One call of aenv's own routes (not E2B's: the SDK has none for them)."""
+    return call(connection(api_url, api_key, data_dir), method, path, body, timeout=timeout)
+
+
+def call(
+    conn: Connection,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    timeout: float = 120,
+) -> Any:
+    """The answer's JSON; no answer exits 3, a refusal exits with the API's message."""
+    import httpx
+
+    try:
+        r = httpx.request(
+            method,
+            f"{conn.api_url}{path}",
+            json=body,
+            timeout=timeout,
+            headers={"X-API-Key": conn.api_key},
+        )
+    except httpx.HTTPError as e:
+        die(f"{path}: cannot reach {conn.api_url} ({type(e).__name__})", EXIT_SERVER)
+    if r.status_code >= 300:
+        die_refused(path, r.status_code, r.text)
+    return r.json()
 
 
 def pairs(values: list[str] | None, what: str) -> dict[str, str]:

@@ -16,14 +16,12 @@ import typer
 
 from aenv.commands.common import (
     DEFAULT_DATA,
-    EXIT_SERVER,
     EXIT_TIMED_OUT,
     ApiKey,
     ApiUrl,
     DataDir,
-    connection,
+    api_call,
     die,
-    die_refused,
 )
 
 __all__ = ["describe", "node_app"]
@@ -35,19 +33,6 @@ node_app = typer.Typer(
     help="Cordon, uncordon and drain nodes (an operator's key).", no_args_is_help=True
 )
 NodeId = Annotated[str, typer.Argument(help="The node's id (AENV_NODE_ID; `aenv status`).")]
-
-
-def _post(api_url: str | None, api_key: str | None, data_dir: Any, path: str) -> Any:
-    import httpx
-
-    conn = connection(api_url, api_key, data_dir)
-    try:
-        r = httpx.post(f"{conn.api_url}{path}", timeout=60, headers={"X-API-Key": conn.api_key})
-    except httpx.HTTPError as e:
-        die(f"{path}: cannot reach {conn.api_url} ({type(e).__name__})", EXIT_SERVER)
-    if r.status_code >= 300:
-        die_refused(path, r.status_code, r.text)
-    return r.json()
 
 
 def describe(p: dict[str, Any]) -> str:
@@ -66,7 +51,7 @@ def cordon(
     data_dir: DataDir = DEFAULT_DATA,
 ) -> None:
     """NODE_ID takes no new sandboxes (its running ones go on); returns once it says so."""
-    _post(api_url, api_key, data_dir, f"/nodes/{node_id}/cordon")
+    api_call(api_url, api_key, data_dir, "POST", f"/nodes/{node_id}/cordon", timeout=60)
     typer.echo(f"node {node_id} cordoned")
 
 
@@ -78,7 +63,7 @@ def uncordon(
     data_dir: DataDir = DEFAULT_DATA,
 ) -> None:
     """NODE_ID takes new sandboxes again."""
-    _post(api_url, api_key, data_dir, f"/nodes/{node_id}/uncordon")
+    api_call(api_url, api_key, data_dir, "POST", f"/nodes/{node_id}/uncordon", timeout=60)
     typer.echo(f"node {node_id} uncordoned")
 
 
@@ -98,7 +83,7 @@ def drain(
     deadline = time.monotonic() + timeout
     shown = ""
     while True:
-        p = _post(api_url, api_key, data_dir, f"/nodes/{node_id}/drain")
+        p = api_call(api_url, api_key, data_dir, "POST", f"/nodes/{node_id}/drain", timeout=60)
         line = describe(p)
         if line != shown:
             typer.echo(line)

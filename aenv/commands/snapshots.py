@@ -1,4 +1,4 @@
-"""`aenv snapshot create|ls|rm`: persistent snapshots (E2B's `Sandbox.create_snapshot`),
+"""`aenv snapshot create|ls|fork|rm`: persistent snapshots (E2B's `Sandbox.create_snapshot`),
 through the e2b SDK like every sandbox command.
 
 A snapshot captures a running sandbox's memory, processes and files in place (the sandbox
@@ -102,6 +102,45 @@ def ls(
         rows = _rows(sandbox, None, conn.sdk_opts())
     human = lambda r: {**r, "names": ", ".join(r["names"])}  # noqa: E731
     emit(rows, ["snapshot_id", "names"], output, human=human)
+
+
+@snapshot_app.command("fork")
+def fork(
+    snapshot: Annotated[str, typer.Argument(show_default=False, help="Snapshot ID (= name).")],
+    count: Annotated[int, typer.Option("--count", "-n", min=1, help="How many children.")] = 1,
+    timeout: Annotated[
+        int | None,
+        typer.Option("--timeout", "-t", min=1, help="Seconds each child lives (default 300)."),
+    ] = None,
+    metadata: Annotated[
+        list[str] | None,
+        typer.Option("--metadata", "-m", help="KEY=VALUE for every child (repeatable)."),
+    ] = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = DEFAULT_DATA,
+) -> None:
+    """Fork SNAPSHOT into -n children spread over the nodes with room; print their IDs.
+
+    One request (`POST /snapshots/{id}/fork`, docs/forks.md): each node fetches the
+    snapshot once and maps its memory copy-on-write. Exit 1 if any child failed (the others
+    are still printed).
+    """
+    from aenv.commands.common import call, pairs
+
+    conn = connection(api_url, api_key, data_dir)
+    body: dict[str, Any] = {"count": count, "timeout": timeout}
+    if metadata:
+        body["metadata"] = pairs(metadata, "--metadata")
+    results = call(conn, "POST", f"/snapshots/{snapshot}/fork", body, timeout=600)
+    failed = [r["error"] for r in results if "error" in r]
+    for r in results:
+        if "sandbox" in r:
+            typer.echo(r["sandbox"]["sandboxID"])
+    for e in failed:
+        typer.echo(f"aenv: snapshot fork {snapshot}: a child failed: {e['message']}", err=True)
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @snapshot_app.command("rm")

@@ -10,12 +10,14 @@ import typer
 from aenv.ops.audit import audit
 from aenv.ops.events import events
 from aenv.ops.keys import keys_app
+from aenv.ops.pipelinekeys import pipeline_app
 
 __all__ = ["register"]
 
 
 def register(app: typer.Typer) -> None:
-    """Add `events`, `audit` and `keys create|ls|revoke`."""
+    """Add `events`, `audit` and `keys create|ls|revoke` and `keys pipeline create|ls`."""
     app.command()(events)
     app.command()(audit)
+    keys_app.add_typer(pipeline_app, name="pipeline")
     app.add_typer(keys_app, name="keys")

@@ -1,4 +1,5 @@
-"""`aenv log backup|restore`: the event log to files and back (`bus.backup`, docs/deploy.md).
+"""`aenv log backup|restore`: the event log to files and back (`bus.backup`, docs/deploy.md);
+`aenv log limits show|set`: the streams' limits, which only this changes (`bus.setup`).
 
 The event log is the one thing of a fleet that cannot be rebuilt from anything else:
 read models refold from it (`aenv projections rebuild`), nodes write their heartbeats and
@@ -112,3 +113,65 @@ def restore(
     empty (--force replaces it). Then: start the roles on an empty database (the
     projections fold the log) or run `aenv projections rebuild`."""
     _run("log restore", _nats_url(nats_url, data_dir), "restore", directory, force)
+
+
+limits_app = typer.Typer(
+    help="The streams' limits (AENV_EVENT_MAX_BYTES, AENV_EVENT_MAX_MSGS, "
+    "AENV_COMMAND_MAX_MSGS): shown, or changed for the whole fleet.",
+    no_args_is_help=True,
+)
+log_app.add_typer(limits_app, name="limits")
+
+Limit = Annotated[int | None, typer.Option(min=0, help="0: none; not given: kept as it is.")]
+
+
+def _limits(nats_url: str, values: dict[str, int] | None) -> None:
+    import asyncio
+
+    from bus import Bus, BusSettings
+    from bus.setup import limits_of, set_limits, stream_limits
+
+    async def run() -> dict[str, dict[str, int]]:
+        settings = BusSettings(nats_url=nats_url)
+        bus = await Bus.connect(settings, setup=False, retry=False)
+        try:
+            if values is not None:
+                return await set_limits(bus.js, settings, values)
+            return {
+                stream: limits_of((await bus.js.stream_info(stream)).config, lims)
+                for stream, lims in stream_limits(bus.names).items()
+            }
+        finally:
+            await bus.close()
+
+    with operator_errors("log limits"):
+        typer.echo(json.dumps(asyncio.run(run())))
+
+
+@limits_app.command("show")
+def limits_show(nats_url: NatsUrl = None, data_dir: StackDir = DEFAULT_DATA_DIR) -> None:
+    """Each stream's limits, as the settings say them (0: none)."""
+    _limits(_nats_url(nats_url, data_dir), None)
+
+
+@limits_app.command("set")
+def limits_set(
+    event_max_bytes: Limit = None,
+    event_max_msgs: Limit = None,
+    command_max_msgs: Limit = None,
+    nats_url: NatsUrl = None,
+    data_dir: StackDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Change the streams' limits for the whole fleet — a role start never does: one whose
+    AENV_EVENT_MAX_BYTES, AENV_EVENT_MAX_MSGS or AENV_COMMAND_MAX_MSGS differ from the
+    streams' refuses to start. Then set the same values in every role's environment. NATS
+    refuses a byte limit its store cannot reserve."""
+    given = {
+        "AENV_EVENT_MAX_BYTES": event_max_bytes,
+        "AENV_EVENT_MAX_MSGS": event_max_msgs,
+        "AENV_COMMAND_MAX_MSGS": command_max_msgs,
+    }
+    values = {k: v for k, v in given.items() if v is not None}
+    if not values:
+        die("log limits set: say at least one of the limits (see --help)", EXIT_FAILED)
+    _limits(_nats_url(nats_url, data_dir), values)

@@ -90,13 +90,14 @@ async def _lineage_node(store: SandboxStore, sandbox_id: str) -> LineageNode | N
 async def _history(bus: Bus, sandbox_id: str, printer: _Printer) -> Family | None:
     from projections import history
 
-    lines = await history(bus.sandboxes, sandbox_id)
+    lease = sandbox_id.startswith("lease-")  # a lease's id (`api/leases.py`), never a sandbox's
+    lines = await history(bus.leases if lease else bus.sandboxes, sandbox_id)
     if not lines:
-        die(f"no events for sandbox {sandbox_id}", EXIT_FAILED)
+        die(f"no events for {'lease' if lease else 'sandbox'} {sandbox_id}", EXIT_FAILED)
     printer.header()
     for ln in lines:
         printer.line(ln)
-    if printer.as_json:
+    if printer.as_json or lease:
         return None
     store = bus.sandboxes
     return await walk(sandbox_id, lambda sid: _lineage_node(store, sid))
@@ -133,7 +134,8 @@ def events(
     sandbox_id: Annotated[
         str | None,
         typer.Argument(
-            help="Sandbox whose history to print; without it, --follow shows every sandbox.",
+            help="Sandbox (or lease) whose history to print; without it, --follow shows every "
+            "sandbox.",
             show_default=False,
         ),
     ] = None,

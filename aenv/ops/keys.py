@@ -1,4 +1,4 @@
-"""`aenv keys create|ls|revoke`: API keys of the local stack.
+"""`aenv keys create|ls|revoke|limits`: API keys of the local stack.
 
 An operator's commands, run where `aenv up` runs: they append to the event log (NATS) and read
 the `api_keys` read model (Postgres) directly, so no API key is needed to manage keys. Each
@@ -102,6 +102,7 @@ def _key_row(r: Any) -> dict[str, Any]:
         "prefix": r.prefix,
         "created_at": r.created_at.isoformat(),
         "revoked_at": r.revoked_at.isoformat() if r.revoked_at else None,
+        "limits": dict(r.limits or {}),
     }
 
 
@@ -114,7 +115,14 @@ def _human(row: dict[str, Any]) -> dict[str, Any]:
         "prefix": f"{row['prefix']}…",
         "created": short(row["created_at"]),
         "revoked": short(row["revoked_at"]) or "-",
+        "limits": _limits_text(row["limits"]),
     }
+
+
+def _limits_text(limits: dict[str, Any]) -> str:
+    """`max=5 rate=2/s burst=4`, or `-` when the key sets none."""
+    words = {"max_sandboxes": "max={}", "creates_per_s": "rate={:g}/s", "burst": "burst={}"}
+    return " ".join(words[k].format(v) for k, v in limits.items() if k in words) or "-"
 
 
 @keys_app.command("ls")
@@ -128,8 +136,9 @@ def ls(
 ) -> None:
     """List API keys, revoked ones included (never the keys themselves).
 
-    Table: id, name, team, prefix, created, revoked. JSON rows: key_id, name, team, prefix,
-    created_at, revoked_at (null while the key is valid).
+    Table: id, name, team, prefix, created, revoked, limits. JSON rows: key_id, name, team,
+    prefix, created_at, revoked_at (null while the key is valid), limits (the key's own
+    admission overrides: max_sandboxes, creates_per_s, burst; {} when it sets none).
     """
     from sqlalchemy import select
 
@@ -139,7 +148,13 @@ def ls(
 
     async def body(bus: Bus, engine: AsyncEngine) -> list[dict[str, Any]]:
         q = select(
-            t.c.key_id, t.c.name, t.c.team_id, t.c.prefix, t.c.created_at, t.c.revoked_at
+            t.c.key_id,
+            t.c.name,
+            t.c.team_id,
+            t.c.prefix,
+            t.c.created_at,
+            t.c.revoked_at,
+            t.c.limits,
         ).order_by(t.c.created_at, t.c.key_id)
         if team is not None:
             q = q.where(t.c.team_id == team)
@@ -147,7 +162,8 @@ def ls(
             return [_key_row(r) for r in (await conn.execute(q)).all()]
 
     rows = _run(data_dir, "keys ls", body)
-    emit(rows, ["key_id", "name", "team", "prefix", "created", "revoked"], output, human=_human)
+    columns = ["key_id", "name", "team", "prefix", "created", "revoked", "limits"]
+    emit(rows, columns, output, human=_human)
 
 
 @keys_app.command("revoke")
@@ -172,3 +188,71 @@ def revoke(
 
     _run(data_dir, f"keys revoke {key_id}", body)
     typer.echo(f"aenv: key {key_id} revoked; the API refuses it within {CACHE_S:g}s", err=True)
+
+
+@keys_app.command("limits")
+def limits(
+    key_id: Annotated[
+        str, typer.Argument(help="ID of the key (KEY_ID in `aenv keys ls`).", show_default=False)
+    ],
+    max_sandboxes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-sandboxes", min=0, help="Sandboxes its team may have running (0: no limit)."
+        ),
+    ] = None,
+    creates_per_s: Annotated[
+        float | None,
+        typer.Option(
+            "--creates-per-s", min=0, help="Sandboxes per second it may start (0: no limit)."
+        ),
+    ] = None,
+    burst: Annotated[
+        int | None,
+        typer.Option("--burst", min=0, help="How many at once (0: one second's worth)."),
+    ] = None,
+    clear: Annotated[
+        bool, typer.Option("--clear", help="Drop the key's overrides: its team's apply.")
+    ] = False,
+    data_dir: StackDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Set a key's admission limits, over its team's and the defaults (docs/scale.md).
+
+    Requests with this key are refused with 429 and Retry-After past them: its team's
+    running sandboxes against --max-sandboxes; with --creates-per-s or --burst, the key's
+    own token bucket instead of the team's. Options left out keep their value; --clear drops
+    them all. In effect within 5 s (the API's key cache).
+    """
+    from sqlalchemy import select
+
+    from api.admin import set_key_limits
+    from domain.limits import Limits
+    from projections import tables
+
+    given = {
+        k: v
+        for k, v in (
+            ("max_sandboxes", max_sandboxes),
+            ("creates_per_s", creates_per_s),
+            ("burst", burst),
+        )
+        if v is not None
+    }
+    if clear and given:
+        from aenv.commands.common import EXIT_USAGE, die
+
+        die("--clear takes no other limit", EXIT_USAGE)
+
+    async def body(bus: Bus, engine: AsyncEngine) -> dict[str, Any]:
+        state, _ = await bus.api_keys.load(key_id)
+        now = state.limits if state is not None else Limits()
+        new = Limits() if clear else now.model_copy(update=given)
+        await set_key_limits(bus, key_id, Limits.model_validate(new.model_dump()))
+        await _settled(bus, engine, key_id)
+        t = tables.api_keys
+        async with engine.connect() as conn:
+            row = (await conn.execute(select(t.c.limits).where(t.c.key_id == key_id))).one()
+        return dict(row.limits or {})
+
+    now = _run(data_dir, f"keys limits {key_id}", body)
+    typer.echo(f"aenv: key {key_id} limits: {_limits_text(now)}", err=True)

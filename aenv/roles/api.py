@@ -17,6 +17,7 @@ import uvicorn
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aenv.roles.common import READY, RoleSettings, say, write_private
+from aenv.roles.leasetimer import lease_timer
 from aenv.tls import Certificate, TlsError, TlsSettings, check_certificate
 from aenv.tracing import instrument_engine
 from api.admin import create_api_key, ensure_api_key
@@ -24,10 +25,12 @@ from api.app import create_app
 from api.auth import KeyChecker
 from api.captures import CaptureSweeper
 from api.context import ApiContext, ApiSettings
+from api.ingress import Ingress
 from api.metrics import Metrics
 from api.resume import auto_resume
 from bus import Bus, BusSettings
 from bus.nodes import NodeBook
+from bus.teamfeed import TeamFeed
 from domain import sandbox as sb
 from projections import (
     Projector,
@@ -73,6 +76,11 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
         stack.push_async_callback(timer.stop)
         await _bootstrap_key(cfg, bus)
         ctx = _context(cfg, bus, engine, projectors, nodes)
+        if ctx.settings.pipelines:
+            await _pipelines(ctx, stack)
+        leases = lease_timer(bus, engine, nodes, ctx.metrics.lease_expired)
+        await leases.start()
+        stack.push_async_callback(leases.stop)
         routes = await RouteTable.open(
             bus,
             via_node=ctx.settings.proxy_via_node,
@@ -105,6 +113,16 @@ async def run_api(cfg: RoleSettings, stop: asyncio.Event) -> None:
             server.should_exit = True
         for _, task in servers:
             await task
+
+
+async def _pipelines(ctx: ApiContext, stack: contextlib.AsyncExitStack) -> None:
+    """Per-team ingress and the stripped feed for least-privilege pipelines (issue 32)."""
+    feed = TeamFeed(ctx.bus.js, ctx.bus.names, replicas=ctx.bus.settings.replicas)
+    await feed.start()
+    stack.push_async_callback(feed.stop)
+    ingress = Ingress(ctx)
+    await ingress.start()
+    stack.push_async_callback(ingress.stop)
 
 
 def _files_dir(cfg: RoleSettings) -> Path:
@@ -141,7 +159,7 @@ def _context(
         wait_for_templates=wait_for_templates,
         wait_for_volumes=wait_for_volumes,
         nodes=nodes,
-        metrics=_metrics(bus, engine, projectors, nodes),
+        metrics=_metrics(bus, engine, projectors, nodes, feed=api_settings.pipelines),
     )
 
 
@@ -212,11 +230,16 @@ async def _serve(server: uvicorn.Server) -> None:
 
 
 def _metrics(
-    bus: Bus, engine: AsyncEngine, projectors: dict[str, Projector], nodes: NodeBook
+    bus: Bus,
+    engine: AsyncEngine,
+    projectors: dict[str, Projector],
+    nodes: NodeBook,
+    *,
+    feed: bool = False,
 ) -> Metrics:
     """The API role's series: its requests (counted by the app), the read model's sandboxes
-    by state and node, each projection's lag and the builders' consumer, read at each
-    scrape."""
+    by state and node, each projection's lag, the builders' consumer and (`feed`) the
+    pipelines' feed's, read at each scrape."""
     metrics = Metrics()
 
     async def census() -> list[tuple[str, str, int]]:
@@ -228,9 +251,10 @@ def _metrics(
 
     metrics.count_sandboxes(census, lambda: (nodes.current() or {}).keys())
     metrics.measure_projections(lags)
-    ConsumerGauges(metrics.scrape, bus.js).watch(
-        bus.names.command_stream, lambda: [bus.names.build_consumer]
-    )
+    consumers = ConsumerGauges(metrics.scrape, bus.js)
+    consumers.watch(bus.names.command_stream, lambda: [bus.names.build_consumer])
+    if feed:  # the pipelines' feed (`bus.teamfeed`): how far its copy is behind the log
+        consumers.watch(bus.names.event_stream, lambda: [bus.names.feed_consumer])
     StreamGauges(metrics.scrape, bus.js, [bus.names.event_stream, bus.names.command_stream])
     metrics.watch_heartbeats(lambda: (nodes.current() or {}).values())
     return metrics

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,23 +19,31 @@ import uvicorn
 from aenv.roles.common import READY, RoleSettings, say
 from bus import Bus, BusSettings
 from bus.decisions import execute
+from bus.tasks import cancel_and_wait
 from domain import template as tp
 from envd.version import ENVD_VERSION
+from shared.lazybase import LAZY_ROOT
 from shared.metrics import ConsumerGauges, Scrape
+from workers.node.blockmetrics import BlockMetrics
+from workers.node.blockservice import BlockService
 from workers.node.disk import image_cache_dir
 from workers.node.disk.captures import TemplateCaptures
+from workers.node.disk.chunkroom import REFIT_EVERY_S, hold_chunk_cache, refit_chunk_cache
 from workers.node.disk.node import NodeDisk
 from workers.node.host import SandboxHost
+from workers.node.image.cache import open_files
 from workers.node.image.codeint import PORT as CI_PORT
 from workers.node.image.codeint import TEMPLATE as CODE_INTERPRETER
+from workers.node.image.lazy import LazyImages
 from workers.node.image.supply import Fleet, ImageSupply
+from workers.node.lazyend import end_lazy_vms
 from workers.node.memory import MemoryHost
 from workers.node.metrics import NodeMetrics
 from workers.node.observe import GuestObserver
 from workers.node.ports import Host
 from workers.node.proxy import listen, node_proxy
 from workers.node.runtime import Runtime
-from workers.node.settings import NodeSettings
+from workers.node.settings import NodeSettings, socket_path_problem
 from workers.node.stopdrain import StopDrain
 from workers.node.templates import TemplateCatalog, TemplateSpec
 from workers.node.volumes.endpoint import VolumeEndpoint, release_content_writes
@@ -53,6 +63,8 @@ from workers.snapshot.gcrun import RepositoryGc
 from workers.snapshot.janitor import RepositoryJanitor
 from workers.snapshot.metrics import TransferMetrics
 from workers.snapshot.worker import SnapshotWorker
+
+log = logging.getLogger(__name__)
 
 
 async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
@@ -194,7 +206,14 @@ async def _qemu_host(
     """QEMU microVMs: the `base` image and template ready, the runtime open, and the
     snapshot worker when there is a repository; with the base image's size in MiB."""
     repository = await _repository(cfg, node_cfg, stack, TransferMetrics(metrics.scrape), disk)
-    supply = _image_supply(bus, node_cfg, repository, metrics, disk)
+    service, lazy = (
+        await _block_service(node_cfg, stack, metrics, disk)
+        if repository is not None
+        else (None, None)
+    )
+    if node_cfg.lazy_images == "on" and repository is None:
+        say("lazy images: off (AENV_LAZY_IMAGES=on needs a snapshot repository)")
+    supply = _image_supply(bus, node_cfg, repository, metrics, disk, lazy)
     say("preparing the default template `base` (first run in a fleet: debootstrap, ~2 min)")
     image = await supply.base(node_cfg.image_free_bytes)
     envd_rt = await supply.runtime()
@@ -234,6 +253,9 @@ async def _qemu_host(
         images=supply,  # imports built once per fleet; a capture's disks fetched by content
     )
     disk.held_by(lambda: _stood_on(host))
+    if service is not None:  # down past QEMU's reconnect window: its VMs end, with a cause
+        deaths, warm = host.disk_watch.deaths, host.warm
+        service.on_down = lambda: end_lazy_vms(deaths, warm)
     disk.evictor.captures = TemplateCaptures(host, lambda: _busy(host), asyncio.get_running_loop())
     host.disk_watch.grace_s = node_cfg.disk_full_grace_s
     # a VM stopped on a full host disk: the budget evicts (rmtree: off the loop), then `cont`
@@ -287,12 +309,72 @@ def _stood_on(host: SandboxHost) -> list[Path]:
     return [f for s in snaps for f in (s.base_image, s.runtime_disk)] + [host.runtime.runtime_disk]
 
 
+async def _block_service(
+    node_cfg: NodeSettings, stack: contextlib.AsyncExitStack, metrics: NodeMetrics, disk: NodeDisk
+) -> tuple[BlockService | None, LazyImages | None]:
+    """With lazy images on: the node's block service (`aenv.roles.blocks`, a process of its
+    own, supervised: `workers/node/blockservice.py`), started or adopted before any VM may
+    read through it, stopped after every VM of this node is gone (the exit stack unwinds
+    the host first) unless one still reads through it. Turned off, the service still runs
+    while the cache holds lazy entries (captures stand on their stubs), and new images are
+    fetched whole (no `LazyImages` for the supply). Its chunk cache's cap is held in the
+    node's disk budget, lowered to fit it (`disk/chunkroom.py`)."""
+    on = node_cfg.lazy_images == "on"
+    if not on and not any((image_cache_dir() / "images").glob(f"*/{LAZY_ROOT}")):
+        return None, None
+    socket, where = node_cfg.blocks_socket_path, node_cfg.blocks_dir
+    if (problem := socket_path_problem(socket)) is not None:  # off, with lazy entries left
+        raise RuntimeError(problem)
+    argv = [sys.executable, "-m", "aenv.roles.blocks", "serve", "--socket", str(socket)]
+    cap = await asyncio.to_thread(hold_chunk_cache, disk.budget, where, node_cfg.blocks_cache_bytes)
+    stack.callback(disk.budget.stops_growing, where)
+    argv += ["--cache-dir", str(where), "--cache-bytes", str(cap)]
+    service = BlockService(
+        argv,
+        socket,
+        where / "blocks.pid",
+        log_file=where / "blocks.log",
+        in_use=_lazy_in_use,
+    )
+    await service.start()
+    stack.push_async_callback(service.stop)
+    fitting = asyncio.create_task(
+        _refit_chunk_cache(disk, where, node_cfg.blocks_cache_bytes, cap), name="block-cap"
+    )
+    stack.push_async_callback(cancel_and_wait, fitting)
+    stats = BlockMetrics(node_cfg.node_id, where / "stats.json", lambda: service.restarts)
+    metrics.scrape.registry.register(stats)
+    following = asyncio.create_task(stats.follow(), name="block-stats")
+    stack.push_async_callback(cancel_and_wait, following)
+    say(f"lazy images: {'on' if on else 'off'}, block service pid {service.pid} on {socket}")
+    return service, (LazyImages(socket) if on else None)
+
+
+async def _refit_chunk_cache(disk: NodeDisk, where: Path, setting: int, cap: int) -> None:
+    """Fit the block cache's cap to the disk budget's room again, every `REFIT_EVERY_S`
+    (`disk/chunkroom.py`); the service takes a new one from its cache dir."""
+    while True:
+        await asyncio.sleep(REFIT_EVERY_S)
+        try:
+            cap = await asyncio.to_thread(refit_chunk_cache, disk.budget, where, setting, cap)
+        except Exception:  # a walk that failed: the cap in force stands until the next
+            log.exception("block cache: fitting its cap to the disk budget failed")
+
+
+def _lazy_in_use() -> bool:
+    """Whether a process (a QEMU) holds a lazy base's stub of this node's image cache open:
+    it reads through this node's block service (another node's cache is another's)."""
+    mine = str(image_cache_dir().resolve()) + "/"
+    return any(f.startswith(mine) and f.endswith(f"/{LAZY_ROOT}") for f in open_files())
+
+
 def _image_supply(
     bus: Bus,
     node_cfg: NodeSettings,
     repository: SnapshotRepository | None,
     metrics: NodeMetrics,
     disk: NodeDisk,
+    lazy: LazyImages | None = None,
 ) -> ImageSupply:
     """With a repository, this node's images are built once per fleet and fetched by the
     others (images-at-scale S5); without one, built here."""
@@ -306,7 +388,7 @@ def _image_supply(
         on_fetched=metrics.image_fetched,
         on_built=metrics.image_built,
     )
-    return ImageSupply(fleet=fleet, progress=progress, budget=disk.budget)
+    return ImageSupply(fleet=fleet, progress=progress, budget=disk.budget, lazy=lazy)
 
 
 async def _code_interpreter(

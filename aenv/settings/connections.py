@@ -92,14 +92,17 @@ CONNECTIONS = (
         _BOTH,
         "Byte limit of the event log (0: none, bounded by the NATS store). Full, the log "
         "refuses appends (never drops history); NATS reserves the limit from its store when "
-        "the stream is made. The same on every role; the alert rules warn at 70 %.",
+        "the stream is made. The same on every role (a role whose value differs from the "
+        "stream's refuses to start; `aenv log limits set` changes it); the alert rules warn "
+        "at 70 %.",
     ),
     Setting(
         "AENV_EVENT_MAX_MSGS",
         Kind.INT,
         "0",
         _BOTH,
-        "Message limit of the event log (0: none); full, it refuses appends.",
+        "Message limit of the event log (0: none); full, it refuses appends. The same on "
+        "every role, like AENV_EVENT_MAX_BYTES.",
     ),
     Setting(
         "AENV_COMMAND_MAX_MSGS",
@@ -107,7 +110,8 @@ CONNECTIONS = (
         "1000000",
         _BOTH,
         "Most commands the command queue holds; past it new commands are refused rather "
-        "than take the store the event log needs (0: no limit).",
+        "than take the store the event log needs (0: no limit). The same on every role, like "
+        "AENV_EVENT_MAX_BYTES.",
     ),
     Setting(
         "AENV_DATABASE_URL",

@@ -176,6 +176,48 @@ NODE = (
         "(LRU; 10 GiB).",
     ),
     Setting(
+        "AENV_LAZY_IMAGES",
+        Kind.CHOICE,
+        "off",
+        _NODE,
+        "`on`: an image the node needs by content and lacks (a capture taken on another "
+        "node) is not downloaded whole: its disk is read through the node's block service, "
+        "which fetches the chunks a guest reads from the repository (issue 29).",
+        choices=("off", "on"),
+    ),
+    Setting(
+        "AENV_LAYERED_DISKS",
+        Kind.CHOICE,
+        "on",
+        _NODE,
+        "`on`: an imported image's root disk is its layer chain's ext4 with its own layer "
+        "applied by debugfs, so images on one base share the base's chunks (issue 29); "
+        "`off`: every root disk is a fresh mkfs.",
+        choices=("off", "on"),
+    ),
+    Setting(
+        "AENV_BLOCKS_SOCKET",
+        Kind.PATH,
+        "",
+        _NODE,
+        "The block service's unix socket (AENV_LAZY_IMAGES=on): at most 107 bytes, a node "
+        "refuses to start with a longer one. Unset: `<AENV_STATE_DIR>/blocks/blocks.sock`.",
+    ),
+    Setting(
+        "AENV_BLOCKS_CACHE_DIR",
+        Kind.PATH,
+        "",
+        _NODE,
+        "The block service's chunk cache, pid file and stats. Unset: `<AENV_STATE_DIR>/blocks`.",
+    ),
+    Setting(
+        "AENV_BLOCKS_CACHE_BYTES",
+        Kind.INT,
+        "4294967296",
+        _NODE,
+        "Cap of the block service's chunk cache (LRU; 4 GiB).",
+    ),
+    Setting(
         "AENV_MAX_LAYER_DEPTH",
         Kind.INT,
         "16",
@@ -287,6 +329,22 @@ NODE = (
         "604800",
         _NODE,
         "How long an image no capture names is kept in the repository (7 days).",
+    ),
+    Setting(
+        "AENV_ENVD_ENDED_KEEP",
+        Kind.INT,
+        "64",
+        _NODE,
+        "Ended processes envd in each guest keeps, the most recent ones: `commands.connect(pid)` "
+        "to one replays the last 64 KiB of each of its output streams and its exit code "
+        "(docs/envd.md). 0: forget a process at its exit, as E2B's envd.",
+    ),
+    Setting(
+        "AENV_ENVD_ENDED_KEEP_S",
+        Kind.FLOAT,
+        "600",
+        _NODE,
+        "Seconds envd keeps each ended process (AENV_ENVD_ENDED_KEEP) after its end.",
     ),
     Setting(
         "AENV_EGRESS_ENABLED",

@@ -64,6 +64,56 @@ SERVICE = (
         "How long a create may wait for a node to take it; then 503 (no room in the fleet).",
     ),
     Setting(
+        "AENV_SNAPSHOT_FORK_MAX",
+        Kind.INT,
+        "100",
+        _API,
+        "Most children one fork of a snapshot may ask for (`POST /snapshots/{id}/fork`, "
+        "E2B's bound); more is a 400.",
+    ),
+    Setting(
+        "AENV_TEAM_MAX_SANDBOXES",
+        Kind.INT,
+        "0",
+        _API,
+        "Sandboxes a team may have running at once (creating, running, resuming; paused "
+        "ones do not count); past it a create, resume or fork answers 429 with Retry-After "
+        "(0: no limit but the fleet's room; docs/scale.md, admission control).",
+    ),
+    Setting(
+        "AENV_TEAM_CREATES_PER_S",
+        Kind.FLOAT,
+        "0",
+        _API,
+        "Sandboxes per second a team may start (creates and fork children), fleet-wide; "
+        "past it 429 with Retry-After (0: no limit).",
+    ),
+    Setting(
+        "AENV_TEAM_CREATES_BURST",
+        Kind.INT,
+        "0",
+        _API,
+        "How many sandboxes a team may start at once on top of AENV_TEAM_CREATES_PER_S "
+        "(the token bucket's size; 0: one second's worth).",
+    ),
+    Setting(
+        "AENV_TEAM_LIMITS",
+        Kind.STR,
+        "",
+        _API,
+        'Per-team overrides of the three above, JSON: {"team": {"max_sandboxes": 50, '
+        '"creates_per_s": 10, "burst": 20}}; a key\'s own (aenv keys limits) come first.',
+    ),
+    Setting(
+        "AENV_PIPELINES",
+        Kind.BOOL,
+        "true",
+        _API,
+        "Serve least-privilege pipelines (docs/pipelines.md): the teams' NATS ingress "
+        "(aenv.in.<team>.<verb>) and the feed of sandbox events with secrets stripped that "
+        "pipeline users and auditors read (aenv keys pipeline create). Off: neither.",
+    ),
+    Setting(
         "AENV_DISK_HEADROOM_BYTES",
         Kind.INT,
         "1073741824",

@@ -1,4 +1,4 @@
-"""What the embedded servers are told about logins: nats-server's config, Postgres's
+"""What the embedded servers are told about logins (nats-server's: `natsusers`), Postgres's
 pg_hba.conf and the SQL that makes the `aenv` role own its database. Text and SQL only;
 `services.py` writes and runs them.
 
@@ -13,7 +13,6 @@ __all__ = [
     "SUPERUSER",
     "hardened_hba",
     "is_hardened",
-    "nats_config",
     "ownership_statements_sql",
     "password_sql",
     "role_sql",
@@ -25,11 +24,6 @@ APP_ROLE = "aenv"
 SUPERUSER = "postgres"
 #: First line of a pg_hba.conf this module wrote in its final form.
 HBA_MARKER = "# aenv: passwords required (scram-sha-256) on every connection"
-
-
-def nats_config(user: str, password: str) -> str:
-    """nats-server's config: one user for the whole stack, all subjects allowed."""
-    return f'authorization {{\n  user: "{user}"\n  password: "{password}"\n}}\n'
 
 
 def hardened_hba() -> str:

@@ -23,11 +23,11 @@ from aenv.stack.auth import (
     SUPERUSER,
     hardened_hba,
     is_hardened,
-    nats_config,
     ownership_statements_sql,
     password_sql,
     role_sql,
 )
+from aenv.stack.natsusers import PID_FILE, write_config
 from aenv.stack.process import ManagedProcess, StackError, as_user, free_port, tcp_open
 from aenv.stack.records import start_time
 from aenv.stack.secrets_file import load_or_mint, write_private_file
@@ -48,11 +48,14 @@ def _binary(name: str) -> str:
 class EmbeddedNats:
     """nats-server with JetStream, file storage under `data_dir/nats`. Clients must log in:
     any local user can reach 127.0.0.1, and the bus carries every sandbox's envd token. The
-    password is in a 0600 config file, not on the command line (`ps` shows that to all)."""
+    password is in a 0600 config file, not on the command line (`ps` shows that to all).
+    Besides the stack's user (every right), the config holds the pipeline users and
+    auditors `aenv keys pipeline create` adds (`natsusers`), scoped to `prefix`'s subjects."""
 
     USER = "aenv"
 
-    def __init__(self, data_dir: Path):
+    def __init__(self, data_dir: Path, prefix: str = ""):
+        self.prefix = prefix
         self.dir = data_dir / "nats"
         self.port = free_port()
         self.config = self.dir / "nats.conf"
@@ -69,6 +72,8 @@ class EmbeddedNats:
                 "-js",
                 "-sd",
                 str(self.dir / "js"),
+                "-P",
+                str(self.dir / PID_FILE),  # `aenv keys pipeline create` reloads it (SIGHUP)
             ],
             self.dir / "nats.log",
         )
@@ -82,7 +87,7 @@ class EmbeddedNats:
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
         self.password = load_or_mint(self.dir / "credentials.json", ("password",))["password"]
-        write_private_file(self.config, nats_config(self.USER, self.password))
+        write_config(self.dir, self.USER, self.password, self.prefix)
         self.process.start()
         await self.process.wait_ready(lambda: tcp_open(self.port), 20)
         return self.url

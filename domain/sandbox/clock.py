@@ -85,8 +85,6 @@ _STATUS_AFTER: dict[type[AnySandboxEvent], SandboxStatus] = {
     SandboxFailed: S.FAILED,
     SandboxKillRequested: S.KILLING,
     SandboxPauseRequested: S.PAUSING,
-    SandboxResumeFailed: S.PAUSED,
-    SandboxResumeRequested: S.RESUMING,
     SandboxForkRequested: S.FORKING,
     SnapshotRequested: S.SNAPSHOTTING,
     SandboxForked: S.RUNNING,
@@ -125,8 +123,6 @@ def tick(clock: Clock | None, event: Event) -> Clock | None:
             SandboxFailed()
             | SandboxKillRequested()
             | SandboxPauseRequested()
-            | SandboxResumeFailed()
-            | SandboxResumeRequested()
             | SandboxForkRequested()
             | SnapshotRequested()
             | SandboxForked()
@@ -134,6 +130,12 @@ def tick(clock: Clock | None, event: Event) -> Clock | None:
             | SnapshotFailed()
         ):
             return clock.model_copy(update={"status": _STATUS_AFTER[type(e)]})
+        case SandboxResumeRequested():  # on the node doing it, if the request names one
+            node = clock.node_id if e.node_id is None else e.node_id
+            return clock.model_copy(update={"status": S.RESUMING, "node_id": node})
+        case SandboxResumeFailed():  # back on the node it was paused on, if the event names it
+            node = clock.node_id if e.node_id is None else e.node_id
+            return clock.model_copy(update={"status": S.PAUSED, "node_id": node})
         case SandboxKilled():
             return None
         case SandboxPaused():

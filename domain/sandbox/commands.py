@@ -39,8 +39,10 @@ __all__ = [
 ]
 
 #: who wanted it: a client, the TTL, the node that lost the VM (a crash, a dead VM), or
-#: the retention of paused sandboxes (paused longer than `AENV_PAUSED_RETENTION_S`)
-Reason = Literal["request", "timeout", "lost", "retention"]
+#: the retention of paused sandboxes (paused longer than `AENV_PAUSED_RETENTION_S`), or
+#: the node rolling back a resume it recorded but could not finish releasing (a pause on
+#: the capture the resume ran from, after a crash: `workers/node/reconcile.py`)
+Reason = Literal["request", "timeout", "lost", "retention", "rollback"]
 
 
 #: What kind of refusal a failed create is for its client (HTTP 409, 400, 404, 503:
@@ -73,12 +75,22 @@ class CreateSandbox(SandboxCommand, SandboxSpec):
     `template_bytes`: likewise, what a node without the template's capture stores to take
     the create (the capture and the disks under it, from the template's upload record; 0:
     unknown). A node whose disk cannot make that room plus its headroom refuses it, and
-    another takes it (`bus.diskroom`)."""
+    another takes it (`bus.diskroom`).
+
+    `prefer_on`: likewise, the node a snapshot fork spread this child to (by the room
+    the heartbeats said each had): any other passes it on once, so that the children of
+    one fork land across the fleet rather than on whichever node pulls fastest.
+
+    `copy_on_write`: likewise, restore the template's RAM copy-on-write, as a fork's
+    children map their parent's capture (a snapshot fork's children: one RAM file per
+    node, not one each; a pause writes such a child's RAM into its capture's state)."""
 
     creates: ClassVar[bool] = True
     warm_on: tuple[str, ...] = ()
     held_on: tuple[str, ...] = ()
     template_bytes: int = Field(default=0, ge=0)
+    prefer_on: tuple[str, ...] = ()
+    copy_on_write: bool = False
 
 
 class PauseSandbox(SandboxCommand):
@@ -90,9 +102,14 @@ class PauseSandbox(SandboxCommand):
 
 
 class ResumeSandbox(SandboxCommand):
-    """Restore a paused sandbox. `timeout_s` None keeps the TTL it had left when paused."""
+    """Restore a paused sandbox. `timeout_s` None keeps the TTL it had left when paused.
+
+    `node_id` is the node that takes the resume, set by it before it appends the request
+    (as a create's): the log then knows who is doing it, and a node gone does not fail a
+    resume another node is doing (`orphan_commands`). None from a client."""
 
     timeout_s: int | None = None
+    node_id: str | None = None
 
 
 class KillSandbox(SandboxCommand):
@@ -153,10 +170,15 @@ class CompletePause(SandboxCommand):
 
 
 class CompleteResume(SandboxCommand):
-    """Node: the VM is running again on `node_id` (or `error`)."""
+    """Node: the VM is running again on `node_id` (or `error`).
+
+    `lost_node` is set by the fleet's timer when it fails the resume because that node is
+    gone (`orphan_commands`): moot unless the sandbox is still resuming on that node — a
+    timer whose view lags the log never fails a resume another node took meanwhile."""
 
     node_id: str
     error: str | None = None
+    lost_node: str | None = None
 
 
 class CompleteKill(SandboxCommand):

@@ -139,11 +139,20 @@ def _complete_pause(state: State, c: CompletePause) -> list[SandboxEvent]:
 
 
 def _complete_resume(state: State, c: CompleteResume) -> list[SandboxEvent]:
-    s = _awaiting(state, S.RESUMING)
-    if s is None:
+    if state is not None and state.status is S.PAUSED:
+        # the resume was failed meanwhile (the fleet's timer took its node for gone): a
+        # late report of it is moot, and the node that brought a VM up drops it again
+        # (`workers.node.verbs.failed_meanwhile`)
         return []
+    s = _awaiting(state, S.RESUMING)
+    if s is None or (c.lost_node is not None and s.node_id != c.lost_node):
+        return []  # (a lost node's end of a resume another node is doing: not its own)
     if c.error is not None:  # the capture is untouched: still paused, resumable later
-        return [SandboxResumeFailed(sandbox_id=s.sandbox_id, at=c.at, reason=c.error)]
+        return [
+            SandboxResumeFailed(
+                sandbox_id=s.sandbox_id, at=c.at, reason=c.error, node_id=s.paused_on
+            )
+        ]
     ttl = s.ttl_on_resume  # a sandbox paused by its own expiry: its last full timeout
     return [
         SandboxResumed(

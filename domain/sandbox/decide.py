@@ -215,7 +215,11 @@ def _resume(s: Sandbox, c: ResumeSandbox, policy: Policy) -> list[SandboxEvent]:
         raise Conflict(f"cannot resume a sandbox that is {s.status}")
     return [
         SandboxResumeRequested(
-            sandbox_id=s.sandbox_id, at=c.at, command_id=c.command_id, timeout_s=c.timeout_s
+            sandbox_id=s.sandbox_id,
+            at=c.at,
+            command_id=c.command_id,
+            timeout_s=c.timeout_s,
+            node_id=c.node_id,
         )
     ]
 

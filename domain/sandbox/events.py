@@ -43,8 +43,10 @@ __all__ = [
 ]
 
 #: who wanted it: a client, the TTL, the node that lost the VM (a crash, a dead VM), or
-#: the retention of paused sandboxes (paused longer than `AENV_PAUSED_RETENTION_S`)
-Reason = Literal["request", "timeout", "lost", "retention"]
+#: the retention of paused sandboxes (paused longer than `AENV_PAUSED_RETENTION_S`), or
+#: the node rolling back a resume it recorded but could not finish releasing (a pause on
+#: the capture the resume ran from, after a crash: `workers/node/reconcile.py`)
+Reason = Literal["request", "timeout", "lost", "retention", "rollback"]
 
 
 class SandboxEvent(Event):
@@ -102,6 +104,9 @@ class SandboxPaused(SandboxEvent):
 class SandboxResumeRequested(SandboxEvent):
     command_id: UUID
     timeout_s: int | None
+    #: the node that took the resume (it runs the sandbox while resuming); None in
+    #: histories from before nodes named themselves: still the node it was paused on
+    node_id: str | None = None
 
 
 class SandboxResumed(SandboxEvent):
@@ -111,9 +116,14 @@ class SandboxResumed(SandboxEvent):
 
 class SandboxResumeFailed(SandboxEvent):
     """A resume did not happen (e.g. its capture could not be fetched while S3 was down):
-    nothing was half-restored, the sandbox stays paused and may be resumed again."""
+    nothing was half-restored, the sandbox stays paused and may be resumed again.
+
+    `node_id`: the node it was paused on, where it is left (the node that tried may hold
+    other bytes under it, refuse it again, or be gone); None in histories from before
+    resumes named their node: left where the request left it."""
 
     reason: str
+    node_id: str | None = None
 
 
 class SandboxKillRequested(SandboxEvent):

@@ -73,6 +73,8 @@ def _evolve(state: State, event: AnySandboxEvent) -> State:
             | SandboxResumed()
         ):
             u = _pause_changes(event)
+            if isinstance(event, SandboxResumeRequested):
+                u["paused_on"] = state.node_id  # where a failed resume leaves it again
         case (
             SandboxForkRequested()
             | SandboxForked()
@@ -149,15 +151,21 @@ def _pause_changes(
                 "paused_at": e.at,
             }
         case SandboxResumeRequested():
-            if e.timeout_s is None:
-                return {"status": S.RESUMING}
-            return {
-                "status": S.RESUMING,
-                "remaining_s": float(e.timeout_s),
-                "timeout_s": e.timeout_s,
-            }
+            # while resuming, the sandbox is on the node doing the resume: a kill goes there,
+            # and the fleet's timer ends the resume only if *that* node is gone
+            u: dict[str, object] = {"status": S.RESUMING}
+            if e.node_id is not None:
+                u["node_id"] = e.node_id
+            if e.timeout_s is not None:
+                u |= {"remaining_s": float(e.timeout_s), "timeout_s": e.timeout_s}
+            return u
         case SandboxResumeFailed():
-            return {"status": S.PAUSED}
+            # back on the node it was paused on: the node that tried may hold other bytes
+            # under it (and refuse it again), or be gone
+            u = {"status": S.PAUSED, "paused_on": None}
+            if e.node_id is not None:
+                u["node_id"] = e.node_id
+            return u
         case SandboxResumed():
             return {
                 "status": S.RUNNING,
@@ -166,6 +174,7 @@ def _pause_changes(
                 "remaining_s": None,
                 "paused_snapshot_id": None,
                 "paused_at": None,
+                "paused_on": None,
             }
         case _:
             assert_never(e)

@@ -48,6 +48,8 @@ class Sandbox(SandboxSpec):
     paused_snapshot_id: str | None = None
     #: when it was paused (None while it runs): how long it has been kept so
     paused_at: datetime | None = None
+    #: while it resumes: the node it was paused on, where a failed resume leaves it again
+    paused_on: str | None = None
     #: when its guest last filled its root disk (`SandboxDiskFull`); None: never
     disk_full_at: datetime | None = None
     recent_commands: tuple[UUID, ...] = ()

@@ -126,7 +126,13 @@ def orphan_commands(clock: Clock, why: str) -> list[Orphaned]:
             ]
         case SandboxStatus.RESUMING:
             return [
-                CompleteResume(sandbox_id=sid, node_id=node, error=why, command_id=cid("resumed"))
+                CompleteResume(
+                    sandbox_id=sid,
+                    node_id=node,
+                    error=why,
+                    lost_node=node,
+                    command_id=cid("resumed"),
+                )
             ]
         case SandboxStatus.KILLING:
             return [CompleteKill(sandbox_id=sid, error=why, command_id=cid("killed"))]

@@ -46,6 +46,12 @@ HOP_BY_HOP = frozenset(
     }
 )
 CONNECT_TIMEOUT = 5.0
+#: The pauses between attempts to reach a port that refuses the connection. E2B's sandbox
+#: proxy dials five times, 100 to 400 ms apart (infra shared/pkg/proxy/pool, its
+#: `SandboxProxyRetries`): a server that starts listening within a second of the request —
+#: just started, or in a sandbox that a request has just woken — answers, where one attempt
+#: would have said "port is not open".
+DIAL_BACKOFF_S = (0.1, 0.2, 0.3, 0.4)
 #: A guest that takes longer than this to start answering is logged (slow, or stuck)
 SLOW_ANSWER_S = 5.0
 READ_CHUNK = 256 * 1024
@@ -136,10 +142,10 @@ class SandboxProxy:
             await _refuse(kind, send, 403, {"sandboxId": sid, "message": denied, "code": 403})
             return
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(upstream.host, upstream.port), CONNECT_TIMEOUT
-            )
-        except (OSError, TimeoutError):
+            reader, writer = await _dial(upstream.host, upstream.port)
+        except OSError as e:  # TimeoutError too
+            up = f"{upstream.host}:{upstream.port}"
+            log.info("sandbox %s: port %s not open (%s: %s)", sid, port, up, e)
             msg = f"The sandbox is running but port is not open ({port})"
             await _refuse(kind, send, 502, {"sandboxId": sid, "code": 502, "message": msg})
             return
@@ -157,6 +163,21 @@ class SandboxProxy:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+
+async def _dial(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to `host:port`, tried again after each of `DIAL_BACKOFF_S` while it is
+    refused (or unreachable); a connection that hangs fails at once, after `CONNECT_TIMEOUT`."""
+    for pause in (*DIAL_BACKOFF_S, None):
+        try:
+            return await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT)
+        except TimeoutError:
+            raise
+        except OSError:
+            if pause is None:
+                raise
+            await asyncio.sleep(pause)
+    raise AssertionError("unreachable")
 
 
 async def _forward(

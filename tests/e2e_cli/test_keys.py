@@ -41,8 +41,10 @@ def test_create_list_revoke_then_the_api_refuses_the_key(cli_stack: CliStack) ->
     assert cli_stack.api_key not in everyone.stdout.decode()
     table = run_aenv("keys", "ls", "-o", "table", *d, env=cli_stack.bare_env(COLUMNS="200"))
     header, *lines = table.stdout.decode().splitlines()
-    assert header.split() == ["KEY", "ID", "NAME", "TEAM", "PREFIX", "CREATED", "REVOKED"]
-    assert any(ln.split()[0] == key_id and ln.split()[-1] == "-" for ln in lines)
+    assert header.split() == [
+        "KEY", "ID", "NAME", "TEAM", "PREFIX", "CREATED", "REVOKED", "LIMITS"
+    ]  # fmt: skip
+    assert any(ln.split()[0] == key_id and ln.split()[-2:] == ["-", "-"] for ln in lines)
 
     r = run_aenv("keys", "revoke", key_id, *d, env=env)
     assert r.returncode == 0, r.stderr.decode()

@@ -1,5 +1,5 @@
 """Golden histories: the recorded events of real sandboxes' (volume mounts included),
-templates' (tags included), builds', API keys' and volumes' lives (`histories/`, recorded
+templates' (tags included), builds', API keys', volumes' and leases' lives (`histories/`, recorded
 from a running stack by `tests/golden/record.py`, never edited) must decode with today's
 code — older schema versions upcast — and fold to the state recorded with them. A change
 that cannot read yesterday's log fails here, not in production on replay."""

@@ -382,7 +382,18 @@ def test_node_killed_while_resumes_of_fresh_pauses_run(rstack: Stack) -> None:
     assert watch.seen.is_set()
     _settled(rstack)
     log = _log(rstack)
-    uploaded = {r.envelope.aggregate_id for r in log if isinstance(r.event, sb.SnapshotUploaded)}
+    # at stake: a capture not in the repository when its resume was asked for (uploads after
+    # the crash do not count: the restarted node uploads what it rolled back or kept paused)
+    asked: dict[str, int] = {}
+    for r in log:
+        if isinstance(r.event, sb.SandboxResumeRequested):
+            asked.setdefault(r.envelope.aggregate_id, r.seq)
+    uploaded = {
+        r.envelope.aggregate_id
+        for r in log
+        if isinstance(r.event, sb.SnapshotUploaded)
+        and r.seq < asked.get(r.envelope.aggregate_id, r.seq)
+    }
     fresh = [r.sandbox_id for r in rollouts if r.sandbox_id not in uploaded]
     assert fresh, "every capture was uploaded before its resume: nothing was at stake"
     mine = {r.sandbox_id for r in rollouts}  # (the stack's log holds earlier scenarios too)

@@ -11,7 +11,11 @@ running, never killed, and come back with its file and its memory.
 Which points: `AENV_KILL_POINTS=all` (`make test-scale`), or a comma list of cases; CI runs
 `DEFAULT` — the points where the capture is most at stake. A case is a point, or a resume
 point with `@uploaded`: its capture durable in the repository before the resume (a fresh
-pause's capture is not: its resume cancels the upload).
+pause's capture is not: its resume cancels the upload). At `resume.before_release` the log
+already holds the resume: the restarted node rolls the sandbox back to its capture (paused).
+
+And a resume whose copy of the capture's RAM cannot be made (`resume.copy_ram` raised, as
+on a full disk) fails before its guest runs: the sandbox stays paused on its capture.
 """
 
 from __future__ import annotations
@@ -28,11 +32,13 @@ from e2b import Sandbox
 
 from aenv.stack.process import free_port
 from bus.failpoints import RESUME_POINTS, UPLOAD_POINTS
+from domain import sandbox as sb
 from tests.reliability.conftest import Stack
 from tests.reliability.test_crash_matrix import (
     Rollout,
     _api_ok,
     _durable,
+    _log,
     _log_count,
     _role_pid,
     _settled,
@@ -50,11 +56,18 @@ ALL = (
     *RESUME_POINTS,
     "resume.after_cont@uploaded",
     "resume.before_append@uploaded",
+    "resume.before_release@uploaded",
     *UPLOAD_POINTS,
 )
 #: CI's: the guest running on the RAM file it adopted; the VM up, its resume not recorded
-#: (the journal already says running); an upload with every blob sent and no manifest
-DEFAULT = ("resume.after_cont", "resume.before_append", "upload.before_manifest")
+#: (the journal already says running); its resume recorded (the log says running), its
+#: capture not released; an upload with every blob sent and no manifest
+DEFAULT = (
+    "resume.after_cont",
+    "resume.before_append",
+    "resume.before_release",
+    "upload.before_manifest",
+)
 #: each case run: its sandbox's status once the restarted node settled it
 _OUTCOMES: dict[str, str | None] = {}
 
@@ -169,5 +182,34 @@ def test_node_killed_at_a_point_loses_no_sandbox(rstack: Stack, case: str) -> No
     print(
         f"\n[kill-points] {case}: node killed at the point; after its restart the sandbox "
         f"was {after_crash} (capture durable: {durable}); resumed with its file and memory"
+    )
+    Sandbox.kill(sid)
+
+
+@pytest.mark.timeout(600)
+def test_a_resume_without_room_for_the_captures_copy_leaves_it_paused(rstack: Stack) -> None:
+    r = Rollout.start()
+    sid = r.sandbox_id
+    Sandbox.pause(sid)
+    _armed(rstack).write_text("resume.copy_ram\n")  # raised each time: as on a full disk
+    time.sleep(1.3)  # (a running process looks at the file at most once a second)
+    try:
+        with pytest.raises(Exception, match="stays paused") as refused:
+            Sandbox.connect(sid, timeout=900)
+    finally:
+        _armed(rstack).write_text("")
+    _settled(rstack)
+    assert _states(rstack).get(sid) == "paused", f"{sid}: {_states(rstack).get(sid)}"
+    failed = [
+        e.event.reason
+        for e in _log(rstack)
+        if isinstance(e.event, sb.SandboxResumeFailed) and e.event.sandbox_id == sid
+    ]
+    assert failed and "no room for a copy of the capture's RAM" in failed[-1], failed
+    time.sleep(1.3)  # (the node sees the file disarmed)
+    r.check(Sandbox.connect(sid, timeout=900))  # the capture was never spent
+    print(
+        f"\n[kill-points] resume.copy_ram: refused ({type(refused.value).__name__}), "
+        f"sandbox paused ({failed[-1]!r}); resumed with its file and memory"
     )
     Sandbox.kill(sid)

@@ -118,6 +118,18 @@ def test_bad_input_is_a_4xx_in_e2bs_error_shape(vmless: VmlessStack, case: str) 
     assert isinstance(body["message"], str) and body["message"]
 
 
+def test_the_code_interpreter_s_template_when_not_served_says_how_to_serve_it(
+    vmless: VmlessStack,
+) -> None:
+    """`e2b_code_interpreter`'s default template on a stack whose nodes do not build it: a
+    404 that names the setting, not a bare "not found"."""
+    with vmless.client() as c:
+        r = c.post("/v2/sandboxes", json={"templateID": "code-interpreter-v1"})
+    assert r.status_code == 404, r.text
+    body = r.json()
+    assert body["code"] == 404 and "AENV_CODE_INTERPRETER=1" in body["message"], body
+
+
 def test_a_nul_in_a_header_is_refused_by_the_http_parser(vmless: VmlessStack) -> None:
     """It never reaches the app: uvicorn answers 400 itself (in its own plain-text body)."""
     url = urlsplit(vmless.api_url)

@@ -7,7 +7,6 @@ operator's key may cordon. `tests/e2e/test_drain.py` drains real VMs to S3."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.admin import create_api_key
-from bus import Bus
 from tests.support import eventually_sync
 from tests.vmless.conftest import VmlessStack, vmless_stack
+from tests.vmless.keys import minted_key
 from tests.vmless.nodes import beats, more_nodes
 
 FIRST, SECOND = "vmless", "vm-two"
@@ -43,14 +41,7 @@ def _create(c: httpx.Client) -> str:
 
 
 def _tenant_key(stack: VmlessStack) -> str:
-    async def mint() -> str:
-        bus = await Bus.connect(stack.bus_settings, setup=False)
-        try:
-            return (await create_api_key(bus, team_id="tenant", name="not an operator"))[1]
-        finally:
-            await bus.close()
-
-    return asyncio.run(mint())
+    return minted_key(stack, "tenant", "not an operator")[1]
 
 
 def test_a_cordoned_node_takes_no_create_even_after_its_restart(

@@ -154,17 +154,12 @@ def test_plain_http_to_the_tls_port_is_refused(vmless: VmlessStack) -> None:
         httpx.get(f"http://{host}:{port}/health", timeout=10)
 
 
-def test_aenv_up_refuses_a_certificate_for_another_domain(tmp_path: Path) -> None:
-    """The operator's certificate is checked before any service starts: `aenv up` fails
-    at once, naming the file and the names the domain needs, and leaves nothing running."""
-    cert = local_certificate(tmp_path / "ca", "other.localhost").certificate
+def _up_with(tmp_path: Path, tls: dict[str, str]) -> str:
+    """`aenv up` with these TLS settings, which must fail at once and leave nothing
+    running; its stderr."""
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "AENV_"))}
-    env |= {
-        "AENV_TLS_CERT_FILE": str(cert.cert_file),
-        "AENV_TLS_KEY_FILE": str(cert.key_file),
-        "AENV_SANDBOX_DOMAIN": "aenv.localhost",
-    }
+    env |= {"AENV_SANDBOX_DOMAIN": "aenv.localhost", **tls}
     args = ["--port", str(free_port()), "--tls-port", str(free_port())]
     up = subprocess.run(
         [*AENV, "up", "--data-dir", str(data), *args],
@@ -174,8 +169,35 @@ def test_aenv_up_refuses_a_certificate_for_another_domain(tmp_path: Path) -> Non
         env=env,
     )
     assert up.returncode != 0
-    assert f"TLS certificate {cert.cert_file} is for *.other.localhost" in up.stderr, up.stderr
-    assert "needs *.aenv.localhost" in up.stderr
     assert not (data / "stack.json").exists()
     left = subprocess.run(["pgrep", "-af", str(data)], capture_output=True, text=True)
     assert left.stdout.strip() == ""
+    return up.stderr
+
+
+def test_aenv_up_refuses_a_certificate_for_another_domain(tmp_path: Path) -> None:
+    """The operator's certificate is checked before any service starts: `aenv up` fails
+    at once, naming the file and the names the domain needs, and leaves nothing running."""
+    cert = local_certificate(tmp_path / "ca", "other.localhost").certificate
+    tls = {"AENV_TLS_CERT_FILE": str(cert.cert_file), "AENV_TLS_KEY_FILE": str(cert.key_file)}
+    err = _up_with(tmp_path, tls)
+    assert f"TLS certificate {cert.cert_file} is for *.other.localhost" in err, err
+    assert "needs *.aenv.localhost" in err
+
+
+def test_aenv_up_refuses_a_key_that_is_not_the_certificates(tmp_path: Path) -> None:
+    cert = local_certificate(tmp_path / "a", "aenv.localhost").certificate
+    other = local_certificate(tmp_path / "b", "aenv.localhost").certificate
+    tls = {"AENV_TLS_CERT_FILE": str(cert.cert_file), "AENV_TLS_KEY_FILE": str(other.key_file)}
+    err = _up_with(tmp_path, tls)
+    assert "does not belong to the certificate" in err, err
+
+
+def test_aenv_up_refuses_a_missing_key_or_half_a_pair(tmp_path: Path) -> None:
+    cert = local_certificate(tmp_path / "ca", "aenv.localhost").certificate
+    missing = tmp_path / "missing.pem"
+    tls = {"AENV_TLS_CERT_FILE": str(cert.cert_file), "AENV_TLS_KEY_FILE": str(missing)}
+    err = _up_with(tmp_path, tls)
+    assert f"key {missing}: no such file" in err, err
+    err = _up_with(tmp_path, {"AENV_TLS_CERT_FILE": str(cert.cert_file)})
+    assert "AENV_TLS_CERT_FILE and AENV_TLS_KEY_FILE go together: set both" in err, err

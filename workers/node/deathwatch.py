@@ -63,6 +63,25 @@ class DeathWatch:
         self._ends[live.sandbox_id] = (cause, why)
         await live.vm.qemu.kill()
 
+    async def end_where(
+        self, stands: Callable[[LiveSandbox], bool], cause: str, why: str
+    ) -> list[str]:
+        """End every running VM `stands` picks (those on a block service down for good),
+        each under its sandbox's lock and only if it is still the sandbox's (a pause or
+        kill may have taken it meanwhile); their watches report them as deaths of `cause`.
+        Returns the sandboxes ended."""
+        ended: list[str] = []
+        for live in list(self.sandboxes.values()):
+            if not stands(live):
+                continue
+            async with self.lock(live.sandbox_id):
+                if self.sandboxes.get(live.sandbox_id) is not live or not live.vm.qemu.alive:
+                    continue
+                log.warning("sandbox %s: ending its VM: %s", live.sandbox_id, why)
+                await self.end(live, cause, why)
+                ended.append(live.sandbox_id)
+        return ended
+
     async def _watch(self, live: LiveSandbox) -> None:
         with logcontext.bound(sandbox_id=live.sandbox_id):
             await self._await_death(live)

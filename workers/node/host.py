@@ -34,8 +34,6 @@ from workers.node.ports import (
     Died,
     GuestConfig,
     HostError,
-    ImageSource,
-    ImportedImage,
     Stage,
     TemplateLocator,
     WarmStats,
@@ -91,6 +89,10 @@ class SandboxHost:
         # (the Host port's, and the snapshot worker's `LocalCaptures`)
         self.held_templates = templates.held
         self.template_capture = self._templates.capture
+        self.import_image, self.forget_template = (
+            self._templates.import_image,
+            self._templates.forget,
+        )
         self.template_uploaded = self._templates.uploaded
         self.starts = VmStarts(
             runtime,
@@ -337,6 +339,16 @@ class SandboxHost:
             self.runtime.delete_snapshot(snap)
             self.collect_soon()
 
+    async def undo_resume(self, sandbox_id: str) -> bool:
+        snap, live = self._resumed.pop(sandbox_id, None), self.sandboxes.pop(sandbox_id, None)
+        if live is not None:
+            await self.runtime.destroy(live.vm)
+            self._gone(sandbox_id)
+        if snap is None or live is None:
+            return False
+        self.paused[sandbox_id] = PausedSandbox(sandbox_id, live.template_id, snap, live.guest)
+        return True
+
     async def fork(self, parent_id: str, children: dict[str, GuestConfig]) -> dict[str, str | None]:
         """Children of a running sandbox, each with its own id and guest config (token);
         returns child id → error (None when it runs). The parent keeps running."""
@@ -404,22 +416,6 @@ class SandboxHost:
     # ---- templates --------------------------------------------------------------------
     def reload_templates(self) -> int:
         return self.templates.reload()
-
-    async def import_image(
-        self,
-        name: str,
-        source: ImageSource,
-        *,
-        vcpus: int,
-        mem_mib: int,
-        progress: Callable[[str], None] | None = None,
-    ) -> ImportedImage:
-        return await self._templates.import_image(
-            name, source, vcpus=vcpus, mem_mib=mem_mib, progress=progress
-        )
-
-    async def forget_template(self, name: str) -> None:
-        await self._templates.forget(name)
 
     # ---- what the snapshot worker uploads (`workers.snapshot.worker.LocalCaptures`) ------
     async def paused_capture(self, sandbox_id: str, snapshot_id: str) -> LocalCapture | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from shared.lazybase import base_size
 from workers.node.hosted import LocalCapture, UploadedTemplate
 from workers.node.image.supply import ImageSupply
 from workers.node.imports import import_image
@@ -61,7 +62,7 @@ class HostTemplates:
             progress(f"booting {name} once until envd answers, then capturing it")
         snap = await self.templates.get(name)
         self.templates.adopt(name, snap, None)
-        return ImportedImage(image.digest, image.rootfs.stat().st_size >> 20)
+        return ImportedImage(image.digest, base_size(image.rootfs) >> 20)  # or a stub's
 
     async def adopt_snapshot(
         self, name: str, snap: Snapshot, token: str | None, sandbox_id: str

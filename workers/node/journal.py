@@ -19,6 +19,9 @@ class Entry:
     sandbox_id: str
     template_id: str
     paused_snapshot: str | None = None
+    #: the capture a resume ran from, kept whole until the log holds the resume and the
+    #: node released it (`settle`): a node killed in between rolls the sandbox back to it
+    resumed_from: str | None = None
 
 
 class Journal:
@@ -26,15 +29,34 @@ class Journal:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
 
-    def add(self, sandbox_id: str, template_id: str, paused_snapshot: str | None = None) -> None:
+    def add(
+        self,
+        sandbox_id: str,
+        template_id: str,
+        paused_snapshot: str | None = None,
+        *,
+        resumed_from: str | None = None,
+    ) -> None:
         tmp = self.root / f".{sandbox_id}.tmp"
         doc = {
             "sandbox_id": sandbox_id,
             "template_id": template_id,
             "paused_snapshot": paused_snapshot,
         }
+        if resumed_from is not None:
+            doc["resumed_from"] = resumed_from
         tmp.write_text(json.dumps(doc))
         os.replace(tmp, self.root / f"{sandbox_id}.json")
+
+    def settle(self, sandbox_id: str) -> None:
+        """The resume of a running sandbox is recorded: its entry no longer names the
+        capture it ran from (which goes next)."""
+        try:
+            entry = Entry(**json.loads((self.root / f"{sandbox_id}.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            return  # not hosted here (killed meanwhile), or a torn write `entries` drops
+        if entry.resumed_from is not None:
+            self.add(sandbox_id, entry.template_id, entry.paused_snapshot)
 
     def remove(self, sandbox_id: str) -> None:
         (self.root / f"{sandbox_id}.json").unlink(missing_ok=True)

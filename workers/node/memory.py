@@ -103,6 +103,8 @@ class MemoryHost:
         self.no_room_for = frozenset(no_room_for)
         self.live: dict[str, _Sandbox] = {}
         self.paused: dict[str, _Sandbox] = {}
+        #: the capture each resumed sandbox ran from, until its resume is recorded
+        self.resumed_from: dict[str, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._hooks: list[Callable[[str], None]] = []
         self._stage: Stage = lambda op, stage, seconds, start: None
@@ -249,6 +251,8 @@ class MemoryHost:
         if box is None:
             raise HostError(f"sandbox {sandbox_id} has no paused state on this node")
         await self._started("resume")
+        if box.capture is not None:
+            self.resumed_from[sandbox_id] = box.capture
         box.capture = None
         self.live[sandbox_id] = box
         return box.template_id
@@ -260,7 +264,17 @@ class MemoryHost:
         live.guest = dataclasses.replace(live.guest, egress=guest.egress)
 
     def resume_recorded(self, sandbox_id: str) -> None:
-        return None
+        self.resumed_from.pop(sandbox_id, None)
+
+    async def undo_resume(self, sandbox_id: str) -> bool:
+        capture, box = self.resumed_from.pop(sandbox_id, None), self.live.pop(sandbox_id, None)
+        if box is not None:
+            self._gone(sandbox_id)
+        if capture is None or box is None:
+            return False
+        box.capture = capture
+        self.paused[sandbox_id] = box
+        return True
 
     def running_ids(self) -> list[str]:
         return list(self.live)
@@ -299,6 +313,7 @@ class MemoryHost:
         return Capture(f"snap-{uuid.uuid4().hex[:12]}", box.template_id, 0)
 
     async def kill(self, sandbox_id: str) -> bool:
+        self.resumed_from.pop(sandbox_id, None)
         paused = self.paused.pop(sandbox_id, None)
         live = self.live.pop(sandbox_id, None)
         if live is not None:

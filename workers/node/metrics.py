@@ -9,7 +9,8 @@
   cgroup for them: alert on it; the ready answer's `warnings` says why).
 - `aenv_vm_deaths_total{cause}`: VMs that exited without being asked — `oom` (their memory
   cgroup killed them), `disk-full` (stopped on a full host disk past its grace, ended by
-  the node) or `crash` (anything else).
+  the node), `block-service` (on a lazy image whose block service stayed down past QEMU's
+  reconnect window, ended by the node) or `crash` (anything else).
 - Read at each scrape: the node's budget and what is left (`aenv_node_*`, label `node`),
   its running VMs, their summed RSS and CPU time, its JetStream consumers, and its warm
   pool (`aenv_node_warm_*`: VMs by template, their memory, creates it served or missed),
@@ -66,7 +67,7 @@ STAGES = ("queue", "restore", "envd_ready", "total")
 _STAGES_OF = {
     op: STAGES if op in ("create", "resume", "fork") else ("queue", "total") for op in OPS.values()
 }
-CAUSES = ("oom", "disk-full", "crash")
+CAUSES = ("oom", "disk-full", "block-service", "crash")
 COLD, WARM = "cold", "warm"
 
 

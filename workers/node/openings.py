@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from opentelemetry import trace
 
@@ -28,7 +29,15 @@ from workers.node.early import EarlyStarts, Started, Starter
 from workers.node.ports import GuestConfig, HostError
 from workers.node.site import NodeSite
 from workers.node.taken import TakenCreates
-from workers.node.verbs import C, Next, Outcome, Verb, after_request, killed_meanwhile
+from workers.node.verbs import (
+    C,
+    Next,
+    Outcome,
+    Verb,
+    after_request,
+    failed_meanwhile,
+    killed_meanwhile,
+)
 from workers.node.volume_claims import attach_volumes, move_volumes
 
 __all__ = ["Openings"]
@@ -108,7 +117,8 @@ class Openings:
             keeps_early=True,
             known=False,
             kill_late=False,
-            recorded=site.host.resume_recorded,
+            recorded=self._resume_recorded,
+            failed_late=self._resume_undone,
         )
 
     async def create(self, cmd: sb.CreateSandbox, ctx: MessageContext) -> None:
@@ -118,7 +128,10 @@ class Openings:
         await self._open(self.creating, cmd.model_copy(update={"node_id": self.site.node_id}), ctx)
 
     async def resume(self, cmd: sb.ResumeSandbox, ctx: MessageContext) -> None:
-        await self._open(self.resuming, cmd, ctx)
+        # named in the request too: while it resumes, the sandbox is this node's — the
+        # fleet's timer ends it only if this node is gone, never for the loss of the node
+        # it was paused on (taken over from the repository here)
+        await self._open(self.resuming, cmd.model_copy(update={"node_id": self.site.node_id}), ctx)
 
     # ---- the skeleton --------------------------------------------------------------------
     async def _open(self, verb: Verb[C], cmd: C, ctx: MessageContext) -> None:
@@ -170,6 +183,10 @@ class Openings:
         finally:
             if route is not None:
                 await route
+        if verb.failed_late is not None and failed_meanwhile(error, events, state):
+            assert state is not None  # (failed_meanwhile says so)
+            await verb.failed_late(state)  # not recorded: the capture is the log's again
+            return
         verb.recorded(sid)
         if verb.kill_late and killed_meanwhile(error, events, state):
             late = sb.KillSandbox(sandbox_id=sid, command_id=completion_id(cmd, "kill-late"))
@@ -223,9 +240,9 @@ class Openings:
         site = self.site
         error, code = await attach_volumes(site.bus, site.host, site.node_id, state, cmd, ctx)
         if error is None:
-            error, _ = await self._start(
-                state.sandbox_id, state.template_id, site.guest_config(state)
-            )
+            # the spec as the log has it, with the create's copy-on-write hint
+            guest = replace(site.guest_config(state), copy_on_write=cmd.copy_on_write)
+            error, _ = await self._start(state.sandbox_id, state.template_id, guest)
         return error, code
 
     def _created(
@@ -295,6 +312,28 @@ class Openings:
             command_id=completion_id(cmd, "resumed"),
         )
 
+    def _resume_recorded(self, sandbox_id: str) -> None:
+        """The log holds the resume: the capture it ran from is released — first in the
+        journal (a node killed from here on has a running sandbox's VM to report lost),
+        then on disk. Until then a restart rolls the sandbox back to it (`reconcile`)."""
+        failpoint("resume.before_release")
+        self.site.journal.settle(sandbox_id)
+        self.site.host.resume_recorded(sandbox_id)
+
+    async def _resume_undone(self, state: sb.Sandbox) -> None:
+        """The log failed the resume while this node did it (the fleet's timer took it for
+        gone): the VM it brought up goes, and the capture it ran from is held paused again
+        as it was — never released as a recorded resume's would be (`failed_meanwhile`)."""
+        sid, site = state.sandbox_id, self.site
+        async with site.host.lock(sid):
+            capture = site.host.held_capture(sid) if await site.host.undo_resume(sid) else None
+            if capture is None:  # nothing kept to hold: the node holds nothing of it
+                site.journal.remove(sid)
+                log.warning("resume of %s failed meanwhile; its VM dropped", sid)
+                return
+            site.journal.add(sid, state.template_id, capture)
+        log.warning("resume of %s failed meanwhile; VM dropped, paused on %s", sid, capture)
+
     async def _bring_back(self, sandbox_id: str, state: sb.Sandbox | None) -> Started:
         """Restore a paused sandbox here: (error or None, whether this call restored it)."""
         sid, site = sandbox_id, self.site
@@ -328,8 +367,10 @@ class Openings:
                         site.guest_config(state),
                         claim=lambda: move_volumes(site.bus, site.node_id, taken),
                     )
+                capture = host.held_capture(sid)  # whole until the resume is recorded
                 template = await host.resume(sid)
-                site.journal.add(sid, template)
+                if started:  # (a VM already up has its entry)
+                    site.journal.add(sid, template, resumed_from=capture)
             except HostError as e:
                 return str(e), False
             return None, started

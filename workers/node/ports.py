@@ -1,14 +1,11 @@
 """The node's ports.
 
 `Host` is the line between the node worker (commands in, events out) and the machines that
-run sandboxes: `SandboxHost` (QEMU microVMs, `workers/node/host.py`) in production,
-`MemoryHost` (`workers/node/memory.py`) in the VM-less test tier and the fleet simulator.
-The worker decides on the log and calls these methods after the domain has decided; it
-never reaches into VMs, disks or templates itself.
+run sandboxes: `SandboxHost` (QEMU microVMs, `workers/node/host.py`), or `MemoryHost`
+(`workers/node/memory.py`: the VM-less tier, the fleet simulator). The worker calls these
+after the domain has decided; it never reaches into VMs, disks or templates itself.
 
-`CaptureRepository` is what the host needs of the snapshot repository (pulling captures
-back; `workers.snapshot.SnapshotRepository` satisfies it) — handed in by the composition root
-instead of imported (rule 4: workers never import each other).
+`CaptureRepository`: the snapshot repository as the host pulls captures back (rule 4).
 """
 
 from __future__ import annotations
@@ -48,8 +45,8 @@ __all__ = [
 #: A template's durable capture, per the log: (key, guest token, source sandbox; None: an image)
 TemplateLocation = tuple[str, str | None, str | None]
 TemplateLocator = Callable[[str], Awaitable[TemplateLocation | None]]
-#: told (sandbox id, why, cause) when a running sandbox's VM died unasked; cause: "oom" (its
-#: cgroup killed it), "disk-full" (`diskwatch.py` ended it) or "crash" (anything else)
+#: told (sandbox id, why, cause) when a running sandbox's VM died unasked; cause: "oom", "disk-full"
+#: (`diskwatch.py`), "block-service" (a lazy image's service stayed down) or "crash" (any other)
 Died = Callable[[str, str, str], Awaitable[None]]
 #: run by a take-over once the capture is here and fits this node's disks (`take_over_paused`)
 Claim = Callable[[], Awaitable[None]] | None
@@ -76,6 +73,10 @@ class GuestConfig:
     access_token: str | None = None
     egress: EgressPolicy = field(default_factory=EgressPolicy)
     volumes: tuple[GuestVolume, ...] = ()
+    #: (how many, how long) envd keeps ended processes for `commands.connect(pid)`
+    ended_keep: tuple[int, float] | None = None
+    #: a create maps its template's RAM copy-on-write (a snapshot fork's child)
+    copy_on_write: bool = False
 
     def init_body(self, sandbox_id: str) -> dict[str, object]:
         """No `defaultUser`/`defaultWorkdir`: the restored guest keeps the ones it was
@@ -92,13 +93,14 @@ class GuestConfig:
                 {"name": v.name, "path": v.path, "serial": VOLUME_SERIAL.format(i)}
                 for i, v in enumerate(self.volumes)
             ]
+        if self.ended_keep is not None:  # aenv's own fields (envd.guest_init.ended_keep)
+            body["aenvEndedKeep"], body["aenvEndedKeepS"] = self.ended_keep
         return body
 
 
 @dataclass(frozen=True)
 class WarmStats:
-    """The warm pool of a node (`workers/node/warm.py`): VMs ready per template, claims
-    served by it and missed since start, and the memory (MiB, nominal) it holds."""
+    """A node's warm pool (`warm.py`): VMs ready per template, claims hit/missed, MiB held."""
 
     ready: dict[str, int] = field(default_factory=dict)
     hits: int = 0
@@ -110,8 +112,7 @@ class WarmStats:
 
 @dataclass(frozen=True)
 class RamPoolStats:
-    """The RAM pool's ready copies on the node's disk (`runtime/rampool.py`): all of it
-    is evictable (a create without a ready copy makes its own), within its budget."""
+    """The RAM pool's ready copies on disk (`runtime/rampool.py`), all evictable."""
 
     bytes: int = 0
     files: int = 0
@@ -298,6 +299,10 @@ class Host(Protocol):
 
     def resume_recorded(self, sandbox_id: str) -> None:
         """The log holds the sandbox's resume: what it was restored from can go."""
+
+    async def undo_resume(self, sandbox_id: str) -> bool:
+        """A resume the log failed meanwhile: its VM goes, the capture it ran from is held
+        paused again, whole (False: none was kept)."""
 
     async def reconfigure(self, sandbox_id: str, guest: GuestConfig) -> None:
         """A running sandbox lives under `guest`'s egress rules from now on (swapped at

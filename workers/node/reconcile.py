@@ -4,8 +4,12 @@ VMs die with the node process, so a sandbox that was running here lost its VM (t
 hears so: killed by the node, "node restarted; VM lost"); a paused one still has its
 capture on this disk and is taken back, resumable — also when the node died in the middle
 of its pause (after the capture) or of its resume: the command, delivered again, finishes
-either. One killed while the node was away, or resumed on another node from the
-repository, leaves only a stale copy here, which goes.
+either. A sandbox whose resume the log holds but whose capture the node had not released
+yet (the journal still names it: `Journal.settle`) is rolled back to it — paused again on
+that capture, by a pause with reason `rollback` — instead of killed: its guest ran for
+moments, and nothing of it outlived the node but the capture. One killed while the node
+was away, or resumed on another node from the repository, leaves only a stale copy here,
+which goes.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from bus.store import SandboxStore
+from domain import DomainError
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus as S
 from workers.node.journal import Journal
@@ -24,10 +29,15 @@ __all__ = ["reconcile"]
 log = logging.getLogger(__name__)
 
 Kill = Callable[[sb.KillSandbox, str], Awaitable[None]]
+#: pause a sandbox whose VM is gone on the capture this node holds for it again
+RollBack = Callable[[sb.PauseSandbox], Awaitable[None]]
 
 #: a sandbox in these states whose capture is on disk is paused in all but name: a pause that
 #: finished its capture before the node died, or a resume that had not finished
 KEEPS_CAPTURE = frozenset({S.PAUSED, S.PAUSING, S.RESUMING})
+#: a sandbox in these states whose resume ran from a capture still named in the journal is
+#: rolled back to it (a pause requested meanwhile finishes on it)
+ROLLS_BACK = frozenset({S.RUNNING, S.PAUSING})
 
 
 async def reconcile(
@@ -37,6 +47,7 @@ async def reconcile(
     node_id: str,
     guest: Callable[[sb.Sandbox], GuestConfig],
     kill: Kill,
+    roll_back: RollBack,
 ) -> None:
     for entry in journal.entries():
         sid = entry.sandbox_id
@@ -52,6 +63,37 @@ async def reconcile(
                 host.drop_capture(entry.paused_snapshot)
             journal.remove(sid)
             continue
+        # First a resume the log holds (or a roll-back whose pause it holds in part): the
+        # journal still names its capture, so the node had not released it.
+        if (
+            entry.resumed_from
+            and state.status in ROLLS_BACK
+            and state.node_id == node_id
+            and host.adopt_paused(
+                sid,
+                entry.template_id,
+                entry.resumed_from,
+                guest(state),
+                durable=state.durable_snapshot_id == entry.resumed_from,
+            )
+        ):
+            log.warning(
+                "sandbox %s: its resume was recorded but the node restarted before it "
+                "released capture %s; rolled back to it (paused)",
+                sid,
+                entry.resumed_from,
+            )
+            # paused on it as far as the node knows; still named as the resume's until the
+            # pause is in the log (a restart before that rolls back again)
+            journal.add(sid, entry.template_id, entry.resumed_from, resumed_from=entry.resumed_from)
+            # one id per resume rolled back (its `end_at` is its own): a second roll-back to
+            # the same capture, after another resume from it, is a new pause
+            cid = sb.derived_command_id(sid, "roll-back", entry.resumed_from, str(state.end_at))
+            try:
+                await roll_back(sb.PauseSandbox(sandbox_id=sid, command_id=cid, reason="rollback"))
+                continue
+            except DomainError as e:  # (the log moved on meanwhile: a kill, say)
+                log.warning("sandbox %s was not rolled back: %s", sid, e)
         # The log names the capture too: the journal says "running" once the resumed VM
         # is up, but until its resume is recorded the capture stays whole on this disk
         # (`SandboxHost.resume_recorded`) — a node killed in between still holds it.

@@ -6,10 +6,27 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers.node.warmsize import WarmPolicy
+
+#: The longest path a unix socket binds to on Linux: `sun_path` holds 108 bytes with its NUL.
+#: A longer one fails deep in the block service's start as a bare "AF_UNIX path too long".
+UNIX_PATH_MAX = 107
+
+
+def socket_path_problem(path: Path) -> str | None:
+    """Why the block service's socket cannot be `path` (None: it can), naming the setting
+    that fixes it: a node must refuse this at start, not fail binding it minutes later."""
+    n = len(str(path).encode())
+    if n <= UNIX_PATH_MAX:
+        return None
+    return (
+        f"AENV_BLOCKS_SOCKET: the block service's socket path {str(path)!r} is {n} bytes, "
+        f"a unix socket's path holds at most {UNIX_PATH_MAX}: set AENV_BLOCKS_SOCKET to a "
+        "shorter path (unset, it is <AENV_STATE_DIR>/blocks/blocks.sock)"
+    )
 
 
 def _default_node_id() -> str:
@@ -65,6 +82,11 @@ class NodeSettings(BaseSettings):
     #: `allowInternetAccess`, `network.allowOut`), forwarded and NATed by the host
     #: (`net.uplink`; turns on the host's IPv4 forwarding). Off by default: no egress.
     egress_enabled: bool = False
+    #: What envd in every guest keeps of ended processes for `commands.connect(pid)` (exit
+    #: code and the last 64 KiB of each output stream; docs/envd.md): the most recent
+    #: `envd_ended_keep`, each for `envd_ended_keep_s` after its end. Sent in each /init.
+    envd_ended_keep: int = Field(default=64, ge=0, le=10_000)
+    envd_ended_keep_s: float = Field(default=600.0, ge=0, le=7 * 86400)
     #: Free space a guest image's root disk keeps beyond the image, for its sandboxes
     #: (pip installs, clones): the disk is sparse, so it costs host disk only once written.
     #: Part of each image's recipe, so a change builds new images; a template may ask for
@@ -73,6 +95,16 @@ class NodeSettings(BaseSettings):
     #: Node-local cache of snapshot blobs pulled from the repository (LRU beyond this; an
     #: upper cap: the disk budget may give it less, `disk.DiskBudget.blob_cache_room`).
     blob_cache_bytes: int = Field(default=10 << 30, ge=0)
+    #: Images a node needs by content and lacks (a capture taken over them on another
+    #: node) are held lazily (issue 29): their disk is read through the node's block
+    #: service, which fetches the chunks a guest reads from the repository on first read,
+    #: instead of downloading the whole disk first. Needs a repository.
+    lazy_images: Literal["off", "on"] = "off"
+    #: The block service's unix socket, its chunk cache and that cache's cap (LRU). None:
+    #: `<state_dir>/blocks/blocks.sock` and `<state_dir>/blocks`.
+    blocks_socket: Path | None = None
+    blocks_cache_dir: Path | None = None
+    blocks_cache_bytes: int = Field(default=4 << 30, ge=0)
     #: The node's one disk budget (images-at-scale S8): what its state dir and image cache
     #: may hold together; eviction keeps them under it. None: `disk_budget_share` of the
     #: filesystems holding them (summed when they differ).
@@ -123,6 +155,25 @@ class NodeSettings(BaseSettings):
     #: vCPUs and RAM of `code-interpreter-v1` (a kernel with pandas and matplotlib loaded).
     code_interpreter_vcpus: int = Field(default=1, ge=1)
     code_interpreter_mem_mib: int = Field(default=1024, ge=256)
+
+    @property
+    def blocks_dir(self) -> Path:
+        """Where the block service keeps its chunk cache, pid file and stats."""
+        return self.blocks_cache_dir or self.state_dir / "blocks"
+
+    @property
+    def blocks_socket_path(self) -> Path:
+        return self.blocks_socket or self.state_dir / "blocks" / "blocks.sock"
+
+    @model_validator(mode="after")
+    def _socket_fits(self) -> NodeSettings:
+        """A lazy-images node's socket path must bind (`socket_path_problem`); one set
+        explicitly must whatever the mode (a node with lazy entries serves them off too)."""
+        if self.lazy_images == "on" or self.blocks_socket is not None:
+            problem = socket_path_problem(self.blocks_socket_path)
+            if problem is not None:
+                raise ValueError(problem)
+        return self
 
     def warm_policy(self) -> WarmPolicy | None:
         """The warm pool's sizing, or None when it is off."""

@@ -102,7 +102,9 @@ class VmStarts:
             vm, timing = await self.runtime.restore(
                 snap,
                 vm_id=sandbox_id,
-                private_memory=False,  # a sandbox can be paused: its RAM must be its own file
+                # a sandbox that may pause gets a RAM file of its own; a snapshot fork's
+                # child maps the template's copy-on-write (its pause streams its RAM)
+                private_memory=guest.copy_on_write,
                 policy=guest.egress,
                 init=guest.init_body(sandbox_id),
                 init_token=self.templates.guest_token(template_id),

@@ -22,7 +22,7 @@ from typing import Literal, Protocol
 
 from workers.node.disk.produced import writing_async
 from workers.node.image import ImageError, find_runtime
-from workers.node.image.cache import cache_root, content_dir, entry_dir
+from workers.node.image.cache import cache_root, content_dir, entry_dir, root_disk
 from workers.node.image.content import content_of, recipe_of
 from workers.node.ports import CaptureRepository, HostError, Manifest, TemplateLocator
 from workers.node.runtime import Runtime, Snapshot
@@ -228,11 +228,11 @@ class Transfers:
         those bytes are the capture's is `fetch`'s check (other bytes: refused, naming both)."""
         root = cache_root()
         if content and (same := content_dir(root, content)) is not None:
-            return same / "root.ext4"
+            return root_disk(same)  # whole, or a lazy base's stub (same bytes either way)
         if content and (fetched := await self._by_content("root", content)) is not None:
-            return fetched / "root.ext4"
+            return root_disk(fetched)
         if (entry := entry_dir(root, digest)) is not None:
-            return entry / "root.ext4"
+            return root_disk(entry)
         for path in (c.base_image for c in self.templates.captures()):
             if path.is_file() and recipe_of(path) == digest:
                 return path

@@ -14,7 +14,7 @@ from domain import sandbox as sb
 from domain.sandbox import SandboxStatus as S
 from workers.node.early import Starter
 
-__all__ = ["Next", "Outcome", "Verb", "after_request", "killed_meanwhile"]
+__all__ = ["Next", "Outcome", "Verb", "after_request", "failed_meanwhile", "killed_meanwhile"]
 
 C = TypeVar("C", bound=sb.CreateSandbox | sb.ResumeSandbox)
 
@@ -60,6 +60,14 @@ def killed_meanwhile(error: str | None, events: Sequence[object], state: sb.Sand
     )
 
 
+def failed_meanwhile(error: str | None, events: Sequence[object], state: sb.Sandbox | None) -> bool:
+    """Whether a VM that came up belongs to a resume the log failed while it did (the
+    fleet's timer took this node for gone): its completion decided nothing and the sandbox
+    is paused again, on the capture the VM was restored from. The resume is not recorded:
+    the VM goes, and the capture stays as it was (the log's paused state)."""
+    return error is None and not events and state is not None and state.status is S.PAUSED
+
+
 @dataclass(frozen=True)
 class Verb(Generic[C]):
     """A command that brings a sandbox's VM up on this node, as the skeleton runs it."""
@@ -89,3 +97,7 @@ class Verb(Generic[C]):
     recorded: Callable[[str], None]
     #: a request that claims its node (a create): another node's claim is watched
     watch_taken: Callable[[C, sb.Sandbox, MessageContext], Awaitable[None]] | None = None
+    #: what undoes a VM that came up for a request the log failed meanwhile, instead of
+    #: `recorded` (`failed_meanwhile`: a resume); None: nothing such (a create's failure
+    #: is a kill's, `kill_late`)
+    failed_late: Callable[[sb.Sandbox], Awaitable[None]] | None = None

@@ -124,6 +124,25 @@ class WarmPool:
             self.demand.forget(template_id)
         self._wake.set()
 
+    async def drop_where(self, stands: Callable[[Vm], bool]) -> list[str]:
+        """Destroy every warm VM `stands` picks, returning their ids: those whose base is
+        read through the node's block service once it is down for good (a claim would hand
+        over a guest whose reads fail). Their templates wait `RETRY_AFTER_FAILURE_S` before
+        a refill, which then fails while the service is still down (QEMU cannot open it)."""
+        picked: list[WarmVm] = []
+        for template, vms in self._ready.items():
+            gone = [w for w in vms if stands(w.vm)]
+            if gone:
+                vms[:] = [w for w in vms if w not in gone]
+                self._failed_at[template] = time.monotonic()
+                picked += gone
+        for w in picked:  # out of the pool first: no claim takes one while we await
+            log.warning(
+                "warm VM %s of %s dropped: its base cannot be read", w.vm.vm_id, w.template_id
+            )
+            await self._destroy(w)
+        return [w.vm.vm_id for w in picked]
+
     # ---- claims -----------------------------------------------------------------------
     async def claim(
         self, template_id: str, snap: Snapshot, guest: GuestConfig, sandbox_id: str

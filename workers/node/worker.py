@@ -9,8 +9,8 @@ own, run on data (`openings.py`, `verbs.py`): capacity, an early start (the VM s
 the decision is appended: `early.py`), redeliveries; a fork (`forks.py`) decides each
 child's create on the child's own stream.
 
-Routes (`routes.py`), the restart reconcile (`reconcile.py`) and the heartbeat
-(`heartbeat.py`) are modules of their own; uploads are the snapshot worker's.
+Routes, the restart reconcile and the heartbeat are modules of their own; uploads are the
+snapshot worker's.
 """
 
 from __future__ import annotations
@@ -149,14 +149,8 @@ class NodeWorker:
         if restored:
             log.info("re-adopted %d snapshot templates", restored)
         self.routes = await RoutePublisher.open(self.bus, self.host, self.node_id, self.node_proxy)
-        await reconcile(
-            self.bus.sandboxes,
-            self.host,
-            self.journal,
-            self.node_id,
-            self.guest_config,
-            self._kill_lost,
-        )
+        parts = (self.bus.sandboxes, self.host, self.journal, self.node_id)
+        await reconcile(*parts, self.guest_config, self._kill_lost, self._paused_again)
         swept = await self.host.sweep_leftovers()
         if swept:
             log.info("removed %d directories left by a crash", swept)
@@ -244,11 +238,12 @@ class NodeWorker:
             access_token=state.envd_access_token,
             egress=egress_of(state.network, self.settings.egress_enabled),
             volumes=tuple(GuestVolume(m.volume_id, m.name, m.path) for m in state.volume_mounts),
+            ended_keep=(self.settings.envd_ended_keep, self.settings.envd_ended_keep_s),
+            copy_on_write=isinstance(state, sb.CreateSandbox) and state.copy_on_write,
         )
 
     def ingress(self, sandbox_id: str) -> tuple[bool, str | None]:
-        """Who may reach a sandbox's guest ports, for this node's proxy (not routed before
-        `start`)."""
+        """Who may reach a sandbox's guest ports, for this node's proxy (none before start)."""
         return self.routes.ingress(sandbox_id) if self.routes is not None else (False, None)
 
     @property
@@ -294,10 +289,12 @@ class NodeWorker:
                 raise Invalid(f"{type(cmd).__name__} is not supported by this node")
 
     def _better_elsewhere(self, cmd: sb.CreateSandbox) -> str | None:
-        """Why this node passes a create on (once), or None: other nodes hand a warm VM
-        over, or hold the capture this node would fetch from the snapshot repository."""
+        """Why this node passes a create on (once), or None: its snapshot fork spread it
+        elsewhere, other nodes hand a warm VM over, or hold the capture it would fetch."""
         if cmd.forked_from is not None:  # a fork child starts beside its parent
             return None
+        if passes_on(cmd.prefer_on, self.node_id, 0):  # a snapshot fork's child
+            return f"passed on to {', '.join(cmd.prefer_on)}, where its fork spread it"
         tpl = cmd.template_id
         if passes_on(cmd.warm_on, self.node_id, self.host.warm_stats().ready.get(tpl, 0)):
             return f"passed on to {', '.join(cmd.warm_on)}, which hold a warm VM of {tpl}"
@@ -437,6 +434,12 @@ class NodeWorker:
         """Not a client's kill: the log says the node asked, and why."""
         lost = cmd.model_copy(update={"reason": "lost"})
         await self._kill(lost, MessageContext(actor=f"node:{self.node_id}"), error=why)
+
+    async def _paused_again(self, cmd: sb.PauseSandbox) -> None:
+        """A resume rolled back after a restart (`reconcile`): paused on the capture held."""
+        cid = cmd.command_id  # its outcome caused by the pause too: the pair of a request
+        ctx = MessageContext(correlation_id=cid, causation_id=cid, actor=f"node:{self.node_id}")
+        await self._operate(cmd, ctx, S.PAUSING, lambda _: self._pause(cmd, None))
 
     # ---- template imports and lookups: a module of their own ---------------------------
     async def _import(self, cmd: tp.ImportTemplateImage, ctx: MessageContext) -> None:

@@ -14,11 +14,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.lazybase import QCOW2_MAGIC, is_lazy_base, qcow2_backing
 from workers.snapshot.errors import LayoutError
 
-QCOW2_MAGIC = b"QFI\xfb"
-_EXT_BACKING_FORMAT = 0xE2792ACA
-_V2_HEADER_LEN = 72
 MAX_DEPTH = 64  # a longer chain is a loop or a bug; the node compacts at 16
 
 
@@ -33,28 +31,14 @@ class Backing:
 def read_backing(path: Path) -> Backing:
     """Parse `path`'s qcow2 header (v2/v3) for its backing file name and format."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-    except OSError as e:
+        found = qcow2_backing(path)
+    except (OSError, ValueError, struct.error) as e:
         raise LayoutError(f"disk layer {path} unreadable: {e}") from e
-    if head[:4] != QCOW2_MAGIC:
+    if found is None:
         raise LayoutError(f"{path} is not a qcow2 image")
-    version, off, length = struct.unpack(">IQI", head[4:20])
-    if off == 0 or length == 0:
+    name, fmt = found
+    if name is None:
         return Backing(None, None)
-    with open(path, "rb") as f:
-        f.seek(off)
-        name = f.read(length).decode()
-    fmt: str | None = None
-    # Header extensions start right after the header (v3 states its length; v2 is fixed).
-    pos = int(struct.unpack(">I", head[100:104])[0]) if version >= 3 else _V2_HEADER_LEN
-    while pos + 8 <= len(head):
-        kind, size = struct.unpack(">II", head[pos : pos + 8])
-        if kind == 0:
-            break
-        if kind == _EXT_BACKING_FORMAT:
-            fmt = head[pos + 8 : pos + 8 + size].decode()
-        pos += 8 + size + (-size % 8)
     backing = Path(name)
     if not backing.is_absolute():  # qemu resolves relative names against the layer's dir
         backing = path.parent / backing
@@ -62,10 +46,10 @@ def read_backing(path: Path) -> Backing:
 
 
 def walk_chain(top: Path) -> tuple[list[Path], Path]:
-    """(qcow2 layers bottom->top, raw base) of the chain ending at `top`.
+    """(qcow2 layers bottom->top, base) of the chain ending at `top`.
 
-    The chain must end in a raw file: that is the template's base image, which is
-    identified by digest rather than uploaded.
+    The chain must end in a raw file or a lazy base's stub (`shared/lazybase.py`): that is
+    the template's base image, which is identified by digest rather than uploaded.
     """
     layers = [top]
     while len(layers) <= MAX_DEPTH:
@@ -74,12 +58,15 @@ def walk_chain(top: Path) -> tuple[list[Path], Path]:
             raise LayoutError(f"{layers[-1]} has no backing file: the chain has no raw base")
         if b.format == "raw" or (b.format is None and not _is_qcow2(b.path)):
             return layers[::-1], b.path
+        if is_lazy_base(b.path):
+            return layers[::-1], b.path
         layers.append(b.path)
     raise LayoutError(f"backing chain of {top} is deeper than {MAX_DEPTH}")
 
 
 def check_chain(layers: list[Path]) -> Path:
-    """Check `layers` (bottom->top) form one chain; returns the raw base under the bottom."""
+    """Check `layers` (bottom->top) form one chain; returns the base under the bottom (a raw
+    file or a lazy base's stub)."""
     if not layers:
         raise LayoutError("no disk layers given")
     below: Path | None = None
@@ -89,7 +76,8 @@ def check_chain(layers: list[Path]) -> Path:
         if b.path is None:
             raise LayoutError(f"{layer} has no backing file")
         if below is None:
-            if b.format not in ("raw", None) or _is_qcow2(b.path):
+            lazy = is_lazy_base(b.path)
+            if not lazy and (b.format not in ("raw", None) or _is_qcow2(b.path)):
                 raise LayoutError(f"bottom layer {layer} must sit on the raw base, not {b.path}")
             base = b.path
         elif not _same(b.path, below):
@@ -97,6 +85,12 @@ def check_chain(layers: list[Path]) -> Path:
         below = layer
     assert base is not None
     return base
+
+
+def backed(layer: Path) -> bool:
+    """Whether the file `layer` names as its backing is there."""
+    b = read_backing(layer)
+    return b.path is None or b.path.exists()
 
 
 def _same(a: Path, b: Path) -> bool:

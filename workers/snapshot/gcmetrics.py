@@ -1,6 +1,6 @@
 """The repository GC's Prometheus series (`docs/observability.md`): what a round freed and
 how rounds ended, and the manifests the janitor deleted by kind (`pause`, `template`,
-`image`)."""
+`image`, `trace`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from workers.snapshot.results import GcReport
 
 __all__ = ["MANIFEST_KINDS", "OUTCOMES", "GcMetrics"]
 
-MANIFEST_KINDS = ("pause", "template", "image")
+MANIFEST_KINDS = ("pause", "template", "image", "trace")
 #: `ran`: this node held the lease and collected; `skipped`: another node holds it;
 #: `failed`: the round raised (the next one retries).
 OUTCOMES = ("ran", "skipped", "failed")

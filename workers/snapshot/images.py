@@ -33,7 +33,7 @@ from workers.snapshot import chunks, paths
 from workers.snapshot.chunkfile import download_chunks, upload_chunks
 from workers.snapshot.digest import file_digest
 from workers.snapshot.errors import CorruptBlob, LayoutError, ManifestNotFound
-from workers.snapshot.manifest import BlobRef, ImageManifest, MemoryRef
+from workers.snapshot.manifest import BlobRef, ImageManifest, MemoryRef, TraceManifest
 from workers.snapshot.metrics import TransferMetrics
 from workers.snapshot.results import ImageUpload, LocalImage
 from workers.snapshot.retry import RetryPolicy, retrying
@@ -174,13 +174,33 @@ class ImageRepository:
         except ValueError as e:
             raise LayoutError(f"image {digest}: unreadable manifest: {e}") from e
 
+    async def get_trace(self, digest: str) -> TraceManifest | None:
+        """The image's read trace (the block service's prefetch list), None if none is
+        stored. Raises `LayoutError` for one it cannot read."""
+        try:
+            data = await self._call(lambda: self.store.get_manifest(paths.trace_key(digest)))
+        except ManifestNotFound:
+            return None
+        try:
+            return TraceManifest.from_json(data)
+        except ValueError as e:
+            raise LayoutError(f"image {digest}: unreadable trace: {e}") from e
+
+    async def put_trace(self, trace: TraceManifest) -> None:
+        """Store (or replace: two nodes' recordings, the last one wins) an image's trace."""
+        await self._call(lambda: self.store.put_manifest(trace.key, trace.to_json()))
+
     # ---- download -------------------------------------------------------------------------
 
-    async def download_image(self, digest: str, dest_dir: Path) -> LocalImage:
+    async def download_image(
+        self, digest: str, dest_dir: Path, *, with_disk: bool = True
+    ) -> LocalImage:
         """Rebuild image `digest` in `dest_dir` (`disk_name(role)`, `vmlinux`, `initrd.cpio`),
         the disk as sparse as it was uploaded. Raises `CorruptBlob` for a chunk whose bytes
         are not its digest and `LayoutError` when the chunks do not make up `digest`; on any
-        failure the files this call wrote are removed (and `dest_dir`, if it made it)."""
+        failure the files this call wrote are removed (and `dest_dir`, if it made it).
+        `with_disk=False`: the kernel and initramfs only (a node that reads the disk's
+        blocks lazily through its block service, issue 29); the result's `disk` is absent."""
         t0 = time.monotonic()
         fetched = [0]
         made_dir = not dest_dir.exists()
@@ -192,7 +212,8 @@ class ImageRepository:
             kernel = await self._fetch_file(manifest.kernel, dest_dir / KERNEL, written, fetched)
             initrd = await self._fetch_file(manifest.initrd, dest_dir / INITRD, written, fetched)
             disk = dest_dir / disk_name(manifest.role)
-            await self._fetch_disk(manifest, disk, written, fetched)
+            if with_disk:
+                await self._fetch_disk(manifest, disk, written, fetched)
         except BaseException:
             for path in written:
                 path.unlink(missing_ok=True)
@@ -209,7 +230,10 @@ class ImageRepository:
         if ref is None:
             return None
         # get_blob_to writes beside `dest` and renames only a verified blob into place
-        fetched[0] += await self._call(lambda: self.store.get_blob_to(ref.digest, dest))
+        # the await first, then the sum: `x[0] += await f()` reads x[0] before it awaits,
+        # and concurrent loads would each write back a stale total
+        got = await self._call(lambda: self.store.get_blob_to(ref.digest, dest))
+        fetched[0] += got
         written.append(dest)
         return dest
 
@@ -222,7 +246,8 @@ class ImageRepository:
 
         async def load(chunk: str) -> Path:
             part = staging / f"{next(names)}.part"  # one chunk may recur: a name per load
-            fetched[0] += await self._call(lambda: self.store.get_blob_to(chunk, part))
+            n = await self._call(lambda: self.store.get_blob_to(chunk, part))
+            fetched[0] += n  # after the await (see `_fetch_file`): chunks load concurrently
             got, _ = await asyncio.to_thread(file_digest, part)
             if got != chunk:  # the store verifies too; this download answers for itself
                 part.unlink(missing_ok=True)

@@ -8,10 +8,12 @@ dies mid-way leaves the event to be delivered again (deletes are idempotent).
   the volume images uploaded beside them (`<capture>-v<slot>`);
 - `TemplateDeleted` / `TemplateCaptureDropped`: the template's capture (`capture_key`);
 - `ImageForgotten`: `image-<digest>`, unless the image was published again since or a
-  capture names it (an operator's forget: a capture's base image keeps its manifest).
+  capture names it (an operator's forget: a capture's base image keeps its manifest); and
+  its read trace `image-<digest>.trace` with it (the block service's prefetch list).
 
 `forget_images` is the other half, run with the blob GC under its lease (`gcrun.py`): an
-image no capture names, past its grace, is forgotten in the log and its manifest deleted.
+image no capture names, past its grace, is forgotten in the log and its manifest deleted
+(its trace with it), and a trace whose image is gone is deleted too.
 What the deleted manifests named becomes garbage for the next `collect_garbage`.
 """
 
@@ -37,6 +39,7 @@ from workers.snapshot.leftovers import (
     dropped_capture_key,
     images_to_forget,
     named_images,
+    orphan_traces,
     pause_keys,
 )
 from workers.snapshot.manifest import ImageManifest, SnapshotManifest, parse_manifest
@@ -119,7 +122,7 @@ class RepositoryJanitor:
                     return []  # published again since (the same bytes): still named
                 if digest in named_images((await self._scan())[0]):
                     return []  # a capture restores over these bytes (a forget by hand)
-                return await self._delete([paths.image_key(digest)], "image")
+                return await self._delete_image(digest)
             case _:
                 return []
 
@@ -164,6 +167,8 @@ class RepositoryJanitor:
         for image in gone:
             if await self._forget(image):
                 out.append(image.digest)
+        stored = await retrying(self.store.list_manifests, self.retry)
+        await self._delete(orphan_traces(stored), "trace")
         return out
 
     async def _scan(self) -> tuple[list[SnapshotManifest], list[StoredImage]]:
@@ -190,7 +195,7 @@ class RepositoryJanitor:
                 await execute(self.bus.images, forget, MessageContext())
             except im.ClaimHeld:  # a build of the recipe is running: next round
                 return False
-        await self._delete([paths.image_key(image.digest)], "image")
+        await self._delete_image(image.digest)
         log.info("image %s (recipe %s) forgotten: no capture names it", image.digest, image.recipe)
         return True
 
@@ -204,6 +209,12 @@ class RepositoryJanitor:
         except ValueError as e:  # a capture we cannot read may name any image: keep all
             raise LayoutError(f"manifest {mid}: unreadable: {e}") from e
         return m if isinstance(m, SnapshotManifest | ImageManifest) else None
+
+    async def _delete_image(self, digest: str) -> list[str]:
+        """The image's manifest, then its trace (a trace left by a crash in between is an
+        orphan the next GC round sweeps)."""
+        gone = await self._delete([paths.image_key(digest)], "image")
+        return gone + await self._delete([paths.trace_key(digest)], "trace")
 
     async def _delete(self, keys: list[str], kind: str) -> list[str]:
         for key in keys:

@@ -10,7 +10,10 @@ describes leaks every blob it names. Three kinds outlive their owner:
   once it is dropped (`TemplateCaptureDropped` naming the template itself);
 - an image (`image-<digest>`) that no capture names as its base or runtime disk, once it
   is older than a grace period (a template whose capture is not uploaded yet names its
-  image only on its node; the grace covers that window).
+  image only on its node; the grace covers that window);
+- an image's read trace (`image-<digest>.trace`, the block service's): it goes with its
+  image, and one written just after its image went (a recording that ended late) is swept
+  by the next round (`orphan_traces`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from datetime import datetime, timedelta
 
 from domain import tags as tg
 from domain import template as tp
+from workers.snapshot import paths
 from workers.snapshot.manifest import SnapshotManifest
 
 __all__ = [
@@ -29,6 +33,7 @@ __all__ = [
     "dropped_capture_key",
     "images_to_forget",
     "named_images",
+    "orphan_traces",
     "pause_keys",
 ]
 
@@ -116,3 +121,15 @@ def images_to_forget(
     horizon = now - grace
     gone = [i for i in images if i.digest not in named and i.created_at <= horizon]
     return sorted(gone, key=lambda i: (i.created_at, i.digest))
+
+
+def orphan_traces(stored: Iterable[str]) -> list[str]:
+    """The read traces among the manifest ids `stored` whose image is not among them. A
+    trace names no blob and only helps a node prefetch its image: deleting one whose image
+    is published again meanwhile loses a prefetch, nothing else. Sorted."""
+    ids = set(stored)
+    return sorted(
+        mid
+        for mid in ids
+        if (d := paths.trace_digest_from_id(mid)) is not None and paths.image_key(d) not in ids
+    )

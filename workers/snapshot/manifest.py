@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from workers.snapshot.paths import check_digest, check_snapshot_id, image_key
+from workers.snapshot.paths import check_digest, check_snapshot_id, image_key, trace_key
 
 FORMAT_VERSION = 1
 
@@ -205,10 +205,54 @@ class ImageManifest(_Frozen):
         return cls.model_validate_json(data)
 
 
-def parse_manifest(data: bytes) -> SnapshotManifest | VolumeManifest | ImageManifest:
+class TraceManifest(_Frozen):
+    """The chunks of an image's disk its first reader touched (issue 29's prefetch): chunk
+    indices in first-touch order, recorded by a block service in the first `window_s`
+    seconds after it opened the image. Indices, not digests: a trace names no blob, so it
+    never keeps one alive (GC) and means nothing without its image's manifest, with which
+    the janitor deletes it (`trace_key` beside `image_key`)."""
+
+    format: Literal[1] = 1
+    kind: Literal["trace"] = "trace"
+    digest: str  # the image's content digest
+    created_at: datetime
+    window_s: float = Field(ge=0)
+    chunks: tuple[int, ...]
+
+    _digest = field_validator("digest")(check_digest)
+
+    @field_validator("chunks")
+    @classmethod
+    def _indices(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if any(i < 0 for i in v) or len(set(v)) != len(v):
+            raise ValueError("a trace lists distinct chunk indices")
+        return v
+
+    @property
+    def key(self) -> str:
+        return trace_key(self.digest)
+
+    def blob_digests(self) -> set[str]:
+        """None: the image's manifest keeps its chunks alive, not its trace."""
+        return set()
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json().encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> TraceManifest:
+        return cls.model_validate_json(data)
+
+
+Manifest = SnapshotManifest | VolumeManifest | ImageManifest | TraceManifest
+
+
+def parse_manifest(data: bytes) -> Manifest:
     """A stored manifest document of any kind (they share one namespace of ids)."""
     doc = json.loads(data)
     kind = doc.get("kind") if isinstance(doc, dict) else None
+    if kind == "trace":
+        return TraceManifest.model_validate(doc)
     if kind == "volume":
         return VolumeManifest.model_validate(doc)
     if kind == "image":

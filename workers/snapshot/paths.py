@@ -5,6 +5,7 @@ Layout, under an optional prefix:
     blobs/sha256/<first two hex>/<digest>   content-addressed bytes (layers, chunks, state)
     manifests/<snapshot_id>.json            one document per snapshot
     manifests/image-<content digest>.json   one document per disk image (`image_key`)
+    manifests/image-<content digest>.trace.json   the chunks its first reads touched (`trace_key`)
 
 The two-character fan-out keeps posix directories small and spreads S3 key ranges.
 Both stores and every test derive keys from here; nothing else writes a key literal.
@@ -56,6 +57,23 @@ def image_digest_from_id(manifest_id: str) -> str | None:
         return None
     digest = manifest_id[len(IMAGE_PREFIX) :]
     return digest if is_digest(digest) else None
+
+
+#: An image's read trace (the block service's prefetch list) sits beside its manifest:
+#: `image-<digest>.trace`. It names no blob, and goes when the image's manifest goes.
+TRACE_SUFFIX = ".trace"
+
+
+def trace_key(digest: str) -> str:
+    """The manifest id of the read trace of the image whose content digest is `digest`."""
+    return check_snapshot_id(f"{image_key(digest)}{TRACE_SUFFIX}")
+
+
+def trace_digest_from_id(manifest_id: str) -> str | None:
+    """The content digest whose trace `manifest_id` is, or None for any other manifest."""
+    if not manifest_id.endswith(TRACE_SUFFIX):
+        return None
+    return image_digest_from_id(manifest_id[: -len(TRACE_SUFFIX)])
 
 
 def normalize_prefix(prefix: str) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from bus.failpoints import failpoint
+from shared.lazybase import base_format, base_size
 from workers.snapshot import chunks, diskchain, gc
 from workers.snapshot.cache import BlobCache
 from workers.snapshot.chunkfile import download_chunks, upload_chunks
@@ -160,7 +161,7 @@ class SnapshotRepository:
                 machine=dict(doc.get("machine", {})),
                 base_image=BaseImageRef(
                     digest=base_image_digest,
-                    size=os.stat(base).st_size,
+                    size=base_size(base),  # a lazy base's stub: the image's size
                     # the bytes the layers were written over, as the capture recorded them
                     content=doc.get("base_content"),
                 ),
@@ -309,12 +310,16 @@ class SnapshotRepository:
     ) -> LocalSnapshot:
         manifest = await self.get_manifest(snapshot_id)
         check(manifest)  # before anything is fetched or written
-        base_size = os.stat(base_image_path).st_size
-        if base_size != manifest.base_image.size:
+        # the base's guest-visible size (a lazy base's stub: its image's, not its file's)
+        size = await asyncio.to_thread(base_size, base_image_path)
+        if size != manifest.base_image.size:
             raise LayoutError(
                 f"snapshot {snapshot_id} needs base image {manifest.base_image.digest[:12]} "
-                f"of {manifest.base_image.size} bytes; {base_image_path} has {base_size}"
+                f"of {manifest.base_image.size} bytes; {base_image_path} has {size}"
             )
+        # what the bottom layer names its base as here: the manifest says `raw` (the image's
+        # bytes), this node may hold them as a raw file or as a lazy base's stub (qcow2)
+        bottom_format = await asyncio.to_thread(base_format, base_image_path)
         layers_dir = layers_dir or dest_dir / LAYERS
         dest_dir.mkdir(parents=True, exist_ok=True)
         layers_dir.mkdir(parents=True, exist_ok=True)
@@ -352,12 +357,17 @@ class SnapshotRepository:
             try:
                 await gather(*(place(ref.digest, parts[local]) for ref, local in todo))
                 below = base_image_path.resolve()
-                for ref, local in zip(manifest.layers, layers, strict=True):
+                for i, (ref, local) in enumerate(zip(manifest.layers, layers, strict=True)):
                     if local in parts:
-                        await diskchain.rebase_unsafe(parts[local], below, ref.backing_format)
+                        fmt = bottom_format if i == 0 else ref.backing_format
+                        await diskchain.rebase_unsafe(parts[local], below, fmt)
                         with contextlib.suppress(FileExistsError):  # placed meanwhile: same
                             os.link(parts[local], local)
                     else:
+                        if i == 0 and not await asyncio.to_thread(diskchain.backed, local):
+                            # its base went and came back as the other kind (a raw file,
+                            # a lazy stub): nothing runs on a layer whose base is gone
+                            await diskchain.rebase_unsafe(local, below, bottom_format)
                         os.utime(local)  # just used: not garbage (GC spares young layers)
                     below = local.resolve()  # qemu reads a relative backing name per image dir
             finally:

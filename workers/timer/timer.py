@@ -258,8 +258,13 @@ class Timer:
                 f"node {node} is gone (no heartbeat for "
                 f"{self.bus.settings.node_lost_after_s:.0f} s)"
             )
-            for sid in sorted(self._by_node.get(node, ())):
-                await self._end_orphan(self.clocks[sid], node, why)
+            for clock in self.on_node(node):
+                await self._end_orphan(clock, node, why)
+
+    def on_node(self, node: str) -> list[sb.Clock]:
+        """The clocks of the sandboxes on `node` (what its loss ends): a resuming one is on
+        the node that took its resume, once the request names it (`SandboxResumeRequested`)."""
+        return [self.clocks[sid] for sid in sorted(self._by_node.get(node, ()))]
 
     async def _end_orphan(self, clock: sb.Clock, node: str, why: str) -> None:
         cmds = sb.orphan_commands(clock, why)

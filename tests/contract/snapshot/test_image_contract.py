@@ -138,6 +138,11 @@ async def test_a_3gib_sparse_image_round_trips_and_is_sent_once(
     assert sorted(p.name for p in got.dir.iterdir()) == ["initrd.cpio", "root.ext4", "vmlinux"]
     assert got.bytes_fetched == m.stored_bytes  # the repeated chunk is fetched twice
     assert watched.chunk_gets == 6 and watched.peak_parts == 0, "chunks piled up beside the disk"
+    # chunks fetched 4 at a time: every one counted (a sum across awaits lost updates)
+    four = await ImageRepository(store, concurrency=4).download_image(
+        m.digest, tmp_path / "node-c" / m.digest
+    )
+    assert four.bytes_fetched == m.stored_bytes and sha256(four.disk) == sha256(disk)
 
     report = await collect_garbage(store, RetryPolicy(), min_age=timedelta(0))
     assert report.deleted == () and report.kept == 7  # GC keeps what an image names

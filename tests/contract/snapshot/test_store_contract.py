@@ -137,8 +137,11 @@ async def test_large_blob_streams_in_bounded_memory(store: SnapshotStore, tmp_pa
     got = await store.get_blob_to(digest, tmp_path / "back")
     growth_mib = (_rss_kib("VmHWM") - base) / 1024
     assert got == size
-    # Holding the blob whole would cost 200 MiB; parts in flight cost ~32 MiB.
-    assert growth_mib < 80, f"peak RSS grew by {growth_mib:.0f} MiB"
+    # Holding the blob whole would cost 200 MiB (and the download as much again); parts in
+    # flight cost ~32 MiB, plus up to ~60 MiB of malloc arenas for the transfer threads in a
+    # worker process that ran other tests before (scripts/test.sh runs this tier on xdist
+    # workers: 87 MiB seen there, 40-60 alone).
+    assert growth_mib < 120, f"peak RSS grew by {growth_mib:.0f} MiB"
 
 
 async def test_s3_wrong_secret_is_a_clear_store_error(s3_endpoint: S3Endpoint) -> None:

@@ -39,7 +39,7 @@ def bus_settings() -> BusSettings:
 #: killed before their teardown ran (a session lasts seconds), and are removed.
 STALE_AFTER = timedelta(minutes=30)
 _TEST_STREAM = re.compile(
-    r"(T[0-9A-F]{8}_AENV_(EVT|CMD))|(KV_t[0-9a-f]{8}_aenv_(nodes|routes|secrets|gc_lease))"
+    r"(T[0-9A-F]{8}_AENV_(EVT|CMD|FEED|TEAM_.+))|(KV_t[0-9a-f]{8}_aenv_(nodes|routes|secrets|gc_lease|admission))"
 )
 
 

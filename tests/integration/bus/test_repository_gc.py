@@ -48,8 +48,8 @@ from workers.snapshot.gcmetrics import MANIFEST_KINDS as KINDS
 from workers.snapshot.gcmetrics import GcMetrics
 from workers.snapshot.gcrun import RepositoryGc
 from workers.snapshot.janitor import RepositoryJanitor
-from workers.snapshot.manifest import parse_manifest
-from workers.snapshot.paths import image_key
+from workers.snapshot.manifest import TraceManifest, parse_manifest
+from workers.snapshot.paths import image_key, trace_key
 
 __all__ = ["s3_endpoint"]
 
@@ -118,6 +118,11 @@ async def test_gc_leaves_exactly_what_the_remaining_manifests_name(
                 role="root",
             ),
         )
+    # read traces (the block service's): each image's, and one whose image is gone
+    stray = secrets.token_hex(32)
+    for digest in (base.manifest.digest, orphan.manifest.digest, stray):
+        trace = TraceManifest(digest=digest, created_at=now(), window_s=30, chunks=(3, 0, 1))
+        await repo.store.put_manifest(trace.key, trace.to_json())
     # captures over the base image, each with its own RAM and device state; layers shared
     node = tmp_path / "node"
     ids = {
@@ -177,6 +182,9 @@ async def test_gc_leaves_exactly_what_the_remaining_manifests_name(
             ids["kept-tpl"][0],
             image_key(base.manifest.digest),
             image_key(orphan.manifest.digest),
+            trace_key(base.manifest.digest),
+            trace_key(orphan.manifest.digest),
+            trace_key(stray),
         }
 
         async def tidied() -> bool:
@@ -192,7 +200,7 @@ async def test_gc_leaves_exactly_what_the_remaining_manifests_name(
 
         # a1, a2 and their volumes' keys (a2-v0 was never stored: deleting it is a no-op, counted
         # just after the listing already matched, so the count is awaited, not read once)
-        want = {"pause": 4, "template": 1, "image": 0}
+        want = {"pause": 4, "template": 1, "image": 0, "trace": 0}
 
         async def counted() -> bool:
             return kinds() == want
@@ -225,8 +233,13 @@ async def test_gc_leaves_exactly_what_the_remaining_manifests_name(
         later = await eventually(next_round, timeout=15, interval=0.5)
         assert orphan.manifest.blob_digests() - base.manifest.blob_digests() <= set(later.deleted)
 
-        # the image no capture names is forgotten, in the log and the store
-        expected.discard(image_key(orphan.manifest.digest))
+        # the image no capture names is forgotten, in the log and the store, its trace with
+        # it; the trace whose image was never there goes too; the base's trace stays
+        expected -= {
+            image_key(orphan.manifest.digest),
+            trace_key(orphan.manifest.digest),
+            trace_key(stray),
+        }
         assert set(await repo.list()) == expected
         forgotten, _ = await bus.images.load(im.image_aggregate_id(orphan.manifest.recipe))
         assert forgotten is not None and forgotten.published is None
@@ -298,5 +311,9 @@ async def test_a_forgotten_image_goes_unless_published_again(
     assert await images.has_image(up.manifest.digest)
 
     await repo.delete(capture)
-    assert await janitor.tidy(forgotten[0]) == [image_key(up.manifest.digest)]
-    assert not await images.has_image(up.manifest.digest)
+    trace = TraceManifest(digest=up.manifest.digest, created_at=now(), window_s=30, chunks=(0,))
+    await repo.store.put_manifest(trace.key, trace.to_json())
+    digest = up.manifest.digest
+    assert await janitor.tidy(forgotten[0]) == [image_key(digest), trace_key(digest)]
+    assert not await images.has_image(digest)
+    assert trace.key not in await repo.list()  # its trace went with it

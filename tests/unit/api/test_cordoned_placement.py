@@ -76,3 +76,17 @@ def test_a_volume_create_does_not_prefer_a_cordoned_node() -> None:
     volumes: Any = [SimpleNamespace(version=version)]
     assert preferred_node(_ctx(_beat("n1"), _beat("n2")), volumes) == "n1"
     assert preferred_node(_ctx(_beat("n1", cordoned=True), _beat("n2")), volumes) is None
+
+
+async def test_a_resume_stranded_on_a_gone_node_says_when_to_retry() -> None:
+    """Issue 32: every 503 of a create or a resume for want of a node carries Retry-After."""
+    from api.resume import node_or_placement
+
+    async def gone(_: str) -> bool:
+        return True
+
+    ctx: Any = SimpleNamespace(node_gone=gone)
+    with pytest.raises(ApiError) as e:
+        await node_or_placement(ctx, "n1", durable=False, stranded="stranded on n1")
+    assert e.value.status == 503 and e.value.headers == {"Retry-After": "5"}
+    assert await node_or_placement(ctx, "n1", durable=True, stranded="x") is None

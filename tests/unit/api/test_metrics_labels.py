@@ -37,6 +37,8 @@ def test_label_values_cannot_end_the_value_or_the_line() -> None:
         "aenv_node_oldest_upload_wait_seconds",
         "aenv_scrape_errors",
         "aenv_task_restarts",
+        "aenv_admission_refusals",
+        "aenv_lease_expiries",
     }
     requests = [s for s in parsed["aenv_api_requests"] if "route" in s]
     assert {s["route"] for s in requests} == {forged}
@@ -121,3 +123,24 @@ def test_bearer_credentials() -> None:
     assert bearer("Basic abc") is None
     assert bearer("Bearer ") is None
     assert bearer(None) is None
+
+
+def test_lease_expiries_count_by_what_the_expiry_does() -> None:
+    from datetime import UTC, datetime
+
+    from domain import lease as ls
+
+    m = Metrics()
+    now = datetime.now(UTC)
+    lease = ls.Lease(
+        lease_id="l1", team_id="t", ttl_s=10, on_expiry="pause", opened_at=now, expires_at=now
+    )
+    m.lease_expired(lease)
+    samples = {
+        s.labels["on_expiry"]: s.value
+        for f in text_string_to_metric_families(render(m))
+        if f.name == "aenv_lease_expiries"
+        for s in f.samples
+        if s.name == "aenv_lease_expiries_total"
+    }
+    assert samples == {"kill": 0.0, "pause": 1.0}  # both scraped from the start

@@ -102,6 +102,7 @@ NESTED = {
     ("keys", "create"): ["--name", "--team", "--data-dir"],
     ("keys", "ls"): ["--output", "--team", "revoked_at", "prefix", "--data-dir"],
     ("keys", "revoke"): ["key_id", "401", "--data-dir"],
+    ("keys", "limits"): ["key_id", "--max-sandboxes", "--creates-per-s", "--burst", "--clear"],
 }
 
 

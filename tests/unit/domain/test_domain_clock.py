@@ -49,6 +49,8 @@ STEPS: list[Step] = [
     lambda s, t: sb.RecordUpload(sandbox_id=SID, at=_at(t), snapshot_id=f"p{t}", size_bytes=1),
     lambda s, t: sb.KillSandbox(sandbox_id=SID, at=_at(t)),
     lambda s, t: sb.CompleteKill(sandbox_id=SID, at=_at(t)),
+    # (appended: tests name steps by index) a resume a node took, naming itself
+    lambda s, t: sb.ResumeSandbox(sandbox_id=SID, at=_at(t), node_id="n4"),
 ]
 
 

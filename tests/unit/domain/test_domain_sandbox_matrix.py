@@ -70,7 +70,7 @@ MATRIX: dict[str, list[object]] = {
     "update_network": [NF, C, NU, C, C, C, NU, NU, C, NF, C],
     "complete_create": [NF, sb.SandboxCreated, C, C, C, C, C, C, NONE, NONE, NONE],
     "complete_pause": [NF, C, C, sb.SandboxPaused, C, C, C, C, NONE, NONE, NONE],
-    "complete_resume": [NF, C, C, C, C, sb.SandboxResumed, C, C, NONE, NONE, NONE],
+    "complete_resume": [NF, C, C, C, NONE, sb.SandboxResumed, C, C, NONE, NONE, NONE],
     "complete_kill": [NF, C, C, C, C, C, C, C, sb.SandboxKilled, NONE, NONE],
     "complete_fork": [NF, C, C, C, C, C, C, sb.SandboxForked, NONE, NONE, NONE],
     "complete_snapshot": [NF, C, C, C, C, C, sb.SnapshotTaken, C, NONE, NONE, NONE],

@@ -55,7 +55,8 @@ async def main(marker):
     argv = ("/bin/sh", "-c", f"sleep 0.2; echo warmed > {marker}")
     state.preload.start(then=lambda: app.process.warm(argv))
     await state.preload.wait()
-    print(json.dumps({"seen": open(marker).read().strip(), "left": len(app.table.procs)}))
+    left = len(app.table.procs) + len(app.table.ended)
+    print(json.dumps({"seen": open(marker).read().strip(), "left": left}))
 
 asyncio.run(main(sys.argv[1]))
 """

@@ -12,7 +12,18 @@ from tests.lint.acyclic import circles
 from tests.lint.private_names import private_uses
 
 ROOT = Path(__file__).resolve().parents[3]
-PACKAGES = ["aenv", "api", "bench", "bus", "domain", "envd", "projections", "shared", "workers"]
+PACKAGES = [
+    "aenv",
+    "aenv_pipeline",
+    "api",
+    "bench",
+    "bus",
+    "domain",
+    "envd",
+    "projections",
+    "shared",
+    "workers",
+]
 LINT = Path(sys.executable).with_name("lint-imports")
 
 
@@ -44,6 +55,9 @@ FORBIDDEN = [
     ("domain/errors.py", "import bus.errors", "domain.errors -> bus.errors"),
     ("envd/log.py", "import domain", "envd.log -> domain"),
     ("api/errors.py", "import envd.procs", "api.errors -> envd.procs"),
+    # the pipeline client installs without the server: none of its packages
+    ("aenv_pipeline/names.py", "import bus.subjects", "aenv_pipeline.names -> bus.subjects"),
+    ("bus/subjects.py", "import aenv_pipeline.names", "bus.subjects -> aenv_pipeline.names"),
 ]
 
 

@@ -36,6 +36,8 @@ DIGEST = "ab" * 32
         (STATE, "snapshots/tpl-base/mem", "capture"),
         (STATE, "ram-pool/tpl-base/0", "ram_pool"),
         (STATE, "blob-cache/ab/cd", "blob_cache"),
+        (STATE, "blocks/chunks/ab/" + DIGEST, "blob_cache"),
+        (IMAGES, f"images/{DIGEST}/root.lazy.qcow2", "image"),
         (STATE, "volumes/vol-1/image", "volume"),
         (STATE, "journal", "other"),
         (STATE, "snapshot-templates/t.json", "other"),

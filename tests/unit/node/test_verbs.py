@@ -9,7 +9,7 @@ import pytest
 
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus as S
-from workers.node.verbs import Next, after_request, killed_meanwhile
+from workers.node.verbs import Next, after_request, failed_meanwhile, killed_meanwhile
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 HERE, THERE = "node-a", "node-b"
@@ -54,7 +54,8 @@ class TestACreate:
 
 
 class TestAResume:
-    """A resume names no node in its request: resuming is this node's wherever it was."""
+    """A resume names the node that took it in its request (for the fleet's timer), but
+    claims nothing by it: resuming is this node's wherever the log has it."""
 
     def test_resuming_is_this_nodes_work(self) -> None:
         got = after_request(_state(S.RESUMING, THERE), S.RESUMING, HERE, claims=False)
@@ -86,3 +87,31 @@ class TestKilledMeanwhile:
     def test_a_running_sandbox_keeps_its_vm(self) -> None:
         assert not killed_meanwhile(None, [], _state(S.RUNNING, HERE))
         assert not killed_meanwhile(None, [], None)
+
+
+class TestFailedMeanwhile:
+    """A resume the log failed while this node did it (the fleet's timer took the node for
+    gone): the late completion decides nothing and the sandbox is paused again."""
+
+    def _late(self) -> tuple[list[sb.SandboxEvent], sb.Sandbox]:
+        """The real decision: the node's report after the timer's failure."""
+        state = _state(S.RESUMING, HERE)
+        failure = sb.CompleteResume(sandbox_id="s1", node_id=HERE, error="node gone", at=T0)
+        state = sb.fold(sb.decide(state, failure), state)  # type: ignore[assignment]
+        late = sb.CompleteResume(sandbox_id="s1", node_id=HERE, at=T0)
+        return sb.decide(state, late), state
+
+    def test_a_vm_up_for_a_resume_failed_meanwhile_is_undone(self) -> None:
+        events, state = self._late()
+        assert state.status is S.PAUSED and events == []
+        assert failed_meanwhile(None, events, state)
+        assert not killed_meanwhile(None, events, state)  # not a kill: the capture stays
+
+    def test_a_vm_that_did_not_come_up_has_nothing_to_undo(self) -> None:
+        events, state = self._late()
+        assert not failed_meanwhile("restore failed", events, state)
+
+    def test_a_recorded_resume_is_not_undone(self) -> None:
+        assert not failed_meanwhile(None, [object()], _state(S.RUNNING, HERE))
+        assert not failed_meanwhile(None, [], _state(S.KILLING, HERE))
+        assert not failed_meanwhile(None, [], None)

@@ -20,7 +20,9 @@ from tests.deploy.settings_names import PACKAGES, ROOT, environ_reads, settings_
 
 #: `AENV_*` tokens in the code that are no setting: the streams' names, a shell marker
 #: prefix (`__AENV_DONE_<id>__`) and `AENV_S3_*` written as a family in prose.
-NOT_SETTINGS = frozenset({"AENV_EVT", "AENV_CMD", "AENV_DONE_", "AENV_S3_"})
+NOT_SETTINGS = frozenset(
+    {"AENV_EVT", "AENV_CMD", "AENV_DONE_", "AENV_S3_", "AENV_FEED", "AENV_TEAM_"}
+)
 _TOKEN = re.compile(r"AENV_[A-Z0-9_]+")
 
 

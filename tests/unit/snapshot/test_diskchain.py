@@ -48,3 +48,25 @@ def test_broken_chains_are_refused(tmp_path: Path) -> None:
 def test_a_missing_layer_is_a_layout_error(tmp_path: Path) -> None:
     with pytest.raises(LayoutError, match="unreadable"):
         walk_chain(tmp_path / "gone.qcow2")
+
+
+def test_a_lazy_base_s_stub_is_the_base_never_a_layer(tmp_path: Path) -> None:
+    """Issue 29: a chain over a lazy base ends at its stub (a qcow2 over an NBD spec): the
+    stub is what a capture's upload skips and what its size is read from."""
+    from shared.lazybase import base_format, base_size, chain_to_base, is_lazy_base, nbd_backing
+    from workers.node.runtime.qcow2 import write_overlay
+
+    stub = tmp_path / "root.lazy.qcow2"
+    write_overlay(stub, nbd_backing(tmp_path / "blocks.sock", "ab" * 32), "raw", 9 << 30)
+    layers = [tmp_path / "l0.qcow2", tmp_path / "l1.qcow2"]
+    create_overlay(layers[0], stub, "qcow2")
+    create_overlay(layers[1], layers[0], "qcow2")
+    assert is_lazy_base(stub) and not is_lazy_base(layers[0])
+    assert base_size(stub) == 9 << 30 and base_format(stub) == "qcow2"
+    assert walk_chain(layers[-1]) == (layers, stub)
+    assert check_chain(layers) == stub
+    assert chain_to_base(layers[-1]) == [layers[1], layers[0], stub]
+    (tmp_path / "raw").mkdir()
+    base, raw_layers = chain(tmp_path / "raw", 1)
+    assert base_format(base) == "raw" and base_size(base) == 8 << 20
+    assert chain_to_base(raw_layers[0]) == [raw_layers[0], base]

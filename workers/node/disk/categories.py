@@ -46,6 +46,10 @@ _STATE_DIRS: dict[str, Category] = {
     "snapshots": "capture",
     "ram-pool": "ram_pool",
     "blob-cache": "blob_cache",
+    # the block service's chunk cache (issue 29): repository blobs too, capped by the
+    # service itself (`AENV_BLOCKS_CACHE_BYTES`), not evicted by the budget: its cap is held
+    # as room in the budget for the service's life (`chunkroom.py`), this counted once in it
+    "blocks": "blob_cache",
     "volumes": "volume",
 }
 

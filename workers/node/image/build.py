@@ -14,7 +14,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,7 +26,7 @@ from shared.diskdigest import chunk_list
 from . import cache as _cache
 from .cmdline import CMDLINE_BASE, GUEST_GW, GUEST_IP, GUEST_MAC
 from .content import disk_stamp
-from .disk import DEFAULT_FREE, census, disk_uuid, make_ext4, root_size
+from .disk import DEFAULT_FREE, census, disk_uuid, root_size
 from .errors import ImageError
 from .initramfs import build_initramfs, read_static_busybox, sha256_hex
 from .inject import inject
@@ -39,7 +38,9 @@ from .kernel import (
     ensure_kernel,
     resolve_package_cached,
 )
+from .layerdisk import ChainDisks, root_disk
 from .leftovers import Made, disk_full_error
+from .oci_chains import link_tree
 from .rootfs import LOGIN_PROFILE_VERSION, DebootstrapSpec, debootstrap, tune_login_profile
 from .scripts import ENVD_PORT, initramfs_init
 
@@ -81,7 +82,7 @@ class GuestImage:
             digest=manifest["digest"],
             kernel=directory / "vmlinux",
             initrd=directory / "initrd.cpio",
-            rootfs=directory / "root.ext4",
+            rootfs=_cache.root_disk(directory),  # or a lazy base's stub
             kernel_cmdline_base=manifest["kernel_cmdline_base"],
             manifest=manifest,
         )
@@ -177,10 +178,12 @@ def _assemble(
     source: dict[str, object],
     populate: Callable[[Path], dict[str, Any] | None],
     progress: Progress,
+    base: Callable[[], tuple[Path, Path] | None] = lambda: None,
 ) -> GuestImage:
     """Build image `digest` in a staging dir and publish it (caller holds its lock).
     `populate` fills the tree and may say what the image asks of its sandboxes (`defaults`:
-    an OCI image's ENV, USER, WORKDIR)."""
+    an OCI image's ENV, USER, WORKDIR). `base`: after it, the (disk, tree) of the image's
+    top layer chain, the root disk is derived from (`layerdisk.root_disk`)."""
     t0 = time.monotonic()
     with (
         _cache.staging(root, digest) as tmp,
@@ -193,7 +196,15 @@ def _assemble(
         counted = census(tree)
         size = root_size(counted.need, common.free)
         with step(progress, f"mkfs.ext4 ({size >> 20} MiB: {common.free >> 20} MiB free)"):
-            make_ext4(tree, tmp / "root.ext4", size, fs_uuid=disk_uuid(digest), counted=counted)
+            made_by = root_disk(
+                tree,
+                tmp / "root.ext4",
+                size,
+                fs_uuid=disk_uuid(digest),
+                counted=counted,
+                base=base(),
+                progress=progress,
+            )
         shutil.rmtree(tree)
         with step(progress, "content digest of the root disk"):
             content = chunk_list(tmp / "root.ext4")
@@ -225,6 +236,7 @@ def _assemble(
                 "label": "root",
                 "need": counted.need,
                 "free": common.free,
+                "made": made_by,
             },
             "guest": {
                 "python": info.python,
@@ -265,14 +277,6 @@ def base_rootfs_tree(
             debootstrap(spec, tmp / "tree", tmp / "debootstrap.log", progress)
             os.rename(tmp / "tree", final)
     return final
-
-
-def _link_tree(src: Path, dst: Path) -> None:
-    # A hard-linked copy (cp -al: ~1 s instead of ~4 s for a full copy). Safe because
-    # injection never writes into an existing file: write_guest_file unlinks and creates.
-    proc = subprocess.run(["cp", "-al", str(src), str(dst)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise ImageError(f"copying {src} failed: {proc.stderr.strip()[-300:]}")
 
 
 def _base_source(spec: DebootstrapSpec) -> dict[str, object]:
@@ -320,7 +324,7 @@ def build_base(
 
         def populate(dst: Path) -> None:
             with step(progress, "link the cached debootstrap tree"):
-                _link_tree(tree, dst)
+                link_tree(tree, dst)  # safe: injection never writes into an existing file
                 tune_login_profile(dst)
             return None
 
@@ -386,13 +390,20 @@ def build_from_oci(
             with _cache.locked(root, digest):
                 img = None if force else _cached(root, digest)
                 if img is None:
+                    top: list[tuple[Path, Path] | None] = [None]
 
                     def populate(dst: Path) -> dict[str, Any]:
+                        disks = ChainDisks(root / "layers", common.free, dst.parent, progress)
                         with step(progress, f"unpack OCI {layout.manifest_digest}"):
-                            unpack(layout, dst, progress, cache=root / "layers", made=made)
+                            chain = unpack(
+                                layout, dst, progress, cache=root / "layers", made=made, disks=disks
+                            )
+                        top[0] = disks.top(chain) if chain else None
                         return image_defaults(layout.config, dst)
 
-                    img = _assemble(root, digest, common, source, populate, progress)
+                    img = _assemble(
+                        root, digest, common, source, populate, progress, base=lambda: top[0]
+                    )
         else:
             progress(f"image {digest} is cached")
     _cache.link_name(root, name, digest)

@@ -4,6 +4,9 @@ Layout under the cache root (default /var/lib/aenv/images, env AENV_IMAGE_CACHE)
     images/<content>/{vmlinux, initrd.cpio, root.ext4, manifest.json}
                                                                a complete image, named by
                                                                its root disk's bytes
+    images/<content>/{vmlinux, initrd.cpio, root.lazy.qcow2, manifest.json}
+                                                               the same, its disk held
+                                                               lazily (`shared/lazybase.py`)
     images/<content>/{runtime.ext4, manifest.json}             an envd runtime disk
     recipes/<recipe> -> ../images/<content>                    what a recipe built (a
     recipes/runtime-<recipe> -> ../images/<content>            runtime's: runtime-<recipe>)
@@ -41,6 +44,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from shared.lazybase import LAZY_ROOT
 
 from .fsutil import unmount_under
 
@@ -116,6 +121,19 @@ def entry_dir(root: Path, recipe: str) -> Path | None:
     return None
 
 
+#: An image entry's whole root disk (a raw ext4).
+ROOT_DISK = "root.ext4"
+
+
+def root_disk(entry: Path) -> Path:
+    """An image entry's root disk: the whole raw file if the entry holds it, else its lazy
+    base's stub (issue 29: the disk's blocks come through the node's block service)."""
+    whole = entry / ROOT_DISK
+    if whole.exists() or not (entry / LAZY_ROOT).exists():
+        return whole
+    return entry / LAZY_ROOT
+
+
 def content_dir(root: Path, content: str) -> Path | None:
     """The complete entry holding exactly these bytes, if this cache has it."""
     d = root / IMAGES / content
@@ -130,6 +148,7 @@ def publish_content(root: Path, tmp: Path, recipe: str | None, content: str) -> 
     images = root / IMAGES
     images.mkdir(exist_ok=True)
     final = images / content
+    _fill_lazy(tmp, final)
     if not (final / MANIFEST).is_file():
         if final.exists():  # not complete, so never published: a crash's leftover
             shutil.rmtree(final, ignore_errors=True)
@@ -142,6 +161,17 @@ def publish_content(root: Path, tmp: Path, recipe: str | None, content: str) -> 
     if recipe is not None:
         _link(root / RECIPES, recipe, f"../{IMAGES}/{content}")
     return final
+
+
+def _fill_lazy(tmp: Path, final: Path) -> None:
+    """A whole copy of bytes this cache held lazily: its disk (and manifest, which records
+    that file's stamp) moved into the lazy entry, beside the stub. The stub stays: VMs and
+    layers may stand on it; new ones take the whole file (`root_disk`)."""
+    whole = tmp / ROOT_DISK
+    if not (final / LAZY_ROOT).exists() or (final / ROOT_DISK).exists() or not whole.exists():
+        return
+    os.rename(whole, final / ROOT_DISK)
+    os.replace(tmp / MANIFEST, final / MANIFEST)
 
 
 def _link(directory: Path, name: str, target: str) -> None:

@@ -25,12 +25,12 @@ from .build import (
     _assemble,
     _cached,
     _common,
-    _link_tree,
     base_rootfs_tree,
     step,
 )
 from .disk import DEFAULT_FREE
 from .errors import ImageError
+from .oci_chains import link_tree
 from .rootfs import (
     LOGIN_PROFILE_VERSION,
     DebootstrapSpec,
@@ -147,7 +147,7 @@ def build_code_interpreter(
 
                 def populate(dst: Path) -> None:
                     with step(progress, "link the code-interpreter tree, add the server"):
-                        _link_tree(tree, dst)
+                        link_tree(tree, dst)
                         tune_login_profile(dst)
                         pkg = dst / GUEST_DIR / "codeint"
                         pkg.mkdir(parents=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.diskdigest import chunk_list
+from shared.lazybase import LAZY_ROOT
 
 from . import cache as _cache
 
@@ -69,6 +70,8 @@ def content_of(disk: Path) -> str:
     the cache (no manifest beside it: a test's) is hashed every time. Remembered in the
     process while neither the disk nor its manifest changed: a capture (the pause path)
     pays two stats, not the parse of a chunk list."""
+    if disk.name == LAZY_ROOT:  # a lazy base's stub: its bytes are not the image's
+        return _lazy_content(disk)
     if not (disk.parent / MANIFEST).is_file():  # not a cache entry: nowhere to record it
         return chunk_list(disk).digest
     key = _memo_key(disk)
@@ -77,6 +80,16 @@ def content_of(disk: Path) -> str:
     found = recorded_content(disk) or _hash_and_record(disk)
     _memo[_memo_key(disk)] = found
     return found
+
+
+def _lazy_content(stub: Path) -> str:
+    """The content a lazy base's stub stands for: its entry's recorded digest, never a hash
+    of the stub (a few headers) nor a stamp check (a whole copy fetched into the entry
+    later rewrites the manifest with its own file's stamp)."""
+    digest = (_read(stub).get("content") or {}).get("digest")
+    if not digest:
+        raise OSError(f"{stub}: its entry records no content digest")
+    return str(digest)
 
 
 #: (disk, its stamp, its manifest's inode and mtime) -> content digest

@@ -26,6 +26,7 @@ from typing import IO, Any, Protocol
 
 from .errors import ImageError
 from .fsutil import guest_path
+from .layerdisk import ChainDisks
 from .leftovers import Made
 from .oci_apply import apply_layer
 from .oci_chains import chain_dir, chain_ids, keep_chain, link_tree
@@ -307,7 +308,8 @@ def unpack(
     *,
     cache: Path | None = None,
     made: Made | None = None,
-) -> None:
+    disks: ChainDisks | None = None,
+) -> str | None:
     """Unpack all layers of `layout`, in order, into a new directory `dest`.
 
     With `cache` (the node's unpacked-layer cache), the tree after each layer is kept under
@@ -315,7 +317,8 @@ def unpack(
     starts from it: layers two images share are unpacked once. Hard links are safe because
     unpacking never writes into an existing file (it unlinks and creates), and directories
     are copied, not linked. `made` (the import's ledger, `leftovers.py`) hears each chain
-    this call kept, so a failure later removes them."""
+    this call kept, so a failure later removes them. With `disks`, each kept chain also
+    gets its ext4 (`layerdisk`). Returns the top chain's id, if the image has chains."""
     diff_ids = (layout.config.get("rootfs") or {}).get("diff_ids") or []
     if diff_ids and len(diff_ids) != len(layout.layers):
         n, m = len(diff_ids), len(layout.layers)
@@ -330,6 +333,8 @@ def unpack(
             link_tree(kept / "tree", dest)
             start = i + 1
             progress(f"oci: layers 0-{i} already unpacked (chain {chains[i][7:19]})")
+            if disks is not None:
+                disks.build(chains, i)
             break
     else:
         dest.mkdir(mode=0o755)
@@ -345,6 +350,9 @@ def unpack(
             apply_layer(plain, root=dest, label=label)
         if chains and keep_chain(cache, chains[i], dest) and made is not None:
             made.wrote(chains=[chains[i]])
+        if chains and disks is not None:
+            disks.build(chains, i)
+    return chains[-1] if chains else None
 
 
 def image_defaults(config: dict[str, Any], tree: Path) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from . import cache as _cache
 from .content import content_of, disk_stamp
 from .errors import ImageError
 from .fleet import BuiltImage
+from .lazy import LazyImages, make_lazy_entry
 
 __all__ = ["CacheShelf", "ImageStorage", "disk_file"]
 
@@ -114,7 +115,9 @@ class ImageStorage(Protocol):
         meta: dict[str, Any] | None = None,
     ) -> _Uploaded: ...
 
-    async def download_image(self, digest: str, dest_dir: Path) -> _Downloaded: ...
+    async def download_image(
+        self, digest: str, dest_dir: Path, *, with_disk: bool = True
+    ) -> _Downloaded: ...
 
     async def has_image(self, digest: str) -> bool: ...
 
@@ -137,8 +140,11 @@ class CacheShelf:
         progress: Callable[[str], None] = log.info,
         on_fetched: Callable[[int, float], None] = _nothing,
         budget: DiskBudget | None = None,
+        lazy: LazyImages | None = None,
     ) -> None:
         self.root = root
+        #: root images wanted by content are held lazily over this block service (issue 29)
+        self.lazy = lazy if role == "root" else None
         #: the node's disk budget: a fetch reserves the image's stored bytes first
         self.budget = budget
         self.storage = storage
@@ -184,7 +190,9 @@ class CacheShelf:
         For a capture taken over bytes this node never had (another node's build of the
         recipe, a recipe of another envd or size): its layers are valid only over those
         bytes, so they are fetched by content. A recipe this node already holds keeps its
-        own entry (its templates and new VMs run on that); one it lacks is linked to these."""
+        own entry (its templates and new VMs run on that); one it lacks is linked to these.
+        With `lazy` (a root image, `AENV_LAZY_IMAGES=on`) the disk is not downloaded: the
+        entry holds a stub over the node's block service (`lazy.py`), and no recipe link."""
         if (held := _cache.content_dir(self.root, digest)) is not None:
             return held
         if not await self.storage.has_image(digest):
@@ -194,6 +202,8 @@ class CacheShelf:
         async with _locked(self.root, key):
             if (held := _cache.content_dir(self.root, digest)) is not None:
                 return held  # another task of this node fetched it
+            if self.lazy is not None:
+                return await self._lazy_entry(digest, key, self.lazy, t0)
             async with self._reserved(digest):
                 with _cache.staging(self.root, key) as tmp:
                     async with self._reporting(digest, tmp):
@@ -216,15 +226,45 @@ class CacheShelf:
         )
         return final
 
+    async def _lazy_entry(self, digest: str, key: str, lazy: LazyImages, t0: float) -> Path:
+        """`images/<digest>` held lazily (`lazy.py`): the kernel and initramfs fetched, the
+        disk a stub over the block service. Under the disk budget: those files only."""
+        stored = await self.storage.get_image_manifest(digest)
+        if stored.meta is None:
+            raise ImageError(f"image {digest} was stored without its builder's manifest")
+        async with self._reserved(digest, lazy=True):
+            with _cache.staging(self.root, key) as tmp:
+                got = await self.storage.download_image(digest, tmp, with_disk=False)
+                disk = stored.disk
+                await asyncio.to_thread(
+                    make_lazy_entry,
+                    tmp,
+                    lazy,
+                    digest=digest,
+                    size=disk.size,
+                    chunk_size=disk.chunk_size,
+                    chunks=list(disk.chunks),
+                    meta=stored.meta,
+                )
+                final = _cache.publish_content(self.root, tmp, None, digest)
+        seconds = time.monotonic() - t0
+        self.on_fetched(got.bytes_fetched, seconds)
+        self.progress(
+            f"image {digest[:12]} ({self.role}, by content): held lazily over "
+            f"{lazy.socket} ({got.bytes_fetched >> 20} MiB of kernel and initramfs "
+            f"fetched in {seconds:.1f}s, {stored.stored_bytes >> 20} MiB of disk on demand)"
+        )
+        return final
+
     @contextlib.asynccontextmanager
-    async def _reserved(self, digest: str) -> AsyncIterator[None]:
+    async def _reserved(self, digest: str, *, lazy: bool = False) -> AsyncIterator[None]:
         """Room for the image's bytes under the disk budget (`NoRoom` if it cannot fit),
         what the fetch published charged after."""
         if self.budget is None:
             yield
             return
         stored = await self.storage.get_image_manifest(digest)
-        need = stored.stored_bytes + FETCH_EXTRA
+        need = (0 if lazy else stored.stored_bytes) + FETCH_EXTRA
         async with writing_async(self.budget, need, [self.root / _cache.IMAGES]):
             yield
 

@@ -28,6 +28,7 @@ from . import cache as _cache
 from .build import GuestImage, base_recipe, build_base, name_image, oci_recipe
 from .codeint import build_code_interpreter, code_interpreter_recipe
 from .fleet import FleetImages
+from .lazy import LazyImages
 from .runtime import RuntimeDisk, build_runtime, runtime_recipe
 from .shelf import CacheShelf, ImageStorage, Role
 
@@ -71,6 +72,7 @@ class ImageSupply:
         fleet: Fleet | None = None,
         progress: Callable[[str], None] = log.info,
         budget: DiskBudget | None = None,
+        lazy: LazyImages | None = None,
     ) -> None:
         self.root = _cache.cache_root(cache)
         #: the node's disk budget: what an import reserves before it writes (None: none)
@@ -87,6 +89,7 @@ class ImageSupply:
                     progress=progress,
                     on_fetched=fleet.on_fetched,
                     budget=budget,
+                    lazy=lazy,
                 )
                 images = FleetImages(fleet.store, shelf, fleet.node_id, lease_s=fleet.lease_s)
                 self._images[role] = (images, shelf)
@@ -128,7 +131,9 @@ class ImageSupply:
     async def by_content(self, role: Role, digest: str) -> Path | None:
         """The cache entry holding the bytes `digest` (a capture names the disks it was
         taken over), fetched from the fleet's repository if this node lacks it
-        (`CacheShelf.fetch_content`); None: neither has it, or there is no repository."""
+        (`CacheShelf.fetch_content`; a root image lazily when the supply was given `lazy`:
+        its disk a stub over the block service); None: neither has it, or there is no
+        repository."""
         if self._fleet is None:
             return _cache.content_dir(self.root, digest)
         return await self._images[role][1].fetch_content(digest)

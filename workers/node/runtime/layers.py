@@ -1,4 +1,5 @@
-"""Disk layers: qcow2 files stacked over a template's read-only raw base image.
+"""Disk layers: qcow2 files stacked over a template's read-only base image (a raw file, or
+a lazy base's stub over the node's block service: `shared/lazybase.py`).
 
 A VM writes only to its top layer. Freezing (pause, snapshot, fork) turns the top into a
 read-only layer and stacks a new one, so a snapshot's disk costs what changed since the
@@ -8,13 +9,12 @@ last one, and any number of children can share every frozen layer below their ow
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
 import time
 import uuid
 from pathlib import Path
 
+from shared.lazybase import LAZY_ROOT, base_format, chain_to_base
 from workers.node.image.cache import open_files
 from workers.node.runtime.qcow2 import create_overlay
 from workers.node.vmm.errors import VmmError
@@ -36,9 +36,10 @@ class LayerStore:
         return self.root / f"{uuid.uuid4().hex}.qcow2"
 
     async def create_top(self, backing: Path, *, backing_raw: bool = False) -> Path:
-        """A fresh empty qcow2 whose reads fall through to `backing`."""
+        """A fresh empty qcow2 whose reads fall through to `backing` (`backing_raw`: the
+        base image itself, a raw file or a lazy base's stub, which is a qcow2)."""
         top = self.new_path()
-        create_overlay(top, backing.resolve(), "raw" if backing_raw else "qcow2")
+        create_overlay(top, backing.resolve(), base_format(backing) if backing_raw else "qcow2")
         self.backing[top] = backing
         return top
 
@@ -53,13 +54,15 @@ class LayerStore:
             out.append(self.backing[out[-1]])
         return out
 
-    async def chain(self, top: Path, *, background: bool = False) -> list[Path]:
-        """The backing chain from `top` down to the base, as QEMU resolves it (`background`:
-        the qemu-img process runs at the lowest CPU priority)."""
-        out = await _qemu_img(
-            "info", "--backing-chain", "--output=json", "-U", str(top), background=background
-        )
-        return [Path(layer["filename"]) for layer in json.loads(out)]
+    async def chain(self, top: Path) -> list[Path]:
+        """The backing chain from `top` down to the base, as QEMU resolves it, read from the
+        layers' headers in a thread (a few bytes each). Not `qemu-img info --backing-chain`:
+        under a lazy base it would open the block service's export too (a connection per
+        GC, and a failure while the service restarts)."""
+        try:
+            return await asyncio.to_thread(chain_to_base, top)
+        except ValueError as e:
+            raise VmmError(str(e)) from e
 
     async def collect(self, roots: set[Path], *, min_age_s: float = 60) -> list[Path]:
         """Delete layers no root's chain needs; returns them. Chains are read from the files
@@ -72,7 +75,7 @@ class LayerStore:
         live: set[Path] = set()
         for r in roots:
             if r.exists():
-                live.update(await self.chain(r, background=True))
+                live.update(await self.chain(r))
         held = await asyncio.to_thread(open_files)
         now = time.time()
         dead = [
@@ -88,7 +91,7 @@ class LayerStore:
         return dead
 
     async def compact(self, top: Path) -> Path:
-        """Flatten `top`'s chain above the raw base into one new qcow2 layer over that base:
+        """Flatten `top`'s chain above the base into one new qcow2 layer over that base:
         an empty overlay on `top`, rebased onto the base — qemu-img's (safe) rebase writes
         into it every cluster where the chain reads differently from the base, and only
         looks at the clusters allocated above the base, so it costs what the layers hold.
@@ -102,7 +105,8 @@ class LayerStore:
         flat = self.new_path()
         create_overlay(flat, top.resolve(), "qcow2")
         try:
-            await _qemu_img("rebase", "-q", "-b", str(base), "-F", "raw", str(flat))
+            fmt = base_format(base)  # a lazy base: reads its blocks through the service
+            await _qemu_img("rebase", "-q", "-b", str(base), "-F", fmt, str(flat))
         except BaseException:
             flat.unlink(missing_ok=True)
             raise
@@ -110,20 +114,17 @@ class LayerStore:
         return flat
 
     async def depth(self, top: Path) -> int:
-        """qcow2 layers above the raw base (known chains in memory, else asked of qemu-img)."""
+        """qcow2 layers above the base (known chains in memory, else read from headers)."""
         known = self.lineage(top)
-        if known[-1].suffix != ".qcow2":
+        if known[-1].suffix != ".qcow2" or known[-1].name == LAZY_ROOT:
             return len(known) - 1
         return len(await self.chain(top)) - 1
 
 
-async def _qemu_img(*args: str, background: bool = False) -> str:
+async def _qemu_img(*args: str) -> str:
     proc = await asyncio.create_subprocess_exec(
         "qemu-img", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
-    if background:  # housekeeping (GC): a restore that starts meanwhile goes first
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, proc.pid, 19)
     out, err = await proc.communicate()
     if proc.returncode != 0:
         raise VmmError(f"qemu-img {args[0]} failed: {err.decode(errors='replace').strip()}")

@@ -19,6 +19,7 @@ MAGIC = b"QFI\xfb"
 HEADER_LEN = 104  # the v3 header without the optional compression-type field
 EXT_BACKING_FORMAT = 0xE2792ACA
 REFCOUNT_ORDER = 4  # 16-bit refcounts, qemu's default
+MAX_BACKING_NAME = 1023  # qemu's limit on a backing file name
 
 
 class Qcow2Error(Exception):
@@ -44,8 +45,13 @@ def create_overlay(path: Path, backing: Path, backing_fmt: str) -> None:
     """An empty qcow2 whose every read falls through to `backing` (absolute path)."""
     if backing_fmt not in ("raw", "qcow2"):
         raise Qcow2Error(f"unsupported backing format {backing_fmt!r}")
-    size = virtual_size(backing, backing_fmt)
-    name = str(backing).encode()
+    write_overlay(path, str(backing), backing_fmt, virtual_size(backing, backing_fmt))
+
+
+def write_overlay(path: Path, backing: str, backing_fmt: str, size: int) -> None:
+    """An empty qcow2 of `size` bytes over the backing named `backing` (a path, or a
+    `json:` spec QEMU opens: a lazy base's stub over the block service)."""
+    name = backing.encode()
     l2_entries = CLUSTER // 8
     l1_size = -(-size // (CLUSTER * l2_entries))
     l1_clusters = max(1, -(-(l1_size * 8) // CLUSTER))
@@ -56,7 +62,7 @@ def create_overlay(path: Path, backing: Path, backing_fmt: str) -> None:
     exts = struct.pack(">II", EXT_BACKING_FORMAT, len(backing_fmt)) + fmt_ext
     exts += struct.pack(">II", 0, 0)  # end of header extensions
     backing_off = HEADER_LEN + len(exts)
-    if backing_off + len(name) > CLUSTER or len(name) > 1023:
+    if backing_off + len(name) > CLUSTER or len(name) > MAX_BACKING_NAME:
         raise Qcow2Error(f"backing path too long: {backing}")
     header = MAGIC + struct.pack(
         ">IQIIQIIQQIIQQQQII",

@@ -15,12 +15,12 @@ import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bus.failpoints import failpoint
+from bus.failpoints import FailpointError, failpoint
 from workers.node.runtime.memfile import clone_or_sparse_copy
 from workers.node.runtime.rampool import RamPool
 from workers.node.runtime.snapshot import Snapshot
 
-__all__ = ["keep_capture", "ram_for_restore", "start_guest"]
+__all__ = ["CaptureNotKept", "keep_capture", "ram_for_restore", "start_guest"]
 
 log = logging.getLogger(__name__)
 
@@ -70,19 +70,20 @@ async def ram_for_restore(
 _KEPT = "mem.kept"
 
 
+class CaptureNotKept(OSError):
+    """The copy of a capture's RAM file a resume needs could not be made (a full disk):
+    the resume fails before its guest runs, the capture untouched — still paused."""
+
+
 def _copy_for_capture(snap: Snapshot) -> Path | None:
     """A copy of the capture's RAM file (a reflink where the filesystem can, else its data
-    extents), or None when it cannot be made (a full disk): then the capture is spent."""
+    extents), or None when it cannot be made (a full disk)."""
     dst = snap.dir / _KEPT
     try:
+        failpoint("resume.copy_ram")  # a test's full disk
         clone_or_sparse_copy(snap.mem, dst)
-    except OSError as e:
-        log.warning(
-            "no copy of %s's RAM for its capture (%s): a crash mid-resume loses it "
-            "unless it is in the repository",
-            snap.snapshot_id,
-            e,
-        )
+    except (OSError, FailpointError) as e:
+        log.warning("no copy of %s's RAM for its capture: %s", snap.snapshot_id, e)
         dst.unlink(missing_ok=True)
         return None
     return dst
@@ -90,15 +91,19 @@ def _copy_for_capture(snap: Snapshot) -> Path | None:
 
 async def keep_capture(snap: Snapshot, kept: asyncio.Task[Path | None]) -> None:
     """Before the resumed guest runs, and writes the RAM file it adopted: the capture gets
-    the copy, so it stays whole until the resume is recorded. A node that dies after `cont`
-    then still holds the sandbox as it was paused, and the resume, delivered again,
-    restores it from there — without the copy, such a capture was spent, and the sandbox
-    lost unless its upload had finished. The copy runs while QEMU starts and loads the
-    device state, which takes longer than copying the ~100 MiB a guest has touched."""
+    the copy, so it stays whole until the resume is recorded and released. A node that
+    dies after `cont` then still holds the sandbox as it was paused, and the resume,
+    delivered again, restores it from there (or, recorded, the restart rolls it back to
+    it). The copy runs while QEMU starts and loads the device state, which takes longer
+    than copying the ~100 MiB a guest has touched. Without a copy (a full disk) the guest
+    never runs: `CaptureNotKept`, and the restore is undone with the capture whole —
+    running it would spend the capture, which a crash then could not bring back."""
     copy = await kept
     if copy is None:
-        snap.mark_spent()
-        return
+        raise CaptureNotKept(
+            f"no room for a copy of the capture's RAM ({snap.snapshot_id}): the sandbox "
+            "stays paused on it"
+        )
     os.replace(copy, snap.mem)  # the VM keeps the old inode through its own link
 
 

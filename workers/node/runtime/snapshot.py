@@ -17,8 +17,10 @@ from workers.node.image.runtime import find_runtime
 from workers.node.vmm.spec import Machine
 
 MANIFEST = "manifest.json"
-#: present once a VM that adopted the capture's RAM file ran: its memory moved on past the
-#: device state beside it, so the capture no longer restores (a crash mid-resume)
+#: present once a VM that adopted the capture's RAM file ran without a copy of it kept:
+#: its memory moved on past the device state beside it, so the capture no longer restores.
+#: Written by older nodes only (a resume without the copy now fails, `ramfile.keep_capture`);
+#: still read, for captures they left
 SPENT = "spent"
 FORMAT_VERSION = 2  # 2: the runtime disk
 
@@ -63,9 +65,6 @@ class Snapshot:
     @property
     def spent(self) -> bool:
         return (self.dir / SPENT).exists()
-
-    def mark_spent(self) -> None:
-        (self.dir / SPENT).touch()
 
     def write(self) -> None:
         doc = {
