@@ -22,6 +22,7 @@ import asyncpg
 import httpx
 import pytest
 
+from aenv.cli import read_exports
 from aenv.stack.process import free_port
 from bus import Bus, BusSettings, delete_all
 from tests.vmstack import TLS_ENV
@@ -115,22 +116,21 @@ def vmless_stack(data: Path, **extra_env: str) -> Iterator[VmlessStack]:
         if up.returncode != 0:
             log = (data / "aenv.log").read_text(errors="replace")[-4000:]
             pytest.fail(f"aenv up failed ({up.returncode}): {up.stderr[-2000:]}\n{log}")
-        exports = dict(
-            line.removeprefix("export ").split("=", 1)
-            for line in up.stdout.splitlines()
-            if line.startswith("export ")
-        )
+        exports = read_exports(up.stdout)
         try:
             tls = {k: exports[k] for k in TLS_ENV if k in exports}
             yield VmlessStack(
                 data, exports["E2B_API_URL"], exports["E2B_API_KEY"], env, settings, tls
             )
         finally:
+            # `aenv down` SIGKILLs what has not drained after its --timeout (60 s); the
+            # wait here is longer, so a slow drain on a loaded host ends in its SIGKILL
+            # rather than in this test's timeout with the stack left running
             down = subprocess.run(
-                [*AENV, "down", "--data-dir", str(data)],
+                [*AENV, "down", "--data-dir", str(data), "--timeout", "60"],
                 capture_output=True,
                 text=True,
-                timeout=60,
+                timeout=120,
                 env=env,
             )
             assert down.returncode == 0, down.stderr
