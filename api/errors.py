@@ -71,6 +71,12 @@ def on_http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
 TRANSIENT_RETRY_S = 2
 
 
+#: SQLSTATE classes of a database that is down or coming back, not of a bad query: 08
+#: connection exception, 57 operator intervention (57P01 shut down, 57P02 crashed,
+#: 57P03 "the database system is in recovery mode" right after a kill -9 restart)
+_OUTAGE_SQLSTATES = frozenset({"08", "57"})
+
+
 def _transient(exc: Exception) -> str | None:
     """What of ours was not answering, if `exc` is an outage rather than a bug: the bus
     (a NATS server restarting, a JetStream leader being elected — its requests time out
@@ -80,7 +86,9 @@ def _transient(exc: Exception) -> str | None:
     if isinstance(exc, NatsError | PublishError):
         return "the message bus"
     lost = isinstance(exc, DBAPIError) and (
-        exc.connection_invalidated or isinstance(exc.orig, OSError)
+        exc.connection_invalidated
+        or isinstance(exc.orig, OSError)
+        or str(getattr(exc.orig, "sqlstate", None) or "")[:2] in _OUTAGE_SQLSTATES
     )
     if lost or isinstance(exc, OperationalError | InterfaceError):
         return "the read-model database"

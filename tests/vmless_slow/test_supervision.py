@@ -320,8 +320,19 @@ def test_a_killed_embedded_server_is_restarted_and_the_roles_reconnect(
             )
             assert back
             eventually(lambda: _api_serves(stack), 90, "the API serves again")
-            got = c.get(f"/sandboxes/{sid}")
-            assert got.status_code == 200 and got.json()["state"] == "running", got.text
+            # a create needs no read model, a GET does: while Postgres replays its WAL
+            # ("the database system is starting up") the GET is an outage (503 with
+            # Retry-After), never a 500
+            answers: list[httpx.Response] = []
+
+            def read_back() -> bool:
+                answers.append(c.get(f"/sandboxes/{sid}"))
+                return answers[-1].status_code == 200
+
+            eventually(read_back, 60, "the sandbox read back")
+            assert {r.status_code for r in answers} <= {200, 503}, [r.text for r in answers]
+            got = answers[-1]
+            assert got.json()["state"] == "running", got.text
             assert _history(stack, sid)[:2] == ["SandboxRequested", "SandboxCreated"]
             assert c.delete(f"/sandboxes/{sid}").status_code == 204
         log = stack.data_dir / "aenv.log"
