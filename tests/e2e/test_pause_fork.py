@@ -58,6 +58,7 @@ def test_a_paused_sandbox_forks_into_children_and_stays_paused(stack: Stack) -> 
 
             # its capture uploads ~2 s after the pause: until then a clear 409
             first = _fork(c, src.sandbox_id, count=1)
+            print(f"pause fork right after the pause: {first.status_code} {first.text[:160]}")
             if first.status_code == 409:
                 assert first.json()["code"] == 409, first.text
                 assert "being paused" in first.json()["message"], first.text
