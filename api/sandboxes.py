@@ -45,6 +45,7 @@ from bus.decisions import execute
 from bus.envelope import MessageContext
 from bus.steps import kill_in_log
 from domain import sandbox as sb
+from domain import template as tp
 from domain import volume as vo
 from domain.sandbox import SandboxStatus
 from projections import ProjectionTimeout
@@ -89,6 +90,8 @@ async def _template_or_image(
     if image is not None:
         return await image_template(ctx, image, caller)
     check_template_name(data.template_id)
+    if tp.is_paused_capture_template(data.template_id):  # a fork's, not to start by name
+        raise ApiError(404, template_not_found(data.template_id))
     try:
         return await _template(ctx, data.template_id)
     except ApiError as e:

@@ -91,6 +91,12 @@ def test_a_paused_sandbox_forks_into_children_and_stays_paused(stack: Stack) -> 
             kids += new
             print(f"pause fork: {CHILDREN} children in {took:.1f} s (upload wait included)")
 
+            # the template the capture is lent to is the fork's: no create starts it by name
+            lent = Sandbox.get_info(kids[-1]).template_id
+            assert lent.startswith("paused-"), lent
+            r = c.post("/sandboxes", json={"templateID": lent})
+            assert r.status_code == 404 and r.json()["code"] == 404, r.text
+
             # the parent: untouched, still paused
             assert Sandbox.get_info(src.sandbox_id).state == SandboxState.PAUSED
 

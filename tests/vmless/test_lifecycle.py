@@ -112,6 +112,8 @@ def test_refusals_are_answered_not_timed_out(vmless: VmlessStack) -> None:
     sbx = Sandbox.create(timeout=120)
     with vmless.client() as c:
         assert c.post(f"/sandboxes/{sbx.sandbox_id}/fork", json={"count": 17}).status_code == 400
+        r = c.post(f"/sandboxes/{sbx.sandbox_id}/snapshots", json={"name": "paused-x"})
+        assert r.status_code == 400 and "reserved" in r.json()["message"], r.text
         sbx.pause()
         r = c.post(f"/sandboxes/{sbx.sandbox_id}/fork", json={"count": 2})
         assert r.status_code == 409 and r.json()["code"] == 409, r.text
