@@ -38,12 +38,14 @@ from api.leases import check_create as check_lease
 from api.missing import template_not_found
 from api.mounts import preferred_node, resolve_mounts
 from api.outcomes import failure_status, send_and_wait
+from api.pausefork import fork_paused, is_paused
 from api.resume import LIVE, resume
 from api.room import check_room, disk_need, held_nodes, place_create, warm_nodes
 from bus.decisions import execute
 from bus.envelope import MessageContext
 from bus.steps import kill_in_log
 from domain import sandbox as sb
+from domain import template as tp
 from domain import volume as vo
 from domain.sandbox import SandboxStatus
 from projections import ProjectionTimeout
@@ -88,6 +90,8 @@ async def _template_or_image(
     if image is not None:
         return await image_template(ctx, image, caller)
     check_template_name(data.template_id)
+    if tp.is_paused_capture_template(data.template_id):  # a fork's, not to start by name
+        raise ApiError(404, template_not_found(data.template_id))
     try:
         return await _template(ctx, data.template_id)
     except ApiError as e:
@@ -322,11 +326,19 @@ async def resume_sandbox(
 
 @post("/sandboxes/{sandbox_id:str}/fork", status_code=201, responses=ADMITTED)
 async def fork_sandbox(
-    sandbox_id: str, ctx: ApiContext, caller: Caller, data: wire.ForkBody | None = None
+    request: Request[Any, Any, Any],
+    sandbox_id: str,
+    ctx: ApiContext,
+    caller: Caller,
+    data: wire.ForkBody | None = None,
 ) -> list[dict[str, Any]]:
-    """`count` children from one capture of a running sandbox; one result per child."""
+    """`count` children from one capture of a running sandbox, on its node; of a paused
+    one, from its durable capture across the fleet (`api/pausefork.py`). One result per
+    child."""
     count = data.count if data and data.count is not None else 1
     state = await visible(ctx, caller, sandbox_id)
+    if is_paused(state):
+        return await fork_paused(request, ctx, caller, state, data)
     # a child lives as long as its parent was asked to, unless told otherwise (E2B's
     # schema default of 15 s left `aenv fork`'s children paused seconds after their birth)
     timeout = data.timeout if data and data.timeout is not None else state.timeout_s

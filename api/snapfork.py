@@ -39,7 +39,7 @@ from api.spread import check_count, check_fleet_room, check_within_limit, rooms,
 from domain import sandbox as sb
 from projections import ProjectionTimeout, queries
 
-__all__ = ["FORK_KEY", "ROUTES", "child_creates"]
+__all__ = ["FORK_KEY", "ROUTES", "checked_fork", "child_creates", "fork_template"]
 
 #: The metadata key naming the fork a child came from (the bulk routes find them by it).
 FORK_KEY = "aenv.fork"
@@ -79,6 +79,7 @@ def child_creates(
     count: int,
     timeout: int,
     metadata: dict[str, str],
+    forked_from: str | None = None,
 ) -> list[sb.CreateSandbox]:
     """The creates of a fork's children: a create of the snapshot each (the rules of
     `plan_create`, fresh tokens each), ids and command ids derived from the fork's id
@@ -99,7 +100,7 @@ def child_creates(
             sandbox_id=child,
             command_id=sb.derived_command_id("snapshot-fork", str(fork_id), child),
         )
-        out.append(cmd.model_copy(update={"copy_on_write": True}))
+        out.append(cmd.model_copy(update={"copy_on_write": True, "forked_from": forked_from}))
     return out
 
 
@@ -146,6 +147,19 @@ async def _child(
     return {"sandbox": sandbox_body(cmd, domain)}
 
 
+async def checked_fork(
+    ctx: ApiContext, caller: Caller, *, count: int, timeout: int, metadata: dict[str, str]
+) -> None:
+    """A fork's request refused before its source is looked at (E2B's body): a count
+    outside 1..`AENV_SNAPSHOT_FORK_MAX` or above the caller's running limit, a timeout out
+    of bounds 400; a lease (`aenv.lease`) not the team's 400, ended 409."""
+    check_count(count, ctx.settings.snapshot_fork_max)
+    limits = limits_for(ctx.settings, ctx.admission, caller)
+    check_within_limit(count, limits.max_sandboxes, limits.max_from)
+    check_timeout(timeout)
+    await check_lease(ctx, caller, metadata)
+
+
 @post("/snapshots/{snapshot_id:str}/fork", status_code=201, responses=ADMITTED)
 async def fork_snapshot(
     request: Request[Any, Any, Any],
@@ -158,21 +172,46 @@ async def fork_snapshot(
     result per child, in order."""
     body = data or wire.SnapshotForkBody()
     count = body.count if body.count is not None else 1
-    check_count(count, ctx.settings.snapshot_fork_max)
-    limits = limits_for(ctx.settings, ctx.admission, caller)
-    check_within_limit(count, limits.max_sandboxes, limits.max_from)
     timeout = body.timeout if body.timeout is not None else DEFAULT_TIMEOUT_V2
-    check_timeout(timeout)
     metadata = dict(body.metadata or {})
-    await check_lease(ctx, caller, metadata)  # `aenv.lease`: the team's, and live
+    await checked_fork(ctx, caller, count=count, timeout=timeout, metadata=metadata)
     name = await _snapshot(ctx, caller, snapshot_id)
     tpl = await reads.template_for(ctx.engine, name)
     if tpl is None:  # deleted meanwhile
         raise ApiError(404, f"Snapshot '{snapshot_id}' not found")
+    return await fork_template(
+        request, ctx, caller, tpl, count=count, timeout=timeout, metadata=metadata
+    )
+
+
+async def fork_template(
+    request: Request[Any, Any, Any],
+    ctx: ApiContext,
+    caller: Caller,
+    tpl: dict[str, Any],
+    *,
+    count: int,
+    timeout: int,
+    metadata: dict[str, str],
+    scope: str = "snapshot-fork",
+    forked_from: str | None = None,
+) -> list[dict[str, Any]]:
+    """The fork itself, once its source is a durable template row `tpl` (a snapshot's, or
+    a paused sandbox's capture: `api/pausefork.py`) and its count, timeout and metadata
+    are checked: admission, the spread, one result per child. `scope` keeps the children
+    an Idempotency-Key names apart per kind of source; `forked_from`: the paused sandbox
+    the children come from (their lineage in the log)."""
     key = request.headers.get("idempotency-key")
-    fork_id = sb.derived_command_id("snapshot-fork", caller.key_id, key) if key else uuid.uuid4()
+    fork_id = sb.derived_command_id(scope, caller.key_id, key) if key else uuid.uuid4()
     creates = child_creates(
-        tpl, caller, ctx.settings, fork_id=fork_id, count=count, timeout=timeout, metadata=metadata
+        tpl,
+        caller,
+        ctx.settings,
+        fork_id=fork_id,
+        count=count,
+        timeout=timeout,
+        metadata=metadata,
+        forked_from=forked_from,
     )
     ids = [c.sandbox_id for c in creates]
     async with admitted(ctx, caller, ids):  # 429 past the team's limits, for all of them

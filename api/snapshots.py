@@ -48,6 +48,10 @@ async def create_snapshot(
     name = (data.name if data and data.name else f"snap-{secrets.token_hex(6)}").lower()
     if not _SNAPSHOT_NAME.match(name):
         raise ApiError(400, f"invalid snapshot name {name!r}: use a-z, 0-9, '.', '_', ':', '-'")
+    if tp.is_paused_capture_template(name):  # the names of paused captures lent to forks
+        raise ApiError(
+            400, f"invalid snapshot name {name!r}: {tp.PAUSED_CAPTURE_PREFIX!r} is reserved"
+        )
     if tg.split_capture_id(name) is not None:  # `name:<uuid>` names a build (E2B's rule)
         raise ApiError(400, f"invalid snapshot name {name!r}: its tag cannot be a UUID")
     state = await visible(ctx, caller, sandbox_id)

@@ -324,10 +324,12 @@ def fork(
     api_key: ApiKey = None,
     data_dir: DataDir = DEFAULT_DATA,
 ) -> None:
-    """Fork running SANDBOX_ID into -n children; print their IDs, one per line.
+    """Fork SANDBOX_ID into -n children; print their IDs, one per line.
 
     Each child is a copy-on-write copy of the parent's memory, processes and files at the
-    moment of the fork. Exit 1 if any child failed (the others are still printed).
+    moment of the fork — of a paused sandbox, at its pause (the children spread over the
+    nodes; the parent stays paused). Exit 1 if any child failed (the others are still
+    printed).
     """
     from e2b import Sandbox
 

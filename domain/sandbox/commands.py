@@ -92,6 +92,13 @@ class CreateSandbox(SandboxCommand, SandboxSpec):
     prefer_on: tuple[str, ...] = ()
     copy_on_write: bool = False
 
+    @property
+    def beside_parent(self) -> bool:
+        """A running sandbox's fork child: it starts on its parent's node, from the capture
+        taken there. A paused sandbox's child (`forked_from` set, restored copy-on-write
+        from the durable capture) is placed as any create."""
+        return self.forked_from is not None and not self.copy_on_write
+
 
 class PauseSandbox(SandboxCommand):
     """Freeze a running sandbox; paused time does not consume its TTL. `keep_memory`

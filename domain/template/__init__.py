@@ -17,11 +17,14 @@ from domain.template.decide import decide_template
 from domain.template.events import *  # noqa: F403
 from domain.template.events import __all__ as _events
 from domain.template.evolve import evolve_template, fold_template
+from domain.template.names import *  # noqa: F403
+from domain.template.names import __all__ as _names
 from domain.template.state import BUILTIN_TEMPLATES, Template
 
 __all__ = [
     *_commands,
     *_events,
+    *_names,
     "BUILTIN_TEMPLATES",
     "Template",
     "decide_template",

@@ -107,10 +107,13 @@ def test_a_paused_sandbox_shows_the_time_it_keeps(vmless: VmlessStack) -> None:
 
 def test_refusals_are_answered_not_timed_out(vmless: VmlessStack) -> None:
     """The node decides again on the log, so what the API checks early still ends in a
-    clear 4xx: fork of a paused sandbox 409, a bad count 400, an unknown sandbox 404."""
+    clear 4xx: fork of a paused sandbox whose capture is not durable 409 (this stack
+    has no repository), a bad count 400, an unknown sandbox 404."""
     sbx = Sandbox.create(timeout=120)
     with vmless.client() as c:
         assert c.post(f"/sandboxes/{sbx.sandbox_id}/fork", json={"count": 17}).status_code == 400
+        r = c.post(f"/sandboxes/{sbx.sandbox_id}/snapshots", json={"name": "paused-x"})
+        assert r.status_code == 400 and "reserved" in r.json()["message"], r.text
         sbx.pause()
         r = c.post(f"/sandboxes/{sbx.sandbox_id}/fork", json={"count": 2})
         assert r.status_code == 409 and r.json()["code"] == 409, r.text

@@ -51,7 +51,7 @@ class CordonWatch:
         """Raise for a command a cordoned node passes on (pulled just before the cordon:
         another node takes it; this one pulls no more)."""
         cmd = d.command
-        forked = isinstance(cmd, sb.CreateSandbox) and cmd.forked_from is not None
+        forked = isinstance(cmd, sb.CreateSandbox) and cmd.beside_parent
         if refuses(self.cordoned, placed=self.bus.names.is_placed(d.subject), forked=forked):
             raise RetryableError(f"node {self.node_id} is cordoned", delay_s=0)
 

@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal, Protocol
 
+from domain import template as tp
 from workers.node.disk.produced import writing_async
 from workers.node.image import ImageError, find_runtime
 from workers.node.image.cache import cache_root, content_dir, entry_dir, root_disk
@@ -127,7 +128,11 @@ class Transfers:
                 return await self.templates.get(name)  # another create pulled it meanwhile
             except TemplateError:
                 pass
-            snap = await self.fetch_foreign(key, f"the capture of template {name!r}")
+            # a paused sandbox's capture lent to its fork children: a copy apart from the
+            # sandbox's own directory of that id (its resume adopts and writes into that one)
+            own = tp.is_paused_capture_template(name)
+            where_to = self.runtime.snapshot_dir(name if own else key)
+            snap = await self.fetch_foreign(key, f"the capture of template {name!r}", where_to)
             self.templates.adopt(name, snap, token, source)
             self.templates.mark_uploaded(name, snap)
             return snap
@@ -207,19 +212,18 @@ class Transfers:
                 r.charge(max(0, r.nbytes - r.charged))
                 raise
 
-    async def fetch_foreign(self, key: str, what: str) -> Snapshot:
+    async def fetch_foreign(self, key: str, what: str, directory: Path | None = None) -> Snapshot:
         """A capture another node took, from the repository into this node's snapshot
-        directory, its disk chain rebuilt over this node's copy of the same base image
-        (the same bytes: `fetch`)."""
+        directory (`directory`; by default the capture's own), its disk chain rebuilt over
+        this node's copy of the same base image (the same bytes: `fetch`)."""
         repository = self.require(f"{what} is on another node")
         try:
             manifest = await repository.get_manifest(key)
         except Exception as e:
             raise HostError(f"{what} is not in the repository: {e}") from e
         base = await self._base_image(manifest.base_image.digest, manifest.base_image.content)
-        return await self.fetch(
-            key, self.runtime.snapshot_dir(key), base, what, foreign=True, manifest=manifest
-        )
+        where = directory if directory is not None else self.runtime.snapshot_dir(key)
+        return await self.fetch(key, where, base, what, foreign=True, manifest=manifest)
 
     async def _base_image(self, digest: str, content: str | None = None) -> Path:
         """This node's copy of a base image: the very bytes a capture names (its content

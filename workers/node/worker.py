@@ -291,7 +291,7 @@ class NodeWorker:
     def _better_elsewhere(self, cmd: sb.CreateSandbox) -> str | None:
         """Why this node passes a create on (once), or None: its snapshot fork spread it
         elsewhere, other nodes hand a warm VM over, or hold the capture it would fetch."""
-        if cmd.forked_from is not None:  # a fork child starts beside its parent
+        if cmd.beside_parent:  # a running sandbox's fork child starts beside its parent
             return None
         if passes_on(cmd.prefer_on, self.node_id, 0):  # a snapshot fork's child
             return f"passed on to {', '.join(cmd.prefer_on)}, where its fork spread it"

@@ -5,7 +5,8 @@ hands each event to one of them, so a fleet deletes each manifest once, and a no
 dies mid-way leaves the event to be delivered again (deletes are idempotent).
 
 - `SandboxKilled`: the sandbox's pause captures (every `SandboxPaused` of its history) and
-  the volume images uploaded beside them (`<capture>-v<slot>`);
+  the volume images uploaded beside them (`<capture>-v<slot>`); the templates its forks
+  lent those captures to (`paused-<capture>`) are deleted first, in the log and on the nodes;
 - `TemplateDeleted` / `TemplateCaptureDropped`: the template's capture (`capture_key`);
 - `ImageForgotten`: `image-<digest>`, unless the image was published again since or a
   capture names it (an operator's forget: a capture's base image keeps its manifest); and
@@ -19,6 +20,7 @@ What the deleted manifests named becomes garbage for the next `collect_garbage`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from datetime import UTC, datetime, timedelta
@@ -26,7 +28,9 @@ from datetime import UTC, datetime, timedelta
 from bus import Bus, ConsumerSpec, MessageContext, RetryableError
 from bus.decisions import execute
 from bus.event_consumer import EventConsumer, EventDelivery
+from bus.nodes import NodeBook
 from bus.records import RecordedEvent
+from domain import NotFound
 from domain import image as im
 from domain import sandbox as sb
 from domain import template as tp
@@ -135,12 +139,34 @@ class RepositoryJanitor:
         ]
         if not captures:
             return []
+        await self._lent_templates(captures)
         requested = [r.event for r in history if isinstance(r.event, sb.SandboxRequested)]
         if requested:  # its mounts say which volume images its pauses uploaded
             keys = capture_keys(captures, len(requested[0].spec.volume_mounts))
         else:  # a history without its request: what the store holds (a listing of it)
             keys = pause_keys(captures, await retrying(self.store.list_manifests, self.retry))
         return await self._delete(keys, "pause")
+
+    async def _lent_templates(self, captures: list[str]) -> list[str]:
+        """The templates a killed sandbox's pause captures were lent to by its forks
+        (`api/pausefork.py`): deleted in the log and on every node (those that took
+        children hold a copy of the capture). Their manifests are the sandbox's, deleted
+        next. A redelivery sends the nodes' deletes again (the same derived ids)."""
+        gone: list[str] = []
+        for capture in captures:
+            name = tp.paused_capture_template(capture)
+            state, _ = await self.bus.templates.load(name)
+            if state is None:
+                continue  # never forked
+            delete = tp.DeleteTemplate(
+                template_id=name, command_id=sb.derived_command_id("lent-capture", capture)
+            )
+            with contextlib.suppress(NotFound):  # deleted already (a tidy cut short)
+                await execute(self.bus.templates, delete)
+            book = await NodeBook.open(self.bus.js, self.bus.names.nodes_bucket)
+            await self.bus.commands.to_each_node([b.node_id for b in await book.all()], delete)
+            gone.append(name)
+        return gone
 
     async def _template(
         self, rec: RecordedEvent, event: tp.TemplateDeleted | tp.TemplateCaptureDropped

@@ -77,10 +77,11 @@ def dropped_capture_key(
     the state's `capture_key`: a registration again under the name clears that, while the
     manifest stays in the store); `now` is the template as the log has it today: a name
     registered again that uploaded the very same key keeps it. A dropped capture of a
-    build is a template of its own, deleted (and handled) apart.
+    build is a template of its own, deleted (and handled) apart. A paused capture's
+    template (`tp.paused_capture_template`) leaves nothing: the manifest is its sandbox's.
     """
-    if last_key is None:
-        return None
+    if last_key is None or tp.is_paused_capture_template(event.template_id):
+        return None  # a paused sandbox's capture lent to its forks: its sandbox's kill tidies it
     if isinstance(event, tp.TemplateCaptureDropped) and event.capture_id != event.template_id:
         return None
     if now is not None and not now.deleted and now.capture_key == last_key:

@@ -112,3 +112,12 @@ def test_images_no_capture_names_go_after_their_grace() -> None:
         unnamed_old,
         unnamed_young,
     ]
+
+
+def test_a_paused_captures_template_leaves_the_capture_to_its_sandbox() -> None:
+    """The template a paused sandbox's fork lent its capture to: deleted, the manifest is
+    still the sandbox's (its resume elsewhere needs it; its kill tidies it)."""
+    name = tp.paused_capture_template("sbx1-p1234abcd")
+    gone = tp.TemplateDeleted(template_id=name, at=T0)
+    now = template("sbx1-p1234abcd", deleted=True).model_copy(update={"template_id": name})
+    assert dropped_capture_key(gone, "sbx1-p1234abcd", now) is None
