@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from aenv.stack import portclaims
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -73,18 +75,26 @@ def free_port() -> int:
     gateway (`bind: address already in use`, `aenv up` failed). Ports below the range are
     never handed out implicitly, so a port found free here stays free for its server.
     """
-    candidates = free_ports_outside(_ephemeral_range())
-    for _ in range(200):
-        port = random.choice(candidates)
-        if port in _GIVEN:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
+    return pick_port(free_ports_outside(_ephemeral_range()))
+
+
+def pick_port(candidates: range, claims_dir: Path = portclaims.DEFAULT_DIR) -> int:
+    """A port of `candidates` that binds now and that no process of this machine handed out
+    in the last minutes (`aenv.stack.portclaims`)."""
+    with portclaims.claims(claims_dir) as directory:
+        for _ in range(200):
+            port = random.choice(candidates)
+            if port in _GIVEN:
                 continue
-        _GIVEN.add(port)
-        return port
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            if directory is not None and portclaims.claimed(directory, port):
+                continue
+            _GIVEN.add(port)
+            return port
     raise StackError(f"no free TCP port in {candidates.start}-{candidates.stop - 1}")
 
 
