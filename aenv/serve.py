@@ -291,11 +291,20 @@ def _dump_tasks() -> None:
 ROLES = ("all", "node", "api")
 
 
+#: What a node's deadline holds after its drains: destroying its VMs and their network
+#: namespaces. Without it a drain that took its whole `AENV_DRAIN_S` left no time for
+#: them, the deadline's SIGALRM ended the node mid-teardown and its namespaces stayed
+#: until its next start swept them (the fleet test under two CPU hogs: 4-28 left).
+NODE_TEARDOWN_S = 15.0
+
+
 def stop_deadline_s(role: str, cfg: RoleSettings) -> float:
-    """How long a role may take to stop after SIGTERM: its drain of in-flight work, and a
-    node's drain by pause before it (`AENV_STOP_DRAIN=pause`)."""
-    pause = cfg.stop_drain_s if role == "node" and cfg.stop_drain == "pause" else 0.0
-    return cfg.drain_s + pause
+    """How long a role may take to stop after SIGTERM: its drain of in-flight work, a
+    node's drain by pause before it (`AENV_STOP_DRAIN=pause`) and its teardown after."""
+    if role != "node":
+        return cfg.drain_s
+    pause = cfg.stop_drain_s if cfg.stop_drain == "pause" else 0.0
+    return cfg.drain_s + pause + NODE_TEARDOWN_S
 
 
 def main(role: str | None = None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -67,10 +68,24 @@ from workers.snapshot.worker import SnapshotWorker
 log = logging.getLogger(__name__)
 
 
+#: What a stopping node keeps of its deadline for its last step, closing the bus. The
+#: deadline (`aenv.serve.stop_deadline_s`) holds `NODE_TEARDOWN_S` for destroying the VMs;
+#: a NATS that hangs must not keep the exit waiting for that allowance too.
+LAST_STEP_S = 5
+
+
+def _last_step_deadline() -> None:
+    """Shorten a pending stop deadline (SIGALRM) to `LAST_STEP_S`; none pending: none set."""
+    left = signal.alarm(0)
+    if left:
+        signal.alarm(min(left, LAST_STEP_S))
+
+
 async def run_node(cfg: RoleSettings, stop: asyncio.Event) -> None:
     async with contextlib.AsyncExitStack() as stack:
         bus = await Bus.connect(BusSettings(nats_url=cfg.nats_url), name="aenv-node")
         stack.push_async_callback(bus.close)
+        stack.callback(_last_step_deadline)  # runs just before bus.close
         node_cfg = NodeSettings(state_dir=cfg.data_dir / "node")
         metrics = NodeMetrics(node_cfg.node_id, Scrape())
         # the one disk budget of its state dir and image cache (a memory host has no cache)

@@ -49,6 +49,17 @@ def start_time(pid: int) -> int | None:
     return parse_start_time(stat)
 
 
+def is_zombie(pid: int) -> bool:
+    """Whether `pid` has exited but is not reaped yet (state Z): gone for every purpose
+    but `kill(pid, 0)`, which still succeeds."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[-1].split()
+    return bool(fields) and fields[0] == "Z"
+
+
 def parse_start_time(stat: str) -> int | None:
     fields = stat.rsplit(")", 1)[-1].split()
     if len(fields) < 20 or fields[0] == "Z":

@@ -29,7 +29,7 @@ from aenv.stack.auth import (
 )
 from aenv.stack.natsusers import PID_FILE, write_config
 from aenv.stack.process import ManagedProcess, StackError, as_user, free_port, tcp_open
-from aenv.stack.records import start_time
+from aenv.stack.records import is_zombie, start_time
 from aenv.stack.secrets_file import load_or_mint, write_private_file
 
 BIN = Path(sys.executable).parent  # the wheels install their binaries next to python
@@ -254,13 +254,19 @@ class EmbeddedPostgres:
         firmly if need be. A pid file naming another live process (the pid reused after a
         kill -9 or a reboot) would make Postgres refuse to start: it is stale, remove it.
         A pid file naming a dead process stays: Postgres checks by itself whether that
-        postmaster's backends still hold its shared memory."""
+        postmaster's backends still hold its shared memory. But not one naming a zombie: a
+        SIGKILLed postmaster whose parent (the supervisor) died too waits, unreaped, for
+        an init that may take its time, and Postgres's own check (`kill(pid, 0)`) takes it
+        for a live postmaster and refuses to start ("lock file already exists"); dead, it
+        holds no memory, socket or file, so its pid file goes."""
         pidfile = self.pgdata / "postmaster.pid"
         try:
             pid = int(pidfile.read_text().split("\n", 1)[0])
         except (OSError, ValueError):
             return
         if start_time(pid) is None:
+            if is_zombie(pid):
+                pidfile.unlink(missing_ok=True)
             return
         if not _is_postmaster_of(pid, self.pgdata):
             pidfile.unlink(missing_ok=True)

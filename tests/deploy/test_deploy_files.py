@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from aenv.serve import NODE_TEARDOWN_S
 from tests.deploy import deploy_files as df
 from tests.deploy.settings_names import ROOT, known_names, parse_errors
 
@@ -90,7 +91,7 @@ def test_node_unit_drains_by_pause_within_its_stop_timeout() -> None:
     example, _ = df.read_env_file(ENV_EXAMPLE.read_text())
     assert "AENV_STOP_DRAIN_S" not in example, "the example would override the unit's grace"
     stop_s = float(df.unit_values(text, "TimeoutStopSec")[0])
-    drains_s = float(env["AENV_STOP_DRAIN_S"]) + float(example["AENV_DRAIN_S"])
+    drains_s = float(env["AENV_STOP_DRAIN_S"]) + float(example["AENV_DRAIN_S"]) + NODE_TEARDOWN_S
     assert stop_s > drains_s, "SIGKILL would cut the pause drain short"
 
 
@@ -100,7 +101,7 @@ def test_node_daemonset_drains_by_pause_within_its_grace() -> None:
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["AENV_STOP_DRAIN"] == "pause"
     config, _ = df.read_env_file((df.K8S / "base" / "aenv-config.env").read_text())
-    drains_s = float(env["AENV_STOP_DRAIN_S"]) + float(config["AENV_DRAIN_S"])
+    drains_s = float(env["AENV_STOP_DRAIN_S"]) + float(config["AENV_DRAIN_S"]) + NODE_TEARDOWN_S
     assert pod["terminationGracePeriodSeconds"] > drains_s, "SIGKILL would cut the drain short"
 
 

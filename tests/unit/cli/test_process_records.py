@@ -4,13 +4,21 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from aenv.stack.records import ProcessBook, leftovers, parse_start_time, stop_leftovers
+from aenv.stack.records import (
+    ProcessBook,
+    is_zombie,
+    leftovers,
+    parse_start_time,
+    start_time,
+    stop_leftovers,
+)
 
 STAT = "4242 (weird) name)) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1 2"
 
@@ -75,3 +83,18 @@ def test_the_data_dir_lock_tells_a_live_supervisor(tmp_path: Path) -> None:
         holder.kill()
         holder.wait()
     assert not supervisor_alive(tmp_path)
+
+
+def test_an_unreaped_child_is_a_zombie_and_a_reaped_one_is_gone() -> None:
+    """Why `_clear_lock` needs it: `start_time` says gone, `kill(pid, 0)` (Postgres's own
+    check of a pid file) says alive."""
+    child = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while not is_zombie(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert is_zombie(child.pid)
+    assert start_time(child.pid) is None
+    os.kill(child.pid, 0)  # no error: a zombie still "exists"
+    child.wait()
+    assert not is_zombie(child.pid)
+    assert not is_zombie(os.getpid())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from aenv.roles.common import RoleSettings
-from aenv.serve import stop_deadline_s
+from aenv.serve import NODE_TEARDOWN_S, stop_deadline_s
 from domain import sandbox as sb
 from domain.sandbox import SandboxStatus as S
 from workers.node.stopdrain import tally
@@ -65,7 +65,11 @@ def test_nothing_held_is_done_at_once() -> None:
 
 @pytest.mark.parametrize(
     ("role", "mode", "expected"),
-    [("node", "pause", 30 + 300), ("node", "off", 30), ("api", "pause", 30)],
+    [
+        ("node", "pause", 30 + 300 + NODE_TEARDOWN_S),
+        ("node", "off", 30 + NODE_TEARDOWN_S),
+        ("api", "pause", 30),
+    ],
 )
 def test_the_stop_deadline_holds_the_pause_drain_of_a_node_only(
     role: str, mode: str, expected: float, monkeypatch: pytest.MonkeyPatch
