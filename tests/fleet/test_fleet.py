@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from e2b import Sandbox
+from e2b.exceptions import ServiceBusyException
 
 from bench.fleetrig import Role
 from bus import BusSettings, RecordedEvent
@@ -118,7 +119,20 @@ def _gone(fleet: Fleet, node_id: str) -> bool:
 
 
 def _read_mark(fleet: Fleet, t: Tracked, api: int) -> str:
-    sbx = Sandbox.connect(t.sandbox_id, timeout=1800, **fleet.sdk(api))
+    """The sandbox's mark, through a resume if it is paused. A 503 is retried for a minute,
+    as its Retry-After asks: on a host loaded past the test's own load a node's heartbeats
+    can lapse for longer than AENV_NODE_LOST_AFTER_S (15 s here), and a sandbox paused on
+    it is refused until they come back (seen once, with two CPU hogs and a fast suite
+    beside the test)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            sbx = Sandbox.connect(t.sandbox_id, timeout=1800, **fleet.sdk(api))
+            break
+        except ServiceBusyException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
     return str(sbx.files.read(MARK)).strip()
 
 
