@@ -8,6 +8,7 @@ paused and its resume gives its own state. Before the capture is durable the for
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import httpx
@@ -42,6 +43,14 @@ def _state(sbx: Sandbox) -> tuple[str, int]:
 
 def _fork(c: httpx.Client, sandbox_id: str, **body: int) -> httpx.Response:
     return c.post(f"/sandboxes/{sandbox_id}/fork", json=body)
+
+
+def _node_warm(stack: Stack) -> dict[str, int]:
+    """What the node's warm pool holds now, by template (its readiness answer)."""
+    from aenv.ops.fleet import read_beats
+
+    (beat,) = asyncio.run(read_beats(stack.nats_url))
+    return dict(httpx.get(f"http://{beat.proxy}/health/ready", timeout=10).json()["warm"])
 
 
 def test_a_paused_sandbox_forks_into_children_and_stays_paused(stack: Stack) -> None:
@@ -115,6 +124,13 @@ def test_a_paused_sandbox_forks_into_children_and_stays_paused(stack: Stack) -> 
                 assert child.files.read("/home/user/mine.txt") == f"child-{i}"
 
             assert Sandbox.get_info(src.sandbox_id).state == SandboxState.PAUSED
+            # the lent template is never warmed: its children were all made at once and
+            # no create ever starts it again (the pool warmed 3 VMs of it before)
+            seen: list[dict[str, int]] = []
+            for _ in range(8):
+                time.sleep(1)
+                seen.append(_node_warm(stack))
+            assert not [w for w in seen if w.get(lent)], seen
             back = Sandbox.connect(src.sandbox_id, timeout=600)  # resume: its own state
             assert back.files.read("/home/user/prepared.txt") == "prepared before the pause"
             assert not back.files.exists("/home/user/mine.txt")

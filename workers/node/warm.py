@@ -42,7 +42,7 @@ from workers.node.runtime import (
     run_first_command,
 )
 from workers.node.templates import TemplateCatalog
-from workers.node.warmsize import Demand, WarmPolicy, targets
+from workers.node.warmsize import Demand, WarmPolicy, targets, warmable
 
 __all__ = ["WARM_PREFIX", "WarmPool", "WarmVm"]
 
@@ -152,7 +152,8 @@ class WarmPool:
         None (a miss: the caller restores cold). Only a sandbox with an access token takes
         one: envd must end up holding the sandbox's token instead of the pool's secret, and
         /init can set a token but never clear one."""
-        self.demand.record(template_id, time.monotonic())
+        if warmable(template_id):
+            self.demand.record(template_id, time.monotonic())
         try:
             if self._task is None or not guest.access_token:
                 return None

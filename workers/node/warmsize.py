@@ -16,7 +16,9 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["Demand", "WarmPolicy", "passes_on", "targets"]
+from domain import template as tp
+
+__all__ = ["Demand", "WarmPolicy", "passes_on", "targets", "warmable"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,14 @@ class Demand:
         horizon = now - self.policy.history_s
         while times and times[0] < horizon:
             times.popleft()
+
+
+def warmable(template: str) -> bool:
+    """Whether creates of `template` count as demand for warm VMs. Not a paused sandbox's
+    capture lent to its fork children (`tp.paused_capture_template`): its `count` children
+    are all created at once and it is never created again, so VMs warmed from that demand
+    would only hold memory until the parent is killed (three seen after a 3-way fork)."""
+    return not tp.is_paused_capture_template(template)
 
 
 def wanted(demand: Demand, template: str, now: float) -> int:

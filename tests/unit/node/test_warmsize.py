@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from workers.node.warmsize import Demand, WarmPolicy, targets, wanted
+from domain import template as tp
+from workers.node.warmsize import Demand, WarmPolicy, targets, wanted, warmable
 
 BASE = 512
 
@@ -98,3 +99,8 @@ def test_a_create_is_passed_on_only_to_nodes_said_to_hold_a_warm_vm() -> None:
     assert not passes_on(("b",), "a", held=1)  # a has one too: it takes it
     assert not passes_on(("a", "b"), "a", held=0)  # a was said to have one: it takes it
     assert not passes_on((), "a", held=0)  # nobody warm: whoever pulls takes it
+
+
+def test_a_paused_capture_lent_to_fork_children_is_never_warmed() -> None:
+    assert warmable("base") and warmable("my-template")
+    assert not warmable(tp.paused_capture_template("c0ffee"))
