@@ -56,7 +56,10 @@ class SlotPool:
         self._cidr = cidr
         self._prefix = prefix
         self._ready: asyncio.Queue[NetworkSlot] = asyncio.Queue()
-        self._in_use: set[int] = set()
+        #: slots handed out and not released yet, by index
+        self._held: dict[int, NetworkSlot] = {}
+        #: creations whose `acquire` was cancelled: their slots are nobody's (`close`)
+        self._orphans: set[asyncio.Future[NetworkSlot]] = set()
         self._filler: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._host_addrs: tuple[str, ...] = ()
@@ -89,8 +92,16 @@ class SlotPool:
         try:
             slot = self._ready.get_nowait()
         except asyncio.QueueEmpty:
-            slot = await self._create_one()
-        self._in_use.add(slot.address.index)
+            # shielded: a cancelled acquire (a start cancelled by the node's stop) leaves
+            # its creation thread running, and the namespace it makes must not outlive
+            # the node: `close` waits for it and destroys it
+            creating = asyncio.ensure_future(self._create_one())
+            try:
+                slot = await asyncio.shield(creating)
+            except asyncio.CancelledError:
+                self._orphans.add(creating)
+                raise
+        self._held[slot.address.index] = slot
         self._last_acquire = time.monotonic()
         self._wake.set()
         await self.apply(slot, policy)
@@ -110,7 +121,7 @@ class SlotPool:
             await in_background(destroy_slot, slot)
         else:
             await asyncio.to_thread(destroy_slot, slot)
-        self._in_use.discard(slot.address.index)
+        self._held.pop(slot.address.index, None)
         self._wake.set()
 
     async def close(self) -> None:
@@ -123,8 +134,18 @@ class SlotPool:
                 if isinstance(slot, NetworkSlot):
                     self._ready.put_nowait(slot)
             self._batch = None
+        for done in await asyncio.gather(*self._orphans, return_exceptions=True):
+            if isinstance(done, NetworkSlot):
+                self._ready.put_nowait(done)
+        self._orphans.clear()
         while not self._ready.empty():
             await asyncio.to_thread(destroy_slot, self._ready.get_nowait())
+        # handed out and never released: its VM's start was cancelled after the acquire
+        # (the node's stop); every VM is gone by now (`Runtime.close`), so these are leaks
+        for index, slot in sorted(self._held.items()):
+            log.warning("slot pool: slot %d was never released; destroying it", index)
+            await asyncio.to_thread(destroy_slot, slot)
+        self._held.clear()
 
     async def _fill(self) -> None:
         while True:
@@ -167,7 +188,7 @@ class SlotPool:
         for _ in range(cap):
             index = self._next
             self._next = (self._next + 1) % cap
-            if index in self._in_use:
+            if index in self._held:
                 continue
             fd = try_lock(index, self._prefix)
             if fd is None:
