@@ -56,12 +56,17 @@ def is_zombie(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    fields = stat.rsplit(")", 1)[-1].split()
+    fields = _stat_fields(stat)
     return bool(fields) and fields[0] == "Z"
 
 
+def _stat_fields(stat: str) -> list[str]:
+    """/proc/<pid>/stat's fields from the third (the state) on."""
+    return stat.rsplit(")", 1)[-1].split()
+
+
 def parse_start_time(stat: str) -> int | None:
-    fields = stat.rsplit(")", 1)[-1].split()
+    fields = _stat_fields(stat)
     if len(fields) < 20 or fields[0] == "Z":
         return None
     return int(fields[19])  # fields[0] is field 3 (state); field 22 is starttime

@@ -8,7 +8,6 @@ paused and its resume gives its own state. Before the capture is durable the for
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import httpx
@@ -16,6 +15,7 @@ import pytest
 from e2b import Sandbox, SandboxState
 
 from tests.e2e.conftest import Stack
+from tests.e2e.warmpool import node_warm
 from tests.support import eventually_sync
 
 pytestmark = pytest.mark.vm
@@ -43,14 +43,6 @@ def _state(sbx: Sandbox) -> tuple[str, int]:
 
 def _fork(c: httpx.Client, sandbox_id: str, **body: int) -> httpx.Response:
     return c.post(f"/sandboxes/{sandbox_id}/fork", json=body)
-
-
-def _node_warm(stack: Stack) -> dict[str, int]:
-    """What the node's warm pool holds now, by template (its readiness answer)."""
-    from aenv.ops.fleet import read_beats
-
-    (beat,) = asyncio.run(read_beats(stack.nats_url))
-    return dict(httpx.get(f"http://{beat.proxy}/health/ready", timeout=10).json()["warm"])
 
 
 def test_a_paused_sandbox_forks_into_children_and_stays_paused(stack: Stack) -> None:
@@ -129,7 +121,7 @@ def test_a_paused_sandbox_forks_into_children_and_stays_paused(stack: Stack) -> 
             seen: list[dict[str, int]] = []
             for _ in range(8):
                 time.sleep(1)
-                seen.append(_node_warm(stack))
+                seen.append(node_warm(stack))
             assert not [w for w in seen if w.get(lent)], seen
             back = Sandbox.connect(src.sandbox_id, timeout=600)  # resume: its own state
             assert back.files.read("/home/user/prepared.txt") == "prepared before the pause"

@@ -19,6 +19,7 @@ from e2b import Sandbox
 
 from bus import BusSettings
 from tests.e2e.conftest import AENV, Stack
+from tests.e2e.warmpool import node_warm
 from tests.series import Samples, node_url, scrape
 from tests.support import eventually_sync
 
@@ -37,25 +38,13 @@ def _beat_warm(stack: Stack) -> dict[str, int]:
     return dict(beats[0].warm)
 
 
-def _node_warm(stack: Stack) -> dict[str, int]:
-    """What the node's pool holds now (its readiness answer on its proxy port, which
-    also says nothing is wrong with its VMs' caps: each in a cgroup of its own, under the
-    node's own cgroup)."""
-    from aenv.ops.fleet import read_beats
-
-    (beat,) = asyncio.run(read_beats(stack.nats_url))
-    doc = httpx.get(f"http://{beat.proxy}/health/ready", timeout=10).json()
-    assert doc["warnings"] == [], doc["warnings"]
-    return dict(doc["warm"])
-
-
 def _warm_dirs(stack: Stack) -> set[str]:
     """Ids of the warm VMs on the node's disk (their directories, `warm-…` until claimed)."""
     return {p.name for p in (stack.data_dir / "node" / "vms").glob("warm-*") if p.is_dir()}
 
 
 def _pool_has(stack: Stack, template: str, n: int = 1, timeout: float = 120) -> None:
-    eventually_sync(lambda: _node_warm(stack).get(template, 0) >= n, timeout=timeout, interval=0.2)
+    eventually_sync(lambda: node_warm(stack).get(template, 0) >= n, timeout=timeout, interval=0.2)
 
 
 def _created_warm(stack: Stack, sandbox_id: str) -> bool:
@@ -182,9 +171,9 @@ def test_a_snapshot_template_gets_a_pool_and_its_delete_drains_it(stack: Stack) 
     finally:
         second.kill()
     _pool_has(stack, name)
-    before, held = _warm_dirs(stack), _node_warm(stack)[name]
+    before, held = _warm_dirs(stack), node_warm(stack)[name]
     assert Sandbox.delete_snapshot(name)
-    eventually_sync(lambda: name not in _node_warm(stack), timeout=60, interval=0.5)
+    eventually_sync(lambda: name not in node_warm(stack), timeout=60, interval=0.5)
     eventually_sync(lambda: name not in _beat_warm(stack), timeout=30, interval=0.5)
     # its VMs went (the base pool may have grown meanwhile: count what left)
     eventually_sync(lambda: len(before - _warm_dirs(stack)) >= held, timeout=30, interval=0.5)

@@ -147,12 +147,12 @@ class RepositoryJanitor:
             keys = pause_keys(captures, await retrying(self.store.list_manifests, self.retry))
         return await self._delete(keys, "pause")
 
-    async def _lent_templates(self, captures: list[str]) -> list[str]:
+    async def _lent_templates(self, captures: list[str]) -> None:
         """The templates a killed sandbox's pause captures were lent to by its forks
         (`api/pausefork.py`): deleted in the log and on every node (those that took
         children hold a copy of the capture). Their manifests are the sandbox's, deleted
         next. A redelivery sends the nodes' deletes again (the same derived ids)."""
-        gone: list[str] = []
+        nodes: list[str] | None = None  # read once, and only if a capture was lent
         for capture in captures:
             name = tp.paused_capture_template(capture)
             state, _ = await self.bus.templates.load(name)
@@ -163,10 +163,10 @@ class RepositoryJanitor:
             )
             with contextlib.suppress(NotFound):  # deleted already (a tidy cut short)
                 await execute(self.bus.templates, delete)
-            book = await NodeBook.open(self.bus.js, self.bus.names.nodes_bucket)
-            await self.bus.commands.to_each_node([b.node_id for b in await book.all()], delete)
-            gone.append(name)
-        return gone
+            if nodes is None:
+                book = await NodeBook.open(self.bus.js, self.bus.names.nodes_bucket)
+                nodes = [b.node_id for b in await book.all()]
+            await self.bus.commands.to_each_node(nodes, delete)
 
     async def _template(
         self, rec: RecordedEvent, event: tp.TemplateDeleted | tp.TemplateCaptureDropped
