@@ -58,6 +58,17 @@ async def _settled(ctx: ApiContext, state: sb.Sandbox) -> sb.Sandbox:
     return state
 
 
+async def _resumed_by_another(ctx: ApiContext, state: sb.Sandbox) -> sb.Sandbox | None:
+    """The state, if a resume refused as a conflict lost the race to another request's (a
+    second client, the proxy's auto-resume, a redelivered one) and the sandbox runs: the
+    caller wanted it running, and it is. None: the conflict stands."""
+    fresh, _ = await ctx.bus.sandboxes.load(state.sandbox_id)
+    if fresh is None:
+        return None
+    fresh = await _settled(ctx, fresh)
+    return fresh if fresh.status in LIVE else None
+
+
 async def resume(
     ctx: ApiContext, state: sb.Sandbox, *, timeout_s: int | None, actor: str | None
 ) -> sb.Sandbox:
@@ -76,14 +87,19 @@ async def resume(
     )
     if node is None:  # its node is gone: another must have room for it
         check_room(ctx, state.cpu_count, state.memory_mb)
-    event, _ = await send_and_wait(
-        ctx.bus,
-        sb.ResumeSandbox(sandbox_id=state.sandbox_id, timeout_s=timeout_s),
-        node_id=node,
-        until=(sb.SandboxResumed, sb.SandboxResumeFailed),
-        timeout=ctx.settings.command_timeout_s,
-        actor=actor,
-    )
+    try:
+        event, _ = await send_and_wait(
+            ctx.bus,
+            sb.ResumeSandbox(sandbox_id=state.sandbox_id, timeout_s=timeout_s),
+            node_id=node,
+            until=(sb.SandboxResumed, sb.SandboxResumeFailed),
+            timeout=ctx.settings.command_timeout_s,
+            actor=actor,
+        )
+    except ApiError as e:
+        if e.status == 409 and (running := await _resumed_by_another(ctx, state)):
+            return running
+        raise
     if isinstance(event, sb.SandboxResumeFailed):
         # Its own node gone, another refused it (its capture over other bytes, the
         # repository out of reach): like a capture not yet durable, it waits for its node

@@ -209,8 +209,13 @@ def _pause(s: Sandbox, c: PauseSandbox) -> list[SandboxEvent]:
 def _resume(s: Sandbox, c: ResumeSandbox, policy: Policy) -> list[SandboxEvent]:
     if c.timeout_s is not None:
         _check_timeout(c.timeout_s, policy)
-    if s.seen(c.command_id) or s.status is S.RESUMING:
+    if s.seen(c.command_id):
         return []
+    if s.status is S.RESUMING:
+        # another request is resuming it: that one's node does it and answers it; this one
+        # is refused rather than joined (two answers for one resume), and its caller waits
+        # the other out (`api.resume`)
+        raise Conflict("sandbox is already being resumed by another request")
     if s.status is not S.PAUSED:
         raise Conflict(f"cannot resume a sandbox that is {s.status}")
     return [

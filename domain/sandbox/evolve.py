@@ -91,6 +91,8 @@ def _evolve(state: State, event: AnySandboxEvent) -> State:
     command_id = getattr(event, "command_id", None)
     if command_id is not None:
         u["recent_commands"] = _remember(state, command_id)
+    if u.get("status", state.status) is not S.RESUMING:
+        u["resuming_command"] = None  # (only ever read while it resumes)
     return state.model_copy(update=u)
 
 
@@ -153,7 +155,7 @@ def _pause_changes(
         case SandboxResumeRequested():
             # while resuming, the sandbox is on the node doing the resume: a kill goes there,
             # and the fleet's timer ends the resume only if *that* node is gone
-            u: dict[str, object] = {"status": S.RESUMING}
+            u: dict[str, object] = {"status": S.RESUMING, "resuming_command": e.command_id}
             if e.node_id is not None:
                 u["node_id"] = e.node_id
             if e.timeout_s is not None:

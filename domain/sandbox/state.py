@@ -50,6 +50,9 @@ class Sandbox(SandboxSpec):
     paused_at: datetime | None = None
     #: while it resumes: the node it was paused on, where a failed resume leaves it again
     paused_on: str | None = None
+    #: while it resumes: the request doing it. A redelivery of an earlier resume, answered
+    #: before its node died, must not do (and answer) a later request's resume again
+    resuming_command: UUID | None = None
     #: when its guest last filled its root disk (`SandboxDiskFull`); None: never
     disk_full_at: datetime | None = None
     recent_commands: tuple[UUID, ...] = ()

@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 from e2b import Sandbox
 
@@ -70,6 +73,34 @@ def test_create_pause_resume_fork_kill(vmless: VmlessStack) -> None:
         "SandboxKilled",
     ]
     assert time.monotonic() - t0 < 60
+
+
+def test_connects_racing_on_a_paused_sandbox_each_find_it_running(vmless: VmlessStack) -> None:
+    """Eight clients connect to one paused sandbox at once (an SDK, the proxy's
+    auto-resume, a trainer's retry): one request resumes it, and every other is answered
+    with the sandbox running, never a 409 from the resume it lost to. One resume, one
+    outcome in the log."""
+    sbx = Sandbox.create(timeout=120)
+    sid = sbx.sandbox_id
+    for _ in range(3):  # the race is a few milliseconds wide: more than one go at it
+        sbx.pause()
+        with ThreadPoolExecutor(8) as pool, vmless.client() as c:
+            go = threading.Barrier(8)
+
+            def connect(_: int, c: httpx.Client = c, go: threading.Barrier = go) -> httpx.Response:
+                go.wait()
+                return c.post(f"/sandboxes/{sid}/connect", json={"timeout": 120})
+
+            answers = list(pool.map(connect, range(8)))
+        assert all(r.status_code in (200, 201) for r in answers), [
+            (r.status_code, r.text) for r in answers
+        ]
+        assert {r.json()["sandboxID"] for r in answers} == {sid}
+        with vmless.client() as c:
+            assert c.get(f"/sandboxes/{sid}").json()["state"] == "running"
+    names = _history(vmless, sid)
+    assert names.count("SandboxResumeRequested") == names.count("SandboxResumed") == 3, names
+    Sandbox.kill(sid)
 
 
 def test_a_paused_sandbox_shows_the_time_it_keeps(vmless: VmlessStack) -> None:

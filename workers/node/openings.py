@@ -156,7 +156,13 @@ class Openings:
         except verb.undo_on:
             await self.early.undo(sid, early, site.journal)
             raise
-        step = after_request(state, verb.expect, site.node_id, claims=verb.watch_taken is not None)
+        step = after_request(
+            state,
+            verb.expect,
+            site.node_id,
+            claims=verb.watch_taken is not None,
+            request=cmd.command_id,
+        )
         if step is not Next.WORK or state is None:
             if step is not Next.REPUT or not verb.keeps_early:
                 await self.early.undo(sid, early, site.journal)

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, TypeVar
+from uuid import UUID
 
 from bus import MessageContext
 from domain import sandbox as sb
@@ -35,13 +36,18 @@ class Next(Enum):
     TAKEN = "taken"
 
 
-def after_request(state: sb.Sandbox | None, expect: S, node_id: str, *, claims: bool) -> Next:
+def after_request(
+    state: sb.Sandbox | None, expect: S, node_id: str, *, claims: bool, request: UUID
+) -> Next:
     """What the log's answer to a request means here. A request that `claims` its node (a
-    create names the node that takes it) is this node's only if the log has this node."""
+    create names the node that takes it) is this node's only if the log has this node. A
+    resume is this request's only if the log's resume is: a redelivery of one answered
+    before its node died finds a later request's resume under way, which is not its own."""
     if state is None:
         return Next.NOTHING
     if state.status is expect and (not claims or state.node_id == node_id):
-        return Next.WORK
+        theirs = state.status is S.RESUMING and state.resuming_command not in (None, request)
+        return Next.NOTHING if theirs else Next.WORK
     if state.status is S.RUNNING and state.node_id == node_id:
         return Next.REPUT
     if claims and state.status is expect:

@@ -6,6 +6,9 @@ where the sandbox had been paused, went silent)."""
 
 from __future__ import annotations
 
+import pytest
+
+from domain import Conflict
 from domain import sandbox as sb
 from tests.unit.domain.builders import SID, at, paused, step
 from workers.timer import Timer
@@ -141,3 +144,32 @@ def test_a_failed_resume_leaves_the_sandbox_on_the_node_it_was_paused_on() -> No
     resuming = sb.fold(_history(_taken_by("n2")))  # type: ignore[arg-type]
     after = sb.evolve(resuming, old)
     assert after is not None and (after.status, after.node_id) == (S.PAUSED, "n2")
+
+
+def test_a_second_request_to_resume_a_resuming_sandbox_is_refused_not_joined() -> None:
+    """Two clients resume at once: the first request's node does it and answers it; the
+    second is a conflict its caller waits out (`api.resume`), never a second resume of the
+    same capture with a second answer."""
+    first, second = _taken_by("n2"), _taken_by("n2")
+    state = sb.fold(_history(first))  # type: ignore[arg-type]
+    assert state is not None and state.resuming_command == first.command_id
+    assert sb.decide(state, first) == []  # a redelivery of the first decides nothing
+    with pytest.raises(Conflict, match="already being resumed"):
+        sb.decide(state, second)
+
+
+def test_the_resume_under_way_is_the_latest_requests() -> None:
+    """Paused and resumed again: the log's resume is the second request's, whose id a
+    redelivery of the first (answered long ago) does not carry (`after_request`)."""
+    first, second = _taken_by("n2"), _taken_by("n2")
+    history = _history(
+        first,
+        sb.CompleteResume(sandbox_id=SID, node_id="n2", at=at(101)),
+        sb.PauseSandbox(sandbox_id=SID, at=at(110)),
+        sb.CompletePause(sandbox_id=SID, at=at(111), snapshot_id="p2"),
+        second,
+    )
+    state = sb.fold(history)  # type: ignore[arg-type]
+    assert state is not None and state.status is S.RESUMING
+    assert state.resuming_command == second.command_id
+    assert sb.decide(state, first) == []  # seen: decides nothing

@@ -62,7 +62,7 @@ KR, PR, RR, TS = (
 MATRIX: dict[str, list[object]] = {
     "create": [sb.SandboxRequested, C, C, C, C, C, C, C, C, C, C],
     "pause": [NF, C, PR, NONE, NONE, C, C, C, C, NF, C],
-    "resume": [NF, C, C, C, RR, NONE, C, C, C, NF, C],
+    "resume": [NF, C, C, C, RR, C, C, C, C, NF, C],
     "kill": [NF, KR, KR, KR, KR, KR, KR, KR, NONE, NF, KR],
     "set_timeout": [NF, C, TS, C, TS, C, TS, TS, C, NF, C],
     "fork": [NF, C, sb.SandboxForkRequested, C, C, C, C, C, C, NF, C],

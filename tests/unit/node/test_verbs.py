@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from uuid import uuid4
 
 import pytest
 
@@ -13,6 +14,8 @@ from workers.node.verbs import Next, after_request, failed_meanwhile, killed_mea
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 HERE, THERE = "node-a", "node-b"
+#: the request each case is about
+REQ = uuid4()
 
 
 def _state(status: S, node_id: str | None) -> sb.Sandbox:
@@ -27,19 +30,30 @@ class TestACreate:
     """A create claims its node: the log's node decides whose it is."""
 
     def test_decided_here_is_this_nodes_work(self) -> None:
-        assert after_request(_state(S.CREATING, HERE), S.CREATING, HERE, claims=True) is Next.WORK
+        assert (
+            after_request(_state(S.CREATING, HERE), S.CREATING, HERE, claims=True, request=REQ)
+            is Next.WORK
+        )
 
     def test_claimed_by_another_node_is_watched(self) -> None:
-        got = after_request(_state(S.CREATING, THERE), S.CREATING, HERE, claims=True)
+        got = after_request(_state(S.CREATING, THERE), S.CREATING, HERE, claims=True, request=REQ)
         assert got is Next.TAKEN
 
     def test_withdrawn_by_an_api_is_watched_too(self) -> None:
         # the watch itself returns at once: the API records the failure
-        got = after_request(_state(S.CREATING, None), S.CREATING, HERE, claims=True)
+        got = after_request(_state(S.CREATING, None), S.CREATING, HERE, claims=True, request=REQ)
         assert got is Next.TAKEN
 
+    def test_a_resume_under_way_for_another_request_is_not_this_ones(self) -> None:
+        """A redelivery of a resume answered before its node died, arriving while a later
+        request resumes the sandbox: that resume is the later request's work and answer."""
+        later = _state(S.RESUMING, HERE).model_copy(update={"resuming_command": uuid4()})
+        assert after_request(later, S.RESUMING, HERE, claims=False, request=REQ) is Next.NOTHING
+        own = later.model_copy(update={"resuming_command": REQ})
+        assert after_request(own, S.RESUMING, HERE, claims=False, request=REQ) is Next.WORK
+
     def test_redelivered_after_it_ran_here_reputs_the_route(self) -> None:
-        got = after_request(_state(S.RUNNING, HERE), S.CREATING, HERE, claims=True)
+        got = after_request(_state(S.RUNNING, HERE), S.CREATING, HERE, claims=True, request=REQ)
         assert got is Next.REPUT
 
     @pytest.mark.parametrize(
@@ -47,10 +61,13 @@ class TestACreate:
         [(S.RUNNING, THERE), (S.KILLED, HERE), (S.FAILED, HERE), (S.PAUSED, HERE)],
     )
     def test_finished_otherwise_is_nothing(self, status: S, node: str) -> None:
-        assert after_request(_state(status, node), S.CREATING, HERE, claims=True) is Next.NOTHING
+        assert (
+            after_request(_state(status, node), S.CREATING, HERE, claims=True, request=REQ)
+            is Next.NOTHING
+        )
 
     def test_no_sandbox_is_nothing(self) -> None:
-        assert after_request(None, S.CREATING, HERE, claims=True) is Next.NOTHING
+        assert after_request(None, S.CREATING, HERE, claims=True, request=REQ) is Next.NOTHING
 
 
 class TestAResume:
@@ -58,11 +75,11 @@ class TestAResume:
     claims nothing by it: resuming is this node's wherever the log has it."""
 
     def test_resuming_is_this_nodes_work(self) -> None:
-        got = after_request(_state(S.RESUMING, THERE), S.RESUMING, HERE, claims=False)
+        got = after_request(_state(S.RESUMING, THERE), S.RESUMING, HERE, claims=False, request=REQ)
         assert got is Next.WORK
 
     def test_redelivered_after_it_ran_here_reputs_the_route(self) -> None:
-        got = after_request(_state(S.RUNNING, HERE), S.RESUMING, HERE, claims=False)
+        got = after_request(_state(S.RUNNING, HERE), S.RESUMING, HERE, claims=False, request=REQ)
         assert got is Next.REPUT
 
     @pytest.mark.parametrize(
@@ -70,7 +87,10 @@ class TestAResume:
         [(S.RUNNING, THERE), (S.PAUSED, HERE), (S.KILLED, HERE), (S.CREATING, THERE)],
     )
     def test_anything_else_is_nothing(self, status: S, node: str) -> None:
-        assert after_request(_state(status, node), S.RESUMING, HERE, claims=False) is Next.NOTHING
+        assert (
+            after_request(_state(status, node), S.RESUMING, HERE, claims=False, request=REQ)
+            is Next.NOTHING
+        )
 
 
 class TestKilledMeanwhile:
