@@ -20,12 +20,13 @@ test: setup       ## the gates, then every tier, fast ones first (real VMs, real
 test-fast: setup  ## the gates and the tiers without VMs (unit, golden, deploy, contract, vmless)
 	bash scripts/test.sh --fast
 
-test-scale: setup ## the scale checks (real VMs, minutes each): 50 pause/resume cycles of one sandbox; 50 template builds and their deletion leave the RAM pool within its bound; 2.3 and 6 GiB registry images as sandboxes (~32 GB free disk); 10 creates each of three templates made on another node; a drain of 10 sandboxes; kill -9 of the node at each point of a resume and of a pause's upload (12 cases); a rolling upgrade of both nodes holding 10; a 60 s command whose client is cut at 10 s; a 2 GiB image started lazily on a node that never held it (< 25 % fetched); a snapshot forked into 24 children across two nodes; two images on a 400 MiB base share all but the 50 MiB layer's chunks; a second image on a base started lazily on another node (intermittent, not in CI)
+test-scale: setup ## the scale checks (real VMs, minutes each): 50 pause/resume cycles of one sandbox; 50 template builds and their deletion leave the RAM pool within its bound; 2.3 and 6 GiB registry images as sandboxes (~32 GB free disk); 10 creates each of three templates made on another node; a drain of 10 sandboxes; a trainer killed holding 20 leased VMs and a bulk kill of 20 VMs; kill -9 of the node at each point of a resume and of a pause's upload (12 cases); a rolling upgrade of both nodes holding 10; a 60 s command whose client is cut at 10 s; a 2 GiB image started lazily on a node that never held it (< 25 % fetched); a snapshot forked into 24 children across two nodes; two images on a 400 MiB base share all but the 50 MiB layer's chunks; a second image on a base started lazily on another node (intermittent, not in CI)
 	AENV_PAUSE_CYCLES=50 $(BIN)/pytest -q tests/e2e/test_pause.py::test_pause_resume_keeps_files_processes_and_memory
 	AENV_E2E_TEMPLATE_BUILDS=50 $(BIN)/pytest -q tests/e2e/test_ram_pool.py
 	AENV_TEST_SCALE=1 $(BIN)/pytest -q tests/e2e/test_big_images.py tests/e2e/test_same_bytes.py tests/e2e/test_take_over.py
 	AENV_S6_CREATES=10 $(BIN)/pytest -q tests/fleet/test_templates_everywhere.py
 	AENV_DRAIN_SANDBOXES=10 $(BIN)/pytest -q tests/e2e/test_drain.py
+	AENV_ROLLOUT_VMS=20 $(BIN)/pytest -q -s tests/e2e/test_rollouts.py
 	AENV_KILL_POINTS=all $(BIN)/pytest -q tests/reliability/test_resume_kill_points.py
 	AENV_ROLLING_SANDBOXES=10 $(BIN)/pytest -q tests/e2e/test_rolling_upgrade.py
 	AENV_LONG_COMMAND_S=60 AENV_LONG_COMMAND_CUT_S=10 $(BIN)/pytest -q tests/e2e/test_long_commands.py

@@ -13,8 +13,12 @@ from domain.sandbox.values import SandboxStatus
 __all__ = ["RECENT_COMMANDS", "Sandbox", "ttl_on_resume"]
 
 #: How many accepted command ids a sandbox remembers, to recognise redeliveries. A command is
-#: redelivered only while it is in flight, so a short window suffices.
-RECENT_COMMANDS = 16
+#: redelivered while it is in flight, which a NATS outage or a node's restart stretches to a
+#: minute or more, and a sandbox cycled by pause and resume accepts a few commands a second
+#: meanwhile: the fleet test saw a resume fall out of a window of 16 within 13 s, be decided
+#: anew and answered twice. 256 covers JetStream's 2-minute dedup window at 2 commands a
+#: second; most sandboxes never hold more than a handful.
+RECENT_COMMANDS = 256
 
 
 def ttl_on_resume(remaining_s: float | None, timeout_s: int) -> float:

@@ -173,3 +173,25 @@ def test_the_resume_under_way_is_the_latest_requests() -> None:
     assert state is not None and state.status is S.RESUMING
     assert state.resuming_command == second.command_id
     assert sb.decide(state, first) == []  # seen: decides nothing
+
+
+def test_a_resume_redelivered_after_many_cycles_decides_nothing() -> None:
+    """Redelivered after its node's ack was lost in a NATS outage, while the sandbox went
+    through pause and resume cycles by other requests: still the same request, answered
+    once (the window of 16 it fell out of made it a second resume, answered twice)."""
+    first = _taken_by("n2")
+    cmds: list[sb.AnySandboxCommand] = [
+        first,
+        sb.CompleteResume(sandbox_id=SID, node_id="n2", at=at(101)),
+    ]
+    for i in range(40):  # 120 accepted commands: pause, resume and a timeout, 40 times
+        cmds += [
+            sb.PauseSandbox(sandbox_id=SID, at=at(110 + i)),
+            sb.CompletePause(sandbox_id=SID, at=at(110 + i), snapshot_id=f"p{i}"),
+            sb.ResumeSandbox(sandbox_id=SID, at=at(110 + i), node_id="n2"),
+            sb.CompleteResume(sandbox_id=SID, node_id="n2", at=at(110 + i)),
+            sb.SetSandboxTimeout(sandbox_id=SID, at=at(110 + i), timeout_s=100),
+        ]
+    state = sb.fold(_history(*cmds))  # type: ignore[arg-type]
+    assert state is not None and state.status is S.RUNNING
+    assert sb.decide(state, first) == []
