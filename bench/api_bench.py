@@ -70,6 +70,14 @@ class RigProcess:
         """The warm pool's hand-over (cont + /init) and the first command after it."""
         return self._ask("warm")
 
+    def dirty(self, mib: int) -> dict[str, float]:
+        """Raw stop + state, the runtime's pause and its resume after `mib` MiB written."""
+        return self._ask(f"dirty {mib}")
+
+    def memory(self, idle_s: float) -> dict[str, float]:
+        """A create-like VM's and a bare copy-on-write restore's memory, idle `idle_s`."""
+        return self._ask(f"memory {idle_s}")
+
     def _ask(self, request: str) -> dict[str, float]:
         assert self.proc.stdin is not None
         self.proc.stdin.write(f"{request}\n")

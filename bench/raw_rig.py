@@ -7,7 +7,10 @@ loop, its RAM-pool refills, its QMP traffic) took the GIL from them at random mo
 seen as 15 → 34 ms swings of the measured overhead between runs of the same code.
 
 Protocol on stdin/stdout, one JSON object a line: the rig prints `{"accel": ...}` once it
-is ready; each `cycle` line it reads is answered with one cycle's timings (seconds);
+is ready; each `cycle` line it reads is answered with one cycle's timings (seconds),
+`warm` with the warm pool's hand-over, `dirty <MiB>` with a pause of a guest that wrote
+that much without a sync (`RawRig.dirty`), `memory <s>` with the memory of a create-like
+VM and of a bare copy-on-write restore idle that long (`RawRig.memory`);
 `close` (or end of input) shuts it down. Progress and logs go to stderr.
 """
 
@@ -22,6 +25,17 @@ from typing import Any
 
 from workers.node.image import build_base, kernel_cmdline
 from workers.node.runtime import Runtime, init_envd, run_first_command
+from workers.node.usage import read_smaps
+
+#: a guest command writing this long is not stuck (256 MiB of /dev/urandom under TCG: ~10 s)
+WRITE_TIMEOUT_S = 600.0
+
+
+def write_command(mib: int, path: str = "/home/user/dirty") -> str:
+    """A shell line that writes `mib` MiB of random bytes to `path` and does not sync:
+    the pages stay dirty in the guest's page cache (random, so no layer below can skip
+    them as zeros or dedupe them)."""
+    return f"rm -f {path}; head -c {mib}M /dev/urandom > {path}"
 
 
 class RawRig:
@@ -70,6 +84,71 @@ class RawRig:
         await rt.destroy(vm)
         return out
 
+    async def dirty(self, mib: int) -> dict[str, float]:
+        """A create-like VM whose guest wrote `mib` MiB to a file, not synced (0: idle),
+        then: QEMU's stop + device state written (the raw primitive; `cont` after it),
+        the runtime's pause (a capture that releases the VM, as the node's pause), the
+        resume of that capture (its RAM file adopted) until the VM runs and envd answers,
+        and — after the same write again — the runtime's live capture (the VM work of a
+        `create_snapshot`: the VM runs on after it)."""
+        rt = self.rt
+        vm, _ = await rt.restore(self.snap, private_memory=False)
+        out: dict[str, float] = {}
+        try:
+            if mib:
+                argv = ("/bin/sh", "-c", write_command(mib))
+                await run_first_command(vm.host, token=None, timeout=WRITE_TIMEOUT_S, argv=argv)
+            await asyncio.sleep(0.3)
+            t0 = time.monotonic()
+            await vm.qemu.stop()
+            await vm.qemu.save_state(vm.dir / "raw-state")
+            out["stop_and_state"] = time.monotonic() - t0
+            await vm.qemu.cont()
+            (vm.dir / "raw-state").unlink()
+            t0 = time.monotonic()
+            paused = await rt.capture(vm, resume=False, detach=True)
+            out["pause"] = time.monotonic() - t0
+        except BaseException:
+            await rt.destroy(vm)
+            raise
+        vm, timing = await rt.restore(paused, private_memory=False, adopt_memory=True)
+        out["resume_running"], out["resume_envd"] = timing.running, timing.envd
+        try:
+            if mib:
+                argv = ("/bin/sh", "-c", write_command(mib))
+                await run_first_command(vm.host, token=None, timeout=WRITE_TIMEOUT_S, argv=argv)
+            await asyncio.sleep(0.3)
+            t0 = time.monotonic()
+            live = await rt.capture(vm, resume=True)
+            out["live_capture"] = time.monotonic() - t0
+            out["live_capture_vm_stopped"] = live.stopped_ms / 1000
+            rt.delete_snapshot(live)
+        finally:
+            await rt.destroy(vm)
+            rt.delete_snapshot(paused)
+        return out
+
+    async def memory(self, idle_s: float) -> dict[str, float]:
+        """The memory (bytes, `usage.Smaps`) of a VM restored as a create restores one (its
+        own RAM file) and of the bare primitive, the capture's RAM mapped copy-on-write
+        (what fork children do), both idle `idle_s` with envd initialised."""
+        rt = self.rt
+        own, _ = await rt.restore(self.snap, private_memory=False)
+        bare, _ = await rt.restore(self.snap, private_memory=True)
+        try:
+            await asyncio.sleep(idle_s)
+            out: dict[str, float] = {}
+            for name, vm in (("create_like", own), ("bare_cow", bare)):
+                m = read_smaps(vm.qemu.pid) if vm.qemu.pid else None
+                if m is not None:
+                    out |= {f"{name}_{k}": float(getattr(m, k)) for k in ("rss", "pss")}
+                    out |= {f"{name}_{k}": float(getattr(m, k)) for k in ("shared", "private")}
+            out["guest_mem_bytes"] = float(self.snap.machine.mem_mib << 20)
+            return out
+        finally:
+            await rt.destroy(own)
+            await rt.destroy(bare)
+
     async def warm(self) -> dict[str, float]:
         """The warm pool's primitive: a VM restored, its first command run, its vCPUs
         stopped (off the clock), then handed over — `cont` and envd's /init — on the clock;
@@ -105,6 +184,10 @@ async def serve(state: Path) -> None:
                 print(json.dumps(await rig.cycle()), flush=True)
             elif line == "warm":
                 print(json.dumps(await rig.warm()), flush=True)
+            elif line.startswith("dirty "):
+                print(json.dumps(await rig.dirty(int(line.split()[1]))), flush=True)
+            elif line.startswith("memory "):
+                print(json.dumps(await rig.memory(float(line.split()[1]))), flush=True)
             elif line in ("close", ""):
                 return
             else:

@@ -22,14 +22,14 @@ from workers.node.image import build_base, kernel_cmdline
 from workers.node.runtime import Runtime, Snapshot, Vm, init_envd, wait_envd
 from workers.node.runtime.guest import ENVD_PORT, http_request
 from workers.node.runtime.memfile import clone_or_sparse_copy
+from workers.node.usage import read_smaps
 from workers.node.vmm import Incoming, LaunchSpec, QemuVm
 
 
 def pss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1])
-    return 0
+    """A process's PSS (KiB); 0 once it is gone."""
+    m = read_smaps(pid)
+    return m.pss // 1024 if m is not None else 0
 
 
 async def raw_restore(rt: Runtime, snap: Snapshot, workdir: Path) -> tuple[float, float]:

@@ -34,6 +34,7 @@ from typing import Any
 from aenv.stack.process import free_port
 from bench.api_bench import QUIET_S, RigProcess
 from bench.stats import emit, ratio, summary
+from workers.node.usage import read_smaps
 
 BURST = 16
 IDLE_WINDOW_S = 10.0
@@ -189,10 +190,8 @@ def part1(n: int, data: Path, rig: RigProcess) -> dict[str, Any]:
 
 
 def _pss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1])
-    return 0
+    m = read_smaps(pid)
+    return m.pss // 1024 if m is not None else 0
 
 
 def _cpu_ticks(pid: int) -> int:

@@ -54,6 +54,8 @@ NODE: dict[str, Kind] = {
     "aenv_node_vms": "gauge",
     "aenv_node_paused_sandboxes": "gauge",
     "aenv_node_vm_rss_bytes": "gauge",
+    "aenv_node_guest_memory_bytes": "gauge",
+    "aenv_node_guest_ram_bytes": "gauge",
     "aenv_node_vms_uncapped": "gauge",
     "aenv_node_vm_cpu_seconds": "counter",
     "aenv_node_ram_pool_bytes": "gauge",

@@ -168,9 +168,9 @@ class SandboxHost:
     def on_stage(self, hook: Stage) -> None:
         self.starts.stage = hook
 
-    def vm_pids(self) -> list[int]:
-        pids = (live.vm.qemu.pid for live in self.sandboxes.values() if live.vm.qemu.alive)
-        return [p for p in pids if p is not None]
+    def vm_guest_ram(self) -> dict[int, int]:
+        vms = (live.vm for live in self.sandboxes.values() if live.vm.qemu.alive)
+        return {vm.qemu.pid: vm.machine.mem_mib for vm in vms if vm.qemu.pid is not None}
 
     def _running(self, live: LiveSandbox) -> None:
         """Register a running VM and watch it: a QEMU that exits unasked (OOM, a guest

@@ -159,8 +159,8 @@ class MemoryHost:
     def on_stage(self, hook: Stage) -> None:
         self._stage = hook
 
-    def vm_pids(self) -> list[int]:
-        return []  # no VMs: nothing costs the host
+    def vm_guest_ram(self) -> dict[int, int]:
+        return {}  # no VMs: nothing costs the host
 
     async def _started(self, op: str) -> None:
         """A record's start, timed as a VM's would be: its `restore` is the simulated

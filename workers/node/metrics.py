@@ -16,6 +16,12 @@
   pool (`aenv_node_warm_*`: VMs by template, their memory, creates it served or missed),
   and its RAM pool (`aenv_node_ram_pool_{bytes,files,budget_bytes}`: the ready RAM copies
   on its disk — evictable, within their budget `AENV_RAM_POOL_BYTES`).
+- `aenv_node_guest_memory_bytes{node, kind}`: what the running sandboxes' QEMU processes
+  hold, summed from their `smaps_rollup` (`usage.Smaps`): `rss`, `pss`, `shared` (pages
+  another process maps too: fork children's untouched guest RAM, QEMU's code) and
+  `private`; beside `aenv_node_guest_ram_bytes{node}`, the guest RAM those VMs were given
+  (nominal), so PSS ÷ nominal is the node's real memory per promised byte. Read once per
+  VM per scrape, in a thread (the kernel walks each process's page tables: ms per VM).
 - `aenv_node_disk_bytes{node, category}`: what its data dirs allocate, by category
   (`workers/node/disk`), from its last disk walk (every minute, not at the scrape).
 - `aenv_node_disk_budget_bytes{node}`, `aenv_node_disk_room_bytes{node}`,
@@ -27,6 +33,7 @@ Labels stay bounded: ops, stages and causes are closed sets; `node` is one value
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -43,10 +50,10 @@ from shared.metrics import Scrape
 from workers.node.capacity import Room
 from workers.node.disk import CATEGORIES, Tally
 from workers.node.ports import Host
-from workers.node.usage import CpuTally, read_usage
+from workers.node.usage import CpuTally, Smaps, read_smaps, read_usage
 from workers.node.vmm import limits
 
-__all__ = ["CAUSES", "OPS", "STAGES", "NodeMetrics", "op_of"]
+__all__ = ["CAUSES", "MEMORY_KINDS", "OPS", "STAGES", "NodeMetrics", "guest_memory", "op_of"]
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +75,25 @@ _STAGES_OF = {
     op: STAGES if op in ("create", "resume", "fork") else ("queue", "total") for op in OPS.values()
 }
 CAUSES = ("oom", "disk-full", "block-service", "crash")
+#: the `kind` label of `aenv_node_guest_memory_bytes`: the fields of `usage.Smaps`
+MEMORY_KINDS = ("rss", "pss", "shared", "private")
 COLD, WARM = "cold", "warm"
 
 
 def _cold(_sandbox_id: str) -> bool:
     return False
+
+
+def guest_memory(vms: dict[int, int], proc: str = "/proc") -> tuple[Smaps, int]:
+    """The summed `Smaps` of the VMs `vms` names (QEMU pid → guest RAM, MiB) and the guest
+    RAM, in bytes, of those that were read: a VM gone between the listing and its read
+    counts on neither side."""
+    total, nominal = Smaps(), 0
+    for pid, mem_mib in vms.items():
+        if (one := read_smaps(pid, proc)) is not None:
+            total += one
+            nominal += mem_mib << 20
+    return total, nominal
 
 
 def op_of(command: Command) -> str | None:
@@ -194,6 +215,20 @@ class NodeMetrics:
         self.rss = Gauge(
             "aenv_node_vm_rss_bytes", "Resident memory of the node's VMs.", ["node"], registry=r
         )
+        self.guest_memory = Gauge(
+            "aenv_node_guest_memory_bytes",
+            "Memory of the running sandboxes' QEMU processes (smaps_rollup): rss, pss, "
+            "shared (mapped by another process too), private.",
+            ["node", "kind"],
+            registry=r,
+        )
+        self.guest_ram = Gauge(
+            "aenv_node_guest_ram_bytes",
+            "Guest RAM the running sandboxes' VMs were given (nominal).",
+            ["node"],
+            registry=r,
+        )
+        self.read_guest_memory(Smaps(), 0)
         self.uncapped = Gauge(
             "aenv_node_vms_uncapped",
             "Running VMs without memory and CPU caps (no writable cgroup for them).",
@@ -295,7 +330,17 @@ class NodeMetrics:
                 if value is not None:
                     self.disk_budget[name].labels(self.node).set(value)
 
+        async def memory() -> None:
+            vms = host.vm_guest_ram()  # on the loop: the host's table; the reads off it
+            self.read_guest_memory(*await asyncio.to_thread(guest_memory, vms))
+
         self.scrape.on_scrape("node", refresh)
+        self.scrape.on_scrape("guest_memory", memory)
+
+    def read_guest_memory(self, total: Smaps, nominal_bytes: int) -> None:
+        for kind in MEMORY_KINDS:
+            self.guest_memory.labels(self.node, kind).set(getattr(total, kind))
+        self.guest_ram.labels(self.node).set(nominal_bytes)
 
     def read_disk(self, tally: Tally) -> None:
         for category in CATEGORIES:
@@ -314,7 +359,7 @@ class NodeMetrics:
             self._room[name].labels(node).set(value)
         self.vms.labels(node).set(host.running)
         self.paused.labels(node).set(host.paused_count)
-        pids = host.vm_pids()
+        pids = list(host.vm_guest_ram())
         self.uncapped.labels(node).set(limits.uncapped(pids))
         usage = {pid: u for pid in pids if (u := read_usage(pid)) is not None}
         self.rss.labels(node).set(sum(u.rss_bytes for u in usage.values()))

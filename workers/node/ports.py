@@ -238,8 +238,8 @@ class Host(Protocol):
     def on_stage(self, hook: Stage) -> None:
         """Call `hook(op, stage, seconds, start)` per stage of a create, resume or fork."""
 
-    def vm_pids(self) -> list[int]:
-        """The processes of the VMs running here (none for a host without VMs)."""
+    def vm_guest_ram(self) -> dict[int, int]:
+        """The VMs running here (none for a host without VMs): QEMU pid → guest RAM, MiB."""
 
     def set_template_locator(self, locate: TemplateLocator) -> None: ...
 

@@ -121,7 +121,7 @@ def _node_routes(
 def _status(host: Host) -> dict[str, Any]:
     """The ready answer's body: the warm pool's VMs by template and what an operator must
     know (VMs that run without caps, caps outside the node's own cgroup)."""
-    return {"warm": host.warm_stats().ready, "warnings": limits.warnings(host.vm_pids())}
+    return {"warm": host.warm_stats().ready, "warnings": limits.warnings(list(host.vm_guest_ram()))}
 
 
 #: (routed, traffic digest) of a sandbox: what its route says (`RoutePublisher.ingress`)
