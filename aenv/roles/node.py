@@ -241,6 +241,7 @@ async def _qemu_host(
         egress=node_cfg.egress_enabled,
         runtime_disk=envd_rt.path,
         ram_pool_bytes=node_cfg.ram_pool_bytes,
+        balloon=node_cfg.balloon,
     )
     stack.push_async_callback(runtime.close)
     # VM starts and the RAM pool's copies write under the node's one disk budget, and the

@@ -296,6 +296,17 @@ NODE = (
         "Memory (MiB) of `code-interpreter-v1`.",
     ),
     Setting(
+        "AENV_BALLOON",
+        Kind.BOOL,
+        "false",
+        _NODE,
+        "A virtio-balloon with free page reporting in every VM booted from then on (templates "
+        "captured after it carry it): memory a guest frees returns to the host within seconds "
+        "and leaves its captures. Fork children, whose RAM maps a shared capture, give theirs "
+        "back through the ramkeep shim (built with the host's C compiler), never by changing "
+        "the capture; without a compiler the balloon stays off.",
+    ),
+    Setting(
         "AENV_HEARTBEAT_S",
         Kind.FLOAT,
         "5",

@@ -155,6 +155,10 @@ class NodeSettings(BaseSettings):
     #: vCPUs and RAM of `code-interpreter-v1` (a kernel with pandas and matplotlib loaded).
     code_interpreter_vcpus: int = Field(default=1, ge=1)
     code_interpreter_mem_mib: int = Field(default=1024, ge=256)
+    #: A virtio-balloon with free page reporting in every VM this node boots (templates
+    #: captured from then on carry it): memory a guest frees goes back to the host within
+    #: seconds and out of its captures (docs/snapshots.md, "Balloon").
+    balloon: bool = False
 
     @property
     def blocks_dir(self) -> Path:

@@ -8,17 +8,18 @@ import dataclasses
 from pathlib import Path
 
 from workers.node.runtime.snapshot import Snapshot
-from workers.node.vmm import BASE_DEVICES, Machine, SnapshotIncompatible, VmmError
+from workers.node.vmm import LAYOUTS, Machine, SnapshotIncompatible, VmmError
 
 __all__ = ["check_compatible"]
 
 
 def check_compatible(here: Machine, snap: Snapshot, volumes: tuple[Path | None, ...] = ()) -> None:
     """Raise unless `snap` restores on `here` (this node's machine of the snapshot's size)."""
-    if snap.machine.devices == BASE_DEVICES:
-        # captured before volume slots: it restores as it was (no slots), so snapshot
-        # templates of an older aenv keep working; only volumes cannot be given to it
-        here = dataclasses.replace(here, devices=BASE_DEVICES)
+    if snap.machine.devices in LAYOUTS:
+        # captured before volume slots (no slots: only volumes cannot be given to it), or
+        # with or without the balloon: it restores with the devices it was taken with, so
+        # snapshot templates of an older aenv, or of a node with another setting, work
+        here = dataclasses.replace(here, devices=snap.machine.devices)
     wanted = sum(v is not None for v in volumes)
     if wanted and len(volumes) > snap.machine.volume_slots:
         raise SnapshotIncompatible(

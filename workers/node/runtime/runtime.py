@@ -19,7 +19,7 @@ from pathlib import Path
 from workers.node.foreground import Foreground
 from workers.node.image import GuestImage, kernel_cmdline
 from workers.node.image.runtime import build_runtime
-from workers.node.net import GUEST, EgressPolicy, SlotPool, uplink
+from workers.node.net import EgressPolicy, SlotPool, uplink
 from workers.node.net.addressing import DEFAULT_SLOT_CIDR
 from workers.node.net.uplink import Uplink
 from workers.node.runtime.capture import take_capture, take_disk_capture
@@ -29,6 +29,7 @@ from workers.node.runtime.diskroom import boot_need, boot_room, restore_room, vm
 from workers.node.runtime.forking import fork_children
 from workers.node.runtime.guest import over_defaults, wait_and_init, wait_envd
 from workers.node.runtime.layers import LayerStore
+from workers.node.runtime.machines import Machines
 from workers.node.runtime.ramfile import ram_for_restore, start_guest
 from workers.node.runtime.rampool import DEFAULT_BUDGET, RamPool
 from workers.node.runtime.ramstage import RamStage
@@ -45,6 +46,7 @@ from workers.node.vmm import (
     SnapshotIncompatible,
     choose_accel,
     qemu_version,
+    ramkeep,
 )
 
 log = logging.getLogger(__name__)
@@ -52,7 +54,7 @@ log = logging.getLogger(__name__)
 BOOT_ENVD_TIMEOUT = 120.0  # a cold boot under TCG on a loaded 2-core CI host
 
 
-class Runtime(CaptureFiles):
+class Runtime(CaptureFiles, Machines):
     """Owns the VMs of one node. Create with `await Runtime.open(...)`, end with `close()`."""
 
     def __init__(
@@ -98,6 +100,7 @@ class Runtime(CaptureFiles):
         egress: bool = False,
         runtime_disk: Path | None = None,
         ram_pool_bytes: int = DEFAULT_BUDGET,
+        balloon: bool = False,
     ) -> Runtime:
         """`egress`: carry guest traffic their policy allows beyond the host (forwarding +
         NAT, `net.uplink`); without it nothing a guest sends leaves the node.
@@ -116,6 +119,9 @@ class Runtime(CaptureFiles):
             runtime_disk = (await asyncio.to_thread(build_runtime, progress=log.info)).path
         rt = cls(state_dir, pool, accel, ver, foreground, runtime_disk)
         rt.ram_pool.budget = ram_pool_bytes
+        rt.ram_keep, rt.balloon = await asyncio.to_thread(
+            ramkeep.prepare, state_dir / "native", balloon
+        )
         await asyncio.to_thread(rt.ram_stage.reset)
         if egress:
             rt.uplink = Uplink(slot_prefix, pool.cidr)
@@ -133,20 +139,6 @@ class Runtime(CaptureFiles):
         await asyncio.to_thread(self.ram_stage.close)
         if self.uplink is not None:
             await asyncio.to_thread(uplink.disable, self.uplink)
-
-    def machine_like(self, snap: Snapshot) -> Machine:
-        """This node's machine of `snap`'s size: what a restore of it here would run."""
-        return self.machine(vcpus=snap.machine.vcpus, mem_mib=snap.machine.mem_mib)
-
-    def machine(self, *, vcpus: int, mem_mib: int) -> Machine:
-        return Machine(
-            qemu_version=self.qemu_version,
-            accel=self.accel.accel,
-            cpu=self.accel.cpu,
-            vcpus=vcpus,
-            mem_mib=mem_mib,
-            guest_mac=GUEST.guest_mac,
-        )
 
     # ---- boot --------------------------------------------------------------------------
     async def boot(
@@ -220,6 +212,7 @@ class Runtime(CaptureFiles):
             netns=slot.netns_path,
             volumes=volumes,
             background=background,
+            ram_keep=self.ram_keep,
             **caps(machine),
         )
         qemu = await QemuVm.launch(spec)

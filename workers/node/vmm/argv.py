@@ -6,7 +6,14 @@ devices differ from the snapshotting VM's fails inside QEMU in ways that are har
 
 from __future__ import annotations
 
-from workers.node.vmm.spec import VOLUME_BYTES, VOLUME_SERIAL, Boot, Incoming, LaunchSpec
+from workers.node.vmm.spec import (
+    BALLOON,
+    VOLUME_BYTES,
+    VOLUME_SERIAL,
+    Boot,
+    Incoming,
+    LaunchSpec,
+)
 
 QEMU_BINARY = "qemu-system-x86_64"
 #: What a writable drive does on a failed write: a host out of space stops the VM (QEMU
@@ -62,6 +69,8 @@ def qemu_argv(spec: LaunchSpec, binary: str = QEMU_BINARY) -> list[str]:
         f"virtio-net-device,netdev=n0,mac={m.guest_mac}",
     ]
     argv += volume_slots(spec)
+    if m.balloon:  # after every other device: older layouts keep their slots
+        argv += ["-device", f"{BALLOON},free-page-reporting=on"]
     if isinstance(spec.start, Boot):
         argv += ["-kernel", str(spec.start.kernel), "-initrd", str(spec.start.initrd)]
         argv += ["-append", spec.start.cmdline]

@@ -26,6 +26,7 @@ from qemu.qmp.error import QMPError
 from workers.node.vmm import limits
 from workers.node.vmm.argv import qemu_argv
 from workers.node.vmm.errors import VmCrashed, VmmError, VmTimeout
+from workers.node.vmm.ramkeep import qemu_env
 from workers.node.vmm.spec import Incoming, LaunchSpec
 
 log = logging.getLogger(__name__)
@@ -85,10 +86,12 @@ class QemuVm:
             spec.qmp_socket.unlink()
         argv = qemu_argv(spec)
         log.debug("launch %s (netns %s): %s", spec.vm_id, spec.netns, " ".join(argv))
+        env = qemu_env(spec, spec.ram_keep)  # before the netns fd: a refusal leaks nothing
         netns_fd = os.open(spec.netns, os.O_RDONLY) if spec.netns else None
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
+                env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,

@@ -17,6 +17,22 @@ BASE_DEVICES: tuple[str, ...] = ("virtio-blk-device", "virtio-blk-device", "virt
 #: whose drive is a placeholder, or — on a restore — a volume's image (`docs/volumes.md`).
 VOLUME_SLOTS = 4
 DEVICES: tuple[str, ...] = BASE_DEVICES + ("virtio-blk-device",) * VOLUME_SLOTS
+#: A virtio-balloon with free page reporting, after the volume slots, on a node that turned
+#: it on (`AENV_BALLOON`): pages the guest frees go back to the host within seconds and out
+#: of its captures. A machine's devices say whether it has one, so captures from before it,
+#: or from a node without it, restore as they were taken.
+BALLOON = "virtio-balloon-device"
+BALLOON_DEVICES: tuple[str, ...] = (*DEVICES, BALLOON)
+
+
+def devices(balloon: bool) -> tuple[str, ...]:
+    """The devices of a machine booted now, with the balloon or without."""
+    return BALLOON_DEVICES if balloon else DEVICES
+
+
+#: Every device layout a capture may have been taken with, oldest first: a restore takes
+#: the snapshot's own (`runtime.compat`), whatever this node boots with now.
+LAYOUTS: tuple[tuple[str, ...], ...] = (BASE_DEVICES, DEVICES, BALLOON_DEVICES)
 #: The size of every volume slot and of every volume's image (sparse: holes cost nothing).
 #: One size for all, so the guest's idea of a slot's size never changes across restores.
 VOLUME_BYTES = 64 << 30
@@ -47,7 +63,12 @@ class Machine:
         """How many volume slots this machine has (0: captured before volumes existed)."""
         if self.devices[: len(BASE_DEVICES)] != BASE_DEVICES:
             return 0
-        return len(self.devices) - len(BASE_DEVICES)
+        return self.devices[len(BASE_DEVICES) :].count("virtio-blk-device")
+
+    @property
+    def balloon(self) -> bool:
+        """Whether this machine has the free-page-reporting balloon (`BALLOON`)."""
+        return BALLOON in self.devices
 
     def fingerprint(self) -> str:
         blob = json.dumps(asdict(self), sort_keys=True).encode()
@@ -108,6 +129,8 @@ class LaunchSpec:
     #: each volume slot's image (None: the slot's placeholder, which reads zeros and drops
     #: writes); as many as the machine has slots, at most
     volumes: tuple[Path | None, ...] = ()
+    #: the `ramkeep` shim, preloaded into a balloon VM over a private mapping (`ramkeep.py`)
+    ram_keep: Path | None = None
 
     @property
     def qmp_socket(self) -> Path:
