@@ -29,6 +29,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aenv import eventloop, logs
 from aenv.roles.common import RoleSettings, say, write_private
+from aenv.roles.startagain import start_again
 from aenv.settings import report_unknown
 from aenv.stack.process import ManagedProcess
 from aenv.stack.records import LOCK, ProcessBook
@@ -370,11 +371,11 @@ def _main(role: str, service: str) -> None:
         if role == "node":
             from aenv.roles.node import run_node
 
-            await run_node(RoleSettings(), stop)
+            await start_again(lambda: run_node(RoleSettings(), stop), stop)
         elif role == "api":
             from aenv.roles.api import run_api
 
-            await run_api(RoleSettings(), stop)
+            await start_again(lambda: run_api(RoleSettings(), stop), stop)
         else:
             await serve(StackSettings(), stop)
 

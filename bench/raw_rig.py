@@ -95,10 +95,7 @@ class RawRig:
         vm, _ = await rt.restore(self.snap, private_memory=False)
         out: dict[str, float] = {}
         try:
-            if mib:
-                argv = ("/bin/sh", "-c", write_command(mib))
-                await run_first_command(vm.host, token=None, timeout=WRITE_TIMEOUT_S, argv=argv)
-            await asyncio.sleep(0.3)
+            await _written(vm, mib)
             t0 = time.monotonic()
             await vm.qemu.stop()
             await vm.qemu.save_state(vm.dir / "raw-state")
@@ -114,10 +111,7 @@ class RawRig:
         vm, timing = await rt.restore(paused, private_memory=False, adopt_memory=True)
         out["resume_running"], out["resume_envd"] = timing.running, timing.envd
         try:
-            if mib:
-                argv = ("/bin/sh", "-c", write_command(mib))
-                await run_first_command(vm.host, token=None, timeout=WRITE_TIMEOUT_S, argv=argv)
-            await asyncio.sleep(0.3)
+            await _written(vm, mib)
             t0 = time.monotonic()
             live = await rt.capture(vm, resume=True)
             out["live_capture"] = time.monotonic() - t0
@@ -198,3 +192,11 @@ async def serve(state: Path) -> None:
 
 if __name__ == "__main__":
     asyncio.run(serve(Path(sys.argv[1])))
+
+
+async def _written(vm: Any, mib: int) -> None:
+    """`mib` MiB written in the guest without a sync (none: nothing), then a moment idle."""
+    if mib:
+        argv = ("/bin/sh", "-c", write_command(mib))
+        await run_first_command(vm.host, token=None, timeout=WRITE_TIMEOUT_S, argv=argv)
+    await asyncio.sleep(0.3)

@@ -57,11 +57,21 @@ class RoleSettings(BaseSettings):
     upload_secret: SecretStr | None = None
 
 
+#: whether this process said READY: a start cut short before it may be tried again
+_said_ready = False
+
+
+def said_ready() -> bool:
+    return _said_ready
+
+
 def say(msg: str) -> None:
     """A progress line on stdout, as a JSON record of `aenv.progress` (the supervisor relays
     it to the stack's log, `aenv up` shows it). A role whose supervisor died writes into a
     pipe nobody reads: the line is dropped, not raised — a BrokenPipeError in the SIGTERM
     handler left the role never stopping."""
+    global _said_ready
+    _said_ready = _said_ready or msg == READY
     try:
         print(progress(msg), flush=True)
     except (BrokenPipeError, ValueError):  # ValueError: stdout already swapped and closed

@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -27,6 +26,7 @@ from e2b import RateLimitException, Sandbox
 
 from tests.e2e.conftest import AENV, Stack
 from tests.support import eventually_sync
+from tests.vmless.lease_trainer import start
 from tests.vmless.test_leases import states
 
 pytestmark = pytest.mark.vm
@@ -50,17 +50,8 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.timeout(600)
 def test_a_crashed_trainers_vms_are_killed_within_the_ttl(stack: Stack) -> None:
-    trainer = subprocess.Popen(
-        [sys.executable, "-m", "tests.vmless.lease_trainer", str(VMS), str(TTL)],
-        stdout=subprocess.PIPE,
-        env={**os.environ, **stack.env()},
-        text=True,
-    )
+    trainer, lease, ids = start(VMS, TTL, stack.env())
     try:
-        assert trainer.stdout is not None
-        line = trainer.stdout.readline().split()
-        assert line[:1] == ["READY"], (line, trainer.poll())
-        lease, ids = line[1], line[2:]
         assert len(ids) == VMS
         pids = {sid: _qemu(stack, sid) for sid in ids}
         assert all(_alive(p) for p in pids.values()), pids

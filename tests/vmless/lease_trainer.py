@@ -6,12 +6,33 @@ until it is killed — what a training job does, and what its crash leaves behin
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 from e2b import Sandbox
+
+
+def start(
+    count: int, ttl: float, env: Mapping[str, str]
+) -> tuple[subprocess.Popen[str], str, list[str]]:
+    """A trainer process holding `count` sandboxes under a lease of `ttl` s, once READY:
+    (the process, its lease id, its sandbox ids). `env` points the SDK at the stack."""
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "tests.vmless.lease_trainer", str(count), str(ttl)],
+        stdout=subprocess.PIPE,
+        env={**os.environ, **env},
+        text=True,
+    )
+    assert trainer.stdout is not None
+    line = trainer.stdout.readline().split()
+    if line[:1] != ["READY"]:
+        trainer.kill()
+        raise AssertionError(f"the trainer never got ready: {line} (exit {trainer.poll()})")
+    return trainer, line[1], line[2:]
 
 
 def main() -> None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -23,6 +21,7 @@ from tests.series import scrape
 from tests.support import eventually_sync
 from tests.vmless.conftest import METRICS_TOKEN, VmlessStack, vmless_stack
 from tests.vmless.keys import minted_key
+from tests.vmless.lease_trainer import start
 
 TTL = 3.0
 #: room for the 50-sandbox bulk test beside the others (the in-memory host holds records)
@@ -72,23 +71,9 @@ def open_lease(c: httpx.Client, ttl: float, on_expiry: str = "kill") -> str:
 
 
 def test_a_crashed_trainers_sandboxes_are_killed_within_the_ttl(stack: VmlessStack) -> None:
-    env = {
-        **os.environ,
-        "E2B_API_URL": stack.api_url,
-        "E2B_SANDBOX_URL": stack.api_url,
-        "E2B_API_KEY": stack.api_key,
-    }
-    trainer = subprocess.Popen(
-        [sys.executable, "-m", "tests.vmless.lease_trainer", "20", str(TTL)],
-        stdout=subprocess.PIPE,
-        env=env,
-        text=True,
-    )
+    env = {"E2B_API_URL": stack.api_url, "E2B_SANDBOX_URL": stack.api_url}
+    trainer, lease, ids = start(20, TTL, {**env, "E2B_API_KEY": stack.api_key})
     try:
-        assert trainer.stdout is not None
-        line = trainer.stdout.readline().split()
-        assert line[:1] == ["READY"], (line, trainer.poll())
-        lease, ids = line[1], line[2:]
         assert len(ids) == 20
         with stack.client() as c:
             time.sleep(2 * TTL)  # renewed every second: alive past the TTL, twice over
