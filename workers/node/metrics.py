@@ -50,7 +50,7 @@ from shared.metrics import Scrape
 from workers.node.capacity import Room
 from workers.node.disk import CATEGORIES, Tally
 from workers.node.ports import Host
-from workers.node.usage import CpuTally, Smaps, read_smaps, read_usage
+from workers.node.usage import SMAPS_FIELDS, CpuTally, Smaps, read_smaps, read_usage
 from workers.node.vmm import limits
 
 __all__ = ["CAUSES", "MEMORY_KINDS", "OPS", "STAGES", "NodeMetrics", "guest_memory", "op_of"]
@@ -76,7 +76,7 @@ _STAGES_OF = {
 }
 CAUSES = ("oom", "disk-full", "block-service", "crash")
 #: the `kind` label of `aenv_node_guest_memory_bytes`: the fields of `usage.Smaps`
-MEMORY_KINDS = ("rss", "pss", "shared", "private")
+MEMORY_KINDS = SMAPS_FIELDS
 COLD, WARM = "cold", "warm"
 
 

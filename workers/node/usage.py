@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 __all__ = ["CpuTally", "Smaps", "Usage", "parse_smaps_rollup", "read_smaps", "read_usage"]
 
@@ -69,6 +69,8 @@ class Smaps:
         )
 
 
+#: the names of `Smaps`' figures (the `kind` of the node's guest-memory series)
+SMAPS_FIELDS = tuple(f.name for f in fields(Smaps))
 #: `smaps_rollup` field → what of `Smaps` it adds to (values are in kB)
 _ROLLUP = {
     "Rss": "rss",
@@ -83,7 +85,7 @@ _ROLLUP = {
 def parse_smaps_rollup(text: str) -> Smaps:
     """The fields of one `/proc/<pid>/smaps_rollup` (lines `Name:   123 kB`); fields it does
     not know (newer kernels add some) are skipped, missing ones are 0."""
-    got = dict.fromkeys(("rss", "pss", "shared", "private"), 0)
+    got = dict.fromkeys(SMAPS_FIELDS, 0)
     for line in text.splitlines():
         name, sep, rest = line.partition(":")
         field = _ROLLUP.get(name)

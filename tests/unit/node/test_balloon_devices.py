@@ -70,18 +70,20 @@ def test_a_capture_of_an_unknown_layout_is_refused(tmp_path: Path) -> None:
 def test_the_shim_guards_only_a_balloon_vm_over_a_private_mapping(tmp_path: Path) -> None:
     shim = tmp_path / "ramkeep.so"
     private = dataclasses.replace(
-        spec(Incoming(Path("/s")), shared=False), machine=machine(devices=BALLOON_DEVICES)
+        spec(Incoming(Path("/s")), shared=False),
+        machine=machine(devices=BALLOON_DEVICES),
+        ram_keep=shim,
     )
-    env = ramkeep.qemu_env(private, shim)
+    env = ramkeep.qemu_env(private)
     assert env is not None
     assert env["LD_PRELOAD"].split()[0] == str(shim)
     assert env[ramkeep.KEEP_ENV] == str(private.mem_file)
     # its own RAM file (a create, a resume): the balloon's holes there are the point
-    assert ramkeep.qemu_env(dataclasses.replace(private, mem_shared=True), shim) is None
+    assert ramkeep.qemu_env(dataclasses.replace(private, mem_shared=True)) is None
     # no balloon: nothing to guard
-    assert ramkeep.qemu_env(spec(Incoming(Path("/s")), shared=False), None) is None
+    assert ramkeep.qemu_env(spec(Incoming(Path("/s")), shared=False)) is None
     with pytest.raises(VmmError, match="ramkeep"):
-        ramkeep.qemu_env(private, None)  # never run unguarded
+        ramkeep.qemu_env(dataclasses.replace(private, ram_keep=None))  # never run unguarded
 
 
 def test_the_shim_builds_once_per_source(tmp_path: Path) -> None:

@@ -86,7 +86,7 @@ class QemuVm:
             spec.qmp_socket.unlink()
         argv = qemu_argv(spec)
         log.debug("launch %s (netns %s): %s", spec.vm_id, spec.netns, " ".join(argv))
-        env = qemu_env(spec, spec.ram_keep)  # before the netns fd: a refusal leaks nothing
+        env = qemu_env(spec)  # before the netns fd: a refusal leaks nothing
         netns_fd = os.open(spec.netns, os.O_RDONLY) if spec.netns else None
         try:
             proc = await asyncio.create_subprocess_exec(

@@ -69,9 +69,11 @@ def prepare(into: Path, wanted: bool) -> tuple[Path | None, bool]:
     return shim, on
 
 
-def qemu_env(spec: LaunchSpec, shim: Path | None) -> dict[str, str] | None:
+def qemu_env(spec: LaunchSpec) -> dict[str, str] | None:
     """The environment `spec`'s QEMU runs with: None (the node's own) unless it has the
-    balloon over a private mapping, then the shim preloaded and told the RAM file."""
+    balloon over a private mapping, then its shim (`spec.ram_keep`) preloaded and told the
+    RAM file."""
+    shim = spec.ram_keep
     if not spec.machine.balloon or spec.mem_shared:
         return None
     if shim is None:
